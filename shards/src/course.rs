@@ -1,0 +1,124 @@
+//! One course as a shard sees it: current sections, what changed since the last
+//! frame, who watches, and the frames rendered from it.
+
+use crate::conn::ConnId;
+use crate::snapshot::Snapshot;
+use crate::ws_codec::FrameBuf;
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+/// A viewer of a course, with whether it missed a frame and is owed a full one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Viewer {
+    pub conn: ConnId,
+    pub owes_full: bool,
+}
+
+/// Per-course state on one shard.
+#[derive(Debug)]
+pub(crate) struct Course {
+    pub name: Arc<str>,
+    pub sections: BTreeMap<u32, Arc<Snapshot>>,
+    pub dirty: BTreeSet<u32>,
+    pub viewers: Vec<Viewer>,
+    /// Connections per user watching here: the distinct-user tally.
+    pub users: HashMap<Arc<str>, u32>,
+    /// Viewers whose `owes_full` is set.
+    pub owed: u32,
+    pub last_frame_ms: Option<u64>,
+    /// True once the ingest thread answered our interest with the current board.
+    pub seeded: bool,
+    /// Watchers waiting for the seed before their full-frame answer.
+    pub awaiting_seed: Vec<ConnId>,
+    /// Last global presence count broadcast to this course's viewers.
+    pub presence: Option<u64>,
+    /// True while the course sits in the shard's render schedule.
+    pub scheduled: bool,
+    full_cache: Option<Bytes>,
+}
+
+impl Course {
+    pub fn new(name: Arc<str>) -> Self {
+        Course {
+            name,
+            sections: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            viewers: Vec::new(),
+            users: HashMap::new(),
+            owed: 0,
+            last_frame_ms: None,
+            seeded: false,
+            awaiting_seed: Vec::new(),
+            presence: None,
+            scheduled: false,
+            full_cache: None,
+        }
+    }
+
+    /// Applies a snapshot under the version rule; true if it changed the board.
+    pub fn apply(&mut self, snap: &Arc<Snapshot>) -> bool {
+        if let Some(cur) = self.sections.get(&snap.section) {
+            if !snap.supersedes(cur) || **cur == **snap {
+                return false;
+            }
+        }
+        self.sections.insert(snap.section, Arc::clone(snap));
+        self.dirty.insert(snap.section);
+        self.full_cache = None;
+        true
+    }
+
+    /// Whether the course has something to render (changes or owed resyncs).
+    pub fn wants_render(&self) -> bool {
+        !self.dirty.is_empty() || self.owed > 0
+    }
+
+    /// When the next frame may go out: at once if none went out within a tick.
+    pub fn due_ms(&self, tick_ms: u64, now_ms: u64) -> u64 {
+        self.last_frame_ms.map_or(now_ms, |t| t + tick_ms)
+    }
+
+    /// The full frame (every known section), encoded once per board state.
+    pub fn full_frame(&mut self) -> Bytes {
+        if let Some(f) = &self.full_cache {
+            return f.clone();
+        }
+        let f = encode_frame(&self.name, true, self.sections.values());
+        self.full_cache = Some(f.clone());
+        f
+    }
+
+    /// The frame of sections changed since the last one.
+    pub fn delta_frame(&self) -> Bytes {
+        encode_frame(
+            &self.name,
+            false,
+            self.dirty.iter().filter_map(|s| self.sections.get(s)),
+        )
+    }
+}
+
+fn encode_frame<'a>(
+    course: &str,
+    full: bool,
+    sections: impl Iterator<Item = &'a Arc<Snapshot>> + Clone,
+) -> Bytes {
+    let payload: usize = sections.clone().map(|s| s.json.len() + 1).sum();
+    let mut f = FrameBuf::with_capacity(payload + course.len() + 64);
+    f.push_str("{\"type\":\"frame\",\"course\":\"");
+    f.push_str(course);
+    f.push_str(if full {
+        "\",\"full\":true,\"sections\":["
+    } else {
+        "\",\"full\":false,\"sections\":["
+    });
+    for (i, s) in sections.enumerate() {
+        if i > 0 {
+            f.push_str(",");
+        }
+        f.push_str(&s.json);
+    }
+    f.push_str("]}");
+    f.finish_text()
+}

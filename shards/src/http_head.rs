@@ -1,0 +1,270 @@
+//! The HTTP request head: bounded parsing, the WebSocket upgrade check and token lookup.
+
+/// Largest request head accepted (431 past it).
+pub const MAX_HEAD: usize = 8 * 1024;
+/// Most headers in one request (431 past it).
+const MAX_HEADERS: usize = 64;
+/// Longest token looked at; anything longer is refused as malformed.
+pub const MAX_TOKEN: usize = 4096;
+
+/// What a request head needs for routing and the handshake checks; owned, small.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestHead {
+    /// Method, e.g. `GET`.
+    pub method: String,
+    /// Path without the query.
+    pub path: String,
+    /// Raw query string (after `?`), empty if none.
+    pub query: String,
+    /// HTTP minor version (1 for HTTP/1.1).
+    pub minor_version: u8,
+    /// `Upgrade` header.
+    pub upgrade: Option<String>,
+    /// `Connection` header.
+    pub connection: Option<String>,
+    /// `Sec-WebSocket-Key` header.
+    pub ws_key: Option<String>,
+    /// `Sec-WebSocket-Version` header.
+    pub ws_version: Option<String>,
+    /// `Origin` header.
+    pub origin: Option<String>,
+    /// `Authorization` header.
+    pub authorization: Option<String>,
+    /// `Cookie` header(s), joined with `; `.
+    pub cookie: Option<String>,
+}
+
+/// Why a head could not be parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Over [`MAX_HEAD`] or too many headers: 431.
+    TooLarge,
+    /// Not HTTP: 400.
+    Malformed,
+}
+
+/// Parses a head from the start of `buf`: `Ok(Some((head, consumed)))` when complete,
+/// `Ok(None)` when more bytes are needed.
+pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let status = match req.parse(buf) {
+        Ok(s) => s,
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(_) => {
+            return if buf.len() > MAX_HEAD {
+                Err(HeadError::TooLarge)
+            } else {
+                Err(HeadError::Malformed)
+            }
+        }
+    };
+    let consumed = match status {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
+        httparse::Status::Partial => return Ok(None),
+    };
+    if consumed > MAX_HEAD {
+        return Err(HeadError::TooLarge);
+    }
+    let target = req.path.unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut head = RequestHead {
+        method: req.method.unwrap_or("").to_owned(),
+        path: path.to_owned(),
+        query: query.to_owned(),
+        minor_version: req.version.unwrap_or(0),
+        ..RequestHead::default()
+    };
+    for h in req.headers.iter() {
+        let Ok(value) = std::str::from_utf8(h.value) else { continue };
+        let value = value.trim();
+        let slot = match h.name.to_ascii_lowercase().as_str() {
+            "upgrade" => &mut head.upgrade,
+            "connection" => &mut head.connection,
+            "sec-websocket-key" => &mut head.ws_key,
+            "sec-websocket-version" => &mut head.ws_version,
+            "origin" => &mut head.origin,
+            "authorization" => &mut head.authorization,
+            "cookie" => {
+                match &mut head.cookie {
+                    Some(c) => {
+                        c.push_str("; ");
+                        c.push_str(value);
+                    }
+                    None => head.cookie = Some(value.to_owned()),
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        *slot = Some(value.to_owned());
+    }
+    Ok(Some((head, consumed)))
+}
+
+/// Why an upgrade request is refused before any auth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpgradeError {
+    /// Not a valid WebSocket upgrade: 400.
+    Malformed,
+    /// Another WebSocket version: 426 with `Sec-WebSocket-Version: 13`.
+    WrongVersion,
+}
+
+fn has_token(list: Option<&str>, token: &str) -> bool {
+    list.is_some_and(|l| l.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// True when `key` is base64 of exactly 16 bytes.
+fn valid_ws_key(key: &str) -> bool {
+    let b = key.as_bytes();
+    b.len() == 24
+        && b[22] == b'='
+        && b[23] == b'='
+        && b[..22]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+        // The last character before padding carries only 2 bits: its low 4 bits are zero.
+        && b"AQgw".contains(&b[21])
+}
+
+impl RequestHead {
+    /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1.
+    pub fn check_upgrade(&self) -> Result<&str, UpgradeError> {
+        if self.method != "GET"
+            || self.minor_version != 1
+            || !has_token(self.upgrade.as_deref(), "websocket")
+            || !has_token(self.connection.as_deref(), "upgrade")
+        {
+            return Err(UpgradeError::Malformed);
+        }
+        let key = match self.ws_key.as_deref() {
+            Some(k) if valid_ws_key(k) => k,
+            _ => return Err(UpgradeError::Malformed),
+        };
+        match self.ws_version.as_deref() {
+            Some("13") => Ok(key),
+            Some(_) => Err(UpgradeError::WrongVersion),
+            None => Err(UpgradeError::Malformed),
+        }
+    }
+
+    /// The first query parameter `name`, percent-decoded.
+    pub fn query_param(&self, name: &str) -> Option<String> {
+        self.query.split('&').find_map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (k == name).then(|| percent_decode(v))
+        })
+    }
+
+    /// The cookie `name`'s value.
+    pub fn cookie_value(&self, name: &str) -> Option<&str> {
+        self.cookie.as_deref()?.split(';').find_map(|c| {
+            let (k, v) = c.trim().split_once('=')?;
+            (k == name).then_some(v)
+        })
+    }
+
+    /// The bearer token, in the contract's order: `Authorization: Bearer`, `?token=`,
+    /// cookie `seatboard_token`.
+    pub fn token(&self) -> Option<String> {
+        let bearer = self.authorization.as_deref().and_then(|a| {
+            let (scheme, rest) = a.split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim().to_owned())
+        });
+        bearer
+            .or_else(|| self.query_param("token"))
+            .or_else(|| self.cookie_value("seatboard_token").map(str::to_owned))
+            .filter(|t| !t.is_empty())
+    }
+}
+
+/// Decodes `%XX` and `+` in a query value; invalid escapes stay as they are.
+pub fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const UPGRADE: &str = "GET /ws?user=u%201&token=abc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://a.example\r\nCookie: a=1\r\nCookie: seatboard_token=ck\r\n\r\n";
+
+    #[test]
+    fn parses_upgrade() {
+        let (h, n) = parse(UPGRADE.as_bytes()).unwrap().unwrap();
+        assert_eq!(n, UPGRADE.len());
+        assert_eq!(h.path, "/ws");
+        assert_eq!(h.query_param("user").as_deref(), Some("u 1"));
+        assert_eq!(h.check_upgrade(), Ok("dGhlIHNhbXBsZSBub25jZQ=="));
+        assert_eq!(h.origin.as_deref(), Some("http://a.example"));
+        assert_eq!(h.cookie_value("seatboard_token"), Some("ck"));
+        assert_eq!(h.token().as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn partial_and_limits() {
+        assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(None));
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(MAX_HEAD));
+        assert_eq!(parse(big.as_bytes()), Err(HeadError::TooLarge));
+        let many: String = (0..70).map(|i| format!("X{i}: y\r\n")).collect();
+        let req = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
+        assert_eq!(parse(b"\x16\x03\x01garbage\r\n\r\n"), Err(HeadError::Malformed));
+    }
+
+    #[test]
+    fn upgrade_checks() {
+        let ok = |s: &str| parse(s.as_bytes()).unwrap().unwrap().0.check_upgrade().map(|_| ());
+        assert_eq!(ok(UPGRADE), Ok(()));
+        assert_eq!(ok(&UPGRADE.replace("Version: 13", "Version: 8")), Err(UpgradeError::WrongVersion));
+        assert_eq!(ok(&UPGRADE.replace("GET", "POST")), Err(UpgradeError::Malformed));
+        assert_eq!(ok(&UPGRADE.replace("HTTP/1.1", "HTTP/1.0")), Err(UpgradeError::Malformed));
+        assert_eq!(ok(&UPGRADE.replace("Upgrade: websocket\r\n", "")), Err(UpgradeError::Malformed));
+        assert_eq!(ok(&UPGRADE.replace("keep-alive, Upgrade", "keep-alive")), Err(UpgradeError::Malformed));
+        // Key: 16 bytes of base64 only.
+        assert_eq!(ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ=")), Err(UpgradeError::Malformed));
+        assert_eq!(ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZR==")), Err(UpgradeError::Malformed));
+        assert_eq!(ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub2!jZQ==")), Err(UpgradeError::Malformed));
+    }
+
+    #[test]
+    fn token_order() {
+        let h = |extra: &str, q: &str| {
+            let s = format!("GET /ws{q} HTTP/1.1\r\n{extra}\r\n");
+            parse(s.as_bytes()).unwrap().unwrap().0.token()
+        };
+        assert_eq!(h("Authorization: Bearer aa\r\nCookie: seatboard_token=cc\r\n", "?token=bb").as_deref(), Some("aa"));
+        assert_eq!(h("Cookie: seatboard_token=cc\r\n", "?token=bb").as_deref(), Some("bb"));
+        assert_eq!(h("Cookie: x=1; seatboard_token=cc\r\n", "").as_deref(), Some("cc"));
+        assert_eq!(h("Authorization: Basic zz\r\n", "").as_deref(), None);
+    }
+
+    #[test]
+    fn percent() {
+        assert_eq!(percent_decode("a%20b+c%zz%4"), "a b c%zz%4");
+        assert_eq!(percent_decode("%41"), "A");
+    }
+}

@@ -1,0 +1,22 @@
+//! seatboard's sans-IO core: everything a shard thread decides, with no socket,
+//! no clock and no thread of its own, so it can be tested deterministically.
+//!
+//! - [`shard::Shard`]: the per-core renderer (connections, dirty maps, ticks).
+//! - [`snapshot`]: the Redis payload, parsed and validated.
+//! - [`ws_codec`]: RFC 6455 frames in and out.
+//! - [`http_head`]: request heads, upgrade checks, token lookup.
+//! - [`client_op`]: what browsers ask for.
+//! - [`rate`]: the message window and the accept bucket.
+
+pub mod client_op;
+pub mod conn;
+mod course;
+pub mod http_head;
+pub mod rate;
+pub mod shard;
+pub mod snapshot;
+pub mod ws_codec;
+
+pub use conn::{ConnId, Role};
+pub use shard::{Action, Shard, ShardConfig, ShardStats};
+pub use snapshot::{Reject, Snapshot};

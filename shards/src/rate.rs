@@ -1,0 +1,110 @@
+//! Rate limits fed with time: the per-connection message window and the accept bucket.
+
+/// Messages allowed in any one-second window.
+pub const MAX_MESSAGES_PER_SEC: usize = 20;
+
+/// Exact sliding one-second window over a connection's last data messages.
+#[derive(Debug, Default)]
+pub struct MessageWindow {
+    /// Arrival times (ms) of the last [`MAX_MESSAGES_PER_SEC`] messages, a ring.
+    times: Option<Box<[u64; MAX_MESSAGES_PER_SEC]>>,
+    next: usize,
+    seen: usize,
+}
+
+impl MessageWindow {
+    /// Records a message at `now_ms`; false when it makes more than 20 in the last second.
+    pub fn admit(&mut self, now_ms: u64) -> bool {
+        let times = self.times.get_or_insert_with(|| Box::new([0; MAX_MESSAGES_PER_SEC]));
+        // The slot being overwritten holds the 20th message before this one.
+        let oldest = times[self.next];
+        let full = self.seen >= MAX_MESSAGES_PER_SEC;
+        times[self.next] = now_ms;
+        self.next = (self.next + 1) % MAX_MESSAGES_PER_SEC;
+        self.seen = self.seen.saturating_add(1);
+        !(full && now_ms < oldest + 1000)
+    }
+}
+
+/// A token bucket: `rate` tokens per second, at most `burst` stored.
+#[derive(Debug, Clone)]
+pub struct TokenBucket {
+    rate_per_ms: f64,
+    burst: f64,
+    tokens: f64,
+    last_ms: u64,
+}
+
+impl TokenBucket {
+    /// A full bucket.
+    pub fn new(rate_per_sec: f64, burst: f64, now_ms: u64) -> Self {
+        TokenBucket {
+            rate_per_ms: rate_per_sec / 1000.0,
+            burst: burst.max(1.0),
+            tokens: burst.max(1.0),
+            last_ms: now_ms,
+        }
+    }
+
+    /// Takes one token if there is one.
+    pub fn take(&mut self, now_ms: u64) -> bool {
+        if now_ms > self.last_ms {
+            let gained = (now_ms - self.last_ms) as f64 * self.rate_per_ms;
+            self.tokens = (self.tokens + gained).min(self.burst);
+            self.last_ms = now_ms;
+        }
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Milliseconds until the next token is due.
+    pub fn wait_ms(&self) -> u64 {
+        if self.tokens >= 1.0 || self.rate_per_ms <= 0.0 {
+            return 0;
+        }
+        ((1.0 - self.tokens) / self.rate_per_ms).ceil() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twenty_per_second_allowed_twenty_first_refused() {
+        let mut w = MessageWindow::default();
+        for i in 0..20 {
+            assert!(w.admit(1000 + i * 10), "message {i}");
+        }
+        assert!(!w.admit(1500));
+    }
+
+    #[test]
+    fn window_slides() {
+        let mut w = MessageWindow::default();
+        // 19 per second forever is fine.
+        for i in 0..200u64 {
+            assert!(w.admit(i * 1000 / 19 + 1), "message {i}");
+        }
+        // 25 evenly over 1.1 s puts 21 inside some one-second window.
+        let mut w = MessageWindow::default();
+        let ok = (0..25u64).all(|i| w.admit(10_000 + i * 44));
+        assert!(!ok);
+    }
+
+    #[test]
+    fn bucket_refills_at_rate() {
+        let mut b = TokenBucket::new(10.0, 5.0, 0);
+        assert!((0..5).all(|_| b.take(0)));
+        assert!(!b.take(0));
+        assert_eq!(b.wait_ms(), 100);
+        assert!(b.take(100));
+        assert!(!b.take(150));
+        assert!((0..5).all(|_| b.take(10_000)));
+        assert!(!b.take(10_000));
+    }
+}

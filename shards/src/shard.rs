@@ -1,0 +1,753 @@
+//! The per-core renderer: a state machine fed connection events, snapshots,
+//! presence counts and the current time, emitting frames and actions.
+//!
+//! It owns no socket and reads no clock. The shell calls the `handle_*` methods,
+//! then drains [`Shard::poll_action`], [`Shard::poll_ready`] and
+//! [`Shard::poll_transmit`], and sleeps until [`Shard::poll_timeout`].
+
+use crate::client_op::{ClientOp, OpError};
+use crate::conn::{Conn, ConnId, Push, Role};
+use crate::course::{Course, Viewer};
+use crate::snapshot::Snapshot;
+use crate::ws_codec::{close, close_frame, ping_frame, text_frame};
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// Courses one connection may watch.
+pub const MAX_COURSES_PER_CONN: usize = 32;
+
+/// Knobs of a shard, all times in milliseconds.
+#[derive(Debug, Clone)]
+pub struct ShardConfig {
+    /// Student frame interval.
+    pub tick_ms: u64,
+    /// Bytes a connection may have queued before frames are dropped.
+    pub send_queue_bytes: usize,
+    /// How long a queue may stay full before close 4001.
+    pub slow_consumer_ms: u64,
+    /// Server ping interval.
+    pub ping_ms: u64,
+    /// Silence after which a connection is closed.
+    pub idle_ms: u64,
+    /// Node id sent in `hello`.
+    pub node: String,
+    /// Seed of the jitter used for drain spreading and reconnect hints.
+    pub seed: u64,
+}
+
+impl Default for ShardConfig {
+    fn default() -> Self {
+        ShardConfig {
+            tick_ms: 200,
+            send_queue_bytes: 64 * 1024,
+            slow_consumer_ms: 5_000,
+            ping_ms: 30_000,
+            idle_ms: 75_000,
+            node: "node".into(),
+            seed: 0x5eed,
+        }
+    }
+}
+
+/// Something the shell must do outside the shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// The shard's first viewer of a course arrived (`true`) or its last left.
+    Interest { course: Arc<str>, watching: bool },
+    /// A user's first connection on this shard started watching a course.
+    PresenceJoin { course: Arc<str>, user: Arc<str> },
+    /// A user's last connection on this shard stopped watching a course.
+    PresenceLeave { course: Arc<str>, user: Arc<str> },
+    /// An admin asked for a course's roster; answer with [`Shard::deliver`].
+    Roster { conn: ConnId, course: Arc<str> },
+    /// The first admin feed on this shard opened (`true`) or the last one closed.
+    AdminFeed { connected: bool },
+    /// A close frame is queued: flush the queue, then end the connection.
+    Close { conn: ConnId, code: u16 },
+}
+
+/// Counters the shell exports in `/metrics`.
+#[derive(Debug, Clone, Default)]
+pub struct ShardStats {
+    /// Frames (of any kind) queued to connections.
+    pub frames_queued: u64,
+    /// Course frames dropped because a queue was full.
+    pub frames_dropped: u64,
+    /// Full frames sent to heal a connection that missed one.
+    pub resyncs: u64,
+    /// Bytes queued to connections.
+    pub bytes_queued: u64,
+    /// Course frames rendered (encoded), one per course per tick at most.
+    pub frames_rendered: u64,
+    /// Connections closed with 4001.
+    pub slow_consumer_closes: u64,
+    /// Connections closed for silence.
+    pub idle_closes: u64,
+    /// Client mistakes answered with an error message, by code.
+    pub client_errors: u64,
+    /// Snapshots applied (changed the board).
+    pub snapshots_applied: u64,
+}
+
+/// The per-core renderer.
+#[derive(Debug)]
+pub struct Shard {
+    cfg: ShardConfig,
+    conns: Vec<Option<Conn>>,
+    free: Vec<u32>,
+    live: usize,
+    courses: HashMap<Arc<str>, Course>,
+    scheduled: Vec<Arc<str>>,
+    actions: VecDeque<Action>,
+    ready: VecDeque<ConnId>,
+    admin_feeds: usize,
+    next_sweep_ms: u64,
+    draining: bool,
+    /// Drain moments, latest first, so the due ones pop off the end.
+    drain_schedule: Vec<(u64, ConnId)>,
+    rng: u64,
+    stats: ShardStats,
+}
+
+/// Sweep interval for pings, silence and slow consumers.
+const SWEEP_MS: u64 = 1_000;
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn error_message(e: OpError) -> Bytes {
+    text_frame(&format!(
+        "{{\"type\":\"error\",\"code\":\"{}\",\"message\":\"{}\"}}",
+        e.code(),
+        e.message()
+    ))
+}
+
+fn presence_message(course: &str, viewers: u64) -> Bytes {
+    text_frame(&format!(
+        "{{\"type\":\"presence\",\"course\":\"{course}\",\"viewers\":{viewers}}}"
+    ))
+}
+
+impl Shard {
+    /// An empty shard.
+    pub fn new(cfg: ShardConfig) -> Self {
+        let rng = cfg.seed | 1;
+        Shard {
+            cfg,
+            conns: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+            courses: HashMap::new(),
+            scheduled: Vec::new(),
+            actions: VecDeque::new(),
+            ready: VecDeque::new(),
+            admin_feeds: 0,
+            next_sweep_ms: 0,
+            draining: false,
+            drain_schedule: Vec::new(),
+            rng,
+            stats: ShardStats::default(),
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ShardConfig {
+        &self.cfg
+    }
+
+    /// Counters for `/metrics`.
+    pub fn stats(&self) -> &ShardStats {
+        &self.stats
+    }
+
+    /// Open connections.
+    pub fn connections(&self) -> usize {
+        self.live
+    }
+
+    /// Courses with at least one viewer here.
+    pub fn courses(&self) -> usize {
+        self.courses.len()
+    }
+
+    /// True once a drain started.
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    fn rand(&mut self) -> u64 {
+        // xorshift64*: deterministic for tests, good enough for jitter.
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn conn(&self, id: ConnId) -> Option<&Conn> {
+        self.conns
+            .get(id.idx as usize)?
+            .as_ref()
+            .filter(|c| c.gen == id.gen)
+    }
+
+    fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
+        self.conns
+            .get_mut(id.idx as usize)?
+            .as_mut()
+            .filter(|c| c.gen == id.gen)
+    }
+
+    fn mark_ready(&mut self, id: ConnId) {
+        if let Some(c) = self.conn_mut(id) {
+            if !c.in_ready {
+                c.in_ready = true;
+                self.ready.push_back(id);
+            }
+        }
+    }
+
+    /// Queues past the bound (control answers, hints, close frames).
+    fn send_always(&mut self, id: ConnId, frame: Bytes) {
+        let len = frame.len() as u64;
+        let Some(c) = self.conn_mut(id) else { return };
+        if c.closing {
+            return;
+        }
+        c.push_always(frame);
+        self.stats.frames_queued += 1;
+        self.stats.bytes_queued += len;
+        self.mark_ready(id);
+    }
+
+    /// Registers an upgraded connection and queues its `hello`.
+    pub fn connect(&mut self, user: &str, role: Role, admin_feed: bool, now_ms: u64) -> ConnId {
+        let user: Arc<str> = user.into();
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                (self.conns.len() - 1) as u32
+            }
+        };
+        // A random generation: a stale handle never matches the slot's next tenant.
+        let gen = self.rand() as u32 | 1;
+        self.conns[idx as usize] = Some(Conn::new(gen, Arc::clone(&user), role, admin_feed, now_ms));
+        self.live += 1;
+        let id = ConnId { idx, gen };
+        if admin_feed {
+            self.admin_feeds += 1;
+            if self.admin_feeds == 1 {
+                self.actions.push_back(Action::AdminFeed { connected: true });
+            }
+        }
+        let hello = format!(
+            "{{\"type\":\"hello\",\"user\":{},\"role\":\"{}\",\"tick_ms\":{},\"node\":{}}}",
+            json_str(&user),
+            role.as_str(),
+            self.cfg.tick_ms,
+            json_str(&self.cfg.node)
+        );
+        self.send_always(id, text_frame(&hello));
+        if self.next_sweep_ms == 0 {
+            self.next_sweep_ms = now_ms + SWEEP_MS;
+        }
+        id
+    }
+
+    /// Any bytes arrived from the connection (pongs included): it is alive.
+    pub fn handle_activity(&mut self, id: ConnId, now_ms: u64) {
+        if let Some(c) = self.conn_mut(id) {
+            c.last_rx_ms = now_ms;
+        }
+    }
+
+    /// A whole client text message.
+    pub fn handle_text(&mut self, id: ConnId, text: &str, now_ms: u64) {
+        self.handle_activity(id, now_ms);
+        let Some(conn) = self.conn(id) else { return };
+        if conn.closing {
+            return;
+        }
+        let role = conn.role;
+        let result = ClientOp::parse(text).and_then(|op| match op {
+            ClientOp::Watch(course) => self.watch(id, &course, now_ms),
+            ClientOp::Unwatch(course) => {
+                self.unwatch(id, &course);
+                Ok(())
+            }
+            ClientOp::Roster(course) if role == Role::Admin => {
+                self.actions.push_back(Action::Roster {
+                    conn: id,
+                    course: course.into(),
+                });
+                Ok(())
+            }
+            ClientOp::Roster(_) => Err(OpError::Forbidden),
+        });
+        if let Err(e) = result {
+            self.stats.client_errors += 1;
+            self.send_always(id, error_message(e));
+        }
+    }
+
+    fn watch(&mut self, id: ConnId, course: &str, now_ms: u64) -> Result<(), OpError> {
+        let conn = self.conn(id).ok_or(OpError::Forbidden)?;
+        if conn.watch_pos(course).is_some() {
+            // Watching again re-answers with the whole board, nothing else.
+            let c = self.courses.get(course).filter(|c| c.seeded);
+            if let Some(c) = c {
+                let name = Arc::clone(&c.name);
+                self.answer_watch(id, &name, now_ms);
+            }
+            return Ok(());
+        }
+        if conn.watched.len() >= MAX_COURSES_PER_CONN {
+            return Err(OpError::TooManyCourses);
+        }
+        let user = Arc::clone(&conn.user);
+        let name: Arc<str> = match self.courses.get_key_value(course) {
+            Some((k, _)) => Arc::clone(k),
+            None => {
+                let name: Arc<str> = course.into();
+                self.courses
+                    .insert(Arc::clone(&name), Course::new(Arc::clone(&name)));
+                self.actions.push_back(Action::Interest {
+                    course: Arc::clone(&name),
+                    watching: true,
+                });
+                name
+            }
+        };
+        let Some(c) = self.courses.get_mut(&name) else { return Ok(()) };
+        let pos = c.viewers.len() as u32;
+        c.viewers.push(Viewer {
+            conn: id,
+            owes_full: false,
+        });
+        let n = c.users.entry(Arc::clone(&user)).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.actions.push_back(Action::PresenceJoin {
+                course: Arc::clone(&name),
+                user,
+            });
+        }
+        let seeded = c.seeded;
+        if !seeded {
+            c.awaiting_seed.push(id);
+        }
+        if let Some(conn) = self.conn_mut(id) {
+            conn.watched.push((Arc::clone(&name), pos));
+        }
+        if seeded {
+            self.answer_watch(id, &name, now_ms);
+        }
+        Ok(())
+    }
+
+    /// The answer to a watch: the whole board and the viewer count.
+    fn answer_watch(&mut self, id: ConnId, course: &str, now_ms: u64) {
+        let Some(c) = self.courses.get_mut(course) else { return };
+        let frame = c.full_frame();
+        let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
+        let presence = presence_message(course, viewers);
+        // The answer is owed whatever the queue holds: it replaces what came before.
+        self.clear_owed(id, course);
+        self.send_always(id, frame);
+        self.send_always(id, presence);
+        let _ = now_ms;
+    }
+
+    fn clear_owed(&mut self, id: ConnId, course: &str) {
+        let Some(pos) = self.conn(id).and_then(|c| c.watch_pos(course)) else { return };
+        let vpos = self.conn(id).map(|c| c.watched[pos].1 as usize);
+        if let (Some(vpos), Some(c)) = (vpos, self.courses.get_mut(course)) {
+            if let Some(v) = c.viewers.get_mut(vpos) {
+                if v.owes_full {
+                    v.owes_full = false;
+                    c.owed -= 1;
+                }
+            }
+        }
+    }
+
+    fn unwatch(&mut self, id: ConnId, course: &str) {
+        let Some(conn) = self.conn_mut(id) else { return };
+        let Some(wpos) = conn.watch_pos(course) else { return };
+        let (name, vpos) = conn.watched.swap_remove(wpos);
+        let user = Arc::clone(&conn.user);
+        let Some(c) = self.courses.get_mut(&name) else { return };
+        let vpos = vpos as usize;
+        let removed = c.viewers.swap_remove(vpos);
+        if removed.owes_full {
+            c.owed -= 1;
+        }
+        c.awaiting_seed.retain(|w| *w != id);
+        // The viewer moved into `vpos` must learn its new index.
+        let moved = c.viewers.get(vpos).map(|v| v.conn);
+        if let Some(n) = c.users.get_mut(&user) {
+            *n -= 1;
+            if *n == 0 {
+                c.users.remove(&user);
+                self.actions.push_back(Action::PresenceLeave {
+                    course: Arc::clone(&name),
+                    user,
+                });
+            }
+        }
+        let empty = c.viewers.is_empty();
+        if let Some(m) = moved {
+            if let Some(mc) = self.conn_mut(m) {
+                if let Some(w) = mc.watched.iter_mut().find(|(c, _)| *c == name) {
+                    w.1 = vpos as u32;
+                }
+            }
+        }
+        if empty {
+            self.courses.remove(&name);
+            self.scheduled.retain(|s| *s != name);
+            self.actions.push_back(Action::Interest {
+                course: name,
+                watching: false,
+            });
+        }
+    }
+
+    /// The peer sent a close frame: echo it and end the connection.
+    pub fn handle_peer_close(&mut self, id: ConnId, code: Option<u16>, now_ms: u64) {
+        self.handle_activity(id, now_ms);
+        self.close(id, code.unwrap_or(close::NORMAL), "");
+    }
+
+    /// Closes a connection with `code` (a protocol violation found by the shell,
+    /// a drain, a shutdown): unwatches everything and queues the close frame.
+    pub fn close(&mut self, id: ConnId, code: u16, reason: &str) {
+        let Some(conn) = self.conn(id) else { return };
+        if conn.closing {
+            return;
+        }
+        let courses: Vec<Arc<str>> = conn.watched.iter().map(|(c, _)| Arc::clone(c)).collect();
+        for c in courses {
+            self.unwatch(id, &c);
+        }
+        self.send_always(id, close_frame(code, reason));
+        if let Some(c) = self.conn_mut(id) {
+            c.closing = true;
+        }
+        self.actions.push_back(Action::Close { conn: id, code });
+    }
+
+    /// The socket is gone: forget the connection.
+    pub fn disconnect(&mut self, id: ConnId) {
+        let Some(conn) = self.conn(id) else { return };
+        let courses: Vec<Arc<str>> = conn.watched.iter().map(|(c, _)| Arc::clone(c)).collect();
+        for c in courses {
+            self.unwatch(id, &c);
+        }
+        if let Some(conn) = self.conns[id.idx as usize].take() {
+            self.free.push(id.idx);
+            self.live -= 1;
+            if conn.admin_feed {
+                self.admin_feeds -= 1;
+                if self.admin_feeds == 0 {
+                    self.actions.push_back(Action::AdminFeed { connected: false });
+                }
+            }
+        }
+    }
+
+    fn schedule(&mut self, course: &Arc<str>) {
+        if let Some(c) = self.courses.get_mut(course) {
+            if !c.scheduled && c.wants_render() {
+                c.scheduled = true;
+                self.scheduled.push(Arc::clone(course));
+            }
+        }
+    }
+
+    /// A snapshot routed here by the ingest thread.
+    pub fn handle_snapshot(&mut self, snap: &Arc<Snapshot>) {
+        let Some(c) = self.courses.get_mut(&*snap.course) else { return };
+        if c.apply(snap) {
+            self.stats.snapshots_applied += 1;
+            let name = Arc::clone(&c.name);
+            self.schedule(&name);
+        }
+    }
+
+    /// The current board of a course, answering this shard's interest in it.
+    pub fn handle_seed(&mut self, course: &str, sections: &[Arc<Snapshot>], now_ms: u64) {
+        let Some(c) = self.courses.get_mut(course) else { return };
+        for s in sections {
+            c.apply(s);
+        }
+        // Watchers waiting for the seed get everything in their answer.
+        c.seeded = true;
+        let waiting = std::mem::take(&mut c.awaiting_seed);
+        let name = Arc::clone(&c.name);
+        for id in waiting {
+            self.answer_watch(id, &name, now_ms);
+        }
+        self.schedule(&name);
+    }
+
+    /// The global viewer count of a course from the presence layer.
+    pub fn handle_presence(&mut self, course: &str, viewers: u64) {
+        let Some(c) = self.courses.get_mut(course) else { return };
+        if c.presence == Some(viewers) {
+            return;
+        }
+        c.presence = Some(viewers);
+        let msg = presence_message(course, viewers);
+        let targets: Vec<ConnId> = c.viewers.iter().map(|v| v.conn).collect();
+        for id in targets {
+            self.send_always_bounded(id, msg.clone());
+        }
+    }
+
+    /// Small informational messages: dropped when the queue is full (the next
+    /// count supersedes them), never counted as a missed frame.
+    fn send_always_bounded(&mut self, id: ConnId, msg: Bytes) {
+        let limit = self.cfg.send_queue_bytes;
+        if let Some(c) = self.conn_mut(id) {
+            if c.queued_bytes + msg.len() <= limit {
+                self.send_always(id, msg);
+            }
+        }
+    }
+
+    /// An admin aggregate built once per node: goes to every admin feed here.
+    pub fn handle_admin_frame(&mut self, frame: &Bytes) {
+        let targets: Vec<ConnId> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| {
+                let c = c.as_ref()?;
+                c.admin_feed.then_some(ConnId {
+                    idx: i as u32,
+                    gen: c.gen,
+                })
+            })
+            .collect();
+        for id in targets {
+            self.send_always_bounded(id, frame.clone());
+        }
+    }
+
+    /// Delivers a reply built outside (a roster) to one connection.
+    pub fn deliver(&mut self, id: ConnId, frame: Bytes) {
+        self.send_always_bounded(id, frame);
+    }
+
+    /// Starts a drain: every connection gets its reconnect hint and close 1012 at
+    /// its own moment, uniformly spread over `window_ms`.
+    pub fn start_drain(&mut self, now_ms: u64, window_ms: u64) {
+        if self.draining {
+            return;
+        }
+        self.draining = true;
+        let ids: Vec<ConnId> = self.live_ids().collect();
+        for id in ids {
+            let at = now_ms + if window_ms == 0 { 0 } else { self.rand() % window_ms };
+            self.drain_schedule.push((at, id));
+        }
+        self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
+    }
+
+    fn drain_due(&mut self, now_ms: u64) {
+        while let Some(&(at, id)) = self.drain_schedule.last() {
+            if at > now_ms {
+                break;
+            }
+            self.drain_schedule.pop();
+            if self.conn(id).is_some_and(|c| !c.closing) {
+                let after = self.rand() % 5001;
+                self.send_always(
+                    id,
+                    text_frame(&format!("{{\"type\":\"reconnect\",\"after_ms\":{after}}}")),
+                );
+                self.close(id, close::RESTART, "draining");
+            }
+        }
+    }
+
+    /// Second signal: closes every connection at once.
+    pub fn close_all(&mut self, code: u16) {
+        let ids: Vec<ConnId> = self.live_ids().collect();
+        for id in ids {
+            self.close(id, code, "");
+        }
+    }
+
+    fn live_ids(&self) -> impl Iterator<Item = ConnId> + '_ {
+        self.conns.iter().enumerate().filter_map(|(i, c)| {
+            c.as_ref().map(|c| ConnId {
+                idx: i as u32,
+                gen: c.gen,
+            })
+        })
+    }
+
+    /// Renders due courses and runs the sweep; call when [`Shard::poll_timeout`] passed.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        let tick = self.cfg.tick_ms;
+        let mut i = 0;
+        while i < self.scheduled.len() {
+            let name = Arc::clone(&self.scheduled[i]);
+            let due = self.courses.get(&name).map(|c| c.due_ms(tick, now_ms));
+            match due {
+                Some(due) if due <= now_ms => {
+                    self.scheduled.swap_remove(i);
+                    if let Some(c) = self.courses.get_mut(&name) {
+                        c.scheduled = false;
+                    }
+                    self.render(&name, now_ms);
+                    self.schedule(&name);
+                }
+                Some(_) => i += 1,
+                None => {
+                    self.scheduled.swap_remove(i);
+                }
+            }
+        }
+        self.drain_due(now_ms);
+        if self.next_sweep_ms != 0 && now_ms >= self.next_sweep_ms {
+            self.next_sweep_ms = now_ms + SWEEP_MS;
+            self.sweep(now_ms);
+        }
+    }
+
+    fn render(&mut self, name: &Arc<str>, now_ms: u64) {
+        let Some(c) = self.courses.get_mut(name) else { return };
+        if !c.seeded || !c.wants_render() {
+            return;
+        }
+        let delta = (!c.dirty.is_empty()).then(|| c.delta_frame());
+        let full = c.full_frame();
+        c.dirty.clear();
+        c.last_frame_ms = Some(now_ms);
+        self.stats.frames_rendered += 1;
+        let limit = self.cfg.send_queue_bytes;
+        let mut viewers = std::mem::take(&mut c.viewers);
+        let mut owed = c.owed;
+        for v in viewers.iter_mut() {
+            let frame = match (&delta, v.owes_full) {
+                (_, true) => &full,
+                (Some(d), false) => d,
+                (None, false) => continue,
+            };
+            let Some(conn) = self.conns[v.conn.idx as usize].as_mut() else { continue };
+            let len = frame.len() as u64;
+            match conn.push(frame.clone(), limit, now_ms) {
+                Push::Queued => {
+                    self.stats.frames_queued += 1;
+                    self.stats.bytes_queued += len;
+                    if v.owes_full {
+                        v.owes_full = false;
+                        owed -= 1;
+                        self.stats.resyncs += 1;
+                    }
+                    if !conn.in_ready {
+                        conn.in_ready = true;
+                        self.ready.push_back(v.conn);
+                    }
+                }
+                Push::Full => {
+                    self.stats.frames_dropped += 1;
+                    if !v.owes_full && !conn.closing {
+                        v.owes_full = true;
+                        owed += 1;
+                    }
+                }
+            }
+        }
+        if let Some(c) = self.courses.get_mut(name) {
+            c.viewers = viewers;
+            c.owed = owed;
+        }
+    }
+
+    fn sweep(&mut self, now_ms: u64) {
+        let cfg = self.cfg.clone();
+        let ids: Vec<ConnId> = self.live_ids().collect();
+        for id in ids {
+            let Some(c) = self.conn(id) else { continue };
+            if c.closing {
+                continue;
+            }
+            if c.full_since.is_some_and(|t| now_ms >= t + cfg.slow_consumer_ms) {
+                self.stats.slow_consumer_closes += 1;
+                self.close(id, close::SLOW_CONSUMER, "slow consumer");
+            } else if now_ms >= c.last_rx_ms + cfg.idle_ms {
+                self.stats.idle_closes += 1;
+                self.close(id, close::NORMAL, "idle");
+            } else if now_ms >= c.last_ping_ms + cfg.ping_ms {
+                if let Some(c) = self.conn_mut(id) {
+                    c.last_ping_ms = now_ms;
+                }
+                self.send_always_bounded(id, ping_frame(b""));
+            }
+        }
+    }
+
+    /// When the shell must next call [`Shard::handle_timeout`].
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let tick = self.cfg.tick_ms;
+        let render = self
+            .scheduled
+            .iter()
+            .filter_map(|n| self.courses.get(n))
+            .map(|c| c.last_frame_ms.map_or(0, |t| t + tick))
+            .min();
+        let sweep = (self.live > 0).then_some(self.next_sweep_ms);
+        let drain = self.drain_schedule.last().map(|d| d.0);
+        [render, sweep, drain].into_iter().flatten().min()
+    }
+
+    /// The next thing the shell must do outside the shard.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// A connection that has frames to write.
+    pub fn poll_ready(&mut self) -> Option<ConnId> {
+        let id = self.ready.pop_front()?;
+        if let Some(c) = self.conn_mut(id) {
+            c.in_ready = false;
+        }
+        Some(id)
+    }
+
+    /// The next frame to write to `id`.
+    pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
+        self.conn_mut(id)?.pop()
+    }
+
+    /// Bytes queued to `id` (for tests and the slow-consumer bench).
+    pub fn queued_bytes(&self, id: ConnId) -> usize {
+        self.conn(id).map_or(0, |c| c.queued_bytes)
+    }
+
+    /// The user a connection belongs to.
+    pub fn user(&self, id: ConnId) -> Option<&str> {
+        self.conn(id).map(|c| &*c.user)
+    }
+
+    /// Builds the reply to a roster request.
+    pub fn roster_frame(course: &str, total: u64, viewers: &[String]) -> Bytes {
+        let mut s = format!("{{\"type\":\"roster\",\"course\":\"{course}\",\"total\":{total},\"viewers\":[");
+        for (i, v) in viewers.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(s, "{}", json_str(v));
+        }
+        s.push_str("]}");
+        text_frame(&s)
+    }
+}

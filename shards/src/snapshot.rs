@@ -1,0 +1,309 @@
+//! One section's full current state as published by the selection API, parsed and validated.
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+/// Largest payload accepted from Redis, in bytes.
+pub const MAX_PAYLOAD: usize = 64 * 1024;
+/// Largest value accepted for `section`, `total_seats` and `seats_taken`.
+const MAX_COUNT: i64 = (1 << 31) - 1;
+
+/// A validated whole-section snapshot, shared read-only between threads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Course code, already checked against the channel.
+    pub course: Arc<str>,
+    /// Section id within the course.
+    pub section: u32,
+    /// Seats in the section.
+    pub total_seats: u32,
+    /// Seats taken.
+    pub seats_taken: u32,
+    /// Publisher's version, if it sent one; orders snapshots of one section.
+    pub version: Option<u64>,
+    /// Publish time in Unix ms, for latency metrics.
+    pub ts: Option<u64>,
+    /// The section's JSON object as it appears inside a frame's `sections` list,
+    /// serialized once at ingest so every render only concatenates.
+    pub json: Box<str>,
+}
+
+/// Why a payload was refused; each maps to one `reason` label in `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reject {
+    /// Not parseable as a JSON object.
+    Json,
+    /// JSON, but a field is missing, of the wrong type or out of range.
+    Schema,
+    /// The payload's course is not the channel's course.
+    ChannelMismatch,
+    /// Over [`MAX_PAYLOAD`].
+    TooLarge,
+}
+
+impl Reject {
+    /// Every reason, in the order `/metrics` lists them.
+    pub const ALL: [Reject; 4] = [
+        Reject::Json,
+        Reject::Schema,
+        Reject::ChannelMismatch,
+        Reject::TooLarge,
+    ];
+
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Reject::Json => "json",
+            Reject::Schema => "schema",
+            Reject::ChannelMismatch => "channel_mismatch",
+            Reject::TooLarge => "too_large",
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Wire<'a> {
+    #[serde(alias = "SharedCourseCode", borrow)]
+    course: Option<&'a RawValue>,
+    #[serde(alias = "SectionID", borrow)]
+    section: Option<&'a RawValue>,
+    #[serde(alias = "TotalSeats", borrow)]
+    total_seats: Option<&'a RawValue>,
+    #[serde(alias = "SeatsTaken", borrow)]
+    seats_taken: Option<&'a RawValue>,
+    #[serde(alias = "SeatInfo", borrow)]
+    seat_info: Option<&'a RawValue>,
+    #[serde(alias = "Version", borrow)]
+    version: Option<&'a RawValue>,
+    #[serde(alias = "Ts", borrow)]
+    ts: Option<&'a RawValue>,
+}
+
+/// True when `s` is a valid course code: 1-64 of `[A-Za-z0-9_.-]`.
+pub fn valid_course(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+}
+
+fn int(raw: Option<&RawValue>, max: i64) -> Result<Option<i64>, Reject> {
+    let Some(raw) = raw else { return Ok(None) };
+    if raw.get() == "null" {
+        return Ok(None);
+    }
+    match serde_json::from_str::<i64>(raw.get()) {
+        Ok(v) if (0..=max).contains(&v) => Ok(Some(v)),
+        _ => Err(Reject::Schema),
+    }
+}
+
+fn required(raw: Option<&RawValue>) -> Result<u32, Reject> {
+    int(raw, MAX_COUNT)?
+        .map(|v| v as u32)
+        .ok_or(Reject::Schema)
+}
+
+impl Snapshot {
+    /// Parses and validates one payload; `channel_course` is the channel's suffix
+    /// (`None` when the caller has no channel, e.g. a state-hash read keyed by course).
+    pub fn parse(payload: &[u8], channel_course: Option<&str>) -> Result<Snapshot, Reject> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(Reject::TooLarge);
+        }
+        let text = std::str::from_utf8(payload).map_err(|_| Reject::Json)?;
+        let trimmed = text.trim_start();
+        if !trimmed.starts_with('{') {
+            // Valid JSON of another type is still not a snapshot object.
+            return match serde_json::from_str::<&RawValue>(text) {
+                Ok(_) => Err(Reject::Schema),
+                Err(_) => Err(Reject::Json),
+            };
+        }
+        let wire: Wire<'_> = serde_json::from_str(text).map_err(|e| {
+            if e.is_data() {
+                Reject::Schema
+            } else {
+                Reject::Json
+            }
+        })?;
+        let course: &str = match wire.course {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(|_| Reject::Schema)?,
+            None => return Err(Reject::Schema),
+        };
+        if !valid_course(course) {
+            return Err(Reject::Schema);
+        }
+        let section = required(wire.section)?;
+        let total_seats = required(wire.total_seats)?;
+        let seats_taken = required(wire.seats_taken)?;
+        let version = int(wire.version, i64::MAX)?.map(|v| v as u64);
+        let ts = int(wire.ts, i64::MAX)?.map(|v| v as u64);
+        let seat_info = match wire.seat_info {
+            Some(raw) if raw.get() == "null" => None,
+            Some(raw) if raw.get().starts_with('{') => Some(raw.get()),
+            Some(_) => return Err(Reject::Schema),
+            None => None,
+        };
+        if let Some(ch) = channel_course {
+            if ch != course {
+                return Err(Reject::ChannelMismatch);
+            }
+        }
+        Ok(Snapshot::build(
+            course.into(),
+            section,
+            total_seats,
+            seats_taken,
+            seat_info,
+            version,
+            ts,
+        ))
+    }
+
+    /// Builds a snapshot from trusted parts (simulator, tests) and serializes its fragment.
+    pub fn build(
+        course: Arc<str>,
+        section: u32,
+        total_seats: u32,
+        seats_taken: u32,
+        seat_info: Option<&str>,
+        version: Option<u64>,
+        ts: Option<u64>,
+    ) -> Snapshot {
+        let mut json = String::with_capacity(96 + seat_info.map_or(0, str::len));
+        let _ = write!(
+            json,
+            "{{\"section\":{section},\"total_seats\":{total_seats},\"seats_taken\":{seats_taken}"
+        );
+        if let Some(info) = seat_info {
+            json.push_str(",\"seat_info\":");
+            json.push_str(info);
+        }
+        if let Some(v) = version {
+            let _ = write!(json, ",\"version\":{v}");
+        }
+        json.push('}');
+        Snapshot {
+            course,
+            section,
+            total_seats,
+            seats_taken,
+            version,
+            ts,
+            json: json.into_boxed_str(),
+        }
+    }
+
+    /// The payload the selection API would publish for this snapshot.
+    pub fn to_payload(&self) -> String {
+        let mut s = String::with_capacity(self.json.len() + 64);
+        let _ = write!(s, "{{\"course\":\"{}\",", self.course);
+        s.push_str(&self.json[1..self.json.len() - 1]);
+        if let Some(ts) = self.ts {
+            let _ = write!(s, ",\"ts\":{ts}");
+        }
+        s.push('}');
+        s
+    }
+
+    /// Whether this snapshot should replace `current` (same section): newer
+    /// version, or last write wins when either side has none.
+    pub fn supersedes(&self, current: &Snapshot) -> bool {
+        match (self.version, current.version) {
+            (Some(new), Some(old)) => new > old,
+            _ => true,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_contract_example() {
+        let p = br#"{"course":"CS101","section":3,"total_seats":42,"seats_taken":41,
+ "seat_info":{"room":"B12"},"version":17,"ts":1764420000123}"#;
+        let s = Snapshot::parse(p, Some("CS101")).unwrap();
+        assert_eq!(s.section, 3);
+        assert_eq!(s.total_seats, 42);
+        assert_eq!(s.seats_taken, 41);
+        assert_eq!(s.version, Some(17));
+        assert_eq!(s.ts, Some(1764420000123));
+        assert_eq!(
+            &*s.json,
+            r#"{"section":3,"total_seats":42,"seats_taken":41,"seat_info":{"room":"B12"},"version":17}"#
+        );
+        let again = Snapshot::parse(s.to_payload().as_bytes(), Some("CS101")).unwrap();
+        assert_eq!(again, s);
+    }
+
+    #[test]
+    fn accepts_go_field_names() {
+        let p = br#"{"SharedCourseCode":"MA-2.b","SectionID":0,"TotalSeats":10,"SeatsTaken":0,"SeatInfo":{"x":[1,2]},"Version":2,"Ts":5}"#;
+        let s = Snapshot::parse(p, Some("MA-2.b")).unwrap();
+        assert_eq!(&*s.course, "MA-2.b");
+        assert_eq!(s.version, Some(2));
+        assert!(s.json.contains(r#""seat_info":{"x":[1,2]}"#));
+    }
+
+    #[test]
+    fn rejects_by_reason() {
+        let cases: &[(&[u8], Reject)] = &[
+            (b"{not json", Reject::Json),
+            (b"", Reject::Json),
+            (b"\xff\xfe", Reject::Json),
+            (b"[1,2]", Reject::Schema),
+            (b"42", Reject::Schema),
+            (br#"{"course":"CS101","section":1,"total_seats":2}"#, Reject::Schema),
+            (br#"{"course":"CS101","section":-1,"total_seats":2,"seats_taken":1}"#, Reject::Schema),
+            (br#"{"course":"CS101","section":2147483648,"total_seats":2,"seats_taken":1}"#, Reject::Schema),
+            (br#"{"course":"CS101","section":1.5,"total_seats":2,"seats_taken":1}"#, Reject::Schema),
+            (br#"{"course":"CS 101","section":1,"total_seats":2,"seats_taken":1}"#, Reject::Schema),
+            (br#"{"course":"","section":1,"total_seats":2,"seats_taken":1}"#, Reject::Schema),
+            (br#"{"course":7,"section":1,"total_seats":2,"seats_taken":1}"#, Reject::Schema),
+            (br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":"x"}"#, Reject::Schema),
+            (br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"version":"3"}"#, Reject::Schema),
+            (br#"{"course":"CS102","section":1,"total_seats":2,"seats_taken":1}"#, Reject::ChannelMismatch),
+        ];
+        for (payload, want) in cases {
+            assert_eq!(
+                Snapshot::parse(payload, Some("CS101")),
+                Err(*want),
+                "{}",
+                String::from_utf8_lossy(payload)
+            );
+        }
+        let big = format!(
+            r#"{{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":{{"pad":"{}"}}}}"#,
+            "x".repeat(MAX_PAYLOAD)
+        );
+        assert_eq!(Snapshot::parse(big.as_bytes(), Some("CS101")), Err(Reject::TooLarge));
+    }
+
+    #[test]
+    fn course_rule() {
+        assert!(valid_course("CS101"));
+        assert!(valid_course(&"a".repeat(64)));
+        assert!(!valid_course(&"a".repeat(65)));
+        assert!(!valid_course("a/b"));
+        assert!(!valid_course("é"));
+    }
+
+    #[test]
+    fn version_ordering() {
+        let a = Snapshot::build("C".into(), 1, 5, 1, None, Some(3), None);
+        let b = Snapshot::build("C".into(), 1, 5, 2, None, Some(3), None);
+        let c = Snapshot::build("C".into(), 1, 5, 2, None, Some(4), None);
+        let n = Snapshot::build("C".into(), 1, 5, 2, None, None, None);
+        assert!(!b.supersedes(&a));
+        assert!(c.supersedes(&a));
+        assert!(!a.supersedes(&c));
+        assert!(n.supersedes(&c));
+        assert!(a.supersedes(&n));
+    }
+}

@@ -1,0 +1,472 @@
+//! RFC 6455 framing: decodes what browsers send, encodes what the server sends.
+//!
+//! The decoder is fed bytes and yields whole client messages or the close code
+//! the contract names for the violation; it never buffers more than one frame
+//! header plus [`MAX_MESSAGE`] bytes of payload.
+
+use bytes::Bytes;
+
+/// Largest client data message, in bytes, however it is fragmented.
+pub const MAX_MESSAGE: usize = 4096;
+
+/// Close codes the server sends.
+pub mod close {
+    /// Normal closure.
+    pub const NORMAL: u16 = 1000;
+    /// Fast shutdown (second signal).
+    pub const GOING_AWAY: u16 = 1001;
+    /// Protocol violation.
+    pub const PROTOCOL: u16 = 1002;
+    /// Binary message.
+    pub const UNSUPPORTED: u16 = 1003;
+    /// Invalid UTF-8 in a text message or close reason.
+    pub const INVALID_DATA: u16 = 1007;
+    /// Policy: message flood.
+    pub const POLICY: u16 = 1008;
+    /// Message over [`super::MAX_MESSAGE`].
+    pub const TOO_BIG: u16 = 1009;
+    /// Internal error.
+    pub const INTERNAL: u16 = 1011;
+    /// Drain: reconnect elsewhere.
+    pub const RESTART: u16 = 1012;
+    /// Slow consumer.
+    pub const SLOW_CONSUMER: u16 = 4001;
+}
+
+/// One complete client message or control frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WsEvent {
+    /// A whole text message, UTF-8 checked.
+    Text(String),
+    /// A ping; the payload must be echoed in a pong.
+    Ping(Vec<u8>),
+    /// A pong (only proves liveness).
+    Pong,
+    /// The peer's close frame: its code (none if the payload was empty) and reason.
+    Close(Option<u16>),
+}
+
+/// A violation: the connection must be closed with this code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Violation(pub u16);
+
+const OP_CONT: u8 = 0x0;
+const OP_TEXT: u8 = 0x1;
+const OP_BINARY: u8 = 0x2;
+const OP_CLOSE: u8 = 0x8;
+const OP_PING: u8 = 0x9;
+const OP_PONG: u8 = 0xA;
+
+/// Incremental decoder of masked client frames.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    input: Vec<u8>,
+    message: Vec<u8>,
+    in_message: bool,
+    utf8_checked: usize,
+}
+
+/// Whether a close code received from a peer is allowed on the wire.
+pub fn valid_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
+}
+
+impl Decoder {
+    /// A decoder with nothing buffered.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends bytes read from the socket.
+    pub fn feed(&mut self, data: &[u8]) {
+        self.input.extend_from_slice(data);
+    }
+
+    /// Bytes held (input not yet decoded plus a partial message).
+    pub fn buffered(&self) -> usize {
+        self.input.len() + self.message.len()
+    }
+
+    /// Frees buffers after a burst so an idle connection holds nothing.
+    pub fn shrink(&mut self) {
+        if self.input.is_empty() {
+            self.input = Vec::new();
+        }
+        if !self.in_message {
+            self.message = Vec::new();
+        }
+    }
+
+    /// Decodes the next event, `Ok(None)` when more bytes are needed.
+    pub fn next_event(&mut self) -> Result<Option<WsEvent>, Violation> {
+        loop {
+            let buf = &self.input;
+            if buf.len() < 2 {
+                return Ok(None);
+            }
+            let (b0, b1) = (buf[0], buf[1]);
+            let fin = b0 & 0x80 != 0;
+            let opcode = b0 & 0x0f;
+            if b0 & 0x70 != 0 {
+                return Err(Violation(close::PROTOCOL));
+            }
+            if b1 & 0x80 == 0 {
+                return Err(Violation(close::PROTOCOL));
+            }
+            let control = opcode >= 0x8;
+            match opcode {
+                OP_CONT | OP_TEXT | OP_BINARY | OP_CLOSE | OP_PING | OP_PONG => {}
+                _ => return Err(Violation(close::PROTOCOL)),
+            }
+            let len7 = (b1 & 0x7f) as usize;
+            if control && (!fin || len7 > 125) {
+                return Err(Violation(close::PROTOCOL));
+            }
+            match opcode {
+                OP_CONT if !self.in_message => return Err(Violation(close::PROTOCOL)),
+                OP_TEXT | OP_BINARY if self.in_message => {
+                    return Err(Violation(close::PROTOCOL))
+                }
+                OP_BINARY => return Err(Violation(close::UNSUPPORTED)),
+                _ => {}
+            }
+            let (len, ext) = match len7 {
+                126 => {
+                    if buf.len() < 4 {
+                        return Ok(None);
+                    }
+                    (u16::from_be_bytes([buf[2], buf[3]]) as u64, 2)
+                }
+                127 => {
+                    if buf.len() < 10 {
+                        return Ok(None);
+                    }
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&buf[2..10]);
+                    let v = u64::from_be_bytes(b);
+                    if v >> 63 != 0 {
+                        return Err(Violation(close::PROTOCOL));
+                    }
+                    (v, 8)
+                }
+                n => (n as u64, 0),
+            };
+            if !control && self.message.len() as u64 + len > MAX_MESSAGE as u64 {
+                return Err(Violation(close::TOO_BIG));
+            }
+            let len = len as usize;
+            let header = 2 + ext + 4;
+            if buf.len() < header + len {
+                return Ok(None);
+            }
+            let mut mask = [0u8; 4];
+            mask.copy_from_slice(&buf[2 + ext..header]);
+            let mut payload: Vec<u8> = self.input.drain(..header + len).skip(header).collect();
+            for (i, b) in payload.iter_mut().enumerate() {
+                *b ^= mask[i & 3];
+            }
+            match opcode {
+                OP_PING => return Ok(Some(WsEvent::Ping(payload))),
+                OP_PONG => return Ok(Some(WsEvent::Pong)),
+                OP_CLOSE => return decode_close(&payload).map(Some),
+                _ => {}
+            }
+            // A data frame (text start or continuation).
+            if opcode == OP_TEXT && fin {
+                return String::from_utf8(payload)
+                    .map(|s| Some(WsEvent::Text(s)))
+                    .map_err(|_| Violation(close::INVALID_DATA));
+            }
+            self.in_message = true;
+            self.message.extend_from_slice(&payload);
+            // Fail fast on bytes that can never become valid UTF-8.
+            match std::str::from_utf8(&self.message[self.utf8_checked..]) {
+                Ok(_) => self.utf8_checked = self.message.len(),
+                Err(e) if e.error_len().is_some() => {
+                    return Err(Violation(close::INVALID_DATA))
+                }
+                Err(e) => self.utf8_checked += e.valid_up_to(),
+            }
+            if fin {
+                self.in_message = false;
+                self.utf8_checked = 0;
+                let message = std::mem::take(&mut self.message);
+                return String::from_utf8(message)
+                    .map(|s| Some(WsEvent::Text(s)))
+                    .map_err(|_| Violation(close::INVALID_DATA));
+            }
+        }
+    }
+}
+
+fn decode_close(payload: &[u8]) -> Result<WsEvent, Violation> {
+    match payload.len() {
+        0 => Ok(WsEvent::Close(None)),
+        1 => Err(Violation(close::PROTOCOL)),
+        _ => {
+            let code = u16::from_be_bytes([payload[0], payload[1]]);
+            if !valid_close_code(code) {
+                return Err(Violation(close::PROTOCOL));
+            }
+            if std::str::from_utf8(&payload[2..]).is_err() {
+                return Err(Violation(close::INVALID_DATA));
+            }
+            Ok(WsEvent::Close(Some(code)))
+        }
+    }
+}
+
+/// Room kept in front of a payload for the largest server frame header.
+const HEADER_ROOM: usize = 10;
+
+/// Builds one unmasked server text frame in a single buffer: the payload is
+/// written first, the header slotted in front, so the JSON is never copied.
+pub struct FrameBuf {
+    buf: Vec<u8>,
+}
+
+impl Default for FrameBuf {
+    fn default() -> Self {
+        Self::with_capacity(256)
+    }
+}
+
+impl FrameBuf {
+    /// A frame buffer with room for `payload` bytes of payload.
+    pub fn with_capacity(payload: usize) -> Self {
+        let mut buf = Vec::with_capacity(HEADER_ROOM + payload);
+        buf.resize(HEADER_ROOM, 0);
+        FrameBuf { buf }
+    }
+
+    /// Appends payload text.
+    pub fn push_str(&mut self, s: &str) {
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    /// Finishes a text frame.
+    pub fn finish_text(self) -> Bytes {
+        self.finish(OP_TEXT)
+    }
+
+    fn finish(mut self, opcode: u8) -> Bytes {
+        let len = self.buf.len() - HEADER_ROOM;
+        let start = match len {
+            0..=125 => {
+                self.buf[HEADER_ROOM - 1] = len as u8;
+                HEADER_ROOM - 2
+            }
+            126..=65535 => {
+                self.buf[HEADER_ROOM - 3] = 126;
+                self.buf[HEADER_ROOM - 2..HEADER_ROOM].copy_from_slice(&(len as u16).to_be_bytes());
+                HEADER_ROOM - 4
+            }
+            _ => {
+                self.buf[1] = 127;
+                self.buf[2..HEADER_ROOM].copy_from_slice(&(len as u64).to_be_bytes());
+                0
+            }
+        };
+        self.buf[start] = 0x80 | opcode;
+        Bytes::from(self.buf).slice(start..)
+    }
+}
+
+impl std::fmt::Write for FrameBuf {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.push_str(s);
+        Ok(())
+    }
+}
+
+/// A whole text frame carrying `text`.
+pub fn text_frame(text: &str) -> Bytes {
+    let mut f = FrameBuf::with_capacity(text.len());
+    f.push_str(text);
+    f.finish_text()
+}
+
+/// A control frame (payload at most 125 bytes; longer is cut).
+fn control_frame(opcode: u8, payload: &[u8]) -> Bytes {
+    let payload = &payload[..payload.len().min(125)];
+    let mut f = FrameBuf::with_capacity(payload.len());
+    f.buf.extend_from_slice(payload);
+    f.finish(opcode)
+}
+
+/// A close frame with a status code and a short reason.
+pub fn close_frame(code: u16, reason: &str) -> Bytes {
+    let mut p = Vec::with_capacity(2 + reason.len());
+    p.extend_from_slice(&code.to_be_bytes());
+    p.extend_from_slice(reason.as_bytes());
+    control_frame(OP_CLOSE, &p)
+}
+
+/// A ping frame.
+pub fn ping_frame(payload: &[u8]) -> Bytes {
+    control_frame(OP_PING, payload)
+}
+
+/// A pong frame echoing a ping's payload.
+pub fn pong_frame(payload: &[u8]) -> Bytes {
+    control_frame(OP_PONG, payload)
+}
+
+/// Test aid: a masked client frame, as a browser would send it.
+pub fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
+    match payload.len() {
+        n @ 0..=125 => out.push(0x80 | n as u8),
+        n @ 126..=65535 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(&mask);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const M: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+    fn decode_all(bytes: &[u8]) -> (Vec<WsEvent>, Option<Violation>) {
+        let mut d = Decoder::new();
+        let mut out = Vec::new();
+        // Feed one byte at a time: framing must not depend on read boundaries.
+        for b in bytes {
+            d.feed(std::slice::from_ref(b));
+            loop {
+                match d.next_event() {
+                    Ok(Some(e)) => out.push(e),
+                    Ok(None) => break,
+                    Err(v) => return (out, Some(v)),
+                }
+            }
+        }
+        (out, None)
+    }
+
+    #[test]
+    fn text_lengths_7_16_64() {
+        for n in [0usize, 125, 126, 4096] {
+            let text = "a".repeat(n);
+            let (ev, err) = decode_all(&client_frame(true, 1, text.as_bytes(), M));
+            assert_eq!(err, None);
+            assert_eq!(ev, vec![WsEvent::Text(text)]);
+        }
+        // A 64-bit length is legal framing even for a small message.
+        let mut f = vec![0x81, 0x80 | 127];
+        f.extend_from_slice(&5u64.to_be_bytes());
+        f.extend_from_slice(&[0; 4]);
+        f.extend_from_slice(b"hello");
+        assert_eq!(decode_all(&f).0, vec![WsEvent::Text("hello".into())]);
+    }
+
+    #[test]
+    fn violations() {
+        let cases: Vec<(Vec<u8>, u16)> = vec![
+            (vec![0x81, 0x05, b'h', b'e', b'l', b'l', b'o'], close::PROTOCOL), // unmasked
+            (client_frame(true, 0x1 | 0x40, b"x", M), close::PROTOCOL),         // RSV1
+            (client_frame(true, 0x3, b"x", M), close::PROTOCOL),                // reserved data op
+            (client_frame(true, 0xB, b"x", M), close::PROTOCOL),                // reserved control op
+            (client_frame(true, 0x9, &[0; 126], M), close::PROTOCOL),           // big ping
+            (client_frame(false, 0x9, b"x", M), close::PROTOCOL),               // fragmented ping
+            (client_frame(true, 0x0, b"x", M), close::PROTOCOL),                // stray continuation
+            (client_frame(true, 0x2, b"x", M), close::UNSUPPORTED),             // binary
+            (client_frame(true, 0x1, &[b'a'; 4097], M), close::TOO_BIG),
+            (client_frame(true, 0x1, &[0xce, 0xba, 0xff], M), close::INVALID_DATA),
+            (client_frame(true, 0x8, &[0x03], M), close::PROTOCOL),            // 1-byte close
+            (client_frame(true, 0x8, &1005u16.to_be_bytes(), M), close::PROTOCOL),
+            (client_frame(true, 0x8, &999u16.to_be_bytes(), M), close::PROTOCOL),
+            (client_frame(true, 0x8, &[0x03, 0xe8, 0xff], M), close::INVALID_DATA),
+        ];
+        for (bytes, code) in cases {
+            assert_eq!(decode_all(&bytes).1, Some(Violation(code)), "{bytes:02x?}");
+        }
+        // A 64-bit length with the top bit set.
+        let mut f = vec![0x81, 0xff];
+        f.extend_from_slice(&u64::MAX.to_be_bytes());
+        assert_eq!(decode_all(&f).1, Some(Violation(close::PROTOCOL)));
+    }
+
+    #[test]
+    fn fragments_with_interleaved_control() {
+        let mut bytes = client_frame(false, 0x1, b"hel", M);
+        bytes.extend(client_frame(true, 0x9, b"p", M));
+        bytes.extend(client_frame(false, 0x0, b"l", M));
+        bytes.extend(client_frame(true, 0x0, b"o", M));
+        let (ev, err) = decode_all(&bytes);
+        assert_eq!(err, None);
+        assert_eq!(ev, vec![WsEvent::Ping(b"p".to_vec()), WsEvent::Text("hello".into())]);
+    }
+
+    #[test]
+    fn utf8_split_across_fragments_is_fine_and_bad_fails_fast() {
+        let s = "κόσμε".as_bytes();
+        let mut bytes = client_frame(false, 0x1, &s[..3], M);
+        bytes.extend(client_frame(true, 0x0, &s[3..], M));
+        assert_eq!(decode_all(&bytes).0, vec![WsEvent::Text("κόσμε".into())]);
+        // Invalid in the first fragment: fails before the message completes.
+        let (ev, err) = decode_all(&client_frame(false, 0x1, &[0xed, 0xa0, 0x80], M));
+        assert!(ev.is_empty());
+        assert_eq!(err, Some(Violation(close::INVALID_DATA)));
+        // Truncated at the end of the message.
+        let mut bytes = client_frame(false, 0x1, b"a", M);
+        bytes.extend(client_frame(true, 0x0, &[0xce], M));
+        assert_eq!(decode_all(&bytes).1, Some(Violation(close::INVALID_DATA)));
+    }
+
+    #[test]
+    fn fragmented_size_counts_the_whole_message() {
+        let mut bytes = Vec::new();
+        for _ in 0..4 {
+            bytes.extend(client_frame(false, if bytes.is_empty() { 1 } else { 0 }, &[b'a'; 1024], M));
+        }
+        bytes.extend(client_frame(true, 0x0, b"b", M));
+        assert_eq!(decode_all(&bytes).1, Some(Violation(close::TOO_BIG)));
+    }
+
+    #[test]
+    fn new_message_inside_fragmented_one_is_protocol_error() {
+        let mut bytes = client_frame(false, 0x1, b"a", M);
+        bytes.extend(client_frame(true, 0x1, b"b", M));
+        assert_eq!(decode_all(&bytes).1, Some(Violation(close::PROTOCOL)));
+    }
+
+    #[test]
+    fn close_codes() {
+        for code in [1000u16, 1001, 1003, 1007, 1011, 1012, 3000, 4999] {
+            let (ev, err) = decode_all(&client_frame(true, 0x8, &code.to_be_bytes(), M));
+            assert_eq!(err, None, "{code}");
+            assert_eq!(ev, vec![WsEvent::Close(Some(code))]);
+        }
+        for code in [0u16, 1004, 1005, 1006, 1015, 1016, 2999, 5000] {
+            assert!(!valid_close_code(code), "{code}");
+        }
+        assert_eq!(decode_all(&client_frame(true, 0x8, b"", M)).0, vec![WsEvent::Close(None)]);
+    }
+
+    #[test]
+    fn server_frames() {
+        let f = text_frame("hi");
+        assert_eq!(&f[..], b"\x81\x02hi");
+        let long = "x".repeat(300);
+        let f = text_frame(&long);
+        assert_eq!(&f[..4], &[0x81, 126, 0x01, 0x2c]);
+        assert_eq!(f.len(), 304);
+        let huge = "y".repeat(70_000);
+        let f = text_frame(&huge);
+        assert_eq!(f[1], 127);
+        assert_eq!(f.len(), 70_010);
+        assert_eq!(&close_frame(1012, "")[..], &[0x88, 2, 0x03, 0xf4]);
+        assert_eq!(&pong_frame(b"ab")[..], &[0x8a, 2, b'a', b'b']);
+    }
+}
