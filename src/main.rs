@@ -1,1 +1,93 @@
-fn main(){}
+//! The `seatboard` binary.
+
+use clap::Parser;
+use seatboard::auth::Auth;
+use seatboard::cli::{AuthMode, Cli, Command, HubArgs};
+use seatboard::node::Node;
+use seatboard::{demo, runtime};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn logging(level: &str) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+    Ok(())
+}
+
+/// A usage error: the first stderr line names the flag, exit 2.
+fn usage(msg: &str) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
+    match (args.auth, &args.jwt_secret) {
+        (AuthMode::None, _) => {
+            if !demo {
+                tracing::warn!("AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
+            }
+            Ok(Auth::None)
+        }
+        (AuthMode::Jwt, Some(s)) if !s.is_empty() => Auth::jwt(s.as_bytes()),
+        (AuthMode::Jwt, _) if demo => Ok(Auth::None),
+        (AuthMode::Jwt, _) => Err("--jwt-secret (SEATBOARD_JWT_SECRET) is required unless --auth none".into()),
+    }
+}
+
+fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
+    if !(1..=128).contains(&runtime::shard_count(&args)) {
+        return usage("--shards must be between 1 and 128");
+    }
+    let auth = match auth_for(&args, demo_mode) {
+        Ok(a) => a,
+        Err(e) => return usage(&e),
+    };
+    if let Err(e) = logging(&args.log_level) {
+        return usage(&format!("invalid value '{}' for '--log-level': {e}", args.log_level));
+    }
+    let shards = runtime::shard_count(&args);
+    let node = Arc::new(Node::new(args, shards, auth));
+    let started = if demo_mode {
+        demo::start(Arc::clone(&node))
+    } else {
+        seatboard::serve::start(Arc::clone(&node))
+    };
+    let hub = match started {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            eprintln!("error: cannot start: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let addr = node.args.listen;
+    let shown = if addr.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}/", addr.port())
+    } else {
+        format!("http://{addr}/")
+    };
+    if demo_mode {
+        println!("seatboard demo running: open {shown}  (admin: {shown}admin)");
+    } else {
+        tracing::info!(listen = %addr, shards, "seatboard serving");
+    }
+    ExitCode::from(hub.wait() as u8)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(args) => hub(args, false),
+        Command::Demo(mut args) => {
+            args.auth = AuthMode::None;
+            hub(args, true)
+        }
+    }
+}

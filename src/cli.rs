@@ -1,0 +1,110 @@
+//! The command line: subcommands and flags, each flag with its environment twin.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+
+/// seatboard: a realtime seat board for university section selection.
+#[derive(Parser, Debug)]
+#[command(name = "seatboard", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to run.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// The realtime hub: WebSocket + HTTP on one port, Redis for pub/sub and presence.
+    Serve(HubArgs),
+    /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis).
+    Demo(HubArgs),
+}
+
+/// Which io driver a shard runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Driver {
+    /// io_uring.
+    Uring,
+    /// epoll (monoio's legacy driver).
+    Epoll,
+    /// io_uring where the kernel allows, else epoll.
+    Auto,
+}
+
+/// How upgrades are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthMode {
+    /// HS256 JWT.
+    Jwt,
+    /// User from `?user=`, role from `?role=` (tests and demo only).
+    None,
+}
+
+/// Flags shared by `serve` and `demo`.
+#[derive(Args, Debug, Clone)]
+pub struct HubArgs {
+    /// Address to listen on (WebSocket and HTTP).
+    #[arg(long, env = "SEATBOARD_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Redis URI.
+    #[arg(long, env = "REALTIME_REDIS_URI", default_value = "redis://127.0.0.1:6379")]
+    pub redis: String,
+    /// Shard threads (default: usable cores).
+    #[arg(long, env = "SEATBOARD_SHARDS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub shards: Option<u16>,
+    /// io driver.
+    #[arg(long, env = "SEATBOARD_DRIVER", value_enum, default_value = "auto")]
+    pub driver: Driver,
+    /// Pub/sub channel prefix.
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
+    pub channel_prefix: String,
+    /// State hash prefix.
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    pub state_prefix: String,
+    /// Presence sorted-set prefix.
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
+    pub presence_prefix: String,
+    /// Student frame interval (ms).
+    #[arg(long, env = "SEATBOARD_TICK_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub tick_ms: u64,
+    /// Admin aggregate interval (ms).
+    #[arg(long, env = "SEATBOARD_ADMIN_TICK_MS", default_value_t = 750, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub admin_tick_ms: u64,
+    /// Presence count interval (ms).
+    #[arg(long, env = "SEATBOARD_PRESENCE_TICK_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(10..=600_000))]
+    pub presence_tick_ms: u64,
+    /// Presence TTL (ms), refreshed every TTL/2.
+    #[arg(long, env = "SEATBOARD_PRESENCE_TTL_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pub presence_ttl_ms: u64,
+    /// New WebSocket connections per second per node (token bucket).
+    #[arg(long, env = "SEATBOARD_ACCEPT_RATE", default_value_t = 2000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub accept_rate: u32,
+    /// Accept bucket size.
+    #[arg(long, env = "SEATBOARD_ACCEPT_BURST", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
+    pub accept_burst: u32,
+    /// WebSocket connections per node.
+    #[arg(long, env = "SEATBOARD_MAX_CONNECTIONS", default_value_t = 200_000)]
+    pub max_connections: u64,
+    /// WebSocket connections per user per node.
+    #[arg(long, env = "SEATBOARD_MAX_CONNS_PER_USER", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_conns_per_user: u32,
+    /// Drain window (ms).
+    #[arg(long, env = "SEATBOARD_DRAIN_MS", default_value_t = 45_000)]
+    pub drain_ms: u64,
+    /// HS256 secret for tokens.
+    #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Authentication mode.
+    #[arg(long, env = "SEATBOARD_AUTH", value_enum, default_value = "jwt")]
+    pub auth: AuthMode,
+    /// Comma-separated exact origins allowed (empty: any).
+    #[arg(long, env = "SEATBOARD_ALLOWED_ORIGINS", default_value = "")]
+    pub allowed_origins: String,
+    /// Selection window id (for analytics).
+    #[arg(long, env = "SEATBOARD_SESSION", default_value = "default")]
+    pub session: String,
+    /// Log level (error, warn, info, debug, trace).
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "info")]
+    pub log_level: String,
+}

@@ -1,0 +1,46 @@
+//! `seatboard demo`: the hub on the embedded bus, fed by the simulator.
+
+use crate::clock;
+use crate::ingest::bus::{bus, BusPublisher};
+use crate::node::Node;
+use crate::presence::memory::MemoryPresence;
+use crate::runtime;
+use crate::simulator::{SelectionWindow, DEMO_COURSES};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Seat events per second in the demo window.
+const DEMO_RATE: f64 = 40.0;
+
+/// Starts the demo hub and its simulator; returns once the hub listens.
+pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
+    let names: Vec<String> = DEMO_COURSES.iter().map(|s| s.to_string()).collect();
+    node.set_courses(&names);
+    let (publisher, source) = bus();
+    let hub = runtime::start(Arc::clone(&node), source, MemoryPresence::default())?;
+    std::thread::Builder::new()
+        .name("seatboard-simulator".into())
+        .spawn(move || simulate(publisher, &names))?;
+    Ok(hub)
+}
+
+fn simulate(bus: BusPublisher, names: &[String]) {
+    let mut window = SelectionWindow::new(names, 1.1, clock::unix_ms());
+    // Seed every section once so the board is whole from the start.
+    let sections: usize = 8 * names.len();
+    for _ in 0..sections {
+        let s = window.next(clock::unix_ms());
+        bus.publish(&s.course, s.section, s.to_payload().into_bytes());
+    }
+    let interval = Duration::from_secs_f64(1.0 / DEMO_RATE);
+    let mut next = Instant::now();
+    loop {
+        next += interval;
+        let now = Instant::now();
+        if next > now {
+            std::thread::sleep(next - now);
+        }
+        let s = window.next(clock::unix_ms());
+        bus.publish(&s.course, s.section, s.to_payload().into_bytes());
+    }
+}

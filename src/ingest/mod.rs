@@ -1,0 +1,407 @@
+//! The ingest thread: owns the pub/sub source, parses each snapshot once, keeps
+//! the node's current board, and routes snapshots only to shards that watch the
+//! course. It also builds the admin aggregate once per node.
+
+pub mod bus;
+pub mod inbox;
+pub mod source;
+
+use crate::clock;
+use crate::metrics::Metrics;
+use crate::node::Node;
+use crate::presence::PresenceCmd;
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use inbox::{Control, Outlet};
+use shards::ws_codec::text_frame;
+use shards::Snapshot;
+use source::{Source, SourceEvent};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What shards (and the presence worker) tell the ingest thread.
+#[derive(Debug)]
+pub enum IngestCmd {
+    /// A shard's first viewer of a course arrived, or its last left.
+    Interest {
+        /// Which shard.
+        shard: usize,
+        /// Course.
+        course: Arc<str>,
+        /// Arrived (`true`) or left.
+        watching: bool,
+    },
+    /// A shard's first admin feed opened, or its last closed.
+    AdminFeed {
+        /// Which shard.
+        shard: usize,
+        /// Opened (`true`) or closed.
+        connected: bool,
+    },
+    /// Global viewer counts, for the admin aggregate.
+    Viewers(Arc<Vec<(Arc<str>, u64)>>),
+    /// Stop the thread.
+    Shutdown,
+}
+
+/// One course as the node knows it.
+#[derive(Default)]
+struct Board {
+    sections: BTreeMap<u32, Arc<Snapshot>>,
+    /// Shards watching, one bit each.
+    shards: u128,
+    /// The state hash was read since the last (re)subscription.
+    loaded: bool,
+    /// Snapshots accepted during the current admin tick.
+    updates: u64,
+}
+
+/// Log at most this many rejects per second.
+const REJECT_LOGS_PER_SEC: u32 = 5;
+
+/// The routing core of the ingest thread, separate from its loop for tests.
+pub struct Ingest<S: Source> {
+    source: S,
+    outlets: Vec<Outlet>,
+    boards: HashMap<Arc<str>, Board>,
+    admin_shards: u128,
+    viewers: HashMap<Arc<str>, u64>,
+    admin_dirty: bool,
+    node: Arc<Node>,
+    presence: Option<Sender<PresenceCmd>>,
+    reject_log: (Instant, u32),
+}
+
+impl<S: Source> Ingest<S> {
+    /// A router feeding these outlets from `source`.
+    pub fn new(source: S, outlets: Vec<Outlet>, node: Arc<Node>, presence: Option<Sender<PresenceCmd>>) -> Self {
+        Ingest {
+            source,
+            outlets,
+            boards: HashMap::new(),
+            admin_shards: 0,
+            viewers: HashMap::new(),
+            admin_dirty: false,
+            node,
+            presence,
+            reject_log: (Instant::now(), 0),
+        }
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.node.metrics
+    }
+
+    fn firehose(&self) -> bool {
+        self.admin_shards != 0
+    }
+
+    fn publish_subscriptions(&self) {
+        let subs = if self.firehose() {
+            0
+        } else {
+            self.boards.values().filter(|b| b.shards != 0).count() as u64
+        };
+        self.metrics().subscriptions.store(subs, Relaxed);
+        self.metrics().firehose.store(self.firehose() as u64, Relaxed);
+    }
+
+    /// Handles one command; false on shutdown.
+    pub fn command(&mut self, cmd: IngestCmd) -> bool {
+        match cmd {
+            IngestCmd::Interest { shard, course, watching } => {
+                if watching {
+                    self.interest_on(shard, course)
+                } else {
+                    self.interest_off(shard, &course)
+                }
+            }
+            IngestCmd::AdminFeed { shard, connected } => self.admin_feed(shard, connected),
+            IngestCmd::Viewers(counts) => {
+                for (c, n) in counts.iter() {
+                    if self.viewers.insert(Arc::clone(c), *n) != Some(*n) {
+                        self.admin_dirty = true;
+                    }
+                }
+            }
+            IngestCmd::Shutdown => return false,
+        }
+        self.publish_subscriptions();
+        true
+    }
+
+    fn interest_on(&mut self, shard: usize, course: Arc<str>) {
+        let firehose = self.firehose();
+        let board = self.boards.entry(Arc::clone(&course)).or_default();
+        let new_sub = board.shards == 0 && !firehose;
+        board.shards |= 1 << shard;
+        if new_sub {
+            // Subscribe first, then read the state hash: nothing published in
+            // between can be missed.
+            self.source.subscribe(&course);
+        }
+        if !self.boards.get(&course).is_some_and(|b| b.loaded) {
+            self.load(&course);
+        }
+        let sections = self
+            .boards
+            .get(&course)
+            .map(|b| b.sections.values().cloned().collect())
+            .unwrap_or_default();
+        if let Some(o) = self.outlets.get(shard) {
+            // Snapshots already batched for this shard go first.
+            o.inbox().control(Control::Seed { course, sections });
+        }
+    }
+
+    fn interest_off(&mut self, shard: usize, course: &str) {
+        let Some(board) = self.boards.get_mut(course) else { return };
+        board.shards &= !(1 << shard);
+        if board.shards == 0 && !self.firehose() {
+            self.source.unsubscribe(course);
+            self.boards.remove(course);
+        }
+    }
+
+    fn admin_feed(&mut self, shard: usize, connected: bool) {
+        let was = self.firehose();
+        if connected {
+            self.admin_shards |= 1 << shard;
+            self.admin_dirty = true;
+        } else {
+            self.admin_shards &= !(1 << shard);
+        }
+        let now = self.firehose();
+        if was == now {
+            return;
+        }
+        self.source.set_firehose(now);
+        if now {
+            // The pattern covers every course: per-course subscriptions go.
+            let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
+            for c in courses {
+                self.source.unsubscribe(&c);
+            }
+        } else {
+            // Back to per-course subscriptions for watched courses only.
+            self.boards.retain(|_, b| b.shards != 0);
+            let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
+            for c in &courses {
+                self.source.subscribe(c);
+            }
+            self.viewers.clear();
+        }
+        if let Some(p) = &self.presence {
+            let _ = p.send(PresenceCmd::CountAll(now));
+        }
+    }
+
+    fn load(&mut self, course: &Arc<str>) {
+        let payloads = self.source.load_state(course);
+        let connected = self.source.connected();
+        for p in payloads {
+            match Snapshot::parse(&p, Some(course)) {
+                Ok(s) => {
+                    self.accept(Arc::new(s), false);
+                }
+                Err(r) => self.rejected(r, course),
+            }
+        }
+        if let Some(b) = self.boards.get_mut(course) {
+            b.loaded = connected;
+        }
+    }
+
+    fn rejected(&mut self, r: shards::Reject, course: &str) {
+        self.metrics().reject(r);
+        let now = Instant::now();
+        if now.duration_since(self.reject_log.0) >= Duration::from_secs(1) {
+            if self.reject_log.1 > REJECT_LOGS_PER_SEC {
+                tracing::warn!(suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC, "ingest rejects not logged");
+            }
+            self.reject_log = (now, 0);
+        }
+        self.reject_log.1 += 1;
+        if self.reject_log.1 <= REJECT_LOGS_PER_SEC {
+            tracing::warn!(reason = r.label(), course, "snapshot rejected");
+        }
+    }
+
+    /// Applies a snapshot to the node board and routes it; false if it was
+    /// stale or a duplicate (the same publish seen through two subscriptions).
+    fn accept(&mut self, snap: Arc<Snapshot>, count: bool) -> bool {
+        let firehose = self.firehose();
+        let board = match self.boards.get_mut(&snap.course) {
+            Some(b) => b,
+            None if firehose => self.boards.entry(Arc::clone(&snap.course)).or_default(),
+            // A late message for a course nobody watches any more.
+            None => return false,
+        };
+        if let Some(cur) = board.sections.get(&snap.section) {
+            // Dedupe: versioned snapshots by version; unversioned ones by arrival
+            // order, where an identical payload arriving again is the same publish.
+            if !snap.supersedes(cur) || **cur == *snap {
+                self.node.metrics.ingest_duplicates.fetch_add(1, Relaxed);
+                return false;
+            }
+        }
+        board.sections.insert(snap.section, Arc::clone(&snap));
+        if count {
+            board.updates += 1;
+            self.admin_dirty = true;
+        }
+        let mut mask = board.shards;
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let Some(o) = self.outlets.get_mut(i) {
+                o.push(Arc::clone(&snap));
+            }
+        }
+        true
+    }
+
+    /// Handles one source event.
+    pub fn event(&mut self, ev: SourceEvent) {
+        match ev {
+            SourceEvent::Message { course, payload } => match Snapshot::parse(&payload, Some(&course)) {
+                Ok(s) => {
+                    self.metrics().ingest_messages.fetch_add(1, Relaxed);
+                    if let Some(ts) = s.ts {
+                        let now = clock::unix_ms();
+                        self.metrics()
+                            .update_latency
+                            .observe_us(now.saturating_sub(ts).saturating_mul(1000));
+                    }
+                    self.accept(Arc::new(s), true);
+                }
+                Err(r) => self.rejected(r, &course),
+            },
+            SourceEvent::Reconnected => {
+                self.node.metrics.redis_reconnects.fetch_add(1, Relaxed);
+                // Reseed every watched course: versions keep this idempotent.
+                let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
+                for c in courses {
+                    self.load(&c);
+                }
+            }
+        }
+    }
+
+    /// Sends batched snapshots to shards.
+    pub fn flush(&mut self) {
+        for o in &mut self.outlets {
+            o.flush();
+        }
+    }
+
+    /// Whether some shard's channel is full and snapshots wait coalesced.
+    pub fn backlog(&self) -> bool {
+        self.outlets.iter().any(|o| o.backlog() > 0)
+    }
+
+    /// Builds and sends the admin aggregate if an admin is connected and anything changed.
+    pub fn admin_tick(&mut self, tick_ms: u64) {
+        if !self.firehose() || !self.admin_dirty {
+            for b in self.boards.values_mut() {
+                b.updates = 0;
+            }
+            return;
+        }
+        self.admin_dirty = false;
+        let frame = self.admin_frame(tick_ms);
+        let mut mask = self.admin_shards;
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let Some(o) = self.outlets.get(i) {
+                o.inbox().control(Control::Admin(frame.clone()));
+            }
+        }
+    }
+
+    fn admin_frame(&mut self, tick_ms: u64) -> Bytes {
+        let mut courses: Vec<(&Arc<str>, &mut Board)> = self.boards.iter_mut().collect();
+        courses.sort_by(|a, b| a.0.cmp(b.0));
+        let mut s = String::from("{\"type\":\"admin\",\"courses\":[");
+        let secs = tick_ms as f64 / 1000.0;
+        for (i, (name, b)) in courses.into_iter().enumerate() {
+            let total: u64 = b.sections.values().map(|s| s.total_seats as u64).sum();
+            let taken: u64 = b.sections.values().map(|s| s.seats_taken as u64).sum();
+            let full = b.sections.values().filter(|s| s.seats_taken >= s.total_seats).count();
+            let rate = (b.updates as f64 / secs * 10.0).round() / 10.0;
+            b.updates = 0;
+            let viewers = self.viewers.get(name.as_ref()).copied().unwrap_or(0);
+            if i > 0 {
+                s.push(',');
+            }
+            let _ = write!(
+                s,
+                "{{\"course\":\"{name}\",\"sections\":{},\"total_seats\":{total},\"seats_taken\":{taken},\"full_sections\":{full},\"updates_per_s\":{rate},\"viewers\":{viewers}}}",
+                b.sections.len()
+            );
+        }
+        s.push_str("]}");
+        text_frame(&s)
+    }
+
+    /// Courses the node knows (for presence counting while admins watch).
+    pub fn known_courses(&self) -> Vec<Arc<str>> {
+        self.boards.keys().cloned().collect()
+    }
+
+    /// The source, for health reporting.
+    pub fn source(&self) -> &S {
+        &self.source
+    }
+}
+
+/// Runs the ingest thread until `Shutdown`.
+pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admin_tick_ms: u64) {
+    let admin_tick = Duration::from_millis(admin_tick_ms);
+    let mut next_admin = Instant::now() + admin_tick;
+    loop {
+        while let Ok(cmd) = commands.try_recv() {
+            if !ingest.command(cmd) {
+                return;
+            }
+        }
+        let up = ingest.source().connected();
+        ingest.node.source_up.store(up, Relaxed);
+        ingest.node.metrics.redis_connected.store(up as u64, Relaxed);
+        // Short waits while a backlog or commands may be pending.
+        let wait = if ingest.backlog() { Duration::from_millis(1) } else { Duration::from_millis(5) };
+        let mut n = 0;
+        if let Some(ev) = ingest.source.poll(wait) {
+            ingest.event(ev);
+            n += 1;
+            // Take whatever else is ready, then route it as one batch per shard.
+            while n < 1024 {
+                match ingest.source.poll(Duration::ZERO) {
+                    Some(ev) => {
+                        ingest.event(ev);
+                        n += 1;
+                    }
+                    None => break,
+                }
+            }
+        }
+        ingest.flush();
+        let now = Instant::now();
+        if now >= next_admin {
+            next_admin += admin_tick;
+            if next_admin < now {
+                next_admin = now + admin_tick;
+            }
+            ingest.admin_tick(admin_tick_ms);
+            if ingest.firehose() {
+                if let Some(p) = &ingest.presence {
+                    let _ = p.send(PresenceCmd::Extra(ingest.known_courses()));
+                }
+            }
+        }
+    }
+}

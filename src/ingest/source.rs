@@ -1,0 +1,33 @@
+//! Where snapshots come from: Redis pub/sub in `serve`, the embedded bus in `demo`.
+
+use std::time::Duration;
+
+/// What a source yields.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// A payload published on `<channel-prefix><course>`.
+    Message {
+        /// The channel's suffix.
+        course: String,
+        /// The raw payload.
+        payload: Vec<u8>,
+    },
+    /// The connection came back: every subscription is restored, state must be reread.
+    Reconnected,
+}
+
+/// A pub/sub source owned by the ingest thread.
+pub trait Source: Send {
+    /// Waits up to `timeout` for the next event.
+    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent>;
+    /// Starts delivering `course` (SUBSCRIBE).
+    fn subscribe(&mut self, course: &str);
+    /// Stops delivering `course` (UNSUBSCRIBE).
+    fn unsubscribe(&mut self, course: &str);
+    /// Delivers every course (PSUBSCRIBE) or stops doing so.
+    fn set_firehose(&mut self, on: bool);
+    /// The course's current state (HGETALL of its state hash), one payload per section.
+    fn load_state(&mut self, course: &str) -> Vec<Vec<u8>>;
+    /// Whether the source is connected now.
+    fn connected(&self) -> bool;
+}

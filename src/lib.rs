@@ -1,0 +1,16 @@
+//! seatboard's shell: the command line, the runtime and every piece of I/O
+//! around the sans-IO core in the `shards` crate.
+
+pub mod auth;
+pub mod cli;
+pub mod clock;
+pub mod demo;
+pub mod ingest;
+pub mod listener;
+pub mod metrics;
+pub mod node;
+pub mod presence;
+pub mod runtime;
+pub mod shard;
+pub mod simulator;
+pub mod serve;

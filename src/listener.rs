@@ -1,0 +1,92 @@
+//! One SO_REUSEPORT listener per shard on the same port, and the check that
+//! refuses to share that port with a process that is not seatboard.
+
+use socket2::{Domain, Protocol, Socket, Type};
+use std::io;
+use std::net::SocketAddr;
+
+/// Pending connections the kernel may queue per listener.
+const BACKLOG: i32 = 4096;
+
+fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    if reuse_port {
+        s.set_reuse_port(true)?;
+    }
+    s.set_nonblocking(true)?;
+    Ok(s)
+}
+
+/// Binds `n` listeners sharing `addr`; fails if a foreign process holds the port.
+pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    // A plain bind succeeds only if nobody listens there at all.
+    let probe = socket(addr, false)?;
+    if let Err(e) = probe.bind(&addr.into()) {
+        if e.kind() != io::ErrorKind::AddrInUse {
+            return Err(e);
+        }
+        let holders = holders(addr.port());
+        let foreign: Vec<String> = holders
+            .iter()
+            .filter(|(_, comm)| comm != "seatboard")
+            .map(|(pid, comm)| format!("pid {pid} ({comm})"))
+            .collect();
+        if holders.is_empty() || !foreign.is_empty() {
+            let who = if foreign.is_empty() {
+                "a process this user cannot identify".to_string()
+            } else {
+                foreign.join(", ")
+            };
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("{addr} is already held by {who}; refusing to share the port"),
+            ));
+        }
+        tracing::warn!(%addr, "another seatboard holds the port: sharing it (rolling restart)");
+    }
+    drop(probe);
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let s = socket(addr, true)?;
+        s.bind(&addr.into())?;
+        s.listen(BACKLOG)?;
+        out.push(s.into());
+    }
+    Ok(out)
+}
+
+/// Processes listening on `port`: (pid, command name).
+fn holders(port: u16) -> Vec<(u32, String)> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else { continue };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() < 10 || f[3] != "0A" {
+                continue;
+            }
+            let local_port = f[1].rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) {
+                inodes.push(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else { return out };
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else { continue };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::read_link(fd.path())
+                .ok()
+                .and_then(|t| t.to_str().map(|t| inodes.iter().any(|i| i == t)))
+                .unwrap_or(false)
+        });
+        if holds {
+            let comm = std::fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+            out.push((pid, comm.trim().to_owned()));
+        }
+    }
+    out
+}

@@ -1,0 +1,253 @@
+//! Starting a node: the listeners, the ingest and presence threads, one pinned
+//! monoio runtime per shard, and the signal loop that drains and exits.
+
+use crate::cli::{Driver, HubArgs};
+use crate::clock;
+use crate::ingest::inbox::{Control, Inbox, Outlet};
+use crate::ingest::source::Source;
+use crate::ingest::{self, Ingest, IngestCmd};
+use crate::node::Node;
+use crate::presence::{self, PresenceCmd, PresenceStore, PresenceTiming, Worker};
+use crate::shard::{self, ShardCtx};
+use crossbeam_channel::unbounded;
+use shards::rate::TokenBucket;
+use shards::{Shard, ShardConfig};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The number of shards for `--shards` (default: usable cores).
+pub fn shard_count(args: &HubArgs) -> usize {
+    args.shards.map(usize::from).unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    })
+}
+
+/// A started node: what `main` needs to wait on it.
+pub struct Hub {
+    /// The shared node state.
+    pub node: Arc<Node>,
+    inboxes: Vec<Arc<Inbox>>,
+    ingest: crossbeam_channel::Sender<IngestCmd>,
+    presence: crossbeam_channel::Sender<PresenceCmd>,
+}
+
+/// Binds, starts every thread, and returns once all shards listen.
+pub fn start<S, P>(node: Arc<Node>, source: S, store: P) -> std::io::Result<Hub>
+where
+    S: Source + 'static,
+    P: PresenceStore + 'static,
+{
+    let args = node.args.clone();
+    let n = node.shards;
+    let listeners = crate::listener::bind(args.listen, n)?;
+    let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
+    let (ingest_tx, ingest_rx) = unbounded();
+    let (presence_tx, presence_rx) = unbounded();
+
+    let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
+    let router = Ingest::new(source, outlets, Arc::clone(&node), Some(presence_tx.clone()));
+    let admin_tick = args.admin_tick_ms;
+    std::thread::Builder::new()
+        .name("seatboard-ingest".into())
+        .spawn(move || ingest::run(router, ingest_rx, admin_tick))?;
+
+    let worker = Worker::new(
+        store,
+        PresenceTiming {
+            tick_ms: args.presence_tick_ms,
+            ttl_ms: args.presence_ttl_ms,
+        },
+        inboxes.clone(),
+        Some(ingest_tx.clone()),
+        Arc::clone(&node),
+    );
+    std::thread::Builder::new()
+        .name("seatboard-presence".into())
+        .spawn(move || presence::run(worker, presence_rx))?;
+
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded::<Result<&'static str, String>>(n);
+    for (index, listener) in listeners.into_iter().enumerate() {
+        let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
+        let ctx_parts = (
+            Arc::clone(&node),
+            Arc::clone(&inboxes[index]),
+            ingest_tx.clone(),
+            presence_tx.clone(),
+        );
+        let ready = ready_tx.clone();
+        std::thread::Builder::new()
+            .name(format!("seatboard-shard-{index}"))
+            .spawn(move || {
+                if let Some(core) = core {
+                    if !core_affinity::set_for_current(core) {
+                        tracing::warn!(shard = index, "could not pin to a core");
+                    }
+                }
+                let (node, inbox, ingest, presence) = ctx_parts;
+                let driver = node.args.driver;
+                let main = move || async move {
+                    let listener = match monoio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(e) => {
+                            tracing::error!(error = %e, shard = index, "listener setup failed");
+                            return;
+                        }
+                    };
+                    let share = node.shards as f64;
+                    let ctx = Rc::new(ShardCtx {
+                        index,
+                        shard: RefCell::new(Shard::new(ShardConfig {
+                            tick_ms: node.args.tick_ms,
+                            node: node.id.clone(),
+                            seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
+                            ..ShardConfig::default()
+                        })),
+                        bucket: RefCell::new(TokenBucket::new(
+                            node.args.accept_rate as f64 / share,
+                            (node.args.accept_burst as f64 / share).ceil(),
+                            clock::now_ms(),
+                        )),
+                        node,
+                        inbox,
+                        ingest,
+                        presence,
+                        conns: RefCell::default(),
+                        kick: Default::default(),
+                    });
+                    monoio::spawn(shard::drive(Rc::clone(&ctx)));
+                    shard::accept_loop(ctx, listener).await
+                };
+                run_on_driver(driver, index, ready, main);
+            })?;
+    }
+    drop(ready_tx);
+    for _ in 0..n {
+        match ready_rx.recv() {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(std::io::Error::other(e)),
+            Err(_) => return Err(std::io::Error::other("a shard thread died at start")),
+        }
+    }
+    Ok(Hub {
+        node,
+        inboxes,
+        ingest: ingest_tx,
+        presence: presence_tx,
+    })
+}
+
+fn run_on_driver<F, Fut>(
+    driver: Driver,
+    index: usize,
+    ready: crossbeam_channel::Sender<Result<&'static str, String>>,
+    main: F,
+) where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    #[cfg(target_os = "linux")]
+    if driver != Driver::Epoll {
+        match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .with_entries(4096)
+            .enable_timer()
+            .build()
+        {
+            Ok(mut rt) => {
+                if index == 0 {
+                    tracing::info!("shards run on io_uring");
+                }
+                let _ = ready.send(Ok("io_uring"));
+                rt.block_on(main());
+                return;
+            }
+            Err(e) if driver == Driver::Uring => {
+                let _ = ready.send(Err(format!("io_uring unavailable: {e}")));
+                return;
+            }
+            Err(e) => {
+                if index == 0 {
+                    tracing::warn!(error = %e, "io_uring unavailable, falling back to epoll");
+                }
+            }
+        }
+    }
+    match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+        .enable_timer()
+        .build()
+    {
+        Ok(mut rt) => {
+            if index == 0 {
+                tracing::info!("shards run on epoll");
+            }
+            let _ = ready.send(Ok("epoll"));
+            rt.block_on(main());
+        }
+        Err(e) => {
+            let _ = ready.send(Err(format!("epoll runtime failed: {e}")));
+        }
+    }
+}
+
+impl Hub {
+    /// Waits for SIGTERM/SIGINT, drains, and returns the exit code.
+    pub fn wait(self) -> i32 {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot install signal handlers");
+                return 1;
+            }
+        };
+        let mut drain_started: Option<Instant> = None;
+        loop {
+            for sig in signals.pending() {
+                if drain_started.is_none() {
+                    tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
+                    self.node.draining.store(true, Relaxed);
+                    self.node.metrics.draining.store(1, Relaxed);
+                    for i in &self.inboxes {
+                        i.control(Control::Drain);
+                    }
+                    drain_started = Some(Instant::now());
+                } else {
+                    tracing::info!(signal = sig, "second signal: closing everything now");
+                    return self.close_all();
+                }
+            }
+            if let Some(t) = drain_started {
+                if self.node.open.load(Relaxed) == 0 {
+                    tracing::info!("drained");
+                    self.stop_threads();
+                    return 0;
+                }
+                // The drain window plus the close grace: whatever is left goes now.
+                if t.elapsed() > Duration::from_millis(self.node.args.drain_ms) + Duration::from_secs(5) {
+                    return self.close_all();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn close_all(&self) -> i32 {
+        for i in &self.inboxes {
+            i.control(Control::CloseAll);
+        }
+        let t = Instant::now();
+        while self.node.open.load(Relaxed) > 0 && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop_threads();
+        0
+    }
+
+    fn stop_threads(&self) {
+        let _ = self.ingest.send(IngestCmd::Shutdown);
+        let _ = self.presence.send(PresenceCmd::Shutdown);
+    }
+}

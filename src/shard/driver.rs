@@ -1,0 +1,79 @@
+//! The shard's clock: feeds inbox messages and time into the renderer, then
+//! sleeps until the renderer's next deadline or the next message.
+
+use super::ShardCtx;
+use crate::clock;
+use crate::ingest::inbox::Control;
+use monoio::time::Sleep;
+use shards::ws_codec::close;
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// Runs the shard's feed-render-sleep loop forever.
+pub async fn drive(ctx: Rc<ShardCtx>) {
+    let drain_ms = ctx.node.args.drain_ms;
+    loop {
+        let now = clock::now_ms();
+        {
+            let mut shard = ctx.shard.borrow_mut();
+            while let Some(batch) = ctx.inbox.try_snapshots() {
+                for s in &batch {
+                    shard.handle_snapshot(s);
+                }
+            }
+            while let Some(msg) = ctx.inbox.try_control() {
+                match msg {
+                    Control::Seed { course, sections } => shard.handle_seed(&course, &sections, now),
+                    Control::Presence(counts) => {
+                        for (course, n) in counts.iter() {
+                            shard.handle_presence(course, *n);
+                        }
+                    }
+                    Control::Roster { conn, frame } => shard.deliver(conn, frame),
+                    Control::Admin(frame) => shard.handle_admin_frame(&frame),
+                    Control::Drain => shard.start_drain(now, drain_ms),
+                    Control::CloseAll => shard.close_all(close::GOING_AWAY),
+                }
+            }
+            let rendered = shard.stats().frames_rendered;
+            let started = Instant::now();
+            shard.handle_timeout(now);
+            if shard.stats().frames_rendered != rendered {
+                ctx.metrics()
+                    .tick
+                    .observe_us(started.elapsed().as_micros() as u64);
+            }
+        }
+        ctx.flush();
+        ctx.publish_metrics();
+        let deadline = ctx.shard.borrow().poll_timeout();
+        ctx.kick.take();
+        Wait {
+            ctx: &ctx,
+            sleep: deadline.map(|ms| Box::pin(monoio::time::sleep_until(clock::instant_at(ms).into()))),
+        }
+        .await;
+    }
+}
+
+/// Ready when the inbox has mail, the shard was kicked, or the deadline passed.
+struct Wait<'a> {
+    ctx: &'a Rc<ShardCtx>,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl Future for Wait<'_> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.ctx.inbox.register(cx.waker()) || self.ctx.kick.poll_take(cx) {
+            return Poll::Ready(());
+        }
+        match self.sleep.as_mut() {
+            Some(s) => s.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The WebSocket front door: every refusal of the contract, cheapest first, all
+//! before the upgrade.
+
+use super::http::Response;
+use super::ShardCtx;
+use crate::auth::Identity;
+use crate::clock;
+use crate::metrics::Refusal;
+use shards::http_head::{RequestHead, UpgradeError};
+use shards::Role;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// An upgrade that passed every check; holds a node slot and a user slot.
+pub struct Accepted {
+    /// Who connected.
+    pub identity: Identity,
+    /// Connected on `/ws/admin`.
+    pub admin_feed: bool,
+    /// The `101` response.
+    pub response: Vec<u8>,
+}
+
+fn retry_after(min_s: u64) -> String {
+    format!("Retry-After: {}", min_s.max(1) + fastrand::u64(0..=2))
+}
+
+fn refuse(ctx: &ShardCtx, why: Refusal, resp: Response) -> Response {
+    ctx.node.metrics.refuse(why);
+    resp
+}
+
+/// Runs the checks in the contract's order.
+pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Accepted, Response> {
+    let node = &ctx.node;
+    {
+        let mut bucket = ctx.bucket.borrow_mut();
+        if !bucket.take(clock::now_ms()) {
+            let wait_s = bucket.wait_ms().div_ceil(1000);
+            return Err(refuse(
+                ctx,
+                Refusal::RateLimited,
+                Response::text(503, "too many new connections").header(retry_after(wait_s)),
+            ));
+        }
+    }
+    let key = match head.check_upgrade() {
+        Ok(k) => k,
+        Err(UpgradeError::WrongVersion) => {
+            return Err(refuse(
+                ctx,
+                Refusal::BadVersion,
+                Response::text(426, "websocket version 13 required")
+                    .header("Sec-WebSocket-Version: 13".into()),
+            ))
+        }
+        Err(UpgradeError::Malformed) => {
+            return Err(refuse(ctx, Refusal::BadUpgrade, Response::text(400, "not a websocket upgrade")))
+        }
+    };
+    if !node.origin_allowed(head.origin.as_deref()) {
+        return Err(refuse(ctx, Refusal::Origin, Response::text(403, "origin not allowed")));
+    }
+    let Some(identity) = node.auth.identify(head) else {
+        return Err(refuse(ctx, Refusal::Unauthorized, Response::text(401, "missing or invalid token")));
+    };
+    if admin_feed && identity.role != Role::Admin {
+        return Err(refuse(ctx, Refusal::Forbidden, Response::text(403, "admin token required")));
+    }
+    if node.draining() {
+        return Err(refuse(
+            ctx,
+            Refusal::Draining,
+            Response::text(503, "draining").header(retry_after(1)),
+        ));
+    }
+    if node.open.fetch_add(1, Relaxed) >= node.args.max_connections {
+        node.open.fetch_sub(1, Relaxed);
+        return Err(refuse(
+            ctx,
+            Refusal::NodeFull,
+            Response::text(503, "node full").header(retry_after(1)),
+        ));
+    }
+    if !node.users.acquire(&identity.user, node.args.max_conns_per_user) {
+        node.open.fetch_sub(1, Relaxed);
+        return Err(refuse(ctx, Refusal::UserCap, Response::text(429, "too many connections for this user")));
+    }
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let response = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    )
+    .into_bytes();
+    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
+    Ok(Accepted {
+        identity,
+        admin_feed,
+        response,
+    })
+}

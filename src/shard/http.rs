@@ -1,0 +1,161 @@
+//! Plain HTTP answers: pages, health, readiness, metrics, the course list, refusals.
+
+use crate::node::Node;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+const INDEX_HTML: &str = include_str!("../web/index.html");
+const ADMIN_HTML: &str = include_str!("../web/admin.html");
+
+/// A response ready to write.
+pub struct Response {
+    /// Status code.
+    pub status: u16,
+    /// Extra headers, `Name: value` each.
+    pub headers: Vec<String>,
+    /// Content type of the body.
+    pub content_type: &'static str,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        101 => "Switching Protocols",
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        426 => "Upgrade Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    }
+}
+
+impl Response {
+    /// A plain-text response.
+    pub fn text(status: u16, body: &str) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            content_type: "text/plain; charset=utf-8",
+            body: format!("{body}\n").into_bytes(),
+        }
+    }
+
+    /// A JSON response.
+    pub fn json(status: u16, body: String) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            content_type: "application/json",
+            body: body.into_bytes(),
+        }
+    }
+
+    /// Adds a header.
+    pub fn header(mut self, h: String) -> Self {
+        self.headers.push(h);
+        self
+    }
+
+    /// The bytes on the wire (`head_only` for HEAD requests).
+    pub fn encode(&self, head_only: bool) -> Vec<u8> {
+        let mut s = String::with_capacity(160);
+        let _ = write!(
+            s,
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n",
+            self.status,
+            reason(self.status),
+            self.content_type,
+            self.body.len()
+        );
+        for h in &self.headers {
+            s.push_str(h);
+            s.push_str("\r\n");
+        }
+        s.push_str("\r\n");
+        let mut out = s.into_bytes();
+        if !head_only {
+            out.extend_from_slice(&self.body);
+        }
+        out
+    }
+}
+
+/// What a request path is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// A plain HTTP page or endpoint.
+    Page(&'static str),
+    /// `/ws` (admin_feed false) or `/ws/admin` (true).
+    Ws {
+        /// True for `/ws/admin`.
+        admin: bool,
+    },
+    /// Unknown path.
+    NotFound,
+}
+
+/// Maps a path to its route.
+pub fn route(path: &str) -> Route {
+    match path {
+        "/" | "/index.html" => Route::Page("/"),
+        "/admin" => Route::Page("/admin"),
+        "/healthz" => Route::Page("/healthz"),
+        "/readyz" => Route::Page("/readyz"),
+        "/metrics" => Route::Page("/metrics"),
+        "/api/courses" => Route::Page("/api/courses"),
+        "/ws" => Route::Ws { admin: false },
+        "/ws/admin" => Route::Ws { admin: true },
+        _ => Route::NotFound,
+    }
+}
+
+/// The answer to a GET of a page.
+pub fn page(node: &Node, page: &str) -> Response {
+    match page {
+        "/" => Response {
+            status: 200,
+            headers: Vec::new(),
+            content_type: "text/html; charset=utf-8",
+            body: INDEX_HTML.as_bytes().to_vec(),
+        },
+        "/admin" => Response {
+            status: 200,
+            headers: Vec::new(),
+            content_type: "text/html; charset=utf-8",
+            body: ADMIN_HTML.as_bytes().to_vec(),
+        },
+        "/healthz" => {
+            let up = node.source_up.load(Relaxed);
+            Response::json(
+                200,
+                format!(
+                    "{{\"status\":\"{}\",\"redis\":{up},\"shards\":{},\"connections\":{},\"draining\":{}}}",
+                    if up { "ok" } else { "degraded" },
+                    node.shards,
+                    node.metrics.connections(),
+                    node.draining()
+                ),
+            )
+        }
+        "/readyz" if node.draining() => Response::text(503, "draining").header("Retry-After: 5".into()),
+        "/readyz" => Response::text(200, "ready"),
+        "/metrics" => Response {
+            status: 200,
+            headers: Vec::new(),
+            content_type: "text/plain; version=0.0.4; charset=utf-8",
+            body: node.metrics.render().into_bytes(),
+        },
+        "/api/courses" => Response::json(
+            200,
+            node.courses_json.read().map(|s| s.clone()).unwrap_or_else(|_| "[]".into()),
+        ),
+        _ => Response::text(404, "not found"),
+    }
+}

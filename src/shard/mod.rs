@@ -1,0 +1,155 @@
+//! The shell of one shard thread: the sans-IO [`shards::Shard`] plus the sockets,
+//! timers and channels around it. Everything here runs on the shard's own monoio
+//! runtime; nothing is shared with other shards but the node's atomics.
+
+mod accept;
+mod driver;
+mod handshake;
+mod http;
+pub mod notify;
+mod ws_conn;
+
+pub use accept::accept_loop;
+pub use driver::drive;
+
+use crate::ingest::inbox::Inbox;
+use crate::ingest::IngestCmd;
+use crate::metrics::ShardMetrics;
+use crate::node::Node;
+use crate::presence::PresenceCmd;
+use crossbeam_channel::Sender;
+use notify::LocalNotify;
+use shards::rate::TokenBucket;
+use shards::{Action, ConnId, Shard};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a closing connection may take to finish the close handshake.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+/// The shell's half of one WebSocket connection, shared by its reader and writer.
+pub struct ConnIo {
+    /// Wakes the writer when frames are queued or the connection ends.
+    pub writer: LocalNotify,
+    /// Set when the shard queued a close frame.
+    pub close_code: Cell<Option<u16>>,
+    /// Set when the reader stopped.
+    pub reader_done: Cell<bool>,
+    /// Set just before the socket is released, so no one touches a reused fd.
+    pub finished: Cell<bool>,
+    /// The socket, for a forced shutdown.
+    pub fd: RawFd,
+}
+
+/// Everything one shard thread's tasks share.
+pub struct ShardCtx {
+    /// Shard number.
+    pub index: usize,
+    /// Node-wide state.
+    pub node: Arc<Node>,
+    /// The renderer.
+    pub shard: RefCell<Shard>,
+    /// Messages from ingest and presence.
+    pub inbox: Arc<Inbox>,
+    /// To the ingest thread.
+    pub ingest: Sender<IngestCmd>,
+    /// To the presence worker.
+    pub presence: Sender<PresenceCmd>,
+    /// Live connections.
+    pub conns: RefCell<HashMap<ConnId, Rc<ConnIo>>>,
+    /// Wakes the driver to recompute its deadline.
+    pub kick: LocalNotify,
+    /// This shard's share of the node's accept rate.
+    pub bucket: RefCell<TokenBucket>,
+}
+
+impl ShardCtx {
+    /// This shard's metrics.
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.node.metrics.shards[self.index]
+    }
+
+    /// Carries out what the shard asked for and wakes writers with frames queued.
+    pub fn flush(self: &Rc<Self>) {
+        let mut shard = self.shard.borrow_mut();
+        while let Some(action) = shard.poll_action() {
+            match action {
+                Action::Interest { course, watching } => {
+                    let _ = self.ingest.send(IngestCmd::Interest {
+                        shard: self.index,
+                        course,
+                        watching,
+                    });
+                }
+                Action::PresenceJoin { course, user } => {
+                    let _ = self.presence.send(PresenceCmd::Join { course, user });
+                }
+                Action::PresenceLeave { course, user } => {
+                    let _ = self.presence.send(PresenceCmd::Leave { course, user });
+                }
+                Action::Roster { conn, course } => {
+                    let _ = self.presence.send(PresenceCmd::Roster {
+                        shard: self.index,
+                        conn,
+                        course,
+                    });
+                }
+                Action::AdminFeed { connected } => {
+                    let _ = self.ingest.send(IngestCmd::AdminFeed {
+                        shard: self.index,
+                        connected,
+                    });
+                }
+                Action::Close { conn, code } => {
+                    self.node.metrics.close(code);
+                    if let Some(io) = self.conns.borrow().get(&conn) {
+                        io.close_code.set(Some(code));
+                        io.writer.notify();
+                        let io = Rc::clone(io);
+                        // The peer has CLOSE_GRACE to answer; then the socket is cut,
+                        // which also ends a write stuck on a slow consumer.
+                        monoio::spawn(async move {
+                            monoio::time::sleep(CLOSE_GRACE).await;
+                            if !io.finished.get() {
+                                // SAFETY: `finished` is false, so the socket behind `fd`
+                                // is still owned by this connection; shutdown does not
+                                // close the descriptor.
+                                unsafe { libc::shutdown(io.fd, libc::SHUT_RDWR) };
+                            }
+                        });
+                    }
+                }
+            }
+        }
+        let conns = self.conns.borrow();
+        while let Some(id) = shard.poll_ready() {
+            if let Some(io) = conns.get(&id) {
+                io.writer.notify();
+            }
+        }
+        drop(conns);
+        drop(shard);
+        self.kick.notify();
+    }
+
+    /// Copies the shard's counters into the node's metrics.
+    pub fn publish_metrics(&self) {
+        let shard = self.shard.borrow();
+        let s = shard.stats();
+        let m = self.metrics();
+        m.connections.store(shard.connections() as u64, Relaxed);
+        m.courses.store(shard.courses() as u64, Relaxed);
+        m.frames_queued.store(s.frames_queued, Relaxed);
+        m.frames_dropped.store(s.frames_dropped, Relaxed);
+        m.resyncs.store(s.resyncs, Relaxed);
+        m.frames_rendered.store(s.frames_rendered, Relaxed);
+        m.slow_consumer_closes.store(s.slow_consumer_closes, Relaxed);
+        m.idle_closes.store(s.idle_closes, Relaxed);
+        m.client_errors.store(s.client_errors, Relaxed);
+    }
+}

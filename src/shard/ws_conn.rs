@@ -1,0 +1,141 @@
+//! One upgraded connection: a reader that decodes client frames into the shard,
+//! and a writer that sends what the shard queued. Neither holds a frame longer
+//! than it takes to write it.
+
+use super::handshake::Accepted;
+use super::{ConnIo, ShardCtx};
+use crate::clock;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable};
+use monoio::net::TcpStream;
+use shards::rate::MessageWindow;
+use shards::ws_codec::{close, pong_frame, Decoder, WsEvent};
+use shards::ConnId;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Bytes read per call; client messages are small.
+const READ_CHUNK: usize = 512;
+
+/// Serves an accepted upgrade until the connection ends.
+pub async fn run(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
+    let user = accepted.identity.user.clone();
+    let (res, _) = stream.write_all(accepted.response).await;
+    if res.is_err() {
+        release(&ctx, &user);
+        return;
+    }
+    let io = Rc::new(ConnIo {
+        writer: Default::default(),
+        close_code: Default::default(),
+        reader_done: Default::default(),
+        finished: Default::default(),
+        fd: stream.as_raw_fd(),
+    });
+    let id = ctx.shard.borrow_mut().connect(
+        &user,
+        accepted.identity.role,
+        accepted.admin_feed,
+        clock::now_ms(),
+    );
+    ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
+    ctx.flush();
+    let (reader, writer) = stream.into_split();
+    let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
+    read_loop(&ctx, &io, id, reader, rest).await;
+    io.reader_done.set(true);
+    io.writer.notify();
+    let _writer = writer_task.await;
+    io.finished.set(true);
+    ctx.conns.borrow_mut().remove(&id);
+    ctx.shard.borrow_mut().disconnect(id);
+    ctx.flush();
+    release(&ctx, &user);
+}
+
+fn release(ctx: &ShardCtx, user: &str) {
+    ctx.node.open.fetch_sub(1, Relaxed);
+    ctx.node.users.release(user);
+}
+
+async fn read_loop(
+    ctx: &Rc<ShardCtx>,
+    io: &ConnIo,
+    id: ConnId,
+    mut reader: OwnedReadHalf<TcpStream>,
+    rest: Vec<u8>,
+) {
+    let mut decoder = Decoder::new();
+    decoder.feed(&rest);
+    let mut window = MessageWindow::default();
+    let mut buf = Vec::with_capacity(READ_CHUNK);
+    loop {
+        let now = clock::now_ms();
+        loop {
+            let event = match decoder.next_event() {
+                Ok(Some(e)) => e,
+                Ok(None) => break,
+                Err(violation) => {
+                    ctx.shard.borrow_mut().close(id, violation.0, "");
+                    ctx.flush();
+                    return;
+                }
+            };
+            let closing = io.close_code.get().is_some();
+            let mut shard = ctx.shard.borrow_mut();
+            match event {
+                WsEvent::Close(code) => {
+                    shard.handle_peer_close(id, code, now);
+                    drop(shard);
+                    ctx.flush();
+                    return;
+                }
+                // After our close frame only the peer's close matters.
+                _ if closing => continue,
+                WsEvent::Text(text) => {
+                    if window.admit(now) {
+                        shard.handle_text(id, &text, now);
+                    } else {
+                        shard.close(id, close::POLICY, "too many messages");
+                    }
+                }
+                WsEvent::Ping(payload) => {
+                    shard.handle_activity(id, now);
+                    shard.deliver(id, pong_frame(&payload));
+                }
+                WsEvent::Pong => shard.handle_activity(id, now),
+            }
+            drop(shard);
+            ctx.flush();
+        }
+        decoder.shrink();
+        let (res, b) = reader.read(buf).await;
+        buf = b;
+        match res {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                ctx.shard.borrow_mut().handle_activity(id, clock::now_ms());
+                decoder.feed(&buf[..n]);
+            }
+        }
+    }
+}
+
+async fn write_loop(ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, mut writer: OwnedWriteHalf<TcpStream>) {
+    loop {
+        let frame = ctx.shard.borrow_mut().poll_transmit(id);
+        match frame {
+            Some(f) => {
+                let n = f.len() as u64;
+                let (res, _) = writer.write_all(f).await;
+                if res.is_err() {
+                    return;
+                }
+                ctx.metrics().bytes_out.fetch_add(n, Relaxed);
+            }
+            // The close frame is always the last one queued.
+            None if io.close_code.get().is_some() || io.reader_done.get() => return,
+            None => io.writer.notified().await,
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Test harness: free ports, `redis-server` and `seatboard` processes owned by
+//! the test (killed on drop), a raw HTTP client and a WebSocket client.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tungstenite::stream::MaybeTlsStream;
+use tungstenite::{Message, WebSocket};
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Polls `f` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A `redis-server` on a free port, killed on drop.
+pub struct Redis {
+    pub port: u16,
+    child: Option<Child>,
+}
+
+impl Redis {
+    pub fn start() -> Redis {
+        let mut r = Redis { port: free_port(), child: None };
+        r.restart();
+        r
+    }
+
+    pub fn uri(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Starts (again) on the same port.
+    pub fn restart(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (the README's test command installs it)");
+        self.child = Some(child);
+        let port = self.port;
+        wait_for(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).ok())
+            .expect("redis-server did not come up");
+    }
+
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Runs a command and returns redis-cli's raw output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `seatboard` process, killed on drop.
+pub struct Seatboard {
+    pub port: u16,
+    pub child: Child,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_seatboard")
+}
+
+impl Seatboard {
+    /// Starts `seatboard <args> --listen 127.0.0.1:<free port>` and waits for `/healthz`.
+    pub fn start(args: &[&str]) -> Seatboard {
+        Self::start_env(args, &[])
+    }
+
+    pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Seatboard {
+        let port = free_port();
+        let child = Command::new(bin())
+            .args(args)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
+            .envs(env.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn seatboard");
+        let sb = Seatboard { port, child };
+        wait_for(Duration::from_secs(15), || http_get(port, "/healthz").ok().filter(|r| r.status == 200))
+            .expect("seatboard did not answer /healthz");
+        sb
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Sends a signal (e.g. libc::SIGTERM).
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.pid(), sig) };
+    }
+
+    /// Waits for exit; None if still running after `timeout`.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        wait_for(timeout, || self.child.try_wait().ok().flatten())
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.port, "/metrics").map(|r| r.body).unwrap_or_default()
+    }
+
+    /// The value of one metric line, e.g. `seatboard_frames_sent_total`.
+    pub fn metric(&self, name_with_labels: &str) -> f64 {
+        metric_value(&self.metrics(), name_with_labels)
+    }
+}
+
+impl Drop for Seatboard {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sums the lines of `text` whose name-and-labels start with `prefix`.
+pub fn metric_value(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            (k == prefix || (k.starts_with(prefix) && prefix.ends_with('{'))).then(|| v.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct HttpResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl HttpResponse {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Sends raw bytes and reads the whole response (the server closes after it).
+pub fn http_raw(port: u16, request: &[u8]) -> std::io::Result<HttpResponse> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(request)?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    parse_response(&buf)
+}
+
+pub fn parse_response(buf: &[u8]) -> std::io::Result<HttpResponse> {
+    let text = String::from_utf8_lossy(buf);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad response: {text:?}")))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .collect();
+    Ok(HttpResponse { status, headers, body: body.to_string() })
+}
+
+pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
+    http_raw(port, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
+}
+
+pub type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
+
+/// Opens a WebSocket to `path` (with its query) on `port`.
+pub fn ws_connect(port: u16, path: &str) -> Result<Ws, tungstenite::Error> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).map_err(tungstenite::Error::Io)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(tungstenite::Error::Io)?;
+    let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), MaybeTlsStream::Plain(stream))
+        .map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(e) => e,
+            tungstenite::HandshakeError::Interrupted(_) => tungstenite::Error::ConnectionClosed,
+        })?;
+    Ok(ws)
+}
+
+/// Reads the next JSON text message (skipping pings), or None on close/timeout.
+pub fn next_json(ws: &mut Ws) -> Option<Value> {
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => return serde_json::from_str(&t).ok(),
+            Ok(Message::Ping(_)) | Ok(Message::Pong(_)) => continue,
+            _ => return None,
+        }
+    }
+}
+
+/// Reads until a message with `"type": ty` arrives (within `timeout`).
+pub fn next_of_type(ws: &mut Ws, ty: &str, timeout: Duration) -> Option<Value> {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        let v = next_json(ws)?;
+        if v["type"] == ty {
+            return Some(v);
+        }
+    }
+    None
+}
+
+pub fn send_json(ws: &mut Ws, v: Value) {
+    ws.send(Message::Text(v.to_string().into())).expect("send");
+}
+
+/// A client's merged view of one course: section -> section object.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Board(pub BTreeMap<u64, Value>);
+
+impl Board {
+    /// Applies a frame: `full` replaces, otherwise upserts.
+    pub fn apply(&mut self, frame: &Value) {
+        if frame["full"] == true {
+            self.0.clear();
+        }
+        for s in frame["sections"].as_array().into_iter().flatten() {
+            if let Some(id) = s["section"].as_u64() {
+                self.0.insert(id, s.clone());
+            }
+        }
+    }
+
+    pub fn version(&self, section: u64) -> u64 {
+        self.0.get(&section).and_then(|s| s["version"].as_u64()).unwrap_or(0)
+    }
+}
