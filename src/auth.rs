@@ -48,7 +48,8 @@ impl Auth {
         v.validate_nbf = true;
         v.validate_exp = true;
         v.set_required_spec_claims(&["exp", "sub"]);
-        let key = DecodingKey::from_secret(secret).map_err(|e| format!("invalid --jwt-secret: {e}"))?;
+        let key =
+            DecodingKey::from_secret(secret).map_err(|e| format!("invalid --jwt-secret: {e}"))?;
         Ok(Auth::Jwt(Box::new(key), Box::new(v)))
     }
 
@@ -56,7 +57,9 @@ impl Auth {
     pub fn identify(&self, head: &RequestHead) -> Option<Identity> {
         match self {
             Auth::None => {
-                let user = head.query_param("user").filter(|u| !u.is_empty() && u.len() <= MAX_USER)?;
+                let user = head
+                    .query_param("user")
+                    .filter(|u| !u.is_empty() && u.len() <= MAX_USER)?;
                 let role = role_of(head.query_param("role").as_deref())?;
                 Some(Identity { user, role })
             }
@@ -87,6 +90,9 @@ pub fn mint(secret: &[u8], user: &str, role: Role, exp_unix_s: u64) -> String {
         role: role.as_str(),
         exp: exp_unix_s,
     };
-    let Ok(key) = jsonwebtoken::EncodingKey::from_secret(secret) else { return String::new() };
-    jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), &claims, &key).unwrap_or_default()
+    let Ok(key) = jsonwebtoken::EncodingKey::from_secret(secret) else {
+        return String::new();
+    };
+    jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), &claims, &key)
+        .unwrap_or_default()
 }

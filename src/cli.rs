@@ -48,7 +48,11 @@ pub struct HubArgs {
     #[arg(long, env = "SEATBOARD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
     /// Redis URI.
-    #[arg(long, env = "REALTIME_REDIS_URI", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "REALTIME_REDIS_URI",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis: String,
     /// Shard threads (default: usable cores).
     #[arg(long, env = "SEATBOARD_SHARDS", value_parser = clap::value_parser!(u16).range(1..=1024))]

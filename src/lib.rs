@@ -11,6 +11,6 @@ pub mod metrics;
 pub mod node;
 pub mod presence;
 pub mod runtime;
+pub mod serve;
 pub mod shard;
 pub mod simulator;
-pub mod serve;

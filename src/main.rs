@@ -37,7 +37,9 @@ fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
         }
         (AuthMode::Jwt, Some(s)) if !s.is_empty() => Auth::jwt(s.as_bytes()),
         (AuthMode::Jwt, _) if demo => Ok(Auth::None),
-        (AuthMode::Jwt, _) => Err("--jwt-secret (SEATBOARD_JWT_SECRET) is required unless --auth none".into()),
+        (AuthMode::Jwt, _) => {
+            Err("--jwt-secret (SEATBOARD_JWT_SECRET) is required unless --auth none".into())
+        }
     }
 }
 
@@ -50,7 +52,10 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Err(e) => return usage(&e),
     };
     if let Err(e) = logging(&args.log_level) {
-        return usage(&format!("invalid value '{}' for '--log-level': {e}", args.log_level));
+        return usage(&format!(
+            "invalid value '{}' for '--log-level': {e}",
+            args.log_level
+        ));
     }
     let shards = runtime::shard_count(&args);
     let node = Arc::new(Node::new(args, shards, auth));

@@ -43,8 +43,16 @@ impl Histogram {
         }
         cum += self.counts[self.bounds.len()].load(Relaxed);
         let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cum}");
-        let lb = if labels.is_empty() { String::new() } else { format!("{{{labels}}}") };
-        let _ = writeln!(out, "{name}_sum{lb} {}", self.sum_us.load(Relaxed) as f64 / 1e6);
+        let lb = if labels.is_empty() {
+            String::new()
+        } else {
+            format!("{{{labels}}}")
+        };
+        let _ = writeln!(
+            out,
+            "{name}_sum{lb} {}",
+            self.sum_us.load(Relaxed) as f64 / 1e6
+        );
         let _ = writeln!(out, "{name}_count{lb} {cum}");
     }
 }
@@ -52,7 +60,9 @@ impl Histogram {
 /// Bucket bounds for tick durations.
 pub const TICK_BOUNDS: &[f64] = &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
 /// Bucket bounds for publish-to-send latency and Redis pipelines.
-pub const LATENCY_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5];
+pub const LATENCY_BOUNDS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0, 2.5,
+];
 
 /// One shard's numbers, written only by that shard's thread.
 pub struct ShardMetrics {
@@ -164,7 +174,12 @@ impl Refusal {
 }
 
 /// Close codes counted in `/metrics`.
-pub const CLOSE_CODES: [u16; 11] = [1000, 1001, 1002, 1003, 1007, 1008, 1009, 1011, 1012, 4001, 0];
+pub const CLOSE_CODES: [u16; 11] = [
+    1000, 1001, 1002, 1003, 1007, 1008, 1009, 1011, 1012, 4001, 0,
+];
+
+/// Picks one counter out of a shard's metrics.
+type ShardField = fn(&ShardMetrics) -> &AtomicU64;
 
 /// Everything `/metrics` shows.
 pub struct Metrics {
@@ -245,82 +260,248 @@ impl Metrics {
 
     /// Total open connections.
     pub fn connections(&self) -> u64 {
-        self.shards.iter().map(|s| s.connections.load(Relaxed)).sum()
+        self.shards
+            .iter()
+            .map(|s| s.connections.load(Relaxed))
+            .sum()
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut o = String::with_capacity(8192);
-        let sum = |f: fn(&ShardMetrics) -> &AtomicU64| -> u64 {
-            self.shards.iter().map(|s| f(s).load(Relaxed)).sum()
-        };
+        let sum = |f: ShardField| -> u64 { self.shards.iter().map(|s| f(s).load(Relaxed)).sum() };
         let family = |o: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
-        family(&mut o, "seatboard_connections", "gauge", "Open WebSocket connections per shard.");
+        family(
+            &mut o,
+            "seatboard_connections",
+            "gauge",
+            "Open WebSocket connections per shard.",
+        );
         for (i, s) in self.shards.iter().enumerate() {
-            let _ = writeln!(o, "seatboard_connections{{shard=\"{i}\"}} {}", s.connections.load(Relaxed));
+            let _ = writeln!(
+                o,
+                "seatboard_connections{{shard=\"{i}\"}} {}",
+                s.connections.load(Relaxed)
+            );
         }
-        family(&mut o, "seatboard_courses_watched", "gauge", "Courses with a viewer, per shard.");
+        family(
+            &mut o,
+            "seatboard_courses_watched",
+            "gauge",
+            "Courses with a viewer, per shard.",
+        );
         for (i, s) in self.shards.iter().enumerate() {
-            let _ = writeln!(o, "seatboard_courses_watched{{shard=\"{i}\"}} {}", s.courses.load(Relaxed));
+            let _ = writeln!(
+                o,
+                "seatboard_courses_watched{{shard=\"{i}\"}} {}",
+                s.courses.load(Relaxed)
+            );
         }
-        family(&mut o, "seatboard_handshakes_accepted_total", "counter", "WebSocket upgrades accepted.");
-        let _ = writeln!(o, "seatboard_handshakes_accepted_total {}", self.handshakes_accepted.load(Relaxed));
-        family(&mut o, "seatboard_handshakes_refused_total", "counter", "Requests refused before the upgrade, by reason.");
+        family(
+            &mut o,
+            "seatboard_handshakes_accepted_total",
+            "counter",
+            "WebSocket upgrades accepted.",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_handshakes_accepted_total {}",
+            self.handshakes_accepted.load(Relaxed)
+        );
+        family(
+            &mut o,
+            "seatboard_handshakes_refused_total",
+            "counter",
+            "Requests refused before the upgrade, by reason.",
+        );
         for (i, r) in Refusal::ALL.iter().enumerate() {
-            let _ = writeln!(o, "seatboard_handshakes_refused_total{{reason=\"{}\"}} {}", r.label(), self.refused[i].load(Relaxed));
+            let _ = writeln!(
+                o,
+                "seatboard_handshakes_refused_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.refused[i].load(Relaxed)
+            );
         }
-        family(&mut o, "seatboard_ws_closes_total", "counter", "Close frames sent, by code.");
+        family(
+            &mut o,
+            "seatboard_ws_closes_total",
+            "counter",
+            "Close frames sent, by code.",
+        );
         for (i, c) in CLOSE_CODES.iter().enumerate() {
-            let code = if *c == 0 { "other".to_string() } else { c.to_string() };
-            let _ = writeln!(o, "seatboard_ws_closes_total{{code=\"{code}\"}} {}", self.closes[i].load(Relaxed));
+            let code = if *c == 0 {
+                "other".to_string()
+            } else {
+                c.to_string()
+            };
+            let _ = writeln!(
+                o,
+                "seatboard_ws_closes_total{{code=\"{code}\"}} {}",
+                self.closes[i].load(Relaxed)
+            );
         }
-        let counters: [(&str, &str, fn(&ShardMetrics) -> &AtomicU64); 8] = [
-            ("seatboard_frames_sent_total", "Frames queued to clients.", |s| &s.frames_queued),
-            ("seatboard_frames_dropped_total", "Frames dropped because a send queue was full.", |s| &s.frames_dropped),
-            ("seatboard_resyncs_total", "Full frames sent to heal a client that missed one.", |s| &s.resyncs),
-            ("seatboard_frames_rendered_total", "Course frames encoded (once per course per tick).", |s| &s.frames_rendered),
-            ("seatboard_bytes_out_total", "Bytes written to WebSocket clients.", |s| &s.bytes_out),
-            ("seatboard_slow_consumer_closes_total", "Connections closed 4001.", |s| &s.slow_consumer_closes),
-            ("seatboard_idle_closes_total", "Connections closed for 75 s of silence.", |s| &s.idle_closes),
-            ("seatboard_client_errors_total", "Client mistakes answered with an error message.", |s| &s.client_errors),
+        let counters: [(&str, &str, ShardField); 8] = [
+            (
+                "seatboard_frames_sent_total",
+                "Frames queued to clients.",
+                |s| &s.frames_queued,
+            ),
+            (
+                "seatboard_frames_dropped_total",
+                "Frames dropped because a send queue was full.",
+                |s| &s.frames_dropped,
+            ),
+            (
+                "seatboard_resyncs_total",
+                "Full frames sent to heal a client that missed one.",
+                |s| &s.resyncs,
+            ),
+            (
+                "seatboard_frames_rendered_total",
+                "Course frames encoded (once per course per tick).",
+                |s| &s.frames_rendered,
+            ),
+            (
+                "seatboard_bytes_out_total",
+                "Bytes written to WebSocket clients.",
+                |s| &s.bytes_out,
+            ),
+            (
+                "seatboard_slow_consumer_closes_total",
+                "Connections closed 4001.",
+                |s| &s.slow_consumer_closes,
+            ),
+            (
+                "seatboard_idle_closes_total",
+                "Connections closed for 75 s of silence.",
+                |s| &s.idle_closes,
+            ),
+            (
+                "seatboard_client_errors_total",
+                "Client mistakes answered with an error message.",
+                |s| &s.client_errors,
+            ),
         ];
         for (name, help, f) in counters {
             family(&mut o, name, "counter", help);
             let _ = writeln!(o, "{name} {}", sum(f));
         }
-        family(&mut o, "seatboard_ingest_messages_total", "counter", "Valid snapshots received.");
-        let _ = writeln!(o, "seatboard_ingest_messages_total {}", self.ingest_messages.load(Relaxed));
-        family(&mut o, "seatboard_ingest_rejected_total", "counter", "Payloads dropped, by reason.");
+        family(
+            &mut o,
+            "seatboard_ingest_messages_total",
+            "counter",
+            "Valid snapshots received.",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_ingest_messages_total {}",
+            self.ingest_messages.load(Relaxed)
+        );
+        family(
+            &mut o,
+            "seatboard_ingest_rejected_total",
+            "counter",
+            "Payloads dropped, by reason.",
+        );
         for (i, r) in Reject::ALL.iter().enumerate() {
-            let _ = writeln!(o, "seatboard_ingest_rejected_total{{reason=\"{}\"}} {}", r.label(), self.ingest_rejected[i].load(Relaxed));
+            let _ = writeln!(
+                o,
+                "seatboard_ingest_rejected_total{{reason=\"{}\"}} {}",
+                r.label(),
+                self.ingest_rejected[i].load(Relaxed)
+            );
         }
-        family(&mut o, "seatboard_ingest_duplicates_total", "counter", "Snapshots seen twice (overlapping subscriptions) or stale.");
-        let _ = writeln!(o, "seatboard_ingest_duplicates_total {}", self.ingest_duplicates.load(Relaxed));
+        family(
+            &mut o,
+            "seatboard_ingest_duplicates_total",
+            "counter",
+            "Snapshots seen twice (overlapping subscriptions) or stale.",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_ingest_duplicates_total {}",
+            self.ingest_duplicates.load(Relaxed)
+        );
         let gauges: [(&str, &str, &AtomicU64); 5] = [
-            ("seatboard_redis_connected", "1 while the pub/sub source is connected.", &self.redis_connected),
-            ("seatboard_subscriptions", "Per-course channel subscriptions held.", &self.subscriptions),
-            ("seatboard_firehose", "1 while the pattern subscription is held.", &self.firehose),
+            (
+                "seatboard_redis_connected",
+                "1 while the pub/sub source is connected.",
+                &self.redis_connected,
+            ),
+            (
+                "seatboard_subscriptions",
+                "Per-course channel subscriptions held.",
+                &self.subscriptions,
+            ),
+            (
+                "seatboard_firehose",
+                "1 while the pattern subscription is held.",
+                &self.firehose,
+            ),
             ("seatboard_draining", "1 while draining.", &self.draining),
-            ("seatboard_connections_total_open", "Open WebSocket connections on the node.", &AtomicU64::new(self.connections())),
+            (
+                "seatboard_connections_total_open",
+                "Open WebSocket connections on the node.",
+                &AtomicU64::new(self.connections()),
+            ),
         ];
         for (name, help, v) in gauges {
             family(&mut o, name, "gauge", help);
             let _ = writeln!(o, "{name} {}", v.load(Relaxed));
         }
-        family(&mut o, "seatboard_redis_reconnects_total", "counter", "Reconnects to Redis.");
-        let _ = writeln!(o, "seatboard_redis_reconnects_total {}", self.redis_reconnects.load(Relaxed));
-        family(&mut o, "seatboard_presence_errors_total", "counter", "Presence pipelines that failed.");
-        let _ = writeln!(o, "seatboard_presence_errors_total {}", self.presence_errors.load(Relaxed));
-        family(&mut o, "seatboard_tick_duration_seconds", "histogram", "Time of one render pass, per shard.");
+        family(
+            &mut o,
+            "seatboard_redis_reconnects_total",
+            "counter",
+            "Reconnects to Redis.",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_redis_reconnects_total {}",
+            self.redis_reconnects.load(Relaxed)
+        );
+        family(
+            &mut o,
+            "seatboard_presence_errors_total",
+            "counter",
+            "Presence pipelines that failed.",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_presence_errors_total {}",
+            self.presence_errors.load(Relaxed)
+        );
+        family(
+            &mut o,
+            "seatboard_tick_duration_seconds",
+            "histogram",
+            "Time of one render pass, per shard.",
+        );
         for (i, s) in self.shards.iter().enumerate() {
-            s.tick.render(&mut o, "seatboard_tick_duration_seconds", &format!("shard=\"{i}\""));
+            s.tick.render(
+                &mut o,
+                "seatboard_tick_duration_seconds",
+                &format!("shard=\"{i}\""),
+            );
         }
-        family(&mut o, "seatboard_update_latency_seconds", "histogram", "From a snapshot's ts to its arrival at the hub.");
-        self.update_latency.render(&mut o, "seatboard_update_latency_seconds", "");
-        family(&mut o, "seatboard_presence_pipeline_seconds", "histogram", "Presence pipeline round trip.");
-        self.presence_pipeline.render(&mut o, "seatboard_presence_pipeline_seconds", "");
+        family(
+            &mut o,
+            "seatboard_update_latency_seconds",
+            "histogram",
+            "From a snapshot's ts to its arrival at the hub.",
+        );
+        self.update_latency
+            .render(&mut o, "seatboard_update_latency_seconds", "");
+        family(
+            &mut o,
+            "seatboard_presence_pipeline_seconds",
+            "histogram",
+            "Presence pipeline round trip.",
+        );
+        self.presence_pipeline
+            .render(&mut o, "seatboard_presence_pipeline_seconds", "");
         o
     }
 }

@@ -19,14 +19,16 @@ pub struct UserCounts {
 impl UserCounts {
     fn new() -> Self {
         UserCounts {
-            stripes: (0..USER_STRIPES).map(|_| Mutex::new(HashMap::new())).collect(),
+            stripes: (0..USER_STRIPES)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
         }
     }
 
     fn stripe(&self, user: &str) -> &Mutex<HashMap<String, u32>> {
-        let h = user
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+        let h = user.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        });
         &self.stripes[(h as usize) % USER_STRIPES]
     }
 

@@ -20,9 +20,9 @@ use std::time::{Duration, Instant};
 
 /// The number of shards for `--shards` (default: usable cores).
 pub fn shard_count(args: &HubArgs) -> usize {
-    args.shards.map(usize::from).unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, |n| n.get())
-    })
+    args.shards
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// A started node: what `main` needs to wait on it.
@@ -48,7 +48,12 @@ where
     let (presence_tx, presence_rx) = unbounded();
 
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
-    let router = Ingest::new(source, outlets, Arc::clone(&node), Some(presence_tx.clone()));
+    let router = Ingest::new(
+        source,
+        outlets,
+        Arc::clone(&node),
+        Some(presence_tx.clone()),
+    );
     let admin_tick = args.admin_tick_ms;
     std::thread::Builder::new()
         .name("seatboard-ingest".into())
@@ -226,7 +231,9 @@ impl Hub {
                     return 0;
                 }
                 // The drain window plus the close grace: whatever is left goes now.
-                if t.elapsed() > Duration::from_millis(self.node.args.drain_ms) + Duration::from_secs(5) {
+                if t.elapsed()
+                    > Duration::from_millis(self.node.args.drain_ms) + Duration::from_secs(5)
+                {
                     return self.close_all();
                 }
             }

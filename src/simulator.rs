@@ -7,9 +7,9 @@ use std::sync::Arc;
 /// The demo's course codes, hottest first (also alphabetical, so a picker's first
 /// entry is the busiest course).
 pub const DEMO_COURSES: [&str; 24] = [
-    "ART150", "BIO101", "BIO250", "CHEM101", "CHEM231", "CS101", "CS102", "CS201", "CS225", "CS301",
-    "CS341", "ECON101", "ECON202", "ENG105", "HIST110", "MATH101", "MATH115", "MATH221", "MATH340",
-    "PHIL120", "PHYS101", "PHYS211", "PSYC100", "STAT200",
+    "ART150", "BIO101", "BIO250", "CHEM101", "CHEM231", "CS101", "CS102", "CS201", "CS225",
+    "CS301", "CS341", "ECON101", "ECON202", "ENG105", "HIST110", "MATH101", "MATH115", "MATH221",
+    "MATH340", "PHIL120", "PHYS101", "PHYS211", "PSYC100", "STAT200",
 ];
 
 struct Section {
@@ -80,7 +80,9 @@ impl SelectionWindow {
     fn pick_course(&mut self) -> usize {
         let total = self.cdf.last().copied().unwrap_or(1.0);
         let x = self.rng.f64() * total;
-        self.cdf.partition_point(|c| *c < x).min(self.courses.len() - 1)
+        self.cdf
+            .partition_point(|c| *c < x)
+            .min(self.courses.len() - 1)
     }
 
     /// The next seat event as a full-section snapshot, stamped with `ts`.
@@ -89,7 +91,9 @@ impl SelectionWindow {
             .courses
             .iter()
             .flat_map(|c| c.sections.iter())
-            .fold((0u64, 0u64), |(a, b), s| (a + s.taken as u64, b + s.total as u64));
+            .fold((0u64, 0u64), |(a, b), s| {
+                (a + s.taken as u64, b + s.total as u64)
+            });
         // Nearly everything taken: the window closes and the next one opens.
         if taken * 100 >= total * 97 {
             for s in self.courses.iter_mut().flat_map(|c| c.sections.iter_mut()) {
@@ -106,10 +110,18 @@ impl SelectionWindow {
         let open: Vec<usize> = (0..course.sections.len())
             .filter(|i| {
                 let s = &course.sections[*i];
-                if release { s.taken > 0 } else { s.taken < s.total }
+                if release {
+                    s.taken > 0
+                } else {
+                    s.taken < s.total
+                }
             })
             .collect();
-        let si = if open.is_empty() { 0 } else { open[self.rng.usize(0..open.len())] };
+        let si = if open.is_empty() {
+            0
+        } else {
+            open[self.rng.usize(0..open.len())]
+        };
         let s = &mut course.sections[si];
         if release && s.taken > 0 {
             s.taken -= 1;

@@ -9,7 +9,15 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 fn board_end_to_end(driver: &str) {
-    let sb = Seatboard::start(&["demo", "--driver", driver, "--shards", "2", "--tick-ms", "200"]);
+    let sb = Seatboard::start(&[
+        "demo",
+        "--driver",
+        driver,
+        "--shards",
+        "2",
+        "--tick-ms",
+        "200",
+    ]);
     let mut a = ws_connect(sb.port, "/ws?user=alice").expect("connect");
     let hello = next_json(&mut a).expect("hello");
     assert_eq!(hello["type"], "hello");
@@ -23,9 +31,17 @@ fn board_end_to_end(driver: &str) {
     let first = next_of_type(&mut a, "frame", Duration::from_secs(5)).expect("watch answer");
     assert_eq!(first["course"], course);
     assert_eq!(first["full"], true, "the watch answer is a full frame");
-    let ids: Vec<u64> = first["sections"].as_array().unwrap().iter().map(|s| s["section"].as_u64().unwrap()).collect();
+    let ids: Vec<u64> = first["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["section"].as_u64().unwrap())
+        .collect();
     assert!(!ids.is_empty(), "the demo seeds every section");
-    assert!(ids.windows(2).all(|w| w[0] < w[1]), "sections sorted: {ids:?}");
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "sections sorted: {ids:?}"
+    );
     let mut board = Board::default();
     board.apply(&first);
 
@@ -41,7 +57,11 @@ fn board_end_to_end(driver: &str) {
                 for s in m["sections"].as_array().unwrap() {
                     let id = s["section"].as_u64().unwrap();
                     let v = s["version"].as_u64().unwrap();
-                    assert!(v >= board.version(id), "section {id} went from {} to {v}", board.version(id));
+                    assert!(
+                        v >= board.version(id),
+                        "section {id} went from {} to {v}",
+                        board.version(id)
+                    );
                 }
                 board.apply(&m);
                 times.push(Instant::now());
@@ -55,12 +75,24 @@ fn board_end_to_end(driver: &str) {
         }
     }
     assert!(got_presence, "presence is sent on watch");
-    assert!(times.len() >= 5, "the hot course changes several times in 4 s, got {}", times.len());
+    assert!(
+        times.len() >= 5,
+        "the hot course changes several times in 4 s, got {}",
+        times.len()
+    );
     // Arrival gaps can shrink a little through scheduling noise, never to half a tick.
     for w in times.windows(2) {
-        assert!(w[1] - w[0] >= Duration::from_millis(100), "two frames {:?} apart", w[1] - w[0]);
+        assert!(
+            w[1] - w[0] >= Duration::from_millis(100),
+            "two frames {:?} apart",
+            w[1] - w[0]
+        );
     }
-    assert!(times.len() <= 4 * 5 + 2, "at most one frame per tick: {}", times.len());
+    assert!(
+        times.len() <= 4 * 5 + 2,
+        "at most one frame per tick: {}",
+        times.len()
+    );
 
     // A fresh viewer's full answer; afterwards the old viewer must hold at least
     // that state for every section, and nothing the fresh one lacks.
@@ -84,15 +116,20 @@ fn board_end_to_end(driver: &str) {
         "same sections"
     );
     for (id, s) in &fresh_board.0 {
-        assert!(board.version(*id) >= s["version"].as_u64().unwrap(), "section {id} is behind");
+        assert!(
+            board.version(*id) >= s["version"].as_u64().unwrap(),
+            "section {id} is behind"
+        );
     }
 
     // Presence counts distinct users: alice and bob.
     let p = next_of_type(&mut b, "presence", Duration::from_secs(8));
-    let counts: Vec<u64> = std::iter::successors(p, |_| next_of_type(&mut b, "presence", Duration::from_secs(5)))
-        .take(3)
-        .filter_map(|m| m["viewers"].as_u64())
-        .collect();
+    let counts: Vec<u64> = std::iter::successors(p, |_| {
+        next_of_type(&mut b, "presence", Duration::from_secs(5))
+    })
+    .take(3)
+    .filter_map(|m| m["viewers"].as_u64())
+    .collect();
     assert!(counts.contains(&2), "two distinct viewers, saw {counts:?}");
 
     // Plain HTTP.
@@ -103,12 +140,18 @@ fn board_end_to_end(driver: &str) {
     assert_eq!(v["connections"], 2);
     assert_eq!(v["draining"], false);
     assert_eq!(http_get(sb.port, "/nope").unwrap().status, 404);
-    assert_eq!(http_raw(sb.port, b"DELETE /healthz HTTP/1.1\r\n\r\n").unwrap().status, 405);
+    assert_eq!(
+        http_raw(sb.port, b"DELETE /healthz HTTP/1.1\r\n\r\n")
+            .unwrap()
+            .status,
+        405
+    );
     assert_eq!(http_get(sb.port, "/readyz").unwrap().status, 200);
     let page = http_get(sb.port, "/").unwrap();
     assert_eq!(page.status, 200);
     assert!(page.body.contains("<title>seatboard</title>"));
-    let courses: Vec<String> = serde_json::from_str(&http_get(sb.port, "/api/courses").unwrap().body).unwrap();
+    let courses: Vec<String> =
+        serde_json::from_str(&http_get(sb.port, "/api/courses").unwrap().body).unwrap();
     assert!(courses.contains(&course.to_string()));
     let m = sb.metrics();
     assert!(metric_value(&m, "seatboard_frames_sent_total") > 0.0);

@@ -77,7 +77,9 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
         ..RequestHead::default()
     };
     for h in req.headers.iter() {
-        let Ok(value) = std::str::from_utf8(h.value) else { continue };
+        let Ok(value) = std::str::from_utf8(h.value) else {
+            continue;
+        };
         let value = value.trim();
         let slot = match h.name.to_ascii_lowercase().as_str() {
             "upgrade" => &mut head.upgrade,
@@ -171,7 +173,9 @@ impl RequestHead {
     pub fn token(&self) -> Option<String> {
         let bearer = self.authorization.as_deref().and_then(|a| {
             let (scheme, rest) = a.split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim().to_owned())
+            scheme
+                .eq_ignore_ascii_case("bearer")
+                .then(|| rest.trim().to_owned())
         });
         bearer
             .or_else(|| self.query_param("token"))
@@ -232,22 +236,56 @@ mod tests {
         let many: String = (0..70).map(|i| format!("X{i}: y\r\n")).collect();
         let req = format!("GET / HTTP/1.1\r\n{many}\r\n");
         assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
-        assert_eq!(parse(b"\x16\x03\x01garbage\r\n\r\n"), Err(HeadError::Malformed));
+        assert_eq!(
+            parse(b"\x16\x03\x01garbage\r\n\r\n"),
+            Err(HeadError::Malformed)
+        );
     }
 
     #[test]
     fn upgrade_checks() {
-        let ok = |s: &str| parse(s.as_bytes()).unwrap().unwrap().0.check_upgrade().map(|_| ());
+        let ok = |s: &str| {
+            parse(s.as_bytes())
+                .unwrap()
+                .unwrap()
+                .0
+                .check_upgrade()
+                .map(|_| ())
+        };
         assert_eq!(ok(UPGRADE), Ok(()));
-        assert_eq!(ok(&UPGRADE.replace("Version: 13", "Version: 8")), Err(UpgradeError::WrongVersion));
-        assert_eq!(ok(&UPGRADE.replace("GET", "POST")), Err(UpgradeError::Malformed));
-        assert_eq!(ok(&UPGRADE.replace("HTTP/1.1", "HTTP/1.0")), Err(UpgradeError::Malformed));
-        assert_eq!(ok(&UPGRADE.replace("Upgrade: websocket\r\n", "")), Err(UpgradeError::Malformed));
-        assert_eq!(ok(&UPGRADE.replace("keep-alive, Upgrade", "keep-alive")), Err(UpgradeError::Malformed));
+        assert_eq!(
+            ok(&UPGRADE.replace("Version: 13", "Version: 8")),
+            Err(UpgradeError::WrongVersion)
+        );
+        assert_eq!(
+            ok(&UPGRADE.replace("GET", "POST")),
+            Err(UpgradeError::Malformed)
+        );
+        assert_eq!(
+            ok(&UPGRADE.replace("HTTP/1.1", "HTTP/1.0")),
+            Err(UpgradeError::Malformed)
+        );
+        assert_eq!(
+            ok(&UPGRADE.replace("Upgrade: websocket\r\n", "")),
+            Err(UpgradeError::Malformed)
+        );
+        assert_eq!(
+            ok(&UPGRADE.replace("keep-alive, Upgrade", "keep-alive")),
+            Err(UpgradeError::Malformed)
+        );
         // Key: 16 bytes of base64 only.
-        assert_eq!(ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ=")), Err(UpgradeError::Malformed));
-        assert_eq!(ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZR==")), Err(UpgradeError::Malformed));
-        assert_eq!(ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub2!jZQ==")), Err(UpgradeError::Malformed));
+        assert_eq!(
+            ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "c2hvcnQ=")),
+            Err(UpgradeError::Malformed)
+        );
+        assert_eq!(
+            ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub25jZR==")),
+            Err(UpgradeError::Malformed)
+        );
+        assert_eq!(
+            ok(&UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", "dGhlIHNhbXBsZSBub2!jZQ==")),
+            Err(UpgradeError::Malformed)
+        );
     }
 
     #[test]
@@ -256,9 +294,22 @@ mod tests {
             let s = format!("GET /ws{q} HTTP/1.1\r\n{extra}\r\n");
             parse(s.as_bytes()).unwrap().unwrap().0.token()
         };
-        assert_eq!(h("Authorization: Bearer aa\r\nCookie: seatboard_token=cc\r\n", "?token=bb").as_deref(), Some("aa"));
-        assert_eq!(h("Cookie: seatboard_token=cc\r\n", "?token=bb").as_deref(), Some("bb"));
-        assert_eq!(h("Cookie: x=1; seatboard_token=cc\r\n", "").as_deref(), Some("cc"));
+        assert_eq!(
+            h(
+                "Authorization: Bearer aa\r\nCookie: seatboard_token=cc\r\n",
+                "?token=bb"
+            )
+            .as_deref(),
+            Some("aa")
+        );
+        assert_eq!(
+            h("Cookie: seatboard_token=cc\r\n", "?token=bb").as_deref(),
+            Some("bb")
+        );
+        assert_eq!(
+            h("Cookie: x=1; seatboard_token=cc\r\n", "").as_deref(),
+            Some("cc")
+        );
         assert_eq!(h("Authorization: Basic zz\r\n", "").as_deref(), None);
     }
 

@@ -15,7 +15,9 @@ pub struct MessageWindow {
 impl MessageWindow {
     /// Records a message at `now_ms`; false when it makes more than 20 in the last second.
     pub fn admit(&mut self, now_ms: u64) -> bool {
-        let times = self.times.get_or_insert_with(|| Box::new([0; MAX_MESSAGES_PER_SEC]));
+        let times = self
+            .times
+            .get_or_insert_with(|| Box::new([0; MAX_MESSAGES_PER_SEC]));
         // The slot being overwritten holds the 20th message before this one.
         let oldest = times[self.next];
         let full = self.seen >= MAX_MESSAGES_PER_SEC;

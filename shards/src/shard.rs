@@ -235,13 +235,15 @@ impl Shard {
         };
         // A random generation: a stale handle never matches the slot's next tenant.
         let gen = self.rand() as u32 | 1;
-        self.conns[idx as usize] = Some(Conn::new(gen, Arc::clone(&user), role, admin_feed, now_ms));
+        self.conns[idx as usize] =
+            Some(Conn::new(gen, Arc::clone(&user), role, admin_feed, now_ms));
         self.live += 1;
         let id = ConnId { idx, gen };
         if admin_feed {
             self.admin_feeds += 1;
             if self.admin_feeds == 1 {
-                self.actions.push_back(Action::AdminFeed { connected: true });
+                self.actions
+                    .push_back(Action::AdminFeed { connected: true });
             }
         }
         let hello = format!(
@@ -322,7 +324,9 @@ impl Shard {
                 name
             }
         };
-        let Some(c) = self.courses.get_mut(&name) else { return Ok(()) };
+        let Some(c) = self.courses.get_mut(&name) else {
+            return Ok(());
+        };
         let pos = c.viewers.len() as u32;
         c.viewers.push(Viewer {
             conn: id,
@@ -351,7 +355,9 @@ impl Shard {
 
     /// The answer to a watch: the whole board and the viewer count.
     fn answer_watch(&mut self, id: ConnId, course: &str, now_ms: u64) {
-        let Some(c) = self.courses.get_mut(course) else { return };
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
         let frame = c.full_frame();
         let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
         let presence = presence_message(course, viewers);
@@ -363,7 +369,9 @@ impl Shard {
     }
 
     fn clear_owed(&mut self, id: ConnId, course: &str) {
-        let Some(pos) = self.conn(id).and_then(|c| c.watch_pos(course)) else { return };
+        let Some(pos) = self.conn(id).and_then(|c| c.watch_pos(course)) else {
+            return;
+        };
         let vpos = self.conn(id).map(|c| c.watched[pos].1 as usize);
         if let (Some(vpos), Some(c)) = (vpos, self.courses.get_mut(course)) {
             if let Some(v) = c.viewers.get_mut(vpos) {
@@ -376,11 +384,17 @@ impl Shard {
     }
 
     fn unwatch(&mut self, id: ConnId, course: &str) {
-        let Some(conn) = self.conn_mut(id) else { return };
-        let Some(wpos) = conn.watch_pos(course) else { return };
+        let Some(conn) = self.conn_mut(id) else {
+            return;
+        };
+        let Some(wpos) = conn.watch_pos(course) else {
+            return;
+        };
         let (name, vpos) = conn.watched.swap_remove(wpos);
         let user = Arc::clone(&conn.user);
-        let Some(c) = self.courses.get_mut(&name) else { return };
+        let Some(c) = self.courses.get_mut(&name) else {
+            return;
+        };
         let vpos = vpos as usize;
         let removed = c.viewers.swap_remove(vpos);
         if removed.owes_full {
@@ -454,7 +468,8 @@ impl Shard {
             if conn.admin_feed {
                 self.admin_feeds -= 1;
                 if self.admin_feeds == 0 {
-                    self.actions.push_back(Action::AdminFeed { connected: false });
+                    self.actions
+                        .push_back(Action::AdminFeed { connected: false });
                 }
             }
         }
@@ -471,7 +486,9 @@ impl Shard {
 
     /// A snapshot routed here by the ingest thread.
     pub fn handle_snapshot(&mut self, snap: &Arc<Snapshot>) {
-        let Some(c) = self.courses.get_mut(&*snap.course) else { return };
+        let Some(c) = self.courses.get_mut(&*snap.course) else {
+            return;
+        };
         if c.apply(snap) {
             self.stats.snapshots_applied += 1;
             let name = Arc::clone(&c.name);
@@ -481,7 +498,9 @@ impl Shard {
 
     /// The current board of a course, answering this shard's interest in it.
     pub fn handle_seed(&mut self, course: &str, sections: &[Arc<Snapshot>], now_ms: u64) {
-        let Some(c) = self.courses.get_mut(course) else { return };
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
         for s in sections {
             c.apply(s);
         }
@@ -497,7 +516,9 @@ impl Shard {
 
     /// The global viewer count of a course from the presence layer.
     pub fn handle_presence(&mut self, course: &str, viewers: u64) {
-        let Some(c) = self.courses.get_mut(course) else { return };
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
         if c.presence == Some(viewers) {
             return;
         }
@@ -553,7 +574,12 @@ impl Shard {
         self.draining = true;
         let ids: Vec<ConnId> = self.live_ids().collect();
         for id in ids {
-            let at = now_ms + if window_ms == 0 { 0 } else { self.rand() % window_ms };
+            let at = now_ms
+                + if window_ms == 0 {
+                    0
+                } else {
+                    self.rand() % window_ms
+                };
             self.drain_schedule.push((at, id));
         }
         self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
@@ -623,7 +649,9 @@ impl Shard {
     }
 
     fn render(&mut self, name: &Arc<str>, now_ms: u64) {
-        let Some(c) = self.courses.get_mut(name) else { return };
+        let Some(c) = self.courses.get_mut(name) else {
+            return;
+        };
         if !c.seeded || !c.wants_render() {
             return;
         }
@@ -641,7 +669,9 @@ impl Shard {
                 (Some(d), false) => d,
                 (None, false) => continue,
             };
-            let Some(conn) = self.conns[v.conn.idx as usize].as_mut() else { continue };
+            let Some(conn) = self.conns[v.conn.idx as usize].as_mut() else {
+                continue;
+            };
             let len = frame.len() as u64;
             match conn.push(frame.clone(), limit, now_ms) {
                 Push::Queued => {
@@ -680,7 +710,9 @@ impl Shard {
             if c.closing {
                 continue;
             }
-            if c.full_since.is_some_and(|t| now_ms >= t + cfg.slow_consumer_ms) {
+            if c.full_since
+                .is_some_and(|t| now_ms >= t + cfg.slow_consumer_ms)
+            {
                 self.stats.slow_consumer_closes += 1;
                 self.close(id, close::SLOW_CONSUMER, "slow consumer");
             } else if now_ms >= c.last_rx_ms + cfg.idle_ms {
@@ -740,7 +772,9 @@ impl Shard {
 
     /// Builds the reply to a roster request.
     pub fn roster_frame(course: &str, total: u64, viewers: &[String]) -> Bytes {
-        let mut s = format!("{{\"type\":\"roster\",\"course\":\"{course}\",\"total\":{total},\"viewers\":[");
+        let mut s = format!(
+            "{{\"type\":\"roster\",\"course\":\"{course}\",\"total\":{total},\"viewers\":["
+        );
         for (i, v) in viewers.iter().enumerate() {
             if i > 0 {
                 s.push(',');

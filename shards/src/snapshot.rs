@@ -85,8 +85,7 @@ struct Wire<'a> {
 pub fn valid_course(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 64
-        && s
-            .bytes()
+        && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
 }
 
@@ -102,9 +101,7 @@ fn int(raw: Option<&RawValue>, max: i64) -> Result<Option<i64>, Reject> {
 }
 
 fn required(raw: Option<&RawValue>) -> Result<u32, Reject> {
-    int(raw, MAX_COUNT)?
-        .map(|v| v as u32)
-        .ok_or(Reject::Schema)
+    int(raw, MAX_COUNT)?.map(|v| v as u32).ok_or(Reject::Schema)
 }
 
 impl Snapshot {
@@ -282,7 +279,10 @@ mod tests {
             r#"{{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":{{"pad":"{}"}}}}"#,
             "x".repeat(MAX_PAYLOAD)
         );
-        assert_eq!(Snapshot::parse(big.as_bytes(), Some("CS101")), Err(Reject::TooLarge));
+        assert_eq!(
+            Snapshot::parse(big.as_bytes(), Some("CS101")),
+            Err(Reject::TooLarge)
+        );
     }
 
     #[test]

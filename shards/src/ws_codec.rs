@@ -124,9 +124,7 @@ impl Decoder {
             }
             match opcode {
                 OP_CONT if !self.in_message => return Err(Violation(close::PROTOCOL)),
-                OP_TEXT | OP_BINARY if self.in_message => {
-                    return Err(Violation(close::PROTOCOL))
-                }
+                OP_TEXT | OP_BINARY if self.in_message => return Err(Violation(close::PROTOCOL)),
                 OP_BINARY => return Err(Violation(close::UNSUPPORTED)),
                 _ => {}
             }
@@ -182,9 +180,7 @@ impl Decoder {
             // Fail fast on bytes that can never become valid UTF-8.
             match std::str::from_utf8(&self.message[self.utf8_checked..]) {
                 Ok(_) => self.utf8_checked = self.message.len(),
-                Err(e) if e.error_len().is_some() => {
-                    return Err(Violation(close::INVALID_DATA))
-                }
+                Err(e) if e.error_len().is_some() => return Err(Violation(close::INVALID_DATA)),
                 Err(e) => self.utf8_checked += e.valid_up_to(),
             }
             if fin {
@@ -373,20 +369,35 @@ mod tests {
     #[test]
     fn violations() {
         let cases: Vec<(Vec<u8>, u16)> = vec![
-            (vec![0x81, 0x05, b'h', b'e', b'l', b'l', b'o'], close::PROTOCOL), // unmasked
-            (client_frame(true, 0x1 | 0x40, b"x", M), close::PROTOCOL),         // RSV1
-            (client_frame(true, 0x3, b"x", M), close::PROTOCOL),                // reserved data op
-            (client_frame(true, 0xB, b"x", M), close::PROTOCOL),                // reserved control op
-            (client_frame(true, 0x9, &[0; 126], M), close::PROTOCOL),           // big ping
-            (client_frame(false, 0x9, b"x", M), close::PROTOCOL),               // fragmented ping
-            (client_frame(true, 0x0, b"x", M), close::PROTOCOL),                // stray continuation
-            (client_frame(true, 0x2, b"x", M), close::UNSUPPORTED),             // binary
+            (
+                vec![0x81, 0x05, b'h', b'e', b'l', b'l', b'o'],
+                close::PROTOCOL,
+            ), // unmasked
+            (client_frame(true, 0x1 | 0x40, b"x", M), close::PROTOCOL), // RSV1
+            (client_frame(true, 0x3, b"x", M), close::PROTOCOL),        // reserved data op
+            (client_frame(true, 0xB, b"x", M), close::PROTOCOL),        // reserved control op
+            (client_frame(true, 0x9, &[0; 126], M), close::PROTOCOL),   // big ping
+            (client_frame(false, 0x9, b"x", M), close::PROTOCOL),       // fragmented ping
+            (client_frame(true, 0x0, b"x", M), close::PROTOCOL),        // stray continuation
+            (client_frame(true, 0x2, b"x", M), close::UNSUPPORTED),     // binary
             (client_frame(true, 0x1, &[b'a'; 4097], M), close::TOO_BIG),
-            (client_frame(true, 0x1, &[0xce, 0xba, 0xff], M), close::INVALID_DATA),
-            (client_frame(true, 0x8, &[0x03], M), close::PROTOCOL),            // 1-byte close
-            (client_frame(true, 0x8, &1005u16.to_be_bytes(), M), close::PROTOCOL),
-            (client_frame(true, 0x8, &999u16.to_be_bytes(), M), close::PROTOCOL),
-            (client_frame(true, 0x8, &[0x03, 0xe8, 0xff], M), close::INVALID_DATA),
+            (
+                client_frame(true, 0x1, &[0xce, 0xba, 0xff], M),
+                close::INVALID_DATA,
+            ),
+            (client_frame(true, 0x8, &[0x03], M), close::PROTOCOL), // 1-byte close
+            (
+                client_frame(true, 0x8, &1005u16.to_be_bytes(), M),
+                close::PROTOCOL,
+            ),
+            (
+                client_frame(true, 0x8, &999u16.to_be_bytes(), M),
+                close::PROTOCOL,
+            ),
+            (
+                client_frame(true, 0x8, &[0x03, 0xe8, 0xff], M),
+                close::INVALID_DATA,
+            ),
         ];
         for (bytes, code) in cases {
             assert_eq!(decode_all(&bytes).1, Some(Violation(code)), "{bytes:02x?}");
@@ -405,7 +416,10 @@ mod tests {
         bytes.extend(client_frame(true, 0x0, b"o", M));
         let (ev, err) = decode_all(&bytes);
         assert_eq!(err, None);
-        assert_eq!(ev, vec![WsEvent::Ping(b"p".to_vec()), WsEvent::Text("hello".into())]);
+        assert_eq!(
+            ev,
+            vec![WsEvent::Ping(b"p".to_vec()), WsEvent::Text("hello".into())]
+        );
     }
 
     #[test]
@@ -428,7 +442,12 @@ mod tests {
     fn fragmented_size_counts_the_whole_message() {
         let mut bytes = Vec::new();
         for _ in 0..4 {
-            bytes.extend(client_frame(false, if bytes.is_empty() { 1 } else { 0 }, &[b'a'; 1024], M));
+            bytes.extend(client_frame(
+                false,
+                if bytes.is_empty() { 1 } else { 0 },
+                &[b'a'; 1024],
+                M,
+            ));
         }
         bytes.extend(client_frame(true, 0x0, b"b", M));
         assert_eq!(decode_all(&bytes).1, Some(Violation(close::TOO_BIG)));
@@ -451,7 +470,10 @@ mod tests {
         for code in [0u16, 1004, 1005, 1006, 1015, 1016, 2999, 5000] {
             assert!(!valid_close_code(code), "{code}");
         }
-        assert_eq!(decode_all(&client_frame(true, 0x8, b"", M)).0, vec![WsEvent::Close(None)]);
+        assert_eq!(
+            decode_all(&client_frame(true, 0x8, b"", M)).0,
+            vec![WsEvent::Close(None)]
+        );
     }
 
     #[test]

@@ -103,7 +103,11 @@ fn watch(s: &mut Shard, id: ConnId, course: &str, now: u64) {
 }
 
 fn unwatch(s: &mut Shard, id: ConnId, course: &str, now: u64) {
-    s.handle_text(id, &format!(r#"{{"op":"unwatch","course":"{course}"}}"#), now);
+    s.handle_text(
+        id,
+        &format!(r#"{{"op":"unwatch","course":"{course}"}}"#),
+        now,
+    );
 }
 
 /// Connects and throws the hello away.
@@ -346,7 +350,10 @@ fn watch_of_seeded_course_is_answered_at_once_sorted() {
     let f = out[0].json();
     assert_eq!(f["full"], true);
     assert_eq!(section_ids(f), vec![0, 2, 3, 5, 7]);
-    assert_eq!(f["sections"][1], json!({"section": 2, "total_seats": 50, "seats_taken": 4, "version": 1}));
+    assert_eq!(
+        f["sections"][1],
+        json!({"section": 2, "total_seats": 50, "seats_taken": 4, "version": 1})
+    );
     assert_eq!(out[1].json()["viewers"], 2);
     // Nothing for the old viewer: the answer is private.
     assert!(pop_all(&mut s, a).is_empty());
@@ -405,7 +412,10 @@ fn version_rule_and_last_write_wins() {
     assert_eq!(s.stats().snapshots_applied, applied);
     let mut now = 0;
     run_to(&mut s, &mut now, 1000);
-    assert!(pop_all(&mut s, a).is_empty(), "nothing changed, nothing sent");
+    assert!(
+        pop_all(&mut s, a).is_empty(),
+        "nothing changed, nothing sent"
+    );
 
     // A newer one is applied.
     s.handle_snapshot(&snap("C", 1, 13, Some(6)));
@@ -469,9 +479,16 @@ fn latest_state_wins_within_a_tick() {
         latest.insert(1, 100 + i);
         latest.insert((i % 3 + 2) as u64, i);
         s.handle_timeout(t);
-        assert!(pop_all(&mut s, a).is_empty(), "no frame inside the tick (t={t})");
+        assert!(
+            pop_all(&mut s, a).is_empty(),
+            "no frame inside the tick (t={t})"
+        );
     }
-    assert_eq!(s.poll_timeout(), Some(201), "trailing edge one tick after the first frame");
+    assert_eq!(
+        s.poll_timeout(),
+        Some(201),
+        "trailing edge one tick after the first frame"
+    );
     run_to(&mut s, &mut now, 200);
     assert!(pop_all(&mut s, a).is_empty());
     run_to(&mut s, &mut now, 201);
@@ -495,7 +512,11 @@ fn leading_edge_first_change_goes_out_at_once() {
     // Idle course: a change is due now (poll_timeout not after now).
     now = 5_123;
     s.handle_snapshot(&snap("C", 0, 1, None));
-    assert!(s.poll_timeout().is_some_and(|t| t <= now), "{:?}", s.poll_timeout());
+    assert!(
+        s.poll_timeout().is_some_and(|t| t <= now),
+        "{:?}",
+        s.poll_timeout()
+    );
     s.handle_timeout(now);
     let out = pop_all(&mut s, a);
     assert_eq!(frames(&out).len(), 1);
@@ -505,7 +526,10 @@ fn leading_edge_first_change_goes_out_at_once() {
     s.handle_timeout(now + 199);
     assert!(pop_all(&mut s, a).is_empty());
     s.handle_timeout(now + 200);
-    assert_eq!(frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"], 2);
+    assert_eq!(
+        frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"],
+        2
+    );
     // More than a tick later, at once again.
     let t = now + 200 + 350;
     s.handle_snapshot(&snap("C", 0, 3, None));
@@ -623,7 +647,11 @@ fn every_viewer_gets_the_same_bytes_encoded_once() {
     assert_eq!(s.stats().frames_rendered, rendered + 1);
     let (ra, rb) = (pop_raw(&mut s, a), pop_raw(&mut s, b));
     assert_eq!((ra.len(), rb.len()), (1, 1));
-    assert_eq!(ra[0].as_ptr(), rb[0].as_ptr(), "the delta was serialized once");
+    assert_eq!(
+        ra[0].as_ptr(),
+        rb[0].as_ptr(),
+        "the delta was serialized once"
+    );
     // A later watcher of the unchanged board gets the cached full frame.
     let c = join(&mut s, "u3", 20);
     let d = join(&mut s, "u4", 20);
@@ -704,7 +732,10 @@ fn full_queue_drops_then_resyncs_with_a_full_frame() {
     }
     assert_eq!(boards_stuck["C"], truth(&src));
     assert_eq!(s.stats().resyncs, resyncs + 1);
-    assert!(pop_all(&mut s, healthy).is_empty(), "the healthy viewer owed nothing");
+    assert!(
+        pop_all(&mut s, healthy).is_empty(),
+        "the healthy viewer owed nothing"
+    );
     assert_eq!(boards_ok["C"], truth(&src));
     // Healed: nothing more to render, and no further resync.
     let until = now + 1000;
@@ -825,12 +856,21 @@ fn pings_and_idle_close() {
     }
     assert_eq!(closes.len(), 1, "{closes:?}");
     let (a, t) = &closes[0];
-    assert_eq!(*a, Action::Close { conn: silent, code: 1000 });
+    assert_eq!(
+        *a,
+        Action::Close {
+            conn: silent,
+            code: 1000
+        }
+    );
     assert!((75_000..=76_000).contains(t), "idle close at {t}");
     assert_eq!(s.stats().idle_closes, 1);
     let p = &pings[&silent];
     assert_eq!(p.len(), 2, "{p:?}");
-    assert!((30_000..=31_000).contains(&p[0]) && (60_000..=62_000).contains(&p[1]), "{p:?}");
+    assert!(
+        (30_000..=31_000).contains(&p[0]) && (60_000..=62_000).contains(&p[1]),
+        "{p:?}"
+    );
     // Pings go out whatever the activity.
     let p = &pings[&chatty];
     assert!(p.len() >= 3, "{p:?}");
@@ -924,7 +964,10 @@ fn admin_roster_becomes_an_action_and_reply_is_delivered() {
             course: "CS101".into()
         }]
     );
-    assert!(pop_all(&mut s, admin).is_empty(), "the reply is built outside");
+    assert!(
+        pop_all(&mut s, admin).is_empty(),
+        "the reply is built outside"
+    );
     let reply = Shard::roster_frame("CS101", 3, &["u1".into(), "q\"uote".into()]);
     s.deliver(admin, reply);
     let out = pop_all(&mut s, admin);
@@ -954,14 +997,25 @@ fn last_viewer_leaving_ends_interest_and_presence_per_user() {
     }
     assert_eq!(
         actions(&mut s),
-        vec![interest("X", true), join_action("X", "u1"), join_action("X", "u2")]
+        vec![
+            interest("X", true),
+            join_action("X", "u1"),
+            join_action("X", "u2")
+        ]
     );
     s.handle_seed("X", &[snap("X", 0, 0, None)], 0);
     for id in [a1, a2, b] {
-        assert_eq!(pop_all(&mut s, id)[1].json()["viewers"], 2, "distinct users");
+        assert_eq!(
+            pop_all(&mut s, id)[1].json()["viewers"],
+            2,
+            "distinct users"
+        );
     }
     unwatch(&mut s, a1, "X", 1);
-    assert!(actions(&mut s).is_empty(), "u1 still watches from another tab");
+    assert!(
+        actions(&mut s).is_empty(),
+        "u1 still watches from another tab"
+    );
     // The unwatched connection gets no more frames of X.
     s.handle_snapshot(&snap("X", 0, 1, None));
     s.handle_timeout(1);
@@ -983,7 +1037,10 @@ fn last_viewer_leaving_ends_interest_and_presence_per_user() {
         vec![
             leave_action("X", "u2"),
             interest("X", false),
-            Action::Close { conn: b, code: 1000 }
+            Action::Close {
+                conn: b,
+                code: 1000
+            }
         ]
     );
     assert_eq!(pop_all(&mut s, b), vec![Out::Close(1000)]);
@@ -1002,7 +1059,10 @@ fn last_viewer_leaving_ends_interest_and_presence_per_user() {
 
     // Re-watching after the course was forgotten asks for interest and a seed again.
     watch(&mut s, a1, "X", 700);
-    assert_eq!(actions(&mut s), vec![interest("X", true), join_action("X", "u1")]);
+    assert_eq!(
+        actions(&mut s),
+        vec![interest("X", true), join_action("X", "u1")]
+    );
     assert!(pop_all(&mut s, a1).is_empty());
     s.handle_seed("X", &[snap("X", 0, 5, None)], 700);
     let out = pop_all(&mut s, a1);
@@ -1097,10 +1157,16 @@ fn swap_remove_bookkeeping_survives_random_removal_orders() {
                     .collect();
                 let mut got_sorted = got.clone();
                 got_sorted.sort_unstable();
-                assert_eq!(got_sorted, w.iter().copied().collect::<Vec<_>>(), "seed {seed}");
+                assert_eq!(
+                    got_sorted,
+                    w.iter().copied().collect::<Vec<_>>(),
+                    "seed {seed}"
+                );
             }
             // Remove something at random.
-            let watching: Vec<usize> = (0..conns.len()).filter(|&i| !conns[i].2.is_empty()).collect();
+            let watching: Vec<usize> = (0..conns.len())
+                .filter(|&i| !conns[i].2.is_empty())
+                .collect();
             if watching.is_empty() {
                 break;
             }
@@ -1152,7 +1218,10 @@ fn presence_goes_to_viewers_only_when_it_changes() {
     assert_eq!(pop_all(&mut s, b), vec![want]);
     assert!(pop_all(&mut s, c).is_empty());
     s.handle_presence("X", 5);
-    assert!(pop_all(&mut s, a).is_empty(), "unchanged count is not resent");
+    assert!(
+        pop_all(&mut s, a).is_empty(),
+        "unchanged count is not resent"
+    );
     assert!(pop_all(&mut s, b).is_empty());
     s.handle_presence("X", 7);
     assert_eq!(pop_all(&mut s, a)[0].json()["viewers"], 7);
@@ -1194,14 +1263,26 @@ fn admin_feed_lifecycle_and_admin_frames() {
     s.handle_admin_frame(&frame);
     assert_eq!(pop_all(&mut s, f2).len(), 1);
     s.close(f2, 1000, "");
-    assert_eq!(actions(&mut s), vec![Action::Close { conn: f2, code: 1000 }]);
+    assert_eq!(
+        actions(&mut s),
+        vec![Action::Close {
+            conn: f2,
+            code: 1000
+        }]
+    );
     s.disconnect(f2);
-    assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: false }]);
+    assert_eq!(
+        actions(&mut s),
+        vec![Action::AdminFeed { connected: false }]
+    );
     // And again from scratch.
     let f3 = s.connect("boss", Role::Admin, true, 0);
     assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: true }]);
     s.disconnect(f3);
-    assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: false }]);
+    assert_eq!(
+        actions(&mut s),
+        vec![Action::AdminFeed { connected: false }]
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -1237,7 +1318,10 @@ fn drain_spreads_reconnect_hints_and_1012_over_the_window() {
                     assert_eq!(code, 1012);
                     assert!(closed_at.insert(conn, t).is_none());
                 }
-                Action::PresenceLeave { .. } | Action::Interest { watching: false, .. } => {}
+                Action::PresenceLeave { .. }
+                | Action::Interest {
+                    watching: false, ..
+                } => {}
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -1262,9 +1346,16 @@ fn drain_spreads_reconnect_hints_and_1012_over_the_window() {
     assert!(moments.iter().all(|m| (start..=start + window).contains(m)));
     assert!(moments.len() >= 20, "spread, not all at once: {moments:?}");
     let (lo, hi) = (moments.first().unwrap(), moments.last().unwrap());
-    assert!(*lo < start + window / 4 && *hi > start + 3 * window / 4, "{moments:?}");
+    assert!(
+        *lo < start + window / 4 && *hi > start + 3 * window / 4,
+        "{moments:?}"
+    );
     assert_eq!(s.courses(), 0);
-    assert_eq!(s.connections(), ids.len(), "the shell disconnects after flushing");
+    assert_eq!(
+        s.connections(),
+        ids.len(),
+        "the shell disconnects after flushing"
+    );
 }
 
 #[test]
@@ -1303,7 +1394,10 @@ fn close_all_closes_everything_at_once() {
             _ => None,
         })
         .collect();
-    assert_eq!(closes, ids[..4].iter().map(|id| (*id, 1001)).collect::<Vec<_>>());
+    assert_eq!(
+        closes,
+        ids[..4].iter().map(|id| (*id, 1001)).collect::<Vec<_>>()
+    );
     assert!(acts.contains(&interest("C", false)));
     for id in &ids[..4] {
         assert_eq!(pop_all(&mut s, *id), vec![Out::Close(1001)]);
@@ -1326,7 +1420,12 @@ fn stale_conn_id_does_nothing() {
     s.disconnect(old);
     assert_eq!(
         actions(&mut s),
-        vec![interest("C", true), join_action("C", "u1"), leave_action("C", "u1"), interest("C", false)]
+        vec![
+            interest("C", true),
+            join_action("C", "u1"),
+            leave_action("C", "u1"),
+            interest("C", false)
+        ]
     );
     assert_eq!(s.connections(), 0);
     let new = s.connect("u2", Role::Admin, false, 1);
@@ -1361,7 +1460,16 @@ fn peer_close_is_echoed() {
     s.handle_peer_close(b, None, 5);
     assert_eq!(
         actions(&mut s),
-        vec![Action::Close { conn: a, code: 4000 }, Action::Close { conn: b, code: 1000 }]
+        vec![
+            Action::Close {
+                conn: a,
+                code: 4000
+            },
+            Action::Close {
+                conn: b,
+                code: 1000
+            }
+        ]
     );
     assert_eq!(pop_all(&mut s, a), vec![Out::Close(4000)]);
     assert_eq!(pop_all(&mut s, b), vec![Out::Close(1000)]);
@@ -1410,7 +1518,11 @@ fn snapshot_before_seed_neither_spins_nor_is_lost() {
         watch(&mut s, b, "C", 20);
         assert!(pop_all(&mut s, b).is_empty());
         // The seed was read after the live snapshot: section 2 is older there.
-        s.handle_seed("C", &[snap("C", 1, 1, Some(1)), snap("C", 2, 6, Some(2))], 30);
+        s.handle_seed(
+            "C",
+            &[snap("C", 1, 1, Some(1)), snap("C", 2, 6, Some(2))],
+            30,
+        );
         let mut now = 30;
         run_to(&mut s, &mut now, 1_000);
         let mut src = BTreeMap::new();
@@ -1434,7 +1546,10 @@ fn snapshot_before_seed_neither_spins_nor_is_lost() {
         // And live updates flow normally afterwards.
         s.handle_snapshot(&snap("C", 2, 8, Some(4)));
         run_to(&mut s, &mut now, 1_001);
-        assert_eq!(frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"], 8);
+        assert_eq!(
+            frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"],
+            8
+        );
     });
 }
 
@@ -1481,7 +1596,10 @@ fn connection_arriving_during_a_drain_is_drained_too() {
         .collect();
     assert_eq!(closes.len(), 2, "{closes:?}");
     for id in [early, late] {
-        assert!(closes.contains(&Action::Close { conn: id, code: 1012 }));
+        assert!(closes.contains(&Action::Close {
+            conn: id,
+            code: 1012
+        }));
         let out = pop_all(&mut s, id);
         let n = out.len();
         assert!(n >= 2);
@@ -1586,7 +1704,10 @@ impl Sim {
         Sim {
             s,
             now: 0,
-            courses: ["A", "B.2", "c-3"][..ncourses].iter().map(|c| c.to_string()).collect(),
+            courses: ["A", "B.2", "c-3"][..ncourses]
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
             src: vec![BTreeMap::new(); ncourses],
             clients,
             interested: HashSet::new(),
@@ -1614,7 +1735,11 @@ impl Sim {
             self.now = self.now.max(t);
             self.s.handle_timeout(self.now);
             let next = self.s.poll_timeout();
-            assert!(next.is_none_or(|t| t > self.now), "busy deadline {next:?} at {}", self.now);
+            assert!(
+                next.is_none_or(|t| t > self.now),
+                "busy deadline {next:?} at {}",
+                self.now
+            );
             guard += 1;
             assert!(guard < 10_000);
         }
@@ -1696,19 +1821,33 @@ impl Sim {
     fn pump(&mut self) {
         while let Some(a) = self.s.poll_action() {
             match a {
-                Action::Interest { course, watching: true } => {
-                    assert!(self.interested.insert(course.to_string()), "double interest {course}");
+                Action::Interest {
+                    course,
+                    watching: true,
+                } => {
+                    assert!(
+                        self.interested.insert(course.to_string()),
+                        "double interest {course}"
+                    );
                     self.pending_seed.insert(course.to_string());
                 }
-                Action::Interest { course, watching: false } => {
-                    assert!(self.interested.remove(&*course), "interest end without start {course}");
+                Action::Interest {
+                    course,
+                    watching: false,
+                } => {
+                    assert!(
+                        self.interested.remove(&*course),
+                        "interest end without start {course}"
+                    );
                     self.pending_seed.remove(&*course);
                 }
                 Action::PresenceJoin { course, user } => {
                     assert!(self.presence.insert((course.to_string(), user.to_string())));
                 }
                 Action::PresenceLeave { course, user } => {
-                    assert!(self.presence.remove(&(course.to_string(), user.to_string())));
+                    assert!(self
+                        .presence
+                        .remove(&(course.to_string(), user.to_string())));
                 }
                 other => panic!("unexpected action {other:?}"),
             }
@@ -1726,12 +1865,19 @@ impl Sim {
         let want_presence: HashSet<(String, String)> = self
             .clients
             .iter()
-            .flat_map(|c| c.watched.iter().map(|&k| (self.courses[k].clone(), c.user.clone())))
+            .flat_map(|c| {
+                c.watched
+                    .iter()
+                    .map(|&k| (self.courses[k].clone(), c.user.clone()))
+            })
             .collect();
         assert_eq!(self.presence, want_presence);
         for c in &self.clients {
             if self.s.queued_bytes(c.id) > 0 {
-                assert!(self.ready.contains(&c.id), "frames queued but never announced ready");
+                assert!(
+                    self.ready.contains(&c.id),
+                    "frames queued but never announced ready"
+                );
             }
         }
         assert_eq!(self.s.connections(), self.clients.len());

@@ -161,7 +161,15 @@ mod tests {
     use super::*;
 
     fn snap(section: u32, taken: u32, version: u64) -> Arc<Snapshot> {
-        Arc::new(Snapshot::build("C".into(), section, 100, taken, None, Some(version), None))
+        Arc::new(Snapshot::build(
+            "C".into(),
+            section,
+            100,
+            taken,
+            None,
+            Some(version),
+            None,
+        ))
     }
 
     #[test]

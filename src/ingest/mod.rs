@@ -77,7 +77,12 @@ pub struct Ingest<S: Source> {
 
 impl<S: Source> Ingest<S> {
     /// A router feeding these outlets from `source`.
-    pub fn new(source: S, outlets: Vec<Outlet>, node: Arc<Node>, presence: Option<Sender<PresenceCmd>>) -> Self {
+    pub fn new(
+        source: S,
+        outlets: Vec<Outlet>,
+        node: Arc<Node>,
+        presence: Option<Sender<PresenceCmd>>,
+    ) -> Self {
         Ingest {
             source,
             outlets,
@@ -106,13 +111,19 @@ impl<S: Source> Ingest<S> {
             self.boards.values().filter(|b| b.shards != 0).count() as u64
         };
         self.metrics().subscriptions.store(subs, Relaxed);
-        self.metrics().firehose.store(self.firehose() as u64, Relaxed);
+        self.metrics()
+            .firehose
+            .store(self.firehose() as u64, Relaxed);
     }
 
     /// Handles one command; false on shutdown.
     pub fn command(&mut self, cmd: IngestCmd) -> bool {
         match cmd {
-            IngestCmd::Interest { shard, course, watching } => {
+            IngestCmd::Interest {
+                shard,
+                course,
+                watching,
+            } => {
                 if watching {
                     self.interest_on(shard, course)
                 } else {
@@ -158,7 +169,9 @@ impl<S: Source> Ingest<S> {
     }
 
     fn interest_off(&mut self, shard: usize, course: &str) {
-        let Some(board) = self.boards.get_mut(course) else { return };
+        let Some(board) = self.boards.get_mut(course) else {
+            return;
+        };
         board.shards &= !(1 << shard);
         if board.shards == 0 && !self.firehose() {
             self.source.unsubscribe(course);
@@ -220,7 +233,10 @@ impl<S: Source> Ingest<S> {
         let now = Instant::now();
         if now.duration_since(self.reject_log.0) >= Duration::from_secs(1) {
             if self.reject_log.1 > REJECT_LOGS_PER_SEC {
-                tracing::warn!(suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC, "ingest rejects not logged");
+                tracing::warn!(
+                    suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC,
+                    "ingest rejects not logged"
+                );
             }
             self.reject_log = (now, 0);
         }
@@ -267,19 +283,21 @@ impl<S: Source> Ingest<S> {
     /// Handles one source event.
     pub fn event(&mut self, ev: SourceEvent) {
         match ev {
-            SourceEvent::Message { course, payload } => match Snapshot::parse(&payload, Some(&course)) {
-                Ok(s) => {
-                    self.metrics().ingest_messages.fetch_add(1, Relaxed);
-                    if let Some(ts) = s.ts {
-                        let now = clock::unix_ms();
-                        self.metrics()
-                            .update_latency
-                            .observe_us(now.saturating_sub(ts).saturating_mul(1000));
+            SourceEvent::Message { course, payload } => {
+                match Snapshot::parse(&payload, Some(&course)) {
+                    Ok(s) => {
+                        self.metrics().ingest_messages.fetch_add(1, Relaxed);
+                        if let Some(ts) = s.ts {
+                            let now = clock::unix_ms();
+                            self.metrics()
+                                .update_latency
+                                .observe_us(now.saturating_sub(ts).saturating_mul(1000));
+                        }
+                        self.accept(Arc::new(s), true);
                     }
-                    self.accept(Arc::new(s), true);
+                    Err(r) => self.rejected(r, &course),
                 }
-                Err(r) => self.rejected(r, &course),
-            },
+            }
             SourceEvent::Reconnected => {
                 self.node.metrics.redis_reconnects.fetch_add(1, Relaxed);
                 // Reseed every watched course: versions keep this idempotent.
@@ -331,7 +349,11 @@ impl<S: Source> Ingest<S> {
         for (i, (name, b)) in courses.into_iter().enumerate() {
             let total: u64 = b.sections.values().map(|s| s.total_seats as u64).sum();
             let taken: u64 = b.sections.values().map(|s| s.seats_taken as u64).sum();
-            let full = b.sections.values().filter(|s| s.seats_taken >= s.total_seats).count();
+            let full = b
+                .sections
+                .values()
+                .filter(|s| s.seats_taken >= s.total_seats)
+                .count();
             let rate = (b.updates as f64 / secs * 10.0).round() / 10.0;
             b.updates = 0;
             let viewers = self.viewers.get(name.as_ref()).copied().unwrap_or(0);
@@ -371,9 +393,17 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admi
         }
         let up = ingest.source().connected();
         ingest.node.source_up.store(up, Relaxed);
-        ingest.node.metrics.redis_connected.store(up as u64, Relaxed);
+        ingest
+            .node
+            .metrics
+            .redis_connected
+            .store(up as u64, Relaxed);
         // Short waits while a backlog or commands may be pending.
-        let wait = if ingest.backlog() { Duration::from_millis(1) } else { Duration::from_millis(5) };
+        let wait = if ingest.backlog() {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(5)
+        };
         let mut n = 0;
         if let Some(ev) = ingest.source.poll(wait) {
             ingest.event(ev);

@@ -46,9 +46,20 @@ impl PresenceStore for MemoryPresence {
             .collect())
     }
 
-    fn roster(&mut self, course: &str, now_ms: u64, limit: usize) -> StoreResult<(u64, Vec<String>)> {
-        let Some(s) = self.sets.get(course) else { return Ok((0, Vec::new())) };
-        let mut ids: Vec<String> = s.iter().filter(|(_, e)| **e > now_ms).map(|(u, _)| u.clone()).collect();
+    fn roster(
+        &mut self,
+        course: &str,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreResult<(u64, Vec<String>)> {
+        let Some(s) = self.sets.get(course) else {
+            return Ok((0, Vec::new()));
+        };
+        let mut ids: Vec<String> = s
+            .iter()
+            .filter(|(_, e)| **e > now_ms)
+            .map(|(u, _)| u.clone())
+            .collect();
         ids.sort();
         let total = ids.len() as u64;
         ids.truncate(limit);

@@ -66,7 +66,12 @@ pub trait PresenceStore: Send {
     /// Trims expired members and counts the rest, per course, in one round trip.
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>>;
     /// Total unexpired members and at most `limit` of their ids.
-    fn roster(&mut self, course: &str, now_ms: u64, limit: usize) -> StoreResult<(u64, Vec<String>)>;
+    fn roster(
+        &mut self,
+        course: &str,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreResult<(u64, Vec<String>)>;
 }
 
 /// Timing of the worker.
@@ -130,7 +135,10 @@ impl<P: PresenceStore> Worker<P> {
     pub fn command(&mut self, cmd: PresenceCmd) -> bool {
         match cmd {
             PresenceCmd::Join { course, user } => {
-                let n = self.members.entry((Arc::clone(&course), Arc::clone(&user))).or_insert(0);
+                let n = self
+                    .members
+                    .entry((Arc::clone(&course), Arc::clone(&user)))
+                    .or_insert(0);
                 *n += 1;
                 if *n == 1 {
                     let expiry = self.expiry();
@@ -151,7 +159,11 @@ impl<P: PresenceStore> Worker<P> {
                     }
                 }
             }
-            PresenceCmd::Roster { shard, conn, course } => {
+            PresenceCmd::Roster {
+                shard,
+                conn,
+                course,
+            } => {
                 let frame = match self.store.roster(&course, clock::unix_ms(), ROSTER_LIMIT) {
                     Ok((total, ids)) => Shard::roster_frame(&course, total, &ids),
                     Err(e) => {
@@ -196,7 +208,8 @@ impl<P: PresenceStore> Worker<P> {
 
     /// Reads counts and pushes them to shards and the ingest thread.
     pub fn count(&mut self) {
-        let mut courses: HashSet<Arc<str>> = self.members.keys().map(|(c, _)| Arc::clone(c)).collect();
+        let mut courses: HashSet<Arc<str>> =
+            self.members.keys().map(|(c, _)| Arc::clone(c)).collect();
         courses.extend(self.extra.iter().cloned());
         if courses.is_empty() {
             return;

@@ -63,7 +63,10 @@ async fn read_head(stream: &mut TcpStream) -> HeadOutcome {
                 )
             }
             Err(HeadError::Malformed) => {
-                return HeadOutcome::Refused(Refusal::BadRequest, Some(Response::text(400, "bad request")))
+                return HeadOutcome::Refused(
+                    Refusal::BadRequest,
+                    Some(Response::text(400, "bad request")),
+                )
             }
         }
     }
@@ -98,7 +101,11 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
             Ok(accepted) => ws_conn::run(ctx, stream, accepted, rest).await,
         },
         route => {
-            let allow = if matches!(route, Route::Ws { .. }) { "GET" } else { "GET, HEAD" };
+            let allow = if matches!(route, Route::Ws { .. }) {
+                "GET"
+            } else {
+                "GET, HEAD"
+            };
             let resp = Response::text(405, "method not allowed").header(format!("Allow: {allow}"));
             respond(stream, resp, false).await
         }

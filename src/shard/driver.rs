@@ -26,7 +26,9 @@ pub async fn drive(ctx: Rc<ShardCtx>) {
             }
             while let Some(msg) = ctx.inbox.try_control() {
                 match msg {
-                    Control::Seed { course, sections } => shard.handle_seed(&course, &sections, now),
+                    Control::Seed { course, sections } => {
+                        shard.handle_seed(&course, &sections, now)
+                    }
                     Control::Presence(counts) => {
                         for (course, n) in counts.iter() {
                             shard.handle_presence(course, *n);
@@ -53,7 +55,8 @@ pub async fn drive(ctx: Rc<ShardCtx>) {
         ctx.kick.take();
         Wait {
             ctx: &ctx,
-            sleep: deadline.map(|ms| Box::pin(monoio::time::sleep_until(clock::instant_at(ms).into()))),
+            sleep: deadline
+                .map(|ms| Box::pin(monoio::time::sleep_until(clock::instant_at(ms).into()))),
         }
         .await;
     }

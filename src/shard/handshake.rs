@@ -54,17 +54,33 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             ))
         }
         Err(UpgradeError::Malformed) => {
-            return Err(refuse(ctx, Refusal::BadUpgrade, Response::text(400, "not a websocket upgrade")))
+            return Err(refuse(
+                ctx,
+                Refusal::BadUpgrade,
+                Response::text(400, "not a websocket upgrade"),
+            ))
         }
     };
     if !node.origin_allowed(head.origin.as_deref()) {
-        return Err(refuse(ctx, Refusal::Origin, Response::text(403, "origin not allowed")));
+        return Err(refuse(
+            ctx,
+            Refusal::Origin,
+            Response::text(403, "origin not allowed"),
+        ));
     }
     let Some(identity) = node.auth.identify(head) else {
-        return Err(refuse(ctx, Refusal::Unauthorized, Response::text(401, "missing or invalid token")));
+        return Err(refuse(
+            ctx,
+            Refusal::Unauthorized,
+            Response::text(401, "missing or invalid token"),
+        ));
     };
     if admin_feed && identity.role != Role::Admin {
-        return Err(refuse(ctx, Refusal::Forbidden, Response::text(403, "admin token required")));
+        return Err(refuse(
+            ctx,
+            Refusal::Forbidden,
+            Response::text(403, "admin token required"),
+        ));
     }
     if node.draining() {
         return Err(refuse(
@@ -81,9 +97,16 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             Response::text(503, "node full").header(retry_after(1)),
         ));
     }
-    if !node.users.acquire(&identity.user, node.args.max_conns_per_user) {
+    if !node
+        .users
+        .acquire(&identity.user, node.args.max_conns_per_user)
+    {
         node.open.fetch_sub(1, Relaxed);
-        return Err(refuse(ctx, Refusal::UserCap, Response::text(429, "too many connections for this user")));
+        return Err(refuse(
+            ctx,
+            Refusal::UserCap,
+            Response::text(429, "too many connections for this user"),
+        ));
     }
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     let response = format!(

@@ -144,7 +144,9 @@ pub fn page(node: &Node, page: &str) -> Response {
                 ),
             )
         }
-        "/readyz" if node.draining() => Response::text(503, "draining").header("Retry-After: 5".into()),
+        "/readyz" if node.draining() => {
+            Response::text(503, "draining").header("Retry-After: 5".into())
+        }
         "/readyz" => Response::text(200, "ready"),
         "/metrics" => Response {
             status: 200,
@@ -154,7 +156,10 @@ pub fn page(node: &Node, page: &str) -> Response {
         },
         "/api/courses" => Response::json(
             200,
-            node.courses_json.read().map(|s| s.clone()).unwrap_or_else(|_| "[]".into()),
+            node.courses_json
+                .read()
+                .map(|s| s.clone())
+                .unwrap_or_else(|_| "[]".into()),
         ),
         _ => Response::text(404, "not found"),
     }

@@ -121,7 +121,12 @@ async fn read_loop(
     }
 }
 
-async fn write_loop(ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, mut writer: OwnedWriteHalf<TcpStream>) {
+async fn write_loop(
+    ctx: Rc<ShardCtx>,
+    io: Rc<ConnIo>,
+    id: ConnId,
+    mut writer: OwnedWriteHalf<TcpStream>,
+) {
     loop {
         let frame = ctx.shard.borrow_mut().poll_transmit(id);
         match frame {

@@ -41,7 +41,10 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Redis {
-        let mut r = Redis { port: free_port(), child: None };
+        let mut r = Redis {
+            port: free_port(),
+            child: None,
+        };
         r.restart();
         r
     }
@@ -53,15 +56,26 @@ impl Redis {
     /// Starts (again) on the same port.
     pub fn restart(&mut self) {
         let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (the README's test command installs it)");
         self.child = Some(child);
         let port = self.port;
-        wait_for(Duration::from_secs(10), || TcpStream::connect(("127.0.0.1", port)).ok())
-            .expect("redis-server did not come up");
+        wait_for(Duration::from_secs(10), || {
+            TcpStream::connect(("127.0.0.1", port)).ok()
+        })
+        .expect("redis-server did not come up");
     }
 
     /// SIGKILLs the server.
@@ -109,15 +123,22 @@ impl Seatboard {
         let port = free_port();
         let child = Command::new(bin())
             .args(args)
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--log-level", "warn"])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--log-level",
+                "warn",
+            ])
             .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn seatboard");
         let sb = Seatboard { port, child };
-        wait_for(Duration::from_secs(15), || http_get(port, "/healthz").ok().filter(|r| r.status == 200))
-            .expect("seatboard did not answer /healthz");
+        wait_for(Duration::from_secs(15), || {
+            http_get(port, "/healthz").ok().filter(|r| r.status == 200)
+        })
+        .expect("seatboard did not answer /healthz");
         sb
     }
 
@@ -137,7 +158,9 @@ impl Seatboard {
     }
 
     pub fn metrics(&self) -> String {
-        http_get(self.port, "/metrics").map(|r| r.body).unwrap_or_default()
+        http_get(self.port, "/metrics")
+            .map(|r| r.body)
+            .unwrap_or_default()
     }
 
     /// The value of one metric line, e.g. `seatboard_frames_sent_total`.
@@ -159,7 +182,8 @@ pub fn metric_value(text: &str, prefix: &str) -> f64 {
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let (k, v) = l.rsplit_once(' ')?;
-            (k == prefix || (k.starts_with(prefix) && prefix.ends_with('{'))).then(|| v.parse::<f64>().ok())?
+            (k == prefix || (k.starts_with(prefix) && prefix.ends_with('{')))
+                .then(|| v.parse::<f64>().ok())?
         })
         .sum()
 }
@@ -201,13 +225,23 @@ pub fn parse_response(buf: &[u8]) -> std::io::Result<HttpResponse> {
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| std::io::Error::other(format!("bad response: {text:?}")))?;
     let headers = lines
-        .filter_map(|l| l.split_once(':').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
         .collect();
-    Ok(HttpResponse { status, headers, body: body.to_string() })
+    Ok(HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    })
 }
 
 pub fn http_get(port: u16, path: &str) -> std::io::Result<HttpResponse> {
-    http_raw(port, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes())
+    http_raw(
+        port,
+        format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes(),
+    )
 }
 
 pub type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
@@ -215,12 +249,17 @@ pub type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
 /// Opens a WebSocket to `path` (with its query) on `port`.
 pub fn ws_connect(port: u16, path: &str) -> Result<Ws, tungstenite::Error> {
     let stream = TcpStream::connect(("127.0.0.1", port)).map_err(tungstenite::Error::Io)?;
-    stream.set_read_timeout(Some(Duration::from_secs(10))).map_err(tungstenite::Error::Io)?;
-    let (ws, _) = tungstenite::client(format!("ws://127.0.0.1:{port}{path}"), MaybeTlsStream::Plain(stream))
-        .map_err(|e| match e {
-            tungstenite::HandshakeError::Failure(e) => e,
-            tungstenite::HandshakeError::Interrupted(_) => tungstenite::Error::ConnectionClosed,
-        })?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(tungstenite::Error::Io)?;
+    let (ws, _) = tungstenite::client(
+        format!("ws://127.0.0.1:{port}{path}"),
+        MaybeTlsStream::Plain(stream),
+    )
+    .map_err(|e| match e {
+        tungstenite::HandshakeError::Failure(e) => e,
+        tungstenite::HandshakeError::Interrupted(_) => tungstenite::Error::ConnectionClosed,
+    })?;
     Ok(ws)
 }
 
@@ -269,6 +308,9 @@ impl Board {
     }
 
     pub fn version(&self, section: u64) -> u64 {
-        self.0.get(&section).and_then(|s| s["version"].as_u64()).unwrap_or(0)
+        self.0
+            .get(&section)
+            .and_then(|s| s["version"].as_u64())
+            .unwrap_or(0)
     }
 }
