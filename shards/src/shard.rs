@@ -103,6 +103,8 @@ pub struct Shard {
     actions: VecDeque<Action>,
     ready: VecDeque<ConnId>,
     admin_feeds: usize,
+    /// The latest admin aggregate, so a new admin sees the board at once.
+    last_admin: Option<Bytes>,
     next_sweep_ms: u64,
     draining: bool,
     /// Drain moments, latest first, so the due ones pop off the end.
@@ -146,6 +148,7 @@ impl Shard {
             actions: VecDeque::new(),
             ready: VecDeque::new(),
             admin_feeds: 0,
+            last_admin: None,
             next_sweep_ms: 0,
             draining: false,
             drain_schedule: Vec::new(),
@@ -254,6 +257,9 @@ impl Shard {
             json_str(&self.cfg.node)
         );
         self.send_always(id, text_frame(&hello));
+        if let (true, Some(admin)) = (admin_feed, self.last_admin.clone()) {
+            self.send_always(id, admin);
+        }
         if self.next_sweep_ms == 0 {
             self.next_sweep_ms = now_ms + SWEEP_MS;
         }
@@ -543,6 +549,7 @@ impl Shard {
 
     /// An admin aggregate built once per node: goes to every admin feed here.
     pub fn handle_admin_frame(&mut self, frame: &Bytes) {
+        self.last_admin = Some(frame.clone());
         let targets: Vec<ConnId> = self
             .conns
             .iter()

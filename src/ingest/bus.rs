@@ -88,6 +88,11 @@ impl Source for Bus {
             .unwrap_or_default()
     }
 
+    fn known_courses(&mut self) -> Vec<String> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.keys().cloned().collect()
+    }
+
     fn connected(&self) -> bool {
         true
     }

@@ -28,6 +28,11 @@ pub trait Source: Send {
     fn set_firehose(&mut self, on: bool);
     /// The course's current state (HGETALL of its state hash), one payload per section.
     fn load_state(&mut self, course: &str) -> Vec<Vec<u8>>;
+    /// Every course with a state hash (SCAN of `<state-prefix>*`), so the admin
+    /// aggregate covers the whole board, not only what changes next.
+    fn known_courses(&mut self) -> Vec<String> {
+        Vec::new()
+    }
     /// Whether the source is connected now.
     fn connected(&self) -> bool;
 }
