@@ -474,6 +474,7 @@ impl Shard {
             if conn.admin_feed {
                 self.admin_feeds -= 1;
                 if self.admin_feeds == 0 {
+                    self.last_admin = None;
                     self.actions
                         .push_back(Action::AdminFeed { connected: false });
                 }
