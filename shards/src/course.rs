@@ -69,6 +69,16 @@ impl Course {
         true
     }
 
+    /// Applies a section from a seed: the seed was read before anything routed
+    /// after it, so it only fills gaps or brings a strictly newer version.
+    pub fn apply_seed(&mut self, snap: &Arc<Snapshot>) -> bool {
+        match (self.sections.get(&snap.section), snap.version) {
+            (None, _) => self.apply(snap),
+            (Some(cur), Some(v)) if cur.version.is_some_and(|c| v > c) => self.apply(snap),
+            _ => false,
+        }
+    }
+
     /// Whether the course has something to render (changes or owed resyncs).
     pub fn wants_render(&self) -> bool {
         !self.dirty.is_empty() || self.owed > 0

@@ -484,7 +484,8 @@ impl Shard {
 
     fn schedule(&mut self, course: &Arc<str>) {
         if let Some(c) = self.courses.get_mut(course) {
-            if !c.scheduled && c.wants_render() {
+            // An unseeded course renders nothing until its seed answers the watchers.
+            if !c.scheduled && c.seeded && c.wants_render() {
                 c.scheduled = true;
                 self.scheduled.push(Arc::clone(course));
             }
@@ -509,7 +510,7 @@ impl Shard {
             return;
         };
         for s in sections {
-            c.apply(s);
+            c.apply_seed(s);
         }
         // Watchers waiting for the seed get everything in their answer.
         c.seeded = true;
@@ -791,5 +792,55 @@ impl Shard {
         }
         s.push_str("]}");
         text_frame(&s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(section: u32, taken: u32, version: Option<u64>) -> Arc<Snapshot> {
+        Arc::new(Snapshot::build(
+            "C".into(),
+            section,
+            50,
+            taken,
+            None,
+            version,
+            None,
+        ))
+    }
+
+    #[test]
+    fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
+        let mut shard = Shard::new(ShardConfig::default());
+        let id = shard.connect("u", Role::Student, false, 0);
+        shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+        // A live unversioned snapshot overtakes the seed (data drained first).
+        shard.handle_snapshot(&snap(1, 9, None));
+        shard.handle_timeout(0);
+        assert_eq!(
+            shard.poll_timeout(),
+            Some(1_000),
+            "nothing to render before the seed"
+        );
+        shard.handle_seed("C", &[snap(1, 3, None), snap(2, 4, None)], 0);
+        shard.handle_timeout(0);
+        let mut frames = Vec::new();
+        while let Some(f) = shard.poll_transmit(id) {
+            frames.push(String::from_utf8_lossy(&f).into_owned());
+        }
+        let answer = frames
+            .iter()
+            .find(|f| f.contains("\"full\":true"))
+            .expect("watch answer");
+        assert!(
+            answer.contains(r#"{"section":1,"total_seats":50,"seats_taken":9}"#),
+            "{answer}"
+        );
+        assert!(
+            answer.contains(r#"{"section":2,"total_seats":50,"seats_taken":4}"#),
+            "{answer}"
+        );
     }
 }
