@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod node;
 pub mod presence;
 pub mod runtime;
+pub mod sd_notify;
 pub mod serve;
 pub mod shard;
 pub mod simulator;

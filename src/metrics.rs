@@ -88,6 +88,8 @@ pub struct ShardMetrics {
     pub courses: AtomicU64,
     /// Time spent in one render pass.
     pub tick: Histogram,
+    /// When the shard's loop last ran (process ms), for the watchdog.
+    pub heartbeat_ms: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -104,6 +106,7 @@ impl ShardMetrics {
             client_errors: AtomicU64::new(0),
             courses: AtomicU64::new(0),
             tick: Histogram::new(TICK_BOUNDS),
+            heartbeat_ms: AtomicU64::new(0),
         }
     }
 }

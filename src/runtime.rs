@@ -137,6 +137,7 @@ where
             Err(_) => return Err(std::io::Error::other("a shard thread died at start")),
         }
     }
+    crate::sd_notify::notify("READY=1\nSTATUS=serving");
     Ok(Hub {
         node,
         inboxes,
@@ -209,12 +210,18 @@ impl Hub {
             }
         };
         let mut drain_started: Option<Instant> = None;
+        let watchdog = crate::sd_notify::watchdog_interval();
+        let mut probe: Option<(Instant, u64)> = None;
         loop {
+            if let Some(every) = watchdog {
+                self.watchdog(every, &mut probe);
+            }
             for sig in signals.pending() {
                 if drain_started.is_none() {
                     tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
                     self.node.draining.store(true, Relaxed);
                     self.node.metrics.draining.store(1, Relaxed);
+                    crate::sd_notify::notify("STOPPING=1\nSTATUS=draining");
                     for i in &self.inboxes {
                         i.control(Control::Drain);
                     }
@@ -238,6 +245,34 @@ impl Hub {
                 }
             }
             std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Pets the systemd watchdog only while every shard's loop answers probes.
+    fn watchdog(&self, every: Duration, probe: &mut Option<(Instant, u64)>) {
+        match *probe {
+            Some((sent, at_ms)) if sent.elapsed() >= every => {
+                let alive = self
+                    .node
+                    .metrics
+                    .shards
+                    .iter()
+                    .all(|s| s.heartbeat_ms.load(Relaxed) >= at_ms);
+                if alive {
+                    crate::sd_notify::notify("WATCHDOG=1");
+                } else {
+                    tracing::error!("a shard did not answer the watchdog probe");
+                }
+                *probe = None;
+            }
+            Some(_) => {}
+            None => {
+                let at_ms = clock::now_ms();
+                for i in &self.inboxes {
+                    i.control(Control::Probe);
+                }
+                *probe = Some((Instant::now(), at_ms));
+            }
         }
     }
 

@@ -12,11 +12,15 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+
+# The metrics test parses /metrics with the reference Python parser.
+python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client
 
 # playwright-core drives the system Chromium; it downloads no browser.
 if [ ! -d tests/browser/node_modules/playwright-core ]; then

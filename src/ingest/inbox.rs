@@ -38,6 +38,9 @@ pub enum Control {
     Drain,
     /// Second signal: close everything now.
     CloseAll,
+    /// Liveness probe for the systemd watchdog: the shard's loop answers by
+    /// moving its heartbeat.
+    Probe,
 }
 
 /// The shared half: channels plus the shard's waker.

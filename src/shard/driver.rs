@@ -38,6 +38,7 @@ pub async fn drive(ctx: Rc<ShardCtx>) {
                     Control::Admin(frame) => shard.handle_admin_frame(&frame),
                     Control::Drain => shard.start_drain(now, drain_ms),
                     Control::CloseAll => shard.close_all(close::GOING_AWAY),
+                    Control::Probe => {}
                 }
             }
             let rendered = shard.stats().frames_rendered;
@@ -51,6 +52,9 @@ pub async fn drive(ctx: Rc<ShardCtx>) {
         }
         ctx.flush();
         ctx.publish_metrics();
+        ctx.metrics()
+            .heartbeat_ms
+            .store(now, std::sync::atomic::Ordering::Relaxed);
         let deadline = ctx.shard.borrow().poll_timeout();
         ctx.kick.take();
         Wait {
