@@ -298,7 +298,13 @@ impl Shard {
         });
         if let Err(e) = result {
             self.stats.client_errors += 1;
-            self.send_always(id, error_message(e));
+            // Bounded: a client that sends mistakes but never reads is a slow consumer.
+            let reply = error_message(e);
+            if self.fits(id, reply.len()) {
+                self.send_always(id, reply);
+            } else if let Some(c) = self.conn_mut(id) {
+                c.full_since.get_or_insert(now_ms);
+            }
         }
     }
 
@@ -367,11 +373,47 @@ impl Shard {
         let frame = c.full_frame();
         let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
         let presence = presence_message(course, viewers);
-        // The answer is owed whatever the queue holds: it replaces what came before.
+        // The answer replaces what came before; if the queue has no room for it
+        // (a client that asks but never reads), a full frame is owed instead, so
+        // what a client sends itself never grows its queue past the bound.
         self.clear_owed(id, course);
-        self.send_always(id, frame);
-        self.send_always(id, presence);
-        let _ = now_ms;
+        if self.fits(id, frame.len()) {
+            self.send_always(id, frame);
+            self.send_always_bounded(id, presence);
+        } else {
+            self.mark_owed(id, course, now_ms);
+        }
+    }
+
+    /// Whether `len` more bytes may be queued to `id` (an empty queue takes anything).
+    fn fits(&self, id: ConnId, len: usize) -> bool {
+        self.conn(id).is_some_and(|c| {
+            c.queue.is_empty() || c.queued_bytes + len <= self.cfg.send_queue_bytes
+        })
+    }
+
+    /// A frame for `id` did not fit: it is owed a full frame of `course` at the
+    /// next render, and its queue counts as full from `now_ms`.
+    fn mark_owed(&mut self, id: ConnId, course: &str, now_ms: u64) {
+        let Some(conn) = self.conn_mut(id) else {
+            return;
+        };
+        conn.full_since.get_or_insert(now_ms);
+        let Some(pos) = conn.watch_pos(course) else {
+            return;
+        };
+        let vpos = conn.watched[pos].1 as usize;
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
+        if let Some(v) = c.viewers.get_mut(vpos) {
+            if !v.owes_full {
+                v.owes_full = true;
+                c.owed += 1;
+            }
+        }
+        let name = Arc::clone(&c.name);
+        self.schedule(&name);
     }
 
     fn clear_owed(&mut self, id: ConnId, course: &str) {

@@ -1,0 +1,91 @@
+//! A client that never reads cannot grow its send queue past the bound by what
+//! it sends itself (re-watches, mistakes): the answers respect the bound, the
+//! connection is counted as a slow consumer and closed 4001.
+
+use shards::{Action, Role, Shard, ShardConfig, Snapshot};
+use std::sync::Arc;
+
+fn seeded_shard() -> (Shard, Vec<Arc<Snapshot>>) {
+    let shard = Shard::new(ShardConfig::default());
+    let info = format!("{{\"room\":\"{}\"}}", "r".repeat(400));
+    let sections = (0..8)
+        .map(|s| {
+            Arc::new(Snapshot::build(
+                "CS101".into(),
+                s,
+                40,
+                10,
+                Some(&info),
+                Some(1),
+                None,
+            ))
+        })
+        .collect();
+    (shard, sections)
+}
+
+#[test]
+fn rewatch_and_error_spam_from_a_stuck_client_stays_bounded() {
+    let (mut shard, sections) = seeded_shard();
+    let limit = shard.config().send_queue_bytes;
+    let stuck = shard.connect("stuck", Role::Student, false, 0);
+    let mut now = 0;
+    shard.handle_text(stuck, r#"{"op":"watch","course":"CS101"}"#, now);
+    shard.handle_seed("CS101", &sections, now);
+    let mut max = 0;
+    let mut closed_with = None;
+    // 19 messages a second for 30 s, never reading.
+    for i in 0..(19 * 30) {
+        now += 1000 / 19;
+        let msg = if i % 2 == 0 {
+            r#"{"op":"watch","course":"CS101"}"#
+        } else {
+            "not json"
+        };
+        shard.handle_text(stuck, msg, now);
+        shard.handle_timeout(now);
+        max = max.max(shard.queued_bytes(stuck));
+        while let Some(a) = shard.poll_action() {
+            if let Action::Close { code, .. } = a {
+                closed_with = Some(code);
+            }
+        }
+        if closed_with.is_some() {
+            break;
+        }
+    }
+    // One frame past the bound at most (the frame that found the queue full).
+    assert!(max <= limit + 8 * 1024, "queue grew to {max} (bound {limit})");
+    assert_eq!(closed_with, Some(4001), "a stuck client is closed as a slow consumer");
+    assert!(now <= 30_000, "closed after {now} ms");
+    assert_eq!(shard.stats().slow_consumer_closes, 1);
+}
+
+#[test]
+fn a_rewatch_that_found_the_queue_full_is_healed_by_a_full_frame() {
+    let (mut shard, sections) = seeded_shard();
+    let id = shard.connect("u", Role::Student, false, 0);
+    shard.handle_text(id, r#"{"op":"watch","course":"CS101"}"#, 0);
+    shard.handle_seed("CS101", &sections, 0);
+    // Fill the queue with re-watch answers, never reading.
+    let mut now = 0;
+    for _ in 0..19 * 10 {
+        now += 53;
+        shard.handle_text(id, r#"{"op":"watch","course":"CS101"}"#, now);
+    }
+    // Now the client reads everything.
+    while shard.poll_transmit(id).is_some() {}
+    // The last answers did not fit: the next tick brings the full frame they owed.
+    now += 1000;
+    shard.handle_timeout(now);
+    let mut got_full = false;
+    while let Some(f) = shard.poll_transmit(id) {
+        let text = String::from_utf8_lossy(&f);
+        if text.contains("\"type\":\"frame\"") {
+            assert!(text.contains("\"full\":true"), "{text}");
+            got_full = true;
+        }
+    }
+    assert!(got_full, "the owed full frame never came");
+    assert_eq!(shard.queued_bytes(id), 0);
+}
