@@ -19,6 +19,11 @@ pub enum Command {
     Serve(HubArgs),
     /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis).
     Demo(HubArgs),
+    /// Publish one snapshot the way the selection API should (state hash + PUBLISH in one pipeline).
+    #[command(disable_version_flag = true)]
+    Publish(PublishArgs),
+    /// Publish a synthetic selection window into Redis (R snapshots/s over N courses, Zipf-skewed).
+    Simulate(SimulateArgs),
 }
 
 /// Which io driver a shard runs.
@@ -111,4 +116,85 @@ pub struct HubArgs {
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "SEATBOARD_LOG", default_value = "info")]
     pub log_level: String,
+}
+
+/// Where the publishing subcommands write: Redis and the two publishing prefixes.
+#[derive(Args, Debug, Clone)]
+pub struct RedisTarget {
+    /// Redis URI.
+    #[arg(
+        long,
+        env = "REALTIME_REDIS_URI",
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis: String,
+    /// Pub/sub channel prefix.
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
+    pub channel_prefix: String,
+    /// State hash prefix.
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    pub state_prefix: String,
+    /// Log level (error, warn, info, debug, trace).
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
+    pub log_level: String,
+}
+
+/// `seatboard publish`: one snapshot.
+#[derive(Args, Debug, Clone)]
+pub struct PublishArgs {
+    /// Course code (1-64 of [A-Za-z0-9_.-]).
+    #[arg(long)]
+    pub course: String,
+    /// Section id.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
+    pub section: u32,
+    /// Seats in the section.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
+    pub total: u32,
+    /// Seats taken.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
+    pub taken: u32,
+    /// Snapshot version (omitted: no version, the snapshot replaces whatever is held).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=9_223_372_036_854_775_807))]
+    pub version: Option<u64>,
+    /// Extra section data, a JSON object passed through untouched.
+    #[arg(long)]
+    pub seat_info: Option<String>,
+    /// Redis and prefixes.
+    #[command(flatten)]
+    pub target: RedisTarget,
+}
+
+/// `seatboard simulate`: a synthetic selection window.
+#[derive(Args, Debug, Clone)]
+pub struct SimulateArgs {
+    /// Snapshots per second.
+    #[arg(long, default_value_t = 100.0, value_parser = positive_f64)]
+    pub rate: f64,
+    /// Number of courses (COURSE0000, COURSE0001, ...).
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub courses: u32,
+    /// How long to run, in seconds.
+    #[arg(long, default_value_t = 60.0, value_parser = positive_f64)]
+    pub duration: f64,
+    /// Zipf exponent of course popularity.
+    #[arg(long, default_value_t = 1.1, value_parser = non_negative_f64)]
+    pub hot_skew: f64,
+    /// Redis and prefixes.
+    #[command(flatten)]
+    pub target: RedisTarget,
+}
+
+fn positive_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+fn non_negative_f64(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a non-negative number")),
+    }
 }

@@ -82,6 +82,9 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         println!("seatboard demo running: open {shown}  (admin: {shown}admin)");
     } else {
         tracing::info!(listen = %addr, shards, "seatboard serving");
+        if let Err(e) = seatboard::history::start(Arc::clone(&node)) {
+            tracing::warn!(error = %e, "history thread did not start; /api/history stays empty");
+        }
     }
     ExitCode::from(hub.wait() as u8)
 }
@@ -94,5 +97,13 @@ fn main() -> ExitCode {
             args.auth = AuthMode::None;
             hub(args, true)
         }
+        Command::Publish(args) => match logging(&args.target.log_level) {
+            Ok(()) => seatboard::publish::run(args),
+            Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
+        },
+        Command::Simulate(args) => match logging(&args.target.log_level) {
+            Ok(()) => seatboard::simulate::run(args),
+            Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
+        },
     }
 }

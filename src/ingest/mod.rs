@@ -4,6 +4,8 @@
 
 pub mod bus;
 pub mod inbox;
+pub mod redis;
+pub mod resp;
 pub mod source;
 
 use crate::clock;

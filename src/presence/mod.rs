@@ -3,6 +3,7 @@
 //! store; shards only send it messages and never wait on it.
 
 pub mod memory;
+pub mod redis;
 
 use crate::clock;
 use crate::ingest::inbox::{Control, Inbox};

@@ -17,9 +17,34 @@ use std::sync::atomic::Ordering::Relaxed;
 /// Bytes read per call; client messages are small.
 const READ_CHUNK: usize = 512;
 
+/// Kernel send buffer of an upgraded connection (the kernel doubles it for its
+/// bookkeeping). Pinned rather than autotuned (up to `tcp_wmem`'s 4 MiB), so a
+/// client that stops reading costs a bounded amount of kernel memory besides
+/// its send queue, and its queue fills — and it is closed 4001 — in seconds.
+const SO_SNDBUF_BYTES: libc::c_int = 64 * 1024;
+
+fn pin_send_buffer(stream: &TcpStream) {
+    let size = SO_SNDBUF_BYTES;
+    // SAFETY: the fd is this connection's open socket for the whole call, and
+    // the option value points to a live c_int of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "SO_SNDBUF not set");
+    }
+}
+
 /// Serves an accepted upgrade until the connection ends.
 pub async fn run(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
     let user = accepted.identity.user.clone();
+    pin_send_buffer(&stream);
     let (res, _) = stream.write_all(accepted.response).await;
     if res.is_err() {
         release(&ctx, &user);

@@ -1,0 +1,57 @@
+//! `seatboard publish`: one snapshot written the way the selection API should,
+//! state hash and PUBLISH in one pipeline, for operators and tests.
+
+use crate::cli::PublishArgs;
+use crate::clock;
+use crate::publisher::add_to_pipeline;
+use crate::redis_link::Link;
+use shards::snapshot::valid_course;
+use shards::Snapshot;
+use std::process::ExitCode;
+
+/// Checks the flags, builds the snapshot (stamped with `ts`; without
+/// `--version` it carries none, so hubs apply it by arrival order) and writes it.
+pub fn run(args: PublishArgs) -> ExitCode {
+    if !valid_course(&args.course) {
+        eprintln!(
+            "error: invalid value '{}' for '--course': 1-64 of [A-Za-z0-9_.-]",
+            args.course
+        );
+        return ExitCode::from(2);
+    }
+    if let Some(info) = &args.seat_info {
+        match serde_json::from_str::<serde_json::Value>(info) {
+            Ok(v) if v.is_object() => {}
+            _ => {
+                eprintln!("error: invalid value '{info}' for '--seat-info': not a JSON object");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let snap = Snapshot::build(
+        args.course.as_str().into(),
+        args.section,
+        args.total,
+        args.taken,
+        args.seat_info.as_deref(),
+        args.version,
+        Some(clock::unix_ms()),
+    );
+    let t = &args.target;
+    let mut link = match Link::new(&t.redis, "publish") {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: invalid value for '--redis': {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut p = ::redis::pipe();
+    add_to_pipeline(&mut p, &t.channel_prefix, &t.state_prefix, &snap);
+    match link.run(|c| p.query::<()>(c)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: publish failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

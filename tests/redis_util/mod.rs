@@ -1,0 +1,107 @@
+//! Helpers shared by the Redis integration tests: a `serve` node on a test
+//! Redis, watching a course, publishing raw payloads, reading until a condition.
+#![allow(dead_code)]
+
+use crate::common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// `seatboard serve --auth none` on `redis`, two shards, fast ticks, plus `extra`.
+pub fn serve(redis: &Redis, extra: &[&str]) -> Seatboard {
+    let uri = redis.uri();
+    let mut args = vec![
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        uri.as_str(),
+        "--tick-ms",
+        "50",
+    ];
+    args.extend_from_slice(extra);
+    if !extra.contains(&"--shards") {
+        args.extend_from_slice(&["--shards", "2"]);
+    }
+    Seatboard::start(&args)
+}
+
+/// A connected client (hello already read).
+pub fn client(sb: &Seatboard, query: &str) -> Ws {
+    let mut ws = ws_connect(sb.port, &format!("/ws?{query}")).expect("connect");
+    let hello = next_json(&mut ws).expect("hello");
+    assert_eq!(hello["type"], "hello");
+    ws
+}
+
+/// Watches `course` and returns the watch answer (a full frame).
+pub fn watch(ws: &mut Ws, course: &str) -> Value {
+    send_json(ws, json!({"op":"watch","course":course}));
+    let f = next_of_type(ws, "frame", Duration::from_secs(10)).expect("watch answer");
+    assert_eq!(f["course"], course);
+    assert_eq!(f["full"], true);
+    f
+}
+
+/// A contract payload.
+pub fn payload(course: &str, section: u32, total: u32, taken: u32, version: u64) -> String {
+    json!({"course":course,"section":section,"total_seats":total,"seats_taken":taken,
+           "seat_info":{"room":"B12"},"version":version})
+    .to_string()
+}
+
+/// PUBLISH `payload` on `seats:<course>`.
+pub fn publish(redis: &Redis, course: &str, payload: &str) {
+    redis.cli(&["PUBLISH", &format!("seats:{course}"), payload]);
+}
+
+/// Reads messages until `pred` holds for one (returned) or `timeout` passes.
+pub fn read_until(
+    ws: &mut Ws,
+    timeout: Duration,
+    mut pred: impl FnMut(&Value) -> bool,
+) -> Option<Value> {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        let m = next_json(ws)?;
+        if pred(&m) {
+            return Some(m);
+        }
+    }
+    None
+}
+
+/// The channels Redis has subscribers for (`PUBSUB CHANNELS`), sorted.
+pub fn channels(redis: &Redis) -> Vec<String> {
+    let mut v: Vec<String> = redis
+        .cli(&["PUBSUB", "CHANNELS"])
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v
+}
+
+/// `PUBSUB NUMPAT`.
+pub fn numpat(redis: &Redis) -> u64 {
+    redis
+        .cli(&["PUBSUB", "NUMPAT"])
+        .trim()
+        .parse()
+        .unwrap_or(u64::MAX)
+}
+
+/// Waits until `f` is true.
+pub fn eventually(timeout: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    wait_for(timeout, || f().then_some(())).unwrap_or_else(|| panic!("timed out waiting: {what}"));
+}
+
+/// The section entry for `section` in a frame, if present.
+pub fn section(frame: &Value, section: u64) -> Option<Value> {
+    frame["sections"]
+        .as_array()?
+        .iter()
+        .find(|s| s["section"].as_u64() == Some(section))
+        .cloned()
+}
