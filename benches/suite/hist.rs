@@ -1,0 +1,101 @@
+//! A small log-linear latency histogram (about 1.5 % precision), mergeable
+//! across load-generator processes.
+
+/// Sub-buckets per power of two.
+const SUB: u64 = 64;
+/// Values below this are counted exactly.
+const LINEAR: u64 = 2 * SUB;
+
+/// Counts of microsecond values.
+#[derive(Debug, Clone, Default)]
+pub struct Hist {
+    counts: Vec<u64>,
+    total: u64,
+    max: u64,
+}
+
+fn bucket(v: u64) -> usize {
+    if v < LINEAR {
+        return v as usize;
+    }
+    let e = 63 - v.leading_zeros() as u64; // >= 7
+    let m = (v >> (e - 6)) & (SUB - 1);
+    (LINEAR + (e - 7) * SUB + m) as usize
+}
+
+fn value(b: usize) -> u64 {
+    let b = b as u64;
+    if b < LINEAR {
+        return b;
+    }
+    let k = (b - LINEAR) / SUB;
+    let m = (b - LINEAR) % SUB;
+    (SUB + m) << (k + 1)
+}
+
+impl Hist {
+    /// Counts one value.
+    pub fn record(&mut self, v: u64) {
+        let b = bucket(v);
+        if self.counts.len() <= b {
+            self.counts.resize(b + 1, 0);
+        }
+        self.counts[b] += 1;
+        self.total += 1;
+        self.max = self.max.max(v);
+    }
+
+    /// How many values were counted.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// The value at quantile `q` (0..=1), or 0 when empty.
+    pub fn quantile(&self, q: f64) -> u64 {
+        if self.total == 0 {
+            return 0;
+        }
+        let want = ((self.total as f64) * q).ceil().max(1.0) as u64;
+        let mut acc = 0;
+        for (b, &c) in self.counts.iter().enumerate() {
+            acc += c;
+            if acc >= want {
+                return value(b).min(self.max);
+            }
+        }
+        self.max
+    }
+
+    /// The largest value counted.
+    pub fn max(&self) -> u64 {
+        self.max
+    }
+
+    /// Sparse form for the report: `[[bucket, count], ...]` plus the max.
+    pub fn to_json(&self) -> serde_json::Value {
+        let pairs: Vec<[u64; 2]> = self
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(b, &c)| [b as u64, c])
+            .collect();
+        serde_json::json!({ "buckets": pairs, "max": self.max })
+    }
+
+    /// Adds a report's histogram into this one.
+    pub fn merge_json(&mut self, v: &serde_json::Value) {
+        for pair in v["buckets"].as_array().into_iter().flatten() {
+            let (Some(b), Some(c)) = (pair[0].as_u64(), pair[1].as_u64()) else {
+                continue;
+            };
+            let b = b as usize;
+            if self.counts.len() <= b {
+                self.counts.resize(b + 1, 0);
+            }
+            self.counts[b] += c;
+            self.total += c;
+        }
+        self.max = self.max.max(v["max"].as_u64().unwrap_or(0));
+    }
+}

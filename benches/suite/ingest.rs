@@ -1,0 +1,158 @@
+//! `ingest`: the ingest path alone, in process, no sockets and no clients.
+//! `seatboard::ingest::Ingest` is fed pre-built pub/sub messages (as the Redis
+//! source would hand them over: an owned course and payload each) and routes
+//! them into two shard inboxes, which are drained between batches. It measures
+//! parse + validate + dedupe + board update + routing, and `Snapshot::parse`
+//! alone for reference.
+
+use crate::loadgen::{zipf_cdf, zipf_pick};
+use crate::Outcome;
+use seatboard::auth::Auth;
+use seatboard::cli::{Cli, Command};
+use seatboard::ingest::inbox::{Inbox, Outlet};
+use seatboard::ingest::source::{Source, SourceEvent};
+use seatboard::ingest::{Ingest, IngestCmd};
+use seatboard::node::Node;
+use serde_json::json;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A source that yields nothing by itself: the bench hands events in directly.
+struct Quiet;
+
+impl Source for Quiet {
+    fn poll(&mut self, _timeout: Duration) -> Option<SourceEvent> {
+        None
+    }
+    fn subscribe(&mut self, _course: &str) {}
+    fn unsubscribe(&mut self, _course: &str) {}
+    fn set_firehose(&mut self, _on: bool) {}
+    fn load_state(&mut self, _course: &str) -> Vec<Vec<u8>> {
+        Vec::new()
+    }
+    fn connected(&self) -> bool {
+        true
+    }
+}
+
+const SHARDS: usize = 2;
+
+/// Runs the microbench over `n` snapshots.
+pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
+    let mut out = Outcome::new("ingest");
+    let Ok(cli) = <Cli as clap::Parser>::try_parse_from(["seatboard", "demo", "--shards", "2"])
+    else {
+        out.problems.push("cannot build HubArgs".into());
+        return out;
+    };
+    let Command::Demo(args) = cli.command else {
+        out.problems.push("unexpected command".into());
+        return out;
+    };
+    let node = Arc::new(Node::new(args, SHARDS, Auth::None));
+    let inboxes: Vec<Arc<Inbox>> = (0..SHARDS).map(|_| Inbox::new()).collect();
+    let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
+    let mut ingest = Ingest::new(Quiet, outlets, Arc::clone(&node), None);
+    let names: Vec<String> = (0..courses).map(|i| format!("C{i:04}")).collect();
+    // Every course watched by one shard; the hottest tenth by both.
+    for (i, c) in names.iter().enumerate() {
+        let mut on = vec![i % SHARDS];
+        if i < courses / 10 {
+            on = (0..SHARDS).collect();
+        }
+        for shard in on {
+            ingest.command(IngestCmd::Interest {
+                shard,
+                course: c.as_str().into(),
+                watching: true,
+            });
+        }
+    }
+    let drain = |inboxes: &[Arc<Inbox>]| -> u64 {
+        let mut k = 0;
+        for i in inboxes {
+            while let Some(b) = i.try_snapshots() {
+                k += b.len() as u64;
+            }
+            while i.try_control().is_some() {}
+        }
+        k
+    };
+    drain(&inboxes);
+
+    // Messages as a Redis source hands them over, versions rising per section.
+    let cdf = zipf_cdf(courses, skew);
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut versions = vec![0u64; courses * sections as usize];
+    let mut msgs: Vec<(String, Vec<u8>)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = zipf_pick(&cdf, &mut rng);
+        let s = rng.u32(0..sections);
+        let v = &mut versions[c * sections as usize + s as usize];
+        *v += 1;
+        let name = &names[c];
+        let payload = format!(
+            "{{\"course\":\"{name}\",\"section\":{s},\"total_seats\":60,\"seats_taken\":{},\"seat_info\":{{\"room\":\"R{s}\",\"t\":1764420000123456}},\"version\":{v},\"ts\":1764420000123}}",
+            *v % 61
+        );
+        msgs.push((name.clone(), payload.into_bytes()));
+    }
+    let bytes: usize = msgs.iter().map(|m| m.1.len()).sum();
+
+    // Parse alone.
+    let t = Instant::now();
+    let mut parsed = 0u64;
+    for (c, p) in &msgs {
+        if shards::Snapshot::parse(p, Some(c)).is_ok() {
+            parsed += 1;
+        }
+    }
+    let parse_s = t.elapsed().as_secs_f64();
+
+    // The ingest path: parse, dedupe, board, route, flush every 1024 like the thread does.
+    let before = node.metrics.ingest_messages.load(Relaxed);
+    let t = Instant::now();
+    let mut routed = 0u64;
+    for (i, (course, payload)) in msgs.into_iter().enumerate() {
+        ingest.event(SourceEvent::Message { course, payload });
+        if i % 1024 == 1023 {
+            ingest.flush();
+            routed += drain(&inboxes);
+        }
+    }
+    ingest.flush();
+    routed += drain(&inboxes);
+    let ingest_s = t.elapsed().as_secs_f64();
+    let accepted = node.metrics.ingest_messages.load(Relaxed) - before;
+
+    let rate = n as f64 / ingest_s;
+    out.row(
+        "snapshots",
+        format!(
+            "{n} ({:.0} B avg) over {courses} courses x {sections} sections, Zipf {skew}",
+            bytes as f64 / n.max(1) as f64
+        ),
+        json!(n),
+    );
+    out.row(
+        "ingest_snapshots_per_s",
+        format!("{rate:.0} /s (parse + route into {SHARDS} shard inboxes, one thread)"),
+        json!(rate),
+    );
+    out.row(
+        "ingest_ns_per_snapshot",
+        format!("{:.0} ns", ingest_s * 1e9 / n.max(1) as f64),
+        json!(ingest_s * 1e9 / n.max(1) as f64),
+    );
+    out.row(
+        "parse_only_per_s",
+        format!("{:.0} /s", parsed as f64 / parse_s),
+        json!(parsed as f64 / parse_s),
+    );
+    out.row("accepted", accepted.to_string(), json!(accepted));
+    out.row("routed_to_shards", routed.to_string(), json!(routed));
+    out.check(accepted == n as u64, "not every snapshot was accepted");
+    out.check(routed >= n as u64, "not every snapshot reached a shard");
+    out
+}

@@ -1,0 +1,899 @@
+//! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
+//!
+//! Scenarios: `idle`, `storm`, `fanout`, `ingest`, `handshake`, `compare`.
+//! Each prints a table and writes `target/bench/<scenario>.json`. Run without
+//! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
+//! short smoke of every scenario and exits non-zero if one fails.
+//!
+//! The runner starts `redis-server` and `seatboard serve` (the release build
+//! under `cargo bench`), and load-generator processes (this binary re-executed
+//! as `__loadgen`, see `loadgen.rs`); it samples the server's CPU time and RSS
+//! from /proc. All traffic goes to 127.0.0.0/8 and every run is bounded in
+//! connections and time.
+
+mod hist;
+mod ingest;
+mod loadgen;
+mod procs;
+mod publish;
+
+use hist::Hist;
+use procs::{Fleet, Redis, Server, Usage};
+use publish::Publisher;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Options shared by the scenarios (`--name value`).
+#[derive(Debug, Clone)]
+struct Opts {
+    clients: usize,
+    seconds: f64,
+    rate: f64,
+    courses: usize,
+    sections: u32,
+    skew: f64,
+    procs: usize,
+    driver: Option<String>,
+    shards: Option<u32>,
+    tick_ms: u64,
+    connect_rate: f64,
+    inflight: usize,
+    inner: String,
+    snapshots: usize,
+    quiet: bool,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            clients: 1000,
+            seconds: 10.0,
+            rate: 15_000.0,
+            courses: 500,
+            sections: 8,
+            skew: 1.1,
+            procs: 0,
+            driver: None,
+            shards: None,
+            tick_ms: 200,
+            connect_rate: 8000.0,
+            inflight: 256,
+            inner: "fanout".into(),
+            snapshots: 500_000,
+            quiet: false,
+        }
+    }
+}
+
+const USAGE: &str =
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare> \
+[--clients C] [--seconds D] [--rate R] [--courses N] [--sections S] [--skew Z] [--procs P] \
+[--driver uring|epoll|auto] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
+[--inner fanout|storm] [--snapshots N]";
+
+fn parse(args: &[String]) -> Result<(String, Opts), String> {
+    let mut o = Opts::default();
+    let mut scenario = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if !a.starts_with("--") {
+            scenario = Some(a.clone());
+            continue;
+        }
+        let mut val = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs a value"))
+        };
+        let num = |s: String| {
+            s.parse::<f64>()
+                .map_err(|_| format!("bad number for {a}: {s}"))
+        };
+        match a.as_str() {
+            "--clients" => o.clients = num(val()?)? as usize,
+            "--seconds" => o.seconds = num(val()?)?,
+            "--rate" => o.rate = num(val()?)?,
+            "--courses" => o.courses = num(val()?)? as usize,
+            "--sections" => o.sections = num(val()?)? as u32,
+            "--skew" => o.skew = num(val()?)?,
+            "--procs" => o.procs = num(val()?)? as usize,
+            "--driver" => o.driver = Some(val()?),
+            "--shards" => o.shards = Some(num(val()?)? as u32),
+            "--tick-ms" => o.tick_ms = num(val()?)? as u64,
+            "--connect-rate" => o.connect_rate = num(val()?)?,
+            "--inflight" => o.inflight = num(val()?)? as usize,
+            "--inner" => o.inner = val()?,
+            "--snapshots" => o.snapshots = num(val()?)? as usize,
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    scenario
+        .map(|s| (s, o))
+        .ok_or_else(|| "no scenario given".into())
+}
+
+/// What a scenario measured.
+struct Outcome {
+    scenario: String,
+    rows: Vec<(String, String)>,
+    json: Value,
+    problems: Vec<String>,
+}
+
+impl Outcome {
+    fn new(scenario: &str) -> Outcome {
+        Outcome {
+            scenario: scenario.into(),
+            rows: Vec::new(),
+            json: json!({ "scenario": scenario }),
+            problems: Vec::new(),
+        }
+    }
+
+    fn row(&mut self, key: &str, shown: String, value: Value) {
+        self.rows.push((key.into(), shown));
+        self.json[key] = value;
+    }
+
+    fn check(&mut self, ok: bool, what: &str) {
+        if !ok {
+            self.problems.push(what.into());
+        }
+    }
+
+    fn print(&self) {
+        let w = self.rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+        println!("\n== {} ==", self.scenario);
+        for (k, v) in &self.rows {
+            println!("  {k:<w$}  {v}");
+        }
+        for p in &self.problems {
+            println!("  PROBLEM: {p}");
+        }
+    }
+
+    fn save(&self) {
+        let dir = std::env::var_os("CARGO_TARGET_DIR")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+            .join("bench");
+        let _ = std::fs::create_dir_all(&dir);
+        let path = dir.join(format!("{}.json", self.scenario));
+        let text = serde_json::to_string_pretty(&self.json).expect("json");
+        match std::fs::write(&path, text) {
+            Ok(()) => println!("  -> {}", path.display()),
+            Err(e) => println!("  (could not write {}: {e})", path.display()),
+        }
+    }
+}
+
+fn progress(o: &Opts, msg: String) {
+    if !o.quiet {
+        eprintln!("  .. {msg}");
+    }
+}
+
+/// Server flags: the scenario's tick, driver and shards, a generous accept
+/// bucket (ramp-up is not what is measured, except in `handshake`), and `extra`.
+fn server_flags(o: &Opts, extra: &[&str]) -> Vec<String> {
+    let mut f: Vec<String> = vec![
+        "--tick-ms".into(),
+        o.tick_ms.to_string(),
+        "--accept-rate".into(),
+        "10000000".into(),
+        "--accept-burst".into(),
+        "1000000".into(),
+        "--max-connections".into(),
+        "1000000".into(),
+    ];
+    if let Some(d) = &o.driver {
+        f.extend(["--driver".into(), d.clone()]);
+    }
+    if let Some(s) = o.shards {
+        f.extend(["--shards".into(), s.to_string()]);
+    }
+    f.extend(extra.iter().map(|s| s.to_string()));
+    f
+}
+
+fn course_names(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("C{i:04}")).collect()
+}
+
+/// Splits `clients` over load-generator processes (each well under the fd limit).
+fn fleet(o: &Opts, port: u16, courses: &[String], skew: f64, churn: bool, max_secs: f64) -> Fleet {
+    let procs = if o.procs > 0 {
+        o.procs
+    } else if churn {
+        2
+    } else {
+        o.clients.div_ceil(9000).max(1)
+    };
+    let configs = (0..procs)
+        .map(|i| loadgen::Config {
+            port,
+            child: i as u32,
+            clients: o.clients / procs + usize::from(i < o.clients % procs),
+            courses: courses.to_vec(),
+            skew,
+            connect_rate: o.connect_rate / procs as f64,
+            inflight: o.inflight,
+            churn,
+            secret: procs::SECRET.into(),
+            seed: 0x5eed + i as u64,
+            max_secs: max_secs.ceil() as u64,
+            sources: 8,
+        })
+        .collect();
+    Fleet::start(configs)
+}
+
+/// Waits until `target` connections are open (or no progress for 15 s).
+fn wait_open(o: &Opts, f: &mut Fleet, target: usize, label: &str) -> u64 {
+    let start = Instant::now();
+    let mut last = (0u64, Instant::now());
+    loop {
+        std::thread::sleep(Duration::from_millis(500));
+        let open = f.sum("open");
+        let failed = f.sum("failed");
+        let refused = f.sum("refused");
+        progress(
+            o,
+            format!(
+                "[{label}] {:.1}s connecting: open={open}/{target} refused={refused} failed={failed}",
+                start.elapsed().as_secs_f64()
+            ),
+        );
+        if open as usize >= target {
+            return open;
+        }
+        if open > last.0 {
+            last = (open, Instant::now());
+        } else if last.1.elapsed() > Duration::from_secs(15) {
+            return open;
+        }
+    }
+}
+
+fn cpu_pct(a: Usage, b: Usage, secs: f64) -> f64 {
+    (b.cpu_us.saturating_sub(a.cpu_us)) as f64 / (secs * 1e6) * 100.0
+}
+
+/// Sleeps `secs`, printing server CPU and delivered frames each second.
+fn watch(o: &Opts, label: &str, secs: f64, server: &Server, f: &mut Fleet) {
+    let start = Instant::now();
+    let mut prev = (server.usage(), f.sum("frames"), Instant::now());
+    while start.elapsed().as_secs_f64() < secs {
+        let left = secs - start.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs_f64(left.clamp(0.0, 1.0)));
+        let now = (server.usage(), f.sum("frames"), Instant::now());
+        let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
+        progress(
+            o,
+            format!(
+                "[{label}] {:.0}/{secs:.0}s  server cpu {:.1}% of a core  rss {} MiB  frames/s {:.0}  open {}",
+                start.elapsed().as_secs_f64(),
+                cpu_pct(prev.0, now.0, dt),
+                now.0.rss_kib / 1024,
+                (now.1 - prev.1) as f64 / dt,
+                f.sum("open"),
+            ),
+        );
+        prev = now;
+    }
+}
+
+fn merged_latency(reports: &[Value]) -> Hist {
+    let mut h = Hist::default();
+    for r in reports {
+        h.merge_json(&r["latency"]);
+    }
+    h
+}
+
+/// (clients whose board equals the publisher's, clients checked).
+fn correctness(reports: &[Value], p: &Publisher, expected_clients: usize) -> (u64, u64) {
+    let mut ok = 0;
+    for r in reports {
+        for d in r["digests"].as_array().into_iter().flatten() {
+            let (c, dg, n) = (
+                d[0].as_u64().unwrap_or(0) as usize,
+                d[1].as_u64().unwrap_or(0),
+                d[2].as_u64().unwrap_or(0),
+            );
+            if dg == p.expected(c) {
+                ok += n;
+            }
+        }
+    }
+    (ok, expected_clients as u64)
+}
+
+fn counter(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+fn idle(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("idle");
+    let redis = Redis::start();
+    let server = Server::start(&redis, &server_flags(o, &[]));
+    std::thread::sleep(Duration::from_secs(1));
+    let before = server.usage();
+    let courses = course_names(o.courses);
+    let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 600.0);
+    let open = wait_open(o, &mut f, o.clients, "idle");
+    std::thread::sleep(Duration::from_secs(3));
+    let after = server.usage();
+    let window = o.seconds;
+    watch(o, "idle", window, &server, &mut f);
+    let end = server.usage();
+    let marks = f.mark();
+    let lg_cpu = f.cpu_us();
+    drop(f.report());
+    let per_conn =
+        (after.rss_kib.saturating_sub(before.rss_kib) * 1024) as f64 / open.max(1) as f64;
+    let cpu = cpu_pct(after, end, window);
+    out.row(
+        "clients",
+        format!("{open} open of {}", o.clients),
+        json!(open),
+    );
+    out.row(
+        "rss_before_kib",
+        format!("{} KiB", before.rss_kib),
+        json!(before.rss_kib),
+    );
+    out.row(
+        "rss_after_kib",
+        format!("{} KiB", after.rss_kib),
+        json!(after.rss_kib),
+    );
+    out.row(
+        "rss_per_conn_bytes",
+        format!("{per_conn:.0} B per connection"),
+        json!(per_conn),
+    );
+    out.row(
+        "idle_cpu_pct_core",
+        format!("{cpu:.2}% of one core over {window:.0} s"),
+        json!(cpu),
+    );
+    out.row(
+        "frames_received",
+        counter(&marks, "frames").to_string(),
+        json!(counter(&marks, "frames")),
+    );
+    out.row(
+        "loadgen_cpu_s",
+        format!("{:.1} s", lg_cpu as f64 / 1e6),
+        json!(lg_cpu as f64 / 1e6),
+    );
+    out.check(open as usize == o.clients, "not every client connected");
+    out
+}
+
+fn storm(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("storm");
+    let redis = Redis::start();
+    let server = Server::start(&redis, &server_flags(o, &[]));
+    let courses = course_names(o.courses);
+    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    publisher.seed();
+    let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
+    let open = wait_open(o, &mut f, o.clients, "storm");
+    std::thread::sleep(Duration::from_secs(2));
+    let m0 = f.mark();
+    let u0 = server.usage();
+    let r0 = usage_sum(&[redis.pid()]);
+    let lg0 = f.cpu_us();
+    let t0 = Instant::now();
+    let (rate, secs) = (o.rate, o.seconds);
+    let mut prev = (u0, counter(&m0, "frames"), Instant::now());
+    publisher.storm(rate, secs, o.skew, 7, |sent| {
+        let now = (server.usage(), f.sum("frames"), Instant::now());
+        let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
+        progress(
+            o,
+            format!(
+                "[storm] {:.0}/{secs:.0}s published {sent}  server cpu {:.1}% of a core  frames/s {:.0}  open {}",
+                t0.elapsed().as_secs_f64(),
+                cpu_pct(prev.0, now.0, dt),
+                (now.1.saturating_sub(prev.1)) as f64 / dt,
+                f.sum("open")
+            ),
+        );
+        prev = now;
+    });
+    let dt = t0.elapsed().as_secs_f64();
+    let u1 = server.usage();
+    let r1 = usage_sum(&[redis.pid()]);
+    let lg1 = f.cpu_us();
+    let m1 = f.mark();
+    // Settle: every course's last change renders within a tick; give it several.
+    std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1500)));
+    let reports = f.report();
+    let lat = merged_latency(&reports);
+    let (ok, total) = correctness(&reports, &publisher, o.clients);
+    let frames = counter(&m1, "frames") - counter(&m0, "frames");
+    let cpu = cpu_pct(u0, u1, dt);
+    let dropped = server.metric("seatboard_frames_dropped_total");
+    let resyncs = server.metric("seatboard_resyncs_total");
+    let pct = 100.0 * ok as f64 / total.max(1) as f64;
+    out.row(
+        "clients",
+        format!("{open} open of {}", o.clients),
+        json!(open),
+    );
+    out.row(
+        "published",
+        format!(
+            "{} snapshots in {dt:.1} s ({:.0}/s over {} courses, Zipf {})",
+            publisher.published,
+            (publisher.published as f64 - (o.courses as u64 * o.sections as u64) as f64) / dt,
+            o.courses,
+            o.skew
+        ),
+        json!(publisher.published),
+    );
+    out.row(
+        "server_cpu_pct_2cores",
+        format!("{:.1}% of 2 cores ({cpu:.1}% of one)", cpu / 2.0),
+        json!(cpu / 2.0),
+    );
+    out.row(
+        "server_rss_kib",
+        format!("{} KiB", u1.rss_kib),
+        json!(u1.rss_kib),
+    );
+    out.row(
+        "frames_delivered",
+        format!("{frames} ({:.0}/s)", frames as f64 / dt),
+        json!(frames),
+    );
+    out.row(
+        "sections_delivered",
+        (counter(&m1, "sections") - counter(&m0, "sections")).to_string(),
+        json!(counter(&m1, "sections") - counter(&m0, "sections")),
+    );
+    out.row(
+        "latency_samples",
+        lat.total().to_string(),
+        json!(lat.total()),
+    );
+    let (p50, p99, p999) = (lat.quantile(0.5), lat.quantile(0.99), lat.quantile(0.999));
+    out.row("latency_ms", format!("p50 {:.1}  p99 {:.1}  p999 {:.1}  max {:.1} (tick {} ms)", p50 as f64 / 1e3, p99 as f64 / 1e3, p999 as f64 / 1e3, lat.max() as f64 / 1e3, o.tick_ms), json!({"p50": p50 as f64 / 1e3, "p99": p99 as f64 / 1e3, "p999": p999 as f64 / 1e3, "max": lat.max() as f64 / 1e3}));
+    out.row(
+        "final_state_correct",
+        format!("{ok}/{total} clients ({pct:.2}%)"),
+        json!(pct),
+    );
+    out.row(
+        "server_frames_dropped_resyncs",
+        format!("{dropped} dropped, {resyncs} resyncs (send queue full)"),
+        json!({"dropped": dropped, "resyncs": resyncs}),
+    );
+    out.row(
+        "closed_by_server",
+        counter(&m1, "closed_by_server").to_string(),
+        json!(counter(&m1, "closed_by_server")),
+    );
+    out.row(
+        "redis_cpu_pct_core",
+        format!("{:.1}%", cpu_pct(r0, r1, dt)),
+        json!(cpu_pct(r0, r1, dt)),
+    );
+    out.row(
+        "loadgen_cpu_pct_core",
+        format!("{:.1}%", (lg1 - lg0) as f64 / dt / 1e4),
+        json!((lg1 - lg0) as f64 / dt / 1e4),
+    );
+    out.check(open as usize == o.clients, "not every client connected");
+    out.check(
+        ok == total,
+        "final state differs from the last published state",
+    );
+    out.check(frames > 0, "no frame delivered");
+    out
+}
+
+fn usage_sum(pids: &[u32]) -> Usage {
+    pids.iter().fold(Usage::default(), |a, &p| {
+        let u = procs::usage(p);
+        Usage {
+            cpu_us: a.cpu_us + u.cpu_us,
+            rss_kib: a.rss_kib + u.rss_kib,
+        }
+    })
+}
+
+fn fanout(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("fanout");
+    let redis = Redis::start();
+    let server = Server::start(&redis, &server_flags(o, &[]));
+    let courses = vec!["HOT".to_string()];
+    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    publisher.seed();
+    let mut f = fleet(o, server.port, &courses, 0.0, false, o.seconds + 900.0);
+    let open = wait_open(o, &mut f, o.clients, "fanout");
+    std::thread::sleep(Duration::from_secs(2));
+    let m0 = f.mark();
+    let u0 = server.usage();
+    let t0 = Instant::now();
+    let mut rng = fastrand::Rng::with_seed(3);
+    let mut next = Instant::now();
+    let mut next_progress = t0 + Duration::from_secs(1);
+    let mut prev = (u0, counter(&m0, "frames"), Instant::now());
+    let mut updates = 0u64;
+    while t0.elapsed().as_secs_f64() < o.seconds {
+        publisher.queue(0, rng.u32(0..o.sections), loadgen::now_us());
+        publisher.flush();
+        updates += 1;
+        next += Duration::from_millis(o.tick_ms);
+        if let Some(d) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(d);
+        }
+        if Instant::now() >= next_progress {
+            next_progress += Duration::from_secs(1);
+            let now = (server.usage(), f.sum("frames"), Instant::now());
+            let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
+            progress(
+                o,
+                format!(
+                    "[fanout] {:.0}/{:.0}s server cpu {:.1}% of a core  frames/s {:.0}",
+                    t0.elapsed().as_secs_f64(),
+                    o.seconds,
+                    cpu_pct(prev.0, now.0, dt),
+                    (now.1.saturating_sub(prev.1)) as f64 / dt
+                ),
+            );
+            prev = now;
+        }
+    }
+    // The last update's frame is due within a tick; include it in the window.
+    std::thread::sleep(Duration::from_millis(o.tick_ms / 2 + 50));
+    let dt = t0.elapsed().as_secs_f64();
+    let u1 = server.usage();
+    let m1 = f.mark();
+    std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1000)));
+    let reports = f.report();
+    let lat = merged_latency(&reports);
+    let (ok, total) = correctness(&reports, &publisher, o.clients);
+    let frames = counter(&m1, "frames") - counter(&m0, "frames");
+    let cpu_us = u1.cpu_us.saturating_sub(u0.cpu_us);
+    let per_frame = cpu_us as f64 / frames.max(1) as f64;
+    out.row(
+        "clients",
+        format!("{open} open of {}", o.clients),
+        json!(open),
+    );
+    out.row(
+        "updates",
+        format!("{updates} (one per {} ms tick)", o.tick_ms),
+        json!(updates),
+    );
+    out.row(
+        "frames_delivered",
+        format!("{frames} in {dt:.1} s"),
+        json!(frames),
+    );
+    out.row(
+        "frames_per_s",
+        format!("{:.0}", frames as f64 / dt),
+        json!(frames as f64 / dt),
+    );
+    out.row(
+        "server_cpu_us_per_frame",
+        format!("{per_frame:.3} us"),
+        json!(per_frame),
+    );
+    out.row(
+        "frames_per_cpu_s",
+        format!("{:.0}", frames as f64 / (cpu_us.max(1) as f64 / 1e6)),
+        json!(frames as f64 / (cpu_us.max(1) as f64 / 1e6)),
+    );
+    out.row(
+        "server_cpu_pct_core",
+        format!("{:.1}%", cpu_pct(u0, u1, dt)),
+        json!(cpu_pct(u0, u1, dt)),
+    );
+    let (p50, p99) = (lat.quantile(0.5), lat.quantile(0.99));
+    out.row(
+        "latency_ms",
+        format!("p50 {:.1}  p99 {:.1}", p50 as f64 / 1e3, p99 as f64 / 1e3),
+        json!({"p50": p50 as f64 / 1e3, "p99": p99 as f64 / 1e3}),
+    );
+    out.row(
+        "final_state_correct",
+        format!("{ok}/{total}"),
+        json!(100.0 * ok as f64 / total.max(1) as f64),
+    );
+    out.check(open as usize == o.clients, "not every client connected");
+    out.check(
+        ok == total,
+        "final state differs from the last published state",
+    );
+    out.check(frames > 0, "no frame delivered");
+    out
+}
+
+fn handshake(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("handshake");
+    let redis = Redis::start();
+    let server = Server::start(&redis, &server_flags(o, &[]));
+    let courses = course_names(1);
+    let mut oo = o.clone();
+    oo.connect_rate = 1e12;
+    let mut f = fleet(&oo, server.port, &courses, 0.0, true, o.seconds + 60.0);
+    let u0 = server.usage();
+    let m0 = f.mark();
+    let t0 = Instant::now();
+    watch_handshakes(o, &server, &mut f, o.seconds);
+    let dt = t0.elapsed().as_secs_f64();
+    let u1 = server.usage();
+    let m1 = f.mark();
+    let lg = f.cpu_us();
+    let reports = f.report();
+    let ups = counter(&m1, "upgrades") - counter(&m0, "upgrades");
+    let refused = counter(&m1, "refused") - counter(&m0, "refused");
+    let failed = counter(&m1, "failed") - counter(&m0, "failed");
+    let mut statuses: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut first_refusal: Option<u64> = None;
+    for r in &reports {
+        for s in r["refusals"].as_array().into_iter().flatten() {
+            *statuses.entry(s[0].as_u64().unwrap_or(0)).or_default() += s[1].as_u64().unwrap_or(0);
+        }
+        if let Some(ms) = r["first_refusal_ms"].as_u64() {
+            first_refusal = Some(first_refusal.map_or(ms, |f: u64| f.min(ms)));
+        }
+    }
+    let rate = ups as f64 / dt;
+    let cpu_us = u1.cpu_us.saturating_sub(u0.cpu_us);
+    out.row("upgrades", format!("{ups} in {dt:.1} s"), json!(ups));
+    out.row(
+        "upgrades_per_s",
+        format!("{rate:.0} authenticated (HS256) upgrades/s"),
+        json!(rate),
+    );
+    out.row(
+        "server_cpu_pct_core",
+        format!(
+            "{:.1}% ({:.1} us per upgrade)",
+            cpu_pct(u0, u1, dt),
+            cpu_us as f64 / ups.max(1) as f64
+        ),
+        json!(cpu_pct(u0, u1, dt)),
+    );
+    out.row(
+        "refused",
+        format!("{refused} (statuses {statuses:?}; first after {first_refusal:?} ms)"),
+        json!({"count": refused, "statuses": statuses, "first_ms": first_refusal}),
+    );
+    out.row("connect_failed", failed.to_string(), json!(failed));
+    out.row(
+        "loadgen_cpu_s",
+        format!("{:.1} s", lg as f64 / 1e6),
+        json!(lg as f64 / 1e6),
+    );
+    out.check(ups > 0, "no upgrade succeeded");
+    out
+}
+
+fn watch_handshakes(o: &Opts, server: &Server, f: &mut Fleet, secs: f64) {
+    let start = Instant::now();
+    let mut prev = (server.usage(), f.sum("upgrades"), Instant::now());
+    while start.elapsed().as_secs_f64() < secs {
+        let left = secs - start.elapsed().as_secs_f64();
+        std::thread::sleep(Duration::from_secs_f64(left.clamp(0.0, 1.0)));
+        let now = (server.usage(), f.sum("upgrades"), Instant::now());
+        let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
+        progress(
+            o,
+            format!(
+                "[handshake] {:.0}/{secs:.0}s upgrades/s {:.0}  refused {}  server cpu {:.1}%",
+                start.elapsed().as_secs_f64(),
+                (now.1 - prev.1) as f64 / dt,
+                f.sum("refused"),
+                cpu_pct(prev.0, now.0, dt)
+            ),
+        );
+        prev = now;
+    }
+}
+
+fn compare(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("compare");
+    let metric = "frames_per_cpu_s";
+    let mut by: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut runs = Vec::new();
+    for (i, driver) in ["uring", "epoll", "uring", "epoll"].into_iter().enumerate() {
+        let mut oo = o.clone();
+        oo.driver = Some(driver.into());
+        progress(
+            o,
+            format!(
+                "[compare] run {} of 4: {} with --driver {driver}",
+                i + 1,
+                o.inner
+            ),
+        );
+        let r = match o.inner.as_str() {
+            "storm" => storm(&oo),
+            _ => fanout(&oo),
+        };
+        let v = match o.inner.as_str() {
+            "storm" => {
+                // Frames delivered per server CPU-second.
+                let frames = r.json["frames_delivered"].as_f64().unwrap_or(0.0);
+                let pct = r.json["server_cpu_pct_2cores"].as_f64().unwrap_or(0.0) * 2.0;
+                frames / (pct / 100.0 * o.seconds).max(1e-9)
+            }
+            _ => r.json[metric].as_f64().unwrap_or(0.0),
+        };
+        out.problems
+            .extend(r.problems.iter().map(|p| format!("{driver}: {p}")));
+        by.entry(driver).or_default().push(v);
+        runs.push(json!({"driver": driver, "run": i + 1, "frames_per_cpu_s": v, "result": r.json}));
+    }
+    let mean = |d: &str| {
+        by.get(d)
+            .map(|v| v.iter().sum::<f64>() / v.len() as f64)
+            .unwrap_or(0.0)
+    };
+    let (u, e) = (mean("uring"), mean("epoll"));
+    out.row(
+        "inner",
+        format!(
+            "{} with {} clients, {:.0} s per run, A B A B",
+            o.inner, o.clients, o.seconds
+        ),
+        json!(o.inner),
+    );
+    out.row(
+        "uring_frames_per_cpu_s",
+        format!(
+            "{:?}  mean {u:.0}",
+            by.get("uring")
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|x| x.round())
+                .collect::<Vec<_>>()
+        ),
+        json!(u),
+    );
+    out.row(
+        "epoll_frames_per_cpu_s",
+        format!(
+            "{:?}  mean {e:.0}",
+            by.get("epoll")
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|x| x.round())
+                .collect::<Vec<_>>()
+        ),
+        json!(e),
+    );
+    out.row(
+        "ratio_uring_over_epoll",
+        format!("{:.2}x", u / e.max(1e-9)),
+        json!(u / e.max(1e-9)),
+    );
+    out.json["runs"] = json!(runs);
+    out
+}
+
+fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
+    Ok(match scenario {
+        "idle" => idle(o),
+        "storm" => storm(o),
+        "fanout" => fanout(o),
+        "ingest" => ingest::run(o.snapshots, o.courses, o.sections, o.skew),
+        "handshake" => handshake(o),
+        "compare" => compare(o),
+        other => return Err(format!("unknown scenario {other}")),
+    })
+}
+
+/// The short run of every scenario that `cargo test --all-targets` executes.
+fn smoke() -> i32 {
+    let base = Opts {
+        clients: 200,
+        seconds: 2.0,
+        rate: 2000.0,
+        courses: 40,
+        tick_ms: 100,
+        procs: 1,
+        snapshots: 20_000,
+        ..Opts::default()
+    };
+    let plan: Vec<(&str, Opts)> = vec![
+        ("ingest", base.clone()),
+        ("idle", base.clone()),
+        (
+            "storm",
+            Opts {
+                clients: 300,
+                procs: 2,
+                ..base.clone()
+            },
+        ),
+        ("fanout", base.clone()),
+        ("handshake", base.clone()),
+        (
+            "compare",
+            Opts {
+                clients: 100,
+                seconds: 1.0,
+                ..base.clone()
+            },
+        ),
+    ];
+    let t0 = Instant::now();
+    let (mut passed, mut failed) = (0, 0);
+    for (name, o) in plan {
+        let t = Instant::now();
+        let out = std::panic::catch_unwind(|| run(name, &o));
+        match out {
+            Ok(Ok(out)) => {
+                out.print();
+                if out.problems.is_empty() {
+                    passed += 1;
+                    println!("smoke {name}: ok ({:.1} s)", t.elapsed().as_secs_f64());
+                } else {
+                    failed += 1;
+                    println!("smoke {name}: FAILED: {:?}", out.problems);
+                }
+            }
+            Ok(Err(e)) => {
+                failed += 1;
+                println!("smoke {name}: FAILED: {e}");
+            }
+            Err(_) => {
+                failed += 1;
+                println!("smoke {name}: FAILED (panicked)");
+            }
+        }
+    }
+    println!("bench smoke took {:.1} s", t0.elapsed().as_secs_f64());
+    println!("smoke: {passed} passed, {failed} failed");
+    i32::from(failed > 0)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("__loadgen") {
+        let cfg: loadgen::Config =
+            serde_json::from_str(args.get(1).expect("config")).expect("loadgen config");
+        loadgen::run(cfg);
+        return;
+    }
+    if !args.iter().any(|a| a == "--bench") {
+        std::process::exit(smoke());
+    }
+    let args: Vec<String> = args.into_iter().filter(|a| a != "--bench").collect();
+    if args.is_empty() {
+        println!("{USAGE}");
+        return;
+    }
+    let (scenario, opts) = match parse(&args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    match run(&scenario, &opts) {
+        Ok(out) => {
+            out.print();
+            out.save();
+            if !out.problems.is_empty() {
+                std::process::exit(1);
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}\n{USAGE}");
+            std::process::exit(2);
+        }
+    }
+}

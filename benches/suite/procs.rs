@@ -1,0 +1,348 @@
+//! Processes the runner owns: `redis-server`, `seatboard serve`, the
+//! load-generator children; and /proc sampling of CPU time and RSS.
+
+use crate::loadgen::Config;
+use serde_json::Value;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+fn wait_port(port: u16, timeout: Duration) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// CPU time (utime + stime, µs) and RSS (KiB) of a process.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Usage {
+    /// CPU time in µs.
+    pub cpu_us: u64,
+    /// Resident set in KiB.
+    pub rss_kib: u64,
+}
+
+/// Reads /proc/<pid>/stat and /proc/<pid>/status.
+pub fn usage(pid: u32) -> Usage {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the `(comm)`: state is field 3; utime 14, stime 15.
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let cpu_us = (ticks(11) + ticks(12)) * 1_000_000 / hz;
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    Usage { cpu_us, rss_kib }
+}
+
+/// A `redis-server` on a free port, killed on drop.
+pub struct Redis {
+    /// Its port.
+    pub port: u16,
+    child: Child,
+}
+
+impl Redis {
+    /// Starts one without persistence.
+    pub fn start() -> Redis {
+        let port = free_port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (tests/run.sh installs it)");
+        assert!(
+            wait_port(port, Duration::from_secs(10)),
+            "redis-server did not come up"
+        );
+        Redis { port, child }
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn uri(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The bench's JWT secret.
+pub const SECRET: &str = "bench-secret-not-for-production";
+
+/// A `seatboard serve` process, killed on drop.
+pub struct Server {
+    /// Its port.
+    pub port: u16,
+    child: Child,
+}
+
+impl Server {
+    /// Starts `seatboard serve` on a free port with `extra` flags and waits for `/healthz`.
+    pub fn start(redis: &Redis, extra: &[String]) -> Server {
+        let port = free_port();
+        let bin = env!("CARGO_BIN_EXE_seatboard");
+        let child = Command::new(bin)
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--redis", &redis.uri()])
+            .args(["--auth", "jwt", "--jwt-secret", SECRET])
+            .args(["--log-level", "warn"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn seatboard");
+        let mut s = Server { port, child };
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(st)) = s.child.try_wait() {
+                panic!("seatboard serve exited at start: {st}");
+            }
+            if let Some(h) = s.get("/healthz") {
+                if h.contains("\"ok\"") {
+                    break;
+                }
+            }
+            assert!(Instant::now() < end, "seatboard did not become healthy");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+
+    /// Its pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A GET's body (the server closes after answering).
+    pub fn get(&self, path: &str) -> Option<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(
+            s,
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        .ok()?;
+        let mut buf = Vec::new();
+        let _ = s.read_to_end(&mut buf);
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        text.starts_with("HTTP/1.1 200")
+            .then(|| text.split_once("\r\n\r\n").map(|x| x.1.to_owned()))
+            .flatten()
+    }
+
+    /// One metric's value (sum over label sets when `name` ends with `{`).
+    pub fn metric(&self, name: &str) -> f64 {
+        let body = self.get("/metrics").unwrap_or_default();
+        body.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| {
+                let (k, v) = l.rsplit_once(' ')?;
+                (k == name || (name.ends_with('{') && k.starts_with(name)))
+                    .then(|| v.parse::<f64>().ok())?
+            })
+            .sum()
+    }
+
+    /// CPU and RSS now.
+    pub fn usage(&self) -> Usage {
+        usage(self.pid())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The load-generator children and their messages.
+pub struct Fleet {
+    children: Vec<(Child, Option<ChildStdin>)>,
+    rx: mpsc::Receiver<(usize, Value)>,
+    /// Latest progress counters per child.
+    pub progress: Vec<Value>,
+}
+
+impl Fleet {
+    /// Starts one child per config.
+    pub fn start(configs: Vec<Config>) -> Fleet {
+        let exe = std::env::current_exe().expect("current exe");
+        let (tx, rx) = mpsc::channel();
+        let mut children = Vec::new();
+        for (i, cfg) in configs.iter().enumerate() {
+            let mut child = Command::new(&exe)
+                .arg("__loadgen")
+                .arg(serde_json::to_string(cfg).expect("config json"))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("spawn load generator");
+            let out = child.stdout.take().expect("stdout");
+            let stdin = child.stdin.take();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines() {
+                    let Ok(line) = line else { break };
+                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                        if tx.send((i, v)).is_err() {
+                            break;
+                        }
+                    }
+                }
+            });
+            children.push((child, stdin));
+        }
+        let n = children.len();
+        Fleet {
+            children,
+            rx,
+            progress: vec![Value::Null; n],
+        }
+    }
+
+    /// Pids of the children.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(|c| c.0.id()).collect()
+    }
+
+    /// Summed CPU time of the children, µs.
+    pub fn cpu_us(&self) -> u64 {
+        self.pids().into_iter().map(|p| usage(p).cpu_us).sum()
+    }
+
+    /// Drains pending progress lines; returns answers of type `key` seen.
+    fn pump(&mut self, key: &str, wait: Duration, want: usize) -> Vec<Value> {
+        let mut got = vec![Value::Null; self.children.len()];
+        let mut n = 0;
+        let end = Instant::now() + wait;
+        loop {
+            let left = end.saturating_duration_since(Instant::now());
+            let msg = if n >= want {
+                match self.rx.try_recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            } else {
+                match self.rx.recv_timeout(left) {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            };
+            let (i, v) = msg;
+            if let Some(p) = v.get("p") {
+                self.progress[i] = p.clone();
+            }
+            if let Some(a) = v.get(key) {
+                if got[i].is_null() {
+                    n += 1;
+                }
+                got[i] = a.clone();
+            }
+        }
+        got
+    }
+
+    /// Refreshes `progress` and returns the summed value of one counter.
+    pub fn sum(&mut self, counter: &str) -> u64 {
+        self.pump("-", Duration::ZERO, 0);
+        self.progress
+            .iter()
+            .map(|p| p[counter].as_u64().unwrap_or(0))
+            .sum()
+    }
+
+    fn send(&mut self, cmd: &str) {
+        for (_, stdin) in &mut self.children {
+            if let Some(s) = stdin {
+                let _ = writeln!(s, "{cmd}");
+                let _ = s.flush();
+            }
+        }
+    }
+
+    /// Counters of every child right now (summed).
+    pub fn mark(&mut self) -> Value {
+        self.send("mark");
+        let marks = self.pump("mark", Duration::from_secs(10), self.children.len());
+        sum_objects(&marks)
+    }
+
+    /// Final reports; the children exit.
+    pub fn report(mut self) -> Vec<Value> {
+        self.send("report");
+        let reports = self.pump("report", Duration::from_secs(30), self.children.len());
+        for (c, stdin) in &mut self.children {
+            stdin.take();
+            let end = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+        reports
+    }
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for (c, _) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Field-wise sum of JSON objects of numbers.
+pub fn sum_objects(objs: &[Value]) -> Value {
+    let mut out = serde_json::Map::new();
+    for o in objs {
+        for (k, v) in o.as_object().into_iter().flatten() {
+            let cur = out.get(k).and_then(|x| x.as_u64()).unwrap_or(0);
+            out.insert(k.clone(), Value::from(cur + v.as_u64().unwrap_or(0)));
+        }
+    }
+    Value::Object(out)
+}
