@@ -397,3 +397,110 @@ fn every_refusal_reason_is_exported() {
         assert!(m.lines().any(|l| l == line), "missing {line}");
     }
 }
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn jwt_on_serve_401_403_and_token_sources() {
+    use seatboard::auth::mint;
+    use shards::Role;
+    let redis = Redis::start();
+    let sb = Seatboard::start(&[
+        "serve",
+        "--redis",
+        &redis.uri(),
+        "--shards",
+        "1",
+        "--auth",
+        "jwt",
+        "--jwt-secret",
+        "S3cret",
+    ]);
+    let exp = unix_now() + 600;
+    let student = mint(b"S3cret", "stu", Role::Student, exp);
+    let admin = mint(b"S3cret", "boss", Role::Admin, exp);
+    let parts: Vec<&str> = student.split('.').collect();
+    let bad: Vec<(&str, String)> = vec![
+        ("no token", String::new()),
+        ("garbage", "Authorization: Bearer not.a.token\r\n".into()),
+        (
+            "wrong secret",
+            format!(
+                "Authorization: Bearer {}\r\n",
+                mint(b"other", "stu", Role::Student, exp)
+            ),
+        ),
+        (
+            "expired",
+            format!(
+                "Authorization: Bearer {}\r\n",
+                mint(b"S3cret", "stu", Role::Student, unix_now() - 300)
+            ),
+        ),
+        (
+            "alg none",
+            // {"alg":"none","typ":"JWT"}
+            format!(
+                "Authorization: Bearer eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{}.\r\n",
+                parts[1]
+            ),
+        ),
+        (
+            "over-long",
+            format!("Authorization: Bearer {student}{}\r\n", "A".repeat(5000)),
+        ),
+        ("?user= is not auth here", String::new()),
+    ];
+    for (what, extra) in &bad {
+        let path = if what.starts_with("?user") {
+            "/ws?user=stu"
+        } else {
+            "/ws"
+        };
+        assert_eq!(upgrade(sb.port, path, extra).status, 401, "{what}");
+    }
+    assert_eq!(refused(&sb, "unauthorized"), bad.len() as f64);
+    // A student token on the admin feed: 403.
+    let r = upgrade(
+        sb.port,
+        "/ws/admin",
+        &format!("Authorization: Bearer {student}\r\n"),
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(refused(&sb, "forbidden"), 1.0);
+    // Each token source works; the hello names the token's subject and role.
+    for (path, extra) in [
+        (
+            "/ws".to_string(),
+            format!("Authorization: Bearer {student}\r\n"),
+        ),
+        (format!("/ws?token={student}"), String::new()),
+        (
+            "/ws".to_string(),
+            format!("Cookie: a=b; seatboard_token={student}\r\n"),
+        ),
+        (
+            "/ws/admin".to_string(),
+            format!("Authorization: Bearer {admin}\r\n"),
+        ),
+    ] {
+        assert_eq!(
+            upgrade_status(sb.port, &path, &extra).0,
+            101,
+            "{path} {extra}"
+        );
+    }
+    let mut ws = RawWs::connect(sb.port, &format!("/ws/admin?token={admin}"));
+    let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
+    assert_eq!(hello["user"], "boss");
+    assert_eq!(hello["role"], "admin");
+    let mut ws = RawWs::connect(sb.port, &format!("/ws?token={student}"));
+    let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
+    assert_eq!(hello["user"], "stu");
+    assert_eq!(hello["role"], "student");
+}

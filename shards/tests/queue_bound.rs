@@ -55,8 +55,15 @@ fn rewatch_and_error_spam_from_a_stuck_client_stays_bounded() {
         }
     }
     // One frame past the bound at most (the frame that found the queue full).
-    assert!(max <= limit + 8 * 1024, "queue grew to {max} (bound {limit})");
-    assert_eq!(closed_with, Some(4001), "a stuck client is closed as a slow consumer");
+    assert!(
+        max <= limit + 8 * 1024,
+        "queue grew to {max} (bound {limit})"
+    );
+    assert_eq!(
+        closed_with,
+        Some(4001),
+        "a stuck client is closed as a slow consumer"
+    );
     assert!(now <= 30_000, "closed after {now} ms");
     assert_eq!(shard.stats().slow_consumer_closes, 1);
 }
