@@ -24,6 +24,8 @@ pub enum Command {
     Publish(PublishArgs),
     /// Publish a synthetic selection window into Redis (R snapshots/s over N courses, Zipf-skewed).
     Simulate(SimulateArgs),
+    /// The analytics worker: per-bucket history of updates and viewers into a Redis stream.
+    Analytics(crate::analytics::AnalyticsArgs),
 }
 
 /// Which io driver a shard runs.
@@ -113,6 +115,9 @@ pub struct HubArgs {
     /// Selection window id (for analytics).
     #[arg(long, env = "SEATBOARD_SESSION", default_value = "default")]
     pub session: String,
+    /// Analytics stream key prefix (`/api/history` reads `<prefix><session>`).
+    #[arg(long, env = "SEATBOARD_ANALYTICS_PREFIX", default_value = "analytics:")]
+    pub analytics_prefix: String,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "SEATBOARD_LOG", default_value = "info")]
     pub log_level: String,

@@ -20,11 +20,11 @@ pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
     let hub = runtime::start(Arc::clone(&node), source, MemoryPresence::default())?;
     std::thread::Builder::new()
         .name("seatboard-simulator".into())
-        .spawn(move || simulate(publisher, &names))?;
+        .spawn(move || simulate(publisher, &names, &node))?;
     Ok(hub)
 }
 
-fn simulate(bus: BusPublisher, names: &[String]) {
+fn simulate(bus: BusPublisher, names: &[String], node: &Node) {
     let mut window = SelectionWindow::new(names, 1.1, clock::unix_ms());
     // Seed every section once so the board is whole from the start.
     let sections: usize = 8 * names.len();
@@ -41,6 +41,7 @@ fn simulate(bus: BusPublisher, names: &[String]) {
             std::thread::sleep(next - now);
         }
         let s = window.next(clock::unix_ms());
+        node.history.record_demo(&s);
         bus.publish(&s.course, s.section, s.to_payload().into_bytes());
     }
 }

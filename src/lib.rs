@@ -1,10 +1,12 @@
 //! seatboard's shell: the command line, the runtime and every piece of I/O
 //! around the sans-IO core in the `shards` crate.
 
+pub mod analytics;
 pub mod auth;
 pub mod cli;
 pub mod clock;
 pub mod demo;
+pub mod history;
 pub mod ingest;
 pub mod listener;
 pub mod metrics;

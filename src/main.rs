@@ -105,5 +105,6 @@ fn main() -> ExitCode {
             Ok(()) => seatboard::simulate::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
+        Command::Analytics(args) => seatboard::analytics::main(args),
     }
 }

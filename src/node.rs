@@ -79,6 +79,8 @@ pub struct Node {
     pub users: UserCounts,
     /// `/api/courses` body, refreshed by whoever knows the courses.
     pub courses_json: RwLock<String>,
+    /// `/api/history` cache (filled by the history thread, or the demo).
+    pub history: crate::history::History,
 }
 
 impl Node {
@@ -93,6 +95,7 @@ impl Node {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "seatboard".into());
+        let history = crate::history::History::new(&args.session);
         Node {
             id: format!("{host}-{}", std::process::id()),
             args,
@@ -105,6 +108,7 @@ impl Node {
             open: AtomicU64::new(0),
             users: UserCounts::new(),
             courses_json: RwLock::new("[]".into()),
+            history,
         }
     }
 

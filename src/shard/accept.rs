@@ -94,7 +94,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     match http::route(&head.path) {
         Route::NotFound => respond(stream, Response::text(404, "not found"), head_only).await,
         Route::Page(p) if head.method == "GET" || head_only => {
-            respond(stream, http::page(&ctx.node, p), head_only).await
+            respond(stream, http::answer(&ctx.node, p, &head), head_only).await
         }
         Route::Ws { admin } if head.method == "GET" => match handshake::check(&ctx, &head, admin) {
             Err(resp) => respond(stream, resp, false).await,

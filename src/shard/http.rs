@@ -110,10 +110,43 @@ pub fn route(path: &str) -> Route {
         "/readyz" => Route::Page("/readyz"),
         "/metrics" => Route::Page("/metrics"),
         "/api/courses" => Route::Page("/api/courses"),
+        "/api/history" => Route::Page("/api/history"),
         "/ws" => Route::Ws { admin: false },
         "/ws/admin" => Route::Ws { admin: true },
         _ => Route::NotFound,
     }
+}
+
+/// The answer to a GET of a page, for pages that need the request (auth, query) too.
+pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead) -> Response {
+    match p {
+        "/api/history" => history(node, head),
+        _ => page(node, p),
+    }
+}
+
+/// `/api/history?session=S`: admin only, answered from the history cache.
+fn history(node: &Node, head: &shards::http_head::RequestHead) -> Response {
+    let admin = match node.auth.identify(head) {
+        Some(id) => id.role == shards::Role::Admin,
+        // `--auth none`: `?role=admin` is enough for this read-only endpoint.
+        None if matches!(node.auth, crate::auth::Auth::None)
+            && head.query_param("role").as_deref() == Some("admin") =>
+        {
+            true
+        }
+        None => return Response::text(401, "missing or invalid token"),
+    };
+    if !admin {
+        return Response::text(403, "admin token required");
+    }
+    let session = head
+        .query_param("session")
+        .unwrap_or_else(|| node.args.session.clone());
+    if !crate::history::valid_session(&session) {
+        return Response::text(400, "bad session (1-128 of [A-Za-z0-9_.:-])");
+    }
+    Response::json(200, node.history.answer(&session))
 }
 
 /// The answer to a GET of a page.

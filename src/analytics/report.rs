@@ -1,0 +1,243 @@
+//! Reading a session's stream back: `seatboard analytics report` (a table or
+//! CSV on stdout), and the XRANGE helpers the hub's history cache uses too.
+
+use super::worker::Entry;
+use super::ReportArgs;
+use redis::streams::StreamRangeReply;
+use redis::{Client, Connection, RedisError};
+use std::io::Write;
+use std::time::Duration;
+
+/// Entries per XRANGE page.
+pub const PAGE: usize = 1000;
+
+/// One read of a stream: the parsed entries (id, entry), oldest first, and the
+/// last raw id read (even if that entry did not parse, so paging moves on).
+pub type Page = (Vec<(String, Entry)>, Option<String>);
+
+fn entries(reply: StreamRangeReply) -> Vec<(String, Entry)> {
+    reply
+        .ids
+        .into_iter()
+        .filter_map(|sid| {
+            let start: String = sid.get("bucket_start_ms")?;
+            let ms: String = sid.get("bucket_ms")?;
+            let courses: String = sid.get("courses")?;
+            let e = Entry::from_fields(&start, &ms, &courses)?;
+            Some((sid.id, e))
+        })
+        .collect()
+}
+
+/// Up to `count` entries after stream id `after` (exclusive; `None`: from the start), oldest first.
+pub fn read_after(
+    con: &mut Connection,
+    key: &str,
+    after: Option<&str>,
+    count: usize,
+) -> Result<Page, RedisError> {
+    let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
+    let reply: StreamRangeReply = redis::cmd("XRANGE")
+        .arg(key)
+        .arg(start)
+        .arg("+")
+        .arg("COUNT")
+        .arg(count)
+        .query(con)?;
+    // The last raw id, even if that entry did not parse, so paging moves on.
+    let last = reply.ids.last().map(|s| s.id.clone());
+    Ok((entries(reply), last))
+}
+
+/// The last `count` entries, oldest first (`XREVRANGE + - COUNT n`).
+pub fn read_last(con: &mut Connection, key: &str, count: usize) -> Result<Page, RedisError> {
+    let reply: StreamRangeReply = redis::cmd("XREVRANGE")
+        .arg(key)
+        .arg("+")
+        .arg("-")
+        .arg("COUNT")
+        .arg(count)
+        .query(con)?;
+    let last = reply.ids.first().map(|s| s.id.clone());
+    let mut v = entries(reply);
+    v.reverse();
+    Ok((v, last))
+}
+
+/// `YYYY-MM-DD HH:MM:SS` (UTC) of a Unix millisecond.
+pub fn utc(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil from days (H. Hinnant).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Writes the series as a table or CSV.
+pub fn render(
+    out: &mut impl Write,
+    key: &str,
+    series: &[(String, Entry)],
+    csv: bool,
+) -> std::io::Result<()> {
+    if csv {
+        writeln!(
+            out,
+            "id,bucket_start_ms,bucket_ms,course,updates,viewers,seats_taken,total_seats"
+        )?;
+        for (id, e) in series {
+            for c in &e.courses {
+                writeln!(
+                    out,
+                    "{id},{},{},{},{},{},{},{}",
+                    e.bucket_start_ms,
+                    e.bucket_ms,
+                    c.course,
+                    c.updates,
+                    c.viewers,
+                    c.seats_taken,
+                    c.total_seats
+                )?;
+            }
+        }
+        return Ok(());
+    }
+    let width = series
+        .iter()
+        .flat_map(|(_, e)| e.courses.iter().map(|c| c.course.len()))
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    writeln!(
+        out,
+        "{:<19}  {:>9}  {:<width$}  {:>8}  {:>9}  {:>8}  {:>8}  {:>8}  {:>6}",
+        "bucket_start (UTC)",
+        "bucket_ms",
+        "course",
+        "updates",
+        "updates/s",
+        "viewers",
+        "taken",
+        "seats",
+        "fill"
+    )?;
+    let mut rows = 0usize;
+    for (_, e) in series {
+        let secs = e.bucket_ms.max(1) as f64 / 1000.0;
+        for c in &e.courses {
+            let fill = if c.total_seats > 0 {
+                format!(
+                    "{:.1}%",
+                    c.seats_taken as f64 * 100.0 / c.total_seats as f64
+                )
+            } else {
+                "-".into()
+            };
+            writeln!(
+                out,
+                "{:<19}  {:>9}  {:<width$}  {:>8}  {:>9.2}  {:>8}  {:>8}  {:>8}  {:>6}",
+                utc(e.bucket_start_ms),
+                e.bucket_ms,
+                c.course,
+                c.updates,
+                c.updates as f64 / secs,
+                c.viewers,
+                c.seats_taken,
+                c.total_seats,
+                fill
+            )?;
+            rows += 1;
+        }
+    }
+    writeln!(out, "{} entries, {rows} course rows in {key}", series.len())
+}
+
+/// `seatboard analytics report`: reads the whole stream (or its last `--last` entries) and prints it.
+pub fn run(
+    client: &Client,
+    key: &str,
+    args: &ReportArgs,
+    out: &mut impl Write,
+) -> Result<(), String> {
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .map_err(|e| format!("cannot reach Redis: {e}"))?;
+    let _ = con.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut series = Vec::new();
+    if args.last > 0 {
+        series = read_last(&mut con, key, args.last)
+            .map_err(|e| format!("XREVRANGE {key}: {e}"))?
+            .0;
+    } else {
+        let mut after: Option<String> = None;
+        loop {
+            let (page, last) = read_after(&mut con, key, after.as_deref(), PAGE)
+                .map_err(|e| format!("XRANGE {key}: {e}"))?;
+            series.extend(page);
+            match last {
+                Some(id) if after.as_deref() != Some(id.as_str()) => after = Some(id),
+                _ => break,
+            }
+        }
+    }
+    render(out, key, &series, args.csv).map_err(|e| format!("cannot write: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analytics::worker::CourseRow;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00:00");
+        assert_eq!(utc(1_764_420_000_123), "2025-11-29 12:40:00");
+        assert_eq!(utc(951_782_400_000), "2000-02-29 00:00:00");
+    }
+
+    #[test]
+    fn table_and_csv() {
+        let e = Entry {
+            bucket_start_ms: 1_764_420_000_000,
+            bucket_ms: 30_000,
+            courses: vec![CourseRow {
+                course: "CS101".into(),
+                updates: 60,
+                viewers: 3,
+                seats_taken: 41,
+                total_seats: 42,
+            }],
+        };
+        let series = vec![("1-0".to_string(), e)];
+        let mut out = Vec::new();
+        render(&mut out, "analytics:s", &series, true).expect("csv");
+        let text = String::from_utf8(out).expect("utf8");
+        assert_eq!(
+            text.lines().nth(1),
+            Some("1-0,1764420000000,30000,CS101,60,3,41,42")
+        );
+        let mut out = Vec::new();
+        render(&mut out, "analytics:s", &series, false).expect("table");
+        let text = String::from_utf8(out).expect("utf8");
+        let row = text.lines().nth(1).expect("row");
+        assert!(row.starts_with("2025-11-29 12:40:00"), "{row}");
+        for w in ["CS101", "60", "2.00", "41", "42", "97.6%"] {
+            assert!(row.split_whitespace().any(|x| x == w), "{w} in {row}");
+        }
+        assert!(text.ends_with("1 entries, 1 course rows in analytics:s\n"));
+    }
+}

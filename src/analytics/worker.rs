@@ -1,0 +1,346 @@
+//! The bucket state machine of the analytics worker: fed snapshots, viewer
+//! counts and the time, it says when a bucket closes and what (if anything) to
+//! append for it. No I/O, so every rule is unit-tested without Redis.
+
+use serde::{Deserialize, Serialize};
+use shards::Snapshot;
+use std::collections::{BTreeMap, HashMap};
+
+/// The start of the bucket that holds `now_ms` (wall-clock multiples of `bucket_ms`).
+pub fn align(now_ms: u64, bucket_ms: u64) -> u64 {
+    let b = bucket_ms.max(1);
+    now_ms - now_ms % b
+}
+
+/// One course's line in a stream entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CourseRow {
+    /// Course code.
+    pub course: String,
+    /// Snapshots published for the course during the bucket.
+    pub updates: u64,
+    /// Unexpired presence members of the course when the bucket closed.
+    pub viewers: u64,
+    /// Seats taken, summed over the course's sections (latest snapshots seen).
+    pub seats_taken: u64,
+    /// Seats, summed over the course's sections (latest snapshots seen).
+    pub total_seats: u64,
+}
+
+/// What one non-idle bucket appends to the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Bucket start, Unix ms, a multiple of `bucket_ms`.
+    pub bucket_start_ms: u64,
+    /// Bucket length in ms.
+    pub bucket_ms: u64,
+    /// Every course with an update or a viewer in the bucket, by course code.
+    pub courses: Vec<CourseRow>,
+}
+
+impl Entry {
+    /// The `courses` field: a JSON array of [`CourseRow`].
+    pub fn courses_json(&self) -> String {
+        serde_json::to_string(&self.courses).unwrap_or_else(|_| "[]".into())
+    }
+
+    /// Reads an entry back from its stream fields; `None` when one is missing or malformed.
+    pub fn from_fields(bucket_start_ms: &str, bucket_ms: &str, courses: &str) -> Option<Entry> {
+        Some(Entry {
+            bucket_start_ms: bucket_start_ms.trim().parse().ok()?,
+            bucket_ms: bucket_ms.trim().parse().ok()?,
+            courses: serde_json::from_str(courses).ok()?,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Seats {
+    taken: u32,
+    total: u32,
+    version: Option<u64>,
+}
+
+/// The worker's state: the bucket in flight and the latest seats per section.
+#[derive(Debug)]
+pub struct Buckets {
+    bucket_ms: u64,
+    start_ms: u64,
+    updates: HashMap<String, u64>,
+    seats: HashMap<String, BTreeMap<u32, Seats>>,
+    lost: bool,
+}
+
+/// Why a closed bucket wrote nothing (for the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Closed {
+    /// An entry to append.
+    Write,
+    /// No update and no viewer: nothing to write.
+    Idle,
+    /// The bucket was marked lost (Redis went away during it).
+    Lost,
+}
+
+impl Buckets {
+    /// A worker whose first bucket is the one holding `now_ms`.
+    pub fn new(bucket_ms: u64, now_ms: u64) -> Self {
+        let bucket_ms = bucket_ms.max(1);
+        Buckets {
+            bucket_ms,
+            start_ms: align(now_ms, bucket_ms),
+            updates: HashMap::new(),
+            seats: HashMap::new(),
+            lost: false,
+        }
+    }
+
+    /// Bucket length in ms.
+    pub fn bucket_ms(&self) -> u64 {
+        self.bucket_ms
+    }
+
+    /// Start of the bucket in flight (Unix ms).
+    pub fn start_ms(&self) -> u64 {
+        self.start_ms
+    }
+
+    /// When the bucket in flight closes (Unix ms).
+    pub fn end_ms(&self) -> u64 {
+        self.start_ms + self.bucket_ms
+    }
+
+    /// True once `now_ms` is past the bucket in flight.
+    pub fn due(&self, now_ms: u64) -> bool {
+        now_ms >= self.end_ms()
+    }
+
+    /// Counts one published snapshot into the bucket in flight and keeps its
+    /// seats unless an equal or newer version of that section was seen before.
+    pub fn on_snapshot(&mut self, snap: &Snapshot) {
+        match self.updates.get_mut(&*snap.course) {
+            Some(n) => *n += 1,
+            None => {
+                self.updates.insert(snap.course.to_string(), 1);
+            }
+        }
+        let sections = self.seats.entry(snap.course.to_string()).or_default();
+        let newer = match sections.get(&snap.section) {
+            Some(old) => match (old.version, snap.version) {
+                (Some(o), Some(n)) => n > o,
+                _ => true,
+            },
+            None => true,
+        };
+        if newer {
+            sections.insert(
+                snap.section,
+                Seats {
+                    taken: snap.seats_taken,
+                    total: snap.total_seats,
+                    version: snap.version,
+                },
+            );
+        }
+    }
+
+    /// Marks the bucket in flight as lost: it will write nothing when it closes.
+    pub fn lose(&mut self) {
+        self.lost = true;
+    }
+
+    /// True when the bucket in flight is marked lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost
+    }
+
+    /// Closes the bucket in flight with the viewer counts read at its end
+    /// (course -> unexpired members) and opens the bucket holding `now_ms`.
+    /// Returns the entry to append, or why there is none.
+    pub fn close(
+        &mut self,
+        now_ms: u64,
+        viewers: &HashMap<String, u64>,
+    ) -> (Closed, Option<Entry>) {
+        let updates = std::mem::take(&mut self.updates);
+        let lost = std::mem::replace(&mut self.lost, false);
+        let start = self.start_ms;
+        self.start_ms = align(now_ms, self.bucket_ms).max(self.end_ms());
+        if lost {
+            return (Closed::Lost, None);
+        }
+        let mut rows: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+        for (course, n) in &updates {
+            rows.entry(course.as_str()).or_default().0 += n;
+        }
+        for (course, v) in viewers.iter().filter(|(_, v)| **v > 0) {
+            rows.entry(course.as_str()).or_default().1 += v;
+        }
+        if rows.is_empty() {
+            return (Closed::Idle, None);
+        }
+        let courses = rows
+            .into_iter()
+            .map(|(course, (updates, viewers))| {
+                let (taken, total) = self.seats.get(course).map_or((0, 0), |s| {
+                    s.values().fold((0u64, 0u64), |(a, b), x| {
+                        (a + u64::from(x.taken), b + u64::from(x.total))
+                    })
+                });
+                CourseRow {
+                    course: course.to_owned(),
+                    updates,
+                    viewers,
+                    seats_taken: taken,
+                    total_seats: total,
+                }
+            })
+            .collect();
+        (
+            Closed::Write,
+            Some(Entry {
+                bucket_start_ms: start,
+                bucket_ms: self.bucket_ms,
+                courses,
+            }),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn snap(course: &str, section: u32, taken: u32, total: u32, version: Option<u64>) -> Snapshot {
+        Snapshot::build(
+            Arc::from(course),
+            section,
+            total,
+            taken,
+            None,
+            version,
+            None,
+        )
+    }
+
+    fn none() -> HashMap<String, u64> {
+        HashMap::new()
+    }
+
+    #[test]
+    fn buckets_align_to_wall_clock_multiples() {
+        assert_eq!(align(0, 30_000), 0);
+        assert_eq!(align(29_999, 30_000), 0);
+        assert_eq!(align(30_000, 30_000), 30_000);
+        assert_eq!(align(1_764_420_012_345, 30_000), 1_764_420_000_000);
+        let b = Buckets::new(1000, 12_345);
+        assert_eq!((b.start_ms(), b.end_ms()), (12_000, 13_000));
+        assert!(!b.due(12_999));
+        assert!(b.due(13_000));
+    }
+
+    #[test]
+    fn idle_bucket_writes_nothing() {
+        let mut b = Buckets::new(1000, 5_500);
+        let (why, e) = b.close(6_000, &none());
+        assert_eq!((why, e), (Closed::Idle, None));
+        // A course whose viewers all expired is still idle.
+        let zero: HashMap<String, u64> = [("CS101".to_string(), 0)].into();
+        assert_eq!(b.close(7_000, &zero).0, Closed::Idle);
+        assert_eq!(b.start_ms(), 7_000);
+    }
+
+    #[test]
+    fn counts_and_sums_over_sections() {
+        let mut b = Buckets::new(1000, 10_100);
+        for i in 0..50u32 {
+            b.on_snapshot(&snap("CS101", i % 2, i, 100, Some(u64::from(i) + 1)));
+        }
+        b.on_snapshot(&snap("MATH1", 0, 5, 10, None));
+        let viewers: HashMap<String, u64> =
+            [("CS101".to_string(), 3), ("HIST9".to_string(), 2)].into();
+        let (why, e) = b.close(11_000, &viewers);
+        assert_eq!(why, Closed::Write);
+        let e = e.expect("entry");
+        assert_eq!((e.bucket_start_ms, e.bucket_ms), (10_000, 1000));
+        let names: Vec<&str> = e.courses.iter().map(|c| c.course.as_str()).collect();
+        assert_eq!(names, ["CS101", "HIST9", "MATH1"]);
+        // Latest of section 0 is taken 48, of section 1 taken 49.
+        assert_eq!(
+            e.courses[0],
+            CourseRow {
+                course: "CS101".into(),
+                updates: 50,
+                viewers: 3,
+                seats_taken: 97,
+                total_seats: 200
+            }
+        );
+        assert_eq!(
+            (
+                e.courses[1].updates,
+                e.courses[1].viewers,
+                e.courses[1].total_seats
+            ),
+            (0, 2, 0)
+        );
+        // The next bucket starts from zero updates but keeps the seats.
+        b.on_snapshot(&snap("CS101", 0, 50, 100, Some(100)));
+        let (_, e) = b.close(12_000, &none());
+        let e = e.expect("entry");
+        assert_eq!(e.bucket_start_ms, 11_000);
+        assert_eq!(e.courses.len(), 1);
+        assert_eq!(
+            (e.courses[0].updates, e.courses[0].seats_taken),
+            (1, 50 + 49)
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&e.courses_json()).expect("courses json");
+        assert_eq!(json[0]["course"], "CS101");
+        assert_eq!(json[0]["updates"], 1);
+        assert_eq!(json[0]["seats_taken"], 99);
+        assert_eq!(json[0]["total_seats"], 200);
+        assert_eq!(json[0]["viewers"], 0);
+        let back = Entry::from_fields("11000", "1000", &e.courses_json());
+        assert_eq!(back, Some(e));
+        assert_eq!(Entry::from_fields("x", "1000", "[]"), None);
+        assert_eq!(Entry::from_fields("1", "1000", "{}"), None);
+    }
+
+    #[test]
+    fn stale_versions_count_but_do_not_replace_seats() {
+        let mut b = Buckets::new(1000, 0);
+        b.on_snapshot(&snap("A", 0, 10, 20, Some(5)));
+        b.on_snapshot(&snap("A", 0, 3, 20, Some(4)));
+        let (_, e) = b.close(1000, &none());
+        let row = &e.expect("entry").courses[0];
+        assert_eq!((row.updates, row.seats_taken), (2, 10));
+    }
+
+    #[test]
+    fn lost_bucket_writes_nothing_and_the_next_one_does() {
+        let mut b = Buckets::new(1000, 0);
+        b.on_snapshot(&snap("A", 0, 1, 2, None));
+        b.lose();
+        assert!(b.is_lost());
+        assert_eq!(b.close(1000, &none()), (Closed::Lost, None));
+        assert!(!b.is_lost());
+        b.on_snapshot(&snap("A", 0, 2, 2, None));
+        let (why, e) = b.close(2000, &none());
+        assert_eq!(why, Closed::Write);
+        assert_eq!(e.expect("entry").courses[0].updates, 1);
+    }
+
+    #[test]
+    fn a_late_close_skips_to_the_current_bucket() {
+        let mut b = Buckets::new(1000, 0);
+        b.on_snapshot(&snap("A", 0, 1, 2, None));
+        let (_, e) = b.close(5_300, &none());
+        assert_eq!(e.expect("entry").bucket_start_ms, 0);
+        assert_eq!(b.start_ms(), 5_000);
+        // Closing early (clock stepped back) never reopens an old bucket.
+        b.close(1_000, &none());
+        assert_eq!(b.start_ms(), 6_000);
+    }
+}

@@ -1,0 +1,352 @@
+//! `GET /api/history?session=S`: the analytics series of a session, for the
+//! admin page. Shards never touch Redis for it: they read a cache that one
+//! background thread keeps fresh with XRANGE (the node's `--session` always,
+//! plus any session asked for recently). In `demo` the series is recorded in
+//! process from the simulator's snapshots.
+
+use crate::analytics::report::{read_after, read_last, PAGE};
+use crate::analytics::worker::{Buckets, Closed, Entry};
+use crate::clock;
+use crate::node::Node;
+use serde::Serialize;
+use shards::Snapshot;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Entries kept per session (a day of 30 s buckets).
+pub const KEEP: usize = 2880;
+/// How often a tracked session is re-read.
+const REFRESH: Duration = Duration::from_secs(5);
+/// A session nobody asked for in this long is no longer tracked.
+const FORGET: Duration = Duration::from_secs(600);
+/// Sessions tracked besides the node's own.
+const MAX_ASKED: usize = 8;
+/// Bucket length of the demo's in-process series.
+pub const DEMO_BUCKET_MS: u64 = 5_000;
+/// Courses listed per entry in `top`.
+const TOP: usize = 5;
+/// Most pages read for one session in one refresh.
+const MAX_PAGES: usize = 10;
+
+/// True for a usable session id: 1-128 of `[A-Za-z0-9_.:-]`.
+pub fn valid_session(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-' | b':'))
+}
+
+#[derive(Serialize)]
+struct TopCourse<'a> {
+    course: &'a str,
+    updates: u64,
+    viewers: u64,
+}
+
+#[derive(Serialize)]
+struct Point<'a> {
+    id: &'a str,
+    bucket_start_ms: u64,
+    bucket_ms: u64,
+    updates: u64,
+    viewers: u64,
+    seats_taken: u64,
+    total_seats: u64,
+    courses: usize,
+    top: Vec<TopCourse<'a>>,
+}
+
+fn point<'a>(id: &'a str, e: &'a Entry) -> Point<'a> {
+    let mut top: Vec<&_> = e.courses.iter().collect();
+    top.sort_by(|a, b| {
+        (b.updates, b.viewers)
+            .cmp(&(a.updates, a.viewers))
+            .then_with(|| a.course.cmp(&b.course))
+    });
+    Point {
+        id,
+        bucket_start_ms: e.bucket_start_ms,
+        bucket_ms: e.bucket_ms,
+        updates: e.courses.iter().map(|c| c.updates).sum(),
+        viewers: e.courses.iter().map(|c| c.viewers).sum(),
+        seats_taken: e.courses.iter().map(|c| c.seats_taken).sum(),
+        total_seats: e.courses.iter().map(|c| c.total_seats).sum(),
+        courses: e.courses.len(),
+        top: top
+            .into_iter()
+            .take(TOP)
+            .map(|c| TopCourse {
+                course: &c.course,
+                updates: c.updates,
+                viewers: c.viewers,
+            })
+            .collect(),
+    }
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    session: &'a str,
+    source: &'a str,
+    updated_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pending: bool,
+    entries: Vec<Point<'a>>,
+}
+
+/// The JSON body of `/api/history` for a series.
+pub fn render(
+    session: &str,
+    source: &str,
+    series: &VecDeque<(String, Entry)>,
+    error: Option<&str>,
+    pending: bool,
+) -> String {
+    let body = Body {
+        session,
+        source,
+        updated_ms: clock::unix_ms(),
+        error,
+        pending,
+        entries: series.iter().map(|(id, e)| point(id, e)).collect(),
+    };
+    serde_json::to_string(&body).unwrap_or_else(|_| "{}".into())
+}
+
+/// The demo's in-process series: the analytics bucket machine fed by the simulator.
+struct DemoSeries {
+    buckets: Buckets,
+    series: VecDeque<(String, Entry)>,
+}
+
+impl DemoSeries {
+    fn roll(&mut self, now_ms: u64) {
+        if self.buckets.due(now_ms) {
+            if let (Closed::Write, Some(e)) = self.buckets.close(now_ms, &HashMap::new()) {
+                self.series
+                    .push_back((format!("{}-0", e.bucket_start_ms), e));
+                while self.series.len() > KEEP {
+                    self.series.pop_front();
+                }
+            }
+        }
+    }
+}
+
+/// The history cache a node's shards answer from.
+pub struct History {
+    own: String,
+    /// Rendered bodies by session (what the shards serve).
+    bodies: RwLock<HashMap<String, Arc<str>>>,
+    /// Sessions asked for, with when they were last asked.
+    asked: Mutex<HashMap<String, Instant>>,
+    /// Wakes the refresher when a new session is asked for.
+    wake: Mutex<Option<crossbeam_channel::Sender<()>>>,
+    demo: Mutex<Option<DemoSeries>>,
+    running: AtomicBool,
+}
+
+impl History {
+    /// An empty cache for a node whose own session is `own`.
+    pub fn new(own: &str) -> Self {
+        History {
+            own: own.to_owned(),
+            bodies: RwLock::new(HashMap::new()),
+            asked: Mutex::new(HashMap::new()),
+            wake: Mutex::new(None),
+            demo: Mutex::new(None),
+            running: AtomicBool::new(false),
+        }
+    }
+
+    /// Records one demo snapshot into the in-process series (demo only).
+    pub fn record_demo(&self, snap: &Snapshot) {
+        let now = clock::unix_ms();
+        let mut d = self.demo.lock().unwrap_or_else(|e| e.into_inner());
+        let d = d.get_or_insert_with(|| DemoSeries {
+            buckets: Buckets::new(DEMO_BUCKET_MS, now),
+            series: VecDeque::new(),
+        });
+        d.roll(now);
+        d.buckets.on_snapshot(snap);
+    }
+
+    /// The body of `GET /api/history?session=S` (a cheap read on the shard thread).
+    pub fn answer(&self, session: &str) -> String {
+        {
+            let mut d = self.demo.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(d) = d.as_mut() {
+                if session != self.own {
+                    return render(session, "demo", &VecDeque::new(), None, false);
+                }
+                d.roll(clock::unix_ms());
+                return render(session, "demo", &d.series, None, false);
+            }
+        }
+        if !self.running.load(Relaxed) {
+            return render(session, "none", &VecDeque::new(), None, false);
+        }
+        if session != self.own {
+            let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+            let known = asked.contains_key(session);
+            if known || asked.len() < MAX_ASKED {
+                asked.insert(session.to_owned(), Instant::now());
+            }
+            if !known {
+                if let Some(tx) = &*self.wake.lock().unwrap_or_else(|e| e.into_inner()) {
+                    let _ = tx.try_send(());
+                }
+            }
+        }
+        let bodies = self.bodies.read().unwrap_or_else(|e| e.into_inner());
+        match bodies.get(session) {
+            Some(b) => b.to_string(),
+            None => render(session, "redis", &VecDeque::new(), None, true),
+        }
+    }
+
+    fn store(&self, session: &str, body: String) {
+        self.bodies
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(session.to_owned(), body.into());
+    }
+
+    /// Sessions to refresh now: the node's own and the recently asked ones.
+    fn tracked(&self) -> Vec<String> {
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        asked.retain(|_, t| t.elapsed() < FORGET);
+        let mut v: Vec<String> = asked.keys().cloned().collect();
+        v.push(self.own.clone());
+        let mut bodies = self.bodies.write().unwrap_or_else(|e| e.into_inner());
+        bodies.retain(|s, _| v.contains(s));
+        v
+    }
+}
+
+/// One session's cached series on the refresher thread.
+#[derive(Default)]
+struct Series {
+    entries: VecDeque<(String, Entry)>,
+    last_id: Option<String>,
+    refreshed: Option<Instant>,
+}
+
+fn refresh(
+    con: &mut redis::Connection,
+    key: &str,
+    s: &mut Series,
+) -> Result<bool, redis::RedisError> {
+    let mut changed = false;
+    match s.last_id.clone() {
+        None => {
+            let (page, last) = read_last(con, key, KEEP)?;
+            changed = !page.is_empty();
+            s.entries = page.into();
+            s.last_id = last;
+        }
+        Some(mut after) => {
+            for _ in 0..MAX_PAGES {
+                let (page, last) = read_after(con, key, Some(&after), PAGE)?;
+                let full = page.len() >= PAGE;
+                changed |= !page.is_empty();
+                s.entries.extend(page);
+                match last {
+                    Some(id) => after = id,
+                    None => break,
+                }
+                if !full {
+                    break;
+                }
+            }
+            s.last_id = Some(after);
+        }
+    }
+    while s.entries.len() > KEEP {
+        s.entries.pop_front();
+    }
+    Ok(changed)
+}
+
+/// Starts the refresher thread of a Redis-backed node (not for `demo`).
+pub fn start(node: Arc<Node>) -> std::io::Result<()> {
+    let client = match redis::Client::open(node.args.redis.as_str()) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "history: bad Redis URI, /api/history stays empty");
+            return Ok(());
+        }
+    };
+    let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+    *node.history.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    node.history.running.store(true, Relaxed);
+    std::thread::Builder::new()
+        .name("seatboard-history".into())
+        .spawn(move || run(&node, &client, &rx))?;
+    Ok(())
+}
+
+fn run(node: &Node, client: &redis::Client, wake: &crossbeam_channel::Receiver<()>) {
+    let history = &node.history;
+    let prefix = node.args.analytics_prefix.clone();
+    let mut con: Option<redis::Connection> = None;
+    let mut series: HashMap<String, Series> = HashMap::new();
+    let mut last_error: Option<String> = None;
+    loop {
+        if node.draining() {
+            return;
+        }
+        let sessions = history.tracked();
+        series.retain(|s, _| sessions.contains(s));
+        for session in &sessions {
+            let s = series.entry(session.clone()).or_default();
+            if s.refreshed.is_some_and(|t| t.elapsed() < REFRESH) {
+                continue;
+            }
+            if con.is_none() {
+                match client.get_connection_with_timeout(Duration::from_secs(2)) {
+                    Ok(c) => {
+                        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+                        let _ = c.set_write_timeout(Some(Duration::from_secs(5)));
+                        con = Some(c);
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        if last_error.as_deref() != Some(msg.as_str()) {
+                            tracing::warn!(error = %e, "history: Redis unavailable");
+                        }
+                        last_error = Some(msg);
+                        break;
+                    }
+                }
+            }
+            let Some(c) = con.as_mut() else { break };
+            let key = format!("{prefix}{session}");
+            match refresh(c, &key, s) {
+                Ok(changed) => {
+                    if changed || s.refreshed.is_none() || last_error.is_some() {
+                        history.store(session, render(session, "redis", &s.entries, None, false));
+                    }
+                    s.refreshed = Some(Instant::now());
+                    last_error = None;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, session, "history: XRANGE failed");
+                    let msg = e.to_string();
+                    history.store(
+                        session,
+                        render(session, "redis", &s.entries, Some(&msg), false),
+                    );
+                    last_error = Some(msg);
+                    con = None;
+                    break;
+                }
+            }
+        }
+        let _ = wake.recv_timeout(Duration::from_secs(1));
+    }
+}
