@@ -120,13 +120,24 @@ impl Link {
 
     /// Runs `f` on the connection, connecting first if needed. Any error drops
     /// the connection (a late reply must never be read as the next command's)
-    /// and backs off.
+    /// and backs off. A connection found already dead (Redis restarted since
+    /// its last use) is replaced and `f` retried once at once: the first
+    /// command after a restart must not be lost to a stale socket.
     pub fn run<T>(
         &mut self,
-        f: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+        mut f: impl FnMut(&mut redis::Connection) -> redis::RedisResult<T>,
     ) -> Result<T, String> {
+        let reused = self.con.is_some();
         let con = self.connect()?;
-        match f(con) {
+        let mut r = f(con);
+        if let Err(e) = &r {
+            if reused && e.is_connection_dropped() {
+                self.con = None;
+                self.backoff.reset();
+                r = self.connect().map(&mut f)?;
+            }
+        }
+        match r {
             Ok(v) => {
                 self.backoff.reset();
                 Ok(v)
