@@ -18,7 +18,7 @@ fn units_verify_clean() {
         // Point ExecStart at the binary under test: verify checks it exists.
         std::fs::write(
             dir.join(unit),
-            text.replace("/usr/local/bin/seatboard", bin()),
+            text.replace("/usr/local/bin/seatboard", &bin()),
         )
         .expect("write unit");
     }

@@ -263,6 +263,12 @@ impl Shard {
         if self.next_sweep_ms == 0 {
             self.next_sweep_ms = now_ms + SWEEP_MS;
         }
+        if self.draining {
+            // An upgrade that completed after the drain began: hint and close at
+            // once, or the drain would never see its last connection go.
+            self.drain_schedule.push((now_ms, id));
+            self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
+        }
         id
     }
 
@@ -553,6 +559,11 @@ impl Shard {
         };
         for s in sections {
             c.apply_seed(s);
+        }
+        if !c.seeded {
+            // Every viewer of an unseeded course is waiting for this seed and gets
+            // the whole board in its answer: nothing is left to send as a delta.
+            c.dirty.clear();
         }
         // Watchers waiting for the seed get everything in their answer.
         c.seeded = true;

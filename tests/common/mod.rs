@@ -109,8 +109,24 @@ pub struct Seatboard {
     pub child: Child,
 }
 
-pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_seatboard")
+/// The binary under test: `SEATBOARD_BIN` if set (e.g. a cross-built arm64
+/// binary), else the one cargo built.
+pub fn bin() -> String {
+    std::env::var("SEATBOARD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_seatboard").to_string())
+}
+
+/// A command running the binary under test, through `SEATBOARD_BIN_WRAPPER`
+/// (e.g. `qemu-aarch64-static -L /usr/aarch64-linux-gnu`) when set.
+pub fn seatboard_command() -> Command {
+    match std::env::var("SEATBOARD_BIN_WRAPPER") {
+        Ok(w) if !w.trim().is_empty() => {
+            let mut parts = w.split_whitespace();
+            let mut c = Command::new(parts.next().unwrap_or("env"));
+            c.args(parts).arg(bin());
+            c
+        }
+        _ => Command::new(bin()),
+    }
 }
 
 impl Seatboard {
@@ -121,7 +137,7 @@ impl Seatboard {
 
     pub fn start_env(args: &[&str], env: &[(&str, &str)]) -> Seatboard {
         let port = free_port();
-        let child = Command::new(bin())
+        let child = seatboard_command()
             .args(args)
             .args([
                 "--listen",
