@@ -39,10 +39,10 @@ fn frame_times(ws: &mut RawWs, dur: Duration) -> Vec<Instant> {
     let mut out = Vec::new();
     while Instant::now() < end {
         match ws.read(end.saturating_duration_since(Instant::now())) {
-            Got::Frame(f) if f.opcode == OP_TEXT => {
-                if f.json().is_some_and(|v| v["type"] == "frame") {
-                    out.push(Instant::now());
-                }
+            Got::Frame(f)
+                if f.opcode == OP_TEXT && f.json().is_some_and(|v| v["type"] == "frame") =>
+            {
+                out.push(Instant::now());
             }
             Got::Frame(f) if f.opcode == OP_PING => ws.send(true, OP_PONG, &f.payload),
             Got::Frame(_) | Got::Timeout => {}

@@ -58,10 +58,11 @@ fn storm_is_refused_503_while_existing_clients_keep_their_frames() {
                 let mut times = Vec::new();
                 while !stop.load(Relaxed) {
                     match ws.read(Duration::from_millis(200)) {
-                        Got::Frame(f) if f.opcode == OP_TEXT => {
-                            if f.json().is_some_and(|v| v["type"] == "frame") {
-                                times.push(Instant::now());
-                            }
+                        Got::Frame(f)
+                            if f.opcode == OP_TEXT
+                                && f.json().is_some_and(|v| v["type"] == "frame") =>
+                        {
+                            times.push(Instant::now());
                         }
                         Got::Eof => panic!("viewer {i} lost its connection"),
                         _ => {}
