@@ -36,3 +36,64 @@ fn admin_page_lists_courses() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);
     run_script("admin.mjs", sb.port, "admin.png");
 }
+
+/// A child process killed on drop.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn spawn(args: &[&str]) -> Reaped {
+    Reaped(
+        Command::new(bin())
+            .args(args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn seatboard"),
+    )
+}
+
+#[test]
+fn admin_page_on_redis_with_simulate_and_analytics() {
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let _analytics = spawn(&[
+        "analytics",
+        "--redis",
+        &uri,
+        "--bucket-ms",
+        "1000",
+        "--session",
+        "browser",
+        "--log-level",
+        "warn",
+    ]);
+    let sb = Seatboard::start(&[
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        &uri,
+        "--session",
+        "browser",
+        "--shards",
+        "2",
+    ]);
+    let _sim = spawn(&[
+        "simulate",
+        "--redis",
+        &uri,
+        "--rate",
+        "60",
+        "--courses",
+        "12",
+        "--duration",
+        "120",
+    ]);
+    run_script("admin.mjs", sb.port, "admin-redis.png");
+}

@@ -4,11 +4,14 @@
 // fill, checks the default order (updates/s, descending), clicks the
 // "viewers" header and checks the rows are then sorted by viewers (and that a
 // second click reverses it), clicks "course" and checks alphabetical order,
-// saves a full-page screenshot. Exits 0 when all holds, 1 (with the reason)
+// checks the live throughput chart and the analytics history chart have drawn
+// (data points and non-blank pixels in the line colour), opens the hottest
+// course's board in a second tab and checks the roster drill-down of that
+// course lists the viewer, saves a full-page screenshot. Exits 0 when all holds, 1 (with the reason)
 // otherwise.
 import { chromium } from 'playwright-core';
 
-const OVERALL_TIMEOUT_MS = 60_000;
+const OVERALL_TIMEOUT_MS = 75_000;
 const STEP_TIMEOUT_MS = 15_000;
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const CHROMIUM_ARGS = [
@@ -99,6 +102,37 @@ async function clickHeader(page, key) {
   }
 }
 
+// Pixels of a canvas close to the page's --accent colour (the chart lines).
+async function chartInk(page, id) {
+  return page.evaluate((id) => {
+    const c = document.getElementById(id);
+    if (!c || !c.width || !c.height) return { points: 0, ink: 0 };
+    const probe = document.createElement('span');
+    probe.style.color = getComputedStyle(document.documentElement).getPropertyValue('--accent');
+    document.body.appendChild(probe);
+    const m = getComputedStyle(probe).color.match(/\d+(\.\d+)?/g) || ['0', '0', '0'];
+    probe.remove();
+    const [r, g, b] = m.map(Number);
+    const data = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    let ink = 0;
+    for (let i = 0; i < data.length; i += 4) {
+      if (data[i + 3] > 150 && Math.abs(data[i] - r) + Math.abs(data[i + 1] - g) + Math.abs(data[i + 2] - b) < 90) ink++;
+    }
+    return { points: Number(c.dataset.points || 0), max: Number(c.dataset.max || 0), ink };
+  }, id);
+}
+
+async function waitChart(page, id, minPoints, timeoutMs) {
+  const t0 = Date.now();
+  let last = { points: 0, ink: 0 };
+  while (Date.now() - t0 < timeoutMs) {
+    last = await chartInk(page, id);
+    if (last.points >= minPoints && last.ink >= 40) return last;
+    await page.waitForTimeout(250);
+  }
+  throw new Error(`#${id} did not draw: ${JSON.stringify(last)}`);
+}
+
 async function main() {
   step = 'launch chromium';
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
@@ -156,6 +190,50 @@ async function main() {
   await clickHeader(page, 'viewers');
   const last = await readTable(page, 'viewers');
   if (last.ariaSort === 'ascending') await clickHeader(page, 'viewers');
+
+  step = 'live throughput chart draws';
+  const rate = await waitChart(page, 'rate-chart', 2, 10_000);
+  if (!(rate.max > 0)) throw new Error(`rate chart has no positive rate: ${JSON.stringify(rate)}`);
+  log(`rate chart: ${rate.points} points, max ${rate.max}/s, ${rate.ink} line pixels`);
+
+  step = 'analytics history chart draws';
+  const hist = await waitChart(page, 'history-chart', 1, 25_000);
+  const info = await page.$eval('#history-info', (e) => e.textContent.trim());
+  log(`history chart: ${hist.points} buckets, ${hist.ink} line pixels (${info})`);
+
+  step = 'open a viewer of the hottest course in a second tab';
+  await clickHeader(page, 'updates_per_s');
+  let top = await readTable(page, 'updates_per_s');
+  if (top.ariaSort !== 'descending') { await clickHeader(page, 'updates_per_s'); top = await readTable(page, 'updates_per_s'); }
+  const course = top.rows[0].course;
+  const board = await context.newPage();
+  await board.goto(`${base}/?course=${encodeURIComponent(course)}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
+  const viewer = await board.evaluate(() => localStorage.getItem('seatboard_user'));
+  if (!viewer) throw new Error('the board page stored no user id');
+
+  step = `open the roster of ${course}`;
+  await page.locator(`#courses tbody tr[data-course="${course}"] td[data-col="viewers"]`).click();
+  await page.waitForFunction(() => {
+    const r = document.getElementById('roster');
+    return r && !r.hidden && /^\d[\d,.\s\u00a0\u202f]*$/.test(document.getElementById('roster-total').textContent.trim());
+  }, null, { timeout: STEP_TIMEOUT_MS, polling: 100 });
+  const shown = await page.$eval('#roster-course', (e) => e.textContent.trim());
+  if (shown !== course) throw new Error(`roster shows ${shown}, clicked ${course}`);
+
+  step = `roster of ${course} lists the viewer ${viewer}`;
+  const t0 = Date.now();
+  let ids = [];
+  while (Date.now() - t0 < 15_000) {
+    ids = await page.$$eval('#roster-list li', (lis) => lis.map((li) => li.textContent.trim()));
+    if (ids.includes(viewer)) break;
+    await page.click('#roster-refresh');
+    await page.waitForTimeout(500);
+  }
+  if (!ids.includes(viewer)) throw new Error(`roster ids ${JSON.stringify(ids)} lack ${viewer}`);
+  const total = await page.$eval('#roster-total', (e) => e.textContent.trim());
+  log(`roster of ${course}: total ${total}, ids ${ids.join(' ')}`);
+  await board.close();
+  await page.evaluate(() => window.scrollTo(0, 0));
 
   step = `screenshot to ${shotPath}`;
   await page.screenshot({ path: shotPath, fullPage: true });
