@@ -1920,9 +1920,14 @@ impl Sim {
 }
 
 proptest! {
+    // A fixed seed keeps the suite deterministic; PROPTEST_RNG_SEED=<n> explores others.
     #![proptest_config(ProptestConfig {
         cases: 256,
         max_shrink_iters: 4096,
+        rng_seed: match std::env::var_os("PROPTEST_RNG_SEED") {
+            Some(_) => ProptestConfig::default().rng_seed,
+            None => proptest::test_runner::RngSeed::Fixed(0x5ea7_b0a2d),
+        },
         ..ProptestConfig::default()
     })]
 
