@@ -11,7 +11,12 @@ fuzz_target!(|data: &[u8]| {
             let again = Snapshot::parse(s.to_payload().as_bytes(), Some(&s.course))
                 .expect("a re-published snapshot parses");
             assert_eq!(
-                (again.section, again.total_seats, again.seats_taken, again.version),
+                (
+                    again.section,
+                    again.total_seats,
+                    again.seats_taken,
+                    again.version
+                ),
                 (s.section, s.total_seats, s.seats_taken, s.version)
             );
         }
