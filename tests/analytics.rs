@@ -391,3 +391,52 @@ fn hub_serves_history_to_admins_only() {
     .expect("other session never refreshed");
     assert_eq!(other["entries"], Value::Array(vec![]));
 }
+
+#[test]
+fn history_with_jwt_needs_an_admin_token() {
+    use seatboard::auth::mint;
+    use shards::Role;
+    let redis = Redis::start();
+    let sb = Seatboard::start(&[
+        "serve",
+        "--redis",
+        &redis.uri(),
+        "--shards",
+        "1",
+        "--jwt-secret",
+        "hist-secret",
+        "--session",
+        "jwt",
+    ]);
+    let exp = unix_ms() / 1000 + 600;
+    let student = mint(b"hist-secret", "stu", Role::Student, exp);
+    let admin = mint(b"hist-secret", "boss", Role::Admin, exp);
+    let get = |extra: &str, query: &str| {
+        http_raw(
+            sb.port,
+            format!("GET /api/history{query} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n")
+                .as_bytes(),
+        )
+        .expect("GET /api/history")
+    };
+    // `?role=admin` means nothing with JWT auth.
+    assert_eq!(get("", "?role=admin&user=x").status, 401);
+    assert_eq!(
+        get(&format!("Authorization: Bearer {student}\r\n"), "").status,
+        403
+    );
+    for (extra, query) in [
+        (format!("Authorization: Bearer {admin}\r\n"), String::new()),
+        (String::new(), format!("?token={admin}")),
+        (
+            format!("Cookie: seatboard_token={admin}\r\n"),
+            String::new(),
+        ),
+    ] {
+        let r = get(&extra, &query);
+        assert_eq!(r.status, 200, "{extra}{query}: {}", r.body);
+        let v: Value = serde_json::from_str(&r.body).expect("JSON");
+        assert_eq!(v["session"], "jwt");
+        assert!(v["entries"].is_array(), "{v}");
+    }
+}
