@@ -33,6 +33,8 @@ pub(crate) struct Course {
     pub awaiting_seed: Vec<ConnId>,
     /// Last global presence count broadcast to this course's viewers.
     pub presence: Option<u64>,
+    /// That count's message, encoded once, resent to a viewer that heals.
+    pub presence_msg: Option<Bytes>,
     /// True while the course sits in the shard's render schedule.
     pub scheduled: bool,
     full_cache: Option<Bytes>,
@@ -51,6 +53,7 @@ impl Course {
             seeded: false,
             awaiting_seed: Vec::new(),
             presence: None,
+            presence_msg: None,
             scheduled: false,
             full_cache: None,
         }

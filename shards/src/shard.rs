@@ -585,6 +585,7 @@ impl Shard {
         }
         c.presence = Some(viewers);
         let msg = presence_message(course, viewers);
+        c.presence_msg = Some(msg.clone());
         let targets: Vec<ConnId> = c.viewers.iter().map(|v| v.conn).collect();
         for id in targets {
             self.send_always_bounded(id, msg.clone());
@@ -725,6 +726,7 @@ impl Shard {
         let limit = self.cfg.send_queue_bytes;
         let mut viewers = std::mem::take(&mut c.viewers);
         let mut owed = c.owed;
+        let presence = c.presence_msg.clone();
         for v in viewers.iter_mut() {
             let frame = match (&delta, v.owes_full) {
                 (_, true) => &full,
@@ -743,6 +745,15 @@ impl Shard {
                         v.owes_full = false;
                         owed -= 1;
                         self.stats.resyncs += 1;
+                        // A healed viewer may have missed a count too.
+                        if let Some(p) = presence
+                            .as_ref()
+                            .filter(|p| conn.queued_bytes + p.len() <= limit)
+                        {
+                            conn.push_always(p.clone());
+                            self.stats.frames_queued += 1;
+                            self.stats.bytes_queued += p.len() as u64;
+                        }
                     }
                     if !conn.in_ready {
                         conn.in_ready = true;
@@ -894,6 +905,44 @@ mod tests {
         assert!(
             answer.contains(r#"{"section":2,"total_seats":50,"seats_taken":4}"#),
             "{answer}"
+        );
+    }
+
+    #[test]
+    fn a_healed_viewer_gets_the_count_it_missed() {
+        let mut shard = Shard::new(ShardConfig {
+            send_queue_bytes: 200,
+            ..ShardConfig::default()
+        });
+        let id = shard.connect("u", Role::Student, false, 0);
+        shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+        shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+        // Stuck: the queue fills with frames, the next count does not fit.
+        for v in 2..10u64 {
+            shard.handle_snapshot(&snap(1, v as u32, Some(v)));
+            shard.handle_timeout(v * 200);
+        }
+        shard.handle_presence("C", 7);
+        let mut before = Vec::new();
+        while let Some(f) = shard.poll_transmit(id) {
+            before.push(String::from_utf8_lossy(&f).into_owned());
+        }
+        assert!(
+            !before.iter().any(|f| f.contains("\"viewers\":7")),
+            "the count was dropped"
+        );
+        shard.handle_timeout(10_000);
+        let mut after = Vec::new();
+        while let Some(f) = shard.poll_transmit(id) {
+            after.push(String::from_utf8_lossy(&f).into_owned());
+        }
+        assert!(
+            after.iter().any(|f| f.contains("\"full\":true")),
+            "{after:?}"
+        );
+        assert!(
+            after.iter().any(|f| f.contains("\"viewers\":7")),
+            "{after:?}"
         );
     }
 }
