@@ -350,3 +350,78 @@ fn run(node: &Node, client: &redis::Client, wake: &crossbeam_channel::Receiver<(
         let _ = wake.recv_timeout(Duration::from_secs(1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analytics::worker::CourseRow;
+
+    fn row(course: &str, updates: u64, viewers: u64) -> CourseRow {
+        CourseRow {
+            course: course.into(),
+            updates,
+            viewers,
+            seats_taken: 1,
+            total_seats: 2,
+        }
+    }
+
+    #[test]
+    fn session_ids() {
+        assert!(valid_session("fall-2025:main_1.a"));
+        assert!(!valid_session(""));
+        assert!(!valid_session("a b"));
+        assert!(!valid_session(&"x".repeat(129)));
+    }
+
+    #[test]
+    fn body_sums_courses_and_lists_the_busiest() {
+        let courses = (0..7).map(|i| row(&format!("C{i}"), i, 10 - i)).collect();
+        let series: VecDeque<(String, Entry)> = [(
+            "5-0".to_string(),
+            Entry {
+                bucket_start_ms: 0,
+                bucket_ms: 1000,
+                courses,
+            },
+        )]
+        .into();
+        let v: serde_json::Value =
+            serde_json::from_str(&render("s", "redis", &series, Some("down"), false))
+                .expect("json");
+        let e = &v["entries"][0];
+        assert_eq!(e["updates"], 21);
+        assert_eq!(e["viewers"], 70 - 21);
+        assert_eq!(e["seats_taken"], 7);
+        assert_eq!(e["total_seats"], 14);
+        assert_eq!(e["courses"], 7);
+        let top: Vec<&str> = e["top"]
+            .as_array()
+            .expect("top")
+            .iter()
+            .filter_map(|t| t["course"].as_str())
+            .collect();
+        assert_eq!(top, ["C6", "C5", "C4", "C3", "C2"]);
+        assert_eq!(v["error"], "down");
+        assert!(v.get("pending").is_none());
+    }
+
+    #[test]
+    fn demo_series_and_no_source() {
+        let h = History::new("default");
+        let empty: serde_json::Value = serde_json::from_str(&h.answer("default")).expect("json");
+        assert_eq!(empty["source"], "none");
+        h.record_demo(&Snapshot::build(
+            "CS101".into(),
+            0,
+            10,
+            3,
+            None,
+            Some(1),
+            None,
+        ));
+        let v: serde_json::Value = serde_json::from_str(&h.answer("default")).expect("json");
+        assert_eq!(v["source"], "demo");
+        assert!(v["entries"].is_array());
+    }
+}

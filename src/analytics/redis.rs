@@ -369,3 +369,26 @@ pub fn run(client: &Client, args: &AnalyticsArgs, stop: &AtomicBool) {
     }
     tracing::info!("seatboard analytics stopped");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_metacharacters_are_escaped() {
+        assert_eq!(glob_escape("seats:"), "seats:");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn backoff_is_jittered_and_capped() {
+        let mut b = Backoff { attempt: 0 };
+        let first = b.next();
+        assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
+        for _ in 0..40 {
+            let d = b.next();
+            assert!(d <= Duration::from_millis(BACKOFF_CAP_MS), "{d:?}");
+        }
+        assert!(b.next() >= Duration::from_millis(BACKOFF_CAP_MS / 2));
+    }
+}
