@@ -339,7 +339,9 @@ impl<S: Source> Ingest<S> {
             }
             return;
         }
-        self.admin_dirty = false;
+        // Rates shown this tick must come down to 0 on the next one, so a tick
+        // with updates leaves the aggregate dirty for one more round.
+        self.admin_dirty = self.boards.values().any(|b| b.updates > 0);
         let frame = self.admin_frame(tick_ms);
         let mut mask = self.admin_shards;
         while mask != 0 {
