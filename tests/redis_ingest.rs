@@ -206,6 +206,20 @@ fn admin_firehose_holds_only_the_pattern_and_counts_once() {
         }
     }
     assert_eq!(total.round() as u64, n, "each snapshot counted once");
+    // Quiet again: the rate comes back down to 0 rather than freezing.
+    let zero = (0..4).find_map(|_| {
+        let m = next_of_type(&mut admin, "admin", Duration::from_secs(3))?;
+        let c = m["courses"]
+            .as_array()?
+            .iter()
+            .find(|c| c["course"] == "CS101")?
+            .clone();
+        (c["updates_per_s"].as_f64() == Some(0.0)).then_some(c)
+    });
+    assert!(
+        zero.is_some(),
+        "an aggregate with updates_per_s 0 follows the burst"
+    );
     // The student still gets frames through the pattern.
     let f = read_until(&mut s, T, |m| {
         m["type"] == "frame" && m["course"] == "CS101"
