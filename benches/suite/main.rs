@@ -255,6 +255,21 @@ fn wait_open(o: &Opts, f: &mut Fleet, target: usize, label: &str) -> u64 {
     }
 }
 
+/// Records how busy the machine was in the measured window: the load
+/// generator, Redis and the server share its 2 cores, and so does anything
+/// else running, which the numbers must not hide.
+fn machine_row(out: &mut Outcome, a: (u64, u64), b: (u64, u64)) {
+    let idle = procs::idle_pct(a, b);
+    out.row(
+        "machine_idle_pct",
+        format!(
+            "{idle:.1}% of the machine idle in the window (load avg {:.2})",
+            procs::loadavg()
+        ),
+        json!(idle),
+    );
+}
+
 fn cpu_pct(a: Usage, b: Usage, secs: f64) -> f64 {
     (b.cpu_us.saturating_sub(a.cpu_us)) as f64 / (secs * 1e6) * 100.0
 }
@@ -324,9 +339,11 @@ fn idle(o: &Opts) -> Outcome {
     let open = wait_open(o, &mut f, o.clients, "idle");
     std::thread::sleep(Duration::from_secs(3));
     let after = server.usage();
+    let k0 = procs::machine_ticks();
     let window = o.seconds;
     watch(o, "idle", window, &server, &mut f);
     let end = server.usage();
+    let k1 = procs::machine_ticks();
     let marks = f.mark();
     let lg_cpu = f.cpu_us();
     drop(f.report());
@@ -369,6 +386,7 @@ fn idle(o: &Opts) -> Outcome {
         json!(lg_cpu as f64 / 1e6),
     );
     out.check(open as usize == o.clients, "not every client connected");
+    machine_row(&mut out, k0, k1);
     out
 }
 
@@ -384,6 +402,7 @@ fn storm(o: &Opts) -> Outcome {
     std::thread::sleep(Duration::from_secs(2));
     let m0 = f.mark();
     let u0 = server.usage();
+    let k0 = procs::machine_ticks();
     let r0 = usage_sum(&[redis.pid()]);
     let lg0 = f.cpu_us();
     let t0 = Instant::now();
@@ -406,6 +425,7 @@ fn storm(o: &Opts) -> Outcome {
     });
     let dt = t0.elapsed().as_secs_f64();
     let u1 = server.usage();
+    let k1 = procs::machine_ticks();
     let r1 = usage_sum(&[redis.pid()]);
     let lg1 = f.cpu_us();
     let m1 = f.mark();
@@ -493,6 +513,7 @@ fn storm(o: &Opts) -> Outcome {
         "final state differs from the last published state",
     );
     out.check(frames > 0, "no frame delivered");
+    machine_row(&mut out, k0, k1);
     out
 }
 
@@ -518,6 +539,7 @@ fn fanout(o: &Opts) -> Outcome {
     std::thread::sleep(Duration::from_secs(2));
     let m0 = f.mark();
     let u0 = server.usage();
+    let k0 = procs::machine_ticks();
     let t0 = Instant::now();
     let mut rng = fastrand::Rng::with_seed(3);
     let mut next = Instant::now();
@@ -553,6 +575,7 @@ fn fanout(o: &Opts) -> Outcome {
     std::thread::sleep(Duration::from_millis(o.tick_ms / 2 + 50));
     let dt = t0.elapsed().as_secs_f64();
     let u1 = server.usage();
+    let k1 = procs::machine_ticks();
     let m1 = f.mark();
     std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1000)));
     let reports = f.report();
@@ -613,6 +636,7 @@ fn fanout(o: &Opts) -> Outcome {
         "final state differs from the last published state",
     );
     out.check(frames > 0, "no frame delivered");
+    machine_row(&mut out, k0, k1);
     out
 }
 
@@ -625,11 +649,13 @@ fn handshake(o: &Opts) -> Outcome {
     oo.connect_rate = 1e12;
     let mut f = fleet(&oo, server.port, &courses, 0.0, true, o.seconds + 60.0);
     let u0 = server.usage();
+    let k0 = procs::machine_ticks();
     let m0 = f.mark();
     let t0 = Instant::now();
     watch_handshakes(o, &server, &mut f, o.seconds);
     let dt = t0.elapsed().as_secs_f64();
     let u1 = server.usage();
+    let k1 = procs::machine_ticks();
     let m1 = f.mark();
     let lg = f.cpu_us();
     let reports = f.report();
@@ -675,6 +701,7 @@ fn handshake(o: &Opts) -> Outcome {
         json!(lg as f64 / 1e6),
     );
     out.check(ups > 0, "no upgrade succeeded");
+    machine_row(&mut out, k0, k1);
     out
 }
 

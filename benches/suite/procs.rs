@@ -57,6 +57,35 @@ pub fn usage(pid: u32) -> Usage {
     Usage { cpu_us, rss_kib }
 }
 
+/// Machine-wide CPU ticks from /proc/stat: (idle incl. iowait, total).
+pub fn machine_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().next() else {
+        return (0, 0);
+    };
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+    (idle, v.iter().take(8).sum())
+}
+
+/// Percent of the machine's CPU that was idle between two `machine_ticks`.
+pub fn idle_pct(a: (u64, u64), b: (u64, u64)) -> f64 {
+    let total = b.1.saturating_sub(a.1).max(1) as f64;
+    b.0.saturating_sub(a.0) as f64 / total * 100.0
+}
+
+/// The 1-minute load average.
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(0.0)
+}
+
 /// A `redis-server` on a free port, killed on drop.
 pub struct Redis {
     /// Its port.
