@@ -26,7 +26,16 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
         if e.kind() != io::ErrorKind::AddrInUse {
             return Err(e);
         }
-        let holders = holders(addr.port());
+        // /proc/net/tcp is read in chunks while connections churn and can skip a
+        // line: look again before calling the holder unknown.
+        let mut holders = Vec::new();
+        for _ in 0..10 {
+            holders = self::holders(addr.port());
+            if !holders.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(30));
+        }
         let foreign: Vec<String> = holders
             .iter()
             .filter(|(_, comm)| comm != "seatboard")
@@ -56,8 +65,8 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
     Ok(out)
 }
 
-/// Processes listening on `port`: (pid, command name).
-fn holders(port: u16) -> Vec<(u32, String)> {
+/// Socket inodes listening on `port`, as `/proc/<pid>/fd` links name them.
+fn listening(port: u16) -> Vec<String> {
     let mut inodes = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
         let Ok(text) = std::fs::read_to_string(table) else {
@@ -77,6 +86,12 @@ fn holders(port: u16) -> Vec<(u32, String)> {
             }
         }
     }
+    inodes
+}
+
+/// Processes listening on `port`: (pid, command name).
+fn holders(port: u16) -> Vec<(u32, String)> {
+    let inodes = listening(port);
     let mut out = Vec::new();
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return out;

@@ -97,3 +97,53 @@ fn admin_page_on_redis_with_simulate_and_analytics() {
     ]);
     run_script("admin.mjs", sb.port, "admin-redis.png");
 }
+
+#[test]
+fn rolling_restart_moves_the_page_to_the_new_node() {
+    let mut old = Seatboard::start(&["demo", "--shards", "2", "--drain-ms", "2000"]);
+    let port = old.port;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = root.join("target/browser");
+    std::fs::create_dir_all(&out_dir).expect("target/browser");
+    let mut page = Command::new("node")
+        .arg(root.join("tests/browser/drain.mjs"))
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg(out_dir.join("drain.png"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(page.stdout.take().unwrap()));
+    let live = lines.next().and_then(Result::ok).unwrap_or_default();
+    assert!(live.starts_with("LIVE "), "page never went live: {live:?}");
+    // The new node shares the port (SO_REUSEPORT; another seatboard is allowed).
+    let _new = seatboard_command()
+        .args([
+            "demo",
+            "--shards",
+            "2",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--log-level",
+            "warn",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map(|child| Seatboard { port, child })
+        .expect("second node");
+    wait_for(std::time::Duration::from_secs(15), || {
+        let m = http_get(port, "/healthz").ok()?;
+        // Both answer on the port; any answer means the new one may be up too.
+        (m.status == 200).then_some(())
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    old.signal(libc::SIGTERM);
+    let status = page.wait().expect("node exit");
+    for l in lines.map_while(Result::ok) {
+        println!("{l}");
+    }
+    assert!(status.success(), "drain.mjs failed");
+    let exit = old
+        .wait_exit(std::time::Duration::from_secs(20))
+        .expect("old node exits after its drain");
+    assert_eq!(exit.code(), Some(0));
+}
