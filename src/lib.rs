@@ -9,6 +9,7 @@ pub mod demo;
 pub mod history;
 pub mod ingest;
 pub mod listener;
+pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod presence;

@@ -3,6 +3,7 @@
 use clap::Parser;
 use seatboard::auth::Auth;
 use seatboard::cli::{AuthMode, Cli, Command, HubArgs};
+use seatboard::logging::{init as logging, usage};
 use seatboard::node::Node;
 use seatboard::{demo, runtime};
 use std::process::ExitCode;
@@ -10,22 +11,6 @@ use std::sync::Arc;
 
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-fn logging(level: &str) -> Result<(), String> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
-    Ok(())
-}
-
-/// A usage error: the first stderr line names the flag, exit 2.
-fn usage(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(2)
-}
 
 fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
     match (args.auth, &args.jwt_secret) {

@@ -8,6 +8,7 @@ pub mod redis;
 pub mod report;
 pub mod worker;
 
+use crate::logging::{init as logging, usage};
 use clap::{Args, Subcommand};
 use std::process::ExitCode;
 
@@ -82,20 +83,6 @@ pub fn stream_key(prefix: &str, session: &str) -> String {
 }
 
 /// A usage error: the first stderr line names the flag, exit 2.
-fn usage(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(2)
-}
-
-fn logging(level: &str) -> Result<(), String> {
-    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init()
-        .map_err(|e| e.to_string())
-}
 
 /// Runs `seatboard analytics [report]` and returns the process exit code.
 pub fn main(args: AnalyticsArgs) -> ExitCode {
