@@ -82,8 +82,6 @@ pub fn stream_key(prefix: &str, session: &str) -> String {
     format!("{prefix}{session}")
 }
 
-/// A usage error: the first stderr line names the flag, exit 2.
-
 /// Runs `seatboard analytics [report]` and returns the process exit code.
 pub fn main(args: AnalyticsArgs) -> ExitCode {
     if let Err(e) = logging(&args.log_level) {
