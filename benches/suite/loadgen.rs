@@ -56,6 +56,13 @@ pub struct Config {
     pub max_secs: u64,
     /// Number of 127.0.0.x source addresses.
     pub sources: u8,
+    /// Send a `watch` after the upgrade (false: connect and stay silent).
+    #[serde(default = "yes")]
+    pub watch: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 #[derive(Deserialize)]
@@ -395,11 +402,13 @@ impl Gen {
                 self.c.open += 1;
                 let conn = self.conns[idx].as_mut().expect("conn");
                 conn.phase = Phase::Open;
-                let course = &self.cfg.courses[conn.course as usize];
-                let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
-                let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
-                conn.wbuf.extend_from_slice(&frame);
-                flush(conn);
+                if self.cfg.watch {
+                    let course = &self.cfg.courses[conn.course as usize];
+                    let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
+                    let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
+                    conn.wbuf.extend_from_slice(&frame);
+                    flush(conn);
+                }
             }
             loop {
                 let avail = &rbuf[pos..];

@@ -41,6 +41,7 @@ struct Opts {
     inner: String,
     snapshots: usize,
     quiet: bool,
+    no_watch: bool,
 }
 
 impl Default for Opts {
@@ -61,6 +62,7 @@ impl Default for Opts {
             inner: "fanout".into(),
             snapshots: 500_000,
             quiet: false,
+            no_watch: false,
         }
     }
 }
@@ -69,7 +71,7 @@ const USAGE: &str =
     "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare> \
 [--clients C] [--seconds D] [--rate R] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
-[--inner fanout|storm] [--snapshots N]";
+[--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -104,6 +106,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--inflight" => o.inflight = num(val()?)? as usize,
             "--inner" => o.inner = val()?,
             "--snapshots" => o.snapshots = num(val()?)? as usize,
+            "--no-watch" => o.no_watch = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -223,6 +226,7 @@ fn fleet(o: &Opts, port: u16, courses: &[String], skew: f64, churn: bool, max_se
             seed: 0x5eed + i as u64,
             max_secs: max_secs.ceil() as u64,
             sources: 8,
+            watch: !o.no_watch,
         })
         .collect();
     Fleet::start(configs)
