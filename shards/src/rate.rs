@@ -6,6 +6,9 @@ pub const MAX_MESSAGES_PER_SEC: usize = 20;
 /// Exact sliding one-second window over a connection's last data messages.
 #[derive(Debug, Default)]
 pub struct MessageWindow {
+    /// The first message's time: most connections send one `watch` and nothing
+    /// else, so the ring is only allocated from the second message on.
+    first_ms: u64,
     /// Arrival times (ms) of the last [`MAX_MESSAGES_PER_SEC`] messages, a ring.
     times: Option<Box<[u64; MAX_MESSAGES_PER_SEC]>>,
     next: usize,
@@ -15,9 +18,18 @@ pub struct MessageWindow {
 impl MessageWindow {
     /// Records a message at `now_ms`; false when it makes more than 20 in the last second.
     pub fn admit(&mut self, now_ms: u64) -> bool {
-        let times = self
-            .times
-            .get_or_insert_with(|| Box::new([0; MAX_MESSAGES_PER_SEC]));
+        if self.seen == 0 {
+            self.first_ms = now_ms;
+            self.seen = 1;
+            self.next = 1;
+            return true;
+        }
+        let first = self.first_ms;
+        let times = self.times.get_or_insert_with(|| {
+            let mut ring = Box::new([0; MAX_MESSAGES_PER_SEC]);
+            ring[0] = first;
+            ring
+        });
         // The slot being overwritten holds the 20th message before this one.
         let oldest = times[self.next];
         let full = self.seen >= MAX_MESSAGES_PER_SEC;
@@ -96,6 +108,18 @@ mod tests {
         let mut w = MessageWindow::default();
         let ok = (0..25u64).all(|i| w.admit(10_000 + i * 44));
         assert!(!ok);
+    }
+
+    #[test]
+    fn one_message_allocates_nothing() {
+        let mut w = MessageWindow::default();
+        assert!(w.admit(5));
+        assert!(w.times.is_none());
+        // The first message still counts in the window once the ring exists.
+        for i in 1..20 {
+            assert!(w.admit(5 + i), "message {i}");
+        }
+        assert!(!w.admit(100), "21 within a second");
     }
 
     #[test]

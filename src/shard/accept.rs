@@ -98,7 +98,10 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
         }
         Route::Ws { admin } if head.method == "GET" => match handshake::check(&ctx, &head, admin) {
             Err(resp) => respond(stream, resp, false).await,
-            Ok(accepted) => ws_conn::run(ctx, stream, accepted, rest).await,
+            Ok(accepted) => {
+                drop(head);
+                ws_conn::start(ctx, stream, accepted, rest).await
+            }
         },
         route => {
             let allow = if matches!(route, Route::Ws { .. }) {

@@ -14,8 +14,11 @@ use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Bytes read per call; client messages are small.
-const READ_CHUNK: usize = 512;
+/// Read buffer of an idle connection: client messages are small, and an idle
+/// connection's pending read holds this buffer all the time.
+const READ_MIN: usize = 128;
+/// Largest read buffer, reached by doubling when reads fill the buffer.
+const READ_MAX: usize = 4096;
 
 /// Kernel send buffer of an upgraded connection (the kernel doubles it for its
 /// bookkeeping). Pinned rather than autotuned (up to `tcp_wmem`'s 4 MiB), so a
@@ -41,13 +44,19 @@ fn pin_send_buffer(stream: &TcpStream) {
     }
 }
 
-/// Serves an accepted upgrade until the connection ends.
-pub async fn run(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
-    let user = accepted.identity.user.clone();
+/// Sends the `101`, registers the connection with the shard, and hands it to
+/// two tasks of its own (reader and writer), so nothing of the handshake stays
+/// alive for the connection's life.
+pub async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
     pin_send_buffer(&stream);
-    let (res, _) = stream.write_all(accepted.response).await;
+    let Accepted {
+        identity,
+        admin_feed,
+        response,
+    } = accepted;
+    let (res, _) = stream.write_all(response).await;
     if res.is_err() {
-        release(&ctx, &user);
+        release(&ctx, &identity.user);
         return;
     }
     let io = Rc::new(ConnIo {
@@ -57,25 +66,26 @@ pub async fn run(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, r
         finished: Default::default(),
         fd: stream.as_raw_fd(),
     });
-    let id = ctx.shard.borrow_mut().connect(
-        &user,
-        accepted.identity.role,
-        accepted.admin_feed,
-        clock::now_ms(),
-    );
+    let id =
+        ctx.shard
+            .borrow_mut()
+            .connect(&identity.user, identity.role, admin_feed, clock::now_ms());
     ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
     let (reader, writer) = stream.into_split();
     let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
-    read_loop(&ctx, &io, id, reader, rest).await;
-    io.reader_done.set(true);
-    io.writer.notify();
-    let _writer = writer_task.await;
-    io.finished.set(true);
-    ctx.conns.borrow_mut().remove(&id);
-    ctx.shard.borrow_mut().disconnect(id);
-    ctx.flush();
-    release(&ctx, &user);
+    monoio::spawn(async move {
+        read_loop(&ctx, &io, id, reader, rest).await;
+        io.reader_done.set(true);
+        io.writer.notify();
+        let _writer = writer_task.await;
+        io.finished.set(true);
+        ctx.conns.borrow_mut().remove(&id);
+        let user = ctx.shard.borrow().user(id).map(str::to_owned);
+        ctx.shard.borrow_mut().disconnect(id);
+        ctx.flush();
+        release(&ctx, user.as_deref().unwrap_or(""));
+    });
 }
 
 fn release(ctx: &ShardCtx, user: &str) {
@@ -92,8 +102,9 @@ async fn read_loop(
 ) {
     let mut decoder = Decoder::new();
     decoder.feed(&rest);
+    drop(rest);
     let mut window = MessageWindow::default();
-    let mut buf = Vec::with_capacity(READ_CHUNK);
+    let mut buf = Vec::with_capacity(READ_MIN);
     loop {
         let now = clock::now_ms();
         loop {
@@ -141,6 +152,14 @@ async fn read_loop(
             Ok(n) => {
                 ctx.shard.borrow_mut().handle_activity(id, clock::now_ms());
                 decoder.feed(&buf[..n]);
+                // A full read means more is coming: grow; a small one after a
+                // burst: give the memory back.
+                let cap = buf.capacity();
+                if n == cap && cap < READ_MAX {
+                    buf = Vec::with_capacity(cap * 2);
+                } else if n < cap / 4 && cap > READ_MIN {
+                    buf = Vec::with_capacity(READ_MIN);
+                }
             }
         }
     }
