@@ -80,13 +80,15 @@ fn board_end_to_end(driver: &str) {
         "the hot course changes several times in 4 s, got {}",
         times.len()
     );
-    // Arrival gaps can shrink a little through scheduling noise, never to half a tick.
-    for w in times.windows(2) {
-        assert!(
-            w[1] - w[0] >= Duration::from_millis(100),
-            "two frames {:?} apart",
-            w[1] - w[0]
-        );
+    // Arrival times can bunch up a little when the machine is busy (a late
+    // frame followed by an on-time one), so count frames per second rather than
+    // gaps: 5 per second at a 200 ms tick, plus slack for one late arrival.
+    for (i, t) in times.iter().enumerate() {
+        let in_window = times[i..]
+            .iter()
+            .take_while(|u| **u - *t < Duration::from_secs(1))
+            .count();
+        assert!(in_window <= 7, "{in_window} frames within one second");
     }
     assert!(
         times.len() <= 4 * 5 + 2,
