@@ -37,6 +37,9 @@ pub enum Driver {
     Epoll,
     /// io_uring where the kernel allows, else epoll.
     Auto,
+    /// A tokio current-thread runtime per shard (built with the `tokio-shell` feature).
+    #[cfg(feature = "tokio-shell")]
+    Tokio,
 }
 
 /// How upgrades are authenticated.

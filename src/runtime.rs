@@ -94,6 +94,19 @@ where
                 }
                 let (node, inbox, ingest, presence) = ctx_parts;
                 let driver = node.args.driver;
+                #[cfg(feature = "tokio-shell")]
+                if driver == Driver::Tokio {
+                    let ctx = shard_ctx(
+                        index,
+                        node,
+                        inbox,
+                        ingest,
+                        presence,
+                        shard::tokio_shell::close_grace,
+                    );
+                    shard::tokio_shell::run(ctx, listener, ready);
+                    return;
+                }
                 let main = move || async move {
                     let listener = match monoio::net::TcpListener::from_std(listener) {
                         Ok(l) => l,
@@ -102,27 +115,14 @@ where
                             return;
                         }
                     };
-                    let share = node.shards as f64;
-                    let ctx = Rc::new(ShardCtx {
+                    let ctx = shard_ctx(
                         index,
-                        shard: RefCell::new(Shard::new(ShardConfig {
-                            tick_ms: node.args.tick_ms,
-                            node: node.id.clone(),
-                            seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
-                            ..ShardConfig::default()
-                        })),
-                        bucket: RefCell::new(TokenBucket::new(
-                            node.args.accept_rate as f64 / share,
-                            (node.args.accept_burst as f64 / share).ceil(),
-                            clock::now_ms(),
-                        )),
                         node,
                         inbox,
                         ingest,
                         presence,
-                        conns: RefCell::default(),
-                        kick: Default::default(),
-                    });
+                        shard::monoio_close_grace,
+                    );
                     monoio::spawn(shard::drive(Rc::clone(&ctx)));
                     shard::accept_loop(ctx, listener).await
                 };
@@ -143,6 +143,39 @@ where
         inboxes,
         ingest: ingest_tx,
         presence: presence_tx,
+    })
+}
+
+/// One shard's state, before any runtime-specific task runs on it.
+fn shard_ctx(
+    index: usize,
+    node: Arc<Node>,
+    inbox: Arc<Inbox>,
+    ingest: crossbeam_channel::Sender<IngestCmd>,
+    presence: crossbeam_channel::Sender<PresenceCmd>,
+    close_grace: shard::CloseGrace,
+) -> Rc<ShardCtx> {
+    let share = node.shards as f64;
+    Rc::new(ShardCtx {
+        index,
+        shard: RefCell::new(Shard::new(ShardConfig {
+            tick_ms: node.args.tick_ms,
+            node: node.id.clone(),
+            seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
+            ..ShardConfig::default()
+        })),
+        bucket: RefCell::new(TokenBucket::new(
+            node.args.accept_rate as f64 / share,
+            (node.args.accept_burst as f64 / share).ceil(),
+            clock::now_ms(),
+        )),
+        node,
+        inbox,
+        ingest,
+        presence,
+        conns: RefCell::default(),
+        kick: Default::default(),
+        close_grace,
     })
 }
 

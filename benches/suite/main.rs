@@ -70,7 +70,7 @@ impl Default for Opts {
 const USAGE: &str =
     "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare> \
 [--clients C] [--seconds D] [--rate R] [--courses N] [--sections S] [--skew Z] [--procs P] \
-[--driver uring|epoll|auto] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
+[--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
@@ -736,14 +736,23 @@ fn compare(o: &Opts) -> Outcome {
     let metric = "frames_per_cpu_s";
     let mut by: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut runs = Vec::new();
-    for (i, driver) in ["uring", "epoll", "uring", "epoll"].into_iter().enumerate() {
+    // Built with `--features tokio-shell`, the server also has `--driver tokio`:
+    // a third column, A B C A B C.
+    let drivers: &[&str] = if cfg!(feature = "tokio-shell") {
+        &["uring", "epoll", "tokio"]
+    } else {
+        &["uring", "epoll"]
+    };
+    let order: Vec<&str> = drivers.iter().chain(drivers).copied().collect();
+    for (i, &driver) in order.iter().enumerate() {
         let mut oo = o.clone();
         oo.driver = Some(driver.into());
         progress(
             o,
             format!(
-                "[compare] run {} of 4: {} with --driver {driver}",
+                "[compare] run {} of {}: {} with --driver {driver}",
                 i + 1,
+                order.len(),
                 o.inner
             ),
         );
@@ -774,42 +783,52 @@ fn compare(o: &Opts) -> Outcome {
     out.row(
         "inner",
         format!(
-            "{} with {} clients, {:.0} s per run, A B A B",
-            o.inner, o.clients, o.seconds
+            "{} with {} clients, {:.0} s per run, {}",
+            o.inner,
+            o.clients,
+            o.seconds,
+            if drivers.len() == 3 {
+                "A B C A B C"
+            } else {
+                "A B A B"
+            }
         ),
         json!(o.inner),
     );
-    out.row(
-        "uring_frames_per_cpu_s",
-        format!(
-            "{:?}  mean {u:.0}",
-            by.get("uring")
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| x.round())
-                .collect::<Vec<_>>()
-        ),
-        json!(u),
-    );
-    out.row(
-        "epoll_frames_per_cpu_s",
-        format!(
-            "{:?}  mean {e:.0}",
-            by.get("epoll")
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .map(|x| x.round())
-                .collect::<Vec<_>>()
-        ),
-        json!(e),
-    );
+    for &d in drivers {
+        let m = mean(d);
+        out.row(
+            &format!("{d}_frames_per_cpu_s"),
+            format!(
+                "{:?}  mean {m:.0}",
+                by.get(d)
+                    .cloned()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|x| x.round())
+                    .collect::<Vec<_>>()
+            ),
+            json!(m),
+        );
+    }
     out.row(
         "ratio_uring_over_epoll",
         format!("{:.2}x", u / e.max(1e-9)),
         json!(u / e.max(1e-9)),
     );
+    if drivers.contains(&"tokio") {
+        let t = mean("tokio").max(1e-9);
+        out.row(
+            "ratio_uring_over_tokio",
+            format!("{:.2}x", u / t),
+            json!(u / t),
+        );
+        out.row(
+            "ratio_epoll_over_tokio",
+            format!("{:.2}x", e / t),
+            json!(e / t),
+        );
+    }
     out.json["runs"] = json!(runs);
     out
 }

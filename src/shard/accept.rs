@@ -1,7 +1,7 @@
 //! The front door of one shard: accepts sockets from its own SO_REUSEPORT
 //! listener, reads the request head under a deadline and a size cap, and routes.
 
-use super::handshake;
+use super::handshake::{self, Accepted};
 use super::http::{self, Response, Route};
 use super::ws_conn;
 use super::ShardCtx;
@@ -14,7 +14,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// A head not complete in this long is dropped (slowloris).
-const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+pub(super) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Accepts connections until the listener fails.
 pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
@@ -32,10 +32,62 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
     }
 }
 
-enum HeadOutcome {
+/// What reading a request head came to.
+pub(super) enum HeadOutcome {
+    /// A complete head, and the bytes read past it.
     Head(RequestHead, Vec<u8>),
+    /// Refused (timeout, too large, malformed), with the answer to send, if any.
     Refused(Refusal, Option<Response>),
+    /// The peer went away.
     Gone,
+}
+
+/// Parses what has been read so far; `None` means read more.
+pub(super) fn parse_head(head: &mut Vec<u8>) -> Option<HeadOutcome> {
+    match http_head::parse(head) {
+        Ok(Some((h, used))) => Some(HeadOutcome::Head(h, head.split_off(used))),
+        Ok(None) if head.len() <= MAX_HEAD => None,
+        Ok(None) | Err(HeadError::TooLarge) => Some(HeadOutcome::Refused(
+            Refusal::HeadTooLarge,
+            Some(Response::text(431, "request head too large")),
+        )),
+        Err(HeadError::Malformed) => Some(HeadOutcome::Refused(
+            Refusal::BadRequest,
+            Some(Response::text(400, "bad request")),
+        )),
+    }
+}
+
+/// Where a parsed request goes.
+pub(super) enum Next {
+    /// Answer with this response (`true`: head only) and close.
+    Respond(Response, bool),
+    /// Upgrade: every check passed.
+    Upgrade(Accepted),
+}
+
+/// Routes a parsed head: pages, method checks, and the handshake's refusals.
+pub(super) fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
+    let head_only = head.method == "HEAD";
+    match http::route(&head.path) {
+        Route::NotFound => Next::Respond(Response::text(404, "not found"), head_only),
+        Route::Page(p) if head.method == "GET" || head_only => {
+            Next::Respond(http::answer(&ctx.node, p, head), head_only)
+        }
+        Route::Ws { admin } if head.method == "GET" => match handshake::check(ctx, head, admin) {
+            Err(resp) => Next::Respond(resp, false),
+            Ok(accepted) => Next::Upgrade(accepted),
+        },
+        route => {
+            let allow = if matches!(route, Route::Ws { .. }) {
+                "GET"
+            } else {
+                "GET, HEAD"
+            };
+            let resp = Response::text(405, "method not allowed").header(format!("Allow: {allow}"));
+            Next::Respond(resp, false)
+        }
+    }
 }
 
 async fn read_head(stream: &mut TcpStream) -> HeadOutcome {
@@ -53,21 +105,8 @@ async fn read_head(stream: &mut TcpStream) -> HeadOutcome {
             Ok(0) | Err(_) => return HeadOutcome::Gone,
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
-        match http_head::parse(&head) {
-            Ok(Some((h, used))) => return HeadOutcome::Head(h, head.split_off(used)),
-            Ok(None) if head.len() <= MAX_HEAD => continue,
-            Ok(None) | Err(HeadError::TooLarge) => {
-                return HeadOutcome::Refused(
-                    Refusal::HeadTooLarge,
-                    Some(Response::text(431, "request head too large")),
-                )
-            }
-            Err(HeadError::Malformed) => {
-                return HeadOutcome::Refused(
-                    Refusal::BadRequest,
-                    Some(Response::text(400, "bad request")),
-                )
-            }
+        if let Some(outcome) = parse_head(&mut head) {
+            return outcome;
         }
     }
 }
@@ -90,27 +129,11 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
         }
         HeadOutcome::Gone => return,
     };
-    let head_only = head.method == "HEAD";
-    match http::route(&head.path) {
-        Route::NotFound => respond(stream, Response::text(404, "not found"), head_only).await,
-        Route::Page(p) if head.method == "GET" || head_only => {
-            respond(stream, http::answer(&ctx.node, p, &head), head_only).await
-        }
-        Route::Ws { admin } if head.method == "GET" => match handshake::check(&ctx, &head, admin) {
-            Err(resp) => respond(stream, resp, false).await,
-            Ok(accepted) => {
-                drop(head);
-                ws_conn::start(ctx, stream, accepted, rest).await
-            }
-        },
-        route => {
-            let allow = if matches!(route, Route::Ws { .. }) {
-                "GET"
-            } else {
-                "GET, HEAD"
-            };
-            let resp = Response::text(405, "method not allowed").header(format!("Allow: {allow}"));
-            respond(stream, resp, false).await
+    match route_head(&ctx, &head) {
+        Next::Respond(resp, head_only) => respond(stream, resp, head_only).await,
+        Next::Upgrade(accepted) => {
+            drop(head);
+            ws_conn::start(ctx, stream, accepted, rest).await
         }
     }
 }

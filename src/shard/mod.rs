@@ -1,12 +1,16 @@
 //! The shell of one shard thread: the sans-IO [`shards::Shard`] plus the sockets,
 //! timers and channels around it. Everything here runs on the shard's own monoio
-//! runtime; nothing is shared with other shards but the node's atomics.
+//! runtime (or, with the `tokio-shell` feature and `--driver tokio`, on a tokio
+//! current-thread runtime: `tokio_shell.rs` reuses the same runtime-free helpers);
+//! nothing is shared with other shards but the node's atomics.
 
 mod accept;
 mod driver;
 mod handshake;
 mod http;
 pub mod notify;
+#[cfg(feature = "tokio-shell")]
+pub mod tokio_shell;
 mod ws_conn;
 
 pub use accept::accept_loop;
@@ -46,6 +50,40 @@ pub struct ConnIo {
     pub fd: RawFd,
 }
 
+impl ConnIo {
+    /// The shell's half of a just-upgraded connection on socket `fd`.
+    pub fn new(fd: RawFd) -> Self {
+        ConnIo {
+            writer: Default::default(),
+            close_code: Default::default(),
+            reader_done: Default::default(),
+            finished: Default::default(),
+            fd,
+        }
+    }
+
+    /// Cuts the socket once the close grace is over, unless it is already released.
+    pub fn cut(&self) {
+        if !self.finished.get() {
+            // SAFETY: `finished` is false, so the socket behind `fd` is still
+            // owned by this connection; shutdown does not close the descriptor.
+            unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+        }
+    }
+}
+
+/// Starts a [`CLOSE_GRACE`] timer on the shard's runtime that then calls
+/// [`ConnIo::cut`]: the one runtime-specific thing [`ShardCtx::flush`] needs.
+pub type CloseGrace = fn(Rc<ConnIo>);
+
+/// The close-grace timer on monoio.
+pub fn monoio_close_grace(io: Rc<ConnIo>) {
+    monoio::spawn(async move {
+        monoio::time::sleep(CLOSE_GRACE).await;
+        io.cut();
+    });
+}
+
 /// Everything one shard thread's tasks share.
 pub struct ShardCtx {
     /// Shard number.
@@ -66,6 +104,8 @@ pub struct ShardCtx {
     pub kick: LocalNotify,
     /// This shard's share of the node's accept rate.
     pub bucket: RefCell<TokenBucket>,
+    /// Starts the close-grace timer on this shard's runtime.
+    pub close_grace: CloseGrace,
 }
 
 impl ShardCtx {
@@ -110,18 +150,9 @@ impl ShardCtx {
                     if let Some(io) = self.conns.borrow().get(&conn) {
                         io.close_code.set(Some(code));
                         io.writer.notify();
-                        let io = Rc::clone(io);
                         // The peer has CLOSE_GRACE to answer; then the socket is cut,
                         // which also ends a write stuck on a slow consumer.
-                        monoio::spawn(async move {
-                            monoio::time::sleep(CLOSE_GRACE).await;
-                            if !io.finished.get() {
-                                // SAFETY: `finished` is false, so the socket behind `fd`
-                                // is still owned by this connection; shutdown does not
-                                // close the descriptor.
-                                unsafe { libc::shutdown(io.fd, libc::SHUT_RDWR) };
-                            }
-                        });
+                        (self.close_grace)(Rc::clone(io));
                     }
                 }
             }

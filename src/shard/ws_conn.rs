@@ -4,13 +4,15 @@
 
 use super::handshake::Accepted;
 use super::{ConnIo, ShardCtx};
+use crate::auth::Identity;
 use crate::clock;
+use bytes::Bytes;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
 use shards::rate::MessageWindow;
 use shards::ws_codec::{close, pong_frame, Decoder, WsEvent};
 use shards::ConnId;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -26,13 +28,14 @@ const READ_MAX: usize = 4096;
 /// its send queue, and its queue fills — and it is closed 4001 — in seconds.
 const SO_SNDBUF_BYTES: libc::c_int = 64 * 1024;
 
-fn pin_send_buffer(stream: &TcpStream) {
+/// Pins the kernel send buffer of socket `fd` (see [`SO_SNDBUF_BYTES`]).
+pub(super) fn pin_send_buffer(fd: RawFd) {
     let size = SO_SNDBUF_BYTES;
     // SAFETY: the fd is this connection's open socket for the whole call, and
     // the option value points to a live c_int of the length passed.
     let rc = unsafe {
         libc::setsockopt(
-            stream.as_raw_fd(),
+            fd,
             libc::SOL_SOCKET,
             libc::SO_SNDBUF,
             (&size as *const libc::c_int).cast(),
@@ -48,30 +51,19 @@ fn pin_send_buffer(stream: &TcpStream) {
 /// two tasks of its own (reader and writer), so nothing of the handshake stays
 /// alive for the connection's life.
 pub async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
-    pin_send_buffer(&stream);
-    let Accepted {
-        identity,
-        admin_feed,
-        response,
-    } = accepted;
-    let (res, _) = stream.write_all(response).await;
+    pin_send_buffer(stream.as_raw_fd());
+    let (res, _) = stream.write_all(accepted.response).await;
     if res.is_err() {
-        release(&ctx, &identity.user);
+        release(&ctx, &accepted.identity.user);
         return;
     }
-    let io = Rc::new(ConnIo {
-        writer: Default::default(),
-        close_code: Default::default(),
-        reader_done: Default::default(),
-        finished: Default::default(),
-        fd: stream.as_raw_fd(),
-    });
-    let id =
-        ctx.shard
-            .borrow_mut()
-            .connect(&identity.user, identity.role, admin_feed, clock::now_ms());
-    ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
-    ctx.flush();
+    let (id, io) = register(
+        &ctx,
+        &accepted.identity,
+        accepted.admin_feed,
+        stream.as_raw_fd(),
+    );
+    drop(accepted.identity);
     let (reader, writer) = stream.into_split();
     let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     monoio::spawn(async move {
@@ -79,42 +71,77 @@ pub async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted,
         io.reader_done.set(true);
         io.writer.notify();
         let _writer = writer_task.await;
-        io.finished.set(true);
-        ctx.conns.borrow_mut().remove(&id);
-        let user = ctx.shard.borrow().user(id).map(str::to_owned);
-        ctx.shard.borrow_mut().disconnect(id);
-        ctx.flush();
-        release(&ctx, user.as_deref().unwrap_or(""));
+        finish(&ctx, &io, id);
     });
 }
 
-fn release(ctx: &ShardCtx, user: &str) {
+/// Registers an upgraded connection (its `101` sent) with the shard.
+pub(super) fn register(
+    ctx: &Rc<ShardCtx>,
+    identity: &Identity,
+    admin_feed: bool,
+    fd: RawFd,
+) -> (ConnId, Rc<ConnIo>) {
+    let io = Rc::new(ConnIo::new(fd));
+    let id =
+        ctx.shard
+            .borrow_mut()
+            .connect(&identity.user, identity.role, admin_feed, clock::now_ms());
+    ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
+    ctx.flush();
+    (id, io)
+}
+
+/// Forgets a connection whose reader and writer both ended; its socket is
+/// released right after.
+pub(super) fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
+    io.finished.set(true);
+    ctx.conns.borrow_mut().remove(&id);
+    let user = ctx.shard.borrow().user(id).map(str::to_owned);
+    ctx.shard.borrow_mut().disconnect(id);
+    ctx.flush();
+    release(ctx, user.as_deref().unwrap_or(""));
+}
+
+pub(super) fn release(ctx: &ShardCtx, user: &str) {
     ctx.node.open.fetch_sub(1, Relaxed);
     ctx.node.users.release(user);
 }
 
-async fn read_loop(
-    ctx: &Rc<ShardCtx>,
-    io: &ConnIo,
-    id: ConnId,
-    mut reader: OwnedReadHalf<TcpStream>,
-    rest: Vec<u8>,
-) {
-    let mut decoder = Decoder::new();
-    decoder.feed(&rest);
-    drop(rest);
-    let mut window = MessageWindow::default();
-    let mut buf = Vec::with_capacity(READ_MIN);
-    loop {
+/// The reader's state besides the socket: the frame decoder, the message rate
+/// window, and the adaptive read buffer.
+pub(super) struct ReadState {
+    decoder: Decoder,
+    window: MessageWindow,
+    /// The next read's buffer (capacity [`READ_MIN`]..=[`READ_MAX`]).
+    pub(super) buf: Vec<u8>,
+}
+
+impl ReadState {
+    /// Starts decoding with the bytes read past the request head.
+    pub(super) fn new(rest: Vec<u8>) -> Self {
+        let mut decoder = Decoder::new();
+        decoder.feed(&rest);
+        drop(rest);
+        ReadState {
+            decoder,
+            window: MessageWindow::default(),
+            buf: Vec::with_capacity(READ_MIN),
+        }
+    }
+
+    /// Hands every complete client frame to the shard; false when the reader
+    /// must stop (peer close, protocol violation).
+    pub(super) fn handle_events(&mut self, ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) -> bool {
         let now = clock::now_ms();
         loop {
-            let event = match decoder.next_event() {
+            let event = match self.decoder.next_event() {
                 Ok(Some(e)) => e,
                 Ok(None) => break,
                 Err(violation) => {
                     ctx.shard.borrow_mut().close(id, violation.0, "");
                     ctx.flush();
-                    return;
+                    return false;
                 }
             };
             let closing = io.close_code.get().is_some();
@@ -124,12 +151,12 @@ async fn read_loop(
                     shard.handle_peer_close(id, code, now);
                     drop(shard);
                     ctx.flush();
-                    return;
+                    return false;
                 }
                 // After our close frame only the peer's close matters.
                 _ if closing => continue,
                 WsEvent::Text(text) => {
-                    if window.admit(now) {
+                    if self.window.admit(now) {
                         shard.handle_text(id, &text, now);
                     } else {
                         shard.close(id, close::POLICY, "too many messages");
@@ -144,24 +171,66 @@ async fn read_loop(
             drop(shard);
             ctx.flush();
         }
-        decoder.shrink();
+        self.decoder.shrink();
+        true
+    }
+
+    /// Takes a read of `buf.len()` (> 0) bytes in `buf`, and sizes the buffer
+    /// for the next read.
+    pub(super) fn after_read(&mut self, ctx: &ShardCtx, id: ConnId) {
+        ctx.shard.borrow_mut().handle_activity(id, clock::now_ms());
+        let n = self.buf.len();
+        self.decoder.feed(&self.buf);
+        // A full read means more is coming: grow; a small one after a
+        // burst: give the memory back.
+        let cap = self.buf.capacity();
+        if n == cap && cap < READ_MAX {
+            self.buf = Vec::with_capacity(cap * 2);
+        } else if n < cap / 4 && cap > READ_MIN {
+            self.buf = Vec::with_capacity(READ_MIN);
+        }
+    }
+}
+
+async fn read_loop(
+    ctx: &Rc<ShardCtx>,
+    io: &ConnIo,
+    id: ConnId,
+    mut reader: OwnedReadHalf<TcpStream>,
+    rest: Vec<u8>,
+) {
+    let mut state = ReadState::new(rest);
+    loop {
+        if !state.handle_events(ctx, io, id) {
+            return;
+        }
+        let buf = std::mem::take(&mut state.buf);
         let (res, b) = reader.read(buf).await;
-        buf = b;
+        state.buf = b;
         match res {
             Ok(0) | Err(_) => return,
-            Ok(n) => {
-                ctx.shard.borrow_mut().handle_activity(id, clock::now_ms());
-                decoder.feed(&buf[..n]);
-                // A full read means more is coming: grow; a small one after a
-                // burst: give the memory back.
-                let cap = buf.capacity();
-                if n == cap && cap < READ_MAX {
-                    buf = Vec::with_capacity(cap * 2);
-                } else if n < cap / 4 && cap > READ_MIN {
-                    buf = Vec::with_capacity(READ_MIN);
-                }
-            }
+            Ok(_) => state.after_read(ctx, id),
         }
+    }
+}
+
+/// What a connection's writer does next.
+pub(super) enum WriteNext {
+    /// Write this frame.
+    Frame(Bytes),
+    /// Stop: the close frame went out, or the reader ended.
+    Done,
+    /// Wait for [`ConnIo::writer`].
+    Wait,
+}
+
+/// The writer's next step.
+pub(super) fn write_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> WriteNext {
+    match ctx.shard.borrow_mut().poll_transmit(id) {
+        Some(f) => WriteNext::Frame(f),
+        // The close frame is always the last one queued.
+        None if io.close_code.get().is_some() || io.reader_done.get() => WriteNext::Done,
+        None => WriteNext::Wait,
     }
 }
 
@@ -172,9 +241,8 @@ async fn write_loop(
     mut writer: OwnedWriteHalf<TcpStream>,
 ) {
     loop {
-        let frame = ctx.shard.borrow_mut().poll_transmit(id);
-        match frame {
-            Some(f) => {
+        match write_next(&ctx, &io, id) {
+            WriteNext::Frame(f) => {
                 let n = f.len() as u64;
                 let (res, _) = writer.write_all(f).await;
                 if res.is_err() {
@@ -182,9 +250,8 @@ async fn write_loop(
                 }
                 ctx.metrics().bytes_out.fetch_add(n, Relaxed);
             }
-            // The close frame is always the last one queued.
-            None if io.close_code.get().is_some() || io.reader_done.get() => return,
-            None => io.writer.notified().await,
+            WriteNext::Done => return,
+            WriteNext::Wait => io.writer.notified().await,
         }
     }
 }

@@ -1,0 +1,199 @@
+//! `--driver tokio` (feature `tokio-shell`): the same shard on a tokio
+//! current-thread runtime and a `LocalSet`, for the runtime comparison. Only
+//! the sockets, timers and task spawning are tokio's; the head parsing and
+//! routing, the handshake, the reader's frame handling, the writer's next step
+//! and the feed/render loop are the functions the monoio shell runs.
+
+use super::accept::{self, HeadOutcome, Next, HEAD_DEADLINE};
+use super::driver::{self, Wait};
+use super::handshake::Accepted;
+use super::http::Response;
+use super::ws_conn::{self, ReadState, WriteNext};
+use super::{ConnIo, ShardCtx, CLOSE_GRACE};
+use crate::clock;
+use crate::metrics::Refusal;
+use shards::ConnId;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::spawn_local;
+
+/// The close-grace timer on tokio.
+pub fn close_grace(io: Rc<ConnIo>) {
+    spawn_local(async move {
+        tokio::time::sleep(CLOSE_GRACE).await;
+        io.cut();
+    });
+}
+
+/// Runs one shard on its own tokio current-thread runtime until it ends.
+pub fn run(
+    ctx: Rc<ShardCtx>,
+    listener: std::net::TcpListener,
+    ready: crossbeam_channel::Sender<Result<&'static str, String>>,
+) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(format!("tokio runtime failed: {e}")));
+            return;
+        }
+    };
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&rt, async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = ready.send(Err(format!("listener setup failed: {e}")));
+                return;
+            }
+        };
+        if ctx.index == 0 {
+            tracing::info!("shards run on tokio");
+        }
+        let _ = ready.send(Ok("tokio"));
+        drop(ready);
+        spawn_local(drive(Rc::clone(&ctx)));
+        accept_loop(ctx, listener).await
+    });
+}
+
+/// The feed-render-sleep loop ([`driver::step`]) with tokio's timer.
+async fn drive(ctx: Rc<ShardCtx>) {
+    loop {
+        let deadline = driver::step(&ctx);
+        Wait {
+            ctx: &ctx,
+            sleep: deadline
+                .map(|ms| Box::pin(tokio::time::sleep_until(clock::instant_at(ms).into()))),
+        }
+        .await;
+    }
+}
+
+async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                spawn_local(serve(Rc::clone(&ctx), stream));
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, shard = ctx.index, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn read_head(stream: &mut TcpStream) -> HeadOutcome {
+    let deadline = tokio::time::Instant::now() + HEAD_DEADLINE;
+    let mut head: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    loop {
+        let res = match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(r) => r,
+            Err(_) => return HeadOutcome::Refused(Refusal::HeadTimeout, None),
+        };
+        match res {
+            Ok(0) | Err(_) => return HeadOutcome::Gone,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if let Some(outcome) = accept::parse_head(&mut head) {
+            return outcome;
+        }
+    }
+}
+
+async fn respond(mut stream: TcpStream, resp: Response, head_only: bool) {
+    let _ = stream.write_all(&resp.encode(head_only)).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (head, rest) = match read_head(&mut stream).await {
+        HeadOutcome::Head(h, rest) => (h, rest),
+        HeadOutcome::Refused(why, resp) => {
+            ctx.node.metrics.refuse(why);
+            if let Some(r) = resp {
+                respond(stream, r, false).await;
+            }
+            return;
+        }
+        HeadOutcome::Gone => return,
+    };
+    match accept::route_head(&ctx, &head) {
+        Next::Respond(resp, head_only) => respond(stream, resp, head_only).await,
+        Next::Upgrade(accepted) => {
+            drop(head);
+            start(ctx, stream, accepted, rest).await
+        }
+    }
+}
+
+async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
+    ws_conn::pin_send_buffer(stream.as_raw_fd());
+    if stream.write_all(&accepted.response).await.is_err() {
+        ws_conn::release(&ctx, &accepted.identity.user);
+        return;
+    }
+    let (id, io) = ws_conn::register(
+        &ctx,
+        &accepted.identity,
+        accepted.admin_feed,
+        stream.as_raw_fd(),
+    );
+    drop(accepted);
+    let (reader, writer) = stream.into_split();
+    let writer_task = spawn_local(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
+    spawn_local(async move {
+        read_loop(&ctx, &io, id, reader, rest).await;
+        io.reader_done.set(true);
+        io.writer.notify();
+        let _writer = writer_task.await;
+        ws_conn::finish(&ctx, &io, id);
+    });
+}
+
+async fn read_loop(
+    ctx: &Rc<ShardCtx>,
+    io: &ConnIo,
+    id: ConnId,
+    mut reader: OwnedReadHalf,
+    rest: Vec<u8>,
+) {
+    let mut state = ReadState::new(rest);
+    loop {
+        if !state.handle_events(ctx, io, id) {
+            return;
+        }
+        state.buf.clear();
+        match reader.read_buf(&mut state.buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => state.after_read(ctx, id),
+        }
+    }
+}
+
+async fn write_loop(ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, mut writer: OwnedWriteHalf) {
+    loop {
+        match ws_conn::write_next(&ctx, &io, id) {
+            WriteNext::Frame(f) => {
+                if writer.write_all(&f).await.is_err() {
+                    return;
+                }
+                ctx.metrics().bytes_out.fetch_add(f.len() as u64, Relaxed);
+            }
+            WriteNext::Done => return,
+            WriteNext::Wait => io.writer.notified().await,
+        }
+    }
+}
