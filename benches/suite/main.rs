@@ -16,6 +16,7 @@ mod ingest;
 mod loadgen;
 mod procs;
 mod publish;
+mod stuck;
 
 use hist::Hist;
 use procs::{Fleet, Redis, Server, Usage};
@@ -42,6 +43,8 @@ struct Opts {
     snapshots: usize,
     quiet: bool,
     no_watch: bool,
+    /// Storm: extra clients that never read.
+    stuck: usize,
 }
 
 impl Default for Opts {
@@ -63,6 +66,7 @@ impl Default for Opts {
             snapshots: 500_000,
             quiet: false,
             no_watch: false,
+            stuck: 0,
         }
     }
 }
@@ -71,7 +75,8 @@ const USAGE: &str =
     "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare> \
 [--clients C] [--seconds D] [--rate R] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
-[--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)]";
+[--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
+[--stuck N (storm: N more clients watch the 3 hottest courses and never read)]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -107,6 +112,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--inner" => o.inner = val()?,
             "--snapshots" => o.snapshots = num(val()?)? as usize,
             "--no-watch" => o.no_watch = true,
+            "--stuck" => o.stuck = num(val()?)? as usize,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -403,9 +409,21 @@ fn storm(o: &Opts) -> Outcome {
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
     let open = wait_open(o, &mut f, o.clients, "storm");
+    let rss_before_stuck = server.usage().rss_kib;
+    let stuck = stuck::open(server.port, o.stuck, &courses[..3.min(courses.len())]);
+    if o.stuck > 0 {
+        progress(
+            o,
+            format!(
+                "[storm] {} stuck clients watching the 3 hottest courses",
+                stuck.len()
+            ),
+        );
+    }
     std::thread::sleep(Duration::from_secs(2));
     let m0 = f.mark();
     let u0 = server.usage();
+    let mut rss_peak = u0.rss_kib;
     let k0 = procs::machine_ticks();
     let r0 = usage_sum(&[redis.pid()]);
     let lg0 = f.cpu_us();
@@ -414,6 +432,7 @@ fn storm(o: &Opts) -> Outcome {
     let mut prev = (u0, counter(&m0, "frames"), Instant::now());
     publisher.storm(rate, secs, o.skew, 7, |sent| {
         let now = (server.usage(), f.sum("frames"), Instant::now());
+        rss_peak = rss_peak.max(now.0.rss_kib);
         let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
         progress(
             o,
@@ -464,6 +483,20 @@ fn storm(o: &Opts) -> Outcome {
         format!("{:.1}% of 2 cores ({cpu:.1}% of one)", cpu / 2.0),
         json!(cpu / 2.0),
     );
+    if o.stuck > 0 {
+        let closes = server.metric("seatboard_slow_consumer_closes_total");
+        out.row(
+            "stuck_clients",
+            format!(
+                "{} opened; {closes} closed 4001; server RSS {rss_before_stuck} KiB before them, peak {rss_peak} KiB during the storm (+{} KiB, {:.0} B per stuck client)",
+                stuck.len(),
+                rss_peak.saturating_sub(rss_before_stuck),
+                rss_peak.saturating_sub(rss_before_stuck) as f64 * 1024.0 / stuck.len().max(1) as f64
+            ),
+            json!({"opened": stuck.len(), "closed_4001": closes, "rss_before_kib": rss_before_stuck, "rss_peak_kib": rss_peak}),
+        );
+    }
+    drop(stuck);
     out.row(
         "server_rss_kib",
         format!("{} KiB", u1.rss_kib),
