@@ -18,7 +18,7 @@ const fail = async (browser, why) => {
   if (browser) await browser.close().catch(() => {});
   process.exit(1);
 };
-setTimeout(() => { console.error('drain: FAIL: overall timeout'); process.exit(1); }, 90_000).unref();
+setTimeout(() => { console.error('drain: FAIL: overall timeout'); process.exit(1); }, 150_000).unref();
 
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage();
@@ -32,7 +32,7 @@ const snapshot = () => page.evaluate(() => ({
   sections: document.querySelectorAll('.section').length,
 }));
 let first = null;
-for (let i = 0; i < 150 && !first; i++) {
+for (let i = 0; i < 300 && !first; i++) {
   const s = await snapshot();
   if (s.state === 'live' && s.sections > 0) first = await nodeOf();
   else await page.waitForTimeout(100);
@@ -42,7 +42,7 @@ console.log(`LIVE ${first}`);
 
 let sawDraining = false;
 let done = false;
-for (let i = 0; i < 600 && !done; i++) {
+for (let i = 0; i < 900 && !done; i++) {
   const s = await snapshot();
   if (s.state === 'draining') sawDraining = true;
   const node = await nodeOf();
