@@ -28,8 +28,8 @@ impl Source for Quiet {
     fn subscribe(&mut self, _course: &str) {}
     fn unsubscribe(&mut self, _course: &str) {}
     fn set_firehose(&mut self, _on: bool) {}
-    fn load_state(&mut self, _course: &str) -> Vec<Vec<u8>> {
-        Vec::new()
+    fn load_state(&mut self, _course: &str) -> Option<Vec<Vec<u8>>> {
+        Some(Vec::new())
     }
     fn connected(&self) -> bool {
         true

@@ -79,13 +79,14 @@ impl Source for Bus {
         self.firehose = on;
     }
 
-    fn load_state(&mut self, course: &str) -> Vec<Vec<u8>> {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(course)
-            .map(|m| m.values().cloned().collect())
-            .unwrap_or_default()
+    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Some(
+            state
+                .get(course)
+                .map(|m| m.values().cloned().collect())
+                .unwrap_or_default(),
+        )
     }
 
     fn known_courses(&mut self) -> Vec<String> {

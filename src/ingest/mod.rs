@@ -61,6 +61,9 @@ struct Board {
     updates: u64,
 }
 
+/// How often a failed state-hash read is retried.
+const RETRY_LOAD: Duration = Duration::from_secs(1);
+
 /// Log at most this many rejects per second.
 const REJECT_LOGS_PER_SEC: u32 = 5;
 
@@ -223,7 +226,13 @@ impl<S: Source> Ingest<S> {
     }
 
     fn load(&mut self, course: &Arc<str>) {
-        let payloads = self.source.load_state(course);
+        let Some(payloads) = self.source.load_state(course) else {
+            // Not loaded: `retry_unloaded` reads it again.
+            if let Some(b) = self.boards.get_mut(course) {
+                b.loaded = false;
+            }
+            return;
+        };
         let connected = self.source.connected();
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
@@ -319,6 +328,22 @@ impl<S: Source> Ingest<S> {
         }
     }
 
+    /// Rereads the state hash of watched courses whose last read failed.
+    pub fn retry_unloaded(&mut self) {
+        if !self.source.connected() {
+            return;
+        }
+        let courses: Vec<Arc<str>> = self
+            .boards
+            .iter()
+            .filter(|(_, b)| b.shards != 0 && !b.loaded)
+            .map(|(c, _)| Arc::clone(c))
+            .collect();
+        for c in courses {
+            self.load(&c);
+        }
+    }
+
     /// Sends batched snapshots to shards.
     pub fn flush(&mut self) {
         for o in &mut self.outlets {
@@ -397,6 +422,7 @@ impl<S: Source> Ingest<S> {
 pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admin_tick_ms: u64) {
     let admin_tick = Duration::from_millis(admin_tick_ms);
     let mut next_admin = Instant::now() + admin_tick;
+    let mut next_retry = Instant::now() + RETRY_LOAD;
     loop {
         while let Ok(cmd) = commands.try_recv() {
             if !ingest.command(cmd) {
@@ -431,6 +457,11 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admi
                 }
             }
         }
+        let now = Instant::now();
+        if now >= next_retry {
+            next_retry = now + RETRY_LOAD;
+            ingest.retry_unloaded();
+        }
         ingest.flush();
         let now = Instant::now();
         if now >= next_admin {
@@ -445,5 +476,71 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admi
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Auth;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+    use inbox::Inbox;
+
+    /// A source whose first `fail` state reads fail.
+    struct FlakyState {
+        fail: usize,
+        payload: Vec<u8>,
+    }
+
+    impl Source for FlakyState {
+        fn poll(&mut self, _timeout: Duration) -> Option<SourceEvent> {
+            None
+        }
+        fn subscribe(&mut self, _course: &str) {}
+        fn unsubscribe(&mut self, _course: &str) {}
+        fn set_firehose(&mut self, _on: bool) {}
+        fn load_state(&mut self, _course: &str) -> Option<Vec<Vec<u8>>> {
+            if self.fail > 0 {
+                self.fail -= 1;
+                return None;
+            }
+            Some(vec![self.payload.clone()])
+        }
+        fn connected(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_failed_state_read_is_retried_not_taken_as_loaded() {
+        let Command::Demo(args) = Cli::parse_from(["seatboard", "demo"]).command else {
+            panic!("demo args");
+        };
+        let node = Arc::new(Node::new(args, 1, Auth::None));
+        let inbox = Inbox::new();
+        let payload =
+            br#"{"course":"C1","section":2,"total_seats":9,"seats_taken":4,"version":3}"#.to_vec();
+        let source = FlakyState { fail: 1, payload };
+        let mut ingest = Ingest::new(source, vec![Outlet::new(Arc::clone(&inbox))], node, None);
+        ingest.command(IngestCmd::Interest {
+            shard: 0,
+            course: "C1".into(),
+            watching: true,
+        });
+        // The seed went out empty: the read failed.
+        match inbox.try_control() {
+            Some(Control::Seed { sections, .. }) => assert!(sections.is_empty()),
+            other => panic!("expected a seed, got {other:?}"),
+        }
+        ingest.retry_unloaded();
+        ingest.flush();
+        let batch = inbox.try_snapshots().expect("the retried read is routed");
+        assert_eq!(batch.len(), 1);
+        assert_eq!(batch[0].seats_taken, 4);
+        // Loaded now: no further reads.
+        ingest.retry_unloaded();
+        ingest.flush();
+        assert!(inbox.try_snapshots().is_none());
     }
 }

@@ -456,16 +456,16 @@ impl Source for RedisSource {
         }
     }
 
-    fn load_state(&mut self, course: &str) -> Vec<Vec<u8>> {
+    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
         let key = format!("{}{course}", self.state_prefix);
         let r = self
             .link
             .run(|c| ::redis::cmd("HGETALL").arg(&key).query::<Vec<Vec<u8>>>(c));
         match r {
-            Ok(flat) => flat.into_iter().skip(1).step_by(2).collect(),
+            Ok(flat) => Some(flat.into_iter().skip(1).step_by(2).collect()),
             Err(e) => {
                 tracing::debug!(error = %e, course, "state hash read failed");
-                Vec::new()
+                None
             }
         }
     }

@@ -27,7 +27,9 @@ pub trait Source: Send {
     /// Delivers every course (PSUBSCRIBE) or stops doing so.
     fn set_firehose(&mut self, on: bool);
     /// The course's current state (HGETALL of its state hash), one payload per section.
-    fn load_state(&mut self, course: &str) -> Vec<Vec<u8>>;
+    /// `None` when the read failed: the router retries it rather than treat the
+    /// course as loaded.
+    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>>;
     /// Every course with a state hash (SCAN of `<state-prefix>*`), so the admin
     /// aggregate covers the whole board, not only what changes next.
     fn known_courses(&mut self) -> Vec<String> {
