@@ -284,24 +284,26 @@ fn cpu_pct(a: Usage, b: Usage, secs: f64) -> f64 {
     (b.cpu_us.saturating_sub(a.cpu_us)) as f64 / (secs * 1e6) * 100.0
 }
 
-/// Sleeps `secs`, printing server CPU and delivered frames each second.
-fn watch(o: &Opts, label: &str, secs: f64, server: &Server, f: &mut Fleet) {
+/// Sleeps `secs`, printing server CPU, RSS and the rate of the load
+/// generators' `counter` (e.g. `frames`, `upgrades`) each second.
+fn watch(o: &Opts, label: &str, counter: &str, secs: f64, server: &Server, f: &mut Fleet) {
     let start = Instant::now();
-    let mut prev = (server.usage(), f.sum("frames"), Instant::now());
+    let mut prev = (server.usage(), f.sum(counter), Instant::now());
     while start.elapsed().as_secs_f64() < secs {
         let left = secs - start.elapsed().as_secs_f64();
         std::thread::sleep(Duration::from_secs_f64(left.clamp(0.0, 1.0)));
-        let now = (server.usage(), f.sum("frames"), Instant::now());
+        let now = (server.usage(), f.sum(counter), Instant::now());
         let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
         progress(
             o,
             format!(
-                "[{label}] {:.0}/{secs:.0}s  server cpu {:.1}% of a core  rss {} MiB  frames/s {:.0}  open {}",
+                "[{label}] {:.0}/{secs:.0}s  server cpu {:.1}% of a core  rss {} MiB  {counter}/s {:.0}  open {}  refused {}",
                 start.elapsed().as_secs_f64(),
                 cpu_pct(prev.0, now.0, dt),
                 now.0.rss_kib / 1024,
-                (now.1 - prev.1) as f64 / dt,
+                now.1.saturating_sub(prev.1) as f64 / dt,
                 f.sum("open"),
+                f.sum("refused"),
             ),
         );
         prev = now;
@@ -351,7 +353,7 @@ fn idle(o: &Opts) -> Outcome {
     let after = server.usage();
     let k0 = procs::machine_ticks();
     let window = o.seconds;
-    watch(o, "idle", window, &server, &mut f);
+    watch(o, "idle", "frames", window, &server, &mut f);
     let end = server.usage();
     let k1 = procs::machine_ticks();
     let marks = f.mark();
@@ -689,7 +691,7 @@ fn handshake(o: &Opts) -> Outcome {
     let k0 = procs::machine_ticks();
     let m0 = f.mark();
     let t0 = Instant::now();
-    watch_handshakes(o, &server, &mut f, o.seconds);
+    watch(o, "handshake", "upgrades", o.seconds, &server, &mut f);
     let dt = t0.elapsed().as_secs_f64();
     let u1 = server.usage();
     let k1 = procs::machine_ticks();
@@ -740,28 +742,6 @@ fn handshake(o: &Opts) -> Outcome {
     out.check(ups > 0, "no upgrade succeeded");
     machine_row(&mut out, k0, k1);
     out
-}
-
-fn watch_handshakes(o: &Opts, server: &Server, f: &mut Fleet, secs: f64) {
-    let start = Instant::now();
-    let mut prev = (server.usage(), f.sum("upgrades"), Instant::now());
-    while start.elapsed().as_secs_f64() < secs {
-        let left = secs - start.elapsed().as_secs_f64();
-        std::thread::sleep(Duration::from_secs_f64(left.clamp(0.0, 1.0)));
-        let now = (server.usage(), f.sum("upgrades"), Instant::now());
-        let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
-        progress(
-            o,
-            format!(
-                "[handshake] {:.0}/{secs:.0}s upgrades/s {:.0}  refused {}  server cpu {:.1}%",
-                start.elapsed().as_secs_f64(),
-                (now.1 - prev.1) as f64 / dt,
-                f.sum("refused"),
-                cpu_pct(prev.0, now.0, dt)
-            ),
-        );
-        prev = now;
-    }
 }
 
 fn compare(o: &Opts) -> Outcome {
