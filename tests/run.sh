@@ -13,6 +13,7 @@ command -v chromium >/dev/null 2>&1 || need+=(chromium chromium-driver)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
+command -v strace >/dev/null 2>&1 || need+=(strace)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
