@@ -32,6 +32,9 @@ struct Claims {
 /// Longest user id accepted.
 const MAX_USER: usize = 256;
 
+/// Shortest HS256 secret `serve` accepts: 256 bits, the hash's own size (RFC 7518 §3.2).
+pub const MIN_SECRET: usize = 32;
+
 fn role_of(s: Option<&str>) -> Option<Role> {
     match s {
         None | Some("student") => Some(Role::Student),
@@ -41,8 +44,16 @@ fn role_of(s: Option<&str>) -> Option<Role> {
 }
 
 impl Auth {
-    /// HS256 verification with at most 30 s of leeway on `exp`/`nbf`.
+    /// HS256 verification with at most 30 s of leeway on `exp`/`nbf`; a secret
+    /// shorter than [`MIN_SECRET`] bytes is refused (it could be brute-forced offline
+    /// from any one token).
     pub fn jwt(secret: &[u8]) -> Result<Auth, String> {
+        if secret.len() < MIN_SECRET {
+            return Err(format!(
+                "--jwt-secret (SEATBOARD_JWT_SECRET) must be at least {MIN_SECRET} bytes, got {}; make one with `openssl rand -base64 48`",
+                secret.len()
+            ));
+        }
         let mut v = Validation::new(Algorithm::HS256);
         v.leeway = 30;
         v.validate_nbf = true;
@@ -102,7 +113,7 @@ mod tests {
     use super::*;
     use std::time::{SystemTime, UNIX_EPOCH};
 
-    const SECRET: &[u8] = b"test-secret";
+    const SECRET: &[u8] = b"unit-test-secret-0123456789abcdef";
 
     fn now() -> u64 {
         SystemTime::now()
@@ -150,6 +161,15 @@ mod tests {
             user: user.into(),
             role: Role::Student,
         })
+    }
+
+    #[test]
+    fn secrets_shorter_than_32_bytes_are_refused() {
+        for short in [&b""[..], b"x", &[b'k'; MIN_SECRET - 1]] {
+            let e = Auth::jwt(short).err().expect("short secret refused");
+            assert!(e.starts_with("--jwt-secret"), "{e}");
+        }
+        assert!(Auth::jwt(&[b'k'; MIN_SECRET]).is_ok());
     }
 
     #[test]

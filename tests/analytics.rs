@@ -404,13 +404,13 @@ fn history_with_jwt_needs_an_admin_token() {
         "--shards",
         "1",
         "--jwt-secret",
-        "hist-secret",
+        TEST_SECRET,
         "--session",
         "jwt",
     ]);
     let exp = unix_ms() / 1000 + 600;
-    let student = mint(b"hist-secret", "stu", Role::Student, exp);
-    let admin = mint(b"hist-secret", "boss", Role::Admin, exp);
+    let student = mint(TEST_SECRET.as_bytes(), "stu", Role::Student, exp);
+    let admin = mint(TEST_SECRET.as_bytes(), "boss", Role::Admin, exp);
     let get = |extra: &str, query: &str| {
         http_raw(
             sb.port,

@@ -423,11 +423,11 @@ fn jwt_on_serve_401_403_and_token_sources() {
         "--auth",
         "jwt",
         "--jwt-secret",
-        "S3cret",
+        TEST_SECRET,
     ]);
     let exp = unix_now() + 600;
-    let student = mint(b"S3cret", "stu", Role::Student, exp);
-    let admin = mint(b"S3cret", "boss", Role::Admin, exp);
+    let student = mint(TEST_SECRET.as_bytes(), "stu", Role::Student, exp);
+    let admin = mint(TEST_SECRET.as_bytes(), "boss", Role::Admin, exp);
     let parts: Vec<&str> = student.split('.').collect();
     let bad: Vec<(&str, String)> = vec![
         ("no token", String::new()),
@@ -443,7 +443,12 @@ fn jwt_on_serve_401_403_and_token_sources() {
             "expired",
             format!(
                 "Authorization: Bearer {}\r\n",
-                mint(b"S3cret", "stu", Role::Student, unix_now() - 300)
+                mint(
+                    TEST_SECRET.as_bytes(),
+                    "stu",
+                    Role::Student,
+                    unix_now() - 300
+                )
             ),
         ),
         (

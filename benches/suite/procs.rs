@@ -131,7 +131,7 @@ impl Drop for Redis {
 }
 
 /// The bench's JWT secret.
-pub const SECRET: &str = "bench-secret-not-for-production";
+pub const SECRET: &str = "bench-secret-not-for-production-0123456789";
 
 /// A `seatboard serve` process, killed on drop.
 pub struct Server {

@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 use tungstenite::stream::MaybeTlsStream;
 use tungstenite::{Message, WebSocket};
 
+/// The HS256 secret of tests that run `--auth jwt` (`serve` refuses one under 32 bytes).
+pub const TEST_SECRET: &str = "seatboard-test-secret-0123456789abcdef";
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
