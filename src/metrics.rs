@@ -3,7 +3,7 @@
 
 use shards::Reject;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 /// A fixed-bucket histogram of seconds, lock-free.
 pub struct Histogram {
@@ -90,6 +90,8 @@ pub struct ShardMetrics {
     pub tick: Histogram,
     /// When the shard's loop last ran (process ms), for the watchdog.
     pub heartbeat_ms: AtomicU64,
+    /// The core the shard's thread is pinned to; -1 when not pinned.
+    pub core: AtomicI64,
 }
 
 impl ShardMetrics {
@@ -107,6 +109,7 @@ impl ShardMetrics {
             courses: AtomicU64::new(0),
             tick: Histogram::new(TICK_BOUNDS),
             heartbeat_ms: AtomicU64::new(0),
+            core: AtomicI64::new(-1),
         }
     }
 }
@@ -181,6 +184,9 @@ pub const CLOSE_CODES: [u16; 11] = [
     1000, 1001, 1002, 1003, 1007, 1008, 1009, 1011, 1012, 4001, 0,
 ];
 
+/// The I/O drivers a shard can run on, in `/metrics` order.
+pub const DRIVERS: [&str; 3] = ["io_uring", "epoll", "tokio"];
+
 /// Picks one counter out of a shard's metrics.
 type ShardField = fn(&ShardMetrics) -> &AtomicU64;
 
@@ -216,6 +222,12 @@ pub struct Metrics {
     pub presence_errors: AtomicU64,
     /// 1 while draining.
     pub draining: AtomicU64,
+    /// Shards that could not pin their thread to a core.
+    pub pin_failures: AtomicU64,
+    /// Shards running on each driver, indexed like [`DRIVERS`].
+    pub driver_shards: [AtomicU64; 3],
+    /// The node's connection cap (`--max-connections`).
+    pub max_connections: AtomicU64,
 }
 
 impl Metrics {
@@ -237,6 +249,9 @@ impl Metrics {
             presence_pipeline: Histogram::new(LATENCY_BOUNDS),
             presence_errors: AtomicU64::new(0),
             draining: AtomicU64::new(0),
+            pin_failures: AtomicU64::new(0),
+            driver_shards: Default::default(),
+            max_connections: AtomicU64::new(0),
         }
     }
 
@@ -259,6 +274,13 @@ impl Metrics {
             .position(|c| *c == code)
             .unwrap_or(CLOSE_CODES.len() - 1);
         self.closes[i].fetch_add(1, Relaxed);
+    }
+
+    /// Counts a shard started on `driver` (one of [`DRIVERS`]).
+    pub fn shard_on_driver(&self, driver: &str) {
+        if let Some(i) = DRIVERS.iter().position(|d| *d == driver) {
+            self.driver_shards[i].fetch_add(1, Relaxed);
+        }
     }
 
     /// Total open connections.
@@ -302,6 +324,69 @@ impl Metrics {
                 s.courses.load(Relaxed)
             );
         }
+        family(
+            &mut o,
+            "seatboard_shard_core",
+            "gauge",
+            "The CPU core each shard is pinned to (-1: not pinned).",
+        );
+        for (i, s) in self.shards.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "seatboard_shard_core{{shard=\"{i}\"}} {}",
+                s.core.load(Relaxed)
+            );
+        }
+        family(
+            &mut o,
+            "seatboard_shard_heartbeat_age_seconds",
+            "gauge",
+            "Time since each shard's event loop last ran (probed every few seconds).",
+        );
+        let now_ms = crate::clock::now_ms();
+        for (i, s) in self.shards.iter().enumerate() {
+            let age_ms = now_ms.saturating_sub(s.heartbeat_ms.load(Relaxed));
+            let _ = writeln!(
+                o,
+                "seatboard_shard_heartbeat_age_seconds{{shard=\"{i}\"}} {}",
+                age_ms as f64 / 1e3
+            );
+        }
+        family(
+            &mut o,
+            "seatboard_driver_shards",
+            "gauge",
+            "Shards running on each I/O driver.",
+        );
+        for (i, d) in DRIVERS.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "seatboard_driver_shards{{driver=\"{d}\"}} {}",
+                self.driver_shards[i].load(Relaxed)
+            );
+        }
+        family(
+            &mut o,
+            "seatboard_pin_failures_total",
+            "counter",
+            "Shards whose thread could not be pinned to a core.",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_pin_failures_total {}",
+            self.pin_failures.load(Relaxed)
+        );
+        family(
+            &mut o,
+            "seatboard_max_connections",
+            "gauge",
+            "The node's connection cap (--max-connections).",
+        );
+        let _ = writeln!(
+            o,
+            "seatboard_max_connections {}",
+            self.max_connections.load(Relaxed)
+        );
         family(
             &mut o,
             "seatboard_handshakes_accepted_total",

@@ -96,13 +96,15 @@ impl Node {
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "seatboard".into());
         let history = crate::history::History::new(&args.session);
+        let metrics = Metrics::new(shards);
+        metrics.max_connections.store(args.max_connections, Relaxed);
         Node {
             id: format!("{host}-{}", std::process::id()),
             args,
             shards,
             auth,
             origins,
-            metrics: Metrics::new(shards),
+            metrics,
             draining: AtomicBool::new(false),
             source_up: AtomicBool::new(false),
             open: AtomicU64::new(0),

@@ -18,6 +18,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often shards are probed when systemd's watchdog is off.
+const PROBE_EVERY: Duration = Duration::from_secs(5);
+
 /// The number of shards for `--shards` (default: usable cores).
 pub fn shard_count(args: &HubArgs) -> usize {
     args.shards
@@ -87,12 +90,8 @@ where
         std::thread::Builder::new()
             .name(format!("seatboard-shard-{index}"))
             .spawn(move || {
-                if let Some(core) = core {
-                    if !core_affinity::set_for_current(core) {
-                        tracing::warn!(shard = index, "could not pin to a core");
-                    }
-                }
                 let (node, inbox, ingest, presence) = ctx_parts;
+                pin(&node, index, core);
                 let driver = node.args.driver;
                 #[cfg(feature = "tokio-shell")]
                 if driver == Driver::Tokio {
@@ -132,7 +131,7 @@ where
     drop(ready_tx);
     for _ in 0..n {
         match ready_rx.recv() {
-            Ok(Ok(_)) => {}
+            Ok(Ok(driver)) => node.metrics.shard_on_driver(driver),
             Ok(Err(e)) => return Err(std::io::Error::other(e)),
             Err(_) => return Err(std::io::Error::other("a shard thread died at start")),
         }
@@ -144,6 +143,32 @@ where
         ingest: ingest_tx,
         presence: presence_tx,
     })
+}
+
+/// Pins the calling shard thread to `core`, logs the outcome, and records it in
+/// `/metrics` (the core, or a counted failure): a unit that denies
+/// `sched_setaffinity` must be visible, not only a log line.
+fn pin(node: &Node, index: usize, core: Option<core_affinity::CoreId>) {
+    let metrics = &node.metrics;
+    match core {
+        Some(core) if core_affinity::set_for_current(core) => {
+            metrics.shards[index].core.store(core.id as i64, Relaxed);
+            tracing::info!(shard = index, core = core.id, "shard pinned to core");
+        }
+        Some(core) => {
+            metrics.pin_failures.fetch_add(1, Relaxed);
+            tracing::warn!(
+                shard = index,
+                core = core.id,
+                error = %std::io::Error::last_os_error(),
+                "shard not pinned: sched_setaffinity failed"
+            );
+        }
+        None => {
+            metrics.pin_failures.fetch_add(1, Relaxed);
+            tracing::warn!(shard = index, "shard not pinned: no usable core list");
+        }
+    }
 }
 
 /// One shard's state, before any runtime-specific task runs on it.
@@ -244,11 +269,13 @@ impl Hub {
         };
         let mut drain_started: Option<Instant> = None;
         let watchdog = crate::sd_notify::watchdog_interval();
+        // Shards are probed at least every PROBE_EVERY, with or without
+        // systemd's watchdog, so an idle shard's heartbeat stays fresh and
+        // `/metrics` tells a stalled one apart.
+        let every = watchdog.map_or(PROBE_EVERY, |w| w.min(PROBE_EVERY));
         let mut probe: Option<(Instant, u64)> = None;
         loop {
-            if let Some(every) = watchdog {
-                self.watchdog(every, &mut probe);
-            }
+            self.watchdog(every, watchdog.is_some(), &mut probe);
             for sig in signals.pending() {
                 if drain_started.is_none() {
                     tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
@@ -281,8 +308,9 @@ impl Hub {
         }
     }
 
-    /// Pets the systemd watchdog only while every shard's loop answers probes.
-    fn watchdog(&self, every: Duration, probe: &mut Option<(Instant, u64)>) {
+    /// Probes every shard's loop; pets the systemd watchdog (when `pet`) only
+    /// while all of them answer.
+    fn watchdog(&self, every: Duration, pet: bool, probe: &mut Option<(Instant, u64)>) {
         match *probe {
             Some((sent, at_ms)) if sent.elapsed() >= every => {
                 let alive = self
@@ -292,7 +320,9 @@ impl Hub {
                     .iter()
                     .all(|s| s.heartbeat_ms.load(Relaxed) >= at_ms);
                 if alive {
-                    crate::sd_notify::notify("WATCHDOG=1");
+                    if pet {
+                        crate::sd_notify::notify("WATCHDOG=1");
+                    }
                 } else {
                     tracing::error!("a shard did not answer the watchdog probe");
                 }
