@@ -2,6 +2,7 @@
 //! frame, who watches, and the frames rendered from it.
 
 use crate::conn::ConnId;
+use crate::rate::FramePacer;
 use crate::snapshot::Snapshot;
 use crate::ws_codec::FrameBuf;
 use bytes::Bytes;
@@ -26,7 +27,8 @@ pub(crate) struct Course {
     pub users: HashMap<Arc<str>, u32>,
     /// Viewers whose `owes_full` is set.
     pub owed: u32,
-    pub last_frame_ms: Option<u64>,
+    /// When the next frame may go out (one token per tick, two held).
+    pub pacer: FramePacer,
     /// True once the ingest thread answered our interest with the current board.
     pub seeded: bool,
     /// Watchers waiting for the seed before their full-frame answer.
@@ -49,7 +51,7 @@ impl Course {
             viewers: Vec::new(),
             users: HashMap::new(),
             owed: 0,
-            last_frame_ms: None,
+            pacer: FramePacer::default(),
             seeded: false,
             awaiting_seed: Vec::new(),
             presence: None,
@@ -87,9 +89,9 @@ impl Course {
         !self.dirty.is_empty() || self.owed > 0
     }
 
-    /// When the next frame may go out: at once if none went out within a tick.
-    pub fn due_ms(&self, tick_ms: u64, now_ms: u64) -> u64 {
-        self.last_frame_ms.map_or(now_ms, |t| t + tick_ms)
+    /// When the next frame may go out: at once while the pacer holds a token.
+    pub fn due_ms(&self, tick_ms: u64) -> u64 {
+        self.pacer.due_ms(tick_ms)
     }
 
     /// The full frame (every known section), encoded once per board state.

@@ -1,4 +1,5 @@
-//! Rate limits fed with time: the per-connection message window and the accept bucket.
+//! Rate limits fed with time: the per-connection message window, the accept
+//! bucket, and the per-course frame pacer.
 
 /// Messages allowed in any one-second window.
 pub const MAX_MESSAGES_PER_SEC: usize = 20;
@@ -84,6 +85,30 @@ impl TokenBucket {
     }
 }
 
+/// Tokens a course's frame pacer holds at most.
+pub const FRAME_BURST: u64 = 2;
+
+/// A course's frame pacing: a token bucket of one token per tick, at most
+/// [`FRAME_BURST`] held, kept as one instant (a virtual-scheduling GCRA): the
+/// moment the bucket is full again. A frame may go out while a token is held,
+/// i.e. from `FRAME_BURST - 1` ticks before that moment.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FramePacer {
+    full_at_ms: u64,
+}
+
+impl FramePacer {
+    /// The first moment a frame may go out (at or before `now` if a token is held).
+    pub fn due_ms(&self, tick_ms: u64) -> u64 {
+        self.full_at_ms.saturating_sub((FRAME_BURST - 1) * tick_ms)
+    }
+
+    /// Spends a token for a frame sent at `now_ms` (call only when due).
+    pub fn spend(&mut self, tick_ms: u64, now_ms: u64) {
+        self.full_at_ms = self.full_at_ms.max(now_ms) + tick_ms;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +157,25 @@ mod tests {
         assert!(!b.take(150));
         assert!((0..5).all(|_| b.take(10_000)));
         assert!(!b.take(10_000));
+    }
+
+    #[test]
+    fn pacer_holds_two_tokens_and_refills_one_per_tick() {
+        let mut p = FramePacer::default();
+        // Full at start: two frames at once, the third one tick later.
+        assert!(p.due_ms(200) <= 1_000);
+        p.spend(200, 1_000);
+        assert!(p.due_ms(200) <= 1_000);
+        p.spend(200, 1_000);
+        assert_eq!(p.due_ms(200), 1_200);
+        p.spend(200, 1_200);
+        assert_eq!(p.due_ms(200), 1_400);
+        // Quiet for two ticks: full again, two at once.
+        p.spend(200, 5_000);
+        p.spend(200, 5_000);
+        assert_eq!(p.due_ms(200), 5_200);
+        // Half a tick of rest buys one frame at once, not two.
+        p.spend(200, 5_300);
+        assert_eq!(p.due_ms(200), 5_400);
     }
 }

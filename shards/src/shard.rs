@@ -688,7 +688,7 @@ impl Shard {
         let mut i = 0;
         while i < self.scheduled.len() {
             let name = Arc::clone(&self.scheduled[i]);
-            let due = self.courses.get(&name).map(|c| c.due_ms(tick, now_ms));
+            let due = self.courses.get(&name).map(|c| c.due_ms(tick));
             match due {
                 Some(due) if due <= now_ms => {
                     self.scheduled.swap_remove(i);
@@ -721,7 +721,7 @@ impl Shard {
         let delta = (!c.dirty.is_empty()).then(|| c.delta_frame());
         let full = c.full_frame();
         c.dirty.clear();
-        c.last_frame_ms = Some(now_ms);
+        c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
         let limit = self.cfg.send_queue_bytes;
         let mut viewers = std::mem::take(&mut c.viewers);
@@ -807,7 +807,7 @@ impl Shard {
             .scheduled
             .iter()
             .filter_map(|n| self.courses.get(n))
-            .map(|c| c.last_frame_ms.map_or(0, |t| t + tick))
+            .map(|c| c.due_ms(tick))
             .min();
         let sweep = (self.live > 0).then_some(self.next_sweep_ms);
         let drain = self.drain_schedule.last().map(|d| d.0);

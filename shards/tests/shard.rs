@@ -460,18 +460,114 @@ fn version_rule_and_last_write_wins() {
     assert!(pop_all(&mut s, a).is_empty());
 }
 
+// ---------------------------------------------------------------------------
+// pacing: a token bucket per course, one token per tick, at most two held
+// ---------------------------------------------------------------------------
+
+/// The contract's token bucket, written independently of the shard's: credit
+/// in milliseconds, one tick of credit per token, at most two tokens.
+struct ModelBucket {
+    credit_ms: u64,
+    at_ms: u64,
+}
+
+impl ModelBucket {
+    fn full() -> Self {
+        ModelBucket {
+            credit_ms: 2 * TICK,
+            at_ms: 0,
+        }
+    }
+
+    fn holds_token(&mut self, now: u64) -> bool {
+        self.credit_ms = (self.credit_ms + (now - self.at_ms)).min(2 * TICK);
+        self.at_ms = now;
+        self.credit_ms >= TICK
+    }
+
+    fn spend(&mut self, now: u64) {
+        assert!(self.holds_token(now), "a frame without a token at {now}");
+        self.credit_ms -= TICK;
+    }
+}
+
+const TICK: u64 = 200;
+
+/// Asserts that any `k` consecutive tick intervals hold at most `k + 1` of
+/// the frame times `times` (sorted).
+fn assert_k_plus_one(times: &[u64], what: &str) {
+    for (i, &t0) in times.iter().enumerate() {
+        for k in 1..=25u64 {
+            let n = times[i..]
+                .iter()
+                .take_while(|&&t| t < t0 + k * TICK)
+                .count() as u64;
+            assert!(
+                n <= k + 1,
+                "{what}: {n} frames in [{t0}, +{k} ticks): {times:?}"
+            );
+        }
+    }
+}
+
 #[test]
-fn latest_state_wins_within_a_tick() {
+fn quiet_course_update_is_on_the_wire_at_once() {
     let mut s = Shard::new(cfg());
-    let a = one_viewer(&mut s, &[]);
-    // A first change goes out at once and opens a tick.
-    let mut now = 1;
-    s.handle_snapshot(&snap("C", 1, 1, None));
+    let a = one_viewer(&mut s, &[snap("C", 0, 0, None)]);
+    let mut now = 0;
+    run_to(&mut s, &mut now, 5_000);
+    assert!(pop_all(&mut s, a).is_empty());
+    // Quiet course: a change is due now (poll_timeout not after now).
+    now = 5_123;
+    s.handle_snapshot(&snap("C", 0, 1, None));
+    assert!(
+        s.poll_timeout().is_some_and(|t| t <= now),
+        "{:?}",
+        s.poll_timeout()
+    );
     s.handle_timeout(now);
     assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
-    // Many changes within the tick: one frame, the latest state of each section.
+    // The second token: a change right after goes out at once too.
+    s.handle_snapshot(&snap("C", 0, 2, None));
+    s.handle_timeout(now + 7);
+    assert_eq!(
+        frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"],
+        2
+    );
+    // No token left: the next change waits for the next token, one tick after
+    // the first frame.
+    s.handle_snapshot(&snap("C", 0, 3, None));
+    assert_eq!(s.poll_timeout(), Some(now + 200));
+    s.handle_timeout(now + 199);
+    assert!(pop_all(&mut s, a).is_empty());
+    s.handle_timeout(now + 200);
+    assert_eq!(
+        frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"],
+        3
+    );
+    // Quiet for two ticks: on the wire at once again.
+    let t = now + 200 + 400;
+    s.handle_snapshot(&snap("C", 0, 4, None));
+    assert!(s.poll_timeout().is_some_and(|d| d <= t));
+    s.handle_timeout(t);
+    assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
+}
+
+#[test]
+fn latest_state_wins_while_waiting_for_a_token() {
+    let mut s = Shard::new(cfg());
+    let a = one_viewer(&mut s, &[]);
+    // Two changes spend both tokens.
+    let mut now = 1;
+    for taken in [1, 2] {
+        s.handle_snapshot(&snap("C", 1, taken, None));
+        s.handle_timeout(now);
+        assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
+    }
+    // Many changes before the next token: one frame, the latest state of each
+    // changed section.
     let mut latest: BTreeMap<u64, u32> = BTreeMap::new();
-    for (i, t) in (2..150).step_by(7).enumerate() {
+    for (i, t) in (2..200).step_by(7).enumerate() {
         run_to(&mut s, &mut now, t);
         let i = i as u32;
         s.handle_snapshot(&snap("C", 1, 100 + i, None));
@@ -479,15 +575,12 @@ fn latest_state_wins_within_a_tick() {
         latest.insert(1, 100 + i);
         latest.insert((i % 3 + 2) as u64, i);
         s.handle_timeout(t);
-        assert!(
-            pop_all(&mut s, a).is_empty(),
-            "no frame inside the tick (t={t})"
-        );
+        assert!(pop_all(&mut s, a).is_empty(), "no token yet (t={t})");
     }
     assert_eq!(
         s.poll_timeout(),
         Some(201),
-        "trailing edge one tick after the first frame"
+        "the next token, a tick after the first frame"
     );
     run_to(&mut s, &mut now, 200);
     assert!(pop_all(&mut s, a).is_empty());
@@ -503,48 +596,35 @@ fn latest_state_wins_within_a_tick() {
 }
 
 #[test]
-fn leading_edge_first_change_goes_out_at_once() {
+fn k_ticks_carry_at_most_k_plus_one_frames_under_a_flood() {
     let mut s = Shard::new(cfg());
-    let a = one_viewer(&mut s, &[snap("C", 0, 0, None)]);
-    let mut now = 0;
-    run_to(&mut s, &mut now, 5_000);
-    assert!(pop_all(&mut s, a).is_empty());
-    // Idle course: a change is due now (poll_timeout not after now).
-    now = 5_123;
-    s.handle_snapshot(&snap("C", 0, 1, None));
-    assert!(
-        s.poll_timeout().is_some_and(|t| t <= now),
-        "{:?}",
-        s.poll_timeout()
-    );
-    s.handle_timeout(now);
-    let out = pop_all(&mut s, a);
-    assert_eq!(frames(&out).len(), 1);
-    // The next change is held until one tick after that frame.
-    s.handle_snapshot(&snap("C", 0, 2, None));
-    assert_eq!(s.poll_timeout(), Some(now + 200));
-    s.handle_timeout(now + 199);
-    assert!(pop_all(&mut s, a).is_empty());
-    s.handle_timeout(now + 200);
-    assert_eq!(
-        frames(&pop_all(&mut s, a))[0]["sections"][0]["seats_taken"],
-        2
-    );
-    // More than a tick later, at once again.
-    let t = now + 200 + 350;
-    s.handle_snapshot(&snap("C", 0, 3, None));
-    assert!(s.poll_timeout().is_some_and(|d| d <= t));
-    s.handle_timeout(t);
-    assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
+    let a = one_viewer(&mut s, &[]);
+    let mut times = Vec::new();
+    let mut last_taken = 0;
+    // A change every millisecond for 10 s, the clock advanced every millisecond.
+    for t in 1..=10_000u64 {
+        s.handle_snapshot(&snap("C", (t % 5) as u32, (t % 50) as u32, Some(t)));
+        s.handle_timeout(t);
+        for f in frames(&pop_all(&mut s, a)) {
+            times.push(t);
+            last_taken = f["sections"].as_array().unwrap().last().unwrap()["seats_taken"]
+                .as_u64()
+                .unwrap();
+        }
+    }
+    // 10 s = 50 ticks: the two held tokens, then one per tick.
+    assert_eq!(times.len(), 51, "{times:?}");
+    assert_eq!(&times[..3], &[1, 1 + 1, 201], "burst of two, then the tick");
+    assert_k_plus_one(&times, "flood");
+    assert!(last_taken > 0);
 }
 
 /// Many snapshots at random times, `handle_timeout` at every millisecond: each
-/// client sees at most one frame per course per tick, changes go out on the
-/// leading edge or exactly one tick after the previous frame, and every client
-/// ends with the true board.
+/// client sees exactly the frames the contract's bucket allows (a pending change
+/// goes out as soon as a token is held), at most k+1 per k ticks, and ends
+/// with the true board.
 #[test]
-fn at_most_one_frame_per_course_per_tick() {
-    const TICK: u64 = 200;
+fn frames_follow_the_token_bucket_exactly() {
     let mut s = Shard::new(cfg());
     let courses = ["A", "B"];
     let a = join(&mut s, "u1", 0);
@@ -567,23 +647,23 @@ fn at_most_one_frame_per_course_per_tick() {
     }
     let mut src: HashMap<&str, BTreeMap<u32, Arc<Snapshot>>> = HashMap::new();
     let mut rng = Rng(0x1234_5678);
-    let mut last_frame: HashMap<(ConnId, String), u64> = HashMap::new();
-    let mut last_render: HashMap<&str, u64> = HashMap::new();
-    // Per course: the moment a pending change must go out.
-    let mut expect_at: HashMap<&str, u64> = HashMap::new();
+    let mut times: HashMap<(ConnId, String), Vec<u64>> = HashMap::new();
+    let mut bucket: HashMap<&str, ModelBucket> =
+        courses.iter().map(|c| (*c, ModelBucket::full())).collect();
+    let mut pending: HashSet<&str> = HashSet::new();
     let mut frames_seen = 0;
-    for t in 1..=6_000u64 {
-        // A burst of 0-3 snapshots in about one millisecond out of ten.
-        if t < 5_000 && rng.below(10) == 0 {
+    for t in 1..=8_000u64 {
+        // Bursts of 0-3 snapshots, denser in the middle (a flood), quiet at the end.
+        let odds = if (2_000..4_000).contains(&t) { 2 } else { 40 };
+        if t < 7_000 && rng.below(odds) == 0 {
             for _ in 0..rng.below(4) {
                 let course = courses[rng.below(2) as usize];
                 let sn = snap(course, rng.below(6) as u32, rng.below(50) as u32, None);
                 let before = s.stats().snapshots_applied;
                 s.handle_snapshot(&sn);
                 apply_truth(src.entry(course).or_default(), &sn);
-                if s.stats().snapshots_applied > before && !expect_at.contains_key(course) {
-                    let due = last_render.get(course).map_or(t, |l| (l + TICK).max(t));
-                    expect_at.insert(course, due);
+                if s.stats().snapshots_applied > before {
+                    pending.insert(course);
                 }
             }
         }
@@ -596,9 +676,7 @@ fn at_most_one_frame_per_course_per_tick() {
                         frames_seen += 1;
                         assert_eq!(v["full"], false, "nobody missed a frame");
                         let course = v["course"].as_str().unwrap().to_string();
-                        if let Some(prev) = last_frame.insert((id, course.clone()), t) {
-                            assert!(t - prev >= TICK, "{course}: frames at {prev} and {t}");
-                        }
+                        times.entry((id, course.clone())).or_default().push(t);
                         rendered_now.insert(course);
                     }
                 }
@@ -607,20 +685,22 @@ fn at_most_one_frame_per_course_per_tick() {
         }
         for course in courses {
             let rendered = rendered_now.contains(course);
-            match expect_at.get(course) {
-                Some(&due) if due == t => {
-                    assert!(rendered, "{course}: change due at {t} not sent");
-                    expect_at.remove(course);
-                }
-                _ => assert!(!rendered, "{course}: unexpected frame at {t}"),
-            }
+            let due = pending.contains(course) && bucket.get_mut(course).unwrap().holds_token(t);
+            assert_eq!(
+                rendered, due,
+                "{course} at {t}: frame {rendered}, due {due}"
+            );
             if rendered {
-                last_render.insert(course, t);
+                bucket.get_mut(course).unwrap().spend(t);
+                pending.remove(course);
             }
         }
     }
-    assert!(expect_at.is_empty());
-    assert!(frames_seen > 40, "the test exercised little: {frames_seen}");
+    assert!(pending.is_empty());
+    assert!(frames_seen > 80, "the test exercised little: {frames_seen}");
+    for ((id, course), ts) in &times {
+        assert_k_plus_one(ts, &format!("{id:?} {course}"));
+    }
     for (id, cs) in watching {
         for course in cs {
             assert_eq!(boards[&id][*course], truth(&src[course]), "{id:?} {course}");
