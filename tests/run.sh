@@ -19,6 +19,17 @@ if [ ${#need[@]} -gt 0 ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# promtool (tests/monitoring.rs) ships in Debian's prometheus package: take just
+# that binary out of it, so no Prometheus server gets installed and started.
+if ! command -v promtool >/dev/null 2>&1; then
+  echo "installing: promtool (from Debian's prometheus package)"
+  [ ${#need[@]} -gt 0 ] || as_root apt-get update -qq
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq prometheus)
+  dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool
+  as_root install -m 0755 "$tmp/usr/bin/promtool" /usr/local/bin/promtool
+  rm -rf "$tmp"
+fi
 
 # The metrics test parses /metrics with the reference Python parser.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client
