@@ -34,8 +34,12 @@ fi
 # The metrics test parses /metrics with the reference Python parser.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client
 
-# playwright-core drives the system Chromium; it downloads no browser.
-if [ ! -d tests/browser/node_modules/playwright-core ]; then
+# playwright-core drives the system Chromium (it downloads no browser); axe-core
+# is the accessibility checker the browser tests inject. npm ci again whenever a
+# package of package.json is missing from node_modules.
+if ! (cd tests/browser && node -e 'const fs = require("fs");
+  for (const k in require("./package.json").dependencies)
+    if (!fs.existsSync("node_modules/" + k + "/package.json")) process.exit(1);') 2>/dev/null; then
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 

@@ -32,6 +32,10 @@ pub struct RequestHead {
     pub authorization: Option<String>,
     /// `Cookie` header(s), joined with `; `.
     pub cookie: Option<String>,
+    /// `Accept-Encoding` header(s), joined with `, `: picks a compressed page.
+    pub accept_encoding: Option<String>,
+    /// `If-None-Match` header(s), joined with `, `: a cached page's validator.
+    pub if_none_match: Option<String>,
 }
 
 /// Why a head could not be parsed.
@@ -89,13 +93,15 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
             "origin" => &mut head.origin,
             "authorization" => &mut head.authorization,
             "cookie" => {
-                match &mut head.cookie {
-                    Some(c) => {
-                        c.push_str("; ");
-                        c.push_str(value);
-                    }
-                    None => head.cookie = Some(value.to_owned()),
-                }
+                join_into(&mut head.cookie, "; ", value);
+                continue;
+            }
+            "accept-encoding" => {
+                join_into(&mut head.accept_encoding, ", ", value);
+                continue;
+            }
+            "if-none-match" => {
+                join_into(&mut head.if_none_match, ", ", value);
                 continue;
             }
             _ => continue,
@@ -103,6 +109,17 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
         *slot = Some(value.to_owned());
     }
     Ok(Some((head, consumed)))
+}
+
+/// Appends a repeated header's value to what an earlier line gave.
+fn join_into(slot: &mut Option<String>, sep: &str, value: &str) {
+    match slot {
+        Some(c) => {
+            c.push_str(sep);
+            c.push_str(value);
+        }
+        None => *slot = Some(value.to_owned()),
+    }
 }
 
 /// Why an upgrade request is refused before any auth.
@@ -165,6 +182,44 @@ impl RequestHead {
         self.cookie.as_deref()?.split(';').find_map(|c| {
             let (k, v) = c.trim().split_once('=')?;
             (k == name).then_some(v)
+        })
+    }
+
+    /// True when `Accept-Encoding` allows `coding` (named or `*`, with a q-value above 0).
+    pub fn accepts_encoding(&self, coding: &str) -> bool {
+        let Some(list) = self.accept_encoding.as_deref() else {
+            return false;
+        };
+        let mut named = None;
+        let mut star = None;
+        for item in list.split(',') {
+            let mut parts = item.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q=").or(p.trim().strip_prefix("Q=")))
+                .map(|v| v.trim().parse::<f32>().unwrap_or(0.0))
+                .next()
+                .unwrap_or(1.0);
+            if name.eq_ignore_ascii_case(coding) {
+                named = Some(q > 0.0);
+            } else if name == "*" {
+                star = Some(q > 0.0);
+            }
+        }
+        named.or(star).unwrap_or(false)
+    }
+
+    /// True when `If-None-Match` names one of `etags` (weak comparison) or is `*`.
+    pub fn none_match_hits(&self, etags: &[&str]) -> bool {
+        let Some(list) = self.if_none_match.as_deref() else {
+            return false;
+        };
+        list.split(',').map(str::trim).any(|tag| {
+            let tag = tag.strip_prefix("W/").unwrap_or(tag);
+            tag == "*"
+                || etags
+                    .iter()
+                    .any(|e| e.strip_prefix("W/").unwrap_or(e) == tag)
         })
     }
 
@@ -317,5 +372,35 @@ mod tests {
     fn percent() {
         assert_eq!(percent_decode("a%20b+c%zz%4"), "a b c%zz%4");
         assert_eq!(percent_decode("%41"), "A");
+    }
+
+    fn head(extra: &str) -> RequestHead {
+        let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+        parse(req.as_bytes()).unwrap().unwrap().0
+    }
+
+    #[test]
+    fn accept_encoding_with_q_values() {
+        assert!(!head("").accepts_encoding("gzip"));
+        assert!(head("Accept-Encoding: gzip, deflate, br\r\n").accepts_encoding("gzip"));
+        assert!(head("Accept-Encoding: GZIP;q=0.5\r\n").accepts_encoding("gzip"));
+        assert!(!head("Accept-Encoding: gzip;q=0, br\r\n").accepts_encoding("gzip"));
+        assert!(!head("Accept-Encoding: identity\r\n").accepts_encoding("gzip"));
+        assert!(head("Accept-Encoding: *\r\n").accepts_encoding("gzip"));
+        assert!(!head("Accept-Encoding: *, gzip;q=0\r\n").accepts_encoding("gzip"));
+        assert!(!head("Accept-Encoding: gzip;q=zz\r\n").accepts_encoding("gzip"));
+        // Repeated header lines are one list.
+        assert!(head("Accept-Encoding: br\r\nAccept-Encoding: gzip\r\n").accepts_encoding("gzip"));
+    }
+
+    #[test]
+    fn if_none_match_lists() {
+        let tags = ["\"abc\"", "\"abc-gz\""];
+        assert!(!head("").none_match_hits(&tags));
+        assert!(head("If-None-Match: \"abc\"\r\n").none_match_hits(&tags));
+        assert!(head("If-None-Match: \"x\", W/\"abc-gz\"\r\n").none_match_hits(&tags));
+        assert!(head("If-None-Match: *\r\n").none_match_hits(&tags));
+        assert!(!head("If-None-Match: \"abcd\"\r\n").none_match_hits(&tags));
+        assert!(!head("If-None-Match: abc\r\n").none_match_hits(&tags));
     }
 }

@@ -35,7 +35,7 @@ pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
 /// What reading a request head came to.
 pub(super) enum HeadOutcome {
     /// A complete head, and the bytes read past it.
-    Head(RequestHead, Vec<u8>),
+    Head(Box<RequestHead>, Vec<u8>),
     /// Refused (timeout, too large, malformed), with the answer to send, if any.
     Refused(Refusal, Option<Response>),
     /// The peer went away.
@@ -45,7 +45,7 @@ pub(super) enum HeadOutcome {
 /// Parses what has been read so far; `None` means read more.
 pub(super) fn parse_head(head: &mut Vec<u8>) -> Option<HeadOutcome> {
     match http_head::parse(head) {
-        Ok(Some((h, used))) => Some(HeadOutcome::Head(h, head.split_off(used))),
+        Ok(Some((h, used))) => Some(HeadOutcome::Head(Box::new(h), head.split_off(used))),
         Ok(None) if head.len() <= MAX_HEAD => None,
         Ok(None) | Err(HeadError::TooLarge) => Some(HeadOutcome::Refused(
             Refusal::HeadTooLarge,

@@ -4,9 +4,6 @@ use crate::node::Node;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 
-const INDEX_HTML: &str = include_str!("../web/index.html");
-const ADMIN_HTML: &str = include_str!("../web/admin.html");
-
 /// A response ready to write.
 pub struct Response {
     /// Status code.
@@ -15,6 +12,8 @@ pub struct Response {
     pub headers: Vec<String>,
     /// Content type of the body.
     pub content_type: &'static str,
+    /// `Cache-Control` value: `no-store` but for the pages.
+    pub cache_control: &'static str,
     /// Body.
     pub body: Vec<u8>,
 }
@@ -23,6 +22,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         101 => "Switching Protocols",
         200 => "OK",
+        304 => "Not Modified",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",
@@ -43,6 +43,7 @@ impl Response {
             status,
             headers: Vec::new(),
             content_type: "text/plain; charset=utf-8",
+            cache_control: "no-store",
             body: format!("{body}\n").into_bytes(),
         }
     }
@@ -53,7 +54,30 @@ impl Response {
             status,
             headers: Vec::new(),
             content_type: "application/json",
+            cache_control: "no-store",
             body: body.into_bytes(),
+        }
+    }
+
+    /// An HTML page.
+    pub fn html(body: Vec<u8>) -> Self {
+        Response {
+            status: 200,
+            headers: Vec::new(),
+            content_type: "text/html; charset=utf-8",
+            cache_control: "no-store",
+            body,
+        }
+    }
+
+    /// 304: the client's cached copy is current (no body, no content headers).
+    pub fn not_modified() -> Self {
+        Response {
+            status: 304,
+            headers: Vec::new(),
+            content_type: "",
+            cache_control: "no-store",
+            body: Vec::new(),
         }
     }
 
@@ -66,13 +90,19 @@ impl Response {
     /// The bytes on the wire (`head_only` for HEAD requests).
     pub fn encode(&self, head_only: bool) -> Vec<u8> {
         let mut s = String::with_capacity(160);
+        let _ = write!(s, "HTTP/1.1 {} {}\r\n", self.status, reason(self.status));
+        if self.status != 304 {
+            let _ = write!(
+                s,
+                "Content-Type: {}\r\nContent-Length: {}\r\n",
+                self.content_type,
+                self.body.len()
+            );
+        }
         let _ = write!(
             s,
-            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n",
-            self.status,
-            reason(self.status),
-            self.content_type,
-            self.body.len()
+            "Cache-Control: {}\r\nConnection: close\r\n",
+            self.cache_control
         );
         for h in &self.headers {
             s.push_str(h);
@@ -121,6 +151,8 @@ pub fn route(path: &str) -> Route {
 pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead) -> Response {
     match p {
         "/api/history" => history(node, head),
+        "/" => super::pages::BOARD.respond(head),
+        "/admin" => super::pages::ADMIN.respond(head),
         _ => page(node, p),
     }
 }
@@ -152,18 +184,6 @@ fn history(node: &Node, head: &shards::http_head::RequestHead) -> Response {
 /// The answer to a GET of a page.
 pub fn page(node: &Node, page: &str) -> Response {
     match page {
-        "/" => Response {
-            status: 200,
-            headers: Vec::new(),
-            content_type: "text/html; charset=utf-8",
-            body: INDEX_HTML.as_bytes().to_vec(),
-        },
-        "/admin" => Response {
-            status: 200,
-            headers: Vec::new(),
-            content_type: "text/html; charset=utf-8",
-            body: ADMIN_HTML.as_bytes().to_vec(),
-        },
         "/healthz" => {
             let up = node.source_up.load(Relaxed);
             Response::json(
@@ -185,6 +205,7 @@ pub fn page(node: &Node, page: &str) -> Response {
             status: 200,
             headers: Vec::new(),
             content_type: "text/plain; version=0.0.4; charset=utf-8",
+            cache_control: "no-store",
             body: node.metrics.render().into_bytes(),
         },
         "/api/courses" => Response::json(

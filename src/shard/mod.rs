@@ -9,6 +9,7 @@ mod driver;
 mod handshake;
 mod http;
 pub mod notify;
+mod pages;
 #[cfg(feature = "tokio-shell")]
 pub mod tokio_shell;
 mod ws_conn;

@@ -1,0 +1,120 @@
+//! The embedded pages as they are sent: compressed once per process, each with
+//! a validator, so a phone gets a small body once and a 304 afterwards.
+
+use super::http::Response;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use shards::http_head::RequestHead;
+use std::io::Write as _;
+use std::sync::LazyLock;
+
+/// The student board (`/`).
+pub static BOARD: LazyLock<EmbeddedPage> =
+    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/index.html")));
+/// The admin dashboard (`/admin`).
+pub static ADMIN: LazyLock<EmbeddedPage> =
+    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/admin.html")));
+
+/// Pages may be cached but must be revalidated: a new deploy shows at once,
+/// an unchanged page costs a 304.
+const CACHE_CONTROL: &str = "no-cache";
+
+/// One page in both codings, with their entity tags.
+pub struct EmbeddedPage {
+    /// The page as written.
+    pub html: &'static str,
+    /// The same bytes gzipped (best compression: paid once).
+    pub gzip: Vec<u8>,
+    /// Strong validator of `html`.
+    pub etag: String,
+    /// Strong validator of `gzip` (a different representation, so a different tag).
+    pub etag_gzip: String,
+}
+
+impl EmbeddedPage {
+    fn new(html: &'static str) -> Self {
+        let mut enc = GzEncoder::new(Vec::with_capacity(html.len() / 3), Compression::best());
+        // Writing into a Vec cannot fail.
+        let gzip = enc
+            .write_all(html.as_bytes())
+            .and_then(|()| enc.finish())
+            .unwrap_or_default();
+        let tag = format!("{:016x}", fnv1a64(html.as_bytes()));
+        EmbeddedPage {
+            html,
+            gzip,
+            etag: format!("\"{tag}\""),
+            etag_gzip: format!("\"{tag}-gz\""),
+        }
+    }
+
+    /// The answer to a GET or HEAD of this page: 304 when the client's copy is
+    /// current, else the gzip body when accepted (and non-empty), else the page.
+    pub fn respond(&self, head: &RequestHead) -> Response {
+        let gzip = !self.gzip.is_empty() && head.accepts_encoding("gzip");
+        let etag = if gzip { &self.etag_gzip } else { &self.etag };
+        let mut resp = if head.none_match_hits(&[&self.etag, &self.etag_gzip]) {
+            Response::not_modified()
+        } else if gzip {
+            Response::html(self.gzip.clone()).header("Content-Encoding: gzip".into())
+        } else {
+            Response::html(self.html.as_bytes().to_vec())
+        };
+        resp.cache_control = CACHE_CONTROL;
+        resp.header(format!("ETag: {etag}"))
+            .header("Vary: Accept-Encoding".into())
+    }
+}
+
+/// 64-bit FNV-1a: a content fingerprint for the entity tag (not a security hash).
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flate2::read::GzDecoder;
+    use std::io::Read as _;
+
+    fn head(extra: &str) -> RequestHead {
+        let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
+        shards::http_head::parse(req.as_bytes())
+            .ok()
+            .flatten()
+            .map(|(h, _)| h)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn gzip_body_inflates_to_the_page() {
+        for page in [&*BOARD, &*ADMIN] {
+            let mut out = String::new();
+            GzDecoder::new(&page.gzip[..])
+                .read_to_string(&mut out)
+                .unwrap();
+            assert_eq!(out, page.html);
+            assert!(page.gzip.len() < page.html.len() / 2);
+        }
+        assert_ne!(BOARD.etag, ADMIN.etag);
+        assert_ne!(BOARD.etag, BOARD.etag_gzip);
+    }
+
+    #[test]
+    fn codings_and_validators() {
+        let plain = BOARD.respond(&head(""));
+        assert_eq!(plain.status, 200);
+        assert_eq!(plain.body, BOARD.html.as_bytes());
+        assert!(plain.headers.contains(&format!("ETag: {}", BOARD.etag)));
+        let gz = BOARD.respond(&head("Accept-Encoding: gzip, br\r\n"));
+        assert_eq!(gz.body, BOARD.gzip);
+        assert!(gz.headers.iter().any(|h| h == "Content-Encoding: gzip"));
+        let hit = BOARD.respond(&head(&format!("If-None-Match: {}\r\n", BOARD.etag)));
+        assert_eq!(hit.status, 304);
+        assert!(hit.body.is_empty());
+        let stale = BOARD.respond(&head("If-None-Match: \"0000\"\r\n"));
+        assert_eq!(stale.status, 200);
+    }
+}
