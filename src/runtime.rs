@@ -35,6 +35,9 @@ pub struct Hub {
     inboxes: Vec<Arc<Inbox>>,
     ingest: crossbeam_channel::Sender<IngestCmd>,
     presence: crossbeam_channel::Sender<PresenceCmd>,
+    /// SIGTERM/SIGINT, caught from before the port opens: a signal that arrives
+    /// as soon as the node listens is a drain, not the default death.
+    signals: signal_hook::iterator::Signals,
 }
 
 /// Binds, starts every thread, and returns once all shards listen.
@@ -45,6 +48,10 @@ where
 {
     let args = node.args.clone();
     let n = node.shards;
+    let signals = {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?
+    };
     let listeners = crate::listener::bind(args.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
     let (ingest_tx, ingest_rx) = unbounded();
@@ -142,6 +149,7 @@ where
         inboxes,
         ingest: ingest_tx,
         presence: presence_tx,
+        signals,
     })
 }
 
@@ -258,15 +266,7 @@ fn run_on_driver<F, Fut>(
 
 impl Hub {
     /// Waits for SIGTERM/SIGINT, drains, and returns the exit code.
-    pub fn wait(self) -> i32 {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot install signal handlers");
-                return 1;
-            }
-        };
+    pub fn wait(mut self) -> i32 {
         let mut drain_started: Option<Instant> = None;
         let watchdog = crate::sd_notify::watchdog_interval();
         // Shards are probed at least every PROBE_EVERY, with or without
@@ -276,7 +276,8 @@ impl Hub {
         let mut probe: Option<(Instant, u64)> = None;
         loop {
             self.watchdog(every, watchdog.is_some(), &mut probe);
-            for sig in signals.pending() {
+            let pending: Vec<i32> = self.signals.pending().collect();
+            for sig in pending {
                 if drain_started.is_none() {
                     tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
                     self.node.draining.store(true, Relaxed);

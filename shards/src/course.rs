@@ -3,8 +3,8 @@
 
 use crate::conn::ConnId;
 use crate::rate::FramePacer;
+use crate::server_msg;
 use crate::snapshot::Snapshot;
-use crate::ws_codec::FrameBuf;
 use bytes::Bytes;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -61,12 +61,10 @@ impl Course {
         }
     }
 
-    /// Applies a snapshot under the version rule; true if it changed the board.
+    /// Applies a snapshot under the version rule ([`crate::snapshot`]); true if it changed the board.
     pub fn apply(&mut self, snap: &Arc<Snapshot>) -> bool {
-        if let Some(cur) = self.sections.get(&snap.section) {
-            if !snap.supersedes(cur) || **cur == **snap {
-                return false;
-            }
+        if !snap.replaces(self.sections.get(&snap.section).map(|s| &**s)) {
+            return false;
         }
         self.sections.insert(snap.section, Arc::clone(snap));
         self.dirty.insert(snap.section);
@@ -74,14 +72,9 @@ impl Course {
         true
     }
 
-    /// Applies a section from a seed: the seed was read before anything routed
-    /// after it, so it only fills gaps or brings a strictly newer version.
+    /// Applies a section from a seed under the seed half of the version rule.
     pub fn apply_seed(&mut self, snap: &Arc<Snapshot>) -> bool {
-        match (self.sections.get(&snap.section), snap.version) {
-            (None, _) => self.apply(snap),
-            (Some(cur), Some(v)) if cur.version.is_some_and(|c| v > c) => self.apply(snap),
-            _ => false,
-        }
+        snap.seed_replaces(self.sections.get(&snap.section).map(|s| &**s)) && self.apply(snap)
     }
 
     /// Whether the course has something to render (changes or owed resyncs).
@@ -99,41 +92,17 @@ impl Course {
         if let Some(f) = &self.full_cache {
             return f.clone();
         }
-        let f = encode_frame(&self.name, true, self.sections.values());
+        let f = server_msg::frame(&self.name, true, self.sections.values());
         self.full_cache = Some(f.clone());
         f
     }
 
     /// The frame of sections changed since the last one.
     pub fn delta_frame(&self) -> Bytes {
-        encode_frame(
+        server_msg::frame(
             &self.name,
             false,
             self.dirty.iter().filter_map(|s| self.sections.get(s)),
         )
     }
-}
-
-fn encode_frame<'a>(
-    course: &str,
-    full: bool,
-    sections: impl Iterator<Item = &'a Arc<Snapshot>> + Clone,
-) -> Bytes {
-    let payload: usize = sections.clone().map(|s| s.json.len() + 1).sum();
-    let mut f = FrameBuf::with_capacity(payload + course.len() + 64);
-    f.push_str("{\"type\":\"frame\",\"course\":\"");
-    f.push_str(course);
-    f.push_str(if full {
-        "\",\"full\":true,\"sections\":["
-    } else {
-        "\",\"full\":false,\"sections\":["
-    });
-    for (i, s) in sections.enumerate() {
-        if i > 0 {
-            f.push_str(",");
-        }
-        f.push_str(&s.json);
-    }
-    f.push_str("]}");
-    f.finish_text()
 }

@@ -2,7 +2,8 @@
 //! no clock and no thread of its own, so it can be tested deterministically.
 //!
 //! - [`shard::Shard`]: the per-core renderer (connections, dirty maps, ticks).
-//! - [`snapshot`]: the Redis payload, parsed and validated.
+//! - [`server_msg`]: every message the server sends, encoded once here.
+//! - [`snapshot`]: the Redis payload, parsed and validated; the version rule.
 //! - [`ws_codec`]: RFC 6455 frames in and out.
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
 //! - [`client_op`]: what browsers ask for.
@@ -13,6 +14,7 @@ pub mod conn;
 mod course;
 pub mod http_head;
 pub mod rate;
+pub mod server_msg;
 pub mod shard;
 pub mod snapshot;
 pub mod ws_codec;

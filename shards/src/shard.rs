@@ -8,11 +8,11 @@
 use crate::client_op::{ClientOp, OpError};
 use crate::conn::{Conn, ConnId, Push, Role};
 use crate::course::{Course, Viewer};
+use crate::server_msg;
 use crate::snapshot::Snapshot;
-use crate::ws_codec::{close, close_frame, ping_frame, text_frame};
+use crate::ws_codec::{close, close_frame, ping_frame};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// Courses one connection may watch.
@@ -115,24 +115,6 @@ pub struct Shard {
 
 /// Sweep interval for pings, silence and slow consumers.
 const SWEEP_MS: u64 = 1_000;
-
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
-
-fn error_message(e: OpError) -> Bytes {
-    text_frame(&format!(
-        "{{\"type\":\"error\",\"code\":\"{}\",\"message\":\"{}\"}}",
-        e.code(),
-        e.message()
-    ))
-}
-
-fn presence_message(course: &str, viewers: u64) -> Bytes {
-    text_frame(&format!(
-        "{{\"type\":\"presence\",\"course\":\"{course}\",\"viewers\":{viewers}}}"
-    ))
-}
 
 impl Shard {
     /// An empty shard.
@@ -249,14 +231,8 @@ impl Shard {
                     .push_back(Action::AdminFeed { connected: true });
             }
         }
-        let hello = format!(
-            "{{\"type\":\"hello\",\"user\":{},\"role\":\"{}\",\"tick_ms\":{},\"node\":{}}}",
-            json_str(&user),
-            role.as_str(),
-            self.cfg.tick_ms,
-            json_str(&self.cfg.node)
-        );
-        self.send_always(id, text_frame(&hello));
+        let hello = server_msg::hello(&user, role, self.cfg.tick_ms, &self.cfg.node);
+        self.send_always(id, hello);
         if let (true, Some(admin)) = (admin_feed, self.last_admin.clone()) {
             self.send_always(id, admin);
         }
@@ -305,7 +281,7 @@ impl Shard {
         if let Err(e) = result {
             self.stats.client_errors += 1;
             // Bounded: a client that sends mistakes but never reads is a slow consumer.
-            let reply = error_message(e);
+            let reply = server_msg::error(e);
             if self.fits(id, reply.len()) {
                 self.send_always(id, reply);
             } else if let Some(c) = self.conn_mut(id) {
@@ -378,7 +354,7 @@ impl Shard {
         };
         let frame = c.full_frame();
         let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
-        let presence = presence_message(course, viewers);
+        let presence = server_msg::presence(course, viewers);
         // The answer replaces what came before; if the queue has no room for it
         // (a client that asks but never reads), a full frame is owed instead, so
         // what a client sends itself never grows its queue past the bound.
@@ -584,7 +560,7 @@ impl Shard {
             return;
         }
         c.presence = Some(viewers);
-        let msg = presence_message(course, viewers);
+        let msg = server_msg::presence(course, viewers);
         c.presence_msg = Some(msg.clone());
         let targets: Vec<ConnId> = c.viewers.iter().map(|v| v.conn).collect();
         for id in targets {
@@ -656,10 +632,7 @@ impl Shard {
             self.drain_schedule.pop();
             if self.conn(id).is_some_and(|c| !c.closing) {
                 let after = self.rand() % 5001;
-                self.send_always(
-                    id,
-                    text_frame(&format!("{{\"type\":\"reconnect\",\"after_ms\":{after}}}")),
-                );
+                self.send_always(id, server_msg::reconnect(after));
                 self.close(id, close::RESTART, "draining");
             }
         }
@@ -841,21 +814,6 @@ impl Shard {
     /// The user a connection belongs to.
     pub fn user(&self, id: ConnId) -> Option<&str> {
         self.conn(id).map(|c| &*c.user)
-    }
-
-    /// Builds the reply to a roster request.
-    pub fn roster_frame(course: &str, total: u64, viewers: &[String]) -> Bytes {
-        let mut s = format!(
-            "{{\"type\":\"roster\",\"course\":\"{course}\",\"total\":{total},\"viewers\":["
-        );
-        for (i, v) in viewers.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
-            }
-            let _ = write!(s, "{}", json_str(v));
-        }
-        s.push_str("]}");
-        text_frame(&s)
     }
 }
 

@@ -1,4 +1,16 @@
-//! One section's full current state as published by the selection API, parsed and validated.
+//! One section's full current state as published by the selection API, parsed
+//! and validated, and the version rule every holder of a board applies.
+//!
+//! # The version rule (contract §2)
+//!
+//! A snapshot replaces the one held for its section when its `version` is
+//! greater, or when either side has no version (last write wins). A snapshot
+//! equal to the one held is the same publish seen twice (two subscriptions, a
+//! reread after a reconnect) and changes nothing. A section read from the
+//! state hash (a seed) was read before anything routed after it, so it only
+//! fills a gap or brings a strictly newer version. [`Snapshot::supersedes`],
+//! [`Snapshot::replaces`] and [`Snapshot::seed_replaces`] are that rule; the
+//! node board, the shard inbox and each shard's course use nothing else.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -207,12 +219,28 @@ impl Snapshot {
         s
     }
 
-    /// Whether this snapshot should replace `current` (same section): newer
+    /// Whether this snapshot is newer than `current` (same section): greater
     /// version, or last write wins when either side has none.
     pub fn supersedes(&self, current: &Snapshot) -> bool {
         match (self.version, current.version) {
             (Some(new), Some(old)) => new > old,
             _ => true,
+        }
+    }
+
+    /// Whether this live snapshot changes a board that holds `current` for its
+    /// section: newer by [`Snapshot::supersedes`] and not the same publish again.
+    pub fn replaces(&self, current: Option<&Snapshot>) -> bool {
+        current.is_none_or(|cur| self.supersedes(cur) && cur != self)
+    }
+
+    /// Whether this section read from the state hash changes a board that holds
+    /// `current`: only a gap or a strictly newer version.
+    pub fn seed_replaces(&self, current: Option<&Snapshot>) -> bool {
+        match (current, self.version) {
+            (None, _) => true,
+            (Some(cur), Some(v)) => cur.version.is_some_and(|c| v > c),
+            (Some(_), None) => false,
         }
     }
 }
@@ -305,5 +333,15 @@ mod tests {
         assert!(!a.supersedes(&c));
         assert!(n.supersedes(&c));
         assert!(a.supersedes(&n));
+        // Live: the same publish twice changes nothing; a gap is always filled.
+        assert!(!n.replaces(Some(&n.clone())));
+        assert!(n.replaces(Some(&a)));
+        assert!(a.replaces(None));
+        // Seed: only gaps and strictly newer versions.
+        assert!(a.seed_replaces(None));
+        assert!(c.seed_replaces(Some(&a)));
+        assert!(!b.seed_replaces(Some(&a)));
+        assert!(!n.seed_replaces(Some(&a)));
+        assert!(!a.seed_replaces(Some(&n)));
     }
 }

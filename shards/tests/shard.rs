@@ -1048,7 +1048,7 @@ fn admin_roster_becomes_an_action_and_reply_is_delivered() {
         pop_all(&mut s, admin).is_empty(),
         "the reply is built outside"
     );
-    let reply = Shard::roster_frame("CS101", 3, &["u1".into(), "q\"uote".into()]);
+    let reply = shards::server_msg::roster("CS101", 3, &["u1".into(), "q\"uote".into()]);
     s.deliver(admin, reply);
     let out = pop_all(&mut s, admin);
     assert_eq!(

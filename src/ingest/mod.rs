@@ -15,11 +15,10 @@ use crate::presence::PresenceCmd;
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use inbox::{Control, Outlet};
-use shards::ws_codec::text_frame;
+use shards::server_msg::{self, AdminRow};
 use shards::Snapshot;
 use source::{Source, SourceEvent};
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -275,13 +274,10 @@ impl<S: Source> Ingest<S> {
             // A late message for a course nobody watches any more.
             None => return false,
         };
-        if let Some(cur) = board.sections.get(&snap.section) {
-            // Dedupe: versioned snapshots by version; unversioned ones by arrival
-            // order, where an identical payload arriving again is the same publish.
-            if !snap.supersedes(cur) || **cur == *snap {
-                self.node.metrics.ingest_duplicates.fetch_add(1, Relaxed);
-                return false;
-            }
+        // Dedupe by the version rule: stale, or the same publish seen twice.
+        if !snap.replaces(board.sections.get(&snap.section).map(|s| &**s)) {
+            self.node.metrics.ingest_duplicates.fetch_add(1, Relaxed);
+            return false;
         }
         board.sections.insert(snap.section, Arc::clone(&snap));
         if count {
@@ -381,30 +377,26 @@ impl<S: Source> Ingest<S> {
     fn admin_frame(&mut self, tick_ms: u64) -> Bytes {
         let mut courses: Vec<(&Arc<str>, &mut Board)> = self.boards.iter_mut().collect();
         courses.sort_by(|a, b| a.0.cmp(b.0));
-        let mut s = String::from("{\"type\":\"admin\",\"courses\":[");
         let secs = tick_ms as f64 / 1000.0;
-        for (i, (name, b)) in courses.into_iter().enumerate() {
-            let total: u64 = b.sections.values().map(|s| s.total_seats as u64).sum();
-            let taken: u64 = b.sections.values().map(|s| s.seats_taken as u64).sum();
-            let full = b
-                .sections
-                .values()
-                .filter(|s| s.seats_taken >= s.total_seats)
-                .count();
+        let viewers = &self.viewers;
+        let rows = courses.into_iter().map(|(name, b)| {
             let rate = (b.updates as f64 / secs * 10.0).round() / 10.0;
             b.updates = 0;
-            let viewers = self.viewers.get(name.as_ref()).copied().unwrap_or(0);
-            if i > 0 {
-                s.push(',');
+            AdminRow {
+                course: name,
+                sections: b.sections.len(),
+                total_seats: b.sections.values().map(|s| s.total_seats as u64).sum(),
+                seats_taken: b.sections.values().map(|s| s.seats_taken as u64).sum(),
+                full_sections: b
+                    .sections
+                    .values()
+                    .filter(|s| s.seats_taken >= s.total_seats)
+                    .count(),
+                updates_per_s: rate,
+                viewers: viewers.get(name.as_ref()).copied().unwrap_or(0),
             }
-            let _ = write!(
-                s,
-                "{{\"course\":\"{name}\",\"sections\":{},\"total_seats\":{total},\"seats_taken\":{taken},\"full_sections\":{full},\"updates_per_s\":{rate},\"viewers\":{viewers}}}",
-                b.sections.len()
-            );
-        }
-        s.push_str("]}");
-        text_frame(&s)
+        });
+        server_msg::admin(rows)
     }
 
     /// Courses the node knows (for presence counting while admins watch).

@@ -10,7 +10,8 @@ use crate::ingest::inbox::{Control, Inbox};
 use crate::ingest::IngestCmd;
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use shards::{ConnId, Shard};
+use shards::server_msg;
+use shards::ConnId;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -166,12 +167,10 @@ impl<P: PresenceStore> Worker<P> {
                 course,
             } => {
                 let frame = match self.store.roster(&course, clock::unix_ms(), ROSTER_LIMIT) {
-                    Ok((total, ids)) => Shard::roster_frame(&course, total, &ids),
+                    Ok((total, ids)) => server_msg::roster(&course, total, &ids),
                     Err(e) => {
                         self.failed("roster", e);
-                        shards::ws_codec::text_frame(
-                            "{\"type\":\"error\",\"code\":\"unavailable\",\"message\":\"presence store unreachable\"}",
-                        )
+                        server_msg::presence_unreachable()
                     }
                 };
                 if let Some(i) = self.inboxes.get(shard) {
