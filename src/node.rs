@@ -65,8 +65,8 @@ pub struct Node {
     pub id: String,
     /// Token verification.
     pub auth: Auth,
-    /// Allowed origins (empty: any).
-    pub origins: Vec<String>,
+    /// The `--allowed-origins` rule.
+    pub origins: shards::origin::OriginRule,
     /// Metrics.
     pub metrics: Metrics,
     /// Set on the first SIGTERM/SIGINT.
@@ -86,12 +86,7 @@ pub struct Node {
 impl Node {
     /// A node for these flags.
     pub fn new(args: HubArgs, shards: usize, auth: Auth) -> Self {
-        let origins = args
-            .allowed_origins
-            .split(',')
-            .map(|s| s.trim().trim_end_matches('/').to_owned())
-            .filter(|s| !s.is_empty())
-            .collect();
+        let origins = shards::origin::OriginRule::parse(&args.allowed_origins);
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "seatboard".into());
@@ -119,13 +114,13 @@ impl Node {
         self.draining.load(Relaxed)
     }
 
-    /// Whether `origin` may connect.
-    pub fn origin_allowed(&self, origin: Option<&str>) -> bool {
-        match origin {
-            None => true,
-            Some(_) if self.origins.is_empty() => true,
-            Some(o) => self.origins.iter().any(|a| a == o),
-        }
+    /// Whether the page that sent this upgrade may connect with its token
+    /// (contract §4's origin row; a cookie token counts only with `--auth jwt`).
+    pub fn origin_allowed(&self, head: &shards::http_head::RequestHead) -> bool {
+        let cookie_token = matches!(self.auth, Auth::Jwt(..))
+            && head.token_source() == Some(shards::http_head::TokenSource::Cookie);
+        self.origins
+            .allows(head.origin.as_deref(), head.host.as_deref(), cookie_token)
     }
 
     /// Replaces the `/api/courses` list.

@@ -4,7 +4,10 @@
 
 mod common;
 use common::*;
-use std::io::Read;
+use seatboard::auth::mint;
+use shards::Role;
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -104,4 +107,218 @@ fn auth_none_needs_no_secret() {
         "serve", "--auth", "none", "--redis", &redis, "--shards", "1",
     ]);
     assert_eq!(http_get(sb.port, "/healthz").unwrap().status, 200);
+}
+
+/// Sends an upgrade with this `Host` and extra header lines; the answer's status
+/// (only the head is read: a 101 keeps the socket open).
+fn upgrade_as(port: u16, path: &str, host: &str, extra: &str) -> u16 {
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+    );
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    s.write_all(req.as_bytes()).expect("send");
+    let mut buf = Vec::new();
+    let mut b = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+    parse_response(&buf).expect("a response head").status
+}
+
+fn origin_refusals(sb: &Seatboard) -> f64 {
+    sb.metric("seatboard_handshakes_refused_total{reason=\"origin\"}")
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A `serve --auth jwt` node (no Redis needed for handshakes) plus an admin and
+/// a student token.
+fn jwt_node(extra: &[&str]) -> (Seatboard, String, String) {
+    let redis = nowhere();
+    let mut args = vec![
+        "serve",
+        "--redis",
+        &redis,
+        "--shards",
+        "1",
+        "--auth",
+        "jwt",
+        "--jwt-secret",
+        TEST_SECRET,
+    ];
+    args.extend_from_slice(extra);
+    let sb = Seatboard::start(&args);
+    let exp = unix_now() + 600;
+    let admin = mint(TEST_SECRET.as_bytes(), "boss", Role::Admin, exp);
+    let student = mint(TEST_SECRET.as_bytes(), "stu", Role::Student, exp);
+    (sb, admin, student)
+}
+
+#[test]
+fn cookie_token_from_a_foreign_page_is_403_on_both_feeds() {
+    let (sb, admin, student) = jwt_node(&[]);
+    let host = format!("127.0.0.1:{}", sb.port);
+    let evil = "Origin: https://evil.example\r\n";
+    // The attack of issue #16: an admin's cookie riding a foreign page's upgrade.
+    let cases = [
+        (
+            "/ws/admin",
+            format!("{evil}Cookie: seatboard_token={admin}\r\n"),
+        ),
+        ("/ws", format!("{evil}Cookie: seatboard_token={admin}\r\n")),
+        (
+            "/ws",
+            format!("{evil}Cookie: a=1; seatboard_token={student}\r\n"),
+        ),
+        // Same host name, another port: another origin.
+        (
+            "/ws",
+            format!(
+                "Origin: http://127.0.0.1:{}\r\nCookie: seatboard_token={student}\r\n",
+                sb.port + 1
+            ),
+        ),
+        // Sandboxed frames and the like send the opaque origin.
+        (
+            "/ws",
+            format!("Origin: null\r\nCookie: seatboard_token={student}\r\n"),
+        ),
+        // Refused at the origin step, before the token is even looked at.
+        (
+            "/ws",
+            format!("{evil}Cookie: seatboard_token=not.a.token\r\n"),
+        ),
+    ];
+    for (path, extra) in &cases {
+        assert_eq!(
+            upgrade_as(sb.port, path, &host, extra),
+            403,
+            "{path} {extra}"
+        );
+    }
+    assert_eq!(origin_refusals(&sb), cases.len() as f64);
+    assert_eq!(
+        sb.metric("seatboard_handshakes_refused_total{reason=\"unauthorized\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn cookie_token_from_the_own_page_or_without_origin_is_101() {
+    let (sb, admin, student) = jwt_node(&[]);
+    let port = sb.port;
+    for (path, host, origin, token) in [
+        (
+            "/ws/admin",
+            format!("127.0.0.1:{port}"),
+            format!("http://127.0.0.1:{port}"),
+            &admin,
+        ),
+        (
+            "/ws",
+            format!("127.0.0.1:{port}"),
+            format!("http://127.0.0.1:{port}"),
+            &student,
+        ),
+        // Behind a TLS proxy that keeps Host: scheme ignored, default port implied.
+        (
+            "/ws",
+            "seats.example.edu".into(),
+            "https://seats.example.edu".into(),
+            &student,
+        ),
+        (
+            "/ws/admin",
+            "Seats.Example.EDU:443".into(),
+            "https://seats.example.edu".into(),
+            &admin,
+        ),
+        (
+            "/ws",
+            format!("LOCALHOST:{port}"),
+            format!("http://localhost:{port}"),
+            &student,
+        ),
+    ] {
+        let extra = format!("Origin: {origin}\r\nCookie: seatboard_token={token}\r\n");
+        assert_eq!(
+            upgrade_as(port, path, &host, &extra),
+            101,
+            "{path} Host {host} Origin {origin}"
+        );
+    }
+    // No Origin: not a browser page; the cookie is honoured.
+    let extra = format!("Cookie: seatboard_token={admin}\r\n");
+    assert_eq!(upgrade_as(port, "/ws/admin", "anything", &extra), 101);
+    assert_eq!(origin_refusals(&sb), 0.0);
+}
+
+#[test]
+fn explicit_tokens_are_honoured_from_any_origin_when_the_list_is_empty() {
+    let (sb, admin, student) = jwt_node(&[]);
+    let host = format!("127.0.0.1:{}", sb.port);
+    let evil = "Origin: https://evil.example\r\n";
+    // Bearer wins over a cookie in the lookup order, so the cookie rule does not apply.
+    for (path, extra) in [
+        (
+            "/ws/admin".to_string(),
+            format!("{evil}Authorization: Bearer {admin}\r\n"),
+        ),
+        (
+            "/ws".to_string(),
+            format!("{evil}Authorization: Bearer {student}\r\n"),
+        ),
+        (format!("/ws?token={student}"), evil.to_string()),
+        (
+            format!("/ws/admin?token={admin}"),
+            format!("{evil}Cookie: seatboard_token={student}\r\n"),
+        ),
+    ] {
+        assert_eq!(
+            upgrade_as(sb.port, &path, &host, &extra),
+            101,
+            "{path} {extra}"
+        );
+    }
+    assert_eq!(origin_refusals(&sb), 0.0);
+}
+
+#[test]
+fn a_non_empty_list_is_exact_for_every_token() {
+    let (sb, admin, _) = jwt_node(&["--allowed-origins", "https://seats.example.edu"]);
+    let host = format!("127.0.0.1:{}", sb.port);
+    let own = format!("Origin: http://{host}\r\n");
+    for extra in [
+        format!("Origin: https://evil.example\r\nAuthorization: Bearer {admin}\r\n"),
+        // The own host is not enough when a list is set.
+        format!("{own}Cookie: seatboard_token={admin}\r\n"),
+        format!("{own}Authorization: Bearer {admin}\r\n"),
+    ] {
+        assert_eq!(
+            upgrade_as(sb.port, "/ws/admin", &host, &extra),
+            403,
+            "{extra}"
+        );
+    }
+    assert_eq!(origin_refusals(&sb), 3.0);
+    for extra in [
+        format!("Origin: https://seats.example.edu\r\nCookie: seatboard_token={admin}\r\n"),
+        format!("Origin: https://seats.example.edu\r\nAuthorization: Bearer {admin}\r\n"),
+        format!("Cookie: seatboard_token={admin}\r\n"),
+    ] {
+        assert_eq!(
+            upgrade_as(sb.port, "/ws/admin", &host, &extra),
+            101,
+            "{extra}"
+        );
+    }
 }

@@ -28,6 +28,8 @@ pub struct RequestHead {
     pub ws_version: Option<String>,
     /// `Origin` header.
     pub origin: Option<String>,
+    /// `Host` header (compared with `Origin` for cookie tokens).
+    pub host: Option<String>,
     /// `Authorization` header.
     pub authorization: Option<String>,
     /// `Cookie` header(s), joined with `; `.
@@ -91,6 +93,7 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
             "sec-websocket-key" => &mut head.ws_key,
             "sec-websocket-version" => &mut head.ws_version,
             "origin" => &mut head.origin,
+            "host" => &mut head.host,
             "authorization" => &mut head.authorization,
             "cookie" => {
                 join_into(&mut head.cookie, "; ", value);
@@ -120,6 +123,17 @@ fn join_into(slot: &mut Option<String>, sep: &str, value: &str) {
         }
         None => *slot = Some(value.to_owned()),
     }
+}
+
+/// Where a request's token was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `Authorization: Bearer`.
+    Bearer,
+    /// `?token=`.
+    Query,
+    /// The `seatboard_token` cookie, which a browser sends whatever page asked.
+    Cookie,
 }
 
 /// Why an upgrade request is refused before any auth.
@@ -226,16 +240,28 @@ impl RequestHead {
     /// The bearer token, in the contract's order: `Authorization: Bearer`, `?token=`,
     /// cookie `seatboard_token`.
     pub fn token(&self) -> Option<String> {
+        self.token_and_source().map(|(_, t)| t)
+    }
+
+    /// Where [`Self::token`] finds the token (the origin rule differs for the cookie).
+    pub fn token_source(&self) -> Option<TokenSource> {
+        self.token_and_source().map(|(s, _)| s)
+    }
+
+    fn token_and_source(&self) -> Option<(TokenSource, String)> {
         let bearer = self.authorization.as_deref().and_then(|a| {
             let (scheme, rest) = a.split_once(' ')?;
             scheme
                 .eq_ignore_ascii_case("bearer")
-                .then(|| rest.trim().to_owned())
+                .then(|| (TokenSource::Bearer, rest.trim().to_owned()))
         });
         bearer
-            .or_else(|| self.query_param("token"))
-            .or_else(|| self.cookie_value("seatboard_token").map(str::to_owned))
-            .filter(|t| !t.is_empty())
+            .or_else(|| self.query_param("token").map(|t| (TokenSource::Query, t)))
+            .or_else(|| {
+                self.cookie_value("seatboard_token")
+                    .map(|t| (TokenSource::Cookie, t.to_owned()))
+            })
+            .filter(|(_, t)| !t.is_empty())
     }
 }
 
@@ -279,6 +305,7 @@ mod tests {
         assert_eq!(h.query_param("user").as_deref(), Some("u 1"));
         assert_eq!(h.check_upgrade(), Ok("dGhlIHNhbXBsZSBub25jZQ=="));
         assert_eq!(h.origin.as_deref(), Some("http://a.example"));
+        assert_eq!(h.host.as_deref(), Some("x"));
         assert_eq!(h.cookie_value("seatboard_token"), Some("ck"));
         assert_eq!(h.token().as_deref(), Some("abc"));
     }
@@ -366,6 +393,30 @@ mod tests {
             Some("cc")
         );
         assert_eq!(h("Authorization: Basic zz\r\n", "").as_deref(), None);
+    }
+
+    #[test]
+    fn token_source_follows_the_lookup_order() {
+        let src = |extra: &str, q: &str| {
+            let s = format!("GET /ws{q} HTTP/1.1\r\n{extra}\r\n");
+            parse(s.as_bytes()).unwrap().unwrap().0.token_source()
+        };
+        let cookie = "Cookie: seatboard_token=cc\r\n";
+        assert_eq!(
+            src(
+                &format!("Authorization: Bearer aa\r\n{cookie}"),
+                "?token=bb"
+            ),
+            Some(TokenSource::Bearer)
+        );
+        assert_eq!(src(cookie, "?token=bb"), Some(TokenSource::Query));
+        assert_eq!(src(cookie, ""), Some(TokenSource::Cookie));
+        assert_eq!(src("Authorization: Basic zz\r\n", ""), None);
+        // A non-bearer Authorization does fall through.
+        assert_eq!(
+            src(&format!("Authorization: Basic zz\r\n{cookie}"), ""),
+            Some(TokenSource::Cookie)
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! - [`snapshot`]: the Redis payload, parsed and validated; the version rule.
 //! - [`ws_codec`]: RFC 6455 frames in and out.
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
+//! - [`origin`]: which pages may open a WebSocket with which token.
 //! - [`client_op`]: what browsers ask for.
 //! - [`rate`]: the message window and the accept bucket.
 
@@ -13,6 +14,7 @@ pub mod client_op;
 pub mod conn;
 mod course;
 pub mod http_head;
+pub mod origin;
 pub mod rate;
 pub mod server_msg;
 pub mod shard;

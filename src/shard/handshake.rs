@@ -61,7 +61,7 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             ))
         }
     };
-    if !node.origin_allowed(head.origin.as_deref()) {
+    if !node.origin_allowed(head) {
         return Err(refuse(
             ctx,
             Refusal::Origin,
