@@ -7,8 +7,29 @@
 //! - stdin `mark`: answers `{"mark":{counters}}` at once (window boundaries);
 //! - stdin `report`: answers `{"report":{...}}` and exits.
 //!
+//! - stdin `ref <json>`: a reference board (per course, per section, the
+//!   version the publisher had written; see "Recovery" below);
+//! - stdin `arm`: from now on a lost connection starts a blind interval;
+//! - stdin `blind`: every viewer is blind from now until it holds the next
+//!   reference (Redis went away: boards are frozen though sockets stay open);
+//! - stdin `lat <phase>`: later latency samples go to the histogram `<phase>`.
+//!
 //! It also stops by itself after `max_secs` (printing its report), and when
-//! stdin closes. Clients bind before connect to `127.0.0.<2..2+sources>` with
+//! stdin closes.
+//!
+//! Reconnects, like the board page (`src/web/index.html`): a viewer whose
+//! connection closes, or whose upgrade is refused or fails, opens again after
+//! the server's `reconnect` hint (`after_ms`) if it got one, 250-1500 ms after
+//! a close 1012 or 4001, else a full-jitter exponential backoff (500 ms
+//! doubling to a 30 s cap, reset by a connection that stayed open 10 s);
+//! a refused upgrade's `Retry-After` is a floor (plus up to 1 s of jitter).
+//! It then watches its course again.
+//!
+//! Recovery: after `arm`, a viewer that loses its connection is blind until
+//! its board (merged from the watch answer and later frames) holds, for every
+//! section, at least the version of the reference that was current when it
+//! lost it; after `blind`, until it holds the next reference. Each blind
+//! interval is reported as (start, end) in Unix ms. Clients bind before connect to `127.0.0.<2..2+sources>` with
 //! `IP_BIND_ADDRESS_NO_PORT`, so ports are picked per destination 4-tuple and
 //! far more than 28k connections fit.
 //!
@@ -61,6 +82,18 @@ pub struct Config {
     pub watch: bool,
 }
 
+/// The page's reconnect timing (`src/web/index.html`).
+mod page {
+    /// First backoff ceiling.
+    pub const BACKOFF_BASE_MS: u64 = 500;
+    /// Backoff cap.
+    pub const BACKOFF_CAP_MS: u64 = 30_000;
+    /// A connection open this long resets the backoff.
+    pub const STABLE_MS: u64 = 10_000;
+    /// Prompt reconnect after close 1012 / 4001.
+    pub const PROMPT_MS: (u64, u64) = (250, 1500);
+}
+
 fn yes() -> bool {
     true
 }
@@ -75,6 +108,8 @@ struct Msg<'a> {
     full: bool,
     #[serde(default)]
     sections: Vec<Sec>,
+    #[serde(default)]
+    after_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -107,9 +142,25 @@ struct Conn {
     wbuf: Vec<u8>,
     course: u32,
     user: u64,
-    attempt: u8,
+    /// When the upgrade succeeded.
+    opened_at: Option<Instant>,
+    /// A `reconnect` hint: come back at this moment.
+    hint_at: Option<Instant>,
     /// Merged state: (section, version, seats_taken), sorted by section.
     board: Vec<(u32, u64, u32)>,
+}
+
+/// One simulated browser tab, across its connections.
+struct Viewer {
+    course: u32,
+    /// Backoff exponent, as the page's `attempt`.
+    attempt: u32,
+    /// Blind since (Unix ms), after `arm` or `blind`.
+    blind_since: Option<u64>,
+    /// The reference (1-based; 0: none) its board must reach to see again.
+    need: usize,
+    /// Lost a connection since `arm`.
+    moved: bool,
 }
 
 /// Counters reported in progress lines and marks.
@@ -127,6 +178,16 @@ struct Counters {
     presence: u64,
     errors: u64,
     bytes: u64,
+    /// Refused upgrades that carried `Retry-After`.
+    refused_retry_after: u64,
+    /// `reconnect` hints received.
+    hints: u64,
+    /// Connections opened again after a loss.
+    reconnects: u64,
+    /// Viewers blind right now (after `arm`/`blind`).
+    blind: u64,
+    /// Blind intervals that ended (board true again).
+    recovered: u64,
 }
 
 /// Unix time in µs.
@@ -181,7 +242,18 @@ struct Gen {
     rng: fastrand::Rng,
     cdf: Vec<f64>,
     /// Clients still to open (retries included) and when each may start.
-    pending: Vec<(Instant, u64, u32, u8)>,
+    pending: Vec<(Instant, u64, u32)>,
+    /// Per user (not in churn mode).
+    viewers: Vec<Viewer>,
+    /// Reference boards: per course, per section, the version to reach.
+    refs: Vec<Vec<Vec<u64>>>,
+    armed: bool,
+    /// Ended blind intervals, (start, end) in Unix ms.
+    intervals: Vec<(u64, u64)>,
+    /// Latency per phase (`lat <phase>`), survivors only in `during`.
+    phase: String,
+    phases: HashMap<String, Hist>,
+    close_codes: HashMap<u16, u64>,
     next_user: u64,
     started: Instant,
     opened: f64,
@@ -207,6 +279,13 @@ impl Gen {
             rng,
             cdf,
             pending: Vec::new(),
+            viewers: Vec::new(),
+            refs: Vec::new(),
+            armed: false,
+            intervals: Vec::new(),
+            phase: "warmup".into(),
+            phases: HashMap::new(),
+            close_codes: HashMap::new(),
             next_user: 0,
             started: Instant::now(),
             opened: 0.0,
@@ -219,12 +298,13 @@ impl Gen {
         }
     }
 
-    fn open(&mut self, user: u64, course: u32, attempt: u8) {
+    fn open(&mut self, user: u64, course: u32) {
         let src = Ipv4Addr::new(127, 0, 0, 2 + (user % self.cfg.sources.max(1) as u64) as u8);
         let sock = match connect_from(src, self.cfg.port, self.cfg.churn) {
             Ok(s) => s,
             Err(_) => {
                 self.c.failed += 1;
+                self.retry(user, None, None, None, None);
                 return;
             }
         };
@@ -245,6 +325,7 @@ impl Gen {
         {
             self.c.failed += 1;
             self.free.push(idx);
+            self.retry(user, None, None, None, None);
             return;
         }
         self.c.connecting += 1;
@@ -255,9 +336,105 @@ impl Gen {
             wbuf: Vec::new(),
             course,
             user,
-            attempt,
+            opened_at: None,
+            hint_at: None,
             board: Vec::new(),
         });
+    }
+
+    /// Schedules the next attempt of `user` the way the page does; `opened`:
+    /// the lost connection had been upgraded.
+    fn retry(
+        &mut self,
+        user: u64,
+        opened: Option<Instant>,
+        code: Option<u16>,
+        hint_at: Option<Instant>,
+        retry_after_s: Option<u64>,
+    ) {
+        if self.cfg.churn {
+            return;
+        }
+        let now = Instant::now();
+        let rng = &mut self.rng;
+        let Some(v) = self.viewers.get_mut(user as usize) else {
+            return;
+        };
+        if let Some(at) = opened {
+            if now.duration_since(at) >= Duration::from_millis(page::STABLE_MS) {
+                v.attempt = 0;
+            }
+        }
+        let mut backoff = || {
+            let ceiling = page::BACKOFF_CAP_MS.min(page::BACKOFF_BASE_MS << v.attempt.min(16));
+            v.attempt = (v.attempt + 1).min(20);
+            rng.u64(0..ceiling.max(1))
+        };
+        let delay = if let Some(at) = hint_at {
+            at.saturating_duration_since(now).as_millis() as u64
+        } else if matches!(code, Some(1012 | 4001)) {
+            rng.u64(page::PROMPT_MS.0..page::PROMPT_MS.1)
+        } else {
+            let d = backoff();
+            match retry_after_s {
+                Some(s) if opened.is_none() => d.max(s * 1000 + rng.u64(0..1000)),
+                _ => d,
+            }
+        };
+        self.pending
+            .push((now + Duration::from_millis(delay), user, v.course));
+    }
+
+    /// A viewer's connection went away (closed, refused, failed).
+    fn lost(&mut self, user: u64, was_open: bool) {
+        if !self.armed || self.cfg.churn {
+            return;
+        }
+        let need = self.refs.len();
+        let Some(v) = self.viewers.get_mut(user as usize) else {
+            return;
+        };
+        if was_open {
+            v.moved = true;
+            if v.blind_since.is_none() {
+                v.blind_since = Some(now_us() / 1000);
+                v.need = need;
+                self.c.blind += 1;
+            }
+        }
+    }
+
+    /// Ends `user`'s blind interval if its board holds the reference it needs.
+    fn check_recovered(&mut self, idx: usize) {
+        let Some(conn) = self.conns[idx].as_ref() else {
+            return;
+        };
+        let Some(v) = self.viewers.get_mut(conn.user as usize) else {
+            return;
+        };
+        let Some(since) = v.blind_since else {
+            return;
+        };
+        if v.need > self.refs.len() || conn.board.is_empty() {
+            return;
+        }
+        if v.need > 0 {
+            let want = &self.refs[v.need - 1][conn.course as usize];
+            let ok = want.iter().enumerate().all(|(s, &ver)| {
+                ver == 0
+                    || conn
+                        .board
+                        .binary_search_by_key(&(s as u32), |e| e.0)
+                        .is_ok_and(|i| conn.board[i].1 >= ver)
+            });
+            if !ok {
+                return;
+            }
+        }
+        v.blind_since = None;
+        self.intervals.push((since, now_us() / 1000));
+        self.c.blind -= 1;
+        self.c.recovered += 1;
     }
 
     fn close(&mut self, idx: usize) {
@@ -271,21 +448,20 @@ impl Gen {
         }
     }
 
-    fn refused(&mut self, idx: usize, status: u16) {
+    fn refused(&mut self, idx: usize, status: u16, retry_after_s: Option<u64>) {
         self.c.refused += 1;
+        if retry_after_s.is_some() {
+            self.c.refused_retry_after += 1;
+        }
         *self.refusals.entry(status).or_default() += 1;
         if self.first_refusal_ms.is_none() {
             self.first_refusal_ms = Some(self.started.elapsed().as_millis() as u64);
         }
-        let (user, course, attempt) = match &self.conns[idx] {
-            Some(c) => (c.user, c.course, c.attempt),
-            None => return,
+        let Some(user) = self.conns[idx].as_ref().map(|c| c.user) else {
+            return;
         };
         self.close(idx);
-        if !self.cfg.churn && attempt < 20 {
-            let at = Instant::now() + Duration::from_millis(200 + self.rng.u64(0..300));
-            self.pending.push((at, user, course, attempt + 1));
-        }
+        self.retry(user, None, None, None, retry_after_s);
     }
 
     fn handle(&mut self, idx: usize) {
@@ -331,7 +507,7 @@ impl Gen {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(_) => {
-                    self.fail_io(idx);
+                    self.fail_io(idx, None);
                     return;
                 }
             }
@@ -342,14 +518,14 @@ impl Gen {
             };
             let n = match conn.sock.read(&mut self.scratch) {
                 Ok(0) => {
-                    self.fail_io(idx);
+                    self.fail_io(idx, None);
                     return;
                 }
                 Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(_) => {
-                    self.fail_io(idx);
+                    self.fail_io(idx, None);
                     return;
                 }
             };
@@ -361,13 +537,21 @@ impl Gen {
         }
     }
 
-    fn fail_io(&mut self, idx: usize) {
-        match self.conns[idx].as_ref().map(|c| c.phase) {
-            Some(Phase::Open) => self.c.closed_by_server += 1,
-            Some(_) => self.c.failed += 1,
-            None => {}
+    /// The connection ended (EOF, error, or a close frame with `code`).
+    fn fail_io(&mut self, idx: usize, code: Option<u16>) {
+        let Some(conn) = self.conns[idx].as_ref() else {
+            return;
+        };
+        let (user, phase, opened, hint) = (conn.user, conn.phase, conn.opened_at, conn.hint_at);
+        if phase == Phase::Open {
+            self.c.closed_by_server += 1;
+            *self.close_codes.entry(code.unwrap_or(1006)).or_default() += 1;
+        } else {
+            self.c.failed += 1;
         }
         self.close(idx);
+        self.lost(user, phase == Phase::Open);
+        self.retry(user, opened, code, hint, None);
     }
 
     /// Consumes buffered bytes; false if the connection went away.
@@ -385,7 +569,8 @@ impl Gen {
                 let status = parse_status(&rbuf[..end]);
                 pos = end;
                 if status != 101 {
-                    self.refused(idx, status);
+                    let ra = retry_after(&rbuf[..end]);
+                    self.refused(idx, status, ra);
                     break 'outer false;
                 }
                 self.c.upgrades += 1;
@@ -402,6 +587,7 @@ impl Gen {
                 self.c.open += 1;
                 let conn = self.conns[idx].as_mut().expect("conn");
                 conn.phase = Phase::Open;
+                conn.opened_at = Some(Instant::now());
                 if self.cfg.watch {
                     let course = &self.cfg.courses[conn.course as usize];
                     let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
@@ -442,8 +628,9 @@ impl Gen {
                         }
                     }
                     8 => {
-                        self.c.closed_by_server += 1;
-                        self.close(idx);
+                        let code = (payload.len() >= 2)
+                            .then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                        self.fail_io(idx, code);
                         break 'outer false;
                     }
                     _ => {}
@@ -467,6 +654,14 @@ impl Gen {
         };
         match msg.ty {
             "frame" => {}
+            "reconnect" => {
+                self.c.hints += 1;
+                if let Some(c) = self.conns[idx].as_mut() {
+                    let after = msg.after_ms.unwrap_or(0);
+                    c.hint_at = Some(Instant::now() + Duration::from_millis(after));
+                }
+                return;
+            }
             "presence" => {
                 self.c.presence += 1;
                 return;
@@ -490,6 +685,22 @@ impl Gen {
             conn.board.clear();
         }
         let now = now_us();
+        let survivor = self
+            .viewers
+            .get(conn.user as usize)
+            .is_none_or(|v| !v.moved);
+        let phase = if self.phase == "during" && !survivor {
+            None
+        } else {
+            Some(self.phases.entry(self.phase.clone()).or_default())
+        };
+        let mut phase = phase;
+        let mut record = |lat: &mut Hist, d: u64| {
+            lat.record(d);
+            if let Some(h) = phase.as_mut() {
+                h.record(d);
+            }
+        };
         for s in &msg.sections {
             self.c.sections += 1;
             let v = s.version.unwrap_or(0);
@@ -498,7 +709,7 @@ impl Gen {
                     if v > conn.board[i].1 || (v == 0 && conn.board[i].1 == 0) {
                         if !msg.full {
                             if let Some(t) = s.seat_info.as_ref().and_then(|i| i.t) {
-                                self.lat.record(now.saturating_sub(t));
+                                record(&mut self.lat, now.saturating_sub(t));
                             }
                         }
                         conn.board[i] = (s.section, v, s.seats_taken);
@@ -507,12 +718,46 @@ impl Gen {
                 Err(i) => {
                     if !msg.full {
                         if let Some(t) = s.seat_info.as_ref().and_then(|i| i.t) {
-                            self.lat.record(now.saturating_sub(t));
+                            record(&mut self.lat, now.saturating_sub(t));
                         }
                     }
                     conn.board.insert(i, (s.section, v, s.seats_taken));
                 }
             }
+        }
+        self.check_recovered(idx);
+    }
+
+    /// A stdin command other than `mark`/`report`.
+    fn command(&mut self, cmd: &str) {
+        let (word, rest) = cmd.split_once(' ').unwrap_or((cmd, ""));
+        match word {
+            "arm" => self.armed = true,
+            "lat" => self.phase = rest.trim().to_owned(),
+            "ref" => {
+                let Ok(r) = serde_json::from_str::<Vec<Vec<u64>>>(rest) else {
+                    return;
+                };
+                self.refs.push(r);
+                for idx in 0..self.conns.len() {
+                    if self.conns[idx].as_ref().is_some_and(|c| c.phase == Phase::Open) {
+                        self.check_recovered(idx);
+                    }
+                }
+            }
+            "blind" => {
+                self.armed = true;
+                let need = self.refs.len() + 1;
+                let now = now_us() / 1000;
+                for v in &mut self.viewers {
+                    if v.blind_since.is_none() {
+                        v.blind_since = Some(now);
+                        self.c.blind += 1;
+                    }
+                    v.need = v.need.max(need);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -525,8 +770,9 @@ impl Gen {
                 return;
             }
             if self.pending[i].0 <= now {
-                let (_, user, course, attempt) = self.pending.swap_remove(i);
-                self.open(user, course, attempt);
+                let (_, user, course) = self.pending.swap_remove(i);
+                self.c.reconnects += 1;
+                self.open(user, course);
             } else {
                 i += 1;
             }
@@ -541,7 +787,16 @@ impl Gen {
             let user = self.next_user;
             self.next_user += 1;
             self.opened += 1.0;
-            self.open(user, course, 0);
+            if !self.cfg.churn {
+                self.viewers.push(Viewer {
+                    course,
+                    attempt: 0,
+                    blind_since: None,
+                    need: 0,
+                    moved: false,
+                });
+            }
+            self.open(user, course);
         }
     }
 
@@ -561,7 +816,22 @@ impl Gen {
             .map(|((c, d), n)| [c as u64, d, n])
             .collect();
         let refusals: Vec<[u64; 2]> = self.refusals.iter().map(|(&s, &n)| [s as u64, n]).collect();
+        let phases: serde_json::Map<String, serde_json::Value> = self
+            .phases
+            .iter()
+            .map(|(k, h)| (k.clone(), h.to_json()))
+            .collect();
+        let still_blind: Vec<u64> = self.viewers.iter().filter_map(|v| v.blind_since).collect();
+        let close_codes: Vec<[u64; 2]> = self
+            .close_codes
+            .iter()
+            .map(|(&c, &n)| [c as u64, n])
+            .collect();
         serde_json::json!({
+            "intervals": self.intervals,
+            "still_blind": still_blind,
+            "phases": phases,
+            "close_codes": close_codes,
             "counters": self.counters_json(),
             "latency": self.lat.to_json(),
             "digests": digests,
@@ -587,6 +857,16 @@ fn flush(conn: &mut Conn) {
 
 fn find_head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+/// A response head's `Retry-After` in whole seconds.
+fn retry_after(head: &[u8]) -> Option<u64> {
+    std::str::from_utf8(head).ok()?.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case("retry-after")
+            .then(|| v.trim().parse().ok())?
+    })
 }
 
 fn parse_status(head: &[u8]) -> u16 {
@@ -655,6 +935,12 @@ pub fn run(cfg: Config) {
             }
         }
     });
+    run_with(cfg, rx, emit);
+}
+
+/// The load generator on this thread: commands from `rx` (as the stdin lines),
+/// answers and progress to `out`; returns after the report.
+pub fn run_with(cfg: Config, rx: mpsc::Receiver<String>, mut out: impl FnMut(serde_json::Value)) {
     let deadline = Instant::now() + Duration::from_secs(cfg.max_secs);
     let mut g = Gen::new(cfg);
     let mut events = Events::with_capacity(4096);
@@ -673,18 +959,18 @@ pub fn run(cfg: Config) {
         let now = Instant::now();
         if now >= next_progress {
             next_progress = now + Duration::from_millis(500);
-            emit(serde_json::json!({ "p": g.counters_json() }));
+            out(serde_json::json!({ "p": g.counters_json() }));
         }
         let mut stop = now >= deadline;
         while let Ok(cmd) = rx.try_recv() {
             match cmd.as_str() {
-                "mark" => emit(serde_json::json!({ "mark": g.counters_json() })),
+                "mark" => out(serde_json::json!({ "mark": g.counters_json() })),
                 "report" | "eof" => stop = true,
-                _ => {}
+                other => g.command(other),
             }
         }
         if stop {
-            emit(serde_json::json!({ "report": g.report() }));
+            out(serde_json::json!({ "report": g.report() }));
             return;
         }
     }

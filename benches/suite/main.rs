@@ -11,8 +11,11 @@
 //! from /proc. All traffic goes to 127.0.0.0/8 and every run is bounded in
 //! connections and time.
 
+mod fleet;
 mod hist;
 mod ingest;
+#[path = "../../tests/lb/mod.rs"]
+mod lb;
 mod loadgen;
 mod procs;
 mod publish;
@@ -45,6 +48,19 @@ struct Opts {
     no_watch: bool,
     /// Storm: extra clients that never read.
     stuck: usize,
+    /// Fleet: seatboard nodes behind HAProxy.
+    nodes: usize,
+    /// Fleet: one event (`kill`, `rolling`, `redis_restart`); all when unset.
+    event: Option<String>,
+    /// Fleet: the nodes' `--drain-ms`.
+    drain_ms: u64,
+    /// Fleet: storm seconds before the event, and after recovery.
+    before_s: f64,
+    after_s: f64,
+    /// Fleet: give up waiting for recovery this long after the event.
+    max_wait_s: f64,
+    /// Fleet: HAProxy processes sharing the port.
+    haproxy_procs: usize,
 }
 
 impl Default for Opts {
@@ -67,16 +83,24 @@ impl Default for Opts {
             quiet: false,
             no_watch: false,
             stuck: 0,
+            nodes: 3,
+            event: None,
+            drain_ms: 10_000,
+            before_s: 10.0,
+            after_s: 3.0,
+            max_wait_s: 30.0,
+            haproxy_procs: 2,
         }
     }
 }
 
 const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare> \
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare|fleet> \
 [--clients C] [--seconds D] [--rate R] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
-[--stuck N (storm: N more clients watch the 3 hottest courses and never read)]";
+[--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
+[fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -113,7 +137,22 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--snapshots" => o.snapshots = num(val()?)? as usize,
             "--no-watch" => o.no_watch = true,
             "--stuck" => o.stuck = num(val()?)? as usize,
+            "--nodes" => o.nodes = num(val()?)? as usize,
+            "--event" => o.event = Some(val()?),
+            "--drain-ms" => o.drain_ms = num(val()?)? as u64,
+            "--before" => o.before_s = num(val()?)?,
+            "--haproxy-procs" => o.haproxy_procs = num(val()?)? as usize,
             other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if scenario.as_deref() == Some("fleet") {
+        if !args.iter().any(|a| a == "--clients") {
+            o.clients = 15_000;
+        }
+        if let Some(e) = &o.event {
+            if !fleet::EVENTS.contains(&e.as_str()) {
+                return Err(format!("unknown event {e}"));
+            }
         }
     }
     scenario
@@ -854,6 +893,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "ingest" => ingest::run(o.snapshots, o.courses, o.sections, o.skew),
         "handshake" => handshake(o),
         "compare" => compare(o),
+        "fleet" => fleet::run(o, o.haproxy_procs),
         other => return Err(format!("unknown scenario {other}")),
     })
 }
@@ -888,6 +928,18 @@ fn smoke() -> i32 {
             Opts {
                 clients: 100,
                 seconds: 1.0,
+                ..base.clone()
+            },
+        ),
+        (
+            "fleet",
+            Opts {
+                clients: 300,
+                event: Some("kill".into()),
+                before_s: 2.0,
+                after_s: 1.0,
+                max_wait_s: 20.0,
+                haproxy_procs: 1,
                 ..base.clone()
             },
         ),

@@ -318,6 +318,11 @@ impl Fleet {
             .sum()
     }
 
+    /// Sends one command line to every child (see `loadgen`).
+    pub fn command(&mut self, cmd: &str) {
+        self.send(cmd);
+    }
+
     fn send(&mut self, cmd: &str) {
         for (_, stdin) in &mut self.children {
             if let Some(s) = stdin {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 /// Publishes snapshots and tracks the final state.
 pub struct Publisher {
+    port: u16,
     out: TcpStream,
     replies: BufReader<TcpStream>,
     /// Course codes.
@@ -42,6 +43,7 @@ impl Publisher {
         let replies = BufReader::new(out.try_clone().expect("clone"));
         let state = vec![vec![(0, 0); sections as usize]; courses.len()];
         Publisher {
+            port,
             out,
             replies,
             courses,
@@ -79,21 +81,53 @@ impl Publisher {
         self.published += 1;
     }
 
-    /// Sends what is queued and reads every reply.
+    /// Sends what is queued and reads every reply. When Redis goes away (a
+    /// restart), connects again and sends the whole batch again (snapshots
+    /// are versioned, so a repeat is harmless), for up to 60 s.
     pub fn flush(&mut self) {
         if self.buf.is_empty() {
             return;
         }
-        self.out.write_all(&self.buf).expect("write redis");
-        self.buf.clear();
-        let mut line = String::new();
-        while self.pending > 0 {
-            line.clear();
-            let n = self.replies.read_line(&mut line).expect("read redis");
-            assert!(n > 0, "redis closed");
-            assert!(!line.starts_with('-'), "redis error: {line}");
-            self.pending -= 1;
+        let end = Instant::now() + Duration::from_secs(60);
+        while let Err(e) = self.try_flush() {
+            assert!(Instant::now() < end, "redis gone for 60 s: {e}");
+            std::thread::sleep(Duration::from_millis(20));
+            if let Ok(out) = TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = out.set_nodelay(true);
+                if let Ok(r) = out.try_clone() {
+                    self.replies = BufReader::new(r);
+                    self.out = out;
+                }
+            }
         }
+        self.buf.clear();
+        self.pending = 0;
+    }
+
+    fn try_flush(&mut self) -> std::io::Result<()> {
+        use std::io::{Error, ErrorKind};
+        self.out.write_all(&self.buf)?;
+        let mut line = String::new();
+        for _ in 0..self.pending {
+            line.clear();
+            if self.replies.read_line(&mut line)? == 0 {
+                return Err(Error::new(ErrorKind::UnexpectedEof, "redis closed"));
+            }
+            if line.starts_with("-LOADING") {
+                return Err(Error::other("redis loading"));
+            }
+            assert!(!line.starts_with('-'), "redis error: {line}");
+        }
+        Ok(())
+    }
+
+    /// Per course, per section: the last version published (what a viewer's
+    /// board must reach; see `loadgen`'s `ref`).
+    pub fn versions(&self) -> Vec<Vec<u64>> {
+        self.state
+            .iter()
+            .map(|c| c.iter().map(|s| s.0).collect())
+            .collect()
     }
 
     /// Publishes version 1.. of every section of every course once.

@@ -1,0 +1,646 @@
+//! The `fleet` scenario: HAProxy (the shipped `systemd/haproxy/seatboard.cfg`)
+//! in front of several `seatboard serve` nodes on one Redis, viewers that
+//! reconnect like the board page (`loadgen.rs`), a storm of snapshots, and one
+//! event per run: `kill` (SIGKILL a node), `rolling` (SIGTERM, drain, start
+//! again, node by node) or `redis_restart` (`SHUTDOWN SAVE`, start again on
+//! the same port and dump).
+//!
+//! Measured per event: when the affected viewers' boards were true again
+//! (see `loadgen.rs`, "Recovery"), refusals served (503 + `Retry-After`), the
+//! survivors' p99 publish-to-screen latency before and during the event,
+//! final-state correctness, and the longest blind interval. The result goes
+//! into `target/bench/fleet.json` under the event's key; a run of one event
+//! keeps the other events' keys from earlier runs.
+
+use crate::hist::Hist;
+use crate::lb::{self, Bind, Haproxy};
+use crate::procs::{self, Fleet};
+use crate::publish::Publisher;
+use crate::{counter, course_names, progress, Opts, Outcome};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// The events, in the order `fleet` without `--event` runs them.
+pub const EVENTS: [&str; 3] = ["kill", "rolling", "redis_restart"];
+
+fn now_ms() -> u64 {
+    crate::loadgen::now_us() / 1000
+}
+
+fn work_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("bench")
+        .join("fleet")
+}
+
+/// A redis-server that can be restarted on its port with its dump.
+struct Redis {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> Redis {
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        let mut r = Redis {
+            port: lb::free_port(),
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        std::fs::create_dir_all(&self.dir).expect("redis dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (tests/run.sh installs it)");
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(20);
+        while !self.ping() {
+            assert!(Instant::now() < end, "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// True when Redis answers `PING` with `+PONG` (not `-LOADING`).
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    }
+
+    /// `SHUTDOWN SAVE` (a planned restart: the dump keeps the state hashes),
+    /// then the same port and directory again. Returns when Redis answers.
+    fn restart(&mut self) {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = s.write_all(b"SHUTDOWN SAVE\r\n");
+            let mut sink = Vec::new();
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = s.read_to_end(&mut sink);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+        self.spawn();
+    }
+
+    fn uri(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// One `seatboard serve` node on a fixed port (restartable there).
+struct Node {
+    port: u16,
+    flags: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn start(port: u16, flags: Vec<String>) -> Node {
+        let mut n = Node {
+            port,
+            flags,
+            child: None,
+        };
+        n.spawn();
+        n
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_seatboard"))
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--auth", "jwt", "--jwt-secret", procs::SECRET])
+            .args(["--log-level", "warn"])
+            .args(&self.flags)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn seatboard");
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(30);
+        while lb::get_status(self.port, "/readyz") != Some(200) {
+            assert!(Instant::now() < end, "seatboard node did not become ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Waits for the process to exit (after a signal).
+    fn reap(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while let Some(c) = self.child.as_mut() {
+            if let Ok(Some(_)) = c.try_wait() {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What the event thread asks of the publishing thread.
+enum Ask {
+    /// A load-generator command (answered on the ack channel once sent).
+    Cmd(String),
+    /// Stop sending reference boards until `Resume` (Redis is down).
+    Pause,
+    /// Send a reference board after the next successful write.
+    Resume,
+    /// The event is over.
+    Done,
+}
+
+/// The event's moments, Unix ms.
+#[derive(Default, Debug, Clone)]
+struct Moments {
+    start: u64,
+    /// Redis answering again (redis_restart).
+    redis_up: Option<u64>,
+    end: u64,
+    notes: Vec<String>,
+}
+
+/// Everything one run owns.
+struct Rig {
+    // Dropped in this order: the proxy, the nodes, then Redis.
+    lb: Haproxy,
+    nodes: Vec<Node>,
+    redis: Redis,
+}
+
+fn node_flags(o: &Opts) -> Vec<String> {
+    let mut f = vec![
+        "--tick-ms".to_string(),
+        o.tick_ms.to_string(),
+        "--drain-ms".into(),
+        o.drain_ms.to_string(),
+    ];
+    if let Some(d) = &o.driver {
+        f.extend(["--driver".into(), d.clone()]);
+    }
+    if let Some(s) = o.shards {
+        f.extend(["--shards".into(), s.to_string()]);
+    }
+    f
+}
+
+fn start_rig(o: &Opts, haproxy_procs: usize) -> Rig {
+    let dir = work_dir();
+    let redis = Redis::start(&dir.join(format!("redis-{}", std::process::id())));
+    let mut flags = node_flags(o);
+    flags.extend(["--redis".into(), redis.uri()]);
+    let nodes: Vec<Node> = (0..o.nodes.max(2))
+        .map(|_| Node::start(lb::free_port(), flags.clone()))
+        .collect();
+    let port = lb::free_port();
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    // Two descriptors per proxied viewer: each process stays under the
+    // 20,000 open-file hard limit with at most 9,000 connections.
+    let maxconn = 9000;
+    let cfg = lb::render(&lb::shipped(), &Bind::Plain(port), &ports, maxconn);
+    let lb = Haproxy::start(&dir, port, &cfg, haproxy_procs);
+    assert!(
+        lb.wait_ready("/readyz", Duration::from_secs(20)),
+        "haproxy never saw a node up"
+    );
+    Rig { redis, nodes, lb }
+}
+
+/// Runs the event on its own thread while this one publishes.
+fn event_thread(
+    event: String,
+    mut rig: Rig,
+    o: Opts,
+    tx: mpsc::Sender<Ask>,
+    ack: mpsc::Receiver<()>,
+) -> std::thread::JoinHandle<(Rig, Moments)> {
+    std::thread::spawn(move || {
+        let mut m = Moments::default();
+        let ask = |a: Ask| {
+            let wait = matches!(a, Ask::Cmd(_));
+            let _ = tx.send(a);
+            if wait {
+                let _ = ack.recv_timeout(Duration::from_secs(10));
+            }
+        };
+        ask(Ask::Cmd("arm".into()));
+        ask(Ask::Cmd("lat during".into()));
+        match event.as_str() {
+            "kill" => {
+                m.start = now_ms();
+                rig.nodes[0].signal(libc::SIGKILL);
+                rig.nodes[0].reap(Duration::from_secs(5));
+                m.notes.push("SIGKILL node1".to_string());
+            }
+            "rolling" => {
+                m.start = now_ms();
+                for i in 0..rig.nodes.len() {
+                    let t = Instant::now();
+                    rig.nodes[i].signal(libc::SIGTERM);
+                    let exited = rig.nodes[i].reap(Duration::from_millis(o.drain_ms + 30_000));
+                    let drained = t.elapsed().as_secs_f64();
+                    if !exited {
+                        rig.nodes[i].signal(libc::SIGKILL);
+                        rig.nodes[i].reap(Duration::from_secs(5));
+                    }
+                    rig.nodes[i].spawn();
+                    // Until every HAProxy process's checks saw it up (rise 2 at 1 s).
+                    std::thread::sleep(Duration::from_millis(2500));
+                    m.notes.push(format!(
+                        "node{}: drained and exited in {drained:.1} s (exited by itself: {exited}), up again after {:.1} s",
+                        i + 1,
+                        t.elapsed().as_secs_f64()
+                    ));
+                }
+            }
+            "redis_restart" => {
+                let _ = tx.send(Ask::Pause);
+                ask(Ask::Cmd("blind".into()));
+                m.start = now_ms();
+                rig.redis.restart();
+                m.redis_up = Some(now_ms());
+                let _ = tx.send(Ask::Resume);
+                m.notes.push(format!(
+                    "Redis SHUTDOWN SAVE + start on the same port: answering again after {} ms",
+                    m.redis_up.unwrap_or(0) - m.start
+                ));
+            }
+            other => panic!("unknown event {other}"),
+        }
+        m.end = now_ms();
+        let _ = tx.send(Ask::Done);
+        (rig, m)
+    })
+}
+
+/// Publishes the storm until the event is over and every blind viewer sees
+/// again (or `max_wait` after the event), sending reference boards each
+/// `ref_every`. Returns (published snapshots, seconds).
+#[allow(clippy::too_many_arguments)]
+fn storm_through(
+    o: &Opts,
+    p: &mut Publisher,
+    f: &mut Fleet,
+    rx: &mpsc::Receiver<Ask>,
+    ack: &mpsc::Sender<()>,
+    before_s: f64,
+    after_s: f64,
+    max_wait: Duration,
+    mut start_event: impl FnMut(),
+) -> (u64, f64) {
+    let cdf = crate::loadgen::zipf_cdf(p.courses.len(), o.skew);
+    let mut rng = fastrand::Rng::with_seed(7);
+    let sections = o.sections;
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    let mut started = false;
+    let mut done_at: Option<Instant> = None;
+    let mut event_at: Option<Instant> = None;
+    let mut end_at: Option<Instant> = None;
+    let mut paused = false;
+    let mut send_ref = false;
+    let mut next_ref = Instant::now();
+    let mut next_progress = Instant::now() + Duration::from_secs(1);
+    f.command("lat before");
+    loop {
+        let el = t0.elapsed().as_secs_f64();
+        let due = (o.rate * el) as u64;
+        // Never catch up after a stall (Redis down): the window moves on.
+        if due > sent + (o.rate * 0.25) as u64 {
+            sent = due;
+        }
+        let t = crate::loadgen::now_us();
+        while sent < due {
+            let c = crate::loadgen::zipf_pick(&cdf, &mut rng);
+            p.queue(c, rng.u32(0..sections), t);
+            sent += 1;
+        }
+        p.flush();
+        let now = Instant::now();
+        if !started && el >= before_s {
+            started = true;
+            event_at = Some(now);
+            start_event();
+        }
+        while let Ok(a) = rx.try_recv() {
+            match a {
+                Ask::Cmd(c) => {
+                    f.command(&c);
+                    let _ = ack.send(());
+                }
+                Ask::Pause => paused = true,
+                Ask::Resume => {
+                    paused = false;
+                    send_ref = true;
+                }
+                Ask::Done => done_at = Some(now),
+            }
+        }
+        if (!paused && now >= next_ref) || send_ref {
+            send_ref = false;
+            next_ref = now + Duration::from_millis(500);
+            f.command(&format!(
+                "ref {}",
+                serde_json::to_string(&p.versions()).expect("ref json")
+            ));
+        }
+        if now >= next_progress {
+            next_progress += Duration::from_secs(1);
+            progress(
+                o,
+                format!(
+                    "[fleet] {el:.0}s published {}  open {}  blind {}  recovered {}  refused {} ({} with Retry-After)  closed {}",
+                    p.published,
+                    f.sum("open"),
+                    f.sum("blind"),
+                    f.sum("recovered"),
+                    f.sum("refused"),
+                    f.sum("refused_retry_after"),
+                    f.sum("closed_by_server"),
+                ),
+            );
+        }
+        if let (Some(d), None) = (done_at, end_at) {
+            let ev = event_at.unwrap_or(d);
+            // At least 5 s of "during" for the survivors' latency.
+            let recovered = f.sum("blind") == 0 && now.duration_since(ev) >= Duration::from_secs(5);
+            if recovered || now.duration_since(ev.max(d)) >= max_wait {
+                end_at = Some(now);
+                f.command("lat after");
+            }
+        }
+        if let Some(e) = end_at {
+            if now.duration_since(e).as_secs_f64() >= after_s {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (p.published, t0.elapsed().as_secs_f64())
+}
+
+fn pct(h: &Hist, q: f64) -> f64 {
+    h.quantile(q) as f64 / 1e3
+}
+
+/// Index of the 99th percentile and the maximum of `v` (sorted in place).
+fn p99_and_max(v: &mut [u64]) -> (Option<u64>, Option<u64>) {
+    if v.is_empty() {
+        return (None, None);
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1;
+    (Some(v[i]), v.last().copied())
+}
+
+/// One event in its own run.
+pub fn run_event(o: &Opts, event: &str, haproxy_procs: usize) -> (Value, Vec<(String, String)>, Vec<String>) {
+    let mut problems = Vec::new();
+    let rig = start_rig(o, haproxy_procs);
+    let courses = course_names(o.courses);
+    let mut publisher = Publisher::connect(rig.redis.port, courses.clone(), o.sections);
+    publisher.seed();
+    let lb_port = rig.lb.port;
+    let lb_pids = rig.lb.pids();
+    let node_pids: Vec<u32> = rig.nodes.iter().map(|n| n.pid()).collect();
+    let mut f = crate::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
+    let open = crate::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));
+    if (open as usize) < o.clients {
+        problems.push(format!("only {open} of {} viewers connected", o.clients));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let (tx, rx) = mpsc::channel();
+    let (ack_tx, ack_rx) = mpsc::channel();
+    let mut handle = None;
+    let mut rig_slot = Some((rig, ack_rx));
+    let k0 = procs::machine_ticks();
+    let m0 = f.mark();
+    let (published, secs) = storm_through(
+        o,
+        &mut publisher,
+        &mut f,
+        &rx,
+        &ack_tx,
+        o.before_s,
+        o.after_s,
+        Duration::from_secs_f64(o.max_wait_s),
+        || {
+            if let Some((r, ack)) = rig_slot.take() {
+                handle = Some(event_thread(event.to_string(), r, o.clone(), tx.clone(), ack));
+            }
+        },
+    );
+    let k1 = procs::machine_ticks();
+    let m1 = f.mark();
+    let (rig, moments) = handle
+        .expect("event ran")
+        .join()
+        .expect("event thread");
+    // Settle: the last changes render within a tick or two.
+    std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1500)));
+    let reports = f.report();
+    drop(rig);
+
+    let mut before = Hist::default();
+    let mut during = Hist::default();
+    let mut intervals: Vec<(u64, u64)> = Vec::new();
+    let mut still_blind: Vec<u64> = Vec::new();
+    let mut close_codes: std::collections::BTreeMap<u64, u64> = Default::default();
+    let mut statuses: std::collections::BTreeMap<u64, u64> = Default::default();
+    for r in &reports {
+        before.merge_json(&r["phases"]["before"]);
+        during.merge_json(&r["phases"]["during"]);
+        for iv in r["intervals"].as_array().into_iter().flatten() {
+            intervals.push((iv[0].as_u64().unwrap_or(0), iv[1].as_u64().unwrap_or(0)));
+        }
+        for b in r["still_blind"].as_array().into_iter().flatten() {
+            still_blind.push(b.as_u64().unwrap_or(0));
+        }
+        for c in r["close_codes"].as_array().into_iter().flatten() {
+            *close_codes.entry(c[0].as_u64().unwrap_or(0)).or_default() += c[1].as_u64().unwrap_or(0);
+        }
+        for c in r["refusals"].as_array().into_iter().flatten() {
+            *statuses.entry(c[0].as_u64().unwrap_or(0)).or_default() += c[1].as_u64().unwrap_or(0);
+        }
+    }
+    // Recovery times: from the kill, from Redis answering again, or (rolling:
+    // a sequence of drains) from each viewer's own disconnect.
+    let mut rec: Vec<u64> = intervals
+        .iter()
+        .map(|&(s, e)| match event {
+            "kill" => e.saturating_sub(moments.start),
+            "redis_restart" => e.saturating_sub(moments.redis_up.unwrap_or(moments.start)),
+            _ => e.saturating_sub(s),
+        })
+        .collect();
+    let mut blind: Vec<u64> = intervals.iter().map(|&(s, e)| e.saturating_sub(s)).collect();
+    let end_ms = now_ms();
+    blind.extend(still_blind.iter().map(|&s| end_ms.saturating_sub(s)));
+    let (rec_p99, rec_all) = p99_and_max(&mut rec);
+    let (_, max_blind) = p99_and_max(&mut blind);
+    let affected = intervals.len() + still_blind.len();
+    let rec_all = if still_blind.is_empty() { rec_all } else { None };
+    let p = crate::correctness(&reports, &publisher, o.clients);
+    let final_correct = p.0 as f64 / p.1.max(1) as f64;
+    let refused = counter(&m1, "refused_retry_after") - counter(&m0, "refused_retry_after");
+    let refused_all = counter(&m1, "refused") - counter(&m0, "refused");
+    let disconnected = counter(&m1, "closed_by_server") - counter(&m0, "closed_by_server");
+    let (b99, d99) = (pct(&before, 0.99), pct(&during, 0.99));
+    let ms = |v: Option<u64>| v.map(Value::from).unwrap_or(Value::Null);
+    let j = json!({
+        "recovered_p99_ms": ms(rec_p99),
+        "recovered_all_ms": ms(rec_all),
+        "final_correct": final_correct,
+        "refused": refused,
+        "survivors_p99_ms_before": b99,
+        "survivors_p99_ms_during": d99,
+        "max_blind_ms": ms(max_blind),
+        "affected": affected,
+        "still_blind": still_blind.len(),
+        "disconnected": disconnected,
+        "refused_any_status": refused_all,
+        "refusal_statuses": statuses,
+        "close_codes": close_codes,
+        "viewers": o.clients,
+        "open_before": open,
+        "published": published,
+        "storm_seconds": secs,
+        "event_ms": moments.end.saturating_sub(moments.start),
+        "redis_up_after_ms": moments.redis_up.map(|u| u - moments.start),
+        "survivors_samples_before": before.total(),
+        "survivors_samples_during": during.total(),
+        "notes": moments.notes,
+        "haproxy_processes": lb_pids.len(),
+        "nodes": node_pids.len(),
+        "machine_idle_pct": procs::idle_pct(k0, k1),
+    });
+    let show = |v: Option<u64>| v.map_or("-".to_string(), |x| format!("{x} ms"));
+    let rows = vec![
+        (
+            format!("{event}: affected"),
+            format!("{affected} blind intervals ({} still blind at the end); {disconnected} connections closed", still_blind.len()),
+        ),
+        (
+            format!("{event}: recovered"),
+            format!("99 % after {}, 100 % after {}", show(rec_p99), show(rec_all)),
+        ),
+        (format!("{event}: max_blind"), show(max_blind)),
+        (
+            format!("{event}: refused"),
+            format!("{refused} with 503 + Retry-After ({refused_all} refusals in all: {statuses:?})"),
+        ),
+        (
+            format!("{event}: survivors_p99"),
+            format!("before {b99:.1} ms, during {d99:.1} ms ({} / {} samples)", before.total(), during.total()),
+        ),
+        (
+            format!("{event}: final_correct"),
+            format!("{}/{} ({:.2} %)", p.0, p.1, final_correct * 100.0),
+        ),
+        (
+            format!("{event}: machine_idle"),
+            format!("{:.1} %", procs::idle_pct(k0, k1)),
+        ),
+    ];
+    if !still_blind.is_empty() {
+        problems.push(format!("{event}: {} viewers never saw a true board again", still_blind.len()));
+    }
+    if final_correct < 1.0 {
+        problems.push(format!("{event}: final state correct for {:.2} %", final_correct * 100.0));
+    }
+    if affected == 0 {
+        problems.push(format!("{event}: no viewer was affected"));
+    }
+    (j, rows, problems)
+}
+
+/// `fleet [--event E]`: each event in its own run.
+pub fn run(o: &Opts, haproxy_procs: usize) -> Outcome {
+    let mut out = Outcome::new("fleet");
+    let path = work_dir().with_file_name("fleet.json");
+    if let Ok(old) = std::fs::read_to_string(&path) {
+        if let Ok(Value::Object(m)) = serde_json::from_str::<Value>(&old) {
+            for (k, v) in m {
+                if EVENTS.contains(&k.as_str()) {
+                    out.json[k] = v;
+                }
+            }
+        }
+    }
+    let events: Vec<&str> = match &o.event {
+        Some(e) => vec![e.as_str()],
+        None => EVENTS.to_vec(),
+    };
+    out.json["setup"] = json!({
+        "viewers": o.clients, "nodes": o.nodes, "haproxy_processes": haproxy_procs,
+        "rate": o.rate, "courses": o.courses, "sections": o.sections, "skew": o.skew,
+        "drain_ms": o.drain_ms, "tick_ms": o.tick_ms,
+    });
+    for e in events {
+        progress(o, format!("[fleet] event {e}"));
+        let (j, rows, problems) = run_event(o, e, haproxy_procs);
+        out.json[e] = j;
+        for (k, v) in rows {
+            out.rows.push((k, v));
+        }
+        out.problems.extend(problems);
+    }
+    out
+}
