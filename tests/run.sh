@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need
-# (redis-server, Chromium, Node packages), then runs every test in the workspace.
+# (redis-server, HAProxy, openssl, Chromium, Node packages), then runs every
+# test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,6 +15,10 @@ command -v node >/dev/null 2>&1 || need+=(nodejs)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v systemd-analyze >/dev/null 2>&1 || need+=(systemd)
 command -v strace >/dev/null 2>&1 || need+=(strace)
+# The fleet tests and bench run HAProxy in front of several nodes; the browser
+# test makes a self-signed certificate with openssl.
+command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

@@ -451,7 +451,11 @@ fn p99_and_max(v: &mut [u64]) -> (Option<u64>, Option<u64>) {
 }
 
 /// One event in its own run.
-pub fn run_event(o: &Opts, event: &str, haproxy_procs: usize) -> (Value, Vec<(String, String)>, Vec<String>) {
+pub fn run_event(
+    o: &Opts,
+    event: &str,
+    haproxy_procs: usize,
+) -> (Value, Vec<(String, String)>, Vec<String>) {
     let mut problems = Vec::new();
     let rig = start_rig(o, haproxy_procs);
     let courses = course_names(o.courses);
@@ -483,16 +487,19 @@ pub fn run_event(o: &Opts, event: &str, haproxy_procs: usize) -> (Value, Vec<(St
         Duration::from_secs_f64(o.max_wait_s),
         || {
             if let Some((r, ack)) = rig_slot.take() {
-                handle = Some(event_thread(event.to_string(), r, o.clone(), tx.clone(), ack));
+                handle = Some(event_thread(
+                    event.to_string(),
+                    r,
+                    o.clone(),
+                    tx.clone(),
+                    ack,
+                ));
             }
         },
     );
     let k1 = procs::machine_ticks();
     let m1 = f.mark();
-    let (rig, moments) = handle
-        .expect("event ran")
-        .join()
-        .expect("event thread");
+    let (rig, moments) = handle.expect("event ran").join().expect("event thread");
     // Settle: the last changes render within a tick or two.
     std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1500)));
     let reports = f.report();
@@ -514,7 +521,8 @@ pub fn run_event(o: &Opts, event: &str, haproxy_procs: usize) -> (Value, Vec<(St
             still_blind.push(b.as_u64().unwrap_or(0));
         }
         for c in r["close_codes"].as_array().into_iter().flatten() {
-            *close_codes.entry(c[0].as_u64().unwrap_or(0)).or_default() += c[1].as_u64().unwrap_or(0);
+            *close_codes.entry(c[0].as_u64().unwrap_or(0)).or_default() +=
+                c[1].as_u64().unwrap_or(0);
         }
         for c in r["refusals"].as_array().into_iter().flatten() {
             *statuses.entry(c[0].as_u64().unwrap_or(0)).or_default() += c[1].as_u64().unwrap_or(0);
@@ -530,13 +538,20 @@ pub fn run_event(o: &Opts, event: &str, haproxy_procs: usize) -> (Value, Vec<(St
             _ => e.saturating_sub(s),
         })
         .collect();
-    let mut blind: Vec<u64> = intervals.iter().map(|&(s, e)| e.saturating_sub(s)).collect();
+    let mut blind: Vec<u64> = intervals
+        .iter()
+        .map(|&(s, e)| e.saturating_sub(s))
+        .collect();
     let end_ms = now_ms();
     blind.extend(still_blind.iter().map(|&s| end_ms.saturating_sub(s)));
     let (rec_p99, rec_all) = p99_and_max(&mut rec);
     let (_, max_blind) = p99_and_max(&mut blind);
     let affected = intervals.len() + still_blind.len();
-    let rec_all = if still_blind.is_empty() { rec_all } else { None };
+    let rec_all = if still_blind.is_empty() {
+        rec_all
+    } else {
+        None
+    };
     let p = crate::correctness(&reports, &publisher, o.clients);
     let final_correct = p.0 as f64 / p.1.max(1) as f64;
     let refused = counter(&m1, "refused_retry_after") - counter(&m0, "refused_retry_after");
@@ -600,10 +615,16 @@ pub fn run_event(o: &Opts, event: &str, haproxy_procs: usize) -> (Value, Vec<(St
         ),
     ];
     if !still_blind.is_empty() {
-        problems.push(format!("{event}: {} viewers never saw a true board again", still_blind.len()));
+        problems.push(format!(
+            "{event}: {} viewers never saw a true board again",
+            still_blind.len()
+        ));
     }
     if final_correct < 1.0 {
-        problems.push(format!("{event}: final state correct for {:.2} %", final_correct * 100.0));
+        problems.push(format!(
+            "{event}: final state correct for {:.2} %",
+            final_correct * 100.0
+        ));
     }
     if affected == 0 {
         problems.push(format!("{event}: no viewer was affected"));

@@ -740,7 +740,10 @@ impl Gen {
                 };
                 self.refs.push(r);
                 for idx in 0..self.conns.len() {
-                    if self.conns[idx].as_ref().is_some_and(|c| c.phase == Phase::Open) {
+                    if self.conns[idx]
+                        .as_ref()
+                        .is_some_and(|c| c.phase == Phase::Open)
+                    {
                         self.check_recovered(idx);
                     }
                 }

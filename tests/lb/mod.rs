@@ -67,7 +67,10 @@ pub fn render(shipped: &str, bind: &Bind, nodes: &[u16], maxconn: u32) -> String
             }
         }
     }
-    assert!(bound && servers_done, "shipped config lost its bind or server lines");
+    assert!(
+        bound && servers_done,
+        "shipped config lost its bind or server lines"
+    );
     out
 }
 
@@ -185,9 +188,15 @@ pub fn get_status(port: u16, path: &str) -> Option<u16> {
 /// one PEM (certificate + key) in `dir`, the form HAProxy's `crt` wants.
 pub fn self_signed_pem(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir).expect("cert dir");
-    let (key, cert, pem) = (dir.join("key.pem"), dir.join("cert.pem"), dir.join("seatboard.pem"));
+    let (key, cert, pem) = (
+        dir.join("key.pem"),
+        dir.join("cert.pem"),
+        dir.join("seatboard.pem"),
+    );
     let out = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
         .args(["-subj", "/CN=localhost"])
         .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
         .arg("-keyout")
