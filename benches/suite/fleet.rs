@@ -419,8 +419,9 @@ fn storm_through(
         }
         if let (Some(d), None) = (done_at, end_at) {
             let ev = event_at.unwrap_or(d);
-            // At least 5 s of "during" for the survivors' latency.
-            let recovered = f.sum("blind") == 0 && now.duration_since(ev) >= Duration::from_secs(5);
+            // A few seconds of "during" at least, for the survivors' latency.
+            let recovered =
+                f.sum("blind") == 0 && now.duration_since(ev).as_secs_f64() >= o.min_during_s;
             if recovered || now.duration_since(ev.max(d)) >= max_wait {
                 end_at = Some(now);
                 f.command("lat after");

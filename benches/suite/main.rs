@@ -59,6 +59,8 @@ struct Opts {
     after_s: f64,
     /// Fleet: give up waiting for recovery this long after the event.
     max_wait_s: f64,
+    /// Fleet: the survivors' "during" window lasts at least this long.
+    min_during_s: f64,
     /// Fleet: HAProxy processes sharing the port.
     haproxy_procs: usize,
 }
@@ -89,6 +91,7 @@ impl Default for Opts {
             before_s: 10.0,
             after_s: 3.0,
             max_wait_s: 30.0,
+            min_during_s: 5.0,
             haproxy_procs: 2,
         }
     }
@@ -939,6 +942,7 @@ fn smoke() -> i32 {
                 before_s: 2.0,
                 after_s: 1.0,
                 max_wait_s: 20.0,
+                min_during_s: 1.0,
                 haproxy_procs: 1,
                 ..base.clone()
             },
