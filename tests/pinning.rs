@@ -42,8 +42,13 @@ impl Logged {
                 }
             });
         }
+        // Up once every shard has reported its driver (each pins before it
+        // reports); /healthz alone can answer from shard 0 a moment earlier.
         let up = wait_for(Duration::from_secs(30), || {
-            http_get(port, "/healthz").ok().filter(|r| r.status == 200)
+            let m = http_get(port, "/metrics")
+                .ok()
+                .filter(|r| r.status == 200)?;
+            (metric_value(&m.body, "seatboard_driver_shards{") == 2.0).then_some(())
         });
         let mut l = Logged { child, port, lines };
         assert!(up.is_some(), "hub did not start; log: {:?}", l.log());
