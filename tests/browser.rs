@@ -25,6 +25,23 @@ fn run_script(script: &str, port: u16, shot: &str) {
     assert!(out_dir.join(shot).exists(), "no screenshot written");
 }
 
+/// The CSP guard every browser check uses (tests/browser/csp.mjs) reports a
+/// violation and refuses an `unsafe-inline` policy, so the checks below, which
+/// pass, really ran with the pages' policy on and nothing blocked.
+#[test]
+fn csp_guard_catches_a_violation() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser");
+    assert!(
+        dir.join("node_modules/playwright-core").exists(),
+        "playwright-core missing: run the README's test command (it runs npm ci in tests/browser)"
+    );
+    let status = Command::new("node")
+        .arg(dir.join("csp_selftest.mjs"))
+        .status()
+        .expect("node must be installed");
+    assert!(status.success(), "csp_selftest.mjs failed");
+}
+
 #[test]
 fn board_page_shows_live_seats() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);

@@ -322,3 +322,102 @@ fn a_non_empty_list_is_exact_for_every_token() {
         );
     }
 }
+
+/// The inline blocks of `tag` in `html`, exactly as served (the pages write tags in lower case).
+fn blocks<'a>(html: &'a str, tag: &str) -> Vec<&'a str> {
+    let (open, close) = (format!("<{tag}>"), format!("</{tag}>"));
+    html.split(open.as_str())
+        .skip(1)
+        .filter_map(|rest| rest.split_once(close.as_str()).map(|(body, _)| body))
+        .collect()
+}
+
+fn sha256_source(text: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    format!(
+        "'sha256-{}'",
+        base64::engine::general_purpose::STANDARD.encode(digest)
+    )
+}
+
+/// One directive's value of a policy.
+fn directive<'a>(csp: &'a str, name: &str) -> &'a str {
+    csp.split(';')
+        .map(str::trim)
+        .find_map(|d| d.strip_prefix(name).map(str::trim))
+        .unwrap_or_else(|| panic!("no {name} in {csp}"))
+}
+
+#[test]
+fn pages_carry_a_hash_based_policy_and_no_framing() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    for path in ["/", "/admin", "/?course=CS101"] {
+        let r = http_get(sb.port, path).expect("page");
+        assert_eq!(r.status, 200, "{path}");
+        let csp = r
+            .header("Content-Security-Policy")
+            .unwrap_or_else(|| panic!("{path}: no Content-Security-Policy"));
+        assert!(!csp.contains("unsafe-"), "{path}: {csp}");
+        assert_eq!(directive(csp, "default-src"), "'none'");
+        assert_eq!(directive(csp, "connect-src"), "'self'");
+        assert_eq!(directive(csp, "frame-ancestors"), "'none'");
+        assert_eq!(directive(csp, "base-uri"), "'none'");
+        // Exactly the page's own inline blocks, each by its hash, next to 'self'.
+        for (tag, name) in [("script", "script-src"), ("style", "style-src")] {
+            let mut want: Vec<String> = vec!["'self'".into()];
+            want.extend(blocks(&r.body, tag).into_iter().map(sha256_source));
+            assert!(want.len() > 1, "{path}: no inline <{tag}> found");
+            let got: Vec<&str> = directive(csp, name).split_whitespace().collect();
+            assert_eq!(got, want, "{path}: {name}");
+        }
+        assert_eq!(
+            r.header("X-Content-Type-Options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(r.header("Referrer-Policy"), Some("no-referrer"), "{path}");
+        // HEAD gets the same policy.
+        let head = http_raw(
+            sb.port,
+            format!("HEAD {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        )
+        .expect("HEAD");
+        assert_eq!(
+            head.header("Content-Security-Policy"),
+            Some(csp),
+            "HEAD {path}"
+        );
+    }
+}
+
+#[test]
+fn json_and_text_answers_are_nosniff_and_no_store() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    for path in [
+        "/healthz",
+        "/api/courses",
+        "/api/history?role=admin",
+        "/metrics",
+        "/readyz",
+    ] {
+        let r = http_get(sb.port, path).expect("answer");
+        assert_eq!(r.status, 200, "{path}");
+        assert_eq!(
+            r.header("X-Content-Type-Options"),
+            Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(r.header("Cache-Control"), Some("no-store"), "{path}");
+    }
+    for path in ["/healthz", "/api/courses", "/api/history?role=admin"] {
+        let r = http_get(sb.port, path).expect("answer");
+        assert_eq!(r.header("Content-Type"), Some("application/json"), "{path}");
+        serde_json::from_str::<serde_json::Value>(&r.body).expect("JSON body");
+    }
+    // Refusals too.
+    let r = http_get(sb.port, "/nope").expect("404");
+    assert_eq!(r.status, 404);
+    assert_eq!(r.header("X-Content-Type-Options"), Some("nosniff"));
+}

@@ -99,9 +99,10 @@ impl Response {
                 self.body.len()
             );
         }
+        // nosniff on every answer: a browser never reads a JSON or text body as a script or page.
         let _ = write!(
             s,
-            "Cache-Control: {}\r\nConnection: close\r\n",
+            "Cache-Control: {}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n",
             self.cache_control
         );
         for h in &self.headers {

@@ -5,6 +5,7 @@
 //! nothing is shared with other shards but the node's atomics.
 
 mod accept;
+mod csp;
 mod driver;
 mod handshake;
 mod http;

@@ -29,6 +29,8 @@ pub struct EmbeddedPage {
     pub etag: String,
     /// Strong validator of `gzip` (a different representation, so a different tag).
     pub etag_gzip: String,
+    /// Its Content-Security-Policy (inline code allowed by hash).
+    pub csp: String,
 }
 
 impl EmbeddedPage {
@@ -45,6 +47,7 @@ impl EmbeddedPage {
             gzip,
             etag: format!("\"{tag}\""),
             etag_gzip: format!("\"{tag}-gz\""),
+            csp: super::csp::policy_for(html),
         }
     }
 
@@ -63,6 +66,8 @@ impl EmbeddedPage {
         resp.cache_control = CACHE_CONTROL;
         resp.header(format!("ETag: {etag}"))
             .header("Vary: Accept-Encoding".into())
+            .header(format!("Content-Security-Policy: {}", self.csp))
+            .header("Referrer-Policy: no-referrer".into())
     }
 }
 

@@ -10,6 +10,7 @@
 // course lists the viewer, saves a full-page screenshot. Exits 0 when all holds, 1 (with the reason)
 // otherwise.
 import { chromium } from 'playwright-core';
+import { failOnCsp, requireCsp } from './csp.mjs';
 
 const OVERALL_TIMEOUT_MS = 75_000;
 const STEP_TIMEOUT_MS = 15_000;
@@ -140,10 +141,12 @@ async function main() {
   const page = await context.newPage();
   page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') pageLog.push(`[console.${m.type()}] ${m.text()}`); });
   page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
+  await failOnCsp(page, 'admin', (why) => finish(1, why));
 
   step = `open ${base}/admin`;
   const resp = await page.goto(`${base}/admin`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   if (!resp || !resp.ok()) throw new Error(`GET /admin answered ${resp ? resp.status() : 'nothing'}`);
+  requireCsp(resp, 'GET /admin');
 
   step = 'wait for live state and table rows';
   await page.waitForFunction(() => {
@@ -207,6 +210,7 @@ async function main() {
   if (top.ariaSort !== 'descending') { await clickHeader(page, 'updates_per_s'); top = await readTable(page, 'updates_per_s'); }
   const course = top.rows[0].course;
   const board = await context.newPage();
+  await failOnCsp(board, 'board', (why) => finish(1, why));
   await board.goto(`${base}/?course=${encodeURIComponent(course)}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   const viewer = await board.evaluate(() => localStorage.getItem('seatboard_user'));
   if (!viewer) throw new Error('the board page stored no user id');

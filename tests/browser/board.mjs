@@ -5,6 +5,7 @@
 // screenshot, then checks that the shareable link /?course=C opens the board
 // without any click. Exits 0 when all holds, 1 (with the reason) otherwise.
 import { chromium } from 'playwright-core';
+import { failOnCsp, requireCsp } from './csp.mjs';
 
 const OVERALL_TIMEOUT_MS = 60_000;
 const CHANGE_TIMEOUT_MS = 20_000;
@@ -95,10 +96,12 @@ async function main() {
   const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
   const page = await context.newPage();
   watchPage(page, 'board');
+  await failOnCsp(page, 'board', (why) => finish(1, why));
 
   step = `open ${base}/`;
   const resp = await page.goto(`${base}/`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   if (!resp || !resp.ok()) throw new Error(`GET / answered ${resp ? resp.status() : 'nothing'}`);
+  requireCsp(resp, 'GET /');
   const title = await page.title();
   if (title !== 'seatboard') throw new Error(`page title is ${JSON.stringify(title)}, want "seatboard"`);
 
@@ -160,6 +163,7 @@ async function main() {
   step = `shareable link ${base}/?course=${course}`;
   const page2 = await context.newPage();
   watchPage(page2, 'link');
+  await failOnCsp(page2, 'link', (why) => finish(1, why));
   const resp2 = await page2.goto(`${base}/?course=${encodeURIComponent(course)}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   if (!resp2 || !resp2.ok()) throw new Error(`GET /?course=${course} answered ${resp2 ? resp2.status() : 'nothing'}`);
   await waitLiveWithSections(page2);

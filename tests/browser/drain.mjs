@@ -5,6 +5,7 @@
 // port and drains the first. The page must show the reconnect hint (state
 // "draining"), then come back "live" on the other node with the board filled.
 import { chromium } from 'playwright-core';
+import { failOnCsp, requireCsp } from './csp.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const ARGS = [
@@ -22,7 +23,12 @@ setTimeout(() => { console.error('drain: FAIL: overall timeout'); process.exit(1
 
 const browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
 const page = await browser.newPage();
-await page.goto(`${base}/?course=ART150`);
+await failOnCsp(page, 'drain', (why) => fail(browser, why));
+try {
+  requireCsp(await page.goto(`${base}/?course=ART150`), 'GET /?course=ART150');
+} catch (e) {
+  await fail(browser, e.message);
+}
 const nodeOf = () => page.evaluate(() => {
   const m = /node (\S+)/.exec(document.querySelector('footer')?.textContent || document.body.innerText);
   return m ? m[1] : null;
