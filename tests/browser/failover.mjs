@@ -7,6 +7,7 @@
 // by itself (no reload: a marker set in the page survives) and its numbers
 // must keep changing there.
 import { chromium } from 'playwright-core';
+import { failOnCsp, requireCsp } from './csp.mjs';
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const ARGS = [
@@ -28,7 +29,12 @@ const context = await browser.newContext({ ignoreHTTPSErrors: true });
 const page = await context.newPage();
 let loads = 0;
 page.on('load', () => { loads += 1; });
-await page.goto(`${base}/?course=LIVE1`);
+await failOnCsp(page, 'failover', (why) => fail(browser, why));
+try {
+  requireCsp(await page.goto(`${base}/?course=LIVE1`), 'GET /?course=LIVE1 over https');
+} catch (e) {
+  await fail(browser, e.message);
+}
 if (!page.url().startsWith('https://')) await fail(browser, `not served over https: ${page.url()}`);
 await page.evaluate(() => { window.__failoverMarker = 'same-document'; });
 
