@@ -410,6 +410,14 @@ fn json_and_text_answers_are_nosniff_and_no_store() {
             "{path}"
         );
         assert_eq!(r.header("Cache-Control"), Some("no-store"), "{path}");
+        // No CORS: another site's page cannot read any answer.
+        assert!(
+            !r.headers
+                .iter()
+                .any(|(k, _)| k.to_ascii_lowercase().starts_with("access-control-")),
+            "{path}: {:?}",
+            r.headers
+        );
     }
     for path in ["/healthz", "/api/courses", "/api/history?role=admin"] {
         let r = http_get(sb.port, path).expect("answer");
