@@ -106,13 +106,13 @@ pub struct HubArgs {
     /// Drain window (ms).
     #[arg(long, env = "SEATBOARD_DRAIN_MS", default_value_t = 45_000)]
     pub drain_ms: u64,
-    /// HS256 secret for tokens.
+    /// HS256 secret for tokens, at least 32 bytes (`openssl rand -base64 48`).
     #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
     /// Authentication mode.
     #[arg(long, env = "SEATBOARD_AUTH", value_enum, default_value = "jwt")]
     pub auth: AuthMode,
-    /// Comma-separated exact origins allowed (empty: any).
+    /// Comma-separated exact origins allowed (empty: any for Authorization/?token=, the page's own for the cookie).
     #[arg(long, env = "SEATBOARD_ALLOWED_ORIGINS", default_value = "")]
     pub allowed_origins: String,
     /// Selection window id (for analytics).
