@@ -19,6 +19,7 @@ command -v strace >/dev/null 2>&1 || need+=(strace)
 # test makes a self-signed certificate with openssl.
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v rpmbuild >/dev/null 2>&1 || need+=(rpm)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

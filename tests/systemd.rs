@@ -14,13 +14,10 @@ fn units_verify_clean() {
     let dir = tempdir("units");
     for unit in ["seatboard.service", "seatboard-analytics.service"] {
         let text = std::fs::read_to_string(root.join("systemd").join(unit)).expect("unit file");
-        assert!(text.contains("ExecStart=/usr/local/bin/seatboard"));
+        assert!(text.contains("ExecStart=/usr/bin/seatboard"));
         // Point ExecStart at the binary under test: verify checks it exists.
-        std::fs::write(
-            dir.join(unit),
-            text.replace("/usr/local/bin/seatboard", &bin()),
-        )
-        .expect("write unit");
+        std::fs::write(dir.join(unit), text.replace("/usr/bin/seatboard", &bin()))
+            .expect("write unit");
     }
     let out = Command::new("systemd-analyze")
         .arg("verify")
