@@ -38,6 +38,10 @@ install -m 0644 README.md "$doc/OVERVIEW.md"
 install -m 0644 systemd/seatboard.env.example "$doc/seatboard.env.example"
 install -m 0644 systemd/monitoring/* "$doc/monitoring/"
 install -m 0644 packaging/copyright "$doc/copyright"
+if [ -d systemd/haproxy ]; then
+  install -d "$doc/haproxy"
+  install -m 0644 systemd/haproxy/* "$doc/haproxy/"
+fi
 
 installed=$(du -sk --exclude=DEBIAN "$root" | cut -f1)
 cat > "$root/DEBIAN/control" <<CONTROL

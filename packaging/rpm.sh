@@ -32,6 +32,8 @@ cp systemd/seatboard.service systemd/seatboard-analytics.service systemd/seatboa
   systemd/99-seatboard.conf systemd/monitoring/* packaging/copyright "$src/"
 cp systemd/README.md "$src/README.md"
 cp README.md "$src/OVERVIEW.md"
+mkdir -p "$src/haproxy"
+[ ! -d systemd/haproxy ] || cp systemd/haproxy/* "$src/haproxy/"
 
 cat > "$stage/seatboard.spec" <<SPEC
 Name:           seatboard
@@ -58,6 +60,7 @@ install -D -m 0600 %{_sourcedir}/seatboard.env.example %{buildroot}/etc/seatboar
 install -D -m 0644 %{_sourcedir}/99-seatboard.conf %{buildroot}/etc/sysctl.d/99-seatboard.conf
 install -d %{buildroot}/usr/share/doc/seatboard/monitoring
 install -m 0644 %{_sourcedir}/README.md %{_sourcedir}/OVERVIEW.md %{_sourcedir}/copyright %{_sourcedir}/seatboard.env.example %{buildroot}/usr/share/doc/seatboard/
+cp -r %{_sourcedir}/haproxy %{buildroot}/usr/share/doc/seatboard/
 install -m 0644 %{_sourcedir}/seatboard-alerts.yml %{_sourcedir}/seatboard-alerts.test.yml %{_sourcedir}/seatboard-dashboard.json %{buildroot}/usr/share/doc/seatboard/monitoring/
 
 %post

@@ -89,6 +89,10 @@ const DEB_FILES: &[(&str, &str)] = &[
         "./usr/share/doc/seatboard/monitoring/seatboard-alerts.yml",
         "-rw-r--r--",
     ),
+    (
+        "./usr/share/doc/seatboard/haproxy/seatboard.cfg",
+        "-rw-r--r--",
+    ),
 ];
 
 /// Checks a .deb's control fields, file list, conffiles and maintainer
@@ -184,6 +188,7 @@ fn check_rpm(rpm: &Path, arch: &str) {
         "/usr/share/doc/seatboard/README.md",
         "/usr/share/doc/seatboard/monitoring/seatboard-dashboard.json",
         "/usr/share/doc/seatboard/monitoring/seatboard-alerts.yml",
+        "/usr/share/doc/seatboard/haproxy/seatboard.cfg",
     ] {
         assert!(
             files.lines().any(|l| l == path),
