@@ -42,6 +42,15 @@ pub enum Driver {
     Tokio,
 }
 
+/// Whether permessage-deflate is accepted (section 4a).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Compression {
+    /// Accept permessage-deflate when a client offers it.
+    On,
+    /// Never negotiate it.
+    Off,
+}
+
 /// How upgrades are authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
@@ -70,6 +79,9 @@ pub struct HubArgs {
     /// io driver.
     #[arg(long, env = "SEATBOARD_DRIVER", value_enum, default_value = "auto")]
     pub driver: Driver,
+    /// permessage-deflate: accepted when a client offers it (`on`), or never.
+    #[arg(long, env = "SEATBOARD_COMPRESSION", value_enum, default_value = "on")]
+    pub compression: Compression,
     /// Pub/sub channel prefix.
     #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
     pub channel_prefix: String,

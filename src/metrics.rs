@@ -78,6 +78,8 @@ pub struct ShardMetrics {
     pub frames_rendered: AtomicU64,
     /// Bytes written to sockets.
     pub bytes_out: AtomicU64,
+    /// Payload bytes of the frames queued, before compression.
+    pub ws_payload_bytes: AtomicU64,
     /// 4001 closes.
     pub slow_consumer_closes: AtomicU64,
     /// Closes for silence.
@@ -103,6 +105,7 @@ impl ShardMetrics {
             resyncs: AtomicU64::new(0),
             frames_rendered: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
+            ws_payload_bytes: AtomicU64::new(0),
             slow_consumer_closes: AtomicU64::new(0),
             idle_closes: AtomicU64::new(0),
             client_errors: AtomicU64::new(0),
@@ -430,7 +433,7 @@ impl Metrics {
                 self.closes[i].load(Relaxed)
             );
         }
-        let counters: [(&str, &str, ShardField); 8] = [
+        let counters: [(&str, &str, ShardField); 10] = [
             (
                 "seatboard_frames_sent_total",
                 "Frames queued to clients.",
@@ -455,6 +458,16 @@ impl Metrics {
                 "seatboard_bytes_out_total",
                 "Bytes written to WebSocket clients.",
                 |s| &s.bytes_out,
+            ),
+            (
+                "seatboard_ws_bytes_sent_total",
+                "WebSocket bytes written to clients, as on the wire (compressed or not).",
+                |s| &s.bytes_out,
+            ),
+            (
+                "seatboard_ws_payload_bytes_total",
+                "WebSocket payload bytes queued to clients, before compression.",
+                |s| &s.ws_payload_bytes,
             ),
             (
                 "seatboard_slow_consumer_closes_total",

@@ -64,10 +64,19 @@ pub(crate) struct Conn {
     pub closing: bool,
     /// Sitting in the shard's ready list.
     pub in_ready: bool,
+    /// Negotiated permessage-deflate: text frames of 256 B or more go compressed.
+    pub deflate: bool,
 }
 
 impl Conn {
-    pub fn new(gen: u32, user: Arc<str>, role: Role, admin_feed: bool, now_ms: u64) -> Self {
+    pub fn new(
+        gen: u32,
+        user: Arc<str>,
+        role: Role,
+        admin_feed: bool,
+        deflate: bool,
+        now_ms: u64,
+    ) -> Self {
         Conn {
             gen,
             user,
@@ -81,6 +90,7 @@ impl Conn {
             last_ping_ms: now_ms,
             closing: false,
             in_ready: false,
+            deflate,
         }
     }
 

@@ -2,6 +2,7 @@
 //! frame, who watches, and the frames rendered from it.
 
 use crate::conn::ConnId;
+use crate::deflate::Deflater;
 use crate::rate::FramePacer;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
@@ -40,6 +41,8 @@ pub(crate) struct Course {
     /// True while the course sits in the shard's render schedule.
     pub scheduled: bool,
     full_cache: Option<Bytes>,
+    /// The full frame compressed (permessage-deflate), once per board state.
+    full_deflated: Option<Bytes>,
 }
 
 impl Course {
@@ -58,6 +61,7 @@ impl Course {
             presence_msg: None,
             scheduled: false,
             full_cache: None,
+            full_deflated: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl Course {
         self.sections.insert(snap.section, Arc::clone(snap));
         self.dirty.insert(snap.section);
         self.full_cache = None;
+        self.full_deflated = None;
         true
     }
 
@@ -94,6 +99,17 @@ impl Course {
         }
         let f = server_msg::frame(&self.name, true, self.sections.values());
         self.full_cache = Some(f.clone());
+        f
+    }
+
+    /// The full frame for viewers that negotiated permessage-deflate,
+    /// compressed once per board state.
+    pub fn full_frame_deflated(&mut self, deflater: &mut Deflater) -> Bytes {
+        if let Some(f) = &self.full_deflated {
+            return f.clone();
+        }
+        let f = deflater.compress_frame(&self.full_frame());
+        self.full_deflated = Some(f.clone());
         f
     }
 

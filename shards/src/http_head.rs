@@ -38,6 +38,8 @@ pub struct RequestHead {
     pub accept_encoding: Option<String>,
     /// `If-None-Match` header(s), joined with `, `: a cached page's validator.
     pub if_none_match: Option<String>,
+    /// `Sec-WebSocket-Extensions` header(s), joined with `, `.
+    pub ws_extensions: Option<String>,
 }
 
 /// Why a head could not be parsed.
@@ -105,6 +107,10 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
             }
             "if-none-match" => {
                 join_into(&mut head.if_none_match, ", ", value);
+                continue;
+            }
+            "sec-websocket-extensions" => {
+                join_into(&mut head.ws_extensions, ", ", value);
                 continue;
             }
             _ => continue,

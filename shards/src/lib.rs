@@ -5,6 +5,7 @@
 //! - [`server_msg`]: every message the server sends, encoded once here.
 //! - [`snapshot`]: the Redis payload, parsed and validated; the version rule.
 //! - [`ws_codec`]: RFC 6455 frames in and out.
+//! - [`deflate`]: permessage-deflate, negotiated, compressed once per render.
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
 //! - [`origin`]: which pages may open a WebSocket with which token.
 //! - [`client_op`]: what browsers ask for.
@@ -13,6 +14,7 @@
 pub mod client_op;
 pub mod conn;
 mod course;
+pub mod deflate;
 pub mod http_head;
 pub mod origin;
 pub mod rate;

@@ -8,9 +8,10 @@
 use crate::client_op::{ClientOp, OpError};
 use crate::conn::{Conn, ConnId, Push, Role};
 use crate::course::{Course, Viewer};
+use crate::deflate::Deflater;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
-use crate::ws_codec::{close, close_frame, ping_frame};
+use crate::ws_codec::{close, close_frame, ping_frame, server_frame_payload};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -77,8 +78,10 @@ pub struct ShardStats {
     pub frames_dropped: u64,
     /// Full frames sent to heal a connection that missed one.
     pub resyncs: u64,
-    /// Bytes queued to connections.
+    /// Bytes queued to connections, as they go on the wire (compressed or not).
     pub bytes_queued: u64,
+    /// Payload bytes queued to connections, counted before compression.
+    pub payload_bytes: u64,
     /// Course frames rendered (encoded), one per course per tick at most.
     pub frames_rendered: u64,
     /// Connections closed with 4001.
@@ -103,8 +106,11 @@ pub struct Shard {
     actions: VecDeque<Action>,
     ready: VecDeque<ConnId>,
     admin_feeds: usize,
-    /// The latest admin aggregate, so a new admin sees the board at once.
-    last_admin: Option<Bytes>,
+    /// The latest admin aggregate, so a new admin sees the board at once, and
+    /// its compressed twin.
+    last_admin: Option<(Bytes, Bytes)>,
+    /// permessage-deflate without context: one compressor for the whole shard.
+    deflater: Deflater,
     next_sweep_ms: u64,
     draining: bool,
     /// Drain moments, latest first, so the due ones pop off the end.
@@ -115,6 +121,11 @@ pub struct Shard {
 
 /// Sweep interval for pings, silence and slow consumers.
 const SWEEP_MS: u64 = 1_000;
+
+/// The payload length of a server frame built here (its size before compression).
+fn payload_len(frame: &[u8]) -> u64 {
+    server_frame_payload(frame).map_or(0, |p| p.len() as u64)
+}
 
 impl Shard {
     /// An empty shard.
@@ -131,6 +142,7 @@ impl Shard {
             ready: VecDeque::new(),
             admin_feeds: 0,
             last_admin: None,
+            deflater: Deflater::default(),
             next_sweep_ms: 0,
             draining: false,
             drain_schedule: Vec::new(),
@@ -195,21 +207,38 @@ impl Shard {
         }
     }
 
-    /// Queues past the bound (control answers, hints, close frames).
+    /// Queues past the bound (control answers, hints, close frames), uncompressed.
     fn send_always(&mut self, id: ConnId, frame: Bytes) {
-        let len = frame.len() as u64;
+        self.send_always_as(id, &frame, &frame);
+    }
+
+    /// Queues past the bound: `deflated` if the connection negotiated
+    /// permessage-deflate, else `plain` (the same message uncompressed).
+    fn send_always_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
         let Some(c) = self.conn_mut(id) else { return };
         if c.closing {
             return;
         }
-        c.push_always(frame);
+        let frame = if c.deflate { deflated } else { plain };
+        let len = frame.len() as u64;
+        c.push_always(frame.clone());
         self.stats.frames_queued += 1;
         self.stats.bytes_queued += len;
+        self.stats.payload_bytes += payload_len(plain);
         self.mark_ready(id);
     }
 
-    /// Registers an upgraded connection and queues its `hello`.
-    pub fn connect(&mut self, user: &str, role: Role, admin_feed: bool, now_ms: u64) -> ConnId {
+    /// Registers an upgraded connection and queues its `hello`. `deflate`: it
+    /// negotiated permessage-deflate (section 4a), so its course frames and
+    /// other text messages of 256 B or more go compressed.
+    pub fn connect(
+        &mut self,
+        user: &str,
+        role: Role,
+        admin_feed: bool,
+        deflate: bool,
+        now_ms: u64,
+    ) -> ConnId {
         let user: Arc<str> = user.into();
         let idx = match self.free.pop() {
             Some(i) => i,
@@ -220,8 +249,14 @@ impl Shard {
         };
         // A random generation: a stale handle never matches the slot's next tenant.
         let gen = self.rand() as u32 | 1;
-        self.conns[idx as usize] =
-            Some(Conn::new(gen, Arc::clone(&user), role, admin_feed, now_ms));
+        self.conns[idx as usize] = Some(Conn::new(
+            gen,
+            Arc::clone(&user),
+            role,
+            admin_feed,
+            deflate,
+            now_ms,
+        ));
         self.live += 1;
         let id = ConnId { idx, gen };
         if admin_feed {
@@ -233,8 +268,8 @@ impl Shard {
         }
         let hello = server_msg::hello(&user, role, self.cfg.tick_ms, &self.cfg.node);
         self.send_always(id, hello);
-        if let (true, Some(admin)) = (admin_feed, self.last_admin.clone()) {
-            self.send_always(id, admin);
+        if let (true, Some((plain, deflated))) = (admin_feed, self.last_admin.clone()) {
+            self.send_always_as(id, &plain, &deflated);
         }
         if self.next_sweep_ms == 0 {
             self.next_sweep_ms = now_ms + SWEEP_MS;
@@ -352,7 +387,15 @@ impl Shard {
         let Some(c) = self.courses.get_mut(course) else {
             return;
         };
-        let frame = c.full_frame();
+        let plain = c.full_frame();
+        let deflate = self.conns[id.idx as usize]
+            .as_ref()
+            .is_some_and(|conn| conn.deflate);
+        let frame = if deflate {
+            c.full_frame_deflated(&mut self.deflater)
+        } else {
+            plain.clone()
+        };
         let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
         let presence = server_msg::presence(course, viewers);
         // The answer replaces what came before; if the queue has no room for it
@@ -360,7 +403,7 @@ impl Shard {
         // what a client sends itself never grows its queue past the bound.
         self.clear_owed(id, course);
         if self.fits(id, frame.len()) {
-            self.send_always(id, frame);
+            self.send_always_as(id, &plain, &frame);
             self.send_always_bounded(id, presence);
         } else {
             self.mark_owed(id, course, now_ms);
@@ -571,17 +614,28 @@ impl Shard {
     /// Small informational messages: dropped when the queue is full (the next
     /// count supersedes them), never counted as a missed frame.
     fn send_always_bounded(&mut self, id: ConnId, msg: Bytes) {
+        self.send_bounded_as(id, &msg, &msg);
+    }
+
+    /// [`Shard::send_always_bounded`] with a compressed twin for deflate connections.
+    fn send_bounded_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
         let limit = self.cfg.send_queue_bytes;
-        if let Some(c) = self.conn_mut(id) {
-            if c.queued_bytes + msg.len() <= limit {
-                self.send_always(id, msg);
+        if let Some(c) = self.conn(id) {
+            let len = if c.deflate {
+                deflated.len()
+            } else {
+                plain.len()
+            };
+            if c.queued_bytes + len <= limit {
+                self.send_always_as(id, plain, deflated);
             }
         }
     }
 
-    /// An admin aggregate built once per node: goes to every admin feed here.
+    /// An admin aggregate built once per node: goes to every admin feed here
+    /// (compressed once for those that negotiated permessage-deflate).
     pub fn handle_admin_frame(&mut self, frame: &Bytes) {
-        self.last_admin = Some(frame.clone());
+        let deflated = self.deflater.compress_frame(frame);
         let targets: Vec<ConnId> = self
             .conns
             .iter()
@@ -594,14 +648,19 @@ impl Shard {
                 })
             })
             .collect();
-        for id in targets {
-            self.send_always_bounded(id, frame.clone());
+        for &id in &targets {
+            self.send_bounded_as(id, frame, &deflated);
         }
+        self.last_admin = Some((frame.clone(), deflated));
     }
 
-    /// Delivers a reply built outside (a roster) to one connection.
+    /// Delivers a reply built outside (a roster, a pong) to one connection.
     pub fn deliver(&mut self, id: ConnId, frame: Bytes) {
-        self.send_always_bounded(id, frame);
+        let deflated = match self.conn(id) {
+            Some(c) if c.deflate => self.deflater.compress_frame(&frame),
+            _ => frame.clone(),
+        };
+        self.send_bounded_as(id, &frame, &deflated);
     }
 
     /// Starts a drain: every connection gets its reconnect hint and close 1012 at
@@ -697,23 +756,34 @@ impl Shard {
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
         let limit = self.cfg.send_queue_bytes;
-        let mut viewers = std::mem::take(&mut c.viewers);
-        let mut owed = c.owed;
         let presence = c.presence_msg.clone();
+        // The compressed twins, made at most once each for every viewer that
+        // negotiated permessage-deflate.
+        let mut delta_deflated: Option<Bytes> = None;
+        let mut owed = c.owed;
+        let mut viewers = std::mem::take(&mut c.viewers);
         for v in viewers.iter_mut() {
-            let frame = match (&delta, v.owes_full) {
-                (_, true) => &full,
-                (Some(d), false) => d,
-                (None, false) => continue,
-            };
             let Some(conn) = self.conns[v.conn.idx as usize].as_mut() else {
                 continue;
             };
+            let (plain, frame) = match (&delta, v.owes_full) {
+                (_, true) if conn.deflate => (&full, c.full_frame_deflated(&mut self.deflater)),
+                (_, true) => (&full, full.clone()),
+                (Some(d), false) if conn.deflate => (
+                    d,
+                    delta_deflated
+                        .get_or_insert_with(|| self.deflater.compress_frame(d))
+                        .clone(),
+                ),
+                (Some(d), false) => (d, d.clone()),
+                (None, false) => continue,
+            };
             let len = frame.len() as u64;
-            match conn.push(frame.clone(), limit, now_ms) {
+            match conn.push(frame, limit, now_ms) {
                 Push::Queued => {
                     self.stats.frames_queued += 1;
                     self.stats.bytes_queued += len;
+                    self.stats.payload_bytes += payload_len(plain);
                     if v.owes_full {
                         v.owes_full = false;
                         owed -= 1;
@@ -726,6 +796,7 @@ impl Shard {
                             conn.push_always(p.clone());
                             self.stats.frames_queued += 1;
                             self.stats.bytes_queued += p.len() as u64;
+                            self.stats.payload_bytes += payload_len(p);
                         }
                     }
                     if !conn.in_ready {
@@ -742,10 +813,8 @@ impl Shard {
                 }
             }
         }
-        if let Some(c) = self.courses.get_mut(name) {
-            c.viewers = viewers;
-            c.owed = owed;
-        }
+        c.viewers = viewers;
+        c.owed = owed;
     }
 
     fn sweep(&mut self, now_ms: u64) {
@@ -836,7 +905,7 @@ mod tests {
     #[test]
     fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
         let mut shard = Shard::new(ShardConfig::default());
-        let id = shard.connect("u", Role::Student, false, 0);
+        let id = shard.connect("u", Role::Student, false, false, 0);
         shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
         // A live unversioned snapshot overtakes the seed (data drained first).
         shard.handle_snapshot(&snap(1, 9, None));
@@ -872,7 +941,7 @@ mod tests {
             send_queue_bytes: 200,
             ..ShardConfig::default()
         });
-        let id = shard.connect("u", Role::Student, false, 0);
+        let id = shard.connect("u", Role::Student, false, false, 0);
         shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
         shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
         // Stuck: the queue fills with frames, the next count does not fit.

@@ -56,6 +56,8 @@ const OP_BINARY: u8 = 0x2;
 const OP_CLOSE: u8 = 0x8;
 const OP_PING: u8 = 0x9;
 const OP_PONG: u8 = 0xA;
+/// The "per-message compressed" bit (RFC 7692) in a frame's first byte.
+const RSV1: u8 = 0x40;
 
 /// Incremental decoder of masked client frames.
 #[derive(Debug, Default)]
@@ -64,7 +66,15 @@ pub struct Decoder {
     message: Vec<u8>,
     in_message: bool,
     utf8_checked: usize,
+    /// The connection negotiated permessage-deflate: RSV1 may mark a message.
+    deflate: bool,
+    /// The message being assembled is compressed (its first frame had RSV1).
+    compressed: bool,
 }
+
+/// Compressed bytes a client message may take on the wire besides
+/// [`MAX_MESSAGE`]: stored (incompressible) deflate blocks add a few bytes.
+const DEFLATE_SLACK: usize = 64;
 
 /// Whether a close code received from a peer is allowed on the wire.
 pub fn valid_close_code(code: u16) -> bool {
@@ -75,6 +85,15 @@ impl Decoder {
     /// A decoder with nothing buffered.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A decoder for a connection that negotiated permessage-deflate: messages
+    /// with RSV1 are inflated, bounded by [`MAX_MESSAGE`].
+    pub fn with_deflate() -> Self {
+        Decoder {
+            deflate: true,
+            ..Self::default()
+        }
     }
 
     /// Appends bytes read from the socket.
@@ -107,7 +126,11 @@ impl Decoder {
             let (b0, b1) = (buf[0], buf[1]);
             let fin = b0 & 0x80 != 0;
             let opcode = b0 & 0x0f;
-            if b0 & 0x70 != 0 {
+            // RSV2/RSV3 are never negotiated; RSV1 only marks the first frame of a
+            // data message on a connection that negotiated permessage-deflate.
+            let rsv1 = b0 & RSV1 != 0;
+            if b0 & 0x30 != 0 || (rsv1 && (!self.deflate || !matches!(opcode, OP_TEXT | OP_BINARY)))
+            {
                 return Err(Violation(close::PROTOCOL));
             }
             if b1 & 0x80 == 0 {
@@ -149,7 +172,13 @@ impl Decoder {
                 }
                 n => (n as u64, 0),
             };
-            if !control && self.message.len() as u64 + len > MAX_MESSAGE as u64 {
+            let compressed = if opcode == OP_CONT {
+                self.compressed
+            } else {
+                rsv1
+            };
+            let wire_limit = MAX_MESSAGE + if compressed { DEFLATE_SLACK } else { 0 };
+            if !control && self.message.len() as u64 + len > wire_limit as u64 {
                 return Err(Violation(close::TOO_BIG));
             }
             let len = len as usize;
@@ -171,28 +200,43 @@ impl Decoder {
             }
             // A data frame (text start or continuation).
             if opcode == OP_TEXT && fin {
-                return String::from_utf8(payload)
-                    .map(|s| Some(WsEvent::Text(s)))
-                    .map_err(|_| Violation(close::INVALID_DATA));
+                return text_message(payload, compressed).map(Some);
             }
             self.in_message = true;
+            self.compressed = compressed;
             self.message.extend_from_slice(&payload);
-            // Fail fast on bytes that can never become valid UTF-8.
-            match std::str::from_utf8(&self.message[self.utf8_checked..]) {
-                Ok(_) => self.utf8_checked = self.message.len(),
-                Err(e) if e.error_len().is_some() => return Err(Violation(close::INVALID_DATA)),
-                Err(e) => self.utf8_checked += e.valid_up_to(),
+            // Fail fast on bytes that can never become valid UTF-8 (compressed
+            // bytes are checked once inflated).
+            if !compressed {
+                match std::str::from_utf8(&self.message[self.utf8_checked..]) {
+                    Ok(_) => self.utf8_checked = self.message.len(),
+                    Err(e) if e.error_len().is_some() => {
+                        return Err(Violation(close::INVALID_DATA))
+                    }
+                    Err(e) => self.utf8_checked += e.valid_up_to(),
+                }
             }
             if fin {
                 self.in_message = false;
+                self.compressed = false;
                 self.utf8_checked = 0;
                 let message = std::mem::take(&mut self.message);
-                return String::from_utf8(message)
-                    .map(|s| Some(WsEvent::Text(s)))
-                    .map_err(|_| Violation(close::INVALID_DATA));
+                return text_message(message, compressed).map(Some);
             }
         }
     }
+}
+
+/// A whole text message's payload, inflated first if it was compressed.
+fn text_message(payload: Vec<u8>, compressed: bool) -> Result<WsEvent, Violation> {
+    let text = if compressed {
+        crate::deflate::inflate_message(&payload, MAX_MESSAGE)?
+    } else {
+        payload
+    };
+    String::from_utf8(text)
+        .map(WsEvent::Text)
+        .map_err(|_| Violation(close::INVALID_DATA))
 }
 
 fn decode_close(payload: &[u8]) -> Result<WsEvent, Violation> {
@@ -273,6 +317,33 @@ impl std::fmt::Write for FrameBuf {
         self.push_str(s);
         Ok(())
     }
+}
+
+/// The payload of one whole unmasked server frame, `None` if `frame` is not one.
+pub fn server_frame_payload(frame: &[u8]) -> Option<&[u8]> {
+    let b1 = *frame.get(1)?;
+    if b1 & 0x80 != 0 {
+        return None;
+    }
+    let (len, hdr) = match b1 & 0x7f {
+        126 => (
+            u16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]) as usize,
+            4,
+        ),
+        127 => {
+            let b: [u8; 8] = frame.get(2..10)?.try_into().ok()?;
+            (usize::try_from(u64::from_be_bytes(b)).ok()?, 10)
+        }
+        n => (n as usize, 2),
+    };
+    frame.get(hdr..).filter(|p| p.len() == len)
+}
+
+/// A whole text frame with RSV1 set: `payload` is a permessage-deflate message.
+pub fn text_frame_with_rsv1(payload: &[u8]) -> Bytes {
+    let mut f = FrameBuf::with_capacity(payload.len());
+    f.buf.extend_from_slice(payload);
+    f.finish(RSV1 | OP_TEXT)
 }
 
 /// A whole text frame carrying `text`.
@@ -406,6 +477,108 @@ mod tests {
         let mut f = vec![0x81, 0xff];
         f.extend_from_slice(&u64::MAX.to_be_bytes());
         assert_eq!(decode_all(&f).1, Some(Violation(close::PROTOCOL)));
+    }
+
+    /// A client's compressed message: raw deflate, sync tail removed.
+    fn deflated(text: &[u8]) -> Vec<u8> {
+        let mut c = flate2::Compress::new(flate2::Compression::new(6), false);
+        let mut out = Vec::with_capacity(text.len() + 64);
+        c.compress_vec(text, &mut out, flate2::FlushCompress::Sync)
+            .unwrap();
+        assert!(out.ends_with(&[0, 0, 0xff, 0xff]));
+        out.truncate(out.len() - 4);
+        out
+    }
+
+    fn decode_deflate(bytes: &[u8]) -> (Vec<WsEvent>, Option<Violation>) {
+        let mut d = Decoder::with_deflate();
+        let mut out = Vec::new();
+        for b in bytes {
+            d.feed(std::slice::from_ref(b));
+            loop {
+                match d.next_event() {
+                    Ok(Some(e)) => out.push(e),
+                    Ok(None) => break,
+                    Err(v) => return (out, Some(v)),
+                }
+            }
+        }
+        (out, None)
+    }
+
+    #[test]
+    fn compressed_client_messages() {
+        let watch = br#"{"op":"watch","course":"CS101"}"#;
+        let z = deflated(watch);
+        let text = WsEvent::Text(String::from_utf8(watch.to_vec()).unwrap());
+        // Whole, and fragmented (RSV1 on the first frame only) around a ping.
+        assert_eq!(
+            decode_deflate(&client_frame(true, 0x41, &z, M)),
+            (vec![text.clone()], None)
+        );
+        let mut bytes = client_frame(false, 0x41, &z[..3], M);
+        bytes.extend(client_frame(true, 0x9, b"p", M));
+        bytes.extend(client_frame(true, 0x0, &z[3..], M));
+        assert_eq!(
+            decode_deflate(&bytes),
+            (vec![WsEvent::Ping(b"p".to_vec()), text.clone()], None)
+        );
+        // Uncompressed messages still pass on a deflate connection.
+        assert_eq!(
+            decode_deflate(&client_frame(true, 0x1, watch, M)),
+            (vec![text], None)
+        );
+        let cases: Vec<(Vec<u8>, u16)> = vec![
+            // RSV1 on a control frame, on a continuation, RSV2/RSV3.
+            (client_frame(true, 0x49, b"p", M), close::PROTOCOL),
+            (
+                [
+                    client_frame(false, 0x1, b"a", M),
+                    client_frame(true, 0x40, b"b", M),
+                ]
+                .concat(),
+                close::PROTOCOL,
+            ),
+            (client_frame(true, 0x21, &z, M), close::PROTOCOL),
+            (client_frame(true, 0x11, &z, M), close::PROTOCOL),
+            // Inflates past 4 KiB (a bomb too), does not inflate, not UTF-8.
+            (
+                client_frame(true, 0x41, &deflated(&[b'a'; 4097]), M),
+                close::TOO_BIG,
+            ),
+            (
+                client_frame(true, 0x41, &deflated(&vec![b' '; 1 << 20]), M),
+                close::TOO_BIG,
+            ),
+            (
+                client_frame(true, 0x41, &[0xff, 0xff, 0xff], M),
+                close::INVALID_DATA,
+            ),
+            (
+                client_frame(true, 0x41, &deflated(&[0xce, 0xba, 0xff]), M),
+                close::INVALID_DATA,
+            ),
+            // Binary stays refused, compressed or not.
+            (client_frame(true, 0x42, &z, M), close::UNSUPPORTED),
+        ];
+        for (bytes, code) in cases {
+            assert_eq!(
+                decode_deflate(&bytes).1,
+                Some(Violation(code)),
+                "{bytes:02x?}"
+            );
+        }
+        // Exactly 4 KiB inflated is fine.
+        let big = "a".repeat(MAX_MESSAGE);
+        assert_eq!(
+            decode_deflate(&client_frame(true, 0x41, &deflated(big.as_bytes()), M)).0,
+            vec![WsEvent::Text(big)]
+        );
+        // Without negotiation, RSV1 is a protocol error.
+        assert_eq!(
+            decode_all(&client_frame(true, 0x41, &z, M)).1,
+            Some(Violation(close::PROTOCOL))
+        );
     }
 
     #[test]

@@ -112,7 +112,7 @@ fn unwatch(s: &mut Shard, id: ConnId, course: &str, now: u64) {
 
 /// Connects and throws the hello away.
 fn join(s: &mut Shard, user: &str, now: u64) -> ConnId {
-    let id = s.connect(user, Role::Student, false, now);
+    let id = s.connect(user, Role::Student, false, false, now);
     let hello = pop_all(s, id);
     assert_eq!(hello.len(), 1);
     assert!(hello[0].is_type("hello"));
@@ -242,7 +242,7 @@ fn run_to(s: &mut Shard, now: &mut u64, until: u64) {
 #[test]
 fn connect_queues_hello() {
     let mut s = Shard::new(cfg());
-    let id = s.connect("u1", Role::Student, false, 0);
+    let id = s.connect("u1", Role::Student, false, false, 0);
     assert_eq!(s.connections(), 1);
     assert_eq!(drain_ready(&mut s), vec![id]);
     let out = pop_all(&mut s, id);
@@ -255,7 +255,7 @@ fn connect_queues_hello() {
     assert_eq!(s.queued_bytes(id), 0);
     assert_eq!(s.user(id), Some("u1"));
 
-    let admin = s.connect("boss", Role::Admin, false, 0);
+    let admin = s.connect("boss", Role::Admin, false, false, 0);
     let out = pop_all(&mut s, admin);
     assert_eq!(out[0].json()["role"], "admin");
     assert_eq!(out[0].json()["user"], "boss");
@@ -269,7 +269,7 @@ fn hello_escapes_user_and_node() {
         ..ShardConfig::default()
     });
     let nasty = "a\"b\\c\n\u{1}é";
-    let id = s.connect(nasty, Role::Student, false, 0);
+    let id = s.connect(nasty, Role::Student, false, false, 0);
     let out = pop_all(&mut s, id);
     assert_eq!(out.len(), 1);
     let v = out[0].json();
@@ -1034,7 +1034,7 @@ fn sorted(mut v: Vec<Action>) -> Vec<Action> {
 #[test]
 fn admin_roster_becomes_an_action_and_reply_is_delivered() {
     let mut s = Shard::new(cfg());
-    let admin = s.connect("boss", Role::Admin, false, 0);
+    let admin = s.connect("boss", Role::Admin, false, false, 0);
     pop_all(&mut s, admin);
     s.handle_text(admin, r#"{"op":"roster","course":"CS101"}"#, 1);
     assert_eq!(
@@ -1320,11 +1320,11 @@ fn presence_goes_to_viewers_only_when_it_changes() {
 fn admin_feed_lifecycle_and_admin_frames() {
     let mut s = Shard::new(cfg());
     let student = join(&mut s, "st", 0);
-    let admin_plain = s.connect("boss", Role::Admin, false, 0);
+    let admin_plain = s.connect("boss", Role::Admin, false, false, 0);
     assert!(actions(&mut s).is_empty());
-    let f1 = s.connect("boss", Role::Admin, true, 0);
+    let f1 = s.connect("boss", Role::Admin, true, false, 0);
     assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: true }]);
-    let f2 = s.connect("boss2", Role::Admin, true, 0);
+    let f2 = s.connect("boss2", Role::Admin, true, false, 0);
     assert!(actions(&mut s).is_empty(), "only the first feed announces");
     for id in [admin_plain, f1, f2] {
         pop_all(&mut s, id);
@@ -1356,7 +1356,7 @@ fn admin_feed_lifecycle_and_admin_frames() {
         vec![Action::AdminFeed { connected: false }]
     );
     // And again from scratch.
-    let f3 = s.connect("boss", Role::Admin, true, 0);
+    let f3 = s.connect("boss", Role::Admin, true, false, 0);
     assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: true }]);
     s.disconnect(f3);
     assert_eq!(
@@ -1508,7 +1508,7 @@ fn stale_conn_id_does_nothing() {
         ]
     );
     assert_eq!(s.connections(), 0);
-    let new = s.connect("u2", Role::Admin, false, 1);
+    let new = s.connect("u2", Role::Admin, false, false, 1);
     assert_ne!(old, new);
     let hello = s.queued_bytes(new);
     // Everything through the stale handle is ignored, even with the slot reused.
@@ -1773,7 +1773,7 @@ impl Sim {
                 // Clients 0 and 2 share a user: presence is per user.
                 let user = format!("u{}", i % 2);
                 Client {
-                    id: s.connect(&user, Role::Student, false, 0),
+                    id: s.connect(&user, Role::Student, false, false, 0),
                     user,
                     stuck: false,
                     watched: BTreeSet::new(),
@@ -1881,7 +1881,9 @@ impl Sim {
                 let c = &mut self.clients[i % nl];
                 self.s.disconnect(c.id);
                 self.ready.remove(&c.id);
-                c.id = self.s.connect(&c.user, Role::Student, false, self.now);
+                c.id = self
+                    .s
+                    .connect(&c.user, Role::Student, false, false, self.now);
                 c.watched.clear();
                 c.boards.clear();
             }

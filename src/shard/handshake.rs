@@ -4,6 +4,7 @@
 use super::http::Response;
 use super::ShardCtx;
 use crate::auth::Identity;
+use crate::cli::Compression;
 use crate::clock;
 use crate::metrics::Refusal;
 use shards::http_head::{RequestHead, UpgradeError};
@@ -16,6 +17,8 @@ pub struct Accepted {
     pub identity: Identity,
     /// Connected on `/ws/admin`.
     pub admin_feed: bool,
+    /// Negotiated permessage-deflate (section 4a).
+    pub deflate: bool,
     /// The `101` response.
     pub response: Vec<u8>,
 }
@@ -109,14 +112,24 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         ));
     }
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    // An offer that cannot be accepted as a whole is ignored, never refused.
+    let extensions = match (node.args.compression, head.ws_extensions.as_deref()) {
+        (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
+        _ => None,
+    };
+    let deflate = extensions.is_some();
+    let extensions = extensions
+        .map(|e| format!("Sec-WebSocket-Extensions: {e}\r\n"))
+        .unwrap_or_default();
     let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{extensions}\r\n"
     )
     .into_bytes();
     node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
     Ok(Accepted {
         identity,
         admin_feed,
+        deflate,
         response,
     })
 }

@@ -181,6 +181,7 @@ impl ShardCtx {
         m.frames_dropped.store(s.frames_dropped, Relaxed);
         m.resyncs.store(s.resyncs, Relaxed);
         m.frames_rendered.store(s.frames_rendered, Relaxed);
+        m.ws_payload_bytes.store(s.payload_bytes, Relaxed);
         m.slow_consumer_closes
             .store(s.slow_consumer_closes, Relaxed);
         m.idle_closes.store(s.idle_closes, Relaxed);

@@ -149,13 +149,15 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         &ctx,
         &accepted.identity,
         accepted.admin_feed,
+        accepted.deflate,
         stream.as_raw_fd(),
     );
+    let state = ReadState::new(rest, accepted.deflate);
     drop(accepted);
     let (reader, writer) = stream.into_split();
     let writer_task = spawn_local(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     spawn_local(async move {
-        read_loop(&ctx, &io, id, reader, rest).await;
+        read_loop(&ctx, &io, id, reader, state).await;
         io.reader_done.set(true);
         io.writer.notify();
         let _writer = writer_task.await;
@@ -168,9 +170,8 @@ async fn read_loop(
     io: &ConnIo,
     id: ConnId,
     mut reader: OwnedReadHalf,
-    rest: Vec<u8>,
+    mut state: ReadState,
 ) {
-    let mut state = ReadState::new(rest);
     loop {
         if !state.handle_events(ctx, io, id) {
             return;

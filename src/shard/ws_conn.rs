@@ -57,17 +57,19 @@ pub async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted,
         release(&ctx, &accepted.identity.user);
         return;
     }
+    let deflate = accepted.deflate;
     let (id, io) = register(
         &ctx,
         &accepted.identity,
         accepted.admin_feed,
+        deflate,
         stream.as_raw_fd(),
     );
     drop(accepted.identity);
     let (reader, writer) = stream.into_split();
     let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     monoio::spawn(async move {
-        read_loop(&ctx, &io, id, reader, rest).await;
+        read_loop(&ctx, &io, id, reader, ReadState::new(rest, deflate)).await;
         io.reader_done.set(true);
         io.writer.notify();
         let _writer = writer_task.await;
@@ -80,13 +82,17 @@ pub(super) fn register(
     ctx: &Rc<ShardCtx>,
     identity: &Identity,
     admin_feed: bool,
+    deflate: bool,
     fd: RawFd,
 ) -> (ConnId, Rc<ConnIo>) {
     let io = Rc::new(ConnIo::new(fd));
-    let id =
-        ctx.shard
-            .borrow_mut()
-            .connect(&identity.user, identity.role, admin_feed, clock::now_ms());
+    let id = ctx.shard.borrow_mut().connect(
+        &identity.user,
+        identity.role,
+        admin_feed,
+        deflate,
+        clock::now_ms(),
+    );
     ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
     (id, io)
@@ -118,9 +124,14 @@ pub(super) struct ReadState {
 }
 
 impl ReadState {
-    /// Starts decoding with the bytes read past the request head.
-    pub(super) fn new(rest: Vec<u8>) -> Self {
-        let mut decoder = Decoder::new();
+    /// Starts decoding with the bytes read past the request head; `deflate`:
+    /// the connection negotiated permessage-deflate.
+    pub(super) fn new(rest: Vec<u8>, deflate: bool) -> Self {
+        let mut decoder = if deflate {
+            Decoder::with_deflate()
+        } else {
+            Decoder::new()
+        };
         decoder.feed(&rest);
         drop(rest);
         ReadState {
@@ -197,9 +208,8 @@ async fn read_loop(
     io: &ConnIo,
     id: ConnId,
     mut reader: OwnedReadHalf<TcpStream>,
-    rest: Vec<u8>,
+    mut state: ReadState,
 ) {
-    let mut state = ReadState::new(rest);
     loop {
         if !state.handle_events(ctx, io, id) {
             return;

@@ -25,7 +25,10 @@ pub const OP_PONG: u8 = 0xA;
 pub struct Frame {
     pub fin: bool,
     pub opcode: u8,
+    /// The payload, inflated if the frame came compressed.
     pub payload: Vec<u8>,
+    /// RSV1 was set (permessage-deflate).
+    pub compressed: bool,
 }
 
 impl Frame {
@@ -55,6 +58,30 @@ pub enum Got {
 pub struct RawWs {
     pub stream: TcpStream,
     buf: Vec<u8>,
+    /// The server answered a permessage-deflate offer: RSV1 may mark a message.
+    pub deflate: bool,
+}
+
+/// Raw inflate of one message with a fresh context (no context takeover).
+pub fn inflate(payload: &[u8]) -> Vec<u8> {
+    let mut input = payload.to_vec();
+    input.extend_from_slice(&[0, 0, 0xff, 0xff]);
+    let mut d = flate2::Decompress::new(false);
+    let mut out = Vec::with_capacity(1 << 20);
+    d.decompress_vec(&input, &mut out, flate2::FlushDecompress::Sync)
+        .expect("server message inflates");
+    assert_eq!(d.total_in() as usize, input.len(), "whole message inflated");
+    out
+}
+
+/// Raw deflate of one client message, sync tail removed (RFC 7692 7.2.1).
+pub fn deflate(text: &[u8]) -> Vec<u8> {
+    let mut c = flate2::Compress::new(flate2::Compression::new(6), false);
+    let mut out = Vec::with_capacity(text.len() + 64);
+    c.compress_vec(text, &mut out, flate2::FlushCompress::Sync)
+        .unwrap();
+    out.truncate(out.len() - 4);
+    out
 }
 
 /// The upgrade request for `path` (with its query).
@@ -74,12 +101,23 @@ impl RawWs {
     }
 
     /// Upgrades an already connected socket.
-    pub fn connect_with(mut stream: TcpStream, path: &str) -> RawWs {
+    pub fn connect_with(stream: TcpStream, path: &str) -> RawWs {
+        Self::upgrade(stream, path, "").0
+    }
+
+    /// Connects and upgrades with extra request headers (each ending in CRLF);
+    /// returns the connection and the response head.
+    pub fn connect_extra(port: u16, path: &str, extra: &str) -> (RawWs, String) {
+        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        Self::upgrade(stream, path, extra)
+    }
+
+    fn upgrade(mut stream: TcpStream, path: &str, extra: &str) -> (RawWs, String) {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         stream
-            .write_all(upgrade_request(path, "").as_bytes())
+            .write_all(upgrade_request(path, extra).as_bytes())
             .unwrap();
         let mut buf = Vec::new();
         let mut chunk = [0u8; 1024];
@@ -101,10 +139,15 @@ impl RawWs {
             head.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="),
             "{head}"
         );
-        RawWs {
+        let deflate = head
+            .to_ascii_lowercase()
+            .contains("\r\nsec-websocket-extensions: permessage-deflate");
+        let ws = RawWs {
             stream,
             buf: buf.split_off(end),
-        }
+            deflate,
+        };
+        (ws, head)
     }
 
     /// Connects, upgrades and reads the hello.
@@ -142,7 +185,13 @@ impl RawWs {
             return None;
         }
         assert_eq!(b[1] & 0x80, 0, "server frames are never masked");
-        assert_eq!(b[0] & 0x70, 0, "server frames have no RSV bits");
+        let compressed = b[0] & 0x40 != 0;
+        assert_eq!(b[0] & 0x30, 0, "server frames have no RSV2/RSV3");
+        assert!(
+            !compressed || (self.deflate && b[0] & 0x0f == OP_TEXT),
+            "RSV1 only on text frames of a connection that negotiated permessage-deflate: {:#04x}",
+            b[0]
+        );
         let (len, hdr) = match b[1] & 0x7f {
             126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
             127 if b.len() >= 10 => {
@@ -156,10 +205,16 @@ impl RawWs {
         if b.len() < hdr + len {
             return None;
         }
+        let payload = &b[hdr..hdr + len];
         let f = Frame {
             fin: b[0] & 0x80 != 0,
             opcode: b[0] & 0x0f,
-            payload: b[hdr..hdr + len].to_vec(),
+            payload: if compressed {
+                inflate(payload)
+            } else {
+                payload.to_vec()
+            },
+            compressed,
         };
         self.buf.drain(..hdr + len);
         Some(f)

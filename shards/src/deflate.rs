@@ -1,0 +1,337 @@
+//! permessage-deflate (RFC 7692) without context takeover in either direction:
+//! the handshake's negotiation, a server frame compressed once for every viewer
+//! that negotiated it, and the bounded inflation of client messages. Nothing
+//! here is per connection: the shard owns one [`Deflater`], reset per message,
+//! and each client message is inflated by a fresh inflater that is dropped after.
+
+use crate::ws_codec::{close, server_frame_payload, text_frame_with_rsv1, Violation};
+use bytes::Bytes;
+use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+
+/// Payloads shorter than this go out uncompressed (RSV1 clear).
+pub const MIN_COMPRESSED_PAYLOAD: usize = 256;
+
+/// The tail a sync flush ends with, removed on send and put back on receive.
+const SYNC_TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
+
+/// The `Sec-WebSocket-Extensions` answer to a client's offers (the header's
+/// value, several headers joined with `,`), or `None` when no offer can be
+/// accepted as a whole (the connection then proceeds uncompressed).
+///
+/// The server always works without context takeover and with a 15-bit window,
+/// so it accepts the first `permessage-deflate` offer whose parameters are all
+/// valid and allow that: `server_max_window_bits` only if it is 15 (echoed),
+/// `client_max_window_bits` with or without a value (never answered: the
+/// inflater takes any window). Anything else (unknown or repeated parameters,
+/// bad values) declines that offer.
+pub fn negotiate(offers: &str) -> Option<String> {
+    offers.split(',').find_map(accept_offer)
+}
+
+fn accept_offer(offer: &str) -> Option<String> {
+    let mut parts = offer.split(';').map(str::trim);
+    if !parts.next()?.eq_ignore_ascii_case("permessage-deflate") {
+        return None;
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut echo_server_bits = false;
+    for param in parts {
+        let (name, value) = match param.split_once('=') {
+            Some((n, v)) => (n.trim(), Some(unquote(v.trim())?)),
+            None => (param, None),
+        };
+        let name = name.to_ascii_lowercase();
+        if seen.contains(&name) {
+            return None;
+        }
+        match (name.as_str(), value) {
+            ("server_no_context_takeover" | "client_no_context_takeover", None) => {}
+            ("client_max_window_bits", None) => {}
+            ("client_max_window_bits", Some(v)) => {
+                window_bits(v)?;
+            }
+            ("server_max_window_bits", Some(v)) => {
+                // A smaller window than the compressor's 15 bits cannot be honoured.
+                if window_bits(v)? != 15 {
+                    return None;
+                }
+                echo_server_bits = true;
+            }
+            _ => return None,
+        }
+        seen.push(name);
+    }
+    let mut answer =
+        String::from("permessage-deflate; server_no_context_takeover; client_no_context_takeover");
+    if echo_server_bits {
+        answer.push_str("; server_max_window_bits=15");
+    }
+    Some(answer)
+}
+
+/// A parameter value: a token or a quoted string (RFC 7692 section 5.1).
+fn unquote(v: &str) -> Option<&str> {
+    match v.strip_prefix('"') {
+        Some(rest) => rest.strip_suffix('"'),
+        None => Some(v),
+    }
+}
+
+/// A window-bits value: 8..=15 in decimal, no leading zero.
+fn window_bits(v: &str) -> Option<u8> {
+    if v.is_empty() || v.starts_with('0') || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse::<u8>().ok().filter(|b| (8..=15).contains(b))
+}
+
+/// The shard's one compressor, reset before every message (no context takeover).
+pub struct Deflater {
+    compress: Compress,
+}
+
+impl std::fmt::Debug for Deflater {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Deflater")
+    }
+}
+
+impl Default for Deflater {
+    fn default() -> Self {
+        Deflater {
+            // Level 6: JSON of a course frame is small; the ratio matters more
+            // than the microseconds (one compression per render, not per viewer).
+            compress: Compress::new(Compression::new(6), false),
+        }
+    }
+}
+
+impl Deflater {
+    /// The compressed twin of the server text frame `frame` (RSV1 set), or
+    /// `frame` itself when its payload is under [`MIN_COMPRESSED_PAYLOAD`] or
+    /// would not shrink.
+    pub fn compress_frame(&mut self, frame: &Bytes) -> Bytes {
+        // Text frames only: control frames are never compressed.
+        let payload = match server_frame_payload(frame) {
+            Some(p) if frame[0] == 0x81 => p,
+            _ => return frame.clone(),
+        };
+        if payload.len() < MIN_COMPRESSED_PAYLOAD {
+            return frame.clone();
+        }
+        match self.compress(payload) {
+            Some(c) if c.len() < payload.len() => text_frame_with_rsv1(&c),
+            _ => frame.clone(),
+        }
+    }
+
+    /// Raw deflate of one whole message, sync-flushed, its empty-block tail removed.
+    fn compress(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
+        self.compress.reset();
+        let mut out = Vec::with_capacity(payload.len() / 2 + 64);
+        loop {
+            let done = self.compress.total_in() as usize;
+            let input = payload.get(done..)?;
+            self.compress
+                .compress_vec(input, &mut out, FlushCompress::Sync)
+                .ok()?;
+            let all_in = self.compress.total_in() as usize == payload.len();
+            // The flush is complete once a call leaves room in the output.
+            if all_in && out.len() < out.capacity() {
+                break;
+            }
+            out.reserve(out.capacity().max(64));
+        }
+        if !out.ends_with(&SYNC_TAIL) {
+            return None;
+        }
+        out.truncate(out.len() - SYNC_TAIL.len());
+        Some(out)
+    }
+}
+
+/// Inflates one client message (its frames' payloads joined) with a fresh
+/// inflater: more than `limit` bytes out is 1009 (the work stops there, so a
+/// zip bomb costs `limit` bytes), data that does not inflate is 1007.
+pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Violation> {
+    let mut inflater = Decompress::new(false);
+    // One byte of room past the limit tells "exactly the limit" from "more".
+    let mut out = Vec::with_capacity(limit + 1);
+    for input in [compressed, &SYNC_TAIL[..]] {
+        let mut pos = 0;
+        loop {
+            let (in0, out0) = (inflater.total_in(), out.len());
+            let status = inflater
+                .decompress_vec(&input[pos..], &mut out, FlushDecompress::Sync)
+                .map_err(|_| Violation(close::INVALID_DATA))?;
+            pos += (inflater.total_in() - in0) as usize;
+            if out.len() > limit {
+                return Err(Violation(close::TOO_BIG));
+            }
+            if status == Status::StreamEnd || pos == input.len() {
+                break;
+            }
+            if inflater.total_in() == in0 && out.len() == out0 {
+                // No progress with input left: not a deflate stream we can finish.
+                return Err(Violation(close::INVALID_DATA));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ws_codec::text_frame;
+
+    const ANSWER: &str =
+        "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+    #[test]
+    fn negotiation_accepts_whole_offers_only() {
+        // Chromium's and Firefox's offers.
+        assert_eq!(
+            negotiate("permessage-deflate; client_max_window_bits").as_deref(),
+            Some(ANSWER)
+        );
+        assert_eq!(negotiate("permessage-deflate").as_deref(), Some(ANSWER));
+        assert_eq!(
+            negotiate("permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits=10").as_deref(),
+            Some(ANSWER)
+        );
+        assert_eq!(
+            negotiate("permessage-deflate; server_max_window_bits=15").as_deref(),
+            Some("permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=15")
+        );
+        assert_eq!(
+            negotiate("Permessage-Deflate; client_max_window_bits=\"12\"").as_deref(),
+            Some(ANSWER)
+        );
+        // Offers that cannot be accepted as a whole are ignored.
+        for bad in [
+            "",
+            "x-webkit-deflate-frame",
+            "permessage-deflate; server_max_window_bits=10",
+            "permessage-deflate; server_max_window_bits",
+            "permessage-deflate; client_max_window_bits=16",
+            "permessage-deflate; client_max_window_bits=7",
+            "permessage-deflate; client_max_window_bits=010",
+            "permessage-deflate; client_max_window_bits=abc",
+            "permessage-deflate; server_no_context_takeover=1",
+            "permessage-deflate; client_no_context_takeover; client_no_context_takeover",
+            "permessage-deflate; unknown_param",
+            "permessage-deflate; client_max_window_bits=\"12",
+        ] {
+            assert_eq!(negotiate(bad), None, "{bad:?}");
+        }
+        // The first acceptable offer of a list wins.
+        assert_eq!(
+            negotiate("permessage-deflate; server_max_window_bits=9, permessage-deflate; client_max_window_bits").as_deref(),
+            Some(ANSWER)
+        );
+    }
+
+    /// The reference inflater: flate2's raw inflate, a fresh context per message.
+    fn reference_inflate(frame: &[u8]) -> (bool, Vec<u8>) {
+        let rsv1 = frame[0] & 0x40 != 0;
+        assert_eq!(frame[0] & 0x8f, 0x81, "a final text frame");
+        let payload = server_frame_payload(frame).expect("a whole frame");
+        if !rsv1 {
+            return (false, payload.to_vec());
+        }
+        let mut d = Decompress::new(false);
+        let mut input = payload.to_vec();
+        input.extend_from_slice(&SYNC_TAIL);
+        let mut out = Vec::with_capacity(1 << 20);
+        d.decompress_vec(&input, &mut out, FlushDecompress::Sync)
+            .expect("inflates");
+        assert_eq!(d.total_in() as usize, input.len());
+        (true, out)
+    }
+
+    #[test]
+    fn frames_compress_once_and_inflate_back_each_on_its_own() {
+        let mut deflater = Deflater::default();
+        let mut texts = Vec::new();
+        for n in [0usize, 10, 255, 256, 300, 5_000, 70_000] {
+            let sections: Vec<String> = (0..n / 60 + 1)
+                .map(|i| {
+                    format!(
+                        r#"{{"section":{i},"total_seats":50,"seats_taken":{}}}"#,
+                        i % 50
+                    )
+                })
+                .collect();
+            let mut text = format!(r#"{{"type":"frame","sections":[{}]}}"#, sections.join(","));
+            text.truncate(n.max(2));
+            texts.push(text);
+        }
+        // Each message inflates on its own, in any order: no context is carried.
+        let frames: Vec<(String, Bytes)> = texts
+            .iter()
+            .map(|t| (t.clone(), deflater.compress_frame(&text_frame(t))))
+            .collect();
+        for (text, frame) in frames.iter().rev() {
+            let (rsv1, body) = reference_inflate(frame);
+            assert_eq!(body, text.as_bytes());
+            assert_eq!(rsv1, text.len() >= MIN_COMPRESSED_PAYLOAD, "{}", text.len());
+            if rsv1 {
+                assert!(
+                    frame.len() * 2 < text.len() + 10,
+                    "JSON shrinks: {} of {}",
+                    frame.len(),
+                    text.len()
+                );
+            }
+        }
+        // Incompressible payload: sent as it is.
+        let noise: String = (0..400u32)
+            .map(|i| char::from(b'!' + ((i.wrapping_mul(2_654_435_761) >> 13) % 90) as u8))
+            .collect();
+        let plain = text_frame(&noise);
+        let out = deflater.compress_frame(&plain);
+        assert_eq!(reference_inflate(&out).1, noise.as_bytes());
+    }
+
+    #[test]
+    fn inflation_is_bounded() {
+        let mut c = Compress::new(Compression::new(9), false);
+        let deflate = |c: &mut Compress, data: &[u8]| {
+            c.reset();
+            let mut out = Vec::with_capacity(data.len() + 64);
+            c.compress_vec(data, &mut out, FlushCompress::Sync).unwrap();
+            out.truncate(out.len() - 4);
+            out
+        };
+        let ok = deflate(&mut c, br#"{"op":"watch","course":"CS101"}"#);
+        assert_eq!(
+            inflate_message(&ok, 4096).unwrap(),
+            br#"{"op":"watch","course":"CS101"}"#
+        );
+        // Exactly the limit is fine, one byte more is 1009.
+        let at = deflate(&mut c, &[b'a'; 4096]);
+        assert_eq!(inflate_message(&at, 4096).unwrap().len(), 4096);
+        let over = deflate(&mut c, &[b'a'; 4097]);
+        assert_eq!(inflate_message(&over, 4096), Err(Violation(close::TOO_BIG)));
+        // A zip bomb: 64 MiB of zeros in about 64 KiB; stops at the limit.
+        let mut bomb = Vec::new();
+        let mut z = Compress::new(Compression::new(9), false);
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..64 {
+            z.compress_vec(&zeros, &mut bomb, FlushCompress::None)
+                .unwrap();
+            bomb.reserve(1 << 16);
+        }
+        z.compress_vec(&[], &mut bomb, FlushCompress::Sync).unwrap();
+        assert!(bomb.len() < 128 << 10);
+        let started = std::time::Instant::now();
+        assert_eq!(inflate_message(&bomb, 4096), Err(Violation(close::TOO_BIG)));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // Not deflate at all: 1007 (0xff starts a block of reserved type 3).
+        assert_eq!(
+            inflate_message(&[0xff, 0xff, 0xff], 4096),
+            Err(Violation(close::INVALID_DATA))
+        );
+    }
+}
