@@ -48,6 +48,22 @@ fn board_page_shows_live_seats() {
     run_script("board.mjs", sb.port, "board.png");
 }
 
+/// Chromium offers permessage-deflate: the server accepts it, the board's
+/// frames arrive compressed (fewer bytes on the wire than payload, and the
+/// browser is the only client) and decode into the board.
+#[test]
+fn board_frames_arrive_compressed_in_chromium() {
+    let sb = Seatboard::start(&["demo", "--shards", "2"]);
+    run_script("deflate.mjs", sb.port, "deflate.png");
+    let m = sb.metrics();
+    let wire = metric_value(&m, "seatboard_ws_bytes_sent_total");
+    let payload = metric_value(&m, "seatboard_ws_payload_bytes_total");
+    assert!(
+        wire > 0.0 && wire * 1.5 < payload,
+        "compressed on the wire: {wire} B for {payload} B of payload"
+    );
+}
+
 #[test]
 fn admin_page_lists_courses() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);

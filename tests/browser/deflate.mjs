@@ -1,0 +1,106 @@
+// permessage-deflate in a real browser: node deflate.mjs <baseUrl> <screenshotPath>
+//
+// Opens <baseUrl>/?course=ART150 in headless Chromium (which offers
+// permessage-deflate on every WebSocket), and through the DevTools protocol
+// checks that the server's 101 answered the offer with
+// `permessage-deflate; server_no_context_takeover; client_no_context_takeover`,
+// that course frames of 256 B or more arrived (Chromium inflated them), and
+// that the page's board shows them. The Rust side checks the server's byte
+// counters: what went on the wire is less than the payload (so frames were
+// compressed). Prints `frames=N big=M` and exits 0 when all holds.
+import { chromium } from 'playwright-core';
+
+const STEP_TIMEOUT_MS = 20_000;
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const CHROMIUM_ARGS = [
+  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+  '--disable-background-networking', '--disable-component-update', '--disable-sync',
+];
+
+const [rawBase, shotPath] = process.argv.slice(2);
+if (!rawBase || !shotPath) {
+  console.error('usage: node deflate.mjs <baseUrl> <screenshotPath>');
+  process.exit(2);
+}
+const base = rawBase.replace(/\/+$/, '');
+const course = 'ART150';
+let browser = null;
+
+async function finish(code, reason) {
+  if (code !== 0) console.error(`deflate: FAIL: ${reason}`);
+  const closing = browser ? browser.close().catch(() => {}) : Promise.resolve();
+  await Promise.race([closing, new Promise((r) => setTimeout(r, 3000))]);
+  process.exit(code);
+}
+
+setTimeout(() => finish(1, 'overall timeout of 60 s'), 60_000);
+
+async function main() {
+  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
+  const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
+  const page = await context.newPage();
+  const cdp = await context.newCDPSession(page);
+  await cdp.send('Network.enable');
+  let offered = null;
+  let answered = null;
+  const frames = [];
+  cdp.on('Network.webSocketWillSendHandshakeRequest', (e) => {
+    const h = e.request.headers || {};
+    offered = h['Sec-WebSocket-Extensions'] ?? h['sec-websocket-extensions'] ?? null;
+  });
+  cdp.on('Network.webSocketHandshakeResponseReceived', (e) => {
+    const h = e.response.headers || {};
+    answered = h['Sec-WebSocket-Extensions'] ?? h['sec-websocket-extensions'] ?? null;
+  });
+  cdp.on('Network.webSocketFrameReceived', (e) => {
+    if (e.response.opcode !== 1) return;
+    try { frames.push(JSON.parse(e.response.payloadData)); } catch { frames.push({ type: 'unparsable' }); }
+  });
+
+  const resp = await page.goto(`${base}/?course=${course}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
+  if (!resp || !resp.ok()) throw new Error(`GET /?course=${course} answered ${resp ? resp.status() : 'nothing'}`);
+  await page.waitForFunction(() => {
+    const s = document.getElementById('conn-state');
+    return s && s.textContent.trim() === 'live' && document.querySelectorAll('.section[data-section]').length > 0;
+  }, null, { timeout: STEP_TIMEOUT_MS, polling: 100 });
+
+  if (!offered || !/permessage-deflate/i.test(offered)) throw new Error(`Chromium offered ${JSON.stringify(offered)}`);
+  const want = 'permessage-deflate; server_no_context_takeover; client_no_context_takeover';
+  if (answered !== want) throw new Error(`server answered ${JSON.stringify(answered)}, want ${JSON.stringify(want)}`);
+
+  // Live frames for a while: every one parses, and the board follows them.
+  const t0 = Date.now();
+  while (Date.now() - t0 < STEP_TIMEOUT_MS && frames.filter((f) => f.type === 'frame' && !f.full).length < 3) {
+    await page.waitForTimeout(200);
+  }
+  if (frames.some((f) => f.type === 'unparsable')) throw new Error('a received message was not JSON');
+  const courseFrames = frames.filter((f) => f.type === 'frame' && f.course === course);
+  const full = courseFrames.find((f) => f.full);
+  if (!full || full.sections.length === 0) throw new Error('no full frame with sections');
+  const big = courseFrames.filter((f) => JSON.stringify(f).length >= 256).length;
+  if (big === 0) throw new Error('no frame of 256 B or more (nothing to compress)');
+  if (courseFrames.filter((f) => !f.full).length < 3) throw new Error(`only ${courseFrames.length} course frames`);
+
+  // The DOM shows the latest state the frames carried, section by section.
+  await page.waitForTimeout(300);
+  const latest = {};
+  for (const f of courseFrames) {
+    if (f.full) for (const k of Object.keys(latest)) delete latest[k];
+    for (const s of f.sections) latest[s.section] = s.seats_taken;
+  }
+  const shown = await page.evaluate(() => {
+    const out = {};
+    for (const el of document.querySelectorAll('.section[data-section]')) {
+      out[el.dataset.section] = Number(el.querySelector('.seats-taken')?.textContent.trim());
+    }
+    return out;
+  });
+  for (const [k, v] of Object.entries(latest)) {
+    if (shown[k] !== v && shown[k] < v) throw new Error(`section ${k}: board shows ${shown[k]}, frames said ${v}`);
+  }
+  await page.screenshot({ path: shotPath, fullPage: true });
+  console.log(`frames=${courseFrames.length} big=${big}`);
+  await finish(0);
+}
+
+main().catch((e) => finish(1, e && e.message ? e.message.split('\n')[0] : String(e)));
