@@ -231,6 +231,8 @@ pub struct Metrics {
     pub driver_shards: [AtomicU64; 3],
     /// The node's connection cap (`--max-connections`).
     pub max_connections: AtomicU64,
+    /// When the process started (Unix seconds), so restarts show on a graph.
+    pub started_unix_s: f64,
 }
 
 impl Metrics {
@@ -255,6 +257,9 @@ impl Metrics {
             pin_failures: AtomicU64::new(0),
             driver_shards: Default::default(),
             max_connections: AtomicU64::new(0),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
         }
     }
 
@@ -390,6 +395,13 @@ impl Metrics {
             "seatboard_max_connections {}",
             self.max_connections.load(Relaxed)
         );
+        family(
+            &mut o,
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the Unix epoch, in seconds.",
+        );
+        let _ = writeln!(o, "process_start_time_seconds {}", self.started_unix_s);
         family(
             &mut o,
             "seatboard_handshakes_accepted_total",
