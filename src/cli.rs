@@ -66,13 +66,9 @@ pub struct HubArgs {
     /// Address to listen on (WebSocket and HTTP).
     #[arg(long, env = "SEATBOARD_LISTEN", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// Redis URI.
-    #[arg(
-        long,
-        env = "REALTIME_REDIS_URI",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis: String,
+    /// Redis: URIs, mode, pub/sub flavour, CA.
+    #[command(flatten)]
+    pub redis: crate::redis::RedisFlags,
     /// Shard threads (default: usable cores).
     #[arg(long, env = "SEATBOARD_SHARDS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub shards: Option<u16>,
@@ -141,13 +137,9 @@ pub struct HubArgs {
 /// Where the publishing subcommands write: Redis and the two publishing prefixes.
 #[derive(Args, Debug, Clone)]
 pub struct RedisTarget {
-    /// Redis URI.
-    #[arg(
-        long,
-        env = "REALTIME_REDIS_URI",
-        default_value = "redis://127.0.0.1:6379"
-    )]
-    pub redis: String,
+    /// Redis: URIs, mode, pub/sub flavour, CA.
+    #[command(flatten)]
+    pub redis: crate::redis::RedisFlags,
     /// Pub/sub channel prefix.
     #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
     pub channel_prefix: String,

@@ -8,6 +8,8 @@ use crate::analytics::report::{read_after, read_last, PAGE};
 use crate::analytics::worker::{Buckets, Closed, Entry};
 use crate::clock;
 use crate::node::Node;
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
 use serde::Serialize;
 use shards::Snapshot;
 use std::collections::{HashMap, VecDeque};
@@ -236,11 +238,7 @@ struct Series {
     refreshed: Option<Instant>,
 }
 
-fn refresh(
-    con: &mut redis::Connection,
-    key: &str,
-    s: &mut Series,
-) -> Result<bool, redis::RedisError> {
+fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, String> {
     let mut changed = false;
     match s.last_id.clone() {
         None => {
@@ -274,10 +272,10 @@ fn refresh(
 
 /// Starts the refresher thread of a Redis-backed node (not for `demo`).
 pub fn start(node: Arc<Node>) -> std::io::Result<()> {
-    let client = match redis::Client::open(node.args.redis.as_str()) {
-        Ok(c) => c,
+    let redis = match Redis::from_flags(&node.args.redis) {
+        Ok(r) => r,
         Err(e) => {
-            tracing::warn!(error = %e, "history: bad Redis URI, /api/history stays empty");
+            tracing::warn!(error = %e, "history: bad Redis flags, /api/history stays empty");
             return Ok(());
         }
     };
@@ -286,14 +284,13 @@ pub fn start(node: Arc<Node>) -> std::io::Result<()> {
     node.history.running.store(true, Relaxed);
     std::thread::Builder::new()
         .name("seatboard-history".into())
-        .spawn(move || run(&node, &client, &rx))?;
+        .spawn(move || run(&node, Commands::new(&redis, "history"), &rx))?;
     Ok(())
 }
 
-fn run(node: &Node, client: &redis::Client, wake: &crossbeam_channel::Receiver<()>) {
+fn run(node: &Node, mut con: Commands, wake: &crossbeam_channel::Receiver<()>) {
     let history = &node.history;
     let prefix = node.args.analytics_prefix.clone();
-    let mut con: Option<redis::Connection> = None;
     let mut series: HashMap<String, Series> = HashMap::new();
     let mut last_error: Option<String> = None;
     loop {
@@ -307,26 +304,8 @@ fn run(node: &Node, client: &redis::Client, wake: &crossbeam_channel::Receiver<(
             if s.refreshed.is_some_and(|t| t.elapsed() < REFRESH) {
                 continue;
             }
-            if con.is_none() {
-                match client.get_connection_with_timeout(Duration::from_secs(2)) {
-                    Ok(c) => {
-                        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
-                        let _ = c.set_write_timeout(Some(Duration::from_secs(5)));
-                        con = Some(c);
-                    }
-                    Err(e) => {
-                        let msg = e.to_string();
-                        if last_error.as_deref() != Some(msg.as_str()) {
-                            tracing::warn!(error = %e, "history: Redis unavailable");
-                        }
-                        last_error = Some(msg);
-                        break;
-                    }
-                }
-            }
-            let Some(c) = con.as_mut() else { break };
             let key = format!("{prefix}{session}");
-            match refresh(c, &key, s) {
+            match refresh(&mut con, &key, s) {
                 Ok(changed) => {
                     if changed || s.refreshed.is_none() || last_error.is_some() {
                         history.store(session, render(session, "redis", &s.entries, None, false));
@@ -335,14 +314,14 @@ fn run(node: &Node, client: &redis::Client, wake: &crossbeam_channel::Receiver<(
                     last_error = None;
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, session, "history: XRANGE failed");
-                    let msg = e.to_string();
+                    if last_error.as_deref() != Some(e.as_str()) {
+                        tracing::warn!(error = %e, session, "history: XRANGE failed");
+                    }
                     history.store(
                         session,
-                        render(session, "redis", &s.entries, Some(&msg), false),
+                        render(session, "redis", &s.entries, Some(&e), false),
                     );
-                    last_error = Some(msg);
-                    con = None;
+                    last_error = Some(e);
                     break;
                 }
             }

@@ -15,7 +15,7 @@ pub mod node;
 pub mod presence;
 pub mod publish;
 pub mod publisher;
-pub mod redis_link;
+pub mod redis;
 pub mod runtime;
 pub mod sd_notify;
 pub mod serve;

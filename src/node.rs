@@ -81,6 +81,8 @@ pub struct Node {
     pub courses_json: RwLock<String>,
     /// `/api/history` cache (filled by the history thread, or the demo).
     pub history: crate::history::History,
+    /// Redis mode and reachable primaries for `/healthz` (`serve` only).
+    pub redis_health: RwLock<Option<std::sync::Arc<crate::redis::Health>>>,
 }
 
 impl Node {
@@ -106,6 +108,7 @@ impl Node {
             users: UserCounts::new(),
             courses_json: RwLock::new("[]".into()),
             history,
+            redis_health: RwLock::new(None),
         }
     }
 

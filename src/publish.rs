@@ -1,10 +1,11 @@
 //! `seatboard publish`: one snapshot written the way the selection API should,
-//! state hash and PUBLISH in one pipeline, for operators and tests.
+//! state hash then PUBLISH (SPUBLISH in a sharded cluster), for operators and tests.
 
 use crate::cli::PublishArgs;
 use crate::clock;
-use crate::publisher::add_to_pipeline;
-use crate::redis_link::Link;
+use crate::publisher::write;
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
 use shards::snapshot::valid_course;
 use shards::Snapshot;
 use std::process::ExitCode;
@@ -38,16 +39,15 @@ pub fn run(args: PublishArgs) -> ExitCode {
         Some(clock::unix_ms()),
     );
     let t = &args.target;
-    let mut link = match Link::new(&t.redis, "publish") {
-        Ok(l) => l,
+    let redis = match Redis::from_flags(&t.redis) {
+        Ok(r) => r,
         Err(e) => {
-            eprintln!("error: invalid value for '--redis': {e}");
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    let mut p = ::redis::pipe();
-    add_to_pipeline(&mut p, &t.channel_prefix, &t.state_prefix, &snap);
-    match link.run(|c| p.query::<()>(c)) {
+    let mut link = Commands::new(&redis, "publish");
+    match write(&mut link, &t.channel_prefix, &t.state_prefix, &[snap]) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: publish failed: {e}");

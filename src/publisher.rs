@@ -1,10 +1,13 @@
 //! The selection API's half of the contract as a library type: `publish()` never
 //! blocks and never fails the caller. Snapshots go through a bounded queue to a
-//! background thread that writes the state hash and PUBLISHes in one pipeline;
-//! when the queue is full, or Redis is down or black-holed, snapshots are dropped
-//! and counted instead of holding up a seat reservation.
+//! background thread that writes the state hash and PUBLISHes in one pipeline
+//! (in a cluster: the hashes first, then `SPUBLISH`, or `PUBLISH` with
+//! `--pubsub classic`); when the queue is full, or Redis is down or
+//! black-holed, snapshots are dropped and counted instead of holding up a seat
+//! reservation.
 
-use crate::redis_link::Link;
+use crate::redis::commands::Commands;
+use crate::redis::{Mode, PubSubMode, Redis, RedisFlags};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use shards::Snapshot;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -17,8 +20,8 @@ const BATCH: usize = 256;
 /// Where snapshots go.
 #[derive(Debug, Clone)]
 pub struct PublisherConfig {
-    /// Redis URI.
-    pub redis: String,
+    /// Redis: URIs, mode, pub/sub flavour, CA (`RedisFlags::new(uri)` for the defaults).
+    pub redis: RedisFlags,
     /// Channel prefix (`seats:`).
     pub channel_prefix: String,
     /// State hash prefix (`seatstate:`).
@@ -47,7 +50,8 @@ impl Publisher {
     /// Starts the background thread; fails only on a malformed URI (Redis
     /// being unreachable is not an error: snapshots are dropped until it is back).
     pub fn start(config: PublisherConfig) -> Result<Publisher, String> {
-        let link = Link::new(&config.redis, "publisher")?;
+        let redis = Redis::from_flags(&config.redis)?;
+        let link = Commands::new(&redis, "publisher");
         let (tx, rx) = bounded(config.queue.max(1));
         let counters = Arc::new(Counters::default());
         let c = Arc::clone(&counters);
@@ -129,7 +133,53 @@ pub fn add_to_pipeline(
         .ignore();
 }
 
-fn run(mut link: Link, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: PublisherConfig) {
+/// Writes snapshots the way the contract asks: standalone, hash and PUBLISH
+/// in one pipeline; in a cluster, every hash first (pipelined per primary),
+/// then `SPUBLISH` (or `PUBLISH` with `--pubsub classic`), so a node that
+/// subscribes and then reads the hash can never miss a snapshot.
+pub fn write(
+    link: &mut Commands,
+    channel_prefix: &str,
+    state_prefix: &str,
+    batch: &[Snapshot],
+) -> Result<(), String> {
+    if link.mode()? == Mode::Standalone {
+        let mut p = ::redis::pipe();
+        for s in batch {
+            add_to_pipeline(&mut p, channel_prefix, state_prefix, s);
+        }
+        return link.raw_pipeline::<()>(&p);
+    }
+    let publish = match link.redis().pubsub {
+        PubSubMode::Sharded => "SPUBLISH",
+        PubSubMode::Classic => "PUBLISH",
+    };
+    let payloads: Vec<String> = batch.iter().map(Snapshot::to_payload).collect();
+    let hashes: Vec<::redis::Cmd> = batch
+        .iter()
+        .zip(&payloads)
+        .map(|(s, p)| {
+            let mut c = ::redis::cmd("HSET");
+            c.arg(format!("{state_prefix}{}", s.course))
+                .arg(s.section)
+                .arg(p);
+            c
+        })
+        .collect();
+    link.pipeline::<()>(&hashes)?;
+    let pubs: Vec<::redis::Cmd> = batch
+        .iter()
+        .zip(payloads)
+        .map(|(s, p)| {
+            let mut c = ::redis::cmd(publish);
+            c.arg(format!("{channel_prefix}{}", s.course)).arg(p);
+            c
+        })
+        .collect();
+    link.pipeline::<()>(&pubs)
+}
+
+fn run(mut link: Commands, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: PublisherConfig) {
     let mut batch = Vec::with_capacity(BATCH);
     while let Ok(first) = rx.recv() {
         batch.push(first);
@@ -139,12 +189,8 @@ fn run(mut link: Link, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: PublisherC
                 Err(_) => break,
             }
         }
-        let mut p = ::redis::pipe();
-        for s in &batch {
-            add_to_pipeline(&mut p, &cfg.channel_prefix, &cfg.state_prefix, s);
-        }
         let n = batch.len() as u64;
-        match link.run(|con| p.query::<()>(con)) {
+        match write(&mut link, &cfg.channel_prefix, &cfg.state_prefix, &batch) {
             Ok(()) => c.published.fetch_add(n, Relaxed),
             Err(e) => {
                 tracing::debug!(error = %e, dropped = n, "publish failed");

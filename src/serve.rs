@@ -2,26 +2,170 @@
 //! thread that keeps `/api/courses` in step with the state hashes.
 
 use crate::ingest::redis::RedisSource;
+use crate::ingest::sharded::ShardedSource;
+use crate::ingest::source::{Source, SourceEvent};
 use crate::node::Node;
 use crate::presence::redis::RedisPresence;
-use crate::redis_link::{glob_escape, Link};
+use crate::redis::backoff::Backoff;
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
 use crate::runtime::{self, Hub};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// How often the course list is rebuilt from the state hashes (the contract's cache bound).
 const COURSES_EVERY: Duration = Duration::from_secs(10);
-/// Keys asked for per SCAN step.
-const SCAN_COUNT: usize = 1000;
+
+/// The pub/sub source for the deployment: classic (standalone, or a cluster
+/// with `--pubsub classic`) or sharded; chosen once the mode is known, which
+/// under `--redis-mode auto` may be after start if Redis was down then.
+pub enum AnySource {
+    /// The mode is not known yet: what the router asked for, to replay.
+    Pending {
+        /// The deployment.
+        redis: Arc<Redis>,
+        /// Channel and state prefixes.
+        prefixes: (String, String),
+        /// Courses asked for.
+        courses: BTreeSet<String>,
+        /// Whether an admin watches.
+        firehose: bool,
+        /// Next attempt to learn the mode.
+        backoff: Backoff,
+    },
+    /// Standalone or classic.
+    Classic(RedisSource),
+    /// Sharded pub/sub in a cluster.
+    Sharded(ShardedSource),
+}
+
+impl AnySource {
+    /// The source for `redis` with these prefixes (never fails: Redis may come later).
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, state_prefix: &str) -> AnySource {
+        let mut s = AnySource::Pending {
+            redis: Arc::clone(redis),
+            prefixes: (channel_prefix.to_owned(), state_prefix.to_owned()),
+            courses: BTreeSet::new(),
+            firehose: false,
+            backoff: Backoff::default(),
+        };
+        s.settle();
+        s
+    }
+
+    /// Builds the real source once the mode can be learned.
+    fn settle(&mut self) -> bool {
+        let AnySource::Pending {
+            redis,
+            prefixes,
+            courses,
+            firehose,
+            backoff,
+        } = self
+        else {
+            return true;
+        };
+        if !backoff.ready() {
+            return false;
+        }
+        if let Err(e) = redis.resolve() {
+            tracing::debug!(error = %e, "Redis mode not known yet");
+            backoff.failed();
+            return false;
+        }
+        let (courses, firehose) = (std::mem::take(courses), *firehose);
+        let mut real = if redis.sharded() {
+            AnySource::Sharded(ShardedSource::new(redis, &prefixes.0, &prefixes.1))
+        } else {
+            AnySource::Classic(RedisSource::new(redis, &prefixes.0, &prefixes.1))
+        };
+        real.set_firehose(firehose);
+        for c in &courses {
+            real.subscribe(c);
+        }
+        *self = real;
+        true
+    }
+}
+
+impl Source for AnySource {
+    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent> {
+        match self {
+            AnySource::Classic(s) => s.poll(timeout),
+            AnySource::Sharded(s) => s.poll(timeout),
+            AnySource::Pending { .. } => {
+                if self.settle() {
+                    // Whatever was watched meanwhile is read now.
+                    return Some(SourceEvent::Reconnected);
+                }
+                std::thread::sleep(timeout);
+                None
+            }
+        }
+    }
+
+    fn subscribe(&mut self, course: &str) {
+        match self {
+            AnySource::Classic(s) => s.subscribe(course),
+            AnySource::Sharded(s) => s.subscribe(course),
+            AnySource::Pending { courses, .. } => {
+                courses.insert(course.to_owned());
+            }
+        }
+    }
+
+    fn unsubscribe(&mut self, course: &str) {
+        match self {
+            AnySource::Classic(s) => s.unsubscribe(course),
+            AnySource::Sharded(s) => s.unsubscribe(course),
+            AnySource::Pending { courses, .. } => {
+                courses.remove(course);
+            }
+        }
+    }
+
+    fn set_firehose(&mut self, on: bool) {
+        match self {
+            AnySource::Classic(s) => s.set_firehose(on),
+            AnySource::Sharded(s) => s.set_firehose(on),
+            AnySource::Pending { firehose, .. } => *firehose = on,
+        }
+    }
+
+    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
+        match self {
+            AnySource::Classic(s) => s.load_state(course),
+            AnySource::Sharded(s) => s.load_state(course),
+            AnySource::Pending { .. } => None,
+        }
+    }
+
+    fn known_courses(&mut self) -> Vec<String> {
+        match self {
+            AnySource::Classic(s) => s.known_courses(),
+            AnySource::Sharded(s) => s.known_courses(),
+            AnySource::Pending { .. } => Vec::new(),
+        }
+    }
+
+    fn connected(&self) -> bool {
+        match self {
+            AnySource::Classic(s) => s.connected(),
+            AnySource::Sharded(s) => s.connected(),
+            AnySource::Pending { .. } => false,
+        }
+    }
+}
 
 /// Starts the hub with Redis pub/sub and presence.
 pub fn start(node: Arc<Node>) -> std::io::Result<Hub> {
     let args = &node.args;
-    let source = RedisSource::new(&args.redis, &args.channel_prefix, &args.state_prefix)
-        .map_err(std::io::Error::other)?;
-    let store =
-        RedisPresence::new(&args.redis, &args.presence_prefix).map_err(std::io::Error::other)?;
-    let link = Link::new(&args.redis, "course list").map_err(std::io::Error::other)?;
+    let redis = Redis::from_flags(&args.redis).map_err(std::io::Error::other)?;
+    *node.redis_health.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&redis.health));
+    let source = AnySource::new(&redis, &args.channel_prefix, &args.state_prefix);
+    let store = RedisPresence::new(&redis, &args.presence_prefix);
+    let link = Commands::new(&redis, "course list");
     let prefix = args.state_prefix.clone();
     let hub = runtime::start(Arc::clone(&node), source, store)?;
     let n = Arc::clone(&node);
@@ -31,8 +175,8 @@ pub fn start(node: Arc<Node>) -> std::io::Result<Hub> {
     Ok(hub)
 }
 
-/// Every 10 s: SCAN `<state-prefix>*`, publish the sorted course codes.
-fn courses_loop(node: Arc<Node>, mut link: Link, prefix: String) {
+/// Every 10 s: SCAN `<state-prefix>*` (on every primary), publish the sorted course codes.
+fn courses_loop(node: Arc<Node>, mut link: Commands, prefix: String) {
     loop {
         match scan_courses(&mut link, &prefix) {
             Ok(courses) => node.set_courses(&courses),
@@ -43,31 +187,15 @@ fn courses_loop(node: Arc<Node>, mut link: Link, prefix: String) {
 }
 
 /// The sorted, valid course codes that have a state hash.
-pub fn scan_courses(link: &mut Link, prefix: &str) -> Result<Vec<String>, String> {
-    let pattern = format!("{}*", glob_escape(prefix));
-    let mut cursor: u64 = 0;
-    let mut courses = Vec::new();
-    loop {
-        let (next, keys): (u64, Vec<String>) = link.run(|c| {
-            ::redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .query(c)
-        })?;
-        courses.extend(
-            keys.iter()
-                .filter_map(|k| k.strip_prefix(prefix))
-                .filter(|c| shards::snapshot::valid_course(c))
-                .map(str::to_owned),
-        );
-        if next == 0 {
-            break;
-        }
-        cursor = next;
-    }
+pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, String> {
+    let keys = link.scan(prefix, None)?;
+    let mut courses: Vec<String> = keys
+        .iter()
+        .filter_map(|k| std::str::from_utf8(k).ok())
+        .filter_map(|k| k.strip_prefix(prefix))
+        .filter(|c| shards::snapshot::valid_course(c))
+        .map(str::to_owned)
+        .collect();
     courses.sort();
     courses.dedup();
     Ok(courses)

@@ -47,7 +47,7 @@ pub fn run(args: SimulateArgs) -> ExitCode {
     }) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: invalid value for '--redis': {e}");
+            eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };

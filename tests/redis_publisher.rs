@@ -17,7 +17,7 @@ const T: Duration = Duration::from_secs(10);
 
 fn config(uri: String) -> PublisherConfig {
     PublisherConfig {
-        redis: uri,
+        redis: seatboard::redis::RedisFlags::new(&uri),
         channel_prefix: "seats:".into(),
         state_prefix: "seatstate:".into(),
         queue: 64,

@@ -18,17 +18,15 @@ pub struct AnalyticsArgs {
     /// Run something else than the worker.
     #[command(subcommand)]
     pub action: Option<AnalyticsCommand>,
-    /// Redis URI.
-    #[arg(
-        long,
-        env = "REALTIME_REDIS_URI",
-        default_value = "redis://127.0.0.1:6379",
-        global = true
-    )]
-    pub redis: String,
+    /// Redis: URIs, mode, pub/sub flavour, CA.
+    #[command(flatten)]
+    pub redis: crate::redis::RedisFlags,
     /// Pub/sub channel prefix (the worker subscribes to `<prefix>*`).
     #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
     pub channel_prefix: String,
+    /// State hash prefix (sharded cluster: the courses to shard-subscribe are found by SCAN of it).
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    pub state_prefix: String,
     /// Presence sorted-set prefix (read only).
     #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
     pub presence_prefix: String,
@@ -93,20 +91,16 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
     if args.session.is_empty() {
         return usage("invalid value '' for '--session': must not be empty");
     }
-    let client = match ::redis::Client::open(args.redis.as_str()) {
-        Ok(c) => c,
-        Err(e) => {
-            return usage(&format!(
-                "invalid value '{}' for '--redis': {e}",
-                args.redis
-            ))
-        }
+    let redis = match crate::redis::Redis::from_flags(&args.redis) {
+        Ok(r) => r,
+        Err(e) => return usage(&e),
     };
     match &args.action {
         Some(AnalyticsCommand::Report(r)) => {
             let key = stream_key(&args.analytics_prefix, &args.session);
             let mut out = std::io::stdout().lock();
-            match report::run(&client, &key, r, &mut out) {
+            let mut con = crate::redis::commands::Commands::new(&redis, "report");
+            match report::run(&mut con, &key, r, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e}");
@@ -122,7 +116,7 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
                     return ExitCode::from(1);
                 }
             }
-            redis::run(&client, &args, &stop);
+            redis::run(&redis, &args, &stop);
             ExitCode::SUCCESS
         }
     }

@@ -1,149 +1,97 @@
-//! The analytics worker's I/O loop: one pub/sub connection (PSUBSCRIBE), one
-//! command connection (SCAN + ZCOUNT, XADD), reconnects with capped jittered
-//! backoff. A Redis blip loses at most the bucket in flight, and says so.
+//! The analytics worker's I/O loop on the shared Redis layer: the pattern
+//! subscription (classic pub/sub), or in a sharded cluster every course with a
+//! state hash shard-subscribed (rescanned every 5 s), plus the command client
+//! (SCAN + ZCOUNT on every primary, XADD). A Redis blip loses at most the
+//! bucket in flight, and says so.
 
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
 use crate::clock;
-use redis::{Client, Connection, RedisError};
+use crate::ingest::source::{Source, SourceEvent};
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
+use crate::serve::AnySource;
 use shards::snapshot::valid_course;
 use shards::Snapshot;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a blocked pub/sub read waits before the loop looks at the clock.
+/// How long a pub/sub poll waits before the loop looks at the clock.
 const POLL: Duration = Duration::from_millis(50);
-/// Reconnect backoff: first ceiling and cap.
-const BACKOFF_BASE_MS: u64 = 100;
-const BACKOFF_CAP_MS: u64 = 2_000;
-/// Command timeouts on the command connection.
-const CMD_TIMEOUT: Duration = Duration::from_secs(5);
-/// Keys per SCAN page.
-const SCAN_COUNT: u64 = 1000;
+/// Keys counted per ZCOUNT pipeline.
+const COUNT_BATCH: usize = 1000;
 /// At most one "rejected payload" log line this often.
 const REJECT_LOG_EVERY: Duration = Duration::from_secs(10);
 
-/// Escapes glob metacharacters so a prefix matches itself in `SCAN MATCH`/`PSUBSCRIBE`.
-pub fn glob_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    for c in s.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-/// Viewer counts per course: `ZCOUNT key <now> +inf` over `SCAN MATCH <prefix>*`.
-/// Read only: nothing here writes, trims or expires a presence key.
+/// Viewer counts per course: `ZCOUNT key <now> +inf` over `SCAN MATCH <prefix>*`
+/// (every primary in a cluster). Read only: nothing here writes, trims or
+/// expires a presence key.
 pub fn read_viewers(
-    con: &mut Connection,
+    con: &mut Commands,
     prefix: &str,
     now_ms: u64,
-) -> Result<HashMap<String, u64>, RedisError> {
-    let pattern = format!("{}*", glob_escape(prefix));
+) -> Result<HashMap<String, u64>, String> {
+    let keys: Vec<(Vec<u8>, String)> = con
+        .scan(prefix, Some("zset"))?
+        .into_iter()
+        .filter_map(|k| {
+            let course = std::str::from_utf8(&k)
+                .ok()?
+                .strip_prefix(prefix)
+                .filter(|c| valid_course(c))?
+                .to_owned();
+            Some((k, course))
+        })
+        .collect();
     let mut out = HashMap::new();
-    let mut cursor: u64 = 0;
-    loop {
-        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .arg("TYPE")
-            .arg("zset")
-            .query(con)?;
-        let keys: Vec<(Vec<u8>, String)> = keys
-            .into_iter()
-            .filter_map(|k| {
-                let course = std::str::from_utf8(&k)
-                    .ok()?
-                    .strip_prefix(prefix)
-                    .filter(|c| valid_course(c))?
-                    .to_owned();
-                Some((k, course))
-            })
-            .collect();
-        if !keys.is_empty() {
-            let mut pipe = redis::pipe();
-            for (k, _) in &keys {
-                pipe.cmd("ZCOUNT").arg(k).arg(now_ms).arg("+inf");
+    for chunk in keys.chunks(COUNT_BATCH) {
+        let zcount = |k: &[u8]| {
+            let mut c = redis::cmd("ZCOUNT");
+            c.arg(k).arg(now_ms).arg("+inf");
+            c
+        };
+        let cmds: Vec<redis::Cmd> = chunk.iter().map(|(k, _)| zcount(k)).collect();
+        let counts: Vec<u64> = match con.pipeline(&cmds) {
+            Ok(c) => c,
+            // A key changed type between SCAN and ZCOUNT (or the connection
+            // failed): count the rest one by one, failing on a dead connection.
+            Err(_) => {
+                let mut v = Vec::with_capacity(chunk.len());
+                for (k, _) in chunk {
+                    match con.query::<u64>(&zcount(k)) {
+                        Ok(n) => v.push(n),
+                        Err(_) if con.is_connected() => v.push(0),
+                        Err(e) => return Err(e),
+                    }
+                }
+                v
             }
-            let counts: Vec<u64> = match pipe.query(con) {
-                Ok(c) => c,
-                Err(e) if e.is_io_error() || e.is_unrecoverable_error() => return Err(e),
-                // A key changed type between SCAN and ZCOUNT: count the rest one by one.
-                Err(_) => keys
-                    .iter()
-                    .map(|(k, _)| {
-                        redis::cmd("ZCOUNT")
-                            .arg(k)
-                            .arg(now_ms)
-                            .arg("+inf")
-                            .query(con)
-                            .unwrap_or(0)
-                    })
-                    .collect(),
-            };
-            for ((_, course), n) in keys.into_iter().zip(counts) {
-                out.insert(course, n);
-            }
-        }
-        cursor = next;
-        if cursor == 0 {
-            return Ok(out);
+        };
+        for ((_, course), n) in chunk.iter().zip(counts) {
+            out.insert(course.clone(), n);
         }
     }
+    Ok(out)
 }
 
 /// Appends one entry: `XADD <key> MAXLEN ~ <max_len> * bucket_start_ms .. bucket_ms .. courses ..`.
-pub fn append(
-    con: &mut Connection,
-    key: &str,
-    max_len: u64,
-    e: &Entry,
-) -> Result<String, RedisError> {
-    redis::cmd("XADD")
-        .arg(key)
-        .arg("MAXLEN")
-        .arg("~")
-        .arg(max_len)
-        .arg("*")
-        .arg("bucket_start_ms")
-        .arg(e.bucket_start_ms)
-        .arg("bucket_ms")
-        .arg(e.bucket_ms)
-        .arg("courses")
-        .arg(e.courses_json())
-        .query(con)
-}
-
-/// Capped, fully jittered exponential backoff.
-struct Backoff {
-    attempt: u32,
-}
-
-impl Backoff {
-    fn next(&mut self) -> Duration {
-        let ceiling = BACKOFF_CAP_MS.min(BACKOFF_BASE_MS << self.attempt.min(10));
-        self.attempt = self.attempt.saturating_add(1);
-        Duration::from_millis(fastrand::u64(ceiling / 2..=ceiling))
-    }
-}
-
-/// Sleeps up to `d`, returning early once `stop` is set.
-fn nap(d: Duration, stop: &AtomicBool) {
-    let end = Instant::now() + d;
-    while !stop.load(Relaxed) {
-        let now = Instant::now();
-        if now >= end {
-            return;
-        }
-        std::thread::sleep((end - now).min(Duration::from_millis(20)));
-    }
+pub fn append(con: &mut Commands, key: &str, max_len: u64, e: &Entry) -> Result<String, String> {
+    con.query(
+        redis::cmd("XADD")
+            .arg(key)
+            .arg("MAXLEN")
+            .arg("~")
+            .arg(max_len)
+            .arg("*")
+            .arg("bucket_start_ms")
+            .arg(e.bucket_start_ms)
+            .arg("bucket_ms")
+            .arg(e.bucket_ms)
+            .arg("courses")
+            .arg(e.courses_json()),
+    )
 }
 
 struct Loop<'a> {
@@ -158,17 +106,9 @@ struct Loop<'a> {
     down_since: Option<Instant>,
 }
 
-/// How a connected session ended.
-enum End {
-    Stopped,
-    Failed(RedisError),
-}
-
 impl Loop<'_> {
-    fn on_message(&mut self, channel: &str, payload: &[u8]) {
-        let Some(course) = channel.strip_prefix(self.args.channel_prefix.as_str()) else {
-            return;
-        };
+    fn on_message(&mut self, course: &str, payload: &[u8]) {
+        let channel = format!("{}{course}", self.args.channel_prefix);
         match Snapshot::parse(payload, Some(course)) {
             Ok(s) => self.buckets.on_snapshot(&s),
             Err(why) => {
@@ -189,7 +129,7 @@ impl Loop<'_> {
         }
     }
 
-    fn flush_pending(&mut self, cmd: &mut Connection) -> Result<(), RedisError> {
+    fn flush_pending(&mut self, cmd: &mut Commands) -> Result<(), String> {
         if let Some(e) = self.pending.take() {
             match append(cmd, &self.key, self.args.max_len, &e) {
                 Ok(id) => tracing::info!(
@@ -207,7 +147,7 @@ impl Loop<'_> {
     }
 
     /// Closes the bucket in flight if it is over.
-    fn close_due(&mut self, cmd: &mut Connection) -> Result<(), RedisError> {
+    fn close_due(&mut self, cmd: &mut Commands) -> Result<(), String> {
         let now = clock::unix_ms();
         if !self.buckets.due(now) {
             return Ok(());
@@ -254,76 +194,11 @@ impl Loop<'_> {
         }
         Ok(())
     }
-
-    /// One connected stretch: subscribe, then count and close buckets until
-    /// stopped or Redis fails. `connected` turns true once subscribed.
-    fn session(&mut self, client: &Client, stop: &AtomicBool, connected: &mut bool) -> End {
-        let mut cmd = match client.get_connection_with_timeout(CMD_TIMEOUT) {
-            Ok(c) => c,
-            Err(e) => return End::Failed(e),
-        };
-        let mut sub = match client.get_connection_with_timeout(CMD_TIMEOUT) {
-            Ok(c) => c,
-            Err(e) => return End::Failed(e),
-        };
-        for r in [
-            cmd.set_read_timeout(Some(CMD_TIMEOUT)),
-            cmd.set_write_timeout(Some(CMD_TIMEOUT)),
-            sub.set_write_timeout(Some(CMD_TIMEOUT)),
-        ] {
-            if let Err(e) = r {
-                return End::Failed(e);
-            }
-        }
-        let mut ps = sub.as_pubsub();
-        let pattern = format!("{}*", glob_escape(&self.args.channel_prefix));
-        if let Err(e) = ps.psubscribe(&pattern) {
-            return End::Failed(e);
-        }
-        if let Err(e) = ps.set_read_timeout(Some(POLL)) {
-            return End::Failed(e);
-        }
-        *connected = true;
-        match self.down_since.take() {
-            Some(t) => tracing::info!(
-                pattern,
-                down_ms = t.elapsed().as_millis() as u64,
-                "reconnected to Redis, counting again"
-            ),
-            None => tracing::info!(pattern, stream = self.key, "analytics worker subscribed"),
-        }
-        if let Err(e) = self.flush_pending(&mut cmd) {
-            return End::Failed(e);
-        }
-        loop {
-            if stop.load(Relaxed) {
-                return End::Stopped;
-            }
-            // The clock is looked at before every message is counted, so a
-            // message read after a boundary never lands in the closed bucket.
-            let msg = ps.get_message();
-            if let Err(e) = self.close_due(&mut cmd) {
-                return End::Failed(e);
-            }
-            match msg {
-                Ok(msg) => self.on_message(msg.get_channel_name(), msg.get_payload_bytes()),
-                Err(e) if e.is_timeout() => {}
-                // SIGTERM/SIGINT interrupted the read: the loop head stops.
-                Err(_) if stop.load(Relaxed) => {}
-                Err(e) => {
-                    if !self.buckets.is_lost() {
-                        self.buckets.lose();
-                    }
-                    return End::Failed(e);
-                }
-            }
-        }
-    }
 }
 
 /// Runs the worker until `stop` is set (SIGTERM/SIGINT). A bucket in flight at
 /// the stop is dropped, never flushed partial.
-pub fn run(client: &Client, args: &AnalyticsArgs, stop: &AtomicBool) {
+pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
     let key = stream_key(&args.analytics_prefix, &args.session);
     tracing::info!(
         stream = key,
@@ -340,55 +215,60 @@ pub fn run(client: &Client, args: &AnalyticsArgs, stop: &AtomicBool) {
         last_reject_log: None,
         down_since: None,
     };
-    let mut backoff = Backoff { attempt: 0 };
+    let mut source = AnySource::new(redis, &args.channel_prefix, &args.state_prefix);
+    source.set_firehose(true);
+    let mut cmd = Commands::new(redis, "analytics");
+    let mut was_up = false;
+    let mut announced = false;
     while !stop.load(Relaxed) {
-        let mut connected = false;
-        match lp.session(client, stop, &mut connected) {
-            End::Stopped => break,
-            End::Failed(e) => {
-                if connected {
-                    backoff.attempt = 0;
-                    tracing::warn!(
-                        error = %e,
-                        bucket_start_ms = lp.buckets.start_ms(),
-                        "Redis connection lost; reconnecting (the bucket in flight is lost)"
-                    );
-                    lp.down_since = Some(Instant::now());
-                } else if lp.down_since.is_none() {
-                    tracing::warn!(error = %e, "Redis unavailable; retrying");
-                    lp.down_since = Some(Instant::now());
-                } else {
-                    tracing::debug!(error = %e, "reconnect failed");
+        let ev = source.poll(POLL);
+        let up = source.connected();
+        if up && !was_up {
+            match lp.down_since.take() {
+                Some(t) => tracing::info!(
+                    down_ms = t.elapsed().as_millis() as u64,
+                    "reconnected to Redis, counting again"
+                ),
+                None if !announced => {
+                    tracing::info!(stream = lp.key, "analytics worker subscribed")
                 }
+                None => {}
             }
+            announced = true;
+        } else if !up && was_up {
+            if !lp.buckets.is_lost() {
+                lp.buckets.lose();
+            }
+            tracing::warn!(
+                bucket_start_ms = lp.buckets.start_ms(),
+                "Redis connection lost; reconnecting (the bucket in flight is lost)"
+            );
+            lp.down_since = Some(Instant::now());
+        } else if !up && lp.down_since.is_none() {
+            tracing::warn!("Redis unavailable; retrying");
+            lp.down_since = Some(Instant::now());
         }
-        nap(backoff.next(), stop);
+        was_up = up;
+        if !up {
+            continue;
+        }
+        if lp.pending.is_some() && lp.flush_pending(&mut cmd).is_err() {
+            continue;
+        }
+        // The clock is looked at before every message is counted, so a
+        // message read after a boundary never lands in the closed bucket.
+        let _ = lp.close_due(&mut cmd);
+        match ev {
+            Some(SourceEvent::Message { course, payload }) => lp.on_message(&course, &payload),
+            Some(SourceEvent::Oversize { course }) => {
+                lp.rejected += 1;
+                tracing::warn!(course, "dropping an oversized snapshot (not counted)");
+            }
+            _ => {}
+        }
     }
     if lp.pending.is_some() {
         tracing::warn!("stopping with one bucket unwritten (Redis was down)");
     }
     tracing::info!("seatboard analytics stopped");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn glob_metacharacters_are_escaped() {
-        assert_eq!(glob_escape("seats:"), "seats:");
-        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
-    }
-
-    #[test]
-    fn backoff_is_jittered_and_capped() {
-        let mut b = Backoff { attempt: 0 };
-        let first = b.next();
-        assert!(first >= Duration::from_millis(50) && first <= Duration::from_millis(100));
-        for _ in 0..40 {
-            let d = b.next();
-            assert!(d <= Duration::from_millis(BACKOFF_CAP_MS), "{d:?}");
-        }
-        assert!(b.next() >= Duration::from_millis(BACKOFF_CAP_MS / 2));
-    }
 }

@@ -3,10 +3,9 @@
 
 use super::worker::Entry;
 use super::ReportArgs;
+use crate::redis::commands::Commands;
 use redis::streams::StreamRangeReply;
-use redis::{Client, Connection, RedisError};
 use std::io::Write;
-use std::time::Duration;
 
 /// Entries per XRANGE page.
 pub const PAGE: usize = 1000;
@@ -31,33 +30,35 @@ fn entries(reply: StreamRangeReply) -> Vec<(String, Entry)> {
 
 /// Up to `count` entries after stream id `after` (exclusive; `None`: from the start), oldest first.
 pub fn read_after(
-    con: &mut Connection,
+    con: &mut Commands,
     key: &str,
     after: Option<&str>,
     count: usize,
-) -> Result<Page, RedisError> {
+) -> Result<Page, String> {
     let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
-    let reply: StreamRangeReply = redis::cmd("XRANGE")
-        .arg(key)
-        .arg(start)
-        .arg("+")
-        .arg("COUNT")
-        .arg(count)
-        .query(con)?;
+    let reply: StreamRangeReply = con.query(
+        redis::cmd("XRANGE")
+            .arg(key)
+            .arg(start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(count),
+    )?;
     // The last raw id, even if that entry did not parse, so paging moves on.
     let last = reply.ids.last().map(|s| s.id.clone());
     Ok((entries(reply), last))
 }
 
 /// The last `count` entries, oldest first (`XREVRANGE + - COUNT n`).
-pub fn read_last(con: &mut Connection, key: &str, count: usize) -> Result<Page, RedisError> {
-    let reply: StreamRangeReply = redis::cmd("XREVRANGE")
-        .arg(key)
-        .arg("+")
-        .arg("-")
-        .arg("COUNT")
-        .arg(count)
-        .query(con)?;
+pub fn read_last(con: &mut Commands, key: &str, count: usize) -> Result<Page, String> {
+    let reply: StreamRangeReply = con.query(
+        redis::cmd("XREVRANGE")
+            .arg(key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(count),
+    )?;
     let last = reply.ids.first().map(|s| s.id.clone());
     let mut v = entries(reply);
     v.reverse();
@@ -168,24 +169,20 @@ pub fn render(
 
 /// `seatboard analytics report`: reads the whole stream (or its last `--last` entries) and prints it.
 pub fn run(
-    client: &Client,
+    con: &mut Commands,
     key: &str,
     args: &ReportArgs,
     out: &mut impl Write,
 ) -> Result<(), String> {
-    let mut con = client
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .map_err(|e| format!("cannot reach Redis: {e}"))?;
-    let _ = con.set_read_timeout(Some(Duration::from_secs(30)));
     let mut series = Vec::new();
     if args.last > 0 {
-        series = read_last(&mut con, key, args.last)
+        series = read_last(con, key, args.last)
             .map_err(|e| format!("XREVRANGE {key}: {e}"))?
             .0;
     } else {
         let mut after: Option<String> = None;
         loop {
-            let (page, last) = read_after(&mut con, key, after.as_deref(), PAGE)
+            let (page, last) = read_after(con, key, after.as_deref(), PAGE)
                 .map_err(|e| format!("XRANGE {key}: {e}"))?;
             series.extend(page);
             match last {

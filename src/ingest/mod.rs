@@ -5,7 +5,7 @@
 pub mod bus;
 pub mod inbox;
 pub mod redis;
-pub mod resp;
+pub mod sharded;
 pub mod source;
 
 use crate::clock;
@@ -313,6 +313,7 @@ impl<S: Source> Ingest<S> {
                     Err(r) => self.rejected(r, &course),
                 }
             }
+            SourceEvent::Oversize { course } => self.rejected(shards::Reject::TooLarge, &course),
             SourceEvent::Reconnected => {
                 self.node.metrics.redis_reconnects.fetch_add(1, Relaxed);
                 // Reseed every watched course: versions keep this idempotent.

@@ -1,85 +1,72 @@
-//! The Redis `Source` of `serve`: one pub/sub connection owned by the ingest
-//! thread (SUBSCRIBE per watched course, or PSUBSCRIBE `<prefix>*` while admins
-//! watch), plus a command connection for the state hashes. Redis going away is
-//! routine: the source reports itself disconnected, reconnects with jittered
-//! backoff capped at 2 s, restores exactly the subscriptions it should hold and
-//! tells the router to reseed.
+//! The classic Redis `Source` of `serve`: one pub/sub connection owned by the
+//! ingest thread (SUBSCRIBE per watched course, or PSUBSCRIBE `<prefix>*` while
+//! admins watch), plus the command client for the state hashes. Used for a
+//! standalone Redis and for `--pubsub classic` in a cluster (any one node
+//! hears every PUBLISH there; on failure it moves to another node). Redis going
+//! away is routine: the source reports itself disconnected, reconnects with
+//! jittered backoff capped at 2 s, restores exactly the subscriptions it should
+//! hold and tells the router to reseed.
 
-use super::resp::{Item, Reader};
 use super::source::{Source, SourceEvent};
-use crate::redis_link::{glob_escape, Backoff, Link, CONNECT_TIMEOUT, IO_TIMEOUT};
+use crate::redis::backoff::Backoff;
+use crate::redis::commands::Commands;
+use crate::redis::conn::{classify, packed, Fill, Frame, PubConn};
+use crate::redis::resp::Item;
+use crate::redis::{glob_escape, Mode, Redis};
 use shards::snapshot::MAX_PAYLOAD;
 use std::collections::{BTreeSet, VecDeque};
-use std::io::{self, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Silence on the pub/sub connection after which a PING checks it is alive.
-const PING_AFTER: Duration = Duration::from_secs(5);
+pub const PING_AFTER: Duration = Duration::from_secs(5);
 /// How long a PING may go unanswered before the connection counts as dead.
-const PING_DEADLINE: Duration = Duration::from_secs(3);
+pub const PING_DEADLINE: Duration = Duration::from_secs(3);
 /// How long a (P)SUBSCRIBE confirmation may take.
-const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// Channels per SUBSCRIBE command when resubscribing many.
 const SUBSCRIBE_BATCH: usize = 512;
 
 /// The live pub/sub connection.
 struct Sub {
-    stream: TcpStream,
-    reader: Reader,
-    read_timeout: Option<Duration>,
-    last_rx: Instant,
-    ping_sent: Option<Instant>,
+    conn: PubConn,
     /// Whether this connection holds the pattern subscription.
     pattern: bool,
 }
 
-/// What one pub/sub frame is.
-enum Frame {
-    Message { channel: Vec<u8>, payload: Item },
-    Confirm(Vec<u8>),
-    Error(String),
-    Other,
-}
-
-fn classify(items: Vec<Item>) -> Frame {
-    let mut it = items.into_iter();
-    let kind = match it.next() {
-        Some(Item::Bulk(k)) => k,
-        Some(Item::Error(e)) => return Frame::Error(String::from_utf8_lossy(&e).into_owned()),
-        _ => return Frame::Other,
-    };
-    match kind.as_slice() {
-        b"message" => match (it.next(), it.next()) {
-            (Some(Item::Bulk(channel)), Some(payload)) => Frame::Message { channel, payload },
-            _ => Frame::Other,
-        },
-        // The actual channel, not the pattern, names the course.
-        b"pmessage" => match (it.next(), it.next(), it.next()) {
-            (Some(_pattern), Some(Item::Bulk(channel)), Some(payload)) => {
-                Frame::Message { channel, payload }
-            }
-            _ => Frame::Other,
-        },
-        b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" => Frame::Confirm(kind),
-        _ => Frame::Other,
+/// A payload frame turned into a source event (`None`: not one of ours).
+pub fn message_event(channel_prefix: &str, channel: Vec<u8>, payload: Item) -> Option<SourceEvent> {
+    let course = channel.strip_prefix(channel_prefix.as_bytes())?;
+    let course = String::from_utf8_lossy(course).into_owned();
+    match payload {
+        Item::Bulk(payload) => Some(SourceEvent::Message { course, payload }),
+        // Skipped unread by the reader: refused as too large without a copy.
+        Item::Oversize(_) => Some(SourceEvent::Oversize { course }),
+        _ => Some(SourceEvent::Message {
+            course,
+            payload: Vec::new(),
+        }),
     }
 }
 
-fn packed(cmd: &str, args: impl IntoIterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
-    let mut c = ::redis::cmd(cmd);
-    for a in args {
-        c.arg(a.as_ref());
+/// The course's current state (HGETALL of its state hash), one payload per section.
+pub fn read_state(cmds: &mut Commands, state_prefix: &str, course: &str) -> Option<Vec<Vec<u8>>> {
+    let key = format!("{state_prefix}{course}");
+    match cmds.query::<Vec<Vec<u8>>>(::redis::cmd("HGETALL").arg(&key)) {
+        Ok(flat) => Some(flat.into_iter().skip(1).step_by(2).collect()),
+        Err(e) => {
+            tracing::debug!(error = %e, course, "state hash read failed");
+            None
+        }
     }
-    c.get_packed_command()
 }
 
-/// A `Source` on Redis pub/sub.
+/// A `Source` on classic Redis pub/sub.
 pub struct RedisSource {
-    link: Link,
-    host: String,
-    port: u16,
-    auth: Option<(Option<String>, String)>,
+    redis: Arc<Redis>,
+    link: Commands,
+    /// Index into the candidate nodes of the one used now.
+    node: usize,
     channel_prefix: String,
     pattern: String,
     state_prefix: String,
@@ -93,29 +80,13 @@ pub struct RedisSource {
 }
 
 impl RedisSource {
-    /// A source on `uri` with these prefixes; connects at once but an
-    /// unreachable Redis is not an error (it keeps retrying). Fails only on a
-    /// URI it cannot use.
-    pub fn new(uri: &str, channel_prefix: &str, state_prefix: &str) -> Result<Self, String> {
-        let link = Link::new(uri, "state reads")?;
-        let info = link.client().get_connection_info();
-        let (host, port) = match info.addr() {
-            ::redis::ConnectionAddr::Tcp(h, p) => (h.clone(), *p),
-            other => {
-                return Err(format!(
-                    "unsupported Redis address {other:?} (use redis://)"
-                ))
-            }
-        };
-        let r = info.redis_settings();
-        let auth = r
-            .password()
-            .map(|p| (r.username().map(str::to_owned), p.to_owned()));
+    /// A source on `redis` with these prefixes; connects at once but an
+    /// unreachable Redis is not an error (it keeps retrying).
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, state_prefix: &str) -> Self {
         let mut s = RedisSource {
-            link,
-            host,
-            port,
-            auth,
+            redis: Arc::clone(redis),
+            link: Commands::new(redis, "state reads"),
+            node: 0,
             channel_prefix: channel_prefix.to_owned(),
             pattern: format!("{}*", glob_escape(channel_prefix)),
             state_prefix: state_prefix.to_owned(),
@@ -127,12 +98,9 @@ impl RedisSource {
             ever_connected: false,
         };
         if !s.connect() {
-            tracing::warn!(
-                redis = uri,
-                "Redis unreachable at start; serving degraded and retrying"
-            );
+            tracing::warn!("Redis unreachable at start; serving degraded and retrying");
         }
-        Ok(s)
+        s
     }
 
     fn channel(&self, course: &str) -> String {
@@ -140,56 +108,38 @@ impl RedisSource {
     }
 
     fn drop_sub(&mut self, why: &str) {
-        if self.sub.take().is_some() {
-            tracing::warn!(reason = why, "Redis pub/sub connection lost; reconnecting");
+        if let Some(s) = self.sub.take() {
+            tracing::warn!(reason = why, node = %format!("{}:{}", s.conn.addr.0, s.conn.addr.1), "Redis pub/sub connection lost; reconnecting");
+        }
+        // Next attempt on the next node (a cluster in classic mode: any node
+        // hears every PUBLISH; standalone: the same one again).
+        self.node = self.node.wrapping_add(1);
+        if self.redis.mode() == Some(Mode::Cluster) {
+            let _ = self.link.slot_map();
         }
         self.backoff.failed();
-    }
-
-    fn open_stream(&self) -> io::Result<TcpStream> {
-        let mut last = io::Error::other("no address");
-        for addr in (self.host.as_str(), self.port).to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT) {
-                Ok(s) => {
-                    s.set_nodelay(true)?;
-                    s.set_write_timeout(Some(IO_TIMEOUT))?;
-                    return Ok(s);
-                }
-                Err(e) => last = e,
-            }
-        }
-        Err(last)
     }
 
     /// Connects, authenticates and restores every current subscription; on
     /// success queues `Reconnected` so the router rereads the state hashes.
     fn connect(&mut self) -> bool {
-        let stream = match self.open_stream() {
-            Ok(s) => s,
+        let nodes = self.redis.candidates();
+        let Some(addr) = nodes.get(self.node % nodes.len().max(1)).cloned() else {
+            return false;
+        };
+        let conn = match PubConn::open(&self.redis, &addr, MAX_PAYLOAD) {
+            Ok(c) => c,
             Err(e) => {
-                tracing::debug!(error = %e, "Redis pub/sub connect failed");
+                tracing::debug!(error = %e, node = %format!("{}:{}", addr.0, addr.1), "Redis pub/sub connect failed");
+                self.node = self.node.wrapping_add(1);
                 self.backoff.failed();
                 return false;
             }
         };
         self.sub = Some(Sub {
-            stream,
-            reader: Reader::new(MAX_PAYLOAD),
-            read_timeout: None,
-            last_rx: Instant::now(),
-            ping_sent: None,
+            conn,
             pattern: false,
         });
-        if let Some((user, pass)) = self.auth.clone() {
-            let cmd = match &user {
-                Some(u) => packed("AUTH", [u.as_str(), pass.as_str()]),
-                None => packed("AUTH", [pass.as_str()]),
-            };
-            if !self.send(&cmd) || !self.await_reply(b"", 1) {
-                self.drop_sub("AUTH failed");
-                return false;
-            }
-        }
         let ok = if self.firehose {
             let cmd = packed("PSUBSCRIBE", [self.pattern.as_str()]);
             let ok = self.send(&cmd) && self.await_reply(b"psubscribe", 1);
@@ -225,7 +175,7 @@ impl RedisSource {
         let Some(sub) = &mut self.sub else {
             return false;
         };
-        match sub.stream.write_all(bytes) {
+        match sub.conn.send(bytes) {
             Ok(()) => true,
             Err(e) => {
                 self.drop_sub(&format!("write: {e}"));
@@ -239,33 +189,12 @@ impl RedisSource {
         let Some(sub) = &mut self.sub else {
             return false;
         };
-        let t = Some(timeout.max(Duration::from_millis(1)));
-        if sub.read_timeout != t {
-            if let Err(e) = sub.stream.set_read_timeout(t) {
-                self.drop_sub(&format!("set timeout: {e}"));
-                return false;
-            }
-            sub.read_timeout = t;
-        }
-        match sub.reader.read_from(&mut sub.stream) {
-            Ok(0) => {
+        match sub.conn.fill(timeout) {
+            Ok(Fill::Closed) => {
                 self.drop_sub("closed by Redis");
                 false
             }
-            Ok(_) => {
-                sub.last_rx = Instant::now();
-                sub.ping_sent = None;
-                true
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                true
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => true,
+            Ok(_) => true,
             Err(e) => {
                 self.drop_sub(&format!("read: {e}"));
                 false
@@ -278,7 +207,7 @@ impl RedisSource {
         let Some(sub) = &mut self.sub else {
             return Err(());
         };
-        match sub.reader.next_frame() {
+        match sub.conn.next_frame() {
             Ok(Some(items)) => Ok(Some(classify(items))),
             Ok(None) => Ok(None),
             Err(e) => {
@@ -289,16 +218,7 @@ impl RedisSource {
     }
 
     fn message(&self, channel: Vec<u8>, payload: Item) -> Option<SourceEvent> {
-        let course = channel.strip_prefix(self.channel_prefix.as_bytes())?;
-        let course = String::from_utf8_lossy(course).into_owned();
-        let payload = match payload {
-            Item::Bulk(p) => p,
-            // Skipped unread; a payload just over the limit makes the parser
-            // count it as `too_large` like any other oversized snapshot.
-            Item::Oversize(_) => vec![b' '; MAX_PAYLOAD + 1],
-            _ => Vec::new(),
-        };
-        Some(SourceEvent::Message { course, payload })
+        message_event(&self.channel_prefix, channel, payload)
     }
 
     /// Waits for `n` replies of `kind` (an empty kind: any non-error simple
@@ -314,7 +234,7 @@ impl RedisSource {
                     }
                     continue;
                 }
-                Ok(Some(Frame::Confirm(k))) if k == kind => {
+                Ok(Some(Frame::Confirm(k, _))) if k == kind => {
                     n -= 1;
                     continue;
                 }
@@ -344,14 +264,8 @@ impl RedisSource {
     /// Pings a silent connection and gives up on one that stays silent.
     fn keepalive(&mut self) {
         let Some(sub) = &mut self.sub else { return };
-        match sub.ping_sent {
-            Some(t) if t.elapsed() > PING_DEADLINE => self.drop_sub("PING unanswered"),
-            Some(_) => {}
-            None if sub.last_rx.elapsed() > PING_AFTER => {
-                sub.ping_sent = Some(Instant::now());
-                self.send(b"*1\r\n$4\r\nPING\r\n");
-            }
-            None => {}
+        if let Err(e) = sub.conn.keepalive(PING_AFTER, PING_DEADLINE) {
+            self.drop_sub(&e.to_string());
         }
     }
 }
@@ -403,7 +317,7 @@ impl Source for RedisSource {
             if now >= deadline || !self.fill(deadline - now) {
                 return None;
             }
-            if self.sub.as_ref().is_some_and(|s| s.reader.buffered() == 0) {
+            if self.sub.as_mut().is_some_and(|s| !s.conn.buffered()) {
                 return None;
             }
         }
@@ -457,17 +371,7 @@ impl Source for RedisSource {
     }
 
     fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
-        let key = format!("{}{course}", self.state_prefix);
-        let r = self
-            .link
-            .run(|c| ::redis::cmd("HGETALL").arg(&key).query::<Vec<Vec<u8>>>(c));
-        match r {
-            Ok(flat) => Some(flat.into_iter().skip(1).step_by(2).collect()),
-            Err(e) => {
-                tracing::debug!(error = %e, course, "state hash read failed");
-                None
-            }
-        }
+        read_state(&mut self.link, &self.state_prefix, course)
     }
 
     fn connected(&self) -> bool {

@@ -12,6 +12,11 @@ pub enum SourceEvent {
         /// The raw payload.
         payload: Vec<u8>,
     },
+    /// A payload over the 64 KiB cap on `<channel-prefix><course>`, skipped unread.
+    Oversize {
+        /// The channel's suffix.
+        course: String,
+    },
     /// The connection came back: every subscription is restored, state must be reread.
     Reconnected,
 }

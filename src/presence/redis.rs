@@ -1,24 +1,27 @@
 //! The Redis presence store of `serve`: sorted sets `<presence-prefix><course>`
-//! of user -> expiry (Unix ms), on a command connection of its own whose every
-//! call is bounded by timeouts, so the presence worker never hangs on Redis.
+//! of user -> expiry (Unix ms), through the shared command client (in a
+//! cluster each set lives on its own slot and pipelines go out per primary),
+//! whose every call is bounded by timeouts, so the presence worker never hangs.
 
 use super::{PresenceStore, StoreResult};
-use crate::redis_link::Link;
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
+use redis::Cmd;
 use std::sync::Arc;
 
 /// Presence in Redis sorted sets.
 pub struct RedisPresence {
-    link: Link,
+    link: Commands,
     prefix: String,
 }
 
 impl RedisPresence {
-    /// A store on `uri` with keys `<prefix><course>`; connects lazily.
-    pub fn new(uri: &str, prefix: &str) -> Result<Self, String> {
-        Ok(RedisPresence {
-            link: Link::new(uri, "presence")?,
+    /// A store on `redis` with keys `<prefix><course>`; connects lazily.
+    pub fn new(redis: &Arc<Redis>, prefix: &str) -> Self {
+        RedisPresence {
+            link: Commands::new(redis, "presence"),
             prefix: prefix.to_owned(),
-        })
+        }
     }
 
     fn key(&self, course: &str) -> String {
@@ -26,48 +29,53 @@ impl RedisPresence {
     }
 }
 
+fn trim(key: &str, now_ms: u64) -> Cmd {
+    let mut c = redis::cmd("ZREMRANGEBYSCORE");
+    c.arg(key).arg(0).arg(now_ms);
+    c
+}
+
 impl PresenceStore for RedisPresence {
     fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
         let key = self.key(course);
-        self.link.run(|c| {
-            ::redis::cmd("ZADD")
-                .arg(&key)
-                .arg(expiry_ms)
-                .arg(user)
-                .query::<()>(c)
-        })
+        self.link
+            .query(redis::cmd("ZADD").arg(&key).arg(expiry_ms).arg(user))
     }
 
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
         let key = self.key(course);
-        self.link
-            .run(|c| ::redis::cmd("ZREM").arg(&key).arg(user).query::<()>(c))
+        self.link.query(redis::cmd("ZREM").arg(&key).arg(user))
     }
 
     fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
-        let mut p = ::redis::pipe();
-        for (course, user) in members {
-            p.cmd("ZADD")
-                .arg(self.key(course))
-                .arg(expiry_ms)
-                .arg(&**user)
-                .ignore();
+        let cmds: Vec<Cmd> = members
+            .iter()
+            .map(|(course, user)| {
+                let mut c = redis::cmd("ZADD");
+                c.arg(self.key(course)).arg(expiry_ms).arg(&**user);
+                c
+            })
+            .collect();
+        if cmds.is_empty() {
+            return Ok(());
         }
-        self.link.run(|c| p.query::<()>(c))
+        self.link.pipeline::<()>(&cmds)
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
-        let mut p = ::redis::pipe();
+        let mut cmds = Vec::with_capacity(courses.len() * 2);
         for course in courses {
             let key = self.key(course);
-            p.cmd("ZREMRANGEBYSCORE")
-                .arg(&key)
-                .arg(0)
-                .arg(now_ms)
-                .ignore();
-            p.cmd("ZCARD").arg(&key);
+            cmds.push(trim(&key, now_ms));
+            let mut c = redis::cmd("ZCARD");
+            c.arg(&key);
+            cmds.push(c);
         }
-        self.link.run(|c| p.query::<Vec<u64>>(c))
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let replies: Vec<u64> = self.link.pipeline(&cmds)?;
+        Ok(replies.into_iter().skip(1).step_by(2).collect())
     }
 
     fn roster(
@@ -77,18 +85,12 @@ impl PresenceStore for RedisPresence {
         limit: usize,
     ) -> StoreResult<(u64, Vec<String>)> {
         let key = self.key(course);
-        let mut p = ::redis::pipe();
-        p.cmd("ZREMRANGEBYSCORE")
-            .arg(&key)
-            .arg(0)
-            .arg(now_ms)
-            .ignore();
-        p.cmd("ZCARD").arg(&key);
-        p.cmd("ZRANGE")
-            .arg(&key)
-            .arg(0)
-            .arg(limit.saturating_sub(1));
-        let (total, ids): (u64, Vec<String>) = self.link.run(|c| p.query(c))?;
+        let mut card = redis::cmd("ZCARD");
+        card.arg(&key);
+        let mut range = redis::cmd("ZRANGE");
+        range.arg(&key).arg(0).arg(limit.saturating_sub(1));
+        let (_, total, ids): (u64, u64, Vec<String>) =
+            self.link.pipeline(&[trim(&key, now_ms), card, range])?;
         Ok((total, ids))
     }
 }

@@ -187,10 +187,28 @@ pub fn page(node: &Node, page: &str) -> Response {
     match page {
         "/healthz" => {
             let up = node.source_up.load(Relaxed);
+            let health = node
+                .redis_health
+                .read()
+                .map(|h| h.clone())
+                .unwrap_or_default();
+            // In cluster mode: Redis is up while any primary answers; the node
+            // is degraded while a watched course's slot has no reachable primary.
+            let (redis, extra) = match health.as_deref().map(|h| (h.mode(), h)) {
+                Some((Some("cluster"), h)) => {
+                    let n = h.nodes_up.load(Relaxed);
+                    (
+                        up || n > 0,
+                        format!(",\"redis_mode\":\"cluster\",\"redis_nodes_up\":{n}"),
+                    )
+                }
+                Some((Some(m), _)) => (up, format!(",\"redis_mode\":\"{m}\"")),
+                _ => (up, String::new()),
+            };
             Response::json(
                 200,
                 format!(
-                    "{{\"status\":\"{}\",\"redis\":{up},\"shards\":{},\"connections\":{},\"draining\":{}}}",
+                    "{{\"status\":\"{}\",\"redis\":{redis},\"shards\":{},\"connections\":{},\"draining\":{}{extra}}}",
                     if up { "ok" } else { "degraded" },
                     node.shards,
                     node.metrics.connections(),

@@ -1,0 +1,494 @@
+//! The sharded Redis Cluster `Source` (`--pubsub sharded`, contract §2a): each
+//! watched course's channel is `SSUBSCRIBE`d on the primary that owns its slot,
+//! one pub/sub connection per primary that owns a watched channel and none to
+//! the others. A connection loss, a `MOVED` reply, or the server unsubscribing
+//! a channel whose slot moved marks the slot map stale: it is reread, every
+//! channel that lost its place is subscribed again on its new owner, and the
+//! router is told to reread the state hashes. While an admin watches, every
+//! course with a state hash (SCAN on every primary, every 5 s) is subscribed.
+
+use super::redis::{message_event, read_state, CONFIRM_TIMEOUT, PING_AFTER, PING_DEADLINE};
+use super::source::{Source, SourceEvent};
+use crate::redis::backoff::Backoff;
+use crate::redis::commands::{Commands, MAP_REFRESH};
+use crate::redis::conn::{classify, packed, wait_readable, Fill, Frame, PubConn};
+use crate::redis::slots::{Addr, SlotMap};
+use crate::redis::Redis;
+use shards::snapshot::{valid_course, MAX_PAYLOAD};
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the admin firehose looks for new courses.
+pub const RESCAN: Duration = Duration::from_secs(5);
+
+fn show(a: &Addr) -> String {
+    format!("{}:{}", a.0, a.1)
+}
+
+/// A `Source` on sharded pub/sub in a Redis Cluster.
+pub struct ShardedSource {
+    redis: Arc<Redis>,
+    cmds: Commands,
+    channel_prefix: String,
+    state_prefix: String,
+    map: Option<SlotMap>,
+    map_at: Instant,
+    map_dirty: bool,
+    /// Whether the last slot-map read succeeded.
+    up: bool,
+    conns: Vec<PubConn>,
+    /// Where each subscribed course's channel is confirmed subscribed.
+    placed: HashMap<String, Addr>,
+    /// Courses the router asked for.
+    wanted: BTreeSet<String>,
+    firehose: bool,
+    /// Courses with a state hash, subscribed while the firehose is on.
+    scanned: BTreeSet<String>,
+    next_scan: Instant,
+    pending: VecDeque<SourceEvent>,
+    backoff: Backoff,
+    /// A channel lost its place: the router rereads state once all are placed again.
+    moved: bool,
+    rr: usize,
+}
+
+impl ShardedSource {
+    /// A source on the cluster `redis`; reads the slot map at once, but an
+    /// unreachable cluster is not an error (it keeps retrying).
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, state_prefix: &str) -> Self {
+        let mut s = ShardedSource {
+            redis: Arc::clone(redis),
+            cmds: Commands::new(redis, "state reads"),
+            channel_prefix: channel_prefix.to_owned(),
+            state_prefix: state_prefix.to_owned(),
+            map: None,
+            map_at: Instant::now(),
+            map_dirty: true,
+            up: false,
+            conns: Vec::new(),
+            placed: HashMap::new(),
+            wanted: BTreeSet::new(),
+            firehose: false,
+            scanned: BTreeSet::new(),
+            next_scan: Instant::now(),
+            pending: VecDeque::new(),
+            backoff: Backoff::default(),
+            moved: false,
+            rr: 0,
+        };
+        s.reconcile();
+        if !s.up {
+            tracing::warn!("Redis Cluster unreachable at start; serving degraded and retrying");
+        }
+        s
+    }
+
+    fn channel(&self, course: &str) -> String {
+        format!("{}{course}", self.channel_prefix)
+    }
+
+    fn course_of<'a>(&self, channel: &'a [u8]) -> Option<&'a str> {
+        std::str::from_utf8(channel.strip_prefix(self.channel_prefix.as_bytes())?).ok()
+    }
+
+    /// Courses that should be subscribed now. While an admin watches nothing is
+    /// unsubscribed (the firehose covers every course the node ever saw).
+    fn desired(&self) -> BTreeSet<String> {
+        let mut d = self.wanted.clone();
+        if self.firehose {
+            d.extend(self.scanned.iter().cloned());
+            d.extend(self.placed.keys().cloned());
+        }
+        d
+    }
+
+    fn conn_index(&self, addr: &Addr) -> Option<usize> {
+        self.conns.iter().position(|c| &c.addr == addr)
+    }
+
+    /// Drops connection `i`: its channels lose their place.
+    fn lose(&mut self, i: usize, why: &str) {
+        let c = self.conns.swap_remove(i);
+        let before = self.placed.len();
+        self.placed.retain(|_, a| *a != c.addr);
+        let lost = before - self.placed.len();
+        if lost > 0 {
+            self.moved = true;
+        }
+        self.map_dirty = true;
+        tracing::warn!(node = %show(&c.addr), reason = why, channels = lost, "Redis shard pub/sub connection lost; resubscribing on the slot owners");
+    }
+
+    /// Handles one frame from connection `i`; an event for the router, if any.
+    fn frame(&mut self, i: usize, f: Frame) -> Option<SourceEvent> {
+        match f {
+            Frame::Message { channel, payload } => {
+                message_event(&self.channel_prefix, channel, payload)
+            }
+            Frame::Confirm(kind, channel) => {
+                let course = self.course_of(&channel)?.to_owned();
+                let addr = self.conns.get(i)?.addr.clone();
+                match kind.as_slice() {
+                    b"ssubscribe" => {
+                        self.placed.insert(course, addr);
+                    }
+                    b"sunsubscribe" if self.placed.get(&course) == Some(&addr) => {
+                        // Not asked for (ours are forgotten before they are
+                        // sent): the slot moved away from this primary.
+                        self.placed.remove(&course);
+                        self.moved = true;
+                        self.map_dirty = true;
+                        tracing::info!(course, node = %show(&addr), "shard channel unsubscribed by the server (slot moved)");
+                    }
+                    _ => {}
+                }
+                None
+            }
+            Frame::Error(e) => {
+                if e.starts_with("MOVED") || e.starts_with("ASK") || e.starts_with("CLUSTERDOWN") {
+                    self.map_dirty = true;
+                }
+                tracing::warn!(error = %e, "Redis error on a shard pub/sub connection");
+                None
+            }
+            Frame::Other => None,
+        }
+    }
+
+    /// Subscribes `courses` on their slots' owners, pipelined per primary,
+    /// and waits for the confirmations. True if every one got its place.
+    fn place(&mut self, courses: Vec<String>) -> bool {
+        let Some(map) = self.map.clone() else {
+            return false;
+        };
+        let mut by_owner: HashMap<Addr, Vec<String>> = HashMap::new();
+        let mut all = true;
+        for c in courses {
+            match map.owner_of(self.channel(&c).as_bytes()) {
+                Some(o) => by_owner.entry(o.clone()).or_default().push(c),
+                None => all = false,
+            }
+        }
+        for (owner, courses) in by_owner {
+            let i = match self.conn_index(&owner) {
+                Some(i) => i,
+                None => match PubConn::open(&self.redis, &owner, MAX_PAYLOAD) {
+                    Ok(c) => {
+                        self.conns.push(c);
+                        self.conns.len() - 1
+                    }
+                    Err(e) => {
+                        tracing::debug!(node = %show(&owner), error = %e, "shard pub/sub connect failed");
+                        self.map_dirty = true;
+                        all = false;
+                        continue;
+                    }
+                },
+            };
+            let mut out = Vec::new();
+            for c in &courses {
+                out.extend(packed("SSUBSCRIBE", [self.channel(c)]));
+            }
+            if let Err(e) = self.conns[i].send(&out) {
+                self.lose(i, &format!("write: {e}"));
+                all = false;
+                continue;
+            }
+            all &= self.await_replies(i, courses.len());
+        }
+        all
+    }
+
+    /// Waits for `n` replies on connection `i`, queueing messages meanwhile.
+    fn await_replies(&mut self, i: usize, mut n: usize) -> bool {
+        let deadline = Instant::now() + CONFIRM_TIMEOUT;
+        let mut ok = true;
+        while n > 0 {
+            match self.conns[i].next_frame() {
+                Err(e) => {
+                    self.lose(i, &format!("protocol: {e}"));
+                    return false;
+                }
+                Ok(Some(items)) => {
+                    let f = classify(items);
+                    let reply = match &f {
+                        Frame::Confirm(k, _) => k == b"ssubscribe",
+                        Frame::Error(_) => {
+                            ok = false;
+                            true
+                        }
+                        _ => false,
+                    };
+                    if reply {
+                        n -= 1;
+                    }
+                    if let Some(ev) = self.frame(i, f) {
+                        self.pending.push_back(ev);
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.lose(i, "no confirmation from Redis");
+                return false;
+            }
+            match self.conns[i].fill(deadline - now) {
+                Ok(Fill::Closed) => {
+                    self.lose(i, "closed by Redis");
+                    return false;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    self.lose(i, &format!("read: {e}"));
+                    return false;
+                }
+            }
+        }
+        ok
+    }
+
+    /// Unsubscribes `course` from wherever it is placed.
+    fn unplace(&mut self, course: &str) {
+        let Some(addr) = self.placed.remove(course) else {
+            return;
+        };
+        if let Some(i) = self.conn_index(&addr) {
+            let cmd = packed("SUNSUBSCRIBE", [self.channel(course)]);
+            if let Err(e) = self.conns[i].send(&cmd) {
+                self.lose(i, &format!("write: {e}"));
+            }
+        }
+    }
+
+    fn refresh_map(&mut self) -> bool {
+        match self.cmds.slot_map() {
+            Ok(Some(m)) => {
+                // Channels whose slot changed owner move there.
+                let stale: Vec<String> = self
+                    .placed
+                    .iter()
+                    .filter(|(c, a)| m.owner_of(self.channel(c).as_bytes()) != Some(*a))
+                    .map(|(c, _)| c.clone())
+                    .collect();
+                for c in stale {
+                    self.unplace(&c);
+                    self.moved = true;
+                }
+                let primaries = m.primaries();
+                let up = primaries
+                    .iter()
+                    .filter(|p| {
+                        self.conn_index(p).is_some()
+                            || PubConn::open(&self.redis, p, MAX_PAYLOAD).is_ok()
+                    })
+                    .count();
+                self.redis.health.nodes_up.store(up as u64, Relaxed);
+                self.map = Some(m);
+                self.map_at = Instant::now();
+                self.map_dirty = false;
+                self.up = true;
+                true
+            }
+            Ok(None) => {
+                tracing::error!("--pubsub sharded needs a Redis Cluster; this one is standalone");
+                self.up = false;
+                false
+            }
+            Err(e) => {
+                if self.up {
+                    tracing::warn!(error = %e, "Redis Cluster slot map unavailable");
+                }
+                self.redis.health.nodes_up.store(0, Relaxed);
+                self.up = false;
+                false
+            }
+        }
+    }
+
+    /// Brings subscriptions in line with what is wanted and where slots live.
+    fn reconcile(&mut self) {
+        let desired = self.desired();
+        let extra: Vec<String> = self
+            .placed
+            .keys()
+            .filter(|c| !desired.contains(*c))
+            .cloned()
+            .collect();
+        for c in extra {
+            self.unplace(&c);
+        }
+        let rescan = self.firehose && Instant::now() >= self.next_scan;
+        let stale = self.map_dirty || self.map.is_none() || self.map_at.elapsed() >= MAP_REFRESH;
+        let missing = desired.iter().any(|c| !self.placed.contains_key(c));
+        if (stale || missing || rescan) && self.backoff.ready() {
+            let mut ok = !stale || self.refresh_map();
+            if ok && rescan {
+                self.next_scan = Instant::now() + RESCAN;
+                self.scan();
+            }
+            let todo: Vec<String> = self
+                .desired()
+                .into_iter()
+                .filter(|c| !self.placed.contains_key(c))
+                .collect();
+            if ok && !todo.is_empty() {
+                ok = self.place(todo);
+            }
+            if ok {
+                self.backoff.reset();
+                if self.moved {
+                    self.moved = false;
+                    tracing::info!(
+                        channels = self.placed.len(),
+                        "shard channels subscribed again on their owners"
+                    );
+                    self.pending.push_back(SourceEvent::Reconnected);
+                }
+            } else {
+                self.backoff.failed();
+            }
+        }
+        // No connection to a primary that owns no subscribed channel.
+        let used: BTreeSet<&Addr> = self.placed.values().collect();
+        self.conns.retain(|c| used.contains(&c.addr));
+    }
+
+    fn scan(&mut self) {
+        match self.cmds.scan(&self.state_prefix, None) {
+            Ok(keys) => {
+                self.scanned = keys
+                    .iter()
+                    .filter_map(|k| std::str::from_utf8(k).ok())
+                    .filter_map(|k| k.strip_prefix(self.state_prefix.as_str()))
+                    .filter(|c| valid_course(c))
+                    .map(str::to_owned)
+                    .collect();
+            }
+            Err(e) => tracing::debug!(error = %e, "course scan failed"),
+        }
+    }
+
+    /// The next event from what is buffered on any connection.
+    fn buffered_event(&mut self) -> Option<SourceEvent> {
+        let n = self.conns.len();
+        for k in 0..n {
+            let i = (self.rr + k) % n;
+            while let Some(c) = self.conns.get_mut(i) {
+                match c.next_frame() {
+                    Ok(Some(items)) => {
+                        if let Some(ev) = self.frame(i, classify(items)) {
+                            self.rr = i;
+                            return Some(ev);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.lose(i, &format!("protocol: {e}"));
+                        return self.pending.pop_front();
+                    }
+                }
+            }
+        }
+        self.rr = self.rr.wrapping_add(1);
+        self.pending.pop_front()
+    }
+}
+
+impl Source for ShardedSource {
+    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent> {
+        if let Some(ev) = self.pending.pop_front() {
+            return Some(ev);
+        }
+        self.reconcile();
+        for i in (0..self.conns.len()).rev() {
+            if let Err(e) = self.conns[i].keepalive(PING_AFTER, PING_DEADLINE) {
+                self.lose(i, &e.to_string());
+            }
+        }
+        if let Some(ev) = self.buffered_event() {
+            return Some(ev);
+        }
+        if self.conns.is_empty() {
+            std::thread::sleep(timeout);
+            return self.pending.pop_front();
+        }
+        // TLS may hold decrypted bytes the socket no longer shows.
+        let mut ready: Vec<bool> = self.conns.iter_mut().map(|c| c.buffered()).collect();
+        if !ready.iter().any(|r| *r) {
+            let fds: Vec<_> = self.conns.iter().map(|c| c.fd()).collect();
+            ready = wait_readable(&fds, timeout);
+        }
+        for i in (0..self.conns.len()).rev() {
+            if !ready.get(i).copied().unwrap_or(false) {
+                continue;
+            }
+            match self.conns[i].fill(Duration::from_millis(1)) {
+                Ok(Fill::Closed) => self.lose(i, "closed by Redis"),
+                Ok(_) => {}
+                Err(e) => self.lose(i, &format!("read: {e}")),
+            }
+        }
+        self.buffered_event()
+    }
+
+    fn subscribe(&mut self, course: &str) {
+        self.wanted.insert(course.to_owned());
+        if self.placed.contains_key(course) {
+            return;
+        }
+        // Confirmed before returning: the state hash read that follows cannot
+        // miss a publish.
+        if self.map.is_none() && self.backoff.ready() {
+            self.refresh_map();
+        }
+        if !self.place(vec![course.to_owned()]) {
+            self.map_dirty = true;
+        }
+    }
+
+    fn unsubscribe(&mut self, course: &str) {
+        self.wanted.remove(course);
+        if !self.firehose {
+            self.unplace(course);
+            let used: BTreeSet<&Addr> = self.placed.values().collect();
+            self.conns.retain(|c| used.contains(&c.addr));
+        }
+    }
+
+    fn set_firehose(&mut self, on: bool) {
+        if on == self.firehose {
+            return;
+        }
+        self.firehose = on;
+        if on {
+            self.scan();
+            self.next_scan = Instant::now() + RESCAN;
+            let todo: Vec<String> = self
+                .desired()
+                .into_iter()
+                .filter(|c| !self.placed.contains_key(c))
+                .collect();
+            if !self.place(todo) {
+                self.map_dirty = true;
+            }
+        }
+        // Off: channels nobody watches go at the next poll, after the router
+        // has asked again for the ones still watched.
+    }
+
+    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
+        read_state(&mut self.cmds, &self.state_prefix, course)
+    }
+
+    fn known_courses(&mut self) -> Vec<String> {
+        self.scanned.iter().cloned().collect()
+    }
+
+    fn connected(&self) -> bool {
+        self.up && self.wanted.iter().all(|c| self.placed.contains_key(c))
+    }
+}

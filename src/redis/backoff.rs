@@ -1,0 +1,70 @@
+//! Jittered exponential backoff between reconnect attempts, capped at 2 s (the
+//! contract's cap), shared by every Redis client.
+
+use std::time::{Duration, Instant};
+
+/// The first retry delay after a failure.
+const BACKOFF_START: Duration = Duration::from_millis(50);
+/// The longest retry delay (the contract's cap).
+pub const BACKOFF_CAP: Duration = Duration::from_secs(2);
+
+/// When the next attempt may be made.
+#[derive(Debug)]
+pub struct Backoff {
+    delay: Duration,
+    not_before: Instant,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            delay: BACKOFF_START,
+            not_before: Instant::now(),
+        }
+    }
+}
+
+impl Backoff {
+    /// Whether an attempt may be made now.
+    pub fn ready(&self) -> bool {
+        Instant::now() >= self.not_before
+    }
+
+    /// How long until the next attempt may be made.
+    pub fn wait(&self) -> Duration {
+        self.not_before.saturating_duration_since(Instant::now())
+    }
+
+    /// Records a failure: the next attempt waits a jittered, doubled delay.
+    pub fn failed(&mut self) {
+        // Full delay in [delay/2, delay]: nodes that lost Redis together do not
+        // all come back in the same millisecond.
+        let half = self.delay / 2;
+        let jitter = half.mul_f64(fastrand::f64());
+        self.not_before = Instant::now() + half + jitter;
+        self.delay = (self.delay * 2).min(BACKOFF_CAP);
+    }
+
+    /// Records a success: the next failure starts from the shortest delay.
+    pub fn reset(&mut self) {
+        self.delay = BACKOFF_START;
+        self.not_before = Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_is_capped_and_jittered() {
+        let mut b = Backoff::default();
+        for _ in 0..20 {
+            b.failed();
+        }
+        assert_eq!(b.delay, BACKOFF_CAP);
+        assert!(b.wait() <= BACKOFF_CAP, "{:?}", b.wait());
+        b.reset();
+        assert!(b.ready());
+    }
+}

@@ -1,0 +1,272 @@
+//! The command client: one lazily (re)connected connection, to the one Redis
+//! in standalone mode or to the whole cluster in cluster mode (each key
+//! command goes to its slot's primary, `MOVED`/`ASK` followed by the redis
+//! crate's cluster connection, pipelines grouped per primary). Every call is
+//! bounded by timeouts; a failure drops the connection and backs off, so the
+//! next call starts from a fresh slot map (refresh on connection loss); the
+//! cluster connection is also rebuilt every 30 s (periodic map refresh).
+
+use super::backoff::Backoff;
+use super::slots::{Addr, SlotMap};
+use super::{glob_escape, Mode, Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use redis::cluster::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, FromRedisValue, RedisResult, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How old a cluster connection's slot map may get before it is rebuilt.
+pub const MAP_REFRESH: Duration = Duration::from_secs(30);
+/// Keys asked for per SCAN step.
+const SCAN_COUNT: usize = 1000;
+
+enum Con {
+    Single(redis::Connection),
+    Cluster(Box<ClusterConnection>),
+}
+
+/// A command connection that never hangs its caller.
+pub struct Commands {
+    redis: Arc<Redis>,
+    con: Option<Con>,
+    built: Instant,
+    backoff: Backoff,
+    what: &'static str,
+}
+
+fn convert<T: FromRedisValue>(v: Value) -> RedisResult<T> {
+    T::from_redis_value(v).map_err(Into::into)
+}
+
+impl Commands {
+    /// A client for `redis`; nothing is connected yet.
+    pub fn new(redis: &Arc<Redis>, what: &'static str) -> Commands {
+        Commands {
+            redis: Arc::clone(redis),
+            con: None,
+            built: Instant::now(),
+            backoff: Backoff::default(),
+            what,
+        }
+    }
+
+    /// The deployment this client talks to.
+    pub fn redis(&self) -> &Arc<Redis> {
+        &self.redis
+    }
+
+    fn open(&self) -> Result<Con, String> {
+        let mode = self.redis.resolve()?;
+        match mode {
+            Mode::Standalone => {
+                let mut last = String::from("no node");
+                for addr in self.redis.candidates() {
+                    let r = self.redis.node_client(&addr).and_then(|c| {
+                        let con = c.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+                        con.set_read_timeout(Some(IO_TIMEOUT))?;
+                        con.set_write_timeout(Some(IO_TIMEOUT))?;
+                        Ok(con)
+                    });
+                    match r {
+                        Ok(c) => return Ok(Con::Single(c)),
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Err(last)
+            }
+            Mode::Cluster => {
+                let client = self.redis.cluster_client().map_err(|e| e.to_string())?;
+                let con = client.get_connection().map_err(|e| e.to_string())?;
+                con.set_write_timeout(Some(IO_TIMEOUT))
+                    .map_err(|e| e.to_string())?;
+                Ok(Con::Cluster(Box::new(con)))
+            }
+        }
+    }
+
+    fn connect(&mut self) -> Result<&mut Con, String> {
+        if matches!(self.con, Some(Con::Cluster(_))) && self.built.elapsed() >= MAP_REFRESH {
+            self.con = None;
+        }
+        if self.con.is_none() {
+            if !self.backoff.ready() {
+                return Err(format!("{}: Redis down, waiting to reconnect", self.what));
+            }
+            match self.open() {
+                Ok(c) => {
+                    tracing::debug!(what = self.what, "Redis connected");
+                    self.con = Some(c);
+                    self.built = Instant::now();
+                }
+                Err(e) => {
+                    self.backoff.failed();
+                    return Err(format!("{}: connect: {e}", self.what));
+                }
+            }
+        }
+        self.con
+            .as_mut()
+            .ok_or_else(|| format!("{}: not connected", self.what))
+    }
+
+    /// Runs `f` on the connection, connecting first if needed. Any error drops
+    /// the connection (a late reply must never be read as the next command's)
+    /// and backs off. A connection found already dead (Redis restarted since
+    /// its last use) is replaced and `f` retried once at once.
+    fn run<T>(&mut self, mut f: impl FnMut(&mut Con) -> RedisResult<T>) -> Result<T, String> {
+        let reused = self.con.is_some();
+        let con = self.connect()?;
+        let mut r = f(con);
+        if let Err(e) = &r {
+            if reused && (e.is_connection_dropped() || e.is_io_error()) {
+                self.con = None;
+                self.backoff.reset();
+                r = self.connect().map(&mut f)?;
+            }
+        }
+        match r {
+            Ok(v) => {
+                self.backoff.reset();
+                Ok(v)
+            }
+            Err(e) => {
+                self.con = None;
+                self.backoff.failed();
+                Err(format!("{}: {e}", self.what))
+            }
+        }
+    }
+
+    /// One command, routed by its key in a cluster.
+    pub fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, String> {
+        self.run(|c| match c {
+            Con::Single(c) => cmd.query(c),
+            Con::Cluster(c) => cmd.query(&mut **c),
+        })
+    }
+
+    /// Commands sent as pipelines (one per primary in a cluster); every reply, in order.
+    pub fn pipeline<T: FromRedisValue>(&mut self, cmds: &[Cmd]) -> Result<T, String> {
+        let mut single: Option<redis::Pipeline> = None;
+        let mut cluster: Option<redis::cluster::ClusterPipeline> = None;
+        self.run(|c| match c {
+            Con::Single(c) => single
+                .get_or_insert_with(|| {
+                    let mut p = redis::pipe();
+                    for cmd in cmds {
+                        p.add_command(cmd.clone());
+                    }
+                    p
+                })
+                .query(c),
+            Con::Cluster(c) => cluster
+                .get_or_insert_with(|| {
+                    let mut p = redis::cluster::cluster_pipe();
+                    for cmd in cmds {
+                        p.add_command(cmd.clone());
+                    }
+                    p
+                })
+                .query(c),
+        })
+    }
+
+    /// The mode in use, connecting first (which resolves `auto`).
+    pub fn mode(&mut self) -> Result<Mode, String> {
+        Ok(if self.connect()?.is_single() {
+            Mode::Standalone
+        } else {
+            Mode::Cluster
+        })
+    }
+
+    /// A pipeline as built by the caller, standalone mode only (its fast path).
+    pub fn raw_pipeline<T: FromRedisValue>(&mut self, p: &redis::Pipeline) -> Result<T, String> {
+        self.run(|c| match c {
+            Con::Single(c) => p.query(c),
+            Con::Cluster(_) => Err(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "a standalone pipeline on a cluster",
+            ))),
+        })
+    }
+
+    /// One command on one node (`SCAN` is per node in a cluster).
+    pub fn query_on<T: FromRedisValue>(&mut self, node: &Addr, cmd: &Cmd) -> Result<T, String> {
+        self.run(|c| match c {
+            Con::Single(c) => cmd.query(c),
+            Con::Cluster(c) => c
+                .route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                        host: node.0.clone(),
+                        port: node.1,
+                    }),
+                )
+                .and_then(convert),
+        })
+    }
+
+    /// The cluster's slot map (`CLUSTER SLOTS`); `None` in standalone mode.
+    pub fn slot_map(&mut self) -> Result<Option<SlotMap>, String> {
+        if self.connect()?.is_single() {
+            return Ok(None);
+        }
+        let reply: Value = self.query(&redis::cmd("CLUSTER").arg("SLOTS").clone())?;
+        let seed = self
+            .redis
+            .candidates()
+            .first()
+            .map(|a| a.0.clone())
+            .unwrap_or_default();
+        let map = SlotMap::parse(&reply, &seed).ok_or("CLUSTER SLOTS: no slot map")?;
+        self.redis.learn(&map);
+        Ok(Some(map))
+    }
+
+    /// The nodes that hold keys: every primary in a cluster, the one node otherwise.
+    pub fn primaries(&mut self) -> Result<Vec<Addr>, String> {
+        match self.slot_map()? {
+            Some(m) => Ok(m.primaries()),
+            None => Ok(vec![("".into(), 0)]),
+        }
+    }
+
+    /// Every key matching `<prefix>*` (of `type_` if given), over every primary.
+    pub fn scan(&mut self, prefix: &str, type_: Option<&str>) -> Result<Vec<Vec<u8>>, String> {
+        let pattern = format!("{}*", glob_escape(prefix));
+        let mut keys = Vec::new();
+        for node in self.primaries()? {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut cmd = redis::cmd("SCAN");
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&pattern)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT);
+                if let Some(t) = type_ {
+                    cmd.arg("TYPE").arg(t);
+                }
+                let (next, page): (u64, Vec<Vec<u8>>) = self.query_on(&node, &cmd)?;
+                keys.extend(page);
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(keys)
+    }
+
+    /// Whether a connection is currently held.
+    pub fn is_connected(&self) -> bool {
+        self.con.is_some()
+    }
+}
+
+impl Con {
+    fn is_single(&self) -> bool {
+        matches!(self, Con::Single(_))
+    }
+}

@@ -1,0 +1,317 @@
+//! A raw Redis connection (TCP, or TLS over rustls) with AUTH done, read by
+//! the bounded streaming RESP reader: what the pub/sub sources run on.
+
+use super::resp::{Item, Reader};
+use super::slots::Addr;
+use super::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// A TCP or TLS byte stream.
+pub enum Stream {
+    /// Plain TCP.
+    Tcp(TcpStream),
+    /// TLS (rustls) over TCP.
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Stream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Tcp(s) => s,
+            Stream::Tls(s) => &s.sock,
+        }
+    }
+
+    /// Bounds every blocking read.
+    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.tcp().set_read_timeout(t)
+    }
+
+    /// Decrypted bytes already held by TLS that a poll on the socket would not show.
+    pub fn tls_pending(&mut self) -> bool {
+        match self {
+            Stream::Tcp(_) => false,
+            Stream::Tls(s) => s
+                .conn
+                .process_new_packets()
+                .is_ok_and(|st| st.plaintext_bytes_to_read() > 0),
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        self.tcp().as_raw_fd()
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The RESP encoding of one command.
+pub fn packed(cmd: &str, args: impl IntoIterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
+    let mut c = ::redis::cmd(cmd);
+    for a in args {
+        c.arg(a.as_ref());
+    }
+    c.get_packed_command()
+}
+
+/// A connected, authenticated stream with its bounded RESP reader.
+pub struct PubConn {
+    /// The node it is connected to.
+    pub addr: Addr,
+    stream: Stream,
+    reader: Reader,
+    read_timeout: Option<Duration>,
+    /// Last time anything arrived.
+    pub last_rx: Instant,
+    /// When a keepalive PING went out unanswered.
+    pub ping_sent: Option<Instant>,
+}
+
+impl PubConn {
+    /// Connects to `addr` (TLS if configured), then AUTHs if the URI carries
+    /// credentials. Bulk strings over `cap` bytes are skipped as they stream in.
+    pub fn open(redis: &Redis, addr: &Addr, cap: usize) -> io::Result<PubConn> {
+        let mut last = io::Error::other("no address");
+        let mut tcp = None;
+        for a in (addr.0.as_str(), addr.1).to_socket_addrs()? {
+            match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    tcp = Some(s);
+                    break;
+                }
+                Err(e) => last = e,
+            }
+        }
+        let tcp = tcp.ok_or(last)?;
+        tcp.set_nodelay(true)?;
+        tcp.set_write_timeout(Some(IO_TIMEOUT))?;
+        let stream = match redis.tls() {
+            None => Stream::Tcp(tcp),
+            Some(cfg) => {
+                let name = rustls::pki_types::ServerName::try_from(addr.0.clone())
+                    .map_err(io::Error::other)?;
+                let conn = rustls::ClientConnection::new(cfg, name).map_err(io::Error::other)?;
+                let mut s = rustls::StreamOwned::new(conn, tcp);
+                s.sock.set_read_timeout(Some(CONNECT_TIMEOUT))?;
+                while s.conn.is_handshaking() {
+                    s.conn.complete_io(&mut s.sock)?;
+                }
+                Stream::Tls(Box::new(s))
+            }
+        };
+        let mut c = PubConn {
+            addr: addr.clone(),
+            stream,
+            reader: Reader::new(cap),
+            read_timeout: None,
+            last_rx: Instant::now(),
+            ping_sent: None,
+        };
+        if let Some((user, pass)) = redis.auth() {
+            let cmd = match &user {
+                Some(u) => packed("AUTH", [u.as_str(), pass.as_str()]),
+                None => packed("AUTH", [pass.as_str()]),
+            };
+            c.send(&cmd)?;
+            match c.reply(CONNECT_TIMEOUT)? {
+                Some(Item::Error(e)) => {
+                    return Err(io::Error::other(format!(
+                        "AUTH refused: {}",
+                        String::from_utf8_lossy(&e)
+                    )))
+                }
+                Some(_) => {}
+                None => return Err(io::Error::other("AUTH unanswered")),
+            }
+        }
+        Ok(c)
+    }
+
+    /// Waits (up to `timeout`) for one single-element reply.
+    fn reply(&mut self, timeout: Duration) -> io::Result<Option<Item>> {
+        let end = Instant::now() + timeout;
+        loop {
+            if let Some(mut f) = self.next_frame()? {
+                return Ok(f.pop());
+            }
+            let now = Instant::now();
+            if now >= end {
+                return Ok(None);
+            }
+            if self.fill(end - now)? == Fill::Closed {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    /// Writes a whole command.
+    pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.stream.write_all(bytes)?;
+        self.stream.flush()
+    }
+
+    /// Reads what arrives within `timeout` into the buffer.
+    pub fn fill(&mut self, timeout: Duration) -> io::Result<Fill> {
+        let t = Some(timeout.max(Duration::from_millis(1)));
+        if self.read_timeout != t {
+            self.stream.set_read_timeout(t)?;
+            self.read_timeout = t;
+        }
+        match self.reader.read_from(&mut self.stream) {
+            Ok(0) => Ok(Fill::Closed),
+            Ok(_) => {
+                self.last_rx = Instant::now();
+                self.ping_sent = None;
+                Ok(Fill::Data)
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                Ok(Fill::Nothing)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The next complete frame already buffered.
+    pub fn next_frame(&mut self) -> io::Result<Option<Vec<Item>>> {
+        self.reader
+            .next_frame()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    }
+
+    /// Bytes received but not parsed yet (or held decrypted by TLS).
+    pub fn buffered(&mut self) -> bool {
+        self.reader.buffered() > 0 || self.stream.tls_pending()
+    }
+
+    /// Pings a silent connection; an error when a ping went unanswered too long.
+    pub fn keepalive(&mut self, after: Duration, deadline: Duration) -> io::Result<()> {
+        match self.ping_sent {
+            Some(t) if t.elapsed() > deadline => Err(io::Error::other("PING unanswered")),
+            Some(_) => Ok(()),
+            None if self.last_rx.elapsed() > after => {
+                self.ping_sent = Some(Instant::now());
+                self.send(b"*1\r\n$4\r\nPING\r\n")
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The socket, for polling several connections at once.
+    pub fn fd(&self) -> RawFd {
+        self.stream.as_raw_fd()
+    }
+}
+
+/// What one read brought.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Bytes arrived.
+    Data,
+    /// The timeout passed.
+    Nothing,
+    /// The peer closed the connection.
+    Closed,
+}
+
+/// Waits up to `timeout` until one of `fds` is readable; the readable ones.
+pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `p` is a valid, exclusively borrowed array of `p.len()` pollfds.
+    let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
+    if n <= 0 {
+        return vec![false; fds.len()];
+    }
+    p.iter().map(|x| x.revents != 0).collect()
+}
+
+/// What one pub/sub frame is.
+#[derive(Debug)]
+pub enum Frame {
+    /// A published message (`message`, `pmessage`, `smessage`).
+    Message {
+        /// The channel it was published on (not the pattern).
+        channel: Vec<u8>,
+        /// The payload (or its length when over the cap).
+        payload: Item,
+    },
+    /// A (un)subscribe confirmation of this kind, for this channel.
+    Confirm(Vec<u8>, Vec<u8>),
+    /// An error reply.
+    Error(String),
+    /// Anything else (a PONG, an AUTH reply).
+    Other,
+}
+
+/// Classifies one pub/sub frame.
+pub fn classify(items: Vec<Item>) -> Frame {
+    let mut it = items.into_iter();
+    let kind = match it.next() {
+        Some(Item::Bulk(k)) => k,
+        Some(Item::Error(e)) => return Frame::Error(String::from_utf8_lossy(&e).into_owned()),
+        _ => return Frame::Other,
+    };
+    match kind.as_slice() {
+        b"message" | b"smessage" => match (it.next(), it.next()) {
+            (Some(Item::Bulk(channel)), Some(payload)) => Frame::Message { channel, payload },
+            _ => Frame::Other,
+        },
+        // The actual channel, not the pattern, names the course.
+        b"pmessage" => match (it.next(), it.next(), it.next()) {
+            (Some(_pattern), Some(Item::Bulk(channel)), Some(payload)) => {
+                Frame::Message { channel, payload }
+            }
+            _ => Frame::Other,
+        },
+        b"subscribe" | b"unsubscribe" | b"psubscribe" | b"punsubscribe" | b"ssubscribe"
+        | b"sunsubscribe" => {
+            let channel = match it.next() {
+                Some(Item::Bulk(c)) => c,
+                _ => Vec::new(),
+            };
+            Frame::Confirm(kind, channel)
+        }
+        _ => Frame::Other,
+    }
+}

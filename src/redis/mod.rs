@@ -1,0 +1,363 @@
+//! The one Redis layer every Redis client of seatboard goes through: seed
+//! URIs, TLS (`rediss://`, rustls, verified against `--redis-ca` or the
+//! system roots), AUTH from the URI, standalone or cluster mode, timeouts and
+//! the reconnect backoff. `commands` is the command client (slot-routed in a
+//! cluster), `conn` the raw connection the streaming pub/sub readers use.
+
+pub mod backoff;
+pub mod commands;
+pub mod config;
+pub mod conn;
+pub mod resp;
+pub mod slots;
+
+pub use config::{PubSubMode, RedisFlags, RedisMode};
+
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
+use slots::{Addr, SlotMap};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+/// How long a TCP connect (and the TLS/AUTH handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long one command or pipeline may wait on a read or a write.
+pub const IO_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// The mode actually in use once known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One Redis.
+    Standalone,
+    /// A Redis Cluster.
+    Cluster,
+}
+
+/// What `/healthz` reports about Redis beyond the pub/sub source's state.
+#[derive(Debug, Default)]
+pub struct Health {
+    /// 0 unknown yet, 1 standalone, 2 cluster.
+    mode: AtomicU8,
+    /// Cluster primaries reachable at the last check.
+    pub nodes_up: AtomicU64,
+}
+
+impl Health {
+    /// `"standalone"`, `"cluster"`, or `None` before the mode is known.
+    pub fn mode(&self) -> Option<&'static str> {
+        match self.mode.load(Relaxed) {
+            1 => Some("standalone"),
+            2 => Some("cluster"),
+            _ => None,
+        }
+    }
+}
+
+/// Escapes glob metacharacters so a prefix matches itself in PSUBSCRIBE/SCAN MATCH.
+pub fn glob_escape(prefix: &str) -> String {
+    let mut s = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s
+}
+
+/// One Redis deployment as configured: shared by every client of a process.
+pub struct Redis {
+    seeds: Vec<ConnectionInfo>,
+    tls: Option<Tls>,
+    flag_mode: RedisMode,
+    /// The pub/sub flavour asked for (meaningful in cluster mode).
+    pub pubsub: PubSubMode,
+    resolved: OnceLock<Mode>,
+    /// Nodes learned from slot maps (seeds for later reconnects).
+    known: Mutex<Vec<Addr>>,
+    /// Health figures for `/healthz`.
+    pub health: Arc<Health>,
+}
+
+struct Tls {
+    /// The `--redis-ca` PEM, if given (otherwise the system roots).
+    ca_pem: Option<Vec<u8>>,
+    rustls: Arc<rustls::ClientConfig>,
+}
+
+fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            for cert in CertificateDer::pem_slice_iter(pem) {
+                let cert = cert.map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("unusable certificate: {e}"))?;
+            }
+            if roots.is_empty() {
+                return Err("no certificate in the file".into());
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    Ok(rustls::ClientConfig::builder()
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
+impl Redis {
+    /// Checks the flags; the error names the flag (for a usage error, exit 2).
+    pub fn from_flags(f: &RedisFlags) -> Result<Arc<Redis>, String> {
+        let bad = |why: String| format!("invalid value '{}' for '--redis': {why}", f.redis);
+        let mut seeds = Vec::new();
+        for uri in f.redis.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let info = uri.into_connection_info().map_err(|e| bad(e.to_string()))?;
+            match info.addr() {
+                ConnectionAddr::Tcp(..) => {}
+                ConnectionAddr::TcpTls { insecure: true, .. } => {
+                    return Err(bad("#insecure is not supported".into()))
+                }
+                ConnectionAddr::TcpTls { .. } => {}
+                _ => return Err(bad("use redis:// or rediss://".into())),
+            }
+            seeds.push(info);
+        }
+        let Some(first) = seeds.first() else {
+            return Err(bad("no URI".into()));
+        };
+        let tls = matches!(first.addr(), ConnectionAddr::TcpTls { .. });
+        for s in &seeds {
+            if matches!(s.addr(), ConnectionAddr::TcpTls { .. }) != tls {
+                return Err(bad("mixes redis:// and rediss://".into()));
+            }
+            if s.redis_settings().username() != first.redis_settings().username()
+                || s.redis_settings().password() != first.redis_settings().password()
+            {
+                return Err(bad("the seeds' credentials differ".into()));
+            }
+        }
+        let ca_pem =
+            match &f.redis_ca {
+                Some(p) => Some(std::fs::read(p).map_err(|e| {
+                    format!("invalid value '{}' for '--redis-ca': {e}", p.display())
+                })?),
+                None => None,
+            };
+        let tls = if tls {
+            let cfg = tls_config(ca_pem.as_deref()).map_err(|e| {
+                let shown = f
+                    .redis_ca
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string());
+                format!("invalid value '{shown}' for '--redis-ca': {e}")
+            })?;
+            Some(Tls {
+                ca_pem,
+                rustls: Arc::new(cfg),
+            })
+        } else {
+            if let Some(p) = &f.redis_ca {
+                // Checked anyway: a bad file should not wait for a TLS URI to fail.
+                tls_config(ca_pem.as_deref()).map_err(|e| {
+                    format!("invalid value '{}' for '--redis-ca': {e}", p.display())
+                })?;
+            }
+            None
+        };
+        Ok(Arc::new(Redis {
+            seeds,
+            tls,
+            flag_mode: f.redis_mode,
+            pubsub: f.pubsub,
+            resolved: OnceLock::new(),
+            known: Mutex::new(Vec::new()),
+            health: Arc::new(Health::default()),
+        }))
+    }
+
+    fn certs(&self) -> Option<TlsCertificates> {
+        let ca = self.tls.as_ref()?.ca_pem.clone()?;
+        Some(TlsCertificates {
+            client_tls: None,
+            root_cert: Some(ca),
+        })
+    }
+
+    /// The seed's connection details moved to `addr` (same TLS and credentials).
+    fn info_for(&self, addr: &Addr) -> ConnectionInfo {
+        let (host, port) = addr.clone();
+        let a = if self.tls.is_some() {
+            ConnectionAddr::TcpTls {
+                host,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host, port)
+        };
+        self.seeds[0].clone().set_addr(a)
+    }
+
+    fn addr_of(info: &ConnectionInfo) -> Option<Addr> {
+        match info.addr() {
+            ConnectionAddr::Tcp(h, p) => Some((h.clone(), *p)),
+            ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+            _ => None,
+        }
+    }
+
+    /// Seeds first, then nodes learned from slot maps.
+    pub fn candidates(&self) -> Vec<Addr> {
+        let mut v: Vec<Addr> = self.seeds.iter().filter_map(Self::addr_of).collect();
+        for a in self.known.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if !v.contains(a) {
+                v.push(a.clone());
+            }
+        }
+        v
+    }
+
+    /// Remembers the nodes of a fresh slot map (reconnect seeds after a failover).
+    pub fn learn(&self, map: &SlotMap) {
+        let mut k = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        k.clear();
+        k.extend(map.nodes().iter().cloned());
+    }
+
+    /// A single-node client for `addr`.
+    pub fn node_client(&self, addr: &Addr) -> redis::RedisResult<redis::Client> {
+        let info = self.info_for(addr);
+        match self.certs() {
+            Some(c) => redis::Client::build_with_tls(info, c),
+            None => redis::Client::open(info),
+        }
+    }
+
+    /// A cluster client seeded with every candidate node.
+    pub fn cluster_client(&self) -> redis::RedisResult<redis::cluster::ClusterClient> {
+        let infos: Vec<ConnectionInfo> =
+            self.candidates().iter().map(|a| self.info_for(a)).collect();
+        let mut b = redis::cluster::ClusterClientBuilder::new(infos)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(IO_TIMEOUT)
+            .retries(3)
+            .min_retry_wait(20)
+            .max_retry_wait(200);
+        if let Some(c) = self.certs() {
+            b = b.certs(c);
+        }
+        b.build()
+    }
+
+    /// The mode in use, if known yet.
+    pub fn mode(&self) -> Option<Mode> {
+        self.resolved.get().copied()
+    }
+
+    /// True in cluster mode with sharded pub/sub.
+    pub fn sharded(&self) -> bool {
+        self.mode() == Some(Mode::Cluster) && self.pubsub == PubSubMode::Sharded
+    }
+
+    fn set_mode(&self, m: Mode) -> Mode {
+        let m = *self.resolved.get_or_init(|| m);
+        self.health
+            .mode
+            .store(if m == Mode::Cluster { 2 } else { 1 }, Relaxed);
+        m
+    }
+
+    /// The mode, asking the first reachable node (`INFO cluster`) under `auto`.
+    pub fn resolve(&self) -> Result<Mode, String> {
+        if let Some(m) = self.mode() {
+            return Ok(m);
+        }
+        match self.flag_mode {
+            RedisMode::Standalone => return Ok(self.set_mode(Mode::Standalone)),
+            RedisMode::Cluster => return Ok(self.set_mode(Mode::Cluster)),
+            RedisMode::Auto => {}
+        }
+        let mut last = String::from("no seed node");
+        for addr in self.candidates() {
+            let r = self.node_client(&addr).and_then(|c| {
+                let mut con = c.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+                con.set_read_timeout(Some(IO_TIMEOUT))?;
+                redis::cmd("INFO").arg("cluster").query::<String>(&mut con)
+            });
+            match r {
+                Ok(info) => {
+                    let cluster = info.lines().any(|l| l.trim() == "cluster_enabled:1");
+                    let m = if cluster {
+                        Mode::Cluster
+                    } else {
+                        Mode::Standalone
+                    };
+                    tracing::info!(mode = ?m, node = %format!("{}:{}", addr.0, addr.1), "Redis mode detected");
+                    return Ok(self.set_mode(m));
+                }
+                Err(e) => last = format!("{}:{}: {e}", addr.0, addr.1),
+            }
+        }
+        Err(format!("Redis mode unknown (no node reachable): {last}"))
+    }
+
+    /// The AUTH credentials from the URI.
+    pub fn auth(&self) -> Option<(Option<String>, String)> {
+        let r = self.seeds[0].redis_settings();
+        r.password()
+            .map(|p| (r.username().map(str::to_owned), p.to_owned()))
+    }
+
+    /// The rustls configuration of `rediss://` connections, if TLS is on.
+    pub fn tls(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(|t| Arc::clone(&t.rustls))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(redis: &str) -> RedisFlags {
+        RedisFlags {
+            redis: redis.into(),
+            redis_mode: RedisMode::Auto,
+            pubsub: PubSubMode::Sharded,
+            redis_ca: None,
+        }
+    }
+
+    #[test]
+    fn glob_escapes_metacharacters() {
+        assert_eq!(glob_escape("seats:"), "seats:");
+        assert_eq!(glob_escape("a*b?[c]\\"), "a\\*b\\?\\[c\\]\\\\");
+    }
+
+    #[test]
+    fn seeds_and_credentials() {
+        let r = Redis::from_flags(&flags(
+            "redis://u:p@127.0.0.1:7000, redis://u:p@127.0.0.1:7001",
+        ))
+        .expect("valid");
+        assert_eq!(r.candidates().len(), 2);
+        assert_eq!(r.auth(), Some((Some("u".into()), "p".into())));
+        assert!(Redis::from_flags(&flags("redis://a:7000,rediss://b:7001")).is_err());
+        let e = Redis::from_flags(&flags("http://x"))
+            .err()
+            .expect("refused");
+        assert!(e.contains("'--redis'"), "{e}");
+        let mut f = flags("rediss://127.0.0.1:6380");
+        f.redis_ca = Some("/nonexistent/ca.pem".into());
+        let e = Redis::from_flags(&f).err().expect("refused");
+        assert!(e.contains("'--redis-ca'"), "{e}");
+    }
+}

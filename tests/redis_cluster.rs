@@ -1,0 +1,232 @@
+//! Redis Cluster (contract §2a) against a real cluster: three primaries with a
+//! replica each. Boards are served through sharded pub/sub with one pub/sub
+//! connection per primary that owns a watched channel; a SIGKILLed primary's
+//! courses are true again within 5 s of the replica's promotion with no viewer
+//! disconnected; a watched course's slot moved to another primary stays live.
+
+mod cluster_util;
+mod common;
+mod redis_util;
+
+use cluster_util::{cli, Cluster, NodeLine};
+use common::*;
+use redis_util::{client, read_until, watch};
+use seatboard::redis::slots::key_slot;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+fn serve(cluster: &Cluster) -> Seatboard {
+    let uri = cluster.uri();
+    Seatboard::start(&[
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        &uri,
+        "--tick-ms",
+        "50",
+        "--shards",
+        "2",
+    ])
+}
+
+/// `seatboard publish` into the cluster (SPUBLISH); true on exit 0.
+fn publish(cluster: &Cluster, course: &str, taken: u32, version: u64) -> bool {
+    seatboard_command()
+        .args(["publish", "--redis", &cluster.uri(), "--course", course])
+        .args([
+            "--section",
+            "1",
+            "--total",
+            "50",
+            "--taken",
+            &taken.to_string(),
+        ])
+        .args(["--version", &version.to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Publishes until it succeeds (a cluster mid-failover refuses for a moment).
+fn publish_retrying(cluster: &Cluster, course: &str, taken: u32, version: u64) {
+    wait_for(Duration::from_secs(20), || {
+        publish(cluster, course, taken, version).then_some(())
+    })
+    .expect("publish never succeeded");
+}
+
+/// Course names whose channel lives on `primary`.
+fn courses_on(primary: &NodeLine, n: usize) -> Vec<String> {
+    (0..10_000)
+        .map(|i| format!("CL{i}"))
+        .filter(|c| {
+            let slot = key_slot(format!("seats:{c}").as_bytes());
+            primary.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+        })
+        .take(n)
+        .collect()
+}
+
+fn taken_in(frame: &Value) -> Option<u64> {
+    frame["sections"]
+        .as_array()?
+        .iter()
+        .find(|s| s["section"] == 1)?["seats_taken"]
+        .as_u64()
+}
+
+fn healthz(sb: &Seatboard) -> Value {
+    let r = http_get(sb.port, "/healthz").expect("healthz");
+    serde_json::from_str(&r.body).expect("healthz json")
+}
+
+#[test]
+fn cluster_boards_sharded_subscriptions_and_health() {
+    let cluster = Cluster::start();
+    let primaries: Vec<NodeLine> = cluster
+        .lines_from(cluster.any_port())
+        .into_iter()
+        .filter(|l| l.primary)
+        .collect();
+    assert_eq!(primaries.len(), 3);
+    let mut on_a = courses_on(&primaries[0], 2);
+    let on_b = courses_on(&primaries[1], 1);
+    let idle = &primaries[2];
+    // Published before anyone watches: the watch answer must carry it (the
+    // hash and the channel live on different slots).
+    assert!(publish(&cluster, &on_a[0], 3, 1));
+    let sb = serve(&cluster);
+    let mut ws = client(&sb, "user=u1");
+    let answer = watch(&mut ws, &on_a[0]);
+    assert_eq!(taken_in(&answer), Some(3), "{answer}");
+    on_a.extend(on_b.iter().cloned());
+    for c in &on_a[1..] {
+        watch(&mut ws, c);
+    }
+    for (i, c) in on_a.iter().enumerate() {
+        assert!(publish(&cluster, c, 10 + i as u32, 2));
+        let f = read_until(&mut ws, Duration::from_secs(10), |m| {
+            m["type"] == "frame" && m["course"] == c.as_str()
+        })
+        .expect("live frame");
+        assert_eq!(taken_in(&f), Some(10 + i as u64), "{f}");
+    }
+    // Sharded subscriptions only on the owners, no pub/sub connection to the other primary.
+    let shard_channels = |p: u16| cli(p, &["PUBSUB", "SHARDCHANNELS"]);
+    assert!(shard_channels(primaries[0].port).contains(&format!("seats:{}", on_a[0])));
+    assert!(shard_channels(primaries[1].port).contains(&format!("seats:{}", on_b[0])));
+    assert_eq!(shard_channels(idle.port), "");
+    assert_eq!(cli(idle.port, &["CLIENT", "LIST", "TYPE", "pubsub"]), "");
+    // Presence lands in the cluster (a sorted set on its own slot).
+    let zcard = wait_for(Duration::from_secs(10), || {
+        let n = cli(
+            cluster.any_port(),
+            &["-c", "ZCARD", &format!("presence:{}", on_a[0])],
+        );
+        (n == "1").then_some(n)
+    });
+    assert!(zcard.is_some(), "presence not written in the cluster");
+    let h = healthz(&sb);
+    assert_eq!(h["status"], "ok", "{h}");
+    assert_eq!(h["redis"], true, "{h}");
+    assert_eq!(h["redis_mode"], "cluster", "{h}");
+    assert_eq!(h["redis_nodes_up"], 3, "{h}");
+}
+
+#[test]
+fn failover_keeps_viewers_and_boards_true_within_5s() {
+    let mut cluster = Cluster::start();
+    let seed = cluster.uri();
+    let victim = cluster.owner("seats:CL0");
+    let victim = cluster
+        .lines_from(cluster.any_port())
+        .into_iter()
+        .find(|l| l.id == victim.id)
+        .expect("victim");
+    let replica = cluster.replica_of(&victim.id);
+    let courses = courses_on(&victim, 3);
+    for c in &courses {
+        assert!(publish(&cluster, c, 1, 1));
+    }
+    let sb = serve(&cluster);
+    let mut viewers: Vec<(String, common::Ws)> = courses
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut ws = client(&sb, &format!("user=v{i}"));
+            let a = watch(&mut ws, c);
+            assert_eq!(taken_in(&a), Some(1), "{a}");
+            (c.clone(), ws)
+        })
+        .collect();
+    cluster.kill(victim.port);
+    let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
+    for c in &courses {
+        publish_retrying(&cluster, c, 7, 2);
+    }
+    for (c, ws) in &mut viewers {
+        let f = read_until(ws, Duration::from_secs(15), |m| {
+            m["type"] == "frame" && m["course"] == c.as_str() && taken_in(m) == Some(7)
+        });
+        assert!(
+            f.is_some(),
+            "{c}: board not true after the failover (or viewer closed)"
+        );
+    }
+    let took = promoted.elapsed();
+    println!(
+        "failover: every board true {:.2} s after the replica's promotion ({} courses, seeds {seed})",
+        took.as_secs_f64(),
+        courses.len()
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    // Nobody was disconnected: every viewer still answers a watch.
+    for (i, (_, ws)) in viewers.iter_mut().enumerate() {
+        watch(ws, &format!("OTHER{i}"));
+    }
+    let h = wait_for(Duration::from_secs(10), || {
+        let h = healthz(&sb);
+        (h["status"] == "ok").then_some(h)
+    });
+    assert!(h.is_some(), "node still degraded after the failover");
+}
+
+#[test]
+fn slot_migration_keeps_a_watched_course_live() {
+    let cluster = Cluster::start();
+    let course = "CL1";
+    let channel = format!("seats:{course}");
+    let slot = cluster.slot(&channel);
+    let from = cluster.owner_of_slot(slot);
+    let to = cluster
+        .lines_from(cluster.any_port())
+        .into_iter()
+        .find(|l| l.primary && l.id != from.id)
+        .expect("another primary");
+    assert!(publish(&cluster, course, 2, 1));
+    let sb = serve(&cluster);
+    let mut ws = client(&sb, "user=m1");
+    watch(&mut ws, course);
+    let started = Instant::now();
+    cluster.move_slot(slot, &to);
+    // The node follows the slot (the server unsubscribed it from the old owner).
+    let moved = wait_for(Duration::from_secs(10), || {
+        cli(to.port, &["PUBSUB", "SHARDCHANNELS"])
+            .contains(&channel)
+            .then_some(())
+    });
+    assert!(
+        moved.is_some(),
+        "shard subscription did not follow the slot"
+    );
+    assert!(!cli(from.port, &["PUBSUB", "SHARDCHANNELS"]).contains(&channel));
+    assert!(publish(&cluster, course, 9, 2));
+    let f = read_until(&mut ws, Duration::from_secs(10), |m| {
+        m["type"] == "frame" && m["course"] == course && taken_in(m) == Some(9)
+    });
+    assert!(f.is_some(), "course not live after the slot moved");
+    println!(
+        "slot {slot} moved and course live again in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+}
