@@ -36,6 +36,11 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Ok(a) => a,
         Err(e) => return usage(&e),
     };
+    if !demo_mode {
+        if let Err(e) = seatboard::redis::Redis::from_flags(&args.redis) {
+            return usage(&e);
+        }
+    }
     if let Err(e) = logging(&args.log_level) {
         return usage(&format!(
             "invalid value '{}' for '--log-level': {e}",
