@@ -240,7 +240,10 @@ fn untrusted_certificate_wrong_password_and_bad_flags_are_refused() {
     let bad = format!("rediss://{USER}:wrong@127.0.0.1:{}", r.port);
     let (code, err) = publish(&["--redis", &bad, "--redis-ca", &ca, "--taken", "1"], &[]);
     assert_eq!(code, 1, "wrong password accepted: {err}");
-    assert!(err.contains("WRONGPASS") || err.contains("uthentication"), "{err}");
+    assert!(
+        err.contains("WRONGPASS") || err.contains("uthentication"),
+        "{err}"
+    );
     let first = |e: &str| e.lines().next().unwrap_or("").to_owned();
     for (args, env, flag) in [
         (vec!["--redis-mode", "sideways"], vec![], "--redis-mode"),
