@@ -176,7 +176,12 @@ pub fn write(
             c
         })
         .collect();
-    link.pipeline::<()>(&pubs)
+    match link.redis().pubsub {
+        PubSubMode::Sharded => link.pipeline::<()>(&pubs),
+        // PUBLISH has no key to route by: any node takes it (and the cluster
+        // broadcasts it), one at a time.
+        PubSubMode::Classic => pubs.iter().try_for_each(|c| link.query::<()>(c)),
+    }
 }
 
 fn run(mut link: Commands, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: PublisherConfig) {

@@ -32,8 +32,14 @@ fn serve(cluster: &Cluster) -> Seatboard {
 
 /// `seatboard publish` into the cluster (SPUBLISH); true on exit 0.
 fn publish(cluster: &Cluster, course: &str, taken: u32, version: u64) -> bool {
+    publish_with(&cluster.uri(), &[], course, taken, version)
+}
+
+/// `seatboard publish --redis uri extra...`; true on exit 0.
+fn publish_with(uri: &str, extra: &[&str], course: &str, taken: u32, version: u64) -> bool {
     seatboard_command()
-        .args(["publish", "--redis", &cluster.uri(), "--course", course])
+        .args(["publish", "--redis", uri, "--course", course])
+        .args(extra)
         .args([
             "--section",
             "1",
@@ -131,6 +137,76 @@ fn cluster_boards_sharded_subscriptions_and_health() {
     assert_eq!(h["redis"], true, "{h}");
     assert_eq!(h["redis_mode"], "cluster", "{h}");
     assert_eq!(h["redis_nodes_up"], 3, "{h}");
+    // /api/courses: SCAN on every primary (the first scan ran at start).
+    let courses = http_get(sb.port, "/api/courses").expect("courses").body;
+    assert!(courses.contains(&on_a[0]), "{courses}");
+
+    // The admin firehose: every course with a state hash, on every primary, is
+    // shard-subscribed and shown at once; updates keep coming.
+    let mut admin = ws_connect(sb.port, "/ws/admin?user=a&role=admin").expect("admin");
+    let shows_all = |m: &Value| {
+        m["type"] == "admin"
+            && on_a.iter().all(|c| {
+                m["courses"]
+                    .as_array()
+                    .is_some_and(|v| v.iter().any(|x| x["course"] == c.as_str()))
+            })
+    };
+    assert!(read_until(&mut admin, Duration::from_secs(10), shows_all).is_some());
+    assert!(publish(&cluster, &on_b[0], 44, 3));
+    let updated = read_until(&mut admin, Duration::from_secs(10), |m| {
+        m["type"] == "admin"
+            && m["courses"].as_array().is_some_and(|v| {
+                v.iter()
+                    .any(|x| x["course"] == on_b[0].as_str() && x["seats_taken"] == 44)
+            })
+    });
+    assert!(updated.is_some(), "admin view not live in sharded mode");
+    drop(admin);
+
+    // The analytics worker in the cluster: SCAN + SSUBSCRIBE, XADD on the stream's slot;
+    // the hub's /api/history reads it back through the cluster.
+    let uri = cluster.uri();
+    let mut worker = seatboard_command()
+        .args([
+            "analytics",
+            "--redis",
+            &uri,
+            "--bucket-ms",
+            "500",
+            "--session",
+            "clu",
+        ])
+        .args(["--log-level", "warn"])
+        .spawn()
+        .expect("analytics");
+    let written = wait_for(Duration::from_secs(15), || {
+        publish(&cluster, &on_a[0], 20, 10 + fastrand_version());
+        let n = cli(cluster.any_port(), &["-c", "XLEN", "analytics:clu"]);
+        (n.parse::<u64>().unwrap_or(0) > 0).then_some(())
+    });
+    let _ = worker.kill();
+    let _ = worker.wait();
+    assert!(
+        written.is_some(),
+        "analytics wrote nothing into the cluster"
+    );
+    let history = wait_for(Duration::from_secs(15), || {
+        let r = http_get(sb.port, "/api/history?session=clu&user=a&role=admin").ok()?;
+        r.body.contains(&on_a[0]).then_some(())
+    });
+    assert!(
+        history.is_some(),
+        "/api/history did not read the cluster stream"
+    );
+}
+
+/// A version newer than any before it in this process.
+fn fastrand_version() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 #[test]
@@ -149,6 +225,37 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
         assert!(publish(&cluster, c, 1, 1));
     }
     let sb = serve(&cluster);
+    // A --pubsub classic node whose first seed is the victim: it must move on.
+    let classic_uri = format!("redis://127.0.0.1:{},{}", victim.port, cluster.uri());
+    let classic = Seatboard::start(&[
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        &classic_uri,
+        "--pubsub",
+        "classic",
+        "--tick-ms",
+        "50",
+        "--shards",
+        "1",
+    ]);
+    let mut classic_ws = client(&classic, "user=c1");
+    watch(&mut classic_ws, "CX0");
+    assert!(publish_with(
+        &classic_uri,
+        &["--pubsub", "classic"],
+        "CX0",
+        2,
+        2
+    ));
+    assert!(
+        read_until(&mut classic_ws, Duration::from_secs(10), |m| {
+            m["type"] == "frame" && taken_in(m) == Some(2)
+        })
+        .is_some(),
+        "classic pub/sub in a cluster"
+    );
     let mut viewers: Vec<(String, common::Ws)> = courses
         .iter()
         .enumerate()
@@ -162,7 +269,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
     cluster.kill(victim.port);
     let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
     for c in &courses {
-        publish_retrying(&cluster, c, 7, 2);
+        publish_retrying(&cluster, c, 7, 3);
     }
     for (c, ws) in &mut viewers {
         let f = read_until(ws, Duration::from_secs(15), |m| {
@@ -180,6 +287,14 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
         courses.len()
     );
     assert!(took < Duration::from_secs(5), "took {took:?}");
+    // The classic node moved to another node and hears PUBLISH again.
+    let moved = wait_for(Duration::from_secs(15), || {
+        publish_with(&classic_uri, &["--pubsub", "classic"], "CX0", 8, 4).then_some(())?;
+        read_until(&mut classic_ws, Duration::from_millis(500), |m| {
+            m["type"] == "frame" && taken_in(m) == Some(8)
+        })
+    });
+    assert!(moved.is_some(), "classic node did not move to a live node");
     // Nobody was disconnected: every viewer still answers a watch.
     for (i, (_, ws)) in viewers.iter_mut().enumerate() {
         watch(ws, &format!("OTHER{i}"));
