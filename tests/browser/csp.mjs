@@ -1,6 +1,10 @@
 // The pages run with their Content-Security-Policy on (contract §3). Shared by
 // every browser check: a page whose inline script, style or connection the
 // policy blocks must fail the check with the violation, not half-work.
+//
+// Test-only scripts (axe-core, probes) go in with page.evaluate(source), which
+// the page's policy does not govern; page.addScriptTag adds an inline script
+// the policy blocks (and this guard reports).
 
 const CSP_TEXT = /Content[- ]Security[- ]Policy/i;
 
