@@ -78,6 +78,12 @@ const HEAD_DICT: &[&[u8]] = &[
     b"%c3%28",
     b"Bearer ",
     b"Cookie: seatboard_token=",
+    b"Origin: https://[::1]:",
+    b"Host: ",
+    b"://",
+    b":443",
+    b"[",
+    b"]",
     b"Sec-WebSocket-Key: ",
     b"==",
     b"\xff\xfe",
@@ -119,6 +125,15 @@ fn check_head(input: &[u8]) {
             }
             let _ = h.query_param("user");
             let _ = h.cookie_value("seatboard_token");
+            // The origin rule takes whatever Origin and Host the head carried.
+            if let (Some(o), Some(host)) = (h.origin.as_deref(), h.host.as_deref()) {
+                let _ = shards::origin::same_host(o, host);
+            }
+            let rule = shards::origin::OriginRule::parse("");
+            let cookie = h.token_source() == Some(http_head::TokenSource::Cookie);
+            if h.origin.is_none() {
+                assert!(rule.allows(None, h.host.as_deref(), cookie));
+            }
         }
         Ok(None) => assert!(
             input.len() < MAX_HEAD,
