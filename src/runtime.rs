@@ -102,14 +102,7 @@ where
                 let driver = node.args.driver;
                 #[cfg(feature = "tokio-shell")]
                 if driver == Driver::Tokio {
-                    let ctx = shard_ctx(
-                        index,
-                        node,
-                        inbox,
-                        ingest,
-                        presence,
-                        shard::tokio_shell::close_grace,
-                    );
+                    let ctx = shard_ctx(index, node, inbox, ingest, presence);
                     shard::tokio_shell::run(ctx, listener, ready);
                     return;
                 }
@@ -121,14 +114,7 @@ where
                             return;
                         }
                     };
-                    let ctx = shard_ctx(
-                        index,
-                        node,
-                        inbox,
-                        ingest,
-                        presence,
-                        shard::monoio_close_grace,
-                    );
+                    let ctx = shard_ctx(index, node, inbox, ingest, presence);
                     monoio::spawn(shard::drive(Rc::clone(&ctx)));
                     shard::accept_loop(ctx, listener).await
                 };
@@ -186,7 +172,6 @@ fn shard_ctx(
     inbox: Arc<Inbox>,
     ingest: crossbeam_channel::Sender<IngestCmd>,
     presence: crossbeam_channel::Sender<PresenceCmd>,
-    close_grace: shard::CloseGrace,
 ) -> Rc<ShardCtx> {
     let share = node.shards as f64;
     Rc::new(ShardCtx {
@@ -208,7 +193,6 @@ fn shard_ctx(
         presence,
         conns: RefCell::default(),
         kick: Default::default(),
-        close_grace,
     })
 }
 

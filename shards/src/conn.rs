@@ -1,6 +1,8 @@
-//! One WebSocket connection as a shard sees it: who, what it watches, and its
-//! bounded send queue.
+//! One WebSocket connection as a shard sees it: who, what it watches, its read
+//! side (frame decoder, message window) and its bounded send queue.
 
+use crate::rate::MessageWindow;
+use crate::ws_codec::Decoder;
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -66,6 +68,10 @@ pub(crate) struct Conn {
     pub in_ready: bool,
     /// Negotiated permessage-deflate: text frames of 256 B or more go compressed.
     pub deflate: bool,
+    /// Client frames not yet decoded, and the message being assembled.
+    pub decoder: Decoder,
+    /// The 20-messages-per-second window.
+    pub window: MessageWindow,
 }
 
 impl Conn {
@@ -91,6 +97,12 @@ impl Conn {
             closing: false,
             in_ready: false,
             deflate,
+            decoder: if deflate {
+                Decoder::with_deflate()
+            } else {
+                Decoder::new()
+            },
+            window: MessageWindow::default(),
         }
     }
 

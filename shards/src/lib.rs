@@ -24,5 +24,5 @@ pub mod snapshot;
 pub mod ws_codec;
 
 pub use conn::{ConnId, Role};
-pub use shard::{Action, Shard, ShardConfig, ShardStats};
+pub use shard::{Action, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -11,7 +11,9 @@ use crate::course::{Course, Viewer};
 use crate::deflate::Deflater;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
-use crate::ws_codec::{close, close_frame, ping_frame, server_frame_payload};
+use crate::ws_codec::{
+    close, close_frame, ping_frame, pong_frame, server_frame_payload, Violation, WsEvent,
+};
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -67,7 +69,24 @@ pub enum Action {
     AdminFeed { connected: bool },
     /// A close frame is queued: flush the queue, then end the connection.
     Close { conn: ConnId, code: u16 },
+    /// The close grace ([`CLOSE_GRACE_MS`]) of a closing connection is over and
+    /// its socket is still open: shut it down (this also ends a write stuck on
+    /// a slow consumer).
+    Cut { conn: ConnId },
 }
+
+/// What the shell does with a connection's read side after [`Shard::handle_read`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// Keep reading.
+    More,
+    /// Stop reading: the peer's close arrived, or a violation closed the connection.
+    Stop,
+}
+
+/// How long a closing connection may take to finish the close handshake
+/// before its socket is cut (contract §5: "within 3 s").
+pub const CLOSE_GRACE_MS: u64 = 3_000;
 
 /// Counters the shell exports in `/metrics`.
 #[derive(Debug, Clone, Default)]
@@ -117,6 +136,11 @@ pub struct Shard {
     drain_schedule: Vec<(u64, ConnId)>,
     rng: u64,
     stats: ShardStats,
+    /// Close-grace deadlines in the order closes happened (the grace is one
+    /// constant, so the front is always the next one due).
+    cuts: VecDeque<(u64, ConnId)>,
+    /// The latest time passed in, for closes started without one.
+    now_ms: u64,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -148,6 +172,8 @@ impl Shard {
             drain_schedule: Vec::new(),
             rng,
             stats: ShardStats::default(),
+            cuts: VecDeque::new(),
+            now_ms: 0,
         }
     }
 
@@ -239,6 +265,7 @@ impl Shard {
         deflate: bool,
         now_ms: u64,
     ) -> ConnId {
+        self.now_ms = self.now_ms.max(now_ms);
         let user: Arc<str> = user.into();
         let idx = match self.free.pop() {
             Some(i) => i,
@@ -285,8 +312,57 @@ impl Shard {
 
     /// Any bytes arrived from the connection (pongs included): it is alive.
     pub fn handle_activity(&mut self, id: ConnId, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
         if let Some(c) = self.conn_mut(id) {
             c.last_rx_ms = now_ms;
+        }
+    }
+
+    /// Bytes read from a connection's socket (the first call may carry what was
+    /// read past the request head): decodes them under the frame rules and the
+    /// 4 KiB message limit (inflating permessage-deflate messages of a
+    /// connection that negotiated it), answers pings, applies the 20-messages-per-second
+    /// window, and acts on every whole message. After our close frame only the
+    /// peer's close counts. Returns whether the shell should read on.
+    pub fn handle_read(&mut self, id: ConnId, data: &[u8], now_ms: u64) -> Reading {
+        self.handle_activity(id, now_ms);
+        let Some(c) = self.conn_mut(id) else {
+            return Reading::Stop;
+        };
+        c.decoder.feed(data);
+        loop {
+            let Some(c) = self.conn_mut(id) else {
+                return Reading::Stop;
+            };
+            let event = match c.decoder.next_event() {
+                Ok(Some(e)) => e,
+                Ok(None) => {
+                    c.decoder.shrink();
+                    return Reading::More;
+                }
+                Err(Violation(code)) => {
+                    self.close(id, code, "");
+                    return Reading::Stop;
+                }
+            };
+            if c.closing && !matches!(event, WsEvent::Close(_)) {
+                continue;
+            }
+            match event {
+                WsEvent::Close(code) => {
+                    self.handle_peer_close(id, code, now_ms);
+                    return Reading::Stop;
+                }
+                WsEvent::Text(text) => {
+                    if c.window.admit(now_ms) {
+                        self.handle_text(id, &text, now_ms);
+                    } else {
+                        self.close(id, close::POLICY, "too many messages");
+                    }
+                }
+                WsEvent::Ping(payload) => self.deliver(id, pong_frame(&payload)),
+                WsEvent::Pong => {}
+            }
         }
     }
 
@@ -526,6 +602,7 @@ impl Shard {
             c.closing = true;
         }
         self.actions.push_back(Action::Close { conn: id, code });
+        self.cuts.push_back((self.now_ms + CLOSE_GRACE_MS, id));
     }
 
     /// The socket is gone: forget the connection.
@@ -716,6 +793,7 @@ impl Shard {
 
     /// Renders due courses and runs the sweep; call when [`Shard::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
         let tick = self.cfg.tick_ms;
         let mut i = 0;
         while i < self.scheduled.len() {
@@ -737,6 +815,15 @@ impl Shard {
             }
         }
         self.drain_due(now_ms);
+        while let Some(&(at, id)) = self.cuts.front() {
+            if at > now_ms {
+                break;
+            }
+            self.cuts.pop_front();
+            if self.conn(id).is_some() {
+                self.actions.push_back(Action::Cut { conn: id });
+            }
+        }
         if self.next_sweep_ms != 0 && now_ms >= self.next_sweep_ms {
             self.next_sweep_ms = now_ms + SWEEP_MS;
             self.sweep(now_ms);
@@ -853,7 +940,8 @@ impl Shard {
             .min();
         let sweep = (self.live > 0).then_some(self.next_sweep_ms);
         let drain = self.drain_schedule.last().map(|d| d.0);
-        [render, sweep, drain].into_iter().flatten().min()
+        let cut = self.cuts.front().map(|c| c.0);
+        [render, sweep, drain, cut].into_iter().flatten().min()
     }
 
     /// The next thing the shell must do outside the shard.

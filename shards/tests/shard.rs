@@ -863,6 +863,11 @@ fn slow_consumer_is_closed_with_4001_and_draining_ones_are_not() {
                     closed_at = Some(t);
                 }
                 Action::PresenceLeave { user, .. } => assert_eq!(&*user, "stuck"),
+                // The close grace of the stuck connection, 3 s after its close.
+                Action::Cut { conn } => {
+                    assert_eq!(conn, stuck);
+                    assert_eq!(closed_at.map(|c| t - c), Some(3_000));
+                }
                 other => panic!("unexpected {other:?}"),
             }
         }
@@ -934,7 +939,8 @@ fn pings_and_idle_close() {
             }
         }
     }
-    assert_eq!(closes.len(), 1, "{closes:?}");
+    // The idle close, then, with the socket still open 3 s later, its cut.
+    assert_eq!(closes.len(), 2, "{closes:?}");
     let (a, t) = &closes[0];
     assert_eq!(
         *a,
@@ -944,6 +950,7 @@ fn pings_and_idle_close() {
         }
     );
     assert!((75_000..=76_000).contains(t), "idle close at {t}");
+    assert_eq!(closes[1], (Action::Cut { conn: silent }, t + 3_000));
     assert_eq!(s.stats().idle_closes, 1);
     let p = &pings[&silent];
     assert_eq!(p.len(), 2, "{p:?}");
@@ -1399,6 +1406,7 @@ fn drain_spreads_reconnect_hints_and_1012_over_the_window() {
                     assert!(closed_at.insert(conn, t).is_none());
                 }
                 Action::PresenceLeave { .. }
+                | Action::Cut { .. }
                 | Action::Interest {
                     watching: false, ..
                 } => {}

@@ -33,10 +33,6 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long a closing connection may take to finish the close handshake.
-const CLOSE_GRACE: Duration = Duration::from_secs(3);
 
 /// The shell's half of one WebSocket connection, shared by its reader and writer.
 pub struct ConnIo {
@@ -64,7 +60,7 @@ impl ConnIo {
         }
     }
 
-    /// Cuts the socket once the close grace is over, unless it is already released.
+    /// Cuts the socket (the shard's close grace is over), unless it is already released.
     pub fn cut(&self) {
         if !self.finished.get() {
             // SAFETY: `finished` is false, so the socket behind `fd` is still
@@ -72,18 +68,6 @@ impl ConnIo {
             unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
         }
     }
-}
-
-/// Starts a [`CLOSE_GRACE`] timer on the shard's runtime that then calls
-/// [`ConnIo::cut`]: the one runtime-specific thing [`ShardCtx::flush`] needs.
-pub type CloseGrace = fn(Rc<ConnIo>);
-
-/// The close-grace timer on monoio.
-pub fn monoio_close_grace(io: Rc<ConnIo>) {
-    monoio::spawn(async move {
-        monoio::time::sleep(CLOSE_GRACE).await;
-        io.cut();
-    });
 }
 
 /// Everything one shard thread's tasks share.
@@ -106,8 +90,6 @@ pub struct ShardCtx {
     pub kick: LocalNotify,
     /// This shard's share of the node's accept rate.
     pub bucket: RefCell<TokenBucket>,
-    /// Starts the close-grace timer on this shard's runtime.
-    pub close_grace: CloseGrace,
 }
 
 impl ShardCtx {
@@ -152,9 +134,11 @@ impl ShardCtx {
                     if let Some(io) = self.conns.borrow().get(&conn) {
                         io.close_code.set(Some(code));
                         io.writer.notify();
-                        // The peer has CLOSE_GRACE to answer; then the socket is cut,
-                        // which also ends a write stuck on a slow consumer.
-                        (self.close_grace)(Rc::clone(io));
+                    }
+                }
+                Action::Cut { conn } => {
+                    if let Some(io) = self.conns.borrow().get(&conn) {
+                        io.cut();
                     }
                 }
             }

@@ -8,8 +8,8 @@ use super::accept::{self, HeadOutcome, Next, HEAD_DEADLINE};
 use super::driver::{self, Wait};
 use super::handshake::Accepted;
 use super::http::Response;
-use super::ws_conn::{self, ReadState, WriteNext};
-use super::{ConnIo, ShardCtx, CLOSE_GRACE};
+use super::ws_conn::{self, ReadBuf, WriteNext};
+use super::{ConnIo, ShardCtx};
 use crate::clock;
 use crate::metrics::Refusal;
 use shards::ConnId;
@@ -21,14 +21,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::spawn_local;
-
-/// The close-grace timer on tokio.
-pub fn close_grace(io: Rc<ConnIo>) {
-    spawn_local(async move {
-        tokio::time::sleep(CLOSE_GRACE).await;
-        io.cut();
-    });
-}
 
 /// Runs one shard on its own tokio current-thread runtime until it ends.
 pub fn run(
@@ -152,12 +144,11 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         accepted.deflate,
         stream.as_raw_fd(),
     );
-    let state = ReadState::new(rest, accepted.deflate);
     drop(accepted);
     let (reader, writer) = stream.into_split();
     let writer_task = spawn_local(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     spawn_local(async move {
-        read_loop(&ctx, &io, id, reader, state).await;
+        read_loop(&ctx, id, reader, rest).await;
         io.reader_done.set(true);
         io.writer.notify();
         let _writer = writer_task.await;
@@ -165,21 +156,21 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
     });
 }
 
-async fn read_loop(
-    ctx: &Rc<ShardCtx>,
-    io: &ConnIo,
-    id: ConnId,
-    mut reader: OwnedReadHalf,
-    mut state: ReadState,
-) {
+async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, mut reader: OwnedReadHalf, rest: Vec<u8>) {
+    if !ws_conn::feed(ctx, id, &rest) {
+        return;
+    }
+    drop(rest);
+    let mut state = ReadBuf::new();
     loop {
-        if !state.handle_events(ctx, io, id) {
-            return;
-        }
         state.buf.clear();
         match reader.read_buf(&mut state.buf).await {
             Ok(0) | Err(_) => return,
-            Ok(_) => state.after_read(ctx, id),
+            Ok(_) => {
+                if !state.after_read(ctx, id) {
+                    return;
+                }
+            }
         }
     }
 }

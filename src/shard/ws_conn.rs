@@ -1,5 +1,5 @@
-//! One upgraded connection: a reader that decodes client frames into the shard,
-//! and a writer that sends what the shard queued. Neither holds a frame longer
+//! One upgraded connection: a reader that hands what it reads to the shard
+//! (which decodes and decides), and a writer that sends what the shard queued. Neither holds a frame longer
 //! than it takes to write it.
 
 use super::handshake::Accepted;
@@ -9,9 +9,7 @@ use crate::clock;
 use bytes::Bytes;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable};
 use monoio::net::TcpStream;
-use shards::rate::MessageWindow;
-use shards::ws_codec::{close, pong_frame, Decoder, WsEvent};
-use shards::ConnId;
+use shards::{ConnId, Reading};
 use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -57,19 +55,18 @@ pub async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted,
         release(&ctx, &accepted.identity.user);
         return;
     }
-    let deflate = accepted.deflate;
     let (id, io) = register(
         &ctx,
         &accepted.identity,
         accepted.admin_feed,
-        deflate,
+        accepted.deflate,
         stream.as_raw_fd(),
     );
     drop(accepted.identity);
     let (reader, writer) = stream.into_split();
     let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     monoio::spawn(async move {
-        read_loop(&ctx, &io, id, reader, ReadState::new(rest, deflate)).await;
+        read_loop(&ctx, id, reader, rest).await;
         io.reader_done.set(true);
         io.writer.notify();
         let _writer = writer_task.await;
@@ -114,84 +111,28 @@ pub(super) fn release(ctx: &ShardCtx, user: &str) {
     ctx.node.users.release(user);
 }
 
-/// The reader's state besides the socket: the frame decoder, the message rate
-/// window, and the adaptive read buffer.
-pub(super) struct ReadState {
-    decoder: Decoder,
-    window: MessageWindow,
+/// The reader's buffer: starts at [`READ_MIN`] bytes, doubles while reads fill
+/// it, and shrinks back after a burst, so an idle connection's pending read
+/// holds little. Everything read goes to [`shards::Shard::handle_read`].
+pub(super) struct ReadBuf {
     /// The next read's buffer (capacity [`READ_MIN`]..=[`READ_MAX`]).
     pub(super) buf: Vec<u8>,
 }
 
-impl ReadState {
-    /// Starts decoding with the bytes read past the request head; `deflate`:
-    /// the connection negotiated permessage-deflate.
-    pub(super) fn new(rest: Vec<u8>, deflate: bool) -> Self {
-        let mut decoder = if deflate {
-            Decoder::with_deflate()
-        } else {
-            Decoder::new()
-        };
-        decoder.feed(&rest);
-        drop(rest);
-        ReadState {
-            decoder,
-            window: MessageWindow::default(),
+impl ReadBuf {
+    /// An empty buffer of the smallest size.
+    pub(super) fn new() -> Self {
+        ReadBuf {
             buf: Vec::with_capacity(READ_MIN),
         }
     }
 
-    /// Hands every complete client frame to the shard; false when the reader
-    /// must stop (peer close, protocol violation).
-    pub(super) fn handle_events(&mut self, ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) -> bool {
-        let now = clock::now_ms();
-        loop {
-            let event = match self.decoder.next_event() {
-                Ok(Some(e)) => e,
-                Ok(None) => break,
-                Err(violation) => {
-                    ctx.shard.borrow_mut().close(id, violation.0, "");
-                    ctx.flush();
-                    return false;
-                }
-            };
-            let closing = io.close_code.get().is_some();
-            let mut shard = ctx.shard.borrow_mut();
-            match event {
-                WsEvent::Close(code) => {
-                    shard.handle_peer_close(id, code, now);
-                    drop(shard);
-                    ctx.flush();
-                    return false;
-                }
-                // After our close frame only the peer's close matters.
-                _ if closing => continue,
-                WsEvent::Text(text) => {
-                    if self.window.admit(now) {
-                        shard.handle_text(id, &text, now);
-                    } else {
-                        shard.close(id, close::POLICY, "too many messages");
-                    }
-                }
-                WsEvent::Ping(payload) => {
-                    shard.handle_activity(id, now);
-                    shard.deliver(id, pong_frame(&payload));
-                }
-                WsEvent::Pong => shard.handle_activity(id, now),
-            }
-            drop(shard);
-            ctx.flush();
-        }
-        self.decoder.shrink();
-        true
-    }
-
-    /// Takes a read of `buf.len()` (> 0) bytes in `buf`, and sizes the buffer
-    /// for the next read.
-    pub(super) fn after_read(&mut self, ctx: &ShardCtx, id: ConnId) {
-        ctx.shard.borrow_mut().handle_activity(id, clock::now_ms());
+    /// Hands a read of `buf.len()` (> 0) bytes to the shard, runs what it
+    /// decided, and sizes the buffer for the next read. False when the shard
+    /// wants no more reads (the peer's close, a violation).
+    pub(super) fn after_read(&mut self, ctx: &Rc<ShardCtx>, id: ConnId) -> bool {
+        let more = feed(ctx, id, &self.buf);
         let n = self.buf.len();
-        self.decoder.feed(&self.buf);
         // A full read means more is coming: grow; a small one after a
         // burst: give the memory back.
         let cap = self.buf.capacity();
@@ -200,26 +141,43 @@ impl ReadState {
         } else if n < cap / 4 && cap > READ_MIN {
             self.buf = Vec::with_capacity(READ_MIN);
         }
+        more
     }
+}
+
+/// Gives bytes read from the socket to the shard and runs what it decided;
+/// false when the shard wants no more reads.
+pub(super) fn feed(ctx: &Rc<ShardCtx>, id: ConnId, data: &[u8]) -> bool {
+    let reading = ctx
+        .shard
+        .borrow_mut()
+        .handle_read(id, data, clock::now_ms());
+    ctx.flush();
+    reading == Reading::More
 }
 
 async fn read_loop(
     ctx: &Rc<ShardCtx>,
-    io: &ConnIo,
     id: ConnId,
     mut reader: OwnedReadHalf<TcpStream>,
-    mut state: ReadState,
+    rest: Vec<u8>,
 ) {
+    if !feed(ctx, id, &rest) {
+        return;
+    }
+    drop(rest);
+    let mut state = ReadBuf::new();
     loop {
-        if !state.handle_events(ctx, io, id) {
-            return;
-        }
         let buf = std::mem::take(&mut state.buf);
         let (res, b) = reader.read(buf).await;
         state.buf = b;
         match res {
             Ok(0) | Err(_) => return,
-            Ok(_) => state.after_read(ctx, id),
+            Ok(_) => {
+                if !state.after_read(ctx, id) {
+                    return;
+                }
+            }
         }
     }
 }
