@@ -48,6 +48,8 @@ struct Opts {
     no_watch: bool,
     /// Storm: extra clients that never read.
     stuck: usize,
+    /// Storm: a three-primary Redis Cluster with sharded pub/sub instead of one Redis.
+    cluster: bool,
     /// Fleet: seatboard nodes behind HAProxy.
     nodes: usize,
     /// Fleet: one event (`kill`, `rolling`, `redis_restart`); all when unset.
@@ -85,6 +87,7 @@ impl Default for Opts {
             quiet: false,
             no_watch: false,
             stuck: 0,
+            cluster: false,
             nodes: 3,
             event: None,
             drain_ms: 10_000,
@@ -103,6 +106,7 @@ const USAGE: &str =
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
+[--redis-mode standalone|cluster (storm: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
@@ -140,6 +144,13 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--snapshots" => o.snapshots = num(val()?)? as usize,
             "--no-watch" => o.no_watch = true,
             "--stuck" => o.stuck = num(val()?)? as usize,
+            "--redis-mode" => {
+                o.cluster = match val()?.as_str() {
+                    "standalone" => false,
+                    "cluster" => true,
+                    m => return Err(format!("unknown --redis-mode {m}")),
+                }
+            }
             "--nodes" => o.nodes = num(val()?)? as usize,
             "--event" => o.event = Some(val()?),
             "--drain-ms" => o.drain_ms = num(val()?)? as u64,
@@ -445,11 +456,19 @@ fn idle(o: &Opts) -> Outcome {
 }
 
 fn storm(o: &Opts) -> Outcome {
-    let mut out = Outcome::new("storm");
-    let redis = Redis::start();
-    let server = Server::start(&redis, &server_flags(o, &[]));
+    let mut out = Outcome::new(if o.cluster { "storm_cluster" } else { "storm" });
     let courses = course_names(o.courses);
-    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    let (redis, server, mut publisher) = if o.cluster {
+        let redis = Redis::start_cluster(3);
+        let server = Server::start(&redis, &server_flags(o, &["--redis-mode", "cluster"]));
+        let p = Publisher::connect_cluster(&redis.ports, courses.clone(), o.sections);
+        (redis, server, p)
+    } else {
+        let redis = Redis::start();
+        let server = Server::start(&redis, &server_flags(o, &[]));
+        let p = Publisher::connect(redis.port, courses.clone(), o.sections);
+        (redis, server, p)
+    };
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
     let open = wait_open(o, &mut f, o.clients, "storm");
@@ -469,7 +488,7 @@ fn storm(o: &Opts) -> Outcome {
     let u0 = server.usage();
     let mut rss_peak = u0.rss_kib;
     let k0 = procs::machine_ticks();
-    let r0 = usage_sum(&[redis.pid()]);
+    let r0 = usage_sum(&redis.pids());
     let lg0 = f.cpu_us();
     let t0 = Instant::now();
     let (rate, secs) = (o.rate, o.seconds);
@@ -493,7 +512,7 @@ fn storm(o: &Opts) -> Outcome {
     let dt = t0.elapsed().as_secs_f64();
     let u1 = server.usage();
     let k1 = procs::machine_ticks();
-    let r1 = usage_sum(&[redis.pid()]);
+    let r1 = usage_sum(&redis.pids());
     let lg1 = f.cpu_us();
     let m1 = f.mark();
     // Settle: every course's last change renders within a tick; give it several.
@@ -921,6 +940,14 @@ fn smoke() -> i32 {
             Opts {
                 clients: 300,
                 procs: 2,
+                ..base.clone()
+            },
+        ),
+        (
+            "storm",
+            Opts {
+                clients: 200,
+                cluster: true,
                 ..base.clone()
             },
         ),

@@ -86,47 +86,125 @@ pub fn loadavg() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A `redis-server` on a free port, killed on drop.
+/// A `redis-server` on a free port (or a Redis Cluster of several), killed on drop.
 pub struct Redis {
-    /// Its port.
+    /// Its port (the first node's in a cluster).
     pub port: u16,
-    child: Child,
+    /// Every node's port.
+    pub ports: Vec<u16>,
+    children: Vec<Child>,
+    dir: Option<std::path::PathBuf>,
+}
+
+fn spawn_redis(port: u16, extra: &[String]) -> Child {
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (tests/run.sh installs it)");
+    assert!(
+        wait_port(port, Duration::from_secs(10)),
+        "redis-server did not come up"
+    );
+    child
 }
 
 impl Redis {
     /// Starts one without persistence.
     pub fn start() -> Redis {
         let port = free_port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
+        Redis {
+            port,
+            ports: vec![port],
+            children: vec![spawn_redis(port, &[])],
+            dir: None,
+        }
+    }
+
+    /// Starts a Redis Cluster of `primaries` primaries (no replicas) and waits until it is ok.
+    pub fn start_cluster(primaries: usize) -> Redis {
+        let dir =
+            std::env::temp_dir().join(format!("seatboard-bench-cluster-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("cluster dir");
+        let mut ports = Vec::new();
+        while ports.len() < primaries {
+            let p = free_port();
+            if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+                ports.push(p);
+            }
+        }
+        let children = ports
+            .iter()
+            .map(|p| {
+                let extra: Vec<String> = [
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    &format!("nodes-{p}.conf"),
+                    "--dir",
+                    &dir.display().to_string(),
+                ]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+                spawn_redis(*p, &extra)
+            })
+            .collect();
+        let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let ok = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (tests/run.sh installs it)");
-        assert!(
-            wait_port(port, Duration::from_secs(10)),
-            "redis-server did not come up"
-        );
-        Redis { port, child }
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "redis-cli --cluster create failed");
+        let end = Instant::now() + Duration::from_secs(20);
+        while !ports.iter().all(|p| {
+            Command::new("redis-cli")
+                .args(["-p", &p.to_string(), "CLUSTER", "INFO"])
+                .output()
+                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("cluster_state:ok"))
+        }) {
+            assert!(Instant::now() < end, "cluster did not become ok");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Redis {
+            port: ports[0],
+            ports,
+            children,
+            dir: Some(dir),
+        }
     }
 
-    /// `redis://127.0.0.1:<port>`.
+    /// `redis://127.0.0.1:<port>` (every node, comma-separated, for a cluster).
     pub fn uri(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
-    /// Its pid.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// Every node's pid.
+    pub fn pids(&self) -> Vec<u32> {
+        self.children.iter().map(Child::id).collect()
     }
 }
 
 impl Drop for Redis {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
     }
 }
 

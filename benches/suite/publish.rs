@@ -1,28 +1,60 @@
 //! The bench's selection-API stand-in: writes `HSET <state-prefix>C <section>
 //! <json>` + `PUBLISH <channel-prefix>C <json>` pipelined over one plain RESP
-//! connection, as `seatboard publish` does, and remembers the last state it
-//! published so the runner can check what clients ended up with.
+//! connection, as `seatboard publish` does (in a cluster: the hashes first,
+//! pipelined per slot owner, then `SPUBLISH` the same way), and remembers the
+//! last state it published so the runner can check what clients ended up with.
 //!
 //! Every snapshot carries `seat_info.t`, its publish time in µs since the Unix
 //! epoch (and the contract's `ts` in ms), for end-to-end latency.
 
 use crate::loadgen::{digest, now_us, zipf_cdf, zipf_pick};
+use seatboard::redis::commands::Commands;
+use seatboard::redis::slots::SlotMap;
+use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// Publishes snapshots and tracks the final state.
-pub struct Publisher {
+/// One Redis node's connection and what is queued for it.
+struct Node {
     port: u16,
     out: TcpStream,
     replies: BufReader<TcpStream>,
+    /// Phase 1 (standalone: everything): HSET (+ PUBLISH).
+    first: Vec<u8>,
+    first_n: usize,
+    /// Phase 2 (cluster): SPUBLISH, sent once every hash is written.
+    second: Vec<u8>,
+    second_n: usize,
+}
+
+impl Node {
+    fn connect(port: u16) -> Node {
+        let out = TcpStream::connect(("127.0.0.1", port)).expect("connect redis");
+        out.set_nodelay(true).expect("nodelay");
+        let replies = BufReader::new(out.try_clone().expect("clone"));
+        Node {
+            port,
+            out,
+            replies,
+            first: Vec::new(),
+            first_n: 0,
+            second: Vec::new(),
+            second_n: 0,
+        }
+    }
+}
+
+/// Publishes snapshots and tracks the final state.
+pub struct Publisher {
+    nodes: Vec<Node>,
+    /// Cluster: the slot map (`nodes` are its primaries).
+    cluster: Option<SlotMap>,
     /// Course codes.
     pub courses: Vec<String>,
     sections: u32,
     /// Per course, per section: (version, seats_taken).
     state: Vec<Vec<(u64, u32)>>,
-    buf: Vec<u8>,
-    pending: usize,
     /// Snapshots published.
     pub published: u64,
 }
@@ -33,26 +65,57 @@ fn bulk(buf: &mut Vec<u8>, s: &[u8]) {
     buf.extend_from_slice(b"\r\n");
 }
 
+fn command(buf: &mut Vec<u8>, args: &[&[u8]]) {
+    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        bulk(buf, a);
+    }
+}
+
 const TOTAL: u32 = 60;
 
 impl Publisher {
     /// Connects to Redis on `port`, for `courses` of `sections` sections each.
     pub fn connect(port: u16, courses: Vec<String>, sections: u32) -> Publisher {
-        let out = TcpStream::connect(("127.0.0.1", port)).expect("connect redis");
-        out.set_nodelay(true).expect("nodelay");
-        let replies = BufReader::new(out.try_clone().expect("clone"));
         let state = vec![vec![(0, 0); sections as usize]; courses.len()];
         Publisher {
-            port,
-            out,
-            replies,
+            nodes: vec![Node::connect(port)],
+            cluster: None,
             courses,
             sections,
             state,
-            buf: Vec::new(),
-            pending: 0,
             published: 0,
         }
+    }
+
+    /// Connects to every primary of the cluster whose nodes listen on `ports`
+    /// (slot map read once through seatboard's own Redis layer).
+    pub fn connect_cluster(ports: &[u16], courses: Vec<String>, sections: u32) -> Publisher {
+        let uri = ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut flags = RedisFlags::new(&uri);
+        flags.redis_mode = RedisMode::Cluster;
+        let redis = SbRedis::from_flags(&flags).expect("cluster flags");
+        let map = Commands::new(&redis, "bench")
+            .slot_map()
+            .expect("slot map")
+            .expect("a cluster");
+        let mut p = Publisher::connect(ports[0], courses, sections);
+        p.nodes = map.primaries().iter().map(|a| Node::connect(a.1)).collect();
+        p.cluster = Some(map);
+        p
+    }
+
+    fn node_of(&self, key: &[u8]) -> usize {
+        let Some(map) = &self.cluster else { return 0 };
+        let port = map.owner_of(key).map(|a| a.1).expect("slot owner");
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .expect("owner connected")
     }
 
     /// Queues the next version of one section.
@@ -68,57 +131,62 @@ impl Publisher {
         );
         let key = format!("seatstate:{name}");
         let chan = format!("seats:{name}");
-        self.buf.extend_from_slice(b"*4\r\n");
-        bulk(&mut self.buf, b"HSET");
-        bulk(&mut self.buf, key.as_bytes());
-        bulk(&mut self.buf, section.to_string().as_bytes());
-        bulk(&mut self.buf, json.as_bytes());
-        self.buf.extend_from_slice(b"*3\r\n");
-        bulk(&mut self.buf, b"PUBLISH");
-        bulk(&mut self.buf, chan.as_bytes());
-        bulk(&mut self.buf, json.as_bytes());
-        self.pending += 2;
+        let section = section.to_string();
+        let (h, p) = (self.node_of(key.as_bytes()), self.node_of(chan.as_bytes()));
+        let hset: [&[u8]; 4] = [b"HSET", key.as_bytes(), section.as_bytes(), json.as_bytes()];
+        if self.cluster.is_some() {
+            let n = &mut self.nodes[h];
+            command(&mut n.first, &hset);
+            n.first_n += 1;
+            let n = &mut self.nodes[p];
+            command(
+                &mut n.second,
+                &[b"SPUBLISH", chan.as_bytes(), json.as_bytes()],
+            );
+            n.second_n += 1;
+        } else {
+            let n = &mut self.nodes[0];
+            command(&mut n.first, &hset);
+            command(
+                &mut n.first,
+                &[b"PUBLISH", chan.as_bytes(), json.as_bytes()],
+            );
+            n.first_n += 2;
+        }
         self.published += 1;
     }
 
-    /// Sends what is queued and reads every reply. When Redis goes away (a
-    /// restart), connects again and sends the whole batch again (snapshots
-    /// are versioned, so a repeat is harmless), for up to 60 s.
+    /// Sends what is queued and reads every reply: every node's hashes, then
+    /// (cluster) every node's SPUBLISHes. When Redis goes away (a restart),
+    /// connects again and sends the whole batch again (snapshots are
+    /// versioned, so a repeat is harmless), for up to 60 s.
     pub fn flush(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        let end = Instant::now() + Duration::from_secs(60);
-        while let Err(e) = self.try_flush() {
-            assert!(Instant::now() < end, "redis gone for 60 s: {e}");
-            std::thread::sleep(Duration::from_millis(20));
-            if let Ok(out) = TcpStream::connect(("127.0.0.1", self.port)) {
-                let _ = out.set_nodelay(true);
-                if let Ok(r) = out.try_clone() {
-                    self.replies = BufReader::new(r);
-                    self.out = out;
+        for second in [false, true] {
+            for n in &mut self.nodes {
+                let (buf, count) = if second {
+                    (&mut n.second, &mut n.second_n)
+                } else {
+                    (&mut n.first, &mut n.first_n)
+                };
+                if buf.is_empty() {
+                    continue;
                 }
+                let end = Instant::now() + Duration::from_secs(60);
+                while let Err(e) = try_flush(&mut n.out, &mut n.replies, buf, *count) {
+                    assert!(Instant::now() < end, "redis gone for 60 s: {e}");
+                    std::thread::sleep(Duration::from_millis(20));
+                    if let Ok(out) = TcpStream::connect(("127.0.0.1", n.port)) {
+                        let _ = out.set_nodelay(true);
+                        if let Ok(r) = out.try_clone() {
+                            n.replies = BufReader::new(r);
+                            n.out = out;
+                        }
+                    }
+                }
+                buf.clear();
+                *count = 0;
             }
         }
-        self.buf.clear();
-        self.pending = 0;
-    }
-
-    fn try_flush(&mut self) -> std::io::Result<()> {
-        use std::io::{Error, ErrorKind};
-        self.out.write_all(&self.buf)?;
-        let mut line = String::new();
-        for _ in 0..self.pending {
-            line.clear();
-            if self.replies.read_line(&mut line)? == 0 {
-                return Err(Error::new(ErrorKind::UnexpectedEof, "redis closed"));
-            }
-            if line.starts_with("-LOADING") {
-                return Err(Error::other("redis loading"));
-            }
-            assert!(!line.starts_with('-'), "redis error: {line}");
-        }
-        Ok(())
     }
 
     /// Per course, per section: the last version published (what a viewer's
@@ -190,4 +258,26 @@ impl Publisher {
             .collect();
         digest(&board)
     }
+}
+
+fn try_flush(
+    out: &mut TcpStream,
+    replies: &mut BufReader<TcpStream>,
+    buf: &[u8],
+    pending: usize,
+) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    out.write_all(buf)?;
+    let mut line = String::new();
+    for _ in 0..pending {
+        line.clear();
+        if replies.read_line(&mut line)? == 0 {
+            return Err(Error::new(ErrorKind::UnexpectedEof, "redis closed"));
+        }
+        if line.starts_with("-LOADING") {
+            return Err(Error::other("redis loading"));
+        }
+        assert!(!line.starts_with('-'), "redis error: {line}");
+    }
+    Ok(())
 }

@@ -51,6 +51,10 @@ pub struct ShardedSource {
     backoff: Backoff,
     /// A channel lost its place: the router rereads state once all are placed again.
     moved: bool,
+    /// Some wanted channel may have no place (checked at the next reconcile).
+    need: bool,
+    /// The firehose went off: channels nobody watches go at the next reconcile.
+    prune: bool,
     rr: usize,
 }
 
@@ -76,6 +80,8 @@ impl ShardedSource {
             pending: VecDeque::new(),
             backoff: Backoff::default(),
             moved: false,
+            need: true,
+            prune: false,
             rr: 0,
         };
         s.reconcile();
@@ -116,6 +122,7 @@ impl ShardedSource {
         let lost = before - self.placed.len();
         if lost > 0 {
             self.moved = true;
+            self.need = true;
         }
         self.map_dirty = true;
         tracing::warn!(node = %show(&c.addr), reason = why, channels = lost, "Redis shard pub/sub connection lost; resubscribing on the slot owners");
@@ -139,6 +146,7 @@ impl ShardedSource {
                         // sent): the slot moved away from this primary.
                         self.placed.remove(&course);
                         self.moved = true;
+                        self.need = true;
                         self.map_dirty = true;
                         tracing::info!(course, node = %show(&addr), "shard channel unsubscribed by the server (slot moved)");
                     }
@@ -277,6 +285,7 @@ impl ShardedSource {
                 for c in stale {
                     self.unplace(&c);
                     self.moved = true;
+                    self.need = true;
                 }
                 let primaries = m.primaries();
                 let up = primaries
@@ -310,21 +319,27 @@ impl ShardedSource {
     }
 
     /// Brings subscriptions in line with what is wanted and where slots live.
+    /// Cheap when nothing is flagged (it runs before every poll).
     fn reconcile(&mut self) {
-        let desired = self.desired();
-        let extra: Vec<String> = self
-            .placed
-            .keys()
-            .filter(|c| !desired.contains(*c))
-            .cloned()
-            .collect();
-        for c in extra {
-            self.unplace(&c);
-        }
         let rescan = self.firehose && Instant::now() >= self.next_scan;
         let stale = self.map_dirty || self.map.is_none() || self.map_at.elapsed() >= MAP_REFRESH;
-        let missing = desired.iter().any(|c| !self.placed.contains_key(c));
-        if (stale || missing || rescan) && self.backoff.ready() {
+        if !(self.need || self.prune || stale || rescan) {
+            return;
+        }
+        if self.prune {
+            self.prune = false;
+            let desired = self.desired();
+            let extra: Vec<String> = self
+                .placed
+                .keys()
+                .filter(|c| !desired.contains(*c))
+                .cloned()
+                .collect();
+            for c in extra {
+                self.unplace(&c);
+            }
+        }
+        if (stale || self.need || rescan) && self.backoff.ready() {
             let mut ok = !stale || self.refresh_map();
             if ok && rescan {
                 self.next_scan = Instant::now() + RESCAN;
@@ -339,6 +354,7 @@ impl ShardedSource {
                 ok = self.place(todo);
             }
             if ok {
+                self.need = false;
                 self.backoff.reset();
                 if self.moved {
                     self.moved = false;
@@ -349,6 +365,7 @@ impl ShardedSource {
                     self.pending.push_back(SourceEvent::Reconnected);
                 }
             } else {
+                self.need = true;
                 self.backoff.failed();
             }
         }
@@ -447,6 +464,7 @@ impl Source for ShardedSource {
         }
         if !self.place(vec![course.to_owned()]) {
             self.map_dirty = true;
+            self.need = true;
         }
     }
 
@@ -474,10 +492,13 @@ impl Source for ShardedSource {
                 .collect();
             if !self.place(todo) {
                 self.map_dirty = true;
+                self.need = true;
             }
+        } else {
+            // Channels nobody watches go at the next poll, after the router
+            // has asked again for the ones still watched.
+            self.prune = true;
         }
-        // Off: channels nobody watches go at the next poll, after the router
-        // has asked again for the ones still watched.
     }
 
     fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
@@ -489,6 +510,6 @@ impl Source for ShardedSource {
     }
 
     fn connected(&self) -> bool {
-        self.up && self.wanted.iter().all(|c| self.placed.contains_key(c))
+        self.up && !self.need
     }
 }
