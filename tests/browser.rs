@@ -1,5 +1,6 @@
 //! Real-browser checks: headless Chromium (playwright-core) opens the board and
-//! the admin page of a running demo. Screenshots land in target/browser/.
+//! the admin page of a running demo or of a hub on Redis. Screenshots land in
+//! target/browser/.
 
 mod common;
 use common::*;
@@ -64,6 +65,75 @@ fn board_frames_arrive_compressed_in_chromium() {
         wire > 0.0 && wire < payload,
         "compressed on the wire: {wire} B for {payload} B of payload"
     );
+}
+
+/// axe-core (light and dark) on / and /admin, keyboard-only use, 320 px, first
+/// frame within 1 s, page size and compression, nothing from another host.
+#[test]
+fn pages_are_accessible_keyboard_usable_and_fit_a_phone() {
+    let sb = Seatboard::start(&["demo", "--shards", "2"]);
+    run_script("a11y.mjs", sb.port, "a11y.png");
+}
+
+/// A shortlist from the URL on a hub fed through Redis; `seatboard publish`
+/// frees a seat in a full section and the page raises its alert.
+#[test]
+fn shortlist_from_the_url_and_an_alert_when_a_full_section_frees_a_seat() {
+    use std::io::{BufRead, Write};
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let publish = |course: &str, section: &str, total: &str, taken: &str| {
+        let st = seatboard_command()
+            .args([
+                "publish",
+                "--redis",
+                &uri,
+                "--course",
+                course,
+                "--section",
+                section,
+            ])
+            .args(["--total", total, "--taken", taken])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("seatboard publish");
+        assert!(st.success(), "publish {course} {section} {taken}/{total}");
+    };
+    publish("CS101", "1", "10", "4");
+    publish("CS101", "3", "2", "2");
+    publish("MATH101", "1", "30", "10");
+    let sb = Seatboard::start(&["serve", "--auth", "none", "--redis", &uri, "--shards", "2"]);
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = root.join("target/browser");
+    std::fs::create_dir_all(&out_dir).expect("target/browser");
+    let shot = out_dir.join("shortlist-alert.png");
+    let mut node = Command::new("node")
+        .arg(root.join("tests/browser/shortlist.mjs"))
+        .arg(format!("http://127.0.0.1:{}", sb.port))
+        .arg(&shot)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node must be installed");
+    let mut to_page = node.stdin.take().expect("stdin");
+    let from_page = std::io::BufReader::new(node.stdout.take().expect("stdout"));
+    let mut published = 0;
+    for line in from_page.lines().map_while(Result::ok) {
+        println!("{line}");
+        if let Some(args) = line.strip_prefix("PUBLISH ") {
+            let a: Vec<&str> = args.split_whitespace().collect();
+            assert_eq!(a.len(), 4, "bad request from the page script: {line}");
+            publish(a[0], a[1], a[2], a[3]);
+            published += 1;
+            let _ = writeln!(to_page, "OK");
+        }
+    }
+    drop(to_page);
+    let status = node.wait().expect("node exit");
+    assert!(status.success(), "shortlist.mjs failed");
+    assert!(published >= 3, "the script published {published} times");
+    assert!(shot.exists(), "no screenshot written");
 }
 
 #[test]

@@ -1,9 +1,9 @@
 // Student board check: node board.mjs <baseUrl> <screenshotPath>
 //
-// Opens <baseUrl>/ in headless Chromium, picks the first course through the
-// picker, waits for live updates, checks the viewer count, saves a full-page
-// screenshot, then checks that the shareable link /?course=C opens the board
-// without any click. Exits 0 when all holds, 1 (with the reason) otherwise.
+// Opens <baseUrl>/ in headless Chromium, adds the first known course through
+// the "Add a course" field, waits for live updates, checks the course's viewer
+// count, saves a full-page screenshot, then checks that the shareable link
+// /?course=C opens the board without any click. Exits 0 when all holds, 1 (with the reason) otherwise.
 import { chromium } from 'playwright-core';
 import { failOnCsp, requireCsp } from './csp.mjs';
 
@@ -50,7 +50,7 @@ function watchPage(page, name) {
 async function readBoard(page) {
   return page.evaluate(() => {
     const out = {};
-    for (const el of document.querySelectorAll('.section[data-section]')) {
+    for (const el of document.querySelectorAll('[data-course] [data-section]')) {
       const t = el.querySelector('.seats-taken');
       const l = el.querySelector('.seats-left');
       out[el.dataset.section] = {
@@ -106,17 +106,16 @@ async function main() {
   if (title !== 'seatboard') throw new Error(`page title is ${JSON.stringify(title)}, want "seatboard"`);
 
   step = 'wait for the course list';
-  await page.waitForFunction(() => {
-    const sel = document.querySelector('select#course');
-    return sel && Array.from(sel.options).some((o) => o.value !== '');
-  }, null, { timeout: STEP_TIMEOUT_MS, polling: 100 }).catch(() => {
-    throw new Error(`no course appeared in select#course within ${STEP_TIMEOUT_MS / 1000} s (is /api/courses empty?)`);
+  await page.waitForFunction(() => document.querySelectorAll('#course-list option').length > 0,
+    null, { timeout: STEP_TIMEOUT_MS, polling: 100 }).catch(() => {
+    throw new Error(`no course appeared in #course-list within ${STEP_TIMEOUT_MS / 1000} s (is /api/courses empty?)`);
   });
-  const course = await page.$eval('select#course', (sel) => Array.from(sel.options).find((o) => o.value !== '').value);
+  const course = await page.$eval('#course-list option', (o) => o.value);
   log(`first course is ${course}`);
 
-  step = `pick ${course} in the course picker`;
-  await page.selectOption('select#course', course);
+  step = `add ${course} through the course field`;
+  await page.fill('#course-input', course);
+  await page.click('#add-form button[type="submit"]');
   await page.waitForFunction((c) => new URL(location.href).searchParams.get('course') === c, course, { timeout: 5000 })
     .catch(() => { throw new Error(`URL was not updated to ?course=${course} (got ${page.url()})`); });
 
@@ -148,12 +147,12 @@ async function main() {
 
   step = 'check the viewer count';
   const viewers = await page.waitForFunction(() => {
-    const v = document.getElementById('viewers');
+    const v = document.querySelector('[data-course] .viewers');
     const m = v && /^\s*(\d+)/.exec(v.textContent);
     return m && Number(m[1]) >= 1 ? Number(m[1]) : false;
   }, null, { timeout: 10_000, polling: 100 }).then((h) => h.jsonValue()).catch(async () => {
-    const text = await page.$eval('#viewers', (e) => e.textContent).catch(() => '(missing #viewers)');
-    throw new Error(`#viewers text is ${JSON.stringify(text)}, want an integer >= 1`);
+    const text = await page.$eval('[data-course] .viewers', (e) => e.textContent).catch(() => '(missing .viewers)');
+    throw new Error(`.viewers text is ${JSON.stringify(text)}, want an integer >= 1`);
   });
   log(`${viewers} viewing`);
 
@@ -168,8 +167,8 @@ async function main() {
   if (!resp2 || !resp2.ok()) throw new Error(`GET /?course=${course} answered ${resp2 ? resp2.status() : 'nothing'}`);
   await waitLiveWithSections(page2);
   checkBoardShape(await readBoard(page2));
-  const picked = await page2.$eval('select#course', (s) => s.value).catch(() => null);
-  if (picked !== course) throw new Error(`select#course shows ${JSON.stringify(picked)} on the shared link, want ${course}`);
+  const shown = await page2.$$eval('[data-course]', (els) => els.map((e) => e.dataset.course));
+  if (shown.join(',') !== course) throw new Error(`the shared link shows ${JSON.stringify(shown)}, want [${course}]`);
   log('shareable link opens the board without a click');
 
   clearTimeout(overall);
