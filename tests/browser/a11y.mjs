@@ -8,7 +8,7 @@
 // is under 40 KB decoded and arrives compressed; no request leaves the host.
 // Screenshots: <screenshotPath> (dark, shortlist) plus -light, -320 and
 // -keyboard variants next to it.
-import { run, openPage, axe, waitLive } from './lib.mjs';
+import { run, openPage, axe, waitLive, requireCsp } from './lib.mjs';
 
 const [rawBase, shot] = process.argv.slice(2);
 const base = (rawBase || '').replace(/\/+$/, '');
@@ -23,7 +23,7 @@ await run('a11y', 150_000, async (t) => {
       t.step = `axe on ${path} (${colorScheme})`;
       const page = await openPage(t, context, base, `${colorScheme} ${path}`);
       pages.push(page);
-      await page.goto(`${base}${path}`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+      requireCsp(await page.goto(`${base}${path}`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}${path}`);
       if (path === '/admin') {
         await page.waitForFunction(() => document.querySelectorAll('#courses tbody tr[data-course]').length > 0, null, { timeout: STEP_MS, polling: 100 });
       } else if (path === '/') {
@@ -45,7 +45,7 @@ await run('a11y', 150_000, async (t) => {
     const context = await t.browser.newContext({ viewport: { width: 1000, height: 800 } });
     const page = await openPage(t, context, base, 'keyboard');
     pages.push(page);
-    await page.goto(`${base}/`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+    requireCsp(await page.goto(`${base}/`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/`);
     await page.waitForFunction(() => document.querySelectorAll('#course-list option').length > 0, null, { timeout: STEP_MS });
     const focused = () => page.evaluate(() => {
       const e = document.activeElement;
@@ -86,7 +86,7 @@ await run('a11y', 150_000, async (t) => {
     t.step = 'keyboard on /admin: sort by a header';
     const admin = await openPage(t, context, base, 'admin keyboard');
     pages.push(admin);
-    await admin.goto(`${base}/admin`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+    requireCsp(await admin.goto(`${base}/admin`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/admin`);
     await admin.waitForFunction(() => document.querySelectorAll('#courses tbody tr[data-course]').length > 0, null, { timeout: STEP_MS });
     let th = null;
     for (let i = 0; i < 20 && !th; i++) {
@@ -104,7 +104,7 @@ await run('a11y', 150_000, async (t) => {
     const context = await t.browser.newContext({ viewport: { width: 320, height: 640 }, isMobile: true, hasTouch: true, deviceScaleFactor: 2 });
     const page = await openPage(t, context, base, '320');
     pages.push(page);
-    await page.goto(`${base}/?course=CS101&course=MATH101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+    requireCsp(await page.goto(`${base}/?course=CS101&course=MATH101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/?course=CS101&course=MATH101`);
     await waitLive(page, ['CS101', 'MATH101']);
     const fit = await page.evaluate(() => {
       const out = [];
@@ -129,6 +129,7 @@ await run('a11y', 150_000, async (t) => {
       const page = await openPage(t, context, base, `load ${i}`);
       pages.push(page);
       const resp = await page.goto(`${base}/?course=CS101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+      requireCsp(resp, `${base}/?course=CS101`);
       const enc = (await resp.allHeaders())['content-encoding'];
       if (enc !== 'gzip') throw new Error(`GET / Content-Encoding ${enc}, want gzip`);
       await page.waitForFunction(() => performance.getEntriesByName('seatboard-first-frame').length > 0, null, { timeout: STEP_MS, polling: 20 });

@@ -3,6 +3,9 @@
 import { chromium } from 'playwright-core';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
+import { failOnCsp, requireCsp } from './csp.mjs';
+
+export { requireCsp };
 
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const ARGS = [
@@ -25,6 +28,7 @@ export async function run(name, timeoutMs, body) {
     await Promise.race([closing, new Promise((r) => setTimeout(r, 3000))]);
     process.exit(code);
   };
+  t.fail = (why) => finish(1, why);
   setTimeout(() => finish(1, `overall timeout of ${timeoutMs / 1000} s`), timeoutMs).unref();
   try {
     t.browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
@@ -37,9 +41,11 @@ export async function run(name, timeoutMs, body) {
 }
 
 // A page whose console errors, page errors and failed requests go to the log,
-// and whose every request (WebSockets included) must stay on `base`'s host.
+// whose every request (WebSockets included) must stay on `base`'s host, and
+// which fails the run on any Content-Security-Policy violation.
 export async function openPage(t, context, base, name) {
   const page = await context.newPage();
+  await failOnCsp(page, name, t.fail);
   const origin = new URL(base);
   const offHost = [];
   const check = (url) => {

@@ -13,7 +13,7 @@
 // cue (none under prefers-reduced-motion); numbers carry no aria-live; axe
 // finds nothing with the alert on screen; removing a course updates URL and
 // storage.
-import { run, openPage, axe, waitLive, ask } from './lib.mjs';
+import { run, openPage, axe, waitLive, requireCsp, ask } from './lib.mjs';
 
 const [rawBase, shot] = process.argv.slice(2);
 const base = (rawBase || '').replace(/\/+$/, '');
@@ -57,7 +57,7 @@ await run('shortlist', 120_000, async (t) => {
   const page = await openPage(t, context, base, 'board');
 
   t.step = 'open the shared link /?course=CS101&course=MATH101';
-  await page.goto(`${base}/?course=CS101&course=MATH101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+  requireCsp(await page.goto(`${base}/?course=CS101&course=MATH101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/?course=CS101&course=MATH101`);
   await waitLive(page, ['CS101', 'MATH101']);
   const shown = await page.$$eval('[data-course]', (els) => els.map((e) => e.dataset.course));
   if (shown.join(',') !== 'CS101,MATH101') throw new Error(`courses on screen: ${shown}`);
@@ -124,7 +124,7 @@ await run('shortlist', 120_000, async (t) => {
 
   t.step = 'the next visit restores the shortlist';
   const again = await openPage(t, context, base, 'revisit');
-  await again.goto(`${base}/`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+  requireCsp(await again.goto(`${base}/`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/`);
   await waitLive(again, ['CS101', 'MATH101']);
   const url = new URL(again.url());
   if (url.searchParams.getAll('course').join(',') !== 'CS101,MATH101') throw new Error(`restored URL ${again.url()}`);
@@ -138,7 +138,7 @@ await run('shortlist', 120_000, async (t) => {
   t.step = 'no visual cue under prefers-reduced-motion';
   const calm = await t.browser.newContext({ reducedMotion: 'reduce' });
   const still = await openPage(t, calm, base, 'reduced');
-  await still.goto(`${base}/?course=MATH101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
+  requireCsp(await still.goto(`${base}/?course=MATH101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/?course=MATH101`);
   await waitLive(still, ['MATH101']);
   await publish(t, 'MATH101', 1, 30, 13);
   await still.waitForFunction(() => document.querySelector('[data-course="MATH101"] [data-section="1"]')?.classList.contains('bump'), null, { timeout: STEP_MS });
