@@ -2,7 +2,8 @@
 //
 // axe-core finds no violation on / (empty and with a shortlist) and on /admin,
 // in the light and the dark colour scheme; the board is used with the keyboard
-// alone (add two courses, remove them, focus always visible and kept); at
+// alone (add two courses, remove them, focus always visible and kept; on
+// /admin sort by a column and open a course's roster); at
 // 320 px wide nothing scrolls sideways and every control is on screen; the
 // first frame is on screen within 1 s of navigation (best of 3 loads); the page
 // is under 40 KB decoded and arrives compressed; no request leaves the host.
@@ -96,6 +97,19 @@ await run('a11y', 150_000, async (t) => {
     if (!th) throw new Error('Tab never reached the "course" column header');
     await admin.keyboard.press('Enter');
     await admin.waitForFunction(() => document.querySelector('th[data-key="course"]').hasAttribute('aria-sort'), null, { timeout: 5000 });
+
+    t.step = 'keyboard on /admin: open a roster';
+    let who = null;
+    for (let i = 0; i < 25 && !who; i++) {
+      await admin.keyboard.press('Tab');
+      who = await admin.evaluate(() => document.activeElement.matches('button.who') ? document.activeElement.closest('tr').dataset.course : null);
+    }
+    if (!who) throw new Error('Tab never reached a viewer-count (roster) button');
+    await admin.keyboard.press('Enter');
+    await admin.waitForFunction((c) => !document.getElementById('roster').hidden && document.getElementById('roster-course').textContent === c, who, { timeout: 5000 });
+    await admin.keyboard.press('Escape');
+    await admin.waitForFunction(() => document.getElementById('roster').hidden, null, { timeout: 5000 });
+    t.say(`keyboard on /admin: sorted by course, opened and closed the roster of ${who}`);
     await context.close();
   }
 
