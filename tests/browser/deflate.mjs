@@ -9,6 +9,7 @@
 // counters: what went on the wire is less than the payload (so frames were
 // compressed). Prints `frames=N big=M` and exits 0 when all holds.
 import { chromium } from 'playwright-core';
+import { failOnCsp, requireCsp } from './csp.mjs';
 
 const STEP_TIMEOUT_MS = 20_000;
 const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
@@ -39,6 +40,7 @@ async function main() {
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
   const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
   const page = await context.newPage();
+  await failOnCsp(page, 'deflate', (why) => finish(1, why));
   const cdp = await context.newCDPSession(page);
   await cdp.send('Network.enable');
   let offered = null;
@@ -59,6 +61,7 @@ async function main() {
 
   const resp = await page.goto(`${base}/?course=${course}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   if (!resp || !resp.ok()) throw new Error(`GET /?course=${course} answered ${resp ? resp.status() : 'nothing'}`);
+  requireCsp(resp, `GET /?course=${course}`);
   await page.waitForFunction(() => {
     const s = document.getElementById('conn-state');
     return s && s.textContent.trim() === 'live' && document.querySelectorAll('.section[data-section]').length > 0;
