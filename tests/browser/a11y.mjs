@@ -3,7 +3,8 @@
 // axe-core finds no violation on / (empty and with a shortlist) and on /admin,
 // in the light and the dark colour scheme; the board is used with the keyboard
 // alone (add two courses, remove them, focus always visible and kept; on
-// /admin sort by a column and open a course's roster); at
+// /admin sort by a column and open a course's roster); a link with nine
+// courses shows eight over one WebSocket, one watch each; at
 // 320 px wide nothing scrolls sideways and every control is on screen; the
 // first frame is on screen within 1 s of navigation (best of 3 loads); the page
 // is under 40 KB decoded and arrives compressed; no request leaves the host.
@@ -132,6 +133,35 @@ await run('a11y', 150_000, async (t) => {
     if (fit.scroll > 320 || fit.out.length) throw new Error(`at 320 px: page ${fit.scroll} px wide; outside: ${fit.out.slice(0, 5).join(', ')}`);
     await page.screenshot({ path: variant('320'), fullPage: true });
     t.say('320 px: no sideways scroll, every control on screen');
+    await context.close();
+  }
+
+  t.step = 'nine courses in the link: eight on screen, over one WebSocket, one watch each';
+  {
+    const codes = ['ART150', 'BIO101', 'BIO250', 'CHEM101', 'CHEM231', 'CS101', 'CS102', 'CS201', 'CS225'];
+    const context = await t.browser.newContext({ viewport: { width: 1400, height: 900 } });
+    const page = await openPage(t, context, base, 'eight');
+    pages.push(page);
+    const sockets = [];
+    page.on('websocket', (ws) => {
+      const sent = [];
+      sockets.push(sent);
+      ws.on('framesent', (f) => { try { sent.push(JSON.parse(f.payload)); } catch (_) { sent.push(f.payload); } });
+    });
+    const q = codes.map((c) => `course=${c}`).join('&');
+    requireCsp(await page.goto(`${base}/?${q}`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/?${q}`);
+    await waitLive(page, codes.slice(0, 8));
+    const shown = await page.$$eval('[data-course]', (els) => els.map((e) => e.dataset.course));
+    if (shown.join(',') !== codes.slice(0, 8).join(',')) throw new Error(`on screen: ${shown}`);
+    const notice = await page.$eval('#notice', (e) => (e.hidden ? '' : e.textContent));
+    if (!/up to 8/.test(notice)) throw new Error(`no notice about the limit: ${JSON.stringify(notice)}`);
+    await page.waitForFunction(() => [...document.querySelectorAll('[data-course] .viewers')].every((v) => /^\d+ viewing$/.test(v.textContent)), null, { timeout: STEP_MS });
+    if (sockets.length !== 1) throw new Error(`${sockets.length} WebSockets opened, want 1`);
+    const watches = sockets[0].filter((m) => m && m.op === 'watch').map((m) => m.course);
+    if (watches.slice().sort().join(',') !== codes.slice(0, 8).sort().join(',')) throw new Error(`watch messages: ${watches}`);
+    const url = await page.evaluate(() => new URL(location.href).searchParams.getAll('course'));
+    if (url.join(',') !== codes.slice(0, 8).join(',')) throw new Error(`URL keeps ${url}`);
+    t.say(`8 of 9 courses on screen over 1 WebSocket (${watches.length} watch messages), each with its viewer count`);
     await context.close();
   }
 
