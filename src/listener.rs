@@ -27,14 +27,15 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
             return Err(e);
         }
         // /proc/net/tcp is read in chunks while connections churn and can skip a
-        // line: look again before calling the holder unknown.
+        // line, and a loaded box can take long to walk /proc: look again, for
+        // up to about 3 s, before calling the holder unknown.
         let mut holders = Vec::new();
-        for _ in 0..10 {
+        for attempt in 0..30u64 {
             holders = self::holders(addr.port());
             if !holders.is_empty() {
                 break;
             }
-            std::thread::sleep(std::time::Duration::from_millis(30));
+            std::thread::sleep(std::time::Duration::from_millis(20 + 4 * attempt));
         }
         let foreign: Vec<String> = holders
             .iter()
@@ -69,7 +70,8 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
 fn listening(port: u16) -> Vec<String> {
     let mut inodes = Vec::new();
     for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
+        // One large read per chunk: the fewer chunks, the fewer lines skipped.
+        let Ok(text) = read_whole(table) else {
             continue;
         };
         for line in text.lines().skip(1) {
@@ -87,6 +89,22 @@ fn listening(port: u16) -> Vec<String> {
         }
     }
     inodes
+}
+
+/// Reads a proc table with a large buffer, so the kernel hands it over in few chunks.
+fn read_whole(path: &str) -> io::Result<String> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut out = Vec::with_capacity(1 << 20);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(out).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 /// Processes listening on `port`: (pid, command name).
