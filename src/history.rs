@@ -7,9 +7,8 @@
 use crate::analytics::report::{read_after, read_last, PAGE};
 use crate::analytics::worker::{Buckets, Closed, Entry};
 use crate::clock;
-use crate::node::Node;
 use crate::redis::commands::Commands;
-use crate::redis::Redis;
+use crate::redis::{Redis, RedisFlags};
 use serde::Serialize;
 use shards::Snapshot;
 use std::collections::{HashMap, VecDeque};
@@ -270,9 +269,15 @@ fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, String
     Ok(changed)
 }
 
-/// Starts the refresher thread of a Redis-backed node (not for `demo`).
-pub fn start(node: Arc<Node>) -> std::io::Result<()> {
-    let redis = match Redis::from_flags(&node.args.redis) {
+/// Starts the refresher thread of a Redis-backed node (not for `demo`): it
+/// fills `history` from the streams `<prefix><session>` until `stop` says so.
+pub fn start(
+    history: Arc<History>,
+    flags: &RedisFlags,
+    prefix: String,
+    stop: impl Fn() -> bool + Send + 'static,
+) -> std::io::Result<()> {
+    let redis = match Redis::from_flags(flags) {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(error = %e, "history: bad Redis flags, /api/history stays empty");
@@ -280,21 +285,28 @@ pub fn start(node: Arc<Node>) -> std::io::Result<()> {
         }
     };
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
-    *node.history.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
-    node.history.running.store(true, Relaxed);
+    *history.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    history.running.store(true, Relaxed);
     std::thread::Builder::new()
         .name("seatboard-history".into())
-        .spawn(move || run(&node, Commands::new(&redis, "history"), &rx))?;
+        .spawn(move || {
+            let con = Commands::new(&redis, "history");
+            run(&history, &prefix, &stop, con, &rx)
+        })?;
     Ok(())
 }
 
-fn run(node: &Node, mut con: Commands, wake: &crossbeam_channel::Receiver<()>) {
-    let history = &node.history;
-    let prefix = node.args.analytics_prefix.clone();
+fn run(
+    history: &History,
+    prefix: &str,
+    stop: &dyn Fn() -> bool,
+    mut con: Commands,
+    wake: &crossbeam_channel::Receiver<()>,
+) {
     let mut series: HashMap<String, Series> = HashMap::new();
     let mut last_error: Option<String> = None;
     loop {
-        if node.draining() {
+        if stop() {
             return;
         }
         let sessions = history.tracked();

@@ -3,6 +3,7 @@
 
 pub mod analytics;
 pub mod auth;
+pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod demo;

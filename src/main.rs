@@ -72,7 +72,17 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         println!("seatboard demo running: open {shown}  (admin: {shown}admin)");
     } else {
         tracing::info!(listen = %addr, shards, "seatboard serving");
-        if let Err(e) = seatboard::history::start(Arc::clone(&node)) {
+        let stop = {
+            let node = Arc::clone(&node);
+            move || node.draining()
+        };
+        let history = seatboard::history::start(
+            Arc::clone(&node.history),
+            &node.args.redis,
+            node.args.analytics_prefix.clone(),
+            stop,
+        );
+        if let Err(e) = history {
             tracing::warn!(error = %e, "history thread did not start; /api/history stays empty");
         }
     }

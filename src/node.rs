@@ -80,7 +80,7 @@ pub struct Node {
     /// `/api/courses` body, refreshed by whoever knows the courses.
     pub courses_json: RwLock<String>,
     /// `/api/history` cache (filled by the history thread, or the demo).
-    pub history: crate::history::History,
+    pub history: std::sync::Arc<crate::history::History>,
     /// Redis mode and reachable primaries for `/healthz` (`serve` only).
     pub redis_health: RwLock<Option<std::sync::Arc<crate::redis::Health>>>,
 }
@@ -92,7 +92,7 @@ impl Node {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "seatboard".into());
-        let history = crate::history::History::new(&args.session);
+        let history = std::sync::Arc::new(crate::history::History::new(&args.session));
         let metrics = Metrics::new(shards);
         metrics.max_connections.store(args.max_connections, Relaxed);
         Node {

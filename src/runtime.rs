@@ -1,13 +1,13 @@
 //! Starting a node: the listeners, the ingest and presence threads, one pinned
 //! monoio runtime per shard, and the signal loop that drains and exits.
 
+use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::cli::{Driver, HubArgs};
 use crate::clock;
-use crate::ingest::inbox::{Control, Inbox, Outlet};
 use crate::ingest::source::Source;
-use crate::ingest::{self, Ingest, IngestCmd};
+use crate::ingest::{self, Ingest};
 use crate::node::Node;
-use crate::presence::{self, PresenceCmd, PresenceStore, PresenceTiming, Worker};
+use crate::presence::{self, PresenceStore, PresenceTiming, Worker};
 use crate::shard::{self, ShardCtx};
 use crossbeam_channel::unbounded;
 use shards::rate::TokenBucket;

@@ -8,10 +8,10 @@
 use crate::loadgen::{zipf_cdf, zipf_pick};
 use crate::Outcome;
 use seatboard::auth::Auth;
+use seatboard::channels::{Inbox, IngestCmd, Outlet};
 use seatboard::cli::{Cli, Command};
-use seatboard::ingest::inbox::{Inbox, Outlet};
 use seatboard::ingest::source::{Source, SourceEvent};
-use seatboard::ingest::{Ingest, IngestCmd};
+use seatboard::ingest::Ingest;
 use seatboard::node::Node;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;

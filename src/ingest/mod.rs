@@ -3,18 +3,16 @@
 //! course. It also builds the admin aggregate once per node.
 
 pub mod bus;
-pub mod inbox;
 pub mod redis;
 pub mod sharded;
 pub mod source;
 
+use crate::channels::{Control, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crate::node::Node;
-use crate::presence::PresenceCmd;
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use inbox::{Control, Outlet};
 use shards::server_msg::{self, AdminRow};
 use shards::Snapshot;
 use source::{Source, SourceEvent};
@@ -22,31 +20,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What shards (and the presence worker) tell the ingest thread.
-#[derive(Debug)]
-pub enum IngestCmd {
-    /// A shard's first viewer of a course arrived, or its last left.
-    Interest {
-        /// Which shard.
-        shard: usize,
-        /// Course.
-        course: Arc<str>,
-        /// Arrived (`true`) or left.
-        watching: bool,
-    },
-    /// A shard's first admin feed opened, or its last closed.
-    AdminFeed {
-        /// Which shard.
-        shard: usize,
-        /// Opened (`true`) or closed.
-        connected: bool,
-    },
-    /// Global viewer counts, for the admin aggregate.
-    Viewers(Arc<Vec<(Arc<str>, u64)>>),
-    /// Stop the thread.
-    Shutdown,
-}
 
 /// One course as the node knows it.
 #[derive(Default)]
@@ -476,9 +449,9 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admi
 mod tests {
     use super::*;
     use crate::auth::Auth;
+    use crate::channels::Inbox;
     use crate::cli::{Cli, Command};
     use clap::Parser;
-    use inbox::Inbox;
 
     /// A source whose first `fail` state reads fail.
     struct FlakyState {

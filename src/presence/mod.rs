@@ -5,13 +5,11 @@
 pub mod memory;
 pub mod redis;
 
+use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
-use crate::ingest::inbox::{Control, Inbox};
-use crate::ingest::IngestCmd;
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use shards::server_msg;
-use shards::ConnId;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -19,40 +17,6 @@ use std::time::{Duration, Instant};
 
 /// Most ids in a roster reply.
 pub const ROSTER_LIMIT: usize = 1000;
-
-/// What shards and the ingest thread tell the presence worker.
-#[derive(Debug)]
-pub enum PresenceCmd {
-    /// A user's first connection on a shard started watching a course.
-    Join {
-        /// Course.
-        course: Arc<str>,
-        /// User id.
-        user: Arc<str>,
-    },
-    /// A user's last connection on a shard stopped watching a course.
-    Leave {
-        /// Course.
-        course: Arc<str>,
-        /// User id.
-        user: Arc<str>,
-    },
-    /// An admin asked for a roster.
-    Roster {
-        /// The asking connection's shard.
-        shard: usize,
-        /// The asking connection.
-        conn: ConnId,
-        /// Course.
-        course: Arc<str>,
-    },
-    /// Count every known course too (while an admin is connected).
-    CountAll(bool),
-    /// The courses the node knows, to count for admins.
-    Extra(Vec<Arc<str>>),
-    /// Stop the thread.
-    Shutdown,
-}
 
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, String>;

@@ -2,8 +2,8 @@
 //! sleeps until the renderer's next deadline or the next message.
 
 use super::ShardCtx;
+use crate::channels::Control;
 use crate::clock;
-use crate::ingest::inbox::Control;
 use shards::ws_codec::close;
 use std::future::Future;
 use std::pin::Pin;

@@ -18,11 +18,9 @@ mod ws_conn;
 pub use accept::accept_loop;
 pub use driver::drive;
 
-use crate::ingest::inbox::Inbox;
-use crate::ingest::IngestCmd;
+use crate::channels::{Inbox, IngestCmd, PresenceCmd};
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
-use crate::presence::PresenceCmd;
 use crossbeam_channel::Sender;
 use notify::LocalNotify;
 use shards::rate::TokenBucket;

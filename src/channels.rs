@@ -1,6 +1,9 @@
-//! The channels into one shard: a bounded snapshot channel that the ingest side
-//! coalesces into when full, an unbounded control channel for rare messages, and
-//! a waker so a sleeping shard notices either.
+//! Every channel between threads, in one place: each shard's inbox (a bounded
+//! snapshot channel that the ingest side coalesces into when full, an
+//! unbounded control channel for rare messages, and a waker so a sleeping
+//! shard notices either), the ingest thread's commands and the presence
+//! worker's commands. Threads only ever talk through these types, so no
+//! worker module needs another's.
 
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
@@ -41,6 +44,65 @@ pub enum Control {
     /// Liveness probe for the systemd watchdog: the shard's loop answers by
     /// moving its heartbeat.
     Probe,
+}
+
+/// What shards (and the presence worker) tell the ingest thread.
+#[derive(Debug)]
+pub enum IngestCmd {
+    /// A shard's first viewer of a course arrived, or its last left.
+    Interest {
+        /// Which shard.
+        shard: usize,
+        /// Course.
+        course: Arc<str>,
+        /// Arrived (`true`) or left.
+        watching: bool,
+    },
+    /// A shard's first admin feed opened, or its last closed.
+    AdminFeed {
+        /// Which shard.
+        shard: usize,
+        /// Opened (`true`) or closed.
+        connected: bool,
+    },
+    /// Global viewer counts, for the admin aggregate.
+    Viewers(Arc<Vec<(Arc<str>, u64)>>),
+    /// Stop the thread.
+    Shutdown,
+}
+
+/// What shards and the ingest thread tell the presence worker.
+#[derive(Debug)]
+pub enum PresenceCmd {
+    /// A user's first connection on a shard started watching a course.
+    Join {
+        /// Course.
+        course: Arc<str>,
+        /// User id.
+        user: Arc<str>,
+    },
+    /// A user's last connection on a shard stopped watching a course.
+    Leave {
+        /// Course.
+        course: Arc<str>,
+        /// User id.
+        user: Arc<str>,
+    },
+    /// An admin asked for a roster.
+    Roster {
+        /// The asking connection's shard.
+        shard: usize,
+        /// The asking connection.
+        conn: ConnId,
+        /// Course.
+        course: Arc<str>,
+    },
+    /// Count every known course too (while an admin is connected).
+    CountAll(bool),
+    /// The courses the node knows, to count for admins.
+    Extra(Vec<Arc<str>>),
+    /// Stop the thread.
+    Shutdown,
 }
 
 /// The shared half: channels plus the shard's waker.
