@@ -17,21 +17,22 @@ pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
     let names: Vec<String> = DEMO_COURSES.iter().map(|s| s.to_string()).collect();
     node.set_courses(&names);
     let (publisher, source) = bus();
+    // Seed every section once, before the port opens, so the board is whole
+    // for the very first viewer (a loaded box could schedule the simulator
+    // thread after the first watch had read an empty state table).
+    let mut window = SelectionWindow::new(&names, 1.1, clock::unix_ms());
+    for _ in 0..8 * names.len() {
+        let s = window.next(clock::unix_ms());
+        publisher.publish(&s.course, s.section, s.to_payload().into_bytes());
+    }
     let hub = runtime::start(Arc::clone(&node), source, MemoryPresence::default())?;
     std::thread::Builder::new()
         .name("seatboard-simulator".into())
-        .spawn(move || simulate(publisher, &names, &node))?;
+        .spawn(move || simulate(publisher, window, &node))?;
     Ok(hub)
 }
 
-fn simulate(bus: BusPublisher, names: &[String], node: &Node) {
-    let mut window = SelectionWindow::new(names, 1.1, clock::unix_ms());
-    // Seed every section once so the board is whole from the start.
-    let sections: usize = 8 * names.len();
-    for _ in 0..sections {
-        let s = window.next(clock::unix_ms());
-        bus.publish(&s.course, s.section, s.to_payload().into_bytes());
-    }
+fn simulate(bus: BusPublisher, mut window: SelectionWindow, node: &Node) {
     let interval = Duration::from_secs_f64(1.0 / DEMO_RATE);
     let mut next = Instant::now();
     loop {
