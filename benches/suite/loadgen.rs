@@ -80,6 +80,10 @@ pub struct Config {
     /// Send a `watch` after the upgrade (false: connect and stay silent).
     #[serde(default = "yes")]
     pub watch: bool,
+    /// Offer permessage-deflate (as browsers do) and inflate compressed
+    /// messages, each with a fresh raw inflater (no context takeover).
+    #[serde(default)]
+    pub deflate: bool,
 }
 
 /// The page's reconnect timing (`src/web/index.html`).
@@ -178,6 +182,8 @@ struct Counters {
     presence: u64,
     errors: u64,
     bytes: u64,
+    /// Messages that came compressed (RSV1).
+    compressed: u64,
     /// Refused upgrades that carried `Retry-After`.
     refused_retry_after: u64,
     /// `reconnect` hints received.
@@ -261,6 +267,8 @@ struct Gen {
     first_refusal_ms: Option<u64>,
     per_second: Vec<u64>,
     scratch: Vec<u8>,
+    /// The last inflated message (its buffer reused).
+    inflated: Vec<u8>,
     exp: u64,
 }
 
@@ -293,6 +301,7 @@ impl Gen {
             first_refusal_ms: None,
             per_second: Vec::new(),
             scratch: vec![0; SCRATCH],
+            inflated: Vec::new(),
             exp: now_us() / 1_000_000 + 3600,
             cfg,
         }
@@ -494,8 +503,13 @@ impl Gen {
                 shards::Role::Student,
                 self.exp,
             );
+            let offer = if self.cfg.deflate {
+                "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+            } else {
+                ""
+            };
             let req = format!(
-                "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n\r\n",
+                "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n{offer}\r\n",
                 self.cfg.port
             );
             conn.wbuf.extend_from_slice(req.as_bytes());
@@ -602,6 +616,7 @@ impl Gen {
                     break 'outer true;
                 }
                 let op = avail[0] & 0x0f;
+                let rsv1 = avail[0] & 0x40 != 0;
                 let (len, hdr) = match avail[1] & 0x7f {
                     126 if avail.len() >= 4 => {
                         (u16::from_be_bytes([avail[2], avail[3]]) as usize, 4)
@@ -619,6 +634,17 @@ impl Gen {
                 }
                 let payload = &avail[hdr..hdr + len];
                 match op {
+                    1 | 0 if rsv1 => {
+                        self.c.compressed += 1;
+                        match inflate(payload, &mut self.inflated) {
+                            Some(()) => {
+                                let text = std::mem::take(&mut self.inflated);
+                                self.on_text(idx, &text);
+                                self.inflated = text;
+                            }
+                            None => self.c.errors += 1,
+                        }
+                    }
                     1 | 0 => self.on_text(idx, payload),
                     9 => {
                         let pong = shards::ws_codec::client_frame(true, 10, payload, mask());
@@ -843,6 +869,30 @@ impl Gen {
             "per_second": self.per_second,
         })
     }
+}
+
+/// Raw inflate of one permessage-deflate message into `out`, with a fresh
+/// context (the server keeps none between messages either).
+fn inflate(payload: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    let mut d = flate2::Decompress::new(false);
+    out.clear();
+    out.reserve(payload.len() * 4 + 64);
+    for input in [payload, &[0, 0, 0xff, 0xff][..]] {
+        let mut pos = 0;
+        while pos < input.len() {
+            let before = (d.total_in(), d.total_out());
+            d.decompress_vec(&input[pos..], out, flate2::FlushDecompress::Sync)
+                .ok()?;
+            pos += (d.total_in() - before.0) as usize;
+            if (d.total_in(), d.total_out()) == before {
+                if out.len() < out.capacity() {
+                    return None; // stuck with room to spare: not a deflate message
+                }
+                out.reserve(out.capacity().max(256));
+            }
+        }
+    }
+    Some(())
 }
 
 fn mask() -> [u8; 4] {

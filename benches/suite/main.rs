@@ -1,6 +1,6 @@
 //! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
 //!
-//! Scenarios: `idle`, `storm`, `fanout`, `ingest`, `handshake`, `compare`.
+//! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `handshake`, `compare`.
 //! Each prints a table and writes `target/bench/<scenario>.json`. Run without
 //! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
 //! short smoke of every scenario and exits non-zero if one fails.
@@ -12,6 +12,7 @@
 //! connections and time.
 
 mod fleet;
+mod floor;
 mod hist;
 mod ingest;
 #[path = "../../tests/lb/mod.rs"]
@@ -65,6 +66,15 @@ struct Opts {
     min_during_s: f64,
     /// Fleet: HAProxy processes sharing the port.
     haproxy_procs: usize,
+    /// The server's `--compression`; `on` also makes the load generator offer
+    /// permessage-deflate (as browsers do).
+    compression: String,
+    /// Fanout: `--rate` was given (updates/s); otherwise one update per tick.
+    rate_set: bool,
+    /// Floor: the frame's size on the wire.
+    frame_bytes: usize,
+    /// Fanout: skip the floor run (compare runs one floor for all).
+    no_floor: bool,
 }
 
 impl Default for Opts {
@@ -96,13 +106,18 @@ impl Default for Opts {
             max_wait_s: 30.0,
             min_during_s: 5.0,
             haproxy_procs: 2,
+            compression: "on".into(),
+            rate_set: false,
+            frame_bytes: 190,
+            no_floor: false,
         }
     }
 }
 
 const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|ingest|handshake|compare|fleet> \
-[--clients C] [--seconds D] [--rate R] [--courses N] [--sections S] [--skew Z] [--procs P] \
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet> \
+[--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
+[--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
@@ -130,7 +145,12 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         match a.as_str() {
             "--clients" => o.clients = num(val()?)? as usize,
             "--seconds" => o.seconds = num(val()?)?,
-            "--rate" => o.rate = num(val()?)?,
+            "--rate" => {
+                o.rate = num(val()?)?;
+                o.rate_set = true;
+            }
+            "--compression" => o.compression = val()?,
+            "--frame-bytes" => o.frame_bytes = num(val()?)? as usize,
             "--courses" => o.courses = num(val()?)? as usize,
             "--sections" => o.sections = num(val()?)? as u32,
             "--skew" => o.skew = num(val()?)?,
@@ -254,6 +274,7 @@ fn server_flags(o: &Opts, extra: &[&str]) -> Vec<String> {
     if let Some(s) = o.shards {
         f.extend(["--shards".into(), s.to_string()]);
     }
+    f.extend(["--compression".into(), o.compression.clone()]);
     f.extend(extra.iter().map(|s| s.to_string()));
     f
 }
@@ -286,6 +307,7 @@ fn fleet(o: &Opts, port: u16, courses: &[String], skew: f64, churn: bool, max_se
             max_secs: max_secs.ceil() as u64,
             sources: 8,
             watch: !o.no_watch,
+            deflate: o.compression == "on",
         })
         .collect();
     Fleet::start(configs)
@@ -613,6 +635,7 @@ fn storm(o: &Opts) -> Outcome {
         "final state differs from the last published state",
     );
     out.check(frames > 0, "no frame delivered");
+    wire_row(&mut out, &server, &m0, &m1, frames);
     machine_row(&mut out, k0, k1);
     out
 }
@@ -646,11 +669,12 @@ fn fanout(o: &Opts) -> Outcome {
     let mut next_progress = t0 + Duration::from_secs(1);
     let mut prev = (u0, counter(&m0, "frames"), Instant::now());
     let mut updates = 0u64;
+    let interval = fanout_interval(o);
     while t0.elapsed().as_secs_f64() < o.seconds {
         publisher.queue(0, rng.u32(0..o.sections), loadgen::now_us());
         publisher.flush();
         updates += 1;
-        next += Duration::from_millis(o.tick_ms);
+        next += interval;
         if let Some(d) = next.checked_duration_since(Instant::now()) {
             std::thread::sleep(d);
         }
@@ -691,7 +715,11 @@ fn fanout(o: &Opts) -> Outcome {
     );
     out.row(
         "updates",
-        format!("{updates} (one per {} ms tick)", o.tick_ms),
+        format!(
+            "{updates} (one per {:.0} ms; tick {} ms)",
+            interval.as_secs_f64() * 1e3,
+            o.tick_ms
+        ),
         json!(updates),
     );
     out.row(
@@ -735,6 +763,128 @@ fn fanout(o: &Opts) -> Outcome {
         ok == total,
         "final state differs from the last published state",
     );
+    out.check(frames > 0, "no frame delivered");
+    let wire = wire_row(&mut out, &server, &m0, &m1, frames);
+    machine_row(&mut out, k0, k1);
+    if !o.no_floor {
+        // The floor in the same run: same clients, rate and frame size.
+        let fl = floor_scenario(
+            &Opts {
+                frame_bytes: wire.round() as usize,
+                ..o.clone()
+            },
+            interval,
+        );
+        let floor_us = fl.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0);
+        out.row(
+            "floor_cpu_us_per_frame",
+            format!(
+                "{floor_us:.3} us (plain write(2) of a {wire:.0} B frame; machine {:.1}% idle)",
+                fl.json["machine_idle_pct"].as_f64().unwrap_or(0.0)
+            ),
+            json!(floor_us),
+        );
+        out.row(
+            "ratio_to_floor",
+            format!(
+                "{:.2}x the floor's CPU per frame",
+                per_frame / floor_us.max(1e-9)
+            ),
+            json!(per_frame / floor_us.max(1e-9)),
+        );
+        out.problems
+            .extend(fl.problems.iter().map(|p| format!("floor: {p}")));
+        out.json["floor"] = fl.json;
+    }
+    out
+}
+
+/// Bytes on the wire per delivered frame (load generator's count over the
+/// window), and the server's sent-vs-payload totals; returns the former.
+fn wire_row(out: &mut Outcome, server: &Server, m0: &Value, m1: &Value, frames: u64) -> f64 {
+    let bytes = counter(m1, "bytes") - counter(m0, "bytes");
+    let compressed = counter(m1, "compressed") - counter(m0, "compressed");
+    let per = bytes as f64 / frames.max(1) as f64;
+    let sent = server.metric("seatboard_ws_bytes_sent_total");
+    let payload = server.metric("seatboard_ws_payload_bytes_total");
+    out.row(
+        "wire_bytes_per_frame",
+        format!(
+            "{per:.1} B ({compressed} of the window's messages compressed; server total {sent:.0} B sent for {payload:.0} B of payload, {:.2}x)",
+            payload / sent.max(1.0)
+        ),
+        json!({"per_frame": per, "compressed": compressed, "server_sent": sent, "server_payload": payload}),
+    );
+    per
+}
+
+/// The floor (see `floor.rs`): CPU per delivered frame of a plain `write(2)`
+/// loop to `o.clients` loopback connections, one `o.frame_bytes` frame each per
+/// `interval`.
+fn floor_scenario(o: &Opts, interval: Duration) -> Outcome {
+    use std::io::BufRead;
+    let mut out = Outcome::new("floor");
+    let port = procs::free_port();
+    let cfg = floor::Config {
+        port,
+        clients: o.clients,
+        interval_ms: interval.as_millis() as u64,
+        frame: floor::frame_of_size(o.frame_bytes),
+        max_secs: o.seconds as u64 + 600,
+    };
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .arg("__floor")
+        .arg(serde_json::to_string(&cfg).expect("json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn floor");
+    let mut line = String::new();
+    if let Some(so) = child.stdout.take() {
+        let _ = std::io::BufReader::new(so).read_line(&mut line);
+    }
+    let pid = child.id();
+    let courses = vec!["HOT".to_string()];
+    let mut f = fleet(o, port, &courses, 0.0, false, o.seconds + 600.0);
+    let open = wait_open(o, &mut f, o.clients, "floor");
+    std::thread::sleep(Duration::from_secs(2));
+    let (m0, u0, k0) = (f.mark(), procs::usage(pid), procs::machine_ticks());
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() < o.seconds {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let (m1, u1, k1) = (f.mark(), procs::usage(pid), procs::machine_ticks());
+    drop(f.report());
+    let _ = child.kill();
+    let _ = child.wait();
+    let frames = counter(&m1, "frames") - counter(&m0, "frames");
+    let cpu_us = u1.cpu_us.saturating_sub(u0.cpu_us);
+    let per_frame = cpu_us as f64 / frames.max(1) as f64;
+    out.row(
+        "clients",
+        format!("{open} open of {}", o.clients),
+        json!(open),
+    );
+    out.row(
+        "frame_bytes",
+        format!(
+            "{} B on the wire, one per {} ms",
+            cfg.frame.len(),
+            cfg.interval_ms
+        ),
+        json!(cfg.frame.len()),
+    );
+    out.row(
+        "frames_delivered",
+        format!("{frames} in {dt:.1} s ({:.0}/s)", frames as f64 / dt),
+        json!(frames),
+    );
+    out.row(
+        "server_cpu_us_per_frame",
+        format!("{per_frame:.3} us (the sender's CPU)"),
+        json!(per_frame),
+    );
+    out.check(open as usize == o.clients, "not every client connected");
     out.check(frames > 0, "no frame delivered");
     machine_row(&mut out, k0, k1);
     out
@@ -821,6 +971,7 @@ fn compare(o: &Opts) -> Outcome {
     for (i, &driver) in order.iter().enumerate() {
         let mut oo = o.clone();
         oo.driver = Some(driver.into());
+        oo.no_floor = true;
         progress(
             o,
             format!(
@@ -903,8 +1054,53 @@ fn compare(o: &Opts) -> Outcome {
             json!(e / t),
         );
     }
+    if o.inner != "storm" {
+        // CPU per frame against the floor, measured in the same run with the
+        // first run's frame size.
+        let wire = runs
+            .first()
+            .and_then(|r| r["result"]["wire_bytes_per_frame"]["per_frame"].as_f64())
+            .unwrap_or(o.frame_bytes as f64);
+        progress(o, "[compare] the floor".into());
+        let fl = floor_scenario(
+            &Opts {
+                frame_bytes: wire.round() as usize,
+                ..o.clone()
+            },
+            fanout_interval(o),
+        );
+        let floor_us = fl.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0);
+        out.row(
+            "floor_cpu_us_per_frame",
+            format!("{floor_us:.3} us"),
+            json!(floor_us),
+        );
+        for &d in drivers {
+            let us = 1e6 / mean(d).max(1e-9);
+            out.row(
+                &format!("{d}_over_floor"),
+                format!(
+                    "{us:.3} us per frame = {:.2}x the floor",
+                    us / floor_us.max(1e-9)
+                ),
+                json!(us / floor_us.max(1e-9)),
+            );
+        }
+        out.problems
+            .extend(fl.problems.iter().map(|p| format!("floor: {p}")));
+        out.json["floor"] = fl.json;
+    }
     out.json["runs"] = json!(runs);
     out
+}
+
+/// Fanout's update interval: `--rate` updates/s, or one per tick.
+fn fanout_interval(o: &Opts) -> Duration {
+    if o.rate_set {
+        Duration::from_secs_f64(1.0 / o.rate.max(0.01))
+    } else {
+        Duration::from_millis(o.tick_ms)
+    }
 }
 
 fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
@@ -912,6 +1108,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "idle" => idle(o),
         "storm" => storm(o),
         "fanout" => fanout(o),
+        "floor" => floor_scenario(o, fanout_interval(o)),
         "ingest" => ingest::run(o.snapshots, o.courses, o.sections, o.skew),
         "handshake" => handshake(o),
         "compare" => compare(o),
@@ -952,6 +1149,14 @@ fn smoke() -> i32 {
             },
         ),
         ("fanout", base.clone()),
+        (
+            "floor",
+            Opts {
+                clients: 100,
+                seconds: 1.0,
+                ..base.clone()
+            },
+        ),
         ("handshake", base.clone()),
         (
             "compare",
@@ -1008,6 +1213,12 @@ fn smoke() -> i32 {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("__floor") {
+        let cfg: floor::Config =
+            serde_json::from_str(args.get(1).expect("config")).expect("floor config");
+        floor::run(cfg);
+        return;
+    }
     if args.first().map(String::as_str) == Some("__loadgen") {
         let cfg: loadgen::Config =
             serde_json::from_str(args.get(1).expect("config")).expect("loadgen config");
