@@ -33,11 +33,14 @@ pub struct Hub {
     /// The shared node state.
     pub node: Arc<Node>,
     inboxes: Vec<Arc<Inbox>>,
-    ingest: crossbeam_channel::Sender<IngestCmd>,
+    ingest: ingest::wake::IngestTx,
     presence: crossbeam_channel::Sender<PresenceCmd>,
     /// SIGTERM/SIGINT, caught from before the port opens: a signal that arrives
     /// as soon as the node listens is a drain, not the default death.
     signals: signal_hook::iterator::Signals,
+    /// Becomes readable when one of those signals arrives, so the main
+    /// thread sleeps in `poll(2)` instead of looking every few milliseconds.
+    signal_wake: std::os::unix::net::UnixStream,
 }
 
 /// Binds, starts every thread, and returns once all shards listen.
@@ -52,9 +55,19 @@ where
         use signal_hook::consts::{SIGINT, SIGTERM};
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?
     };
+    let signal_wake = {
+        use signal_hook::consts::{SIGINT, SIGTERM};
+        let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
+        rx.set_nonblocking(true)?;
+        tx.set_nonblocking(true)?;
+        for sig in [SIGTERM, SIGINT] {
+            signal_hook::low_level::pipe::register(sig, tx.try_clone()?)?;
+        }
+        rx
+    };
     let listeners = crate::listener::bind(args.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
-    let (ingest_tx, ingest_rx) = unbounded();
+    let (ingest_tx, ingest_rx) = ingest::wake::channel()?;
     let (presence_tx, presence_rx) = unbounded();
 
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
@@ -136,6 +149,7 @@ where
         ingest: ingest_tx,
         presence: presence_tx,
         signals,
+        signal_wake,
     })
 }
 
@@ -170,7 +184,7 @@ fn shard_ctx(
     index: usize,
     node: Arc<Node>,
     inbox: Arc<Inbox>,
-    ingest: crossbeam_channel::Sender<IngestCmd>,
+    ingest: ingest::wake::IngestTx,
     presence: crossbeam_channel::Sender<PresenceCmd>,
 ) -> Rc<ShardCtx> {
     let share = node.shards as f64;
@@ -259,7 +273,7 @@ impl Hub {
         let every = watchdog.map_or(PROBE_EVERY, |w| w.min(PROBE_EVERY));
         let mut probe: Option<(Instant, u64)> = None;
         loop {
-            self.watchdog(every, watchdog.is_some(), &mut probe);
+            let next_probe = self.watchdog(every, watchdog.is_some(), &mut probe);
             let pending: Vec<i32> = self.signals.pending().collect();
             for sig in pending {
                 if drain_started.is_none() {
@@ -289,13 +303,41 @@ impl Hub {
                     return self.close_all();
                 }
             }
-            std::thread::sleep(Duration::from_millis(20));
+            // Draining: watch the connection count closely; otherwise sleep
+            // until a signal or the next probe.
+            let wait = if drain_started.is_some() {
+                Duration::from_millis(20)
+            } else {
+                next_probe
+            };
+            self.sleep_until_signal(wait);
         }
     }
 
+    /// Sleeps up to `wait`, or until SIGTERM/SIGINT arrives.
+    fn sleep_until_signal(&self, wait: Duration) {
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let mut fd = libc::pollfd {
+            fd: self.signal_wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one live pollfd for the socket this hub owns.
+        unsafe { libc::poll(&mut fd, 1, ms) };
+        let mut buf = [0u8; 64];
+        while matches!((&self.signal_wake).read(&mut buf), Ok(n) if n > 0) {}
+    }
+
     /// Probes every shard's loop; pets the systemd watchdog (when `pet`) only
-    /// while all of them answer.
-    fn watchdog(&self, every: Duration, pet: bool, probe: &mut Option<(Instant, u64)>) {
+    /// while all of them answer. Returns how long until it is due again.
+    fn watchdog(&self, every: Duration, pet: bool, probe: &mut Option<(Instant, u64)>) -> Duration {
+        if let Some((sent, _)) = *probe {
+            if sent.elapsed() < every {
+                return every - sent.elapsed();
+            }
+        }
         match *probe {
             Some((sent, at_ms)) if sent.elapsed() >= every => {
                 let alive = self
@@ -311,17 +353,17 @@ impl Hub {
                 } else {
                     tracing::error!("a shard did not answer the watchdog probe");
                 }
-                *probe = None;
             }
-            Some(_) => {}
-            None => {
-                let at_ms = clock::now_ms();
-                for i in &self.inboxes {
-                    i.control(Control::Probe);
-                }
-                *probe = Some((Instant::now(), at_ms));
-            }
+            Some(_) => return every,
+            None => {}
         }
+        // The next probe goes out at once, so a sleep of `every` spans one round.
+        let at_ms = clock::now_ms();
+        for i in &self.inboxes {
+            i.control(Control::Probe);
+        }
+        *probe = Some((Instant::now(), at_ms));
+        every
     }
 
     fn close_all(&self) -> i32 {

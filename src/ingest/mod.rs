@@ -6,13 +6,14 @@ pub mod bus;
 pub mod redis;
 pub mod sharded;
 pub mod source;
+pub mod wake;
 
 use crate::channels::{Control, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crate::node::Node;
 use bytes::Bytes;
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 use shards::server_msg::{self, AdminRow};
 use shards::Snapshot;
 use source::{Source, SourceEvent};
@@ -20,6 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use wake::IngestRx;
 
 /// One course as the node knows it.
 #[derive(Default)]
@@ -77,7 +79,8 @@ impl<S: Source> Ingest<S> {
         &self.node.metrics
     }
 
-    fn firehose(&self) -> bool {
+    /// Whether an admin is connected somewhere (the pattern subscription is held).
+    pub fn firehose(&self) -> bool {
         self.admin_shards != 0
     }
 
@@ -321,6 +324,18 @@ impl<S: Source> Ingest<S> {
         }
     }
 
+    /// Whether a watched course's state read failed and waits for a reread.
+    pub fn has_unloaded(&self) -> bool {
+        self.boards.values().any(|b| b.shards != 0 && !b.loaded)
+    }
+
+    /// Starts counting updates afresh (the first admin connected).
+    pub fn reset_updates(&mut self) {
+        for b in self.boards.values_mut() {
+            b.updates = 0;
+        }
+    }
+
     /// Whether some shard's channel is full and snapshots wait coalesced.
     pub fn backlog(&self) -> bool {
         self.outlets.iter().any(|o| o.backlog() > 0)
@@ -384,15 +399,28 @@ impl<S: Source> Ingest<S> {
     }
 }
 
-/// Runs the ingest thread until `Shutdown`.
-pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admin_tick_ms: u64) {
+/// Longest sleep of an idle ingest thread: the Redis keepalive (a PING after
+/// 5 s of silence) is checked when the source is polled.
+const IDLE_WAIT: Duration = Duration::from_secs(4);
+
+/// Runs the ingest thread until `Shutdown`. It sleeps in `poll(2)` on the
+/// Redis socket and its command wake-up, until the next thing it has to do:
+/// no timer runs while there is nothing to do (the admin tick only while an
+/// admin is connected, the state reread only while a read failed).
+pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx, admin_tick_ms: u64) {
     let admin_tick = Duration::from_millis(admin_tick_ms);
     let mut next_admin = Instant::now() + admin_tick;
     let mut next_retry = Instant::now() + RETRY_LOAD;
     loop {
-        while let Ok(cmd) = commands.try_recv() {
+        while let Some(cmd) = commands.try_recv() {
+            let admin_before = ingest.firehose();
             if !ingest.command(cmd) {
                 return;
+            }
+            if ingest.firehose() && !admin_before {
+                // The first admin: count updates from this tick on.
+                ingest.reset_updates();
+                next_admin = Instant::now() + admin_tick;
             }
         }
         let up = ingest.source().connected();
@@ -402,11 +430,27 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: Receiver<IngestCmd>, admi
             .metrics
             .redis_connected
             .store(up as u64, Relaxed);
-        // Short waits while a backlog or commands may be pending.
-        let wait = if ingest.backlog() {
-            Duration::from_millis(1)
-        } else {
-            Duration::from_millis(5)
+        // A backlog retries every millisecond; a source that cannot be
+        // slept on is polled every 5 ms; otherwise sleep until the socket is
+        // readable, a command comes, or the next timer that has work.
+        let backlog = ingest.backlog();
+        let fd = ingest.source.wait_fd();
+        let wait = match (backlog, fd) {
+            (true, _) => Duration::from_millis(1),
+            (false, None) => Duration::from_millis(5),
+            (false, Some(_)) => {
+                let now = Instant::now();
+                let mut until = now + IDLE_WAIT;
+                if ingest.firehose() {
+                    until = until.min(next_admin);
+                }
+                if ingest.has_unloaded() {
+                    until = until.min(next_retry);
+                }
+                commands.wait(fd, Some(until.saturating_duration_since(now)));
+                // Readable or woken: read what is there without waiting long.
+                Duration::from_millis(1)
+            }
         };
         let mut n = 0;
         if let Some(ev) = ingest.source.poll(wait) {

@@ -15,6 +15,7 @@ use crate::redis::resp::Item;
 use crate::redis::{glob_escape, Mode, Redis};
 use shards::snapshot::MAX_PAYLOAD;
 use std::collections::{BTreeSet, VecDeque};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -372,6 +373,14 @@ impl Source for RedisSource {
 
     fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
         read_state(&mut self.link, &self.state_prefix, course)
+    }
+
+    fn wait_fd(&mut self) -> Option<RawFd> {
+        if !self.pending.is_empty() {
+            return None;
+        }
+        let sub = self.sub.as_mut()?;
+        (!sub.conn.buffered()).then(|| sub.conn.fd())
     }
 
     fn connected(&self) -> bool {

@@ -1,5 +1,6 @@
 //! Where snapshots come from: Redis pub/sub in `serve`, the embedded bus in `demo`.
 
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 /// What a source yields.
@@ -42,4 +43,10 @@ pub trait Source: Send {
     }
     /// Whether the source is connected now.
     fn connected(&self) -> bool;
+    /// A socket the ingest thread may sleep on in `poll(2)` until it is
+    /// readable: only while the source holds nothing buffered. `None`: poll
+    /// the source with a short timeout instead.
+    fn wait_fd(&mut self) -> Option<RawFd> {
+        None
+    }
 }

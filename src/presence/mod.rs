@@ -7,8 +7,9 @@ pub mod redis;
 
 use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
+use crate::ingest::wake::IngestTx;
 use crate::node::Node;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shards::server_msg;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -57,7 +58,7 @@ pub struct Worker<P: PresenceStore> {
     /// their own first/last, the node removes a member only when all are gone.
     members: HashMap<(Arc<str>, Arc<str>), u32>,
     inboxes: Vec<Arc<Inbox>>,
-    ingest: Option<Sender<IngestCmd>>,
+    ingest: Option<IngestTx>,
     node: Arc<Node>,
     count_all: bool,
     extra: Vec<Arc<str>>,
@@ -71,7 +72,7 @@ impl<P: PresenceStore> Worker<P> {
         store: P,
         timing: PresenceTiming,
         inboxes: Vec<Arc<Inbox>>,
-        ingest: Option<Sender<IngestCmd>>,
+        ingest: Option<IngestTx>,
         node: Arc<Node>,
     ) -> Self {
         Worker {

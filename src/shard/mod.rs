@@ -19,6 +19,7 @@ pub use accept::accept_loop;
 pub use driver::drive;
 
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
+use crate::ingest::wake::IngestTx;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crossbeam_channel::Sender;
@@ -79,7 +80,7 @@ pub struct ShardCtx {
     /// Messages from ingest and presence.
     pub inbox: Arc<Inbox>,
     /// To the ingest thread.
-    pub ingest: Sender<IngestCmd>,
+    pub ingest: IngestTx,
     /// To the presence worker.
     pub presence: Sender<PresenceCmd>,
     /// Live connections.
