@@ -183,6 +183,8 @@ fn admin_firehose_holds_only_the_pattern_and_counts_once() {
     }
     // Sum updates_per_s * tick over admin frames until the count settles.
     let mut total = 0.0;
+    // The tick after the burst may already carry the rate back at 0.
+    let mut zero_seen = false;
     let end = std::time::Instant::now() + Duration::from_secs(5);
     while std::time::Instant::now() < end {
         let Some(m) = next_of_type(&mut admin, "admin", Duration::from_secs(3)) else {
@@ -199,6 +201,7 @@ fn admin_firehose_holds_only_the_pattern_and_counts_once() {
                 for c in m["courses"].as_array().unwrap() {
                     if c["course"] == "CS101" {
                         total += c["updates_per_s"].as_f64().unwrap();
+                        zero_seen = c["updates_per_s"].as_f64() == Some(0.0);
                     }
                 }
             }
@@ -207,7 +210,7 @@ fn admin_firehose_holds_only_the_pattern_and_counts_once() {
     }
     assert_eq!(total.round() as u64, n, "each snapshot counted once");
     // Quiet again: the rate comes back down to 0 rather than freezing.
-    let zero = (0..4).find_map(|_| {
+    let zero = (0..4).filter(|_| !zero_seen).find_map(|_| {
         let m = next_of_type(&mut admin, "admin", Duration::from_secs(3))?;
         let c = m["courses"]
             .as_array()?
@@ -217,7 +220,7 @@ fn admin_firehose_holds_only_the_pattern_and_counts_once() {
         (c["updates_per_s"].as_f64() == Some(0.0)).then_some(c)
     });
     assert!(
-        zero.is_some(),
+        zero_seen || zero.is_some(),
         "an aggregate with updates_per_s 0 follows the burst"
     );
     // The student still gets frames through the pattern.

@@ -420,6 +420,28 @@ fn idle(o: &Opts) -> Outcome {
     let redis = Redis::start();
     let server = Server::start(&redis, &server_flags(o, &[]));
     std::thread::sleep(Duration::from_secs(1));
+    // Wake-ups with no connection at all: every thread's context switches.
+    let quiet = o.seconds.min(20.0);
+    let w0 = procs::wakeups(server.pid());
+    std::thread::sleep(Duration::from_secs_f64(quiet));
+    let w1 = procs::wakeups(server.pid());
+    let per_thread: Vec<(String, f64)> = w1
+        .iter()
+        .map(|(k, v)| (k.clone(), v.saturating_sub(w0.get(k).copied().unwrap_or(0)) as f64 / quiet))
+        .collect();
+    let total_wakeups: f64 = per_thread.iter().map(|x| x.1).sum();
+    out.row(
+        "wakeups_per_s_no_connection",
+        format!(
+            "{total_wakeups:.2}/s over {quiet:.0} s ({})",
+            per_thread
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        json!({"total": total_wakeups, "threads": per_thread.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()}),
+    );
     let before = server.usage();
     let courses = course_names(o.courses);
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 600.0);

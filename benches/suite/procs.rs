@@ -57,6 +57,27 @@ pub fn usage(pid: u32) -> Usage {
     Usage { cpu_us, rss_kib }
 }
 
+/// Context switches (voluntary + involuntary) of every thread of `pid`, by
+/// thread name (threads of one name summed): each is a wake-up.
+pub fn wakeups(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in dir.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
+        let n: u64 = status
+            .lines()
+            .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum();
+        *out.entry(name.trim().to_string()).or_default() += n;
+    }
+    out
+}
+
 /// Machine-wide CPU ticks from /proc/stat: (idle incl. iowait, total).
 pub fn machine_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
