@@ -48,6 +48,8 @@ impl Viewers {
             max_secs: 300,
             sources: 4,
             watch: true,
+            // Browsers offer permessage-deflate; the viewers do too.
+            deflate: true,
         };
         let (tx, cmd_rx) = mpsc::channel::<String>();
         let (out_tx, rx) = mpsc::channel::<Value>();
