@@ -141,6 +141,14 @@ impl Source for AnySource {
         }
     }
 
+    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
+        match self {
+            AnySource::Classic(s) => s.wait_fd(),
+            AnySource::Sharded(s) => s.wait_fd(),
+            AnySource::Pending { .. } => None,
+        }
+    }
+
     fn known_courses(&mut self) -> Vec<String> {
         match self {
             AnySource::Classic(s) => s.known_courses(),

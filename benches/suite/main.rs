@@ -427,7 +427,12 @@ fn idle(o: &Opts) -> Outcome {
     let w1 = procs::wakeups(server.pid());
     let per_thread: Vec<(String, f64)> = w1
         .iter()
-        .map(|(k, v)| (k.clone(), v.saturating_sub(w0.get(k).copied().unwrap_or(0)) as f64 / quiet))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.saturating_sub(w0.get(k).copied().unwrap_or(0)) as f64 / quiet,
+            )
+        })
         .collect();
     let total_wakeups: f64 = per_thread.iter().map(|x| x.1).sum();
     out.row(

@@ -70,7 +70,10 @@ pub fn wakeups(pid: u32) -> std::collections::BTreeMap<String, u64> {
         let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
         let n: u64 = status
             .lines()
-            .filter(|l| l.starts_with("voluntary_ctxt_switches:") || l.starts_with("nonvoluntary_ctxt_switches:"))
+            .filter(|l| {
+                l.starts_with("voluntary_ctxt_switches:")
+                    || l.starts_with("nonvoluntary_ctxt_switches:")
+            })
             .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
             .sum();
         *out.entry(name.trim().to_string()).or_default() += n;
