@@ -18,6 +18,7 @@ pub(super) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Accepts connections until the listener fails.
 pub async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
+    super::pages::prepare();
     loop {
         match listener.accept().await {
             Ok((stream, _peer)) => {

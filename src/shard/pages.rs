@@ -15,6 +15,12 @@ pub static BOARD: LazyLock<EmbeddedPage> =
 pub static ADMIN: LazyLock<EmbeddedPage> =
     LazyLock::new(|| EmbeddedPage::new(include_str!("../web/admin.html")));
 
+/// Compresses (and hashes) both pages now, at start, rather than on the first request.
+pub fn prepare() {
+    LazyLock::force(&BOARD);
+    LazyLock::force(&ADMIN);
+}
+
 /// Pages may be cached but must be revalidated: a new deploy shows at once,
 /// an unchanged page costs a 304.
 const CACHE_CONTROL: &str = "no-cache";
