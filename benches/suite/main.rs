@@ -183,6 +183,10 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         if !args.iter().any(|a| a == "--clients") {
             o.clients = 15_000;
         }
+        // Under the three nodes' default accept buckets (2,000/s each).
+        if !args.iter().any(|a| a == "--connect-rate") {
+            o.connect_rate = 3000.0;
+        }
         if let Some(e) = &o.event {
             if !fleet::EVENTS.contains(&e.as_str()) {
                 return Err(format!("unknown event {e}"));
