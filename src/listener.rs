@@ -20,9 +20,14 @@ fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
 
 /// Binds `n` listeners sharing `addr`; fails if a foreign process holds the port.
 pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
-    // A plain bind succeeds only if nobody listens there at all.
+    // A plain bind succeeds only if nobody listens there at all. A seatboard
+    // that just exited can leave its listeners behind for a moment with no
+    // process owning them (io_uring tears its rings down after the exit):
+    // a listener nobody can be found holding is looked at again for up to
+    // 5 s before it is called foreign (a restart on the same port).
     let probe = socket(addr, false)?;
-    if let Err(e) = probe.bind(&addr.into()) {
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while let Err(e) = probe.bind(&addr.into()) {
         if e.kind() != io::ErrorKind::AddrInUse {
             return Err(e);
         }
@@ -36,6 +41,9 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(20 + 4 * attempt));
+        }
+        if holders.is_empty() && std::time::Instant::now() < patience {
+            continue;
         }
         let foreign: Vec<String> = holders
             .iter()
@@ -54,6 +62,7 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
             ));
         }
         tracing::warn!(%addr, "another seatboard holds the port: sharing it (rolling restart)");
+        break;
     }
     drop(probe);
     let mut out = Vec::with_capacity(n);

@@ -5,6 +5,7 @@
 mod common;
 use common::*;
 use std::process::Stdio;
+use std::time::Duration;
 
 #[test]
 fn refuses_a_port_held_by_a_foreign_process() {
@@ -68,4 +69,47 @@ fn shares_a_port_with_another_seatboard() {
     );
     let _ = second.kill();
     let _ = second.wait();
+}
+
+/// `systemctl restart` on the same port: the old process drained and exited,
+/// the new one starts at once. The old listeners can outlive the process for
+/// a moment (io_uring tears its rings down after the exit) with no owner the
+/// check can name; the new node must wait them out, not refuse the port.
+#[test]
+fn starts_again_on_its_port_right_after_the_old_one_exits() {
+    let mut sb = Seatboard::start(&["demo", "--shards", "2", "--drain-ms", "200"]);
+    let port = sb.port;
+    for round in 0..4 {
+        // Open WebSockets, so the drain has connections to close.
+        let held: Vec<_> = (0..20)
+            .filter_map(|i| ws_connect(port, &format!("/ws?user=r{round}u{i}")).ok())
+            .collect();
+        assert!(!held.is_empty(), "no WebSocket opened");
+        sb.signal(libc::SIGTERM);
+        let exit = sb
+            .wait_exit(Duration::from_secs(20))
+            .expect("drained and exited");
+        assert_eq!(exit.code(), Some(0));
+        let child = seatboard_command()
+            .args(["demo", "--shards", "2", "--drain-ms", "200"])
+            .args([
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn");
+        sb = Seatboard { port, child };
+        let up = wait_for(Duration::from_secs(20), || {
+            if let Ok(Some(st)) = sb.child.try_wait() {
+                panic!("round {round}: the restarted node exited: {st}");
+            }
+            http_get(port, "/healthz").ok().filter(|r| r.status == 200)
+        });
+        assert!(up.is_some(), "round {round}: not up again on {port}");
+        drop(held);
+    }
 }

@@ -51,7 +51,7 @@ impl Redis {
     fn start(dir: &Path) -> Redis {
         let _ = std::fs::remove_file(dir.join("dump.rdb"));
         let mut r = Redis {
-            port: lb::free_port(),
+            port: lb::stable_port(),
             dir: dir.to_path_buf(),
             child: None,
         };
@@ -135,11 +135,12 @@ impl Node {
             flags,
             child: None,
         };
-        n.spawn();
+        assert!(n.spawn(), "seatboard node did not become ready");
         n
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process; false if it is not ready within 30 s.
+    fn spawn(&mut self) -> bool {
         let child = Command::new(env!("CARGO_BIN_EXE_seatboard"))
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
@@ -153,9 +154,12 @@ impl Node {
         self.child = Some(child);
         let end = Instant::now() + Duration::from_secs(30);
         while lb::get_status(self.port, "/readyz") != Some(200) {
-            assert!(Instant::now() < end, "seatboard node did not become ready");
+            if Instant::now() >= end {
+                return false;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
+        true
     }
 
     fn signal(&self, sig: i32) {
@@ -247,7 +251,7 @@ fn start_rig(o: &Opts, haproxy_procs: usize) -> Rig {
     let mut flags = node_flags(o);
     flags.extend(["--redis".into(), redis.uri()]);
     let nodes: Vec<Node> = (0..o.nodes.max(2))
-        .map(|_| Node::start(lb::free_port(), flags.clone()))
+        .map(|_| Node::start(lb::stable_port(), flags.clone()))
         .collect();
     let port = lb::free_port();
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
@@ -300,12 +304,13 @@ fn event_thread(
                         rig.nodes[i].signal(libc::SIGKILL);
                         rig.nodes[i].reap(Duration::from_secs(5));
                     }
-                    rig.nodes[i].spawn();
+                    let up = rig.nodes[i].spawn();
                     // Until every HAProxy process's checks saw it up (rise 2 at 1 s).
                     std::thread::sleep(Duration::from_millis(2500));
                     m.notes.push(format!(
-                        "node{}: drained and exited in {drained:.1} s (exited by itself: {exited}), up again after {:.1} s",
+                        "node{}: drained and exited in {drained:.1} s (exited by itself: {exited}), {} after {:.1} s",
                         i + 1,
+                        if up { "ready again" } else { "NOT READY (did not start)" },
                         t.elapsed().as_secs_f64()
                     ));
                 }
@@ -355,6 +360,7 @@ fn storm_through(
     let mut event_at: Option<Instant> = None;
     let mut end_at: Option<Instant> = None;
     let mut paused = false;
+    let mut last_closed = (0u64, Instant::now());
     let mut send_ref = false;
     let mut next_ref = Instant::now();
     let mut next_progress = Instant::now() + Duration::from_secs(1);
@@ -419,9 +425,19 @@ fn storm_through(
         }
         if let (Some(d), None) = (done_at, end_at) {
             let ev = event_at.unwrap_or(d);
-            // A few seconds of "during" at least, for the survivors' latency.
-            let recovered =
-                f.sum("blind") == 0 && now.duration_since(ev).as_secs_f64() >= o.min_during_s;
+            // Over when every child reports no blind viewer, some recovered,
+            // and no connection closed for 2 s (children may report late on a
+            // busy machine); and a few seconds of "during" at least, for the
+            // survivors' latency.
+            let closed = f.sum("closed_by_server");
+            let quiet =
+                f.progress.iter().all(|p| p["blind"].as_u64() == Some(0)) && f.sum("recovered") > 0;
+            if closed != last_closed.0 || !quiet {
+                last_closed = (closed, now);
+            }
+            let recovered = quiet
+                && now.duration_since(last_closed.1) >= Duration::from_secs(2)
+                && now.duration_since(ev).as_secs_f64() >= o.min_during_s;
             if recovered || now.duration_since(ev.max(d)) >= max_wait {
                 end_at = Some(now);
                 f.command("lat after");
@@ -501,8 +517,19 @@ pub fn run_event(
     let k1 = procs::machine_ticks();
     let m1 = f.mark();
     let (rig, moments) = handle.expect("event ran").join().expect("event thread");
-    // Settle: the last changes render within a tick or two.
-    std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1500)));
+    // Settle: until no frame arrived for 2 s (at least 5 ticks; at most 60 s).
+    std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1000)));
+    let settle = Instant::now();
+    let mut frames = (counter(&f.mark(), "frames"), Instant::now());
+    while settle.elapsed() < Duration::from_secs(60) {
+        std::thread::sleep(Duration::from_millis(500));
+        let n = counter(&f.mark(), "frames");
+        if n != frames.0 {
+            frames = (n, Instant::now());
+        } else if frames.1.elapsed() >= Duration::from_secs(2) {
+            break;
+        }
+    }
     let reports = f.report();
     drop(rig);
 
@@ -560,6 +587,8 @@ pub fn run_event(
     let disconnected = counter(&m1, "closed_by_server") - counter(&m0, "closed_by_server");
     let (b99, d99) = (pct(&before, 0.99), pct(&during, 0.99));
     let ms = |v: Option<u64>| v.map(Value::from).unwrap_or(Value::Null);
+    let seeded = (o.courses as u64) * o.sections as u64;
+    let rate = published.saturating_sub(seeded) as f64 / secs.max(1e-3);
     let j = json!({
         "recovered_p99_ms": ms(rec_p99),
         "recovered_all_ms": ms(rec_all),
@@ -576,7 +605,8 @@ pub fn run_event(
         "close_codes": close_codes,
         "viewers": o.clients,
         "open_before": open,
-        "published": published,
+        "published": published.saturating_sub(seeded),
+        "publish_rate": rate,
         "storm_seconds": secs,
         "event_ms": moments.end.saturating_sub(moments.start),
         "redis_up_after_ms": moments.redis_up.map(|u| u - moments.start),
@@ -589,6 +619,14 @@ pub fn run_event(
     });
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| format!("{x} ms"));
     let rows = vec![
+        (
+            format!("{event}: storm"),
+            format!(
+                "{} snapshots in {secs:.0} s ({rate:.0}/s achieved; {:.0}/s asked, no catching up after a stall)",
+                published.saturating_sub(seeded),
+                o.rate
+            ),
+        ),
         (
             format!("{event}: affected"),
             format!("{affected} blind intervals ({} still blind at the end); {disconnected} connections closed", still_blind.len()),

@@ -82,6 +82,25 @@ pub fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// A free port below the kernel's ephemeral range, for a process that is
+/// restarted on its port: a port in the range may meanwhile be taken as the
+/// source port of some outgoing connection.
+pub fn stable_port() -> u16 {
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let span = low.saturating_sub(11000).max(1);
+    let mut rng = fastrand::Rng::new();
+    for _ in 0..1000 {
+        let p = 10000 + rng.u16(0..span);
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+    free_port()
+}
+
 /// `procs` HAProxy processes sharing one port (HAProxy binds with
 /// `SO_REUSEPORT` on Linux; each process holds two descriptors per viewer, so
 /// several processes keep each under the open-file limit). Killed on drop.
