@@ -246,7 +246,9 @@ impl Server {
     /// Starts `seatboard serve` on a free port with `extra` flags and waits for `/healthz`.
     pub fn start(redis: &Redis, extra: &[String]) -> Server {
         let port = free_port();
-        let bin = env!("CARGO_BIN_EXE_seatboard");
+        // SEATBOARD_BIN: another build of the server (before/after comparisons).
+        let bin = std::env::var("SEATBOARD_BIN")
+            .unwrap_or_else(|_| env!("CARGO_BIN_EXE_seatboard").to_owned());
         let child = Command::new(bin)
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{port}")])
