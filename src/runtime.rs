@@ -76,11 +76,12 @@ where
         outlets,
         Arc::clone(&node),
         Some(presence_tx.clone()),
+        args.admin_tick_ms,
+        clock::unix_ms(),
     );
-    let admin_tick = args.admin_tick_ms;
     std::thread::Builder::new()
         .name("seatboard-ingest".into())
-        .spawn(move || ingest::run(router, ingest_rx, admin_tick))?;
+        .spawn(move || ingest::run(router, ingest_rx))?;
 
     let worker = Worker::new(
         store,

@@ -53,7 +53,7 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     let node = Arc::new(Node::new(args, SHARDS, Auth::None));
     let inboxes: Vec<Arc<Inbox>> = (0..SHARDS).map(|_| Inbox::new()).collect();
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
-    let mut ingest = Ingest::new(Quiet, outlets, Arc::clone(&node), None);
+    let mut ingest = Ingest::new(Quiet, outlets, Arc::clone(&node), None, 750, 0);
     let names: Vec<String> = (0..courses).map(|i| format!("C{i:04}")).collect();
     // Every course watched by one shard; the hottest tenth by both.
     for (i, c) in names.iter().enumerate() {
@@ -62,11 +62,14 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
             on = (0..SHARDS).collect();
         }
         for shard in on {
-            ingest.command(IngestCmd::Interest {
-                shard,
-                course: c.as_str().into(),
-                watching: true,
-            });
+            ingest.command(
+                IngestCmd::Interest {
+                    shard,
+                    course: c.as_str().into(),
+                    watching: true,
+                },
+                0,
+            );
         }
     }
     let drain = |inboxes: &[Arc<Inbox>]| -> u64 {
@@ -115,7 +118,7 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     let t = Instant::now();
     let mut routed = 0u64;
     for (i, (course, payload)) in msgs.into_iter().enumerate() {
-        ingest.event(SourceEvent::Message { course, payload });
+        ingest.event(SourceEvent::Message { course, payload }, 1_764_420_000_200);
         if i % 1024 == 1023 {
             ingest.flush();
             routed += drain(&inboxes);

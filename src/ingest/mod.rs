@@ -20,7 +20,7 @@ use source::{Source, SourceEvent};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use wake::IngestRx;
 
 /// One course as the node knows it.
@@ -35,13 +35,16 @@ struct Board {
     updates: u64,
 }
 
-/// How often a failed state-hash read is retried.
-const RETRY_LOAD: Duration = Duration::from_secs(1);
+/// How often a failed state-hash read is retried (ms).
+const RETRY_LOAD_MS: u64 = 1_000;
 
 /// Log at most this many rejects per second.
 const REJECT_LOGS_PER_SEC: u32 = 5;
 
 /// The routing core of the ingest thread, separate from its loop for tests.
+/// Like a shard it reads no clock: every call that decides something by time
+/// takes `now_ms` (Unix ms, the clock `ts` and presence scores use), and
+/// [`Ingest::poll_timeout`] says when [`Ingest::handle_timeout`] is due.
 pub struct Ingest<S: Source> {
     source: S,
     outlets: Vec<Outlet>,
@@ -51,16 +54,23 @@ pub struct Ingest<S: Source> {
     admin_dirty: bool,
     node: Arc<Node>,
     presence: Option<Sender<PresenceCmd>>,
-    reject_log: (Instant, u32),
+    /// Start (ms) of the current reject-log second, and rejects logged in it.
+    reject_log: (u64, u32),
+    admin_tick_ms: u64,
+    next_admin_ms: u64,
+    next_retry_ms: u64,
 }
 
 impl<S: Source> Ingest<S> {
-    /// A router feeding these outlets from `source`.
+    /// A router feeding these outlets from `source`, building the admin
+    /// aggregate every `admin_tick_ms` while an admin is connected.
     pub fn new(
         source: S,
         outlets: Vec<Outlet>,
         node: Arc<Node>,
         presence: Option<Sender<PresenceCmd>>,
+        admin_tick_ms: u64,
+        now_ms: u64,
     ) -> Self {
         Ingest {
             source,
@@ -71,7 +81,10 @@ impl<S: Source> Ingest<S> {
             admin_dirty: false,
             node,
             presence,
-            reject_log: (Instant::now(), 0),
+            reject_log: (now_ms, 0),
+            admin_tick_ms,
+            next_admin_ms: now_ms + admin_tick_ms,
+            next_retry_ms: now_ms + RETRY_LOAD_MS,
         }
     }
 
@@ -97,7 +110,7 @@ impl<S: Source> Ingest<S> {
     }
 
     /// Handles one command; false on shutdown.
-    pub fn command(&mut self, cmd: IngestCmd) -> bool {
+    pub fn command(&mut self, cmd: IngestCmd, now_ms: u64) -> bool {
         match cmd {
             IngestCmd::Interest {
                 shard,
@@ -105,12 +118,12 @@ impl<S: Source> Ingest<S> {
                 watching,
             } => {
                 if watching {
-                    self.interest_on(shard, course)
+                    self.interest_on(shard, course, now_ms)
                 } else {
                     self.interest_off(shard, &course)
                 }
             }
-            IngestCmd::AdminFeed { shard, connected } => self.admin_feed(shard, connected),
+            IngestCmd::AdminFeed { shard, connected } => self.admin_feed(shard, connected, now_ms),
             IngestCmd::Viewers(counts) => {
                 for (c, n) in counts.iter() {
                     if self.viewers.insert(Arc::clone(c), *n) != Some(*n) {
@@ -124,7 +137,7 @@ impl<S: Source> Ingest<S> {
         true
     }
 
-    fn interest_on(&mut self, shard: usize, course: Arc<str>) {
+    fn interest_on(&mut self, shard: usize, course: Arc<str>, now_ms: u64) {
         let firehose = self.firehose();
         let board = self.boards.entry(Arc::clone(&course)).or_default();
         let new_sub = board.shards == 0 && !firehose;
@@ -135,7 +148,7 @@ impl<S: Source> Ingest<S> {
             self.source.subscribe(&course);
         }
         if !self.boards.get(&course).is_some_and(|b| b.loaded) {
-            self.load(&course);
+            self.load(&course, now_ms);
         }
         let sections = self
             .boards
@@ -159,7 +172,7 @@ impl<S: Source> Ingest<S> {
         }
     }
 
-    fn admin_feed(&mut self, shard: usize, connected: bool) {
+    fn admin_feed(&mut self, shard: usize, connected: bool, now_ms: u64) {
         let was = self.firehose();
         if connected {
             self.admin_shards |= 1 << shard;
@@ -173,6 +186,9 @@ impl<S: Source> Ingest<S> {
         }
         self.source.set_firehose(now);
         if now {
+            // The first admin: count updates from this tick on.
+            self.reset_updates();
+            self.next_admin_ms = now_ms + self.admin_tick_ms;
             // The pattern covers every course: per-course subscriptions go.
             let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
             for c in courses {
@@ -183,7 +199,7 @@ impl<S: Source> Ingest<S> {
                 if shards::snapshot::valid_course(&c) && !self.boards.contains_key(c.as_str()) {
                     let c: Arc<str> = c.into();
                     self.boards.insert(Arc::clone(&c), Board::default());
-                    self.load(&c);
+                    self.load(&c, now_ms);
                 }
             }
         } else {
@@ -200,7 +216,7 @@ impl<S: Source> Ingest<S> {
         }
     }
 
-    fn load(&mut self, course: &Arc<str>) {
+    fn load(&mut self, course: &Arc<str>, now_ms: u64) {
         let Some(payloads) = self.source.load_state(course) else {
             // Not loaded: `retry_unloaded` reads it again.
             if let Some(b) = self.boards.get_mut(course) {
@@ -214,7 +230,7 @@ impl<S: Source> Ingest<S> {
                 Ok(s) => {
                     self.accept(Arc::new(s), false);
                 }
-                Err(r) => self.rejected(r, course),
+                Err(r) => self.rejected(r, course, now_ms),
             }
         }
         if let Some(b) = self.boards.get_mut(course) {
@@ -222,10 +238,10 @@ impl<S: Source> Ingest<S> {
         }
     }
 
-    fn rejected(&mut self, r: shards::Reject, course: &str) {
+    fn rejected(&mut self, r: shards::Reject, course: &str, now_ms: u64) {
         self.metrics().reject(r);
-        let now = Instant::now();
-        if now.duration_since(self.reject_log.0) >= Duration::from_secs(1) {
+        let now = now_ms;
+        if now.abs_diff(self.reject_log.0) >= 1_000 {
             if self.reject_log.1 > REJECT_LOGS_PER_SEC {
                 tracing::warn!(
                     suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC,
@@ -272,37 +288,38 @@ impl<S: Source> Ingest<S> {
     }
 
     /// Handles one source event.
-    pub fn event(&mut self, ev: SourceEvent) {
+    pub fn event(&mut self, ev: SourceEvent, now_ms: u64) {
         match ev {
             SourceEvent::Message { course, payload } => {
                 match Snapshot::parse(&payload, Some(&course)) {
                     Ok(s) => {
                         self.metrics().ingest_messages.fetch_add(1, Relaxed);
                         if let Some(ts) = s.ts {
-                            let now = clock::unix_ms();
                             self.metrics()
                                 .update_latency
-                                .observe_us(now.saturating_sub(ts).saturating_mul(1000));
+                                .observe_us(now_ms.saturating_sub(ts).saturating_mul(1000));
                         }
                         self.accept(Arc::new(s), true);
                     }
-                    Err(r) => self.rejected(r, &course),
+                    Err(r) => self.rejected(r, &course, now_ms),
                 }
             }
-            SourceEvent::Oversize { course } => self.rejected(shards::Reject::TooLarge, &course),
+            SourceEvent::Oversize { course } => {
+                self.rejected(shards::Reject::TooLarge, &course, now_ms)
+            }
             SourceEvent::Reconnected => {
                 self.node.metrics.redis_reconnects.fetch_add(1, Relaxed);
                 // Reseed every watched course: versions keep this idempotent.
                 let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
                 for c in courses {
-                    self.load(&c);
+                    self.load(&c, now_ms);
                 }
             }
         }
     }
 
     /// Rereads the state hash of watched courses whose last read failed.
-    pub fn retry_unloaded(&mut self) {
+    fn retry_unloaded(&mut self, now_ms: u64) {
         if !self.source.connected() {
             return;
         }
@@ -313,8 +330,43 @@ impl<S: Source> Ingest<S> {
             .map(|(c, _)| Arc::clone(c))
             .collect();
         for c in courses {
-            self.load(&c);
+            self.load(&c, now_ms);
         }
+    }
+
+    /// Runs what is due at `now_ms`: rereads of failed state-hash reads (every
+    /// second), and the admin aggregate (every admin tick) together with the
+    /// courses the presence worker must count for admins.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        // A wall clock stepped back must not stall the ticks.
+        let tick = self.admin_tick_ms;
+        self.next_retry_ms = self.next_retry_ms.min(now_ms + RETRY_LOAD_MS);
+        self.next_admin_ms = self.next_admin_ms.min(now_ms + tick);
+        if now_ms >= self.next_retry_ms {
+            self.next_retry_ms = now_ms + RETRY_LOAD_MS;
+            self.retry_unloaded(now_ms);
+        }
+        if now_ms >= self.next_admin_ms {
+            self.next_admin_ms += tick;
+            if self.next_admin_ms <= now_ms {
+                self.next_admin_ms = now_ms + tick;
+            }
+            self.admin_tick();
+            if self.firehose() {
+                if let Some(p) = &self.presence {
+                    let _ = p.send(PresenceCmd::Extra(self.known_courses()));
+                }
+            }
+        }
+    }
+
+    /// When [`Ingest::handle_timeout`] has work next (Unix ms): the admin tick
+    /// only while an admin is connected, the reread only while a read failed;
+    /// `None` while there is nothing to do.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let admin = self.firehose().then_some(self.next_admin_ms);
+        let retry = self.has_unloaded().then_some(self.next_retry_ms);
+        admin.into_iter().chain(retry).min()
     }
 
     /// Sends batched snapshots to shards.
@@ -330,7 +382,7 @@ impl<S: Source> Ingest<S> {
     }
 
     /// Starts counting updates afresh (the first admin connected).
-    pub fn reset_updates(&mut self) {
+    fn reset_updates(&mut self) {
         for b in self.boards.values_mut() {
             b.updates = 0;
         }
@@ -342,7 +394,8 @@ impl<S: Source> Ingest<S> {
     }
 
     /// Builds and sends the admin aggregate if an admin is connected and anything changed.
-    pub fn admin_tick(&mut self, tick_ms: u64) {
+    fn admin_tick(&mut self) {
+        let tick_ms = self.admin_tick_ms;
         if !self.firehose() || !self.admin_dirty {
             for b in self.boards.values_mut() {
                 b.updates = 0;
@@ -406,21 +459,13 @@ const IDLE_WAIT: Duration = Duration::from_secs(4);
 /// Runs the ingest thread until `Shutdown`. It sleeps in `poll(2)` on the
 /// Redis socket and its command wake-up, until the next thing it has to do:
 /// no timer runs while there is nothing to do (the admin tick only while an
-/// admin is connected, the state reread only while a read failed).
-pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx, admin_tick_ms: u64) {
-    let admin_tick = Duration::from_millis(admin_tick_ms);
-    let mut next_admin = Instant::now() + admin_tick;
-    let mut next_retry = Instant::now() + RETRY_LOAD;
+/// admin is connected, the state reread only while a read failed; see
+/// [`Ingest::poll_timeout`]).
+pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx) {
     loop {
         while let Some(cmd) = commands.try_recv() {
-            let admin_before = ingest.firehose();
-            if !ingest.command(cmd) {
+            if !ingest.command(cmd, clock::unix_ms()) {
                 return;
-            }
-            if ingest.firehose() && !admin_before {
-                // The first admin: count updates from this tick on.
-                ingest.reset_updates();
-                next_admin = Instant::now() + admin_tick;
             }
         }
         let up = ingest.source().connected();
@@ -439,53 +484,32 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx, admin_tick_ms: 
             (true, _) => Duration::from_millis(1),
             (false, None) => Duration::from_millis(5),
             (false, Some(_)) => {
-                let now = Instant::now();
-                let mut until = now + IDLE_WAIT;
-                if ingest.firehose() {
-                    until = until.min(next_admin);
-                }
-                if ingest.has_unloaded() {
-                    until = until.min(next_retry);
-                }
-                commands.wait(fd, Some(until.saturating_duration_since(now)));
+                let now = clock::unix_ms();
+                let until = ingest.poll_timeout().map_or(IDLE_WAIT, |t| {
+                    Duration::from_millis(t.saturating_sub(now)).min(IDLE_WAIT)
+                });
+                commands.wait(fd, Some(until));
                 // Readable or woken: read what is there without waiting long.
                 Duration::from_millis(1)
             }
         };
         let mut n = 0;
         if let Some(ev) = ingest.source.poll(wait) {
-            ingest.event(ev);
+            ingest.event(ev, clock::unix_ms());
             n += 1;
             // Take whatever else is ready, then route it as one batch per shard.
             while n < 1024 {
                 match ingest.source.poll(Duration::ZERO) {
                     Some(ev) => {
-                        ingest.event(ev);
+                        ingest.event(ev, clock::unix_ms());
                         n += 1;
                     }
                     None => break,
                 }
             }
         }
-        let now = Instant::now();
-        if now >= next_retry {
-            next_retry = now + RETRY_LOAD;
-            ingest.retry_unloaded();
-        }
+        ingest.handle_timeout(clock::unix_ms());
         ingest.flush();
-        let now = Instant::now();
-        if now >= next_admin {
-            next_admin += admin_tick;
-            if next_admin < now {
-                next_admin = now + admin_tick;
-            }
-            ingest.admin_tick(admin_tick_ms);
-            if ingest.firehose() {
-                if let Some(p) = &ingest.presence {
-                    let _ = p.send(PresenceCmd::Extra(ingest.known_courses()));
-                }
-            }
-        }
     }
 }
 
@@ -496,61 +520,377 @@ mod tests {
     use crate::channels::Inbox;
     use crate::cli::{Cli, Command};
     use clap::Parser;
+    use crossbeam_channel::{unbounded, Receiver};
+    use std::sync::Mutex;
 
-    /// A source whose first `fail` state reads fail.
-    struct FlakyState {
+    /// What the fake source was asked to do, and what it holds.
+    #[derive(Default)]
+    struct World {
+        log: Vec<String>,
+        /// State hashes: course -> payloads.
+        hashes: HashMap<String, Vec<Vec<u8>>>,
+        /// The next this many state reads fail.
         fail: usize,
-        payload: Vec<u8>,
     }
 
-    impl Source for FlakyState {
+    /// A source over a shared [`World`], so a test can look and change it.
+    struct Fake(Arc<Mutex<World>>);
+
+    impl Source for Fake {
         fn poll(&mut self, _timeout: Duration) -> Option<SourceEvent> {
             None
         }
-        fn subscribe(&mut self, _course: &str) {}
-        fn unsubscribe(&mut self, _course: &str) {}
-        fn set_firehose(&mut self, _on: bool) {}
-        fn load_state(&mut self, _course: &str) -> Option<Vec<Vec<u8>>> {
-            if self.fail > 0 {
-                self.fail -= 1;
+        fn subscribe(&mut self, course: &str) {
+            self.0.lock().unwrap().log.push(format!("sub {course}"));
+        }
+        fn unsubscribe(&mut self, course: &str) {
+            self.0.lock().unwrap().log.push(format!("unsub {course}"));
+        }
+        fn set_firehose(&mut self, on: bool) {
+            self.0.lock().unwrap().log.push(format!("firehose {on}"));
+        }
+        fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
+            let mut w = self.0.lock().unwrap();
+            w.log.push(format!("load {course}"));
+            if w.fail > 0 {
+                w.fail -= 1;
                 return None;
             }
-            Some(vec![self.payload.clone()])
+            Some(w.hashes.get(course).cloned().unwrap_or_default())
+        }
+        fn known_courses(&mut self) -> Vec<String> {
+            let mut known: Vec<String> = self.0.lock().unwrap().hashes.keys().cloned().collect();
+            known.sort();
+            known
         }
         fn connected(&self) -> bool {
             true
         }
     }
 
-    #[test]
-    fn a_failed_state_read_is_retried_not_taken_as_loaded() {
+    struct Rig {
+        ingest: Ingest<Fake>,
+        world: Arc<Mutex<World>>,
+        inboxes: Vec<Arc<Inbox>>,
+        presence: Receiver<PresenceCmd>,
+        node: Arc<Node>,
+    }
+
+    const T0: u64 = 1_764_420_000_000;
+    const ADMIN_TICK: u64 = 750;
+
+    fn rig(shards: usize) -> Rig {
         let Command::Demo(args) = Cli::parse_from(["seatboard", "demo"]).command else {
             panic!("demo args");
         };
-        let node = Arc::new(Node::new(args, 1, Auth::None));
-        let inbox = Inbox::new();
-        let payload =
-            br#"{"course":"C1","section":2,"total_seats":9,"seats_taken":4,"version":3}"#.to_vec();
-        let source = FlakyState { fail: 1, payload };
-        let mut ingest = Ingest::new(source, vec![Outlet::new(Arc::clone(&inbox))], node, None);
-        ingest.command(IngestCmd::Interest {
-            shard: 0,
-            course: "C1".into(),
-            watching: true,
-        });
-        // The seed went out empty: the read failed.
-        match inbox.try_control() {
-            Some(Control::Seed { sections, .. }) => assert!(sections.is_empty()),
-            other => panic!("expected a seed, got {other:?}"),
+        let node = Arc::new(Node::new(args, shards, Auth::None));
+        let inboxes: Vec<Arc<Inbox>> = (0..shards).map(|_| Inbox::new()).collect();
+        let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
+        let world = Arc::new(Mutex::new(World::default()));
+        let (tx, presence) = unbounded();
+        let ingest = Ingest::new(
+            Fake(Arc::clone(&world)),
+            outlets,
+            Arc::clone(&node),
+            Some(tx),
+            ADMIN_TICK,
+            T0,
+        );
+        Rig {
+            ingest,
+            world,
+            inboxes,
+            presence,
+            node,
         }
-        ingest.retry_unloaded();
-        ingest.flush();
-        let batch = inbox.try_snapshots().expect("the retried read is routed");
-        assert_eq!(batch.len(), 1);
-        assert_eq!(batch[0].seats_taken, 4);
-        // Loaded now: no further reads.
-        ingest.retry_unloaded();
-        ingest.flush();
-        assert!(inbox.try_snapshots().is_none());
+    }
+
+    fn payload(course: &str, section: u32, taken: u32, version: u64) -> Vec<u8> {
+        format!(
+            r#"{{"course":"{course}","section":{section},"total_seats":10,"seats_taken":{taken},"version":{version}}}"#
+        )
+        .into_bytes()
+    }
+
+    fn message(course: &str, section: u32, taken: u32, version: u64) -> SourceEvent {
+        SourceEvent::Message {
+            course: course.into(),
+            payload: payload(course, section, taken, version),
+        }
+    }
+
+    impl Rig {
+        fn interest(&mut self, shard: usize, course: &str, watching: bool) {
+            let cmd = IngestCmd::Interest {
+                shard,
+                course: course.into(),
+                watching,
+            };
+            assert!(self.ingest.command(cmd, T0));
+        }
+
+        fn admin(&mut self, shard: usize, connected: bool) {
+            let cmd = IngestCmd::AdminFeed { shard, connected };
+            assert!(self.ingest.command(cmd, T0));
+        }
+
+        fn log(&self) -> Vec<String> {
+            std::mem::take(&mut self.world.lock().unwrap().log)
+        }
+
+        /// Snapshots routed to `shard` since the last look, as (course, section, taken).
+        fn routed(&mut self, shard: usize) -> Vec<(String, u32, u32)> {
+            self.ingest.flush();
+            let mut out = Vec::new();
+            while let Some(batch) = self.inboxes[shard].try_snapshots() {
+                out.extend(
+                    batch
+                        .iter()
+                        .map(|s| (s.course.to_string(), s.section, s.seats_taken)),
+                );
+            }
+            out
+        }
+
+        /// Control messages to `shard` since the last look.
+        fn control(&self, shard: usize) -> Vec<Control> {
+            std::iter::from_fn(|| self.inboxes[shard].try_control()).collect()
+        }
+
+        fn presence_cmds(&self) -> Vec<PresenceCmd> {
+            self.presence.try_iter().collect()
+        }
+    }
+
+    /// The JSON of an admin aggregate frame (one unmasked text frame).
+    fn admin_json(frame: &Bytes) -> serde_json::Value {
+        let start = match frame[1] {
+            126 => 4,
+            127 => 10,
+            _ => 2,
+        };
+        serde_json::from_slice(&frame[start..]).expect("admin JSON")
+    }
+
+    fn seed_sections(c: &Control) -> Option<usize> {
+        match c {
+            Control::Seed { sections, .. } => Some(sections.len()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn one_subscription_per_course_however_many_shards_watch() {
+        let mut r = rig(2);
+        r.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert("C".into(), vec![payload("C", 1, 3, 1)]);
+        r.interest(0, "C", true);
+        // Subscribe first, then read the state hash.
+        assert_eq!(r.log(), ["sub C", "load C"]);
+        assert_eq!(
+            r.control(0).iter().map(seed_sections).collect::<Vec<_>>(),
+            [Some(1)]
+        );
+        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 1);
+        // A second shard: no second subscription, no reread; its seed holds the board.
+        r.interest(1, "C", true);
+        assert!(r.log().is_empty());
+        assert_eq!(
+            r.control(1).iter().map(seed_sections).collect::<Vec<_>>(),
+            [Some(1)]
+        );
+        // The first shard leaving keeps the subscription; the last one ends it.
+        r.interest(0, "C", false);
+        assert!(r.log().is_empty());
+        r.interest(1, "C", false);
+        assert_eq!(r.log(), ["unsub C"]);
+        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 0);
+        // Watched again: subscribed and read again (the board was forgotten).
+        r.interest(1, "C", true);
+        assert_eq!(r.log(), ["sub C", "load C"]);
+    }
+
+    #[test]
+    fn snapshots_go_only_to_watching_shards_once_and_never_backwards() {
+        let mut r = rig(3);
+        r.interest(0, "A", true);
+        r.interest(2, "A", true);
+        r.interest(1, "B", true);
+        r.control(0);
+        r.ingest.event(message("A", 1, 5, 2), T0);
+        r.ingest.event(message("B", 1, 6, 1), T0);
+        r.ingest.event(message("Z", 1, 7, 1), T0); // nobody watches Z
+        assert_eq!(r.routed(0), [("A".into(), 1, 5)]);
+        assert_eq!(r.routed(2), [("A".into(), 1, 5)]);
+        assert_eq!(r.routed(1), [("B".into(), 1, 6)]);
+        // The same publish seen twice, and an older version: neither is routed.
+        let dups = r.node.metrics.ingest_duplicates.load(Relaxed);
+        r.ingest.event(message("A", 1, 5, 2), T0);
+        r.ingest.event(message("A", 1, 4, 1), T0);
+        assert!(r.routed(0).is_empty());
+        assert_eq!(r.node.metrics.ingest_duplicates.load(Relaxed), dups + 2);
+        // A message whose course does not match its channel is rejected.
+        r.ingest.event(
+            SourceEvent::Message {
+                course: "A".into(),
+                payload: payload("B", 1, 9, 9),
+            },
+            T0,
+        );
+        assert!(r.routed(0).is_empty() && r.routed(1).is_empty());
+    }
+
+    #[test]
+    fn an_admin_swaps_per_course_subscriptions_for_the_firehose_and_back() {
+        let mut r = rig(2);
+        {
+            let mut w = r.world.lock().unwrap();
+            w.hashes.insert("A".into(), vec![payload("A", 1, 2, 1)]);
+            w.hashes.insert("B".into(), vec![payload("B", 1, 10, 1)]);
+        }
+        r.interest(0, "A", true);
+        r.log();
+        assert_eq!(r.routed(0), [("A".into(), 1, 2)]);
+        r.admin(1, true);
+        // The pattern replaces the per-course subscription; every course with
+        // a state hash is read so the admin sees the whole board.
+        assert_eq!(r.log(), ["firehose true", "unsub A", "load B"]);
+        assert!(matches!(
+            r.presence_cmds()[..],
+            [PresenceCmd::CountAll(true)]
+        ));
+        assert_eq!(r.node.metrics.firehose.load(Relaxed), 1);
+        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 0);
+        // A second admin shard changes nothing.
+        r.admin(0, true);
+        assert!(r.log().is_empty());
+        // Unwatched courses are followed but routed to no shard.
+        r.ingest.event(message("B", 2, 1, 1), T0);
+        assert!(r.routed(0).is_empty() && r.routed(1).is_empty());
+        // Back to per-course subscriptions when the last admin leaves, for the
+        // watched course only.
+        r.admin(0, false);
+        assert!(r.log().is_empty());
+        r.admin(1, false);
+        assert_eq!(r.log(), ["firehose false", "sub A"]);
+        assert!(matches!(
+            r.presence_cmds()[..],
+            [PresenceCmd::CountAll(false)]
+        ));
+        assert_eq!(r.ingest.known_courses(), [Arc::<str>::from("A")]);
+        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn the_admin_aggregate_goes_out_each_tick_while_something_changed() {
+        let mut r = rig(2);
+        r.world.lock().unwrap().hashes.insert(
+            "A".into(),
+            vec![payload("A", 1, 10, 1), payload("A", 2, 3, 1)],
+        );
+        r.admin(1, true);
+        r.presence_cmds();
+        assert_eq!(r.ingest.poll_timeout(), Some(T0 + ADMIN_TICK));
+        // One publish seen through two subscriptions counts once.
+        r.ingest.event(message("A", 2, 4, 2), T0 + 10);
+        r.ingest.event(message("A", 2, 4, 2), T0 + 11);
+        r.ingest.handle_timeout(T0 + ADMIN_TICK - 1);
+        assert!(r.control(1).is_empty(), "not before the tick");
+        r.ingest.handle_timeout(T0 + ADMIN_TICK);
+        let sent = r.control(1);
+        let [Control::Admin(frame)] = &sent[..] else {
+            panic!("one admin frame, got {sent:?}");
+        };
+        let v = admin_json(frame);
+        let row = &v["courses"][0];
+        assert_eq!(row["course"], "A");
+        assert_eq!(
+            (row["sections"].as_u64(), row["full_sections"].as_u64()),
+            (Some(2), Some(1))
+        );
+        assert_eq!(
+            (row["total_seats"].as_u64(), row["seats_taken"].as_u64()),
+            (Some(20), Some(14))
+        );
+        assert_eq!(row["updates_per_s"], 1.3, "1 update in 0.75 s");
+        assert!(r.control(0).is_empty(), "no admin on shard 0");
+        // The presence worker is told which courses to count for admins.
+        assert!(matches!(&r.presence_cmds()[..], [PresenceCmd::Extra(c)] if c.len() == 1));
+        // The next tick brings the rate back to 0, then silence.
+        r.ingest.handle_timeout(T0 + 2 * ADMIN_TICK);
+        let sent = r.control(1);
+        let [Control::Admin(frame)] = &sent[..] else {
+            panic!("the rate's way down, got {sent:?}");
+        };
+        assert_eq!(admin_json(frame)["courses"][0]["updates_per_s"], 0.0);
+        r.ingest.handle_timeout(T0 + 3 * ADMIN_TICK);
+        assert!(r.control(1).is_empty(), "nothing changed");
+        // Viewer counts from the presence worker change the aggregate too.
+        let counts = Arc::new(vec![(Arc::<str>::from("A"), 7)]);
+        r.ingest.command(IngestCmd::Viewers(counts), T0);
+        r.ingest.handle_timeout(T0 + 4 * ADMIN_TICK);
+        let sent = r.control(1);
+        let [Control::Admin(frame)] = &sent[..] else {
+            panic!("viewers changed, got {sent:?}");
+        };
+        assert_eq!(admin_json(frame)["courses"][0]["viewers"], 7);
+    }
+
+    #[test]
+    fn a_reconnect_rereads_every_watched_course() {
+        let mut r = rig(1);
+        r.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert("A".into(), vec![payload("A", 1, 2, 1)]);
+        r.interest(0, "A", true);
+        r.interest(0, "B", true);
+        r.log();
+        r.routed(0);
+        // While the link was down, A moved on.
+        r.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert("A".into(), vec![payload("A", 1, 9, 5)]);
+        r.ingest.event(SourceEvent::Reconnected, T0 + 5);
+        let mut log = r.log();
+        log.sort();
+        assert_eq!(log, ["load A", "load B"]);
+        assert_eq!(r.routed(0), [("A".into(), 1, 9)]);
+        // Reading the same state again routes nothing (versions keep it idempotent).
+        r.ingest.event(SourceEvent::Reconnected, T0 + 6);
+        assert!(r.routed(0).is_empty());
+    }
+
+    #[test]
+    fn a_failed_state_read_is_retried_every_second_not_taken_as_loaded() {
+        let mut r = rig(1);
+        {
+            let mut w = r.world.lock().unwrap();
+            w.fail = 1;
+            w.hashes.insert("C1".into(), vec![payload("C1", 2, 4, 3)]);
+        }
+        r.interest(0, "C1", true);
+        // The seed went out empty: the read failed.
+        assert_eq!(
+            r.control(0).iter().map(seed_sections).collect::<Vec<_>>(),
+            [Some(0)]
+        );
+        r.log();
+        assert_eq!(r.ingest.poll_timeout(), Some(T0 + 1_000));
+        r.ingest.handle_timeout(T0 + 999);
+        assert!(r.log().is_empty(), "not before a second");
+        r.ingest.handle_timeout(T0 + 1_000);
+        assert_eq!(r.log(), ["load C1"]);
+        assert_eq!(r.routed(0), [("C1".into(), 2, 4)]);
+        // Loaded now: no further reads, and no timer while there is no work.
+        assert_eq!(r.ingest.poll_timeout(), None);
+        r.ingest.handle_timeout(T0 + 2_000);
+        assert!(r.log().is_empty());
     }
 }
