@@ -92,6 +92,7 @@ where
         inboxes.clone(),
         Some(ingest_tx.clone()),
         Arc::clone(&node),
+        clock::unix_ms(),
     );
     std::thread::Builder::new()
         .name("seatboard-presence".into())

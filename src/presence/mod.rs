@@ -50,7 +50,16 @@ pub struct PresenceTiming {
     pub ttl_ms: u64,
 }
 
-/// The presence worker's state.
+impl PresenceTiming {
+    /// How often every member is re-scored: half the TTL.
+    fn refresh_ms(&self) -> u64 {
+        (self.ttl_ms / 2).max(1)
+    }
+}
+
+/// The presence worker's state. Like a shard it reads no clock: every call
+/// takes `now_ms` (Unix ms, the clock of the scores), and
+/// [`Worker::poll_timeout`] says when [`Worker::handle_timeout`] is due.
 pub struct Worker<P: PresenceStore> {
     store: P,
     timing: PresenceTiming,
@@ -64,6 +73,8 @@ pub struct Worker<P: PresenceStore> {
     extra: Vec<Arc<str>>,
     /// Members whose write failed: rewritten on the next refresh.
     dirty: bool,
+    next_count_ms: u64,
+    next_refresh_ms: u64,
 }
 
 impl<P: PresenceStore> Worker<P> {
@@ -74,8 +85,11 @@ impl<P: PresenceStore> Worker<P> {
         inboxes: Vec<Arc<Inbox>>,
         ingest: Option<IngestTx>,
         node: Arc<Node>,
+        now_ms: u64,
     ) -> Self {
         Worker {
+            next_count_ms: now_ms + timing.tick_ms,
+            next_refresh_ms: now_ms + timing.refresh_ms(),
             store,
             timing,
             members: HashMap::new(),
@@ -94,12 +108,12 @@ impl<P: PresenceStore> Worker<P> {
         tracing::debug!(error = %e, "presence {what} failed");
     }
 
-    fn expiry(&self) -> u64 {
-        clock::unix_ms() + self.timing.ttl_ms
+    fn expiry(&self, now_ms: u64) -> u64 {
+        now_ms + self.timing.ttl_ms
     }
 
     /// Handles one command; false on shutdown.
-    pub fn command(&mut self, cmd: PresenceCmd) -> bool {
+    pub fn command(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
         match cmd {
             PresenceCmd::Join { course, user } => {
                 let n = self
@@ -108,7 +122,7 @@ impl<P: PresenceStore> Worker<P> {
                     .or_insert(0);
                 *n += 1;
                 if *n == 1 {
-                    let expiry = self.expiry();
+                    let expiry = self.expiry(now_ms);
                     if let Err(e) = self.store.add(&course, &user, expiry) {
                         self.failed("add", e);
                     }
@@ -131,7 +145,7 @@ impl<P: PresenceStore> Worker<P> {
                 conn,
                 course,
             } => {
-                let frame = match self.store.roster(&course, clock::unix_ms(), ROSTER_LIMIT) {
+                let frame = match self.store.roster(&course, now_ms, ROSTER_LIMIT) {
                     Ok((total, ids)) => server_msg::roster(&course, total, &ids),
                     Err(e) => {
                         self.failed("roster", e);
@@ -159,12 +173,12 @@ impl<P: PresenceStore> Worker<P> {
     }
 
     /// Re-scores every member of this node.
-    pub fn refresh(&mut self) {
+    fn refresh(&mut self, now_ms: u64) {
         let members: Vec<(Arc<str>, Arc<str>)> = self.members.keys().cloned().collect();
         if members.is_empty() {
             return;
         }
-        let expiry = self.expiry();
+        let expiry = self.expiry(now_ms);
         match self.store.refresh(&members, expiry) {
             Ok(()) => self.dirty = false,
             Err(e) => self.failed("refresh", e),
@@ -172,7 +186,7 @@ impl<P: PresenceStore> Worker<P> {
     }
 
     /// Reads counts and pushes them to shards and the ingest thread.
-    pub fn count(&mut self) {
+    fn count(&mut self, now_ms: u64) {
         let mut courses: HashSet<Arc<str>> =
             self.members.keys().map(|(c, _)| Arc::clone(c)).collect();
         courses.extend(self.extra.iter().cloned());
@@ -181,7 +195,7 @@ impl<P: PresenceStore> Worker<P> {
         }
         let courses: Vec<Arc<str>> = courses.into_iter().collect();
         let started = Instant::now();
-        let counts = match self.store.count(&courses, clock::unix_ms()) {
+        let counts = match self.store.count(&courses, now_ms) {
             Ok(c) => c,
             Err(e) => return self.failed("count", e),
         };
@@ -198,39 +212,318 @@ impl<P: PresenceStore> Worker<P> {
         }
     }
 
-    /// Whether a write failed since the last successful refresh.
-    pub fn needs_refresh(&self) -> bool {
-        self.dirty
+    /// Runs what is due at `now_ms`: the re-score of every member each TTL/2
+    /// (sooner, at the next count tick, after a failed write), and the count
+    /// each presence tick.
+    pub fn handle_timeout(&mut self, now_ms: u64) {
+        // A wall clock stepped back must not stall the ticks.
+        let (tick, every) = (self.timing.tick_ms, self.timing.refresh_ms());
+        self.next_count_ms = self.next_count_ms.min(now_ms + tick);
+        self.next_refresh_ms = self.next_refresh_ms.min(now_ms + every);
+        let count_due = now_ms >= self.next_count_ms;
+        if now_ms >= self.next_refresh_ms || (self.dirty && count_due) {
+            self.next_refresh_ms = now_ms + every;
+            self.refresh(now_ms);
+        }
+        if count_due {
+            self.next_count_ms = now_ms + tick;
+            self.count(now_ms);
+        }
+    }
+
+    /// When [`Worker::handle_timeout`] is next due (Unix ms).
+    pub fn poll_timeout(&self) -> u64 {
+        self.next_count_ms.min(self.next_refresh_ms)
     }
 }
 
-/// Runs the presence worker until `Shutdown`.
+/// Runs the presence worker until `Shutdown`: commands as they come, and
+/// what is due whenever its time has come (a stream of commands cannot hold
+/// back the counts).
 pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) {
-    let tick = Duration::from_millis(w.timing.tick_ms);
-    let refresh_every = Duration::from_millis((w.timing.ttl_ms / 2).max(1));
-    let mut next_count = Instant::now() + tick;
-    let mut next_refresh = Instant::now() + refresh_every;
     loop {
-        let next = next_count.min(next_refresh);
-        match commands.recv_deadline(next) {
+        let wait = w.poll_timeout().saturating_sub(clock::unix_ms());
+        match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
-                if !w.command(cmd) {
+                if !w.command(cmd, clock::unix_ms()) {
                     return;
                 }
-                // A burst of joins is counted promptly, not a whole tick later.
-                continue;
             }
             Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
         }
-        let now = Instant::now();
-        if now >= next_refresh || (w.needs_refresh() && now >= next_count) {
-            next_refresh = now + refresh_every;
-            w.refresh();
+        let now = clock::unix_ms();
+        if now >= w.poll_timeout() {
+            w.handle_timeout(now);
         }
-        if now >= next_count {
-            next_count = now + tick;
-            w.count();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Auth;
+    use crate::cli::{Cli, Command};
+    use bytes::Bytes;
+    use clap::Parser;
+    use std::sync::Mutex;
+
+    /// What the fake store was asked, and whether it fails.
+    #[derive(Default)]
+    struct Calls {
+        log: Vec<String>,
+        down: bool,
+    }
+
+    /// A store that records every call (`op course user expiry`) and answers
+    /// counts with the number of live members it was told about.
+    struct Fake(Arc<Mutex<Calls>>, super::memory::MemoryPresence);
+
+    impl PresenceStore for Fake {
+        fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
+            let mut c = self.0.lock().unwrap();
+            c.log.push(format!("add {course} {user} {expiry_ms}"));
+            if c.down {
+                return Err("down".into());
+            }
+            self.1.add(course, user, expiry_ms)
         }
+        fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
+            let mut c = self.0.lock().unwrap();
+            c.log.push(format!("remove {course} {user}"));
+            if c.down {
+                return Err("down".into());
+            }
+            self.1.remove(course, user)
+        }
+        fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
+            let mut c = self.0.lock().unwrap();
+            c.log.push(format!("refresh {} {expiry_ms}", members.len()));
+            if c.down {
+                return Err("down".into());
+            }
+            self.1.refresh(members, expiry_ms)
+        }
+        fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
+            let mut c = self.0.lock().unwrap();
+            c.log.push(format!("count {} {now_ms}", courses.len()));
+            if c.down {
+                return Err("down".into());
+            }
+            self.1.count(courses, now_ms)
+        }
+        fn roster(
+            &mut self,
+            course: &str,
+            now_ms: u64,
+            limit: usize,
+        ) -> StoreResult<(u64, Vec<String>)> {
+            if self.0.lock().unwrap().down {
+                return Err("down".into());
+            }
+            self.1.roster(course, now_ms, limit)
+        }
+    }
+
+    const T0: u64 = 1_764_420_000_000;
+    const TICK: u64 = 3_000;
+    const TTL: u64 = 30_000;
+
+    struct Rig {
+        w: Worker<Fake>,
+        calls: Arc<Mutex<Calls>>,
+        inboxes: Vec<Arc<Inbox>>,
+        ingest: crate::ingest::wake::IngestRx,
+    }
+
+    fn rig() -> Rig {
+        let Command::Demo(args) = Cli::parse_from(["seatboard", "demo"]).command else {
+            panic!("demo args");
+        };
+        let node = Arc::new(Node::new(args, 2, Auth::None));
+        let calls = Arc::new(Mutex::new(Calls::default()));
+        let inboxes: Vec<Arc<Inbox>> = (0..2).map(|_| Inbox::new()).collect();
+        let (tx, ingest) = crate::ingest::wake::channel().expect("eventfd");
+        let timing = PresenceTiming {
+            tick_ms: TICK,
+            ttl_ms: TTL,
+        };
+        let store = Fake(Arc::clone(&calls), Default::default());
+        let w = Worker::new(store, timing, inboxes.clone(), Some(tx), node, T0);
+        Rig {
+            w,
+            calls,
+            inboxes,
+            ingest,
+        }
+    }
+
+    impl Rig {
+        fn log(&self) -> Vec<String> {
+            std::mem::take(&mut self.calls.lock().unwrap().log)
+        }
+        fn join(&mut self, course: &str, user: &str, now: u64) {
+            let cmd = PresenceCmd::Join {
+                course: course.into(),
+                user: user.into(),
+            };
+            assert!(self.w.command(cmd, now));
+        }
+        fn leave(&mut self, course: &str, user: &str, now: u64) {
+            let cmd = PresenceCmd::Leave {
+                course: course.into(),
+                user: user.into(),
+            };
+            assert!(self.w.command(cmd, now));
+        }
+        /// Counts pushed to shard 0 since the last look.
+        fn counts(&self) -> Vec<Vec<(String, u64)>> {
+            std::iter::from_fn(|| self.inboxes[0].try_control())
+                .filter_map(|c| match c {
+                    Control::Presence(v) => {
+                        Some(v.iter().map(|(c, n)| (c.to_string(), *n)).collect())
+                    }
+                    _ => None,
+                })
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_member_is_added_once_and_removed_when_its_last_shard_leaves() {
+        let mut r = rig();
+        // The same user watching from two shards: each shard reports its own
+        // first join, the store sees one member.
+        r.join("C", "u1", T0 + 1);
+        r.join("C", "u1", T0 + 2);
+        r.join("C", "u2", T0 + 3);
+        assert_eq!(
+            r.log(),
+            [
+                format!("add C u1 {}", T0 + 1 + TTL),
+                format!("add C u2 {}", T0 + 3 + TTL)
+            ]
+        );
+        r.leave("C", "u1", T0 + 4);
+        assert!(r.log().is_empty(), "u1 still watches from the other shard");
+        r.leave("C", "u1", T0 + 5);
+        assert_eq!(r.log(), ["remove C u1"]);
+        // A leave that was never joined changes nothing.
+        r.leave("C", "ghost", T0 + 6);
+        assert!(r.log().is_empty());
+    }
+
+    #[test]
+    fn counts_every_tick_and_rescores_every_half_ttl() {
+        let mut r = rig();
+        r.join("C", "u1", T0);
+        r.join("D", "u2", T0);
+        r.log();
+        assert_eq!(r.w.poll_timeout(), T0 + TICK);
+        let mut now = T0;
+        let mut refreshes = Vec::new();
+        let mut counts = Vec::new();
+        while now < T0 + 2 * TTL {
+            now = r.w.poll_timeout();
+            r.w.handle_timeout(now);
+            for l in r.log() {
+                if l.starts_with("refresh") {
+                    refreshes.push((now, l));
+                } else if l.starts_with("count") {
+                    counts.push(now);
+                }
+            }
+        }
+        // Re-scored every TTL/2, to now + TTL.
+        let want: Vec<(u64, String)> = (1..=4)
+            .map(|k| {
+                let at = T0 + k * TTL / 2;
+                (at, format!("refresh 2 {}", at + TTL))
+            })
+            .collect();
+        assert_eq!(refreshes, want);
+        // Counted every tick, pushed to every shard and to ingest.
+        assert_eq!(counts.len() as u64, 2 * TTL / TICK);
+        assert!(counts.windows(2).all(|w| w[1] - w[0] == TICK));
+        let pushed = r.counts();
+        assert_eq!(pushed.len(), counts.len());
+        let mut last = pushed.last().unwrap().clone();
+        last.sort();
+        assert_eq!(last, [("C".into(), 1), ("D".into(), 1)]);
+        assert!(std::iter::from_fn(|| r.inboxes[1].try_control()).count() == counts.len());
+        assert_eq!(
+            std::iter::from_fn(|| r.ingest.try_recv()).count(),
+            counts.len()
+        );
+    }
+
+    #[test]
+    fn a_failed_write_is_repaired_at_the_next_count_tick() {
+        let mut r = rig();
+        r.calls.lock().unwrap().down = true;
+        r.join("C", "u1", T0);
+        r.log();
+        r.calls.lock().unwrap().down = false;
+        // The next tick re-scores everything (not TTL/2 later), then counts.
+        r.w.handle_timeout(T0 + TICK);
+        assert_eq!(
+            r.log(),
+            [
+                format!("refresh 1 {}", T0 + TICK + TTL),
+                format!("count 1 {}", T0 + TICK)
+            ]
+        );
+        assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+        // Repaired: the following tick only counts.
+        r.w.handle_timeout(T0 + 2 * TICK);
+        assert_eq!(r.log(), [format!("count 1 {}", T0 + 2 * TICK)]);
+    }
+
+    #[test]
+    fn admins_get_every_known_course_counted_and_rosters_answered() {
+        let mut r = rig();
+        r.join("C", "u1", T0);
+        r.w.command(PresenceCmd::Extra(vec!["X".into()]), T0);
+        r.w.handle_timeout(T0 + TICK);
+        assert_eq!(
+            r.counts(),
+            [vec![("C".to_string(), 1)]],
+            "extras only for admins"
+        );
+        r.w.command(PresenceCmd::CountAll(true), T0);
+        r.w.command(PresenceCmd::Extra(vec!["X".into()]), T0);
+        r.w.handle_timeout(T0 + 2 * TICK);
+        let mut got = r.counts().pop().unwrap();
+        got.sort();
+        assert_eq!(got, [("C".into(), 1), ("X".into(), 0)]);
+        // Roster: answered to the asking shard, with the viewers; an
+        // unreachable store answers the `unavailable` error.
+        let conn = shards::Shard::new(Default::default()).connect(
+            "admin",
+            shards::Role::Admin,
+            false,
+            false,
+            0,
+        );
+        let ask = |r: &mut Rig| {
+            let cmd = PresenceCmd::Roster {
+                shard: 1,
+                conn,
+                course: "C".into(),
+            };
+            r.w.command(cmd, T0 + 1);
+            let frames: Vec<Bytes> = std::iter::from_fn(|| r.inboxes[1].try_control())
+                .filter_map(|c| match c {
+                    Control::Roster { frame, .. } => Some(frame),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(frames.len(), 1);
+            String::from_utf8_lossy(&frames[0][2..]).into_owned()
+        };
+        let roster = ask(&mut r);
+        assert!(roster.contains(r#""total":1,"viewers":["u1"]"#), "{roster}");
+        r.calls.lock().unwrap().down = true;
+        assert!(ask(&mut r).contains(r#""code":"unavailable""#));
     }
 }
