@@ -21,10 +21,10 @@ trap cleanup EXIT
 free_port() { python3 -c 'import socket
 while True:
     s=socket.socket(); s.bind(("127.0.0.1",0)); p=s.getsockname()[1]; s.close()
+    if p >= 55000: continue
     b=socket.socket()
     try:
-        b.bind(("127.0.0.1",p+10000)); b.close()
-        if p < 55000: print(p); break
+        b.bind(("127.0.0.1",p+10000)); b.close(); print(p); break
     except OSError: pass'; }
 ports=()
 for _ in 1 2 3; do
