@@ -2,7 +2,7 @@
 //! monoio runtime per shard, and the signal loop that drains and exits.
 
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
-use crate::cli::{Driver, HubArgs};
+use crate::cli::HubArgs;
 use crate::clock;
 use crate::ingest::source::Source;
 use crate::ingest::{self, Ingest};
@@ -115,25 +115,13 @@ where
                 let (node, inbox, ingest, presence) = ctx_parts;
                 pin(&node, index, core);
                 let driver = node.args.driver;
+                let ctx = shard_ctx(index, node, inbox, ingest, presence);
                 #[cfg(feature = "tokio-shell")]
-                if driver == Driver::Tokio {
-                    let ctx = shard_ctx(index, node, inbox, ingest, presence);
+                if driver == crate::cli::Driver::Tokio {
                     shard::tokio_shell::run(ctx, listener, ready);
                     return;
                 }
-                let main = move || async move {
-                    let listener = match monoio::net::TcpListener::from_std(listener) {
-                        Ok(l) => l,
-                        Err(e) => {
-                            tracing::error!(error = %e, shard = index, "listener setup failed");
-                            return;
-                        }
-                    };
-                    let ctx = shard_ctx(index, node, inbox, ingest, presence);
-                    monoio::spawn(shard::drive(Rc::clone(&ctx)));
-                    shard::accept_loop(ctx, listener).await
-                };
-                run_on_driver(driver, index, ready, main);
+                shard::monoio_shell::run(ctx, listener, driver, ready);
             })?;
     }
     drop(ready_tx);
@@ -210,58 +198,6 @@ fn shard_ctx(
         conns: RefCell::default(),
         kick: Default::default(),
     })
-}
-
-fn run_on_driver<F, Fut>(
-    driver: Driver,
-    index: usize,
-    ready: crossbeam_channel::Sender<Result<&'static str, String>>,
-    main: F,
-) where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    #[cfg(target_os = "linux")]
-    if driver != Driver::Epoll {
-        match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .with_entries(4096)
-            .enable_timer()
-            .build()
-        {
-            Ok(mut rt) => {
-                if index == 0 {
-                    tracing::info!("shards run on io_uring");
-                }
-                let _ = ready.send(Ok("io_uring"));
-                rt.block_on(main());
-                return;
-            }
-            Err(e) if driver == Driver::Uring => {
-                let _ = ready.send(Err(format!("io_uring unavailable: {e}")));
-                return;
-            }
-            Err(e) => {
-                if index == 0 {
-                    tracing::warn!(error = %e, "io_uring unavailable, falling back to epoll");
-                }
-            }
-        }
-    }
-    match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
-        .enable_timer()
-        .build()
-    {
-        Ok(mut rt) => {
-            if index == 0 {
-                tracing::info!("shards run on epoll");
-            }
-            let _ = ready.send(Ok("epoll"));
-            rt.block_on(main());
-        }
-        Err(e) => {
-            let _ = ready.send(Err(format!("epoll runtime failed: {e}")));
-        }
-    }
 }
 
 impl Hub {

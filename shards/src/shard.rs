@@ -259,7 +259,7 @@ impl Shard {
     /// other text messages of 256 B or more go compressed.
     pub fn connect(
         &mut self,
-        user: &str,
+        user: impl Into<Arc<str>>,
         role: Role,
         admin_feed: bool,
         deflate: bool,

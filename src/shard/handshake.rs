@@ -3,22 +3,53 @@
 
 use super::http::Response;
 use super::ShardCtx;
-use crate::auth::Identity;
 use crate::cli::Compression;
 use crate::clock;
 use crate::metrics::Refusal;
+use crate::node::Node;
 use shards::http_head::{RequestHead, UpgradeError};
 use shards::Role;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
-/// An upgrade that passed every check; holds a node slot and a user slot.
-pub struct Accepted {
-    /// Who connected.
-    pub identity: Identity,
+/// A connection's place under the node's `max-connections` and the user's
+/// `max-conns-per-user`: taken by the handshake, given back when dropped,
+/// however the connection ends.
+pub struct Slot {
+    node: Arc<Node>,
+    user: Arc<str>,
+}
+
+impl Slot {
+    /// The user holding the slot.
+    pub fn user(&self) -> &Arc<str> {
+        &self.user
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.node.open.fetch_sub(1, Relaxed);
+        self.node.users.release(&self.user);
+    }
+}
+
+/// What an accepted upgrade brings to the connection's life.
+pub struct Upgrade {
+    /// The connection's slot, held until the connection is gone.
+    pub slot: Slot,
+    /// The token's role.
+    pub role: Role,
     /// Connected on `/ws/admin`.
     pub admin_feed: bool,
     /// Negotiated permessage-deflate (section 4a).
     pub deflate: bool,
+}
+
+/// An upgrade that passed every check.
+pub struct Accepted {
+    /// The connection to be.
+    pub upgrade: Upgrade,
     /// The `101` response.
     pub response: Vec<u8>,
 }
@@ -111,6 +142,10 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             Response::text(429, "too many connections for this user"),
         ));
     }
+    let slot = Slot {
+        node: Arc::clone(&ctx.node),
+        user: identity.user.into(),
+    };
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     // An offer that cannot be accepted as a whole is ignored, never refused.
     let extensions = match (node.args.compression, head.ws_extensions.as_deref()) {
@@ -127,9 +162,12 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
     .into_bytes();
     node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
     Ok(Accepted {
-        identity,
-        admin_feed,
-        deflate,
+        upgrade: Upgrade {
+            slot,
+            role: identity.role,
+            admin_feed,
+            deflate,
+        },
         response,
     })
 }

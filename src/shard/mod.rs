@@ -1,22 +1,21 @@
 //! The shell of one shard thread: the sans-IO [`shards::Shard`] plus the sockets,
-//! timers and channels around it. Everything here runs on the shard's own monoio
-//! runtime (or, with the `tokio-shell` feature and `--driver tokio`, on a tokio
-//! current-thread runtime: `tokio_shell.rs` reuses the same runtime-free helpers);
-//! nothing is shared with other shards but the node's atomics.
+//! timers and channels around it. One file per runtime holds only its loops
+//! (`monoio_shell.rs`: io_uring or epoll; `tokio_shell.rs` with the
+//! `tokio-shell` feature), around the runtime-free steps they share
+//! (`steps.rs`); nothing is shared with other shards but the node's atomics.
 
-mod accept;
 mod csp;
-mod driver;
 mod handshake;
 mod http;
+pub mod monoio_shell;
 pub mod notify;
 mod pages;
+mod steps;
 #[cfg(feature = "tokio-shell")]
 pub mod tokio_shell;
-mod ws_conn;
 
-pub use accept::accept_loop;
-pub use driver::drive;
+/// How a shard thread reports that it serves (its driver's name) or why not.
+pub type Ready = crossbeam_channel::Sender<Result<&'static str, String>>;
 
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
 use crate::ingest::wake::IngestTx;

@@ -1,15 +1,12 @@
-//! `--driver tokio` (feature `tokio-shell`): the same shard on a tokio
-//! current-thread runtime and a `LocalSet`, for the runtime comparison. Only
-//! the sockets, timers and task spawning are tokio's; the head parsing and
-//! routing, the handshake, the reader's frame handling, the writer's next step
-//! and the feed/render loop are the functions the monoio shell runs.
+//! A shard on tokio (`--driver tokio`, feature `tokio-shell`, for the runtime
+//! comparison): a current-thread runtime and a `LocalSet`, and only its loops,
+//! mirroring `monoio_shell.rs` function for function. Every runtime-free step
+//! is in `steps.rs`.
 
-use super::accept::{self, HeadOutcome, Next, HEAD_DEADLINE};
-use super::driver::{self, Wait};
 use super::handshake::Accepted;
 use super::http::Response;
-use super::ws_conn::{self, ReadBuf, WriteNext};
-use super::{ConnIo, ShardCtx};
+use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, WriteNext, HEAD_DEADLINE};
+use super::{ConnIo, Ready, ShardCtx};
 use crate::clock;
 use crate::metrics::Refusal;
 use shards::ConnId;
@@ -23,11 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::spawn_local;
 
 /// Runs one shard on its own tokio current-thread runtime until it ends.
-pub fn run(
-    ctx: Rc<ShardCtx>,
-    listener: std::net::TcpListener,
-    ready: crossbeam_channel::Sender<Result<&'static str, String>>,
-) {
+pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, ready: Ready) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -58,10 +51,10 @@ pub fn run(
     });
 }
 
-/// The feed-render-sleep loop ([`driver::step`]) with tokio's timer.
+/// The feed-render-sleep loop ([`steps::step`]) with tokio's timer.
 async fn drive(ctx: Rc<ShardCtx>) {
     loop {
-        let deadline = driver::step(&ctx);
+        let deadline = steps::step(&ctx);
         Wait {
             ctx: &ctx,
             sleep: deadline
@@ -98,7 +91,7 @@ async fn read_head(stream: &mut TcpStream) -> HeadOutcome {
             Ok(0) | Err(_) => return HeadOutcome::Gone,
             Ok(n) => head.extend_from_slice(&buf[..n]),
         }
-        if let Some(outcome) = accept::parse_head(&mut head) {
+        if let Some(outcome) = steps::parse_head(&mut head) {
             return outcome;
         }
     }
@@ -122,7 +115,7 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
         }
         HeadOutcome::Gone => return,
     };
-    match accept::route_head(&ctx, &head) {
+    match steps::route_head(&ctx, &head) {
         Next::Respond(resp, head_only) => respond(stream, resp, head_only).await,
         Next::Upgrade(accepted) => {
             drop(head);
@@ -131,20 +124,17 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
     }
 }
 
+/// Sends the `101`, registers the connection with the shard, and hands it to
+/// two tasks of its own (reader and writer), as the monoio shell does.
 async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
-    ws_conn::pin_send_buffer(stream.as_raw_fd());
-    if stream.write_all(&accepted.response).await.is_err() {
-        ws_conn::release(&ctx, &accepted.identity.user);
+    steps::pin_send_buffer(stream.as_raw_fd());
+    let Accepted { upgrade, response } = accepted;
+    if stream.write_all(&response).await.is_err() {
         return;
     }
-    let (id, io) = ws_conn::register(
-        &ctx,
-        &accepted.identity,
-        accepted.admin_feed,
-        accepted.deflate,
-        stream.as_raw_fd(),
-    );
-    drop(accepted);
+    drop(response);
+    let (id, io) = steps::register(&ctx, &upgrade, stream.as_raw_fd());
+    let slot = upgrade.slot;
     let (reader, writer) = stream.into_split();
     let writer_task = spawn_local(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     spawn_local(async move {
@@ -152,12 +142,13 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         io.reader_done.set(true);
         io.writer.notify();
         let _writer = writer_task.await;
-        ws_conn::finish(&ctx, &io, id);
+        steps::finish(&ctx, &io, id);
+        drop(slot);
     });
 }
 
 async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, mut reader: OwnedReadHalf, rest: Vec<u8>) {
-    if !ws_conn::feed(ctx, id, &rest) {
+    if !steps::feed(ctx, id, &rest) {
         return;
     }
     drop(rest);
@@ -177,7 +168,7 @@ async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, mut reader: OwnedReadHalf, re
 
 async fn write_loop(ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, mut writer: OwnedWriteHalf) {
     loop {
-        match ws_conn::write_next(&ctx, &io, id) {
+        match steps::write_next(&ctx, &io, id) {
             WriteNext::Frame(f) => {
                 if writer.write_all(&f).await.is_err() {
                     return;

@@ -1,0 +1,231 @@
+//! A shard on monoio (`--driver uring|epoll|auto`): the runtime, and only its
+//! loops — accepting, reading a head under its deadline, the reader and writer
+//! of each connection, and the shard's clock. Every runtime-free step is in
+//! `steps.rs`, shared with `tokio_shell.rs`, which mirrors this file.
+
+use super::handshake::Accepted;
+use super::http::Response;
+use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, WriteNext, HEAD_DEADLINE};
+use super::{ConnIo, Ready, ShardCtx};
+use crate::cli::Driver;
+use crate::clock;
+use crate::metrics::Refusal;
+use monoio::io::{
+    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
+};
+use monoio::net::{TcpListener, TcpStream};
+use shards::ConnId;
+use std::os::fd::AsRawFd;
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
+
+/// Runs one shard on a monoio runtime until it ends: io_uring for `uring`
+/// (and for `auto` where the kernel allows it), else epoll.
+pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, driver: Driver, ready: Ready) {
+    #[cfg(target_os = "linux")]
+    if driver != Driver::Epoll {
+        match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .with_entries(4096)
+            .enable_timer()
+            .build()
+        {
+            Ok(rt) => return serve_on(rt, "io_uring", ctx, listener, ready),
+            Err(e) if driver == Driver::Uring => {
+                let _ = ready.send(Err(format!("io_uring unavailable: {e}")));
+                return;
+            }
+            Err(e) => {
+                if ctx.index == 0 {
+                    tracing::warn!(error = %e, "io_uring unavailable, falling back to epoll");
+                }
+            }
+        }
+    }
+    match monoio::RuntimeBuilder::<monoio::LegacyDriver>::new()
+        .enable_timer()
+        .build()
+    {
+        Ok(rt) => serve_on(rt, "epoll", ctx, listener, ready),
+        Err(e) => {
+            let _ = ready.send(Err(format!("epoll runtime failed: {e}")));
+        }
+    }
+}
+
+/// The shard's life on a built runtime (either driver): its clock, and the
+/// accept loop on its listener.
+fn serve_on<D: monoio::Driver>(
+    mut rt: monoio::Runtime<D>,
+    name: &'static str,
+    ctx: Rc<ShardCtx>,
+    listener: std::net::TcpListener,
+    ready: Ready,
+) {
+    rt.block_on(async move {
+        let listener = match TcpListener::from_std(listener) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = ready.send(Err(format!("listener setup failed: {e}")));
+                return;
+            }
+        };
+        if ctx.index == 0 {
+            tracing::info!("shards run on {name}");
+        }
+        let _ = ready.send(Ok(name));
+        drop(ready);
+        monoio::spawn(drive(Rc::clone(&ctx)));
+        accept_loop(ctx, listener).await
+    });
+}
+
+/// The feed-render-sleep loop ([`steps::step`]) with monoio's timer.
+async fn drive(ctx: Rc<ShardCtx>) {
+    loop {
+        let deadline = steps::step(&ctx);
+        Wait {
+            ctx: &ctx,
+            sleep: deadline
+                .map(|ms| Box::pin(monoio::time::sleep_until(clock::instant_at(ms).into()))),
+        }
+        .await;
+    }
+}
+
+/// Accepts connections until the listener fails.
+async fn accept_loop(ctx: Rc<ShardCtx>, listener: TcpListener) {
+    super::pages::prepare();
+    loop {
+        match listener.accept().await {
+            Ok((stream, _peer)) => {
+                monoio::spawn(serve(Rc::clone(&ctx), stream));
+            }
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, shard = ctx.index, "accept failed");
+                monoio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+async fn read_head(stream: &mut TcpStream) -> HeadOutcome {
+    let deadline = monoio::time::Instant::now() + HEAD_DEADLINE;
+    let mut head: Vec<u8> = Vec::new();
+    let mut buf = Vec::with_capacity(2048);
+    loop {
+        let read = monoio::time::timeout_at(deadline, stream.read(buf)).await;
+        let (res, b) = match read {
+            Ok(r) => r,
+            Err(_) => return HeadOutcome::Refused(Refusal::HeadTimeout, None),
+        };
+        buf = b;
+        match res {
+            Ok(0) | Err(_) => return HeadOutcome::Gone,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if let Some(outcome) = steps::parse_head(&mut head) {
+            return outcome;
+        }
+    }
+}
+
+async fn respond(mut stream: TcpStream, resp: Response, head_only: bool) {
+    let (_, _) = stream.write_all(resp.encode(head_only)).await;
+    let _ = stream.shutdown().await;
+}
+
+async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (head, rest) = match read_head(&mut stream).await {
+        HeadOutcome::Head(h, rest) => (h, rest),
+        HeadOutcome::Refused(why, resp) => {
+            ctx.node.metrics.refuse(why);
+            if let Some(r) = resp {
+                respond(stream, r, false).await;
+            }
+            return;
+        }
+        HeadOutcome::Gone => return,
+    };
+    match steps::route_head(&ctx, &head) {
+        Next::Respond(resp, head_only) => respond(stream, resp, head_only).await,
+        Next::Upgrade(accepted) => {
+            drop(head);
+            start(ctx, stream, accepted, rest).await
+        }
+    }
+}
+
+/// Sends the `101`, registers the connection with the shard, and hands it to
+/// two tasks of its own (reader and writer), so nothing of the handshake stays
+/// alive for the connection's life but its slot.
+async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
+    steps::pin_send_buffer(stream.as_raw_fd());
+    let Accepted { upgrade, response } = accepted;
+    let (res, _) = stream.write_all(response).await;
+    if res.is_err() {
+        return;
+    }
+    let (id, io) = steps::register(&ctx, &upgrade, stream.as_raw_fd());
+    let slot = upgrade.slot;
+    let (reader, writer) = stream.into_split();
+    let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
+    monoio::spawn(async move {
+        read_loop(&ctx, id, reader, rest).await;
+        io.reader_done.set(true);
+        io.writer.notify();
+        let _writer = writer_task.await;
+        steps::finish(&ctx, &io, id);
+        drop(slot);
+    });
+}
+
+async fn read_loop(
+    ctx: &Rc<ShardCtx>,
+    id: ConnId,
+    mut reader: OwnedReadHalf<TcpStream>,
+    rest: Vec<u8>,
+) {
+    if !steps::feed(ctx, id, &rest) {
+        return;
+    }
+    drop(rest);
+    let mut state = ReadBuf::new();
+    loop {
+        let buf = std::mem::take(&mut state.buf);
+        let (res, b) = reader.read(buf).await;
+        state.buf = b;
+        match res {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if !state.after_read(ctx, id) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn write_loop(
+    ctx: Rc<ShardCtx>,
+    io: Rc<ConnIo>,
+    id: ConnId,
+    mut writer: OwnedWriteHalf<TcpStream>,
+) {
+    loop {
+        match steps::write_next(&ctx, &io, id) {
+            WriteNext::Frame(f) => {
+                let n = f.len() as u64;
+                let (res, _) = writer.write_all(f).await;
+                if res.is_err() {
+                    return;
+                }
+                ctx.metrics().bytes_out.fetch_add(n, Relaxed);
+            }
+            WriteNext::Done => return,
+            WriteNext::Wait => io.writer.notified().await,
+        }
+    }
+}

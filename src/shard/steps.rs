@@ -1,0 +1,270 @@
+//! Every runtime-free step of a shard's shell, shared by the monoio shell
+//! (`monoio_shell.rs`) and the tokio one (`tokio_shell.rs`): parsing and
+//! routing a request head, registering and finishing a connection, handing
+//! reads to the core, the writer's next step, and the feed-render step of the
+//! shard's clock. The shells only hold their runtime's loops around these.
+
+use super::handshake::{self, Accepted, Upgrade};
+use super::http::{self, Response, Route};
+use super::{ConnIo, ShardCtx};
+use crate::channels::Control;
+use crate::clock;
+use crate::metrics::Refusal;
+use bytes::Bytes;
+use shards::http_head::{self, HeadError, RequestHead, MAX_HEAD};
+use shards::ws_codec::close;
+use shards::{ConnId, Reading};
+use std::future::Future;
+use std::os::fd::RawFd;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// A head not complete in this long is dropped (slowloris).
+pub(super) const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What reading a request head came to.
+pub(super) enum HeadOutcome {
+    /// A complete head, and the bytes read past it.
+    Head(Box<RequestHead>, Vec<u8>),
+    /// Refused (timeout, too large, malformed), with the answer to send, if any.
+    Refused(Refusal, Option<Response>),
+    /// The peer went away.
+    Gone,
+}
+
+/// Parses what has been read so far; `None` means read more.
+pub(super) fn parse_head(head: &mut Vec<u8>) -> Option<HeadOutcome> {
+    match http_head::parse(head) {
+        Ok(Some((h, used))) => Some(HeadOutcome::Head(Box::new(h), head.split_off(used))),
+        Ok(None) if head.len() <= MAX_HEAD => None,
+        Ok(None) | Err(HeadError::TooLarge) => Some(HeadOutcome::Refused(
+            Refusal::HeadTooLarge,
+            Some(Response::text(431, "request head too large")),
+        )),
+        Err(HeadError::Malformed) => Some(HeadOutcome::Refused(
+            Refusal::BadRequest,
+            Some(Response::text(400, "bad request")),
+        )),
+    }
+}
+
+/// Where a parsed request goes.
+pub(super) enum Next {
+    /// Answer with this response (`true`: head only) and close.
+    Respond(Response, bool),
+    /// Upgrade: every check passed.
+    Upgrade(Accepted),
+}
+
+/// Routes a parsed head: pages, method checks, and the handshake's refusals.
+pub(super) fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
+    let head_only = head.method == "HEAD";
+    match http::route(&head.path) {
+        Route::NotFound => Next::Respond(Response::text(404, "not found"), head_only),
+        Route::Page(p) if head.method == "GET" || head_only => {
+            Next::Respond(http::answer(&ctx.node, p, head), head_only)
+        }
+        Route::Ws { admin } if head.method == "GET" => match handshake::check(ctx, head, admin) {
+            Err(resp) => Next::Respond(resp, false),
+            Ok(accepted) => Next::Upgrade(accepted),
+        },
+        route => {
+            let allow = if matches!(route, Route::Ws { .. }) {
+                "GET"
+            } else {
+                "GET, HEAD"
+            };
+            let resp = Response::text(405, "method not allowed").header(format!("Allow: {allow}"));
+            Next::Respond(resp, false)
+        }
+    }
+}
+
+/// Read buffer of an idle connection: client messages are small, and an idle
+/// connection's pending read holds this buffer all the time.
+const READ_MIN: usize = 128;
+/// Largest read buffer, reached by doubling when reads fill the buffer.
+const READ_MAX: usize = 4096;
+
+/// Kernel send buffer of an upgraded connection (the kernel doubles it for its
+/// bookkeeping). Pinned rather than autotuned (up to `tcp_wmem`'s 4 MiB), so a
+/// client that stops reading costs a bounded amount of kernel memory besides
+/// its send queue, and its queue fills — and it is closed 4001 — in seconds.
+const SO_SNDBUF_BYTES: libc::c_int = 64 * 1024;
+
+/// Pins the kernel send buffer of socket `fd` (see [`SO_SNDBUF_BYTES`]).
+pub(super) fn pin_send_buffer(fd: RawFd) {
+    let size = SO_SNDBUF_BYTES;
+    // SAFETY: the fd is this connection's open socket for the whole call, and
+    // the option value points to a live c_int of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "SO_SNDBUF not set");
+    }
+}
+
+/// Registers an upgraded connection (its `101` sent) with the shard.
+pub(super) fn register(ctx: &Rc<ShardCtx>, upgrade: &Upgrade, fd: RawFd) -> (ConnId, Rc<ConnIo>) {
+    let io = Rc::new(ConnIo::new(fd));
+    let id = ctx.shard.borrow_mut().connect(
+        Arc::clone(upgrade.slot.user()),
+        upgrade.role,
+        upgrade.admin_feed,
+        upgrade.deflate,
+        clock::now_ms(),
+    );
+    ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
+    ctx.flush();
+    (id, io)
+}
+
+/// Forgets a connection whose reader and writer both ended; its socket (and
+/// then its [`super::handshake::Slot`]) is released right after.
+pub(super) fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
+    io.finished.set(true);
+    ctx.conns.borrow_mut().remove(&id);
+    ctx.shard.borrow_mut().disconnect(id);
+    ctx.flush();
+}
+
+/// The reader's buffer: starts at [`READ_MIN`] bytes, doubles while reads fill
+/// it, and shrinks back after a burst, so an idle connection's pending read
+/// holds little. Everything read goes to [`shards::Shard::handle_read`].
+pub(super) struct ReadBuf {
+    /// The next read's buffer (capacity [`READ_MIN`]..=[`READ_MAX`]).
+    pub(super) buf: Vec<u8>,
+}
+
+impl ReadBuf {
+    /// An empty buffer of the smallest size.
+    pub(super) fn new() -> Self {
+        ReadBuf {
+            buf: Vec::with_capacity(READ_MIN),
+        }
+    }
+
+    /// Hands a read of `buf.len()` (> 0) bytes to the shard, runs what it
+    /// decided, and sizes the buffer for the next read. False when the shard
+    /// wants no more reads (the peer's close, a violation).
+    pub(super) fn after_read(&mut self, ctx: &Rc<ShardCtx>, id: ConnId) -> bool {
+        let more = feed(ctx, id, &self.buf);
+        let n = self.buf.len();
+        // A full read means more is coming: grow; a small one after a
+        // burst: give the memory back.
+        let cap = self.buf.capacity();
+        if n == cap && cap < READ_MAX {
+            self.buf = Vec::with_capacity(cap * 2);
+        } else if n < cap / 4 && cap > READ_MIN {
+            self.buf = Vec::with_capacity(READ_MIN);
+        }
+        more
+    }
+}
+
+/// Gives bytes read from the socket to the shard and runs what it decided;
+/// false when the shard wants no more reads.
+pub(super) fn feed(ctx: &Rc<ShardCtx>, id: ConnId, data: &[u8]) -> bool {
+    let reading = ctx
+        .shard
+        .borrow_mut()
+        .handle_read(id, data, clock::now_ms());
+    ctx.flush();
+    reading == Reading::More
+}
+
+/// What a connection's writer does next.
+pub(super) enum WriteNext {
+    /// Write this frame.
+    Frame(Bytes),
+    /// Stop: the close frame went out, or the reader ended.
+    Done,
+    /// Wait for [`ConnIo::writer`].
+    Wait,
+}
+
+/// The writer's next step.
+pub(super) fn write_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> WriteNext {
+    match ctx.shard.borrow_mut().poll_transmit(id) {
+        Some(f) => WriteNext::Frame(f),
+        // The close frame is always the last one queued.
+        None if io.close_code.get().is_some() || io.reader_done.get() => WriteNext::Done,
+        None => WriteNext::Wait,
+    }
+}
+
+/// One turn of the loop, without the sleep: feeds the inbox and the time into
+/// the renderer, flushes, publishes metrics, and returns the next deadline (ms).
+pub(super) fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
+    let drain_ms = ctx.node.args.drain_ms;
+    let now = clock::now_ms();
+    {
+        let mut shard = ctx.shard.borrow_mut();
+        while let Some(batch) = ctx.inbox.try_snapshots() {
+            for s in &batch {
+                shard.handle_snapshot(s);
+            }
+        }
+        while let Some(msg) = ctx.inbox.try_control() {
+            match msg {
+                Control::Seed { course, sections } => shard.handle_seed(&course, &sections, now),
+                Control::Presence(counts) => {
+                    for (course, n) in counts.iter() {
+                        shard.handle_presence(course, *n);
+                    }
+                }
+                Control::Roster { conn, frame } => shard.deliver(conn, frame),
+                Control::Admin(frame) => shard.handle_admin_frame(&frame),
+                Control::Drain => shard.start_drain(now, drain_ms),
+                Control::CloseAll => shard.close_all(close::GOING_AWAY),
+                Control::Probe => {}
+            }
+        }
+        let rendered = shard.stats().frames_rendered;
+        let started = Instant::now();
+        shard.handle_timeout(now);
+        if shard.stats().frames_rendered != rendered {
+            ctx.metrics()
+                .tick
+                .observe_us(started.elapsed().as_micros() as u64);
+        }
+    }
+    ctx.flush();
+    ctx.publish_metrics();
+    ctx.metrics()
+        .heartbeat_ms
+        .store(now, std::sync::atomic::Ordering::Relaxed);
+    let deadline = ctx.shard.borrow().poll_timeout();
+    ctx.kick.take();
+    deadline
+}
+
+/// Ready when the inbox has mail, the shard was kicked, or the deadline passed
+/// (`S`: the runtime's sleep future).
+pub(super) struct Wait<'a, S> {
+    pub(super) ctx: &'a Rc<ShardCtx>,
+    pub(super) sleep: Option<Pin<Box<S>>>,
+}
+
+impl<S: Future<Output = ()>> Future for Wait<'_, S> {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.ctx.inbox.register(cx.waker()) || self.ctx.kick.poll_take(cx) {
+            return Poll::Ready(());
+        }
+        match self.sleep.as_mut() {
+            Some(s) => s.as_mut().poll(cx),
+            None => Poll::Pending,
+        }
+    }
+}
