@@ -115,7 +115,10 @@ fn serve_starts_without_redis_and_catches_up() {
     let mut redis = Redis::start();
     redis.kill();
     let sb = serve(&redis, &[]);
-    assert_eq!(health(sb.port)["status"], "degraded");
+    let h = health(sb.port);
+    assert_eq!(h["status"], "degraded");
+    // `auto` with no seed answering yet: the field is there, not a cluster (yet).
+    assert_eq!(h["redis_mode"], "standalone", "{h}");
     let mut ws = client(&sb, "user=alice");
     let f = watch(&mut ws, "CS101");
     assert_eq!(f["sections"], serde_json::json!([]));
@@ -127,6 +130,7 @@ fn serve_starts_without_redis_and_catches_up() {
         &payload("CS101", 0, 10, 1, 1),
     ]);
     eventually(T, "ok", || health(sb.port)["status"] == "ok");
+    assert_eq!(health(sb.port)["redis_mode"], "standalone");
     eventually(T, "subscribed", || channels(&redis) == ["seats:CS101"]);
     publish(&redis, "CS101", &payload("CS101", 0, 10, 2, 2));
     read_until(&mut ws, T, |m| {

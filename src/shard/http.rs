@@ -203,7 +203,10 @@ pub fn page(node: &Node, page: &str) -> Response {
                     )
                 }
                 Some((Some(m), _)) => (up, format!(",\"redis_mode\":\"{m}\"")),
-                _ => (up, String::new()),
+                // `auto` before any seed answered: not (yet) a cluster; the
+                // field is always there for a node that talks to Redis.
+                Some((None, _)) => (up, ",\"redis_mode\":\"standalone\"".to_string()),
+                None => (up, String::new()),
             };
             Response::json(
                 200,
