@@ -269,6 +269,9 @@ struct Gen {
     scratch: Vec<u8>,
     /// The last inflated message (its buffer reused).
     inflated: Vec<u8>,
+    /// One raw inflater, reset before each message (no context takeover):
+    /// a fresh one per message would allocate and clear its 32 KiB window.
+    inflater: flate2::Decompress,
     exp: u64,
 }
 
@@ -302,6 +305,7 @@ impl Gen {
             per_second: Vec::new(),
             scratch: vec![0; SCRATCH],
             inflated: Vec::new(),
+            inflater: flate2::Decompress::new(false),
             exp: now_us() / 1_000_000 + 3600,
             cfg,
         }
@@ -636,7 +640,7 @@ impl Gen {
                 match op {
                     1 | 0 if rsv1 => {
                         self.c.compressed += 1;
-                        match inflate(payload, &mut self.inflated) {
+                        match inflate(&mut self.inflater, payload, &mut self.inflated) {
                             Some(()) => {
                                 let text = std::mem::take(&mut self.inflated);
                                 self.on_text(idx, &text);
@@ -871,10 +875,10 @@ impl Gen {
     }
 }
 
-/// Raw inflate of one permessage-deflate message into `out`, with a fresh
-/// context (the server keeps none between messages either).
-fn inflate(payload: &[u8], out: &mut Vec<u8>) -> Option<()> {
-    let mut d = flate2::Decompress::new(false);
+/// Raw inflate of one permessage-deflate message into `out`, with the
+/// context reset first (the server keeps none between messages either).
+fn inflate(d: &mut flate2::Decompress, payload: &[u8], out: &mut Vec<u8>) -> Option<()> {
+    d.reset(false);
     out.clear();
     out.reserve(payload.len() * 4 + 64);
     for input in [payload, &[0, 0, 0xff, 0xff][..]] {
