@@ -1,25 +1,27 @@
 //! seatboard's shell: the command line, the runtime and every piece of I/O
 //! around the sans-IO core in the `shards` crate.
+//!
+//! - [`cmd`]: the subcommands' wiring (`serve`, `demo`, `publish`, `simulate`).
+//! - [`node`]: one hub process: its shared state, threads, listeners, signals.
+//! - [`shard`]: one shard thread's shell around `shards::Shard`.
+//! - [`ingest`], [`presence`], [`history`]: the node's worker threads, talking
+//!   to shards only through [`channels`].
+//! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
+//! - [`analytics`]: the `analytics` worker process and its report.
+//! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`]: shared plumbing.
 
 pub mod analytics;
 pub mod auth;
 pub mod channels;
 pub mod cli;
 pub mod clock;
-pub mod demo;
+pub mod cmd;
 pub mod history;
 pub mod ingest;
-pub mod listener;
 pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod presence;
-pub mod publish;
 pub mod publisher;
 pub mod redis;
-pub mod runtime;
-pub mod sd_notify;
-pub mod serve;
 pub mod shard;
-pub mod simulate;
-pub mod simulator;

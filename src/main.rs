@@ -3,9 +3,10 @@
 use clap::Parser;
 use seatboard::auth::Auth;
 use seatboard::cli::{AuthMode, Cli, Command, HubArgs};
+use seatboard::cmd::demo;
 use seatboard::logging::{init as logging, usage};
+use seatboard::node::runtime;
 use seatboard::node::Node;
-use seatboard::{demo, runtime};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -52,7 +53,7 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
     let started = if demo_mode {
         demo::start(Arc::clone(&node))
     } else {
-        seatboard::serve::start(Arc::clone(&node))
+        seatboard::cmd::serve::start(Arc::clone(&node))
     };
     let hub = match started {
         Ok(h) => h,
@@ -98,11 +99,11 @@ fn main() -> ExitCode {
             hub(args, true)
         }
         Command::Publish(args) => match logging(&args.target.log_level) {
-            Ok(()) => seatboard::publish::run(args),
+            Ok(()) => seatboard::cmd::publish::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
         Command::Simulate(args) => match logging(&args.target.log_level) {
-            Ok(()) => seatboard::simulate::run(args),
+            Ok(()) => seatboard::cmd::simulate::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
         Command::Analytics(args) => seatboard::analytics::main(args),

@@ -29,7 +29,7 @@ fn stuck_client(port: u16, user: &str) -> RawWs {
     let mut ws = RawWs::connect_with(stream, &format!("/ws?user={user}"));
     // Every demo course (under the 20 messages/s limit): the most frames, so the
     // send queue fills in seconds even on a busy machine.
-    for (i, c) in seatboard::simulator::DEMO_COURSES.iter().enumerate() {
+    for (i, c) in seatboard::cmd::simulator::DEMO_COURSES.iter().enumerate() {
         if i > 0 && i % 15 == 0 {
             std::thread::sleep(Duration::from_millis(1100));
         }

@@ -11,6 +11,8 @@
 //! - [`client_op`]: what browsers ask for.
 //! - [`rate`]: the message window and the accept bucket.
 
+#![forbid(unsafe_code)]
+
 pub mod client_op;
 pub mod conn;
 mod course;

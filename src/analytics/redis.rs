@@ -7,10 +7,10 @@
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
 use crate::clock;
+use crate::cmd::serve::AnySource;
 use crate::ingest::source::{Source, SourceEvent};
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
-use crate::serve::AnySource;
 use shards::snapshot::valid_course;
 use shards::Snapshot;
 use std::collections::HashMap;

@@ -84,7 +84,7 @@ pub struct ShardCtx {
     pub presence: Sender<PresenceCmd>,
     /// Live connections.
     pub conns: RefCell<HashMap<ConnId, Rc<ConnIo>>>,
-    /// Wakes the driver to recompute its deadline.
+    /// Wakes the tick loop to recompute its deadline.
     pub kick: LocalNotify,
     /// This shard's share of the node's accept rate.
     pub bucket: RefCell<TokenBucket>,

@@ -75,13 +75,13 @@ fn serve_on<D: monoio::Driver>(
         }
         let _ = ready.send(Ok(name));
         drop(ready);
-        monoio::spawn(drive(Rc::clone(&ctx)));
+        monoio::spawn(tick_loop(Rc::clone(&ctx)));
         accept_loop(ctx, listener).await
     });
 }
 
 /// The feed-render-sleep loop ([`steps::step`]) with monoio's timer.
-async fn drive(ctx: Rc<ShardCtx>) {
+async fn tick_loop(ctx: Rc<ShardCtx>) {
     loop {
         let deadline = steps::step(&ctx);
         Wait {

@@ -46,13 +46,13 @@ pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, ready: Ready) {
         }
         let _ = ready.send(Ok("tokio"));
         drop(ready);
-        spawn_local(drive(Rc::clone(&ctx)));
+        spawn_local(tick_loop(Rc::clone(&ctx)));
         accept_loop(ctx, listener).await
     });
 }
 
 /// The feed-render-sleep loop ([`steps::step`]) with tokio's timer.
-async fn drive(ctx: Rc<ShardCtx>) {
+async fn tick_loop(ctx: Rc<ShardCtx>) {
     loop {
         let deadline = steps::step(&ctx);
         Wait {

@@ -1,11 +1,11 @@
 //! `seatboard demo`: the hub on the embedded bus, fed by the simulator.
 
+use super::simulator::{SelectionWindow, DEMO_COURSES};
 use crate::clock;
 use crate::ingest::bus::{bus, BusPublisher};
+use crate::node::runtime;
 use crate::node::Node;
 use crate::presence::memory::MemoryPresence;
-use crate::runtime;
-use crate::simulator::{SelectionWindow, DEMO_COURSES};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -65,13 +65,13 @@ where
         }
         rx
     };
-    let listeners = crate::listener::bind(args.listen, n)?;
+    let listeners = super::listener::bind(args.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
     let (ingest_tx, ingest_rx) = ingest::wake::channel()?;
     let (presence_tx, presence_rx) = unbounded();
 
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
-    let router = Ingest::new(
+    let ingest = Ingest::new(
         source,
         outlets,
         Arc::clone(&node),
@@ -81,7 +81,7 @@ where
     );
     std::thread::Builder::new()
         .name("seatboard-ingest".into())
-        .spawn(move || ingest::run(router, ingest_rx))?;
+        .spawn(move || ingest::run(ingest, ingest_rx))?;
 
     let worker = Worker::new(
         store,
@@ -132,7 +132,7 @@ where
             Err(_) => return Err(std::io::Error::other("a shard thread died at start")),
         }
     }
-    crate::sd_notify::notify("READY=1\nSTATUS=serving");
+    super::sd_notify::notify("READY=1\nSTATUS=serving");
     Ok(Hub {
         node,
         inboxes,
@@ -204,7 +204,7 @@ impl Hub {
     /// Waits for SIGTERM/SIGINT, drains, and returns the exit code.
     pub fn wait(mut self) -> i32 {
         let mut drain_started: Option<Instant> = None;
-        let watchdog = crate::sd_notify::watchdog_interval();
+        let watchdog = super::sd_notify::watchdog_interval();
         // Shards are probed at least every PROBE_EVERY, with or without
         // systemd's watchdog, so an idle shard's heartbeat stays fresh and
         // `/metrics` tells a stalled one apart.
@@ -218,7 +218,7 @@ impl Hub {
                     tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
                     self.node.draining.store(true, Relaxed);
                     self.node.metrics.draining.store(1, Relaxed);
-                    crate::sd_notify::notify("STOPPING=1\nSTATUS=draining");
+                    super::sd_notify::notify("STOPPING=1\nSTATUS=draining");
                     for i in &self.inboxes {
                         i.control(Control::Drain);
                     }
@@ -286,7 +286,7 @@ impl Hub {
                     .all(|s| s.heartbeat_ms.load(Relaxed) >= at_ms);
                 if alive {
                     if pet {
-                        crate::sd_notify::notify("WATCHDOG=1");
+                        super::sd_notify::notify("WATCHDOG=1");
                     }
                 } else {
                     tracing::error!("a shard did not answer the watchdog probe");

@@ -4,12 +4,12 @@
 use crate::ingest::redis::RedisSource;
 use crate::ingest::sharded::ShardedSource;
 use crate::ingest::source::{Source, SourceEvent};
+use crate::node::runtime::{self, Hub};
 use crate::node::Node;
 use crate::presence::redis::RedisPresence;
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
-use crate::runtime::{self, Hub};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;

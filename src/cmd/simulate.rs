@@ -2,10 +2,10 @@
 //! steady rate through the non-blocking `Publisher`, so a Redis blip drops
 //! snapshots (counted) instead of stopping the run.
 
+use super::simulator::SelectionWindow;
 use crate::cli::SimulateArgs;
 use crate::clock;
 use crate::publisher::{Publisher, PublisherConfig};
-use crate::simulator::SelectionWindow;
 use shards::Snapshot;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
