@@ -173,6 +173,30 @@ impl Node {
         self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
+    /// Upgrades this process refused with 503 so far (accept rate, draining,
+    /// full), from its `/metrics`; 0 when it does not answer.
+    fn refused_503(&self) -> u64 {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return 0;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+        let _ = write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        );
+        let mut body = String::new();
+        let _ = s.read_to_string(&mut body);
+        body.lines()
+            .filter(|l| l.starts_with("seatboard_handshakes_refused_total{"))
+            .filter(|l| {
+                ["rate_limited", "draining", "node_full"]
+                    .iter()
+                    .any(|r| l.contains(r))
+            })
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>() as u64
+    }
+
     /// Waits for the process to exit (after a signal).
     fn reap(&mut self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
@@ -218,6 +242,8 @@ struct Moments {
     /// Redis answering again (redis_restart).
     redis_up: Option<u64>,
     end: u64,
+    /// The nodes' 503 refusals (accept rate, draining, full) when it began.
+    node_refused_start: Vec<u64>,
     notes: Vec<String>,
 }
 
@@ -286,6 +312,7 @@ fn event_thread(
         };
         ask(Ask::Cmd("arm".into()));
         ask(Ask::Cmd("lat during".into()));
+        m.node_refused_start = rig.nodes.iter().map(Node::refused_503).collect();
         match event.as_str() {
             "kill" => {
                 m.start = now_ms();
@@ -517,6 +544,16 @@ pub fn run_event(
     let k1 = procs::machine_ticks();
     let m1 = f.mark();
     let (rig, moments) = handle.expect("event ran").join().expect("event thread");
+    // What the nodes refused with 503 (HAProxy retried those on another node;
+    // only the last of its tries reaches a viewer). A restarted node starts
+    // counting at 0 again, so not for `rolling`.
+    let node_refused = (event != "rolling").then(|| {
+        rig.nodes
+            .iter()
+            .zip(&moments.node_refused_start)
+            .map(|(n, &start)| n.refused_503().saturating_sub(start))
+            .sum::<u64>()
+    });
     // Settle: until no frame arrived for 2 s (at least 5 ticks; at most 60 s).
     std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1000)));
     let settle = Instant::now();
@@ -601,6 +638,7 @@ pub fn run_event(
         "still_blind": still_blind.len(),
         "disconnected": disconnected,
         "refused_any_status": refused_all,
+        "refused_by_nodes": node_refused,
         "refusal_statuses": statuses,
         "close_codes": close_codes,
         "viewers": o.clients,
@@ -638,7 +676,10 @@ pub fn run_event(
         (format!("{event}: max_blind"), show(max_blind)),
         (
             format!("{event}: refused"),
-            format!("{refused} with 503 + Retry-After ({refused_all} refusals in all: {statuses:?})"),
+            format!(
+                "{refused} with 503 + Retry-After reached viewers ({refused_all} refusals in all: {statuses:?}); the nodes refused {} with 503 (HAProxy retried them on another node)",
+                node_refused.map_or("(not counted: nodes restart)".to_string(), |n| n.to_string())
+            ),
         ),
         (
             format!("{event}: survivors_p99"),
