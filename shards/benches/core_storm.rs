@@ -5,7 +5,8 @@
 //!
 //! ```sh
 //! cargo bench -p shards --bench core_storm --no-run
-//! valgrind --tool=callgrind target/release/deps/core_storm-* 2500 2
+//! valgrind --tool=callgrind --toggle-collect='*storm_loop*' \
+//!     target/release/deps/core_storm-* 2500 2
 //! ```
 //!
 //! Arguments: viewers (2500, one shard's half of the 5,000-viewer storm) and
@@ -43,8 +44,44 @@ fn zipf(cdf: &[f64], rng: &mut Rng) -> usize {
     cdf.partition_point(|&c| c < u).min(cdf.len() - 1)
 }
 
+/// Pops every action and frame, as the shell's flush and writers do; frames popped.
+fn drain(shard: &mut Shard) -> u64 {
+    let mut frames = 0;
+    while shard.poll_action().is_some() {}
+    while let Some(id) = shard.poll_ready() {
+        while shard.poll_transmit(id).is_some() {
+            frames += 1;
+        }
+    }
+    frames
+}
+
+/// The measured part (callgrind: `--toggle-collect=*storm_loop*`): one batch
+/// per millisecond (the ingest thread's flush), then the driver's turn:
+/// timeout, drain, next deadline. Returns (frames, wakes).
+#[inline(never)]
+fn storm_loop(shard: &mut Shard, snaps: &[Arc<Snapshot>], seconds: u64) -> (u64, u64) {
+    let per_ms = (SNAPSHOTS_PER_SEC / 1000) as usize;
+    let (mut frames, mut wakes, mut next) = (0, 0, 0);
+    for now in 1..=seconds * 1000 {
+        let end = (next + per_ms + (now % 2) as usize).min(snaps.len());
+        for s in &snaps[next..end] {
+            shard.handle_snapshot(s);
+        }
+        next = end;
+        shard.handle_timeout(now);
+        frames += drain(shard);
+        std::hint::black_box(shard.poll_timeout());
+        wakes += 1;
+    }
+    (frames, wakes)
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
     let viewers: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_500);
     let seconds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
     let weights: Vec<f64> = (1..=COURSES).map(|k| 1.0 / (k as f64).powf(SKEW)).collect();
@@ -70,22 +107,20 @@ fn main() {
     for (c, name) in names.iter().enumerate() {
         let seed: Vec<Arc<Snapshot>> = (0..SECTIONS)
             .map(|s| {
-                Arc::new(Snapshot::build(Arc::clone(name), s, 100, 0, None, Some(0), None))
+                Arc::new(Snapshot::build(
+                    Arc::clone(name),
+                    s,
+                    100,
+                    0,
+                    None,
+                    Some(0),
+                    None,
+                ))
             })
             .collect();
         shard.handle_seed(name, &seed, 0);
         let _ = c;
     }
-    let drain = |shard: &mut Shard| -> u64 {
-        let mut frames = 0;
-        while shard.poll_action().is_some() {}
-        while let Some(id) = shard.poll_ready() {
-            while shard.poll_transmit(id).is_some() {
-                frames += 1;
-            }
-        }
-        frames
-    };
     drain(&mut shard);
     // Snapshots built up front, like the ingest thread does, outside the timing.
     let total = SNAPSHOTS_PER_SEC * seconds;
@@ -106,24 +141,9 @@ fn main() {
             ))
         })
         .collect();
-    let per_ms = (SNAPSHOTS_PER_SEC / 1000) as usize;
     let started = Instant::now();
-    let mut frames = 0u64;
-    let mut wakes = 0u64;
-    let mut next = 0usize;
-    for now in 1..=seconds * 1000 {
-        // One batch per millisecond (the ingest thread's flush), then the
-        // driver's turn: timeout, drain, next deadline.
-        let end = (next + per_ms + (now % 2) as usize).min(snaps.len());
-        for s in &snaps[next..end] {
-            shard.handle_snapshot(s);
-        }
-        next = end;
-        shard.handle_timeout(now);
-        frames += drain(&mut shard);
-        std::hint::black_box(shard.poll_timeout());
-        wakes += 1;
-    }
+    let (frames, wakes) = storm_loop(&mut shard, &snaps, seconds);
+    let next = snaps.len();
     let el = started.elapsed();
     println!(
         "core_storm: {viewers} viewers, {COURSES} courses, {next} snapshots, {wakes} wakes over {seconds} s simulated: {frames} frames ({} rendered); {:.0} ms wall, {:.2} us per frame, {:.2} us per snapshot",

@@ -7,7 +7,8 @@ use crate::rate::FramePacer;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
 use bytes::Bytes;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use foldhash::{HashMap, HashMapExt};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A viewer of a course, with whether it missed a frame and is owed a full one.
@@ -22,7 +23,9 @@ pub(crate) struct Viewer {
 pub(crate) struct Course {
     pub name: Arc<str>,
     pub sections: BTreeMap<u32, Arc<Snapshot>>,
-    pub dirty: BTreeSet<u32>,
+    /// Sections changed since the last frame, ascending; a Vec keeps its
+    /// memory across frames (a set allocated a node for every frame).
+    pub dirty: Vec<u32>,
     pub viewers: Vec<Viewer>,
     /// Connections per user watching here: the distinct-user tally.
     pub users: HashMap<Arc<str>, u32>,
@@ -50,7 +53,7 @@ impl Course {
         Course {
             name,
             sections: BTreeMap::new(),
-            dirty: BTreeSet::new(),
+            dirty: Vec::new(),
             viewers: Vec::new(),
             users: HashMap::new(),
             owed: 0,
@@ -71,7 +74,9 @@ impl Course {
             return false;
         }
         self.sections.insert(snap.section, Arc::clone(snap));
-        self.dirty.insert(snap.section);
+        if let Err(at) = self.dirty.binary_search(&snap.section) {
+            self.dirty.insert(at, snap.section);
+        }
         self.full_cache = None;
         self.full_deflated = None;
         true

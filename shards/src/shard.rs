@@ -15,7 +15,9 @@ use crate::ws_codec::{
     close, close_frame, ping_frame, pong_frame, server_frame_payload, Violation, WsEvent,
 };
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use foldhash::{HashMap, HashMapExt};
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
 /// Courses one connection may watch.
@@ -120,8 +122,13 @@ pub struct Shard {
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
     live: usize,
+    /// Keyed by course code; foldhash with a per-process random seed (codes
+    /// come from clients, so the hash is keyed, but cheaper than SipHash).
     courses: HashMap<Arc<str>, Course>,
-    scheduled: Vec<Arc<str>>,
+    /// Courses waiting for their pacer, earliest due first: exactly one entry
+    /// per course whose `scheduled` is set (a course's due moment only moves
+    /// when it renders, which pops it first).
+    scheduled: BinaryHeap<Reverse<(u64, Arc<str>)>>,
     actions: VecDeque<Action>,
     ready: VecDeque<ConnId>,
     admin_feeds: usize,
@@ -161,7 +168,7 @@ impl Shard {
             free: Vec::new(),
             live: 0,
             courses: HashMap::new(),
-            scheduled: Vec::new(),
+            scheduled: BinaryHeap::new(),
             actions: VecDeque::new(),
             ready: VecDeque::new(),
             admin_feeds: 0,
@@ -571,8 +578,12 @@ impl Shard {
             }
         }
         if empty {
-            self.courses.remove(&name);
-            self.scheduled.retain(|s| *s != name);
+            if let Some(c) = self.courses.remove(&name) {
+                if c.scheduled {
+                    // Rare (the last viewer left): keeps one entry per scheduled course.
+                    self.scheduled.retain(|Reverse((_, s))| *s != name);
+                }
+            }
             self.actions.push_back(Action::Interest {
                 course: name,
                 watching: false,
@@ -631,7 +642,8 @@ impl Shard {
             // An unseeded course renders nothing until its seed answers the watchers.
             if !c.scheduled && c.seeded && c.wants_render() {
                 c.scheduled = true;
-                self.scheduled.push(Arc::clone(course));
+                let due = c.due_ms(self.cfg.tick_ms);
+                self.scheduled.push(Reverse((due, Arc::clone(course))));
             }
         }
     }
@@ -794,25 +806,18 @@ impl Shard {
     /// Renders due courses and runs the sweep; call when [`Shard::poll_timeout`] passed.
     pub fn handle_timeout(&mut self, now_ms: u64) {
         self.now_ms = self.now_ms.max(now_ms);
-        let tick = self.cfg.tick_ms;
-        let mut i = 0;
-        while i < self.scheduled.len() {
-            let name = Arc::clone(&self.scheduled[i]);
-            let due = self.courses.get(&name).map(|c| c.due_ms(tick));
-            match due {
-                Some(due) if due <= now_ms => {
-                    self.scheduled.swap_remove(i);
-                    if let Some(c) = self.courses.get_mut(&name) {
-                        c.scheduled = false;
-                    }
-                    self.render(&name, now_ms);
-                    self.schedule(&name);
-                }
-                Some(_) => i += 1,
-                None => {
-                    self.scheduled.swap_remove(i);
-                }
+        while let Some(Reverse((due, _))) = self.scheduled.peek() {
+            if *due > now_ms {
+                break;
             }
+            let Some(Reverse((_, name))) = self.scheduled.pop() else {
+                break;
+            };
+            if let Some(c) = self.courses.get_mut(&name) {
+                c.scheduled = false;
+            }
+            self.render(&name, now_ms);
+            self.schedule(&name);
         }
         self.drain_due(now_ms);
         while let Some(&(at, id)) = self.cuts.front() {
@@ -838,7 +843,8 @@ impl Shard {
             return;
         }
         let delta = (!c.dirty.is_empty()).then(|| c.delta_frame());
-        let full = c.full_frame();
+        // Encoded only for viewers owed one (or cached for the next watch).
+        let full = (c.owed > 0).then(|| c.full_frame());
         c.dirty.clear();
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
@@ -853,17 +859,20 @@ impl Shard {
             let Some(conn) = self.conns[v.conn.idx as usize].as_mut() else {
                 continue;
             };
-            let (plain, frame) = match (&delta, v.owes_full) {
-                (_, true) if conn.deflate => (&full, c.full_frame_deflated(&mut self.deflater)),
-                (_, true) => (&full, full.clone()),
-                (Some(d), false) if conn.deflate => (
+            let (plain, frame) = match (&delta, &full, v.owes_full) {
+                (_, Some(full), true) if conn.deflate => {
+                    (full, c.full_frame_deflated(&mut self.deflater))
+                }
+                (_, Some(full), true) => (full, full.clone()),
+                (_, None, true) => continue,
+                (Some(d), _, false) if conn.deflate => (
                     d,
                     delta_deflated
                         .get_or_insert_with(|| self.deflater.compress_frame(d))
                         .clone(),
                 ),
-                (Some(d), false) => (d, d.clone()),
-                (None, false) => continue,
+                (Some(d), _, false) => (d, d.clone()),
+                (None, _, false) => continue,
             };
             let len = frame.len() as u64;
             match conn.push(frame, limit, now_ms) {
@@ -931,13 +940,7 @@ impl Shard {
 
     /// When the shell must next call [`Shard::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<u64> {
-        let tick = self.cfg.tick_ms;
-        let render = self
-            .scheduled
-            .iter()
-            .filter_map(|n| self.courses.get(n))
-            .map(|c| c.due_ms(tick))
-            .min();
+        let render = self.scheduled.peek().map(|Reverse((due, _))| *due);
         let sweep = (self.live > 0).then_some(self.next_sweep_ms);
         let drain = self.drain_schedule.last().map(|d| d.0);
         let cut = self.cuts.front().map(|c| c.0);

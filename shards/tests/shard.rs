@@ -708,6 +708,100 @@ fn frames_follow_the_token_bucket_exactly() {
     }
 }
 
+/// The shell's real loop: it wakes only when a snapshot arrives or at
+/// [`Shard::poll_timeout`]. Over 40 courses whose last viewer sometimes leaves
+/// while the course waits for a token (and comes back), every wake renders
+/// exactly the courses the model bucket says are due, and the deadline the
+/// shard reports is exactly the model's next due moment (or the sweep).
+#[test]
+fn deadline_is_the_earliest_due_course_across_unwatch_and_rewatch() {
+    const N: usize = 40;
+    let mut s = Shard::new(cfg());
+    let names: Vec<String> = (0..N).map(|i| format!("K{i}")).collect();
+    let ids: Vec<ConnId> = (0..N).map(|i| join(&mut s, &format!("u{i}"), 0)).collect();
+    for (id, name) in ids.iter().zip(&names) {
+        watch(&mut s, *id, name, 0);
+        s.handle_seed(name, &[], 0);
+        pop_all(&mut s, *id);
+    }
+    let mut bucket: Vec<ModelBucket> = (0..N).map(|_| ModelBucket::full()).collect();
+    let mut pending = vec![false; N];
+    let mut watching = vec![true; N];
+    let mut rng = Rng(0xdead_beef);
+    let mut next_sweep = 1_000u64;
+    let mut now = 0u64;
+    let mut next_snap = 1u64;
+    let mut frames_seen = 0;
+    let mut rewatches = 0;
+    let mut wakes = 0;
+    while now < 20_000 {
+        let deadline = s.poll_timeout().expect("connections are open");
+        assert!(
+            deadline > now || now == 0,
+            "a deadline in the past at {now}"
+        );
+        now = deadline.min(next_snap).max(now);
+        wakes += 1;
+        assert!(wakes < 100_000, "the loop does not advance");
+        if now == next_snap {
+            next_snap += 1 + rng.below(30);
+            for _ in 0..1 + rng.below(3) {
+                let i = rng.below(N as u64) as usize;
+                if !watching[i] {
+                    watch(&mut s, ids[i], &names[i], now);
+                    s.handle_seed(&names[i], &[], now);
+                    assert!(pop_all(&mut s, ids[i])[0].is_type("frame"), "watch answer");
+                    (watching[i], pending[i], bucket[i]) = (true, false, ModelBucket::full());
+                    bucket[i].at_ms = now;
+                    rewatches += 1;
+                } else if rng.below(12) == 0 {
+                    // The last viewer leaves, maybe while the course waits.
+                    unwatch(&mut s, ids[i], &names[i], now);
+                    (watching[i], pending[i]) = (false, false);
+                } else {
+                    let sn = snap(&names[i], rng.below(4) as u32, rng.below(50) as u32, None);
+                    let before = s.stats().snapshots_applied;
+                    s.handle_snapshot(&sn);
+                    pending[i] |= s.stats().snapshots_applied > before;
+                }
+            }
+        }
+        s.handle_timeout(now);
+        if now >= next_sweep {
+            next_sweep = now + 1_000;
+        }
+        for i in 0..N {
+            let rendered = pop_all(&mut s, ids[i])
+                .iter()
+                .filter(|o| o.is_type("frame"))
+                .count();
+            let due = pending[i] && bucket[i].holds_token(now);
+            assert_eq!(rendered, due as usize, "{} at {now}", names[i]);
+            if due {
+                bucket[i].spend(now);
+                pending[i] = false;
+                frames_seen += 1;
+            }
+        }
+        // The model's next due moment: a pending course's next token.
+        let model = (0..N)
+            .filter(|&i| pending[i])
+            .map(|i| {
+                let b = &bucket[i];
+                let credit = (b.credit_ms + (now - b.at_ms)).min(2 * TICK);
+                now + TICK.saturating_sub(credit)
+            })
+            .min();
+        let want = model.map_or(next_sweep, |m| m.min(next_sweep));
+        assert_eq!(s.poll_timeout(), Some(want), "deadline at {now}");
+    }
+    assert!(
+        frames_seen > 300,
+        "the test exercised little: {frames_seen}"
+    );
+    assert!(rewatches > 20, "few courses came back: {rewatches}");
+}
+
 #[test]
 fn every_viewer_gets_the_same_bytes_encoded_once() {
     let mut s = Shard::new(cfg());

@@ -14,10 +14,11 @@ use crate::metrics::Metrics;
 use crate::node::Node;
 use bytes::Bytes;
 use crossbeam_channel::Sender;
+use foldhash::{HashMap, HashMapExt};
 use shards::server_msg::{self, AdminRow};
 use shards::Snapshot;
 use source::{Source, SourceEvent};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,6 +49,7 @@ const REJECT_LOGS_PER_SEC: u32 = 5;
 pub struct Ingest<S: Source> {
     source: S,
     outlets: Vec<Outlet>,
+    /// Looked up once per snapshot: foldhash (keyed per process) over SipHash.
     boards: HashMap<Arc<str>, Board>,
     admin_shards: u128,
     viewers: HashMap<Arc<str>, u64>,

@@ -22,11 +22,11 @@ use crate::ingest::wake::IngestTx;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crossbeam_channel::Sender;
+use foldhash::HashMap;
 use notify::LocalNotify;
 use shards::rate::TokenBucket;
 use shards::{Action, ConnId, Shard};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -82,7 +82,8 @@ pub struct ShardCtx {
     pub ingest: IngestTx,
     /// To the presence worker.
     pub presence: Sender<PresenceCmd>,
-    /// Live connections.
+    /// Live connections, looked up for every frame queued (foldhash: the
+    /// shard makes the ids).
     pub conns: RefCell<HashMap<ConnId, Rc<ConnIo>>>,
     /// Wakes the tick loop to recompute its deadline.
     pub kick: LocalNotify,
