@@ -98,7 +98,7 @@ fn main() {
     let mut shard = Shard::new(ShardConfig::default());
     let mut ids = Vec::with_capacity(viewers);
     for i in 0..viewers {
-        let id = shard.connect(&format!("u{i}"), Role::Student, false, false, 0);
+        let id = shard.connect(format!("u{i}"), Role::Student, false, false, 0);
         let course = &names[zipf(&cdf, &mut rng)];
         shard.handle_text(id, &format!(r#"{{"op":"watch","course":"{course}"}}"#), 0);
         ids.push(id);

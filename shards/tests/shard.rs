@@ -725,8 +725,8 @@ fn deadline_is_the_earliest_due_course_across_unwatch_and_rewatch() {
         pop_all(&mut s, *id);
     }
     let mut bucket: Vec<ModelBucket> = (0..N).map(|_| ModelBucket::full()).collect();
-    let mut pending = vec![false; N];
-    let mut watching = vec![true; N];
+    let mut pending = [false; N];
+    let mut watching = [true; N];
     let mut rng = Rng(0xdead_beef);
     let mut next_sweep = 1_000u64;
     let mut now = 0u64;
@@ -1875,7 +1875,7 @@ impl Sim {
                 // Clients 0 and 2 share a user: presence is per user.
                 let user = format!("u{}", i % 2);
                 Client {
-                    id: s.connect(&user, Role::Student, false, false, 0),
+                    id: s.connect(user.as_str(), Role::Student, false, false, 0),
                     user,
                     stuck: false,
                     watched: BTreeSet::new(),
@@ -1985,7 +1985,7 @@ impl Sim {
                 self.ready.remove(&c.id);
                 c.id = self
                     .s
-                    .connect(&c.user, Role::Student, false, false, self.now);
+                    .connect(c.user.as_str(), Role::Student, false, false, self.now);
                 c.watched.clear();
                 c.boards.clear();
             }
