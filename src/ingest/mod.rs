@@ -6,8 +6,8 @@ pub mod bus;
 pub mod redis;
 pub mod sharded;
 pub mod source;
-pub mod wake;
 
+use crate::channels::wake::IngestRx;
 use crate::channels::{Control, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
@@ -22,7 +22,6 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
-use wake::IngestRx;
 
 /// One course as the node knows it.
 #[derive(Default)]

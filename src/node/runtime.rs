@@ -33,7 +33,7 @@ pub struct Hub {
     /// The shared node state.
     pub node: Arc<Node>,
     inboxes: Vec<Arc<Inbox>>,
-    ingest: ingest::wake::IngestTx,
+    ingest: crate::channels::wake::IngestTx,
     presence: crossbeam_channel::Sender<PresenceCmd>,
     /// SIGTERM/SIGINT, caught from before the port opens: a signal that arrives
     /// as soon as the node listens is a drain, not the default death.
@@ -67,7 +67,7 @@ where
     };
     let listeners = super::listener::bind(args.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
-    let (ingest_tx, ingest_rx) = ingest::wake::channel()?;
+    let (ingest_tx, ingest_rx) = crate::channels::wake::channel()?;
     let (presence_tx, presence_rx) = unbounded();
 
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
@@ -174,7 +174,7 @@ fn shard_ctx(
     index: usize,
     node: Arc<Node>,
     inbox: Arc<Inbox>,
-    ingest: ingest::wake::IngestTx,
+    ingest: crate::channels::wake::IngestTx,
     presence: crossbeam_channel::Sender<PresenceCmd>,
 ) -> Rc<ShardCtx> {
     let share = node.shards as f64;

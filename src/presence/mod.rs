@@ -5,9 +5,9 @@
 pub mod memory;
 pub mod redis;
 
+use crate::channels::wake::IngestTx;
 use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
-use crate::ingest::wake::IngestTx;
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shards::server_msg;
@@ -333,7 +333,7 @@ mod tests {
         w: Worker<Fake>,
         calls: Arc<Mutex<Calls>>,
         inboxes: Vec<Arc<Inbox>>,
-        ingest: crate::ingest::wake::IngestRx,
+        ingest: crate::channels::wake::IngestRx,
     }
 
     fn rig() -> Rig {
@@ -343,7 +343,7 @@ mod tests {
         let node = Arc::new(Node::new(args, 2, Auth::None));
         let calls = Arc::new(Mutex::new(Calls::default()));
         let inboxes: Vec<Arc<Inbox>> = (0..2).map(|_| Inbox::new()).collect();
-        let (tx, ingest) = crate::ingest::wake::channel().expect("eventfd");
+        let (tx, ingest) = crate::channels::wake::channel().expect("eventfd");
         let timing = PresenceTiming {
             tick_ms: TICK,
             ttl_ms: TTL,

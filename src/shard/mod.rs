@@ -17,8 +17,8 @@ pub mod tokio_shell;
 /// How a shard thread reports that it serves (its driver's name) or why not.
 pub type Ready = crossbeam_channel::Sender<Result<&'static str, String>>;
 
+use crate::channels::wake::IngestTx;
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
-use crate::ingest::wake::IngestTx;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crossbeam_channel::Sender;

@@ -2,8 +2,11 @@
 //! snapshot channel that the ingest side coalesces into when full, an
 //! unbounded control channel for rare messages, and a waker so a sleeping
 //! shard notices either), the ingest thread's commands and the presence
-//! worker's commands. Threads only ever talk through these types, so no
-//! worker module needs another's.
+//! worker's commands (with [`wake`], the ingest thread's eventfd wake-up).
+//! Threads only ever talk through these types, so no worker module needs
+//! another's.
+
+pub mod wake;
 
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
