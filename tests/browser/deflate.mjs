@@ -85,22 +85,34 @@ async function main() {
   if (courseFrames.filter((f) => !f.full).length < 3) throw new Error(`only ${courseFrames.length} course frames`);
 
   // The DOM shows the latest state the frames carried, section by section.
-  await page.waitForTimeout(300);
-  const latest = {};
-  for (const f of courseFrames) {
-    if (f.full) for (const k of Object.keys(latest)) delete latest[k];
-    for (const s of f.sections) latest[s.section] = s.seats_taken;
-  }
-  const shown = await page.evaluate(() => {
-    const out = {};
-    for (const el of document.querySelectorAll('.section[data-section]')) {
-      out[el.dataset.section] = Number(el.querySelector('.seats-taken')?.textContent.trim());
+  // Frames keep arriving while we look (and seats are sometimes released), so
+  // compare the board with the frames received so far until both agree.
+  const latestOf = () => {
+    const latest = {};
+    for (const f of frames) {
+      if (f.type !== 'frame' || f.course !== course) continue;
+      if (f.full) for (const k of Object.keys(latest)) delete latest[k];
+      for (const s of f.sections) latest[s.section] = s.seats_taken;
     }
-    return out;
-  });
-  for (const [k, v] of Object.entries(latest)) {
-    if (shown[k] !== v && shown[k] < v) throw new Error(`section ${k}: board shows ${shown[k]}, frames said ${v}`);
+    return latest;
+  };
+  let mismatch = 'never compared';
+  const until = Date.now() + STEP_TIMEOUT_MS;
+  while (mismatch && Date.now() < until) {
+    const shown = await page.evaluate(() => {
+      const out = {};
+      for (const el of document.querySelectorAll('.section[data-section]')) {
+        out[el.dataset.section] = Number(el.querySelector('.seats-taken')?.textContent.trim());
+      }
+      return out;
+    });
+    mismatch = null;
+    for (const [k, v] of Object.entries(latestOf())) {
+      if (shown[k] !== v) mismatch = `section ${k}: board shows ${shown[k]}, frames said ${v}`;
+    }
+    if (mismatch) await page.waitForTimeout(50);
   }
+  if (mismatch) throw new Error(mismatch);
   await page.screenshot({ path: shotPath, fullPage: true });
   console.log(`frames=${courseFrames.length} big=${big}`);
   await finish(0);
