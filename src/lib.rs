@@ -2,7 +2,8 @@
 //! around the sans-IO core in the `shards` crate.
 //!
 //! - [`cmd`]: the subcommands' wiring (`serve`, `demo`, `publish`, `simulate`).
-//! - [`node`]: one hub process: its shared state, threads, listeners, signals.
+//! - [`hub`]: one hub process: its threads, listeners, signals and drain.
+//! - [`node`]: the node-wide state every thread reads.
 //! - [`shard`]: one shard thread's shell around `shards::Shard`.
 //! - [`ingest`], [`presence`], [`history`]: the node's worker threads, talking
 //!   to shards only through [`channels`].
@@ -17,6 +18,7 @@ pub mod cli;
 pub mod clock;
 pub mod cmd;
 pub mod history;
+pub mod hub;
 pub mod ingest;
 pub mod logging;
 pub mod metrics;

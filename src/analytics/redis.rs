@@ -7,7 +7,7 @@
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
 use crate::clock;
-use crate::cmd::serve::AnySource;
+use crate::ingest::any::AnySource;
 use crate::ingest::source::{Source, SourceEvent};
 use crate::redis::commands::Commands;
 use crate::redis::Redis;

@@ -2,8 +2,8 @@
 
 use super::simulator::{SelectionWindow, DEMO_COURSES};
 use crate::clock;
+use crate::hub as runtime;
 use crate::ingest::bus::{bus, BusPublisher};
-use crate::node::runtime;
 use crate::node::Node;
 use crate::presence::memory::MemoryPresence;
 use std::sync::Arc;

@@ -2,6 +2,7 @@
 //! the node's current board, and routes snapshots only to shards that watch the
 //! course. It also builds the admin aggregate once per node.
 
+pub mod any;
 pub mod bus;
 pub mod redis;
 pub mod sharded;

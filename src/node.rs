@@ -1,10 +1,6 @@
 //! Node-wide state every shard reads: configuration, metrics, the accept and
 //! per-user caps, health flags. Written rarely; nothing here is on the frame path.
 
-pub mod listener;
-pub mod runtime;
-pub mod sd_notify;
-
 use crate::auth::Auth;
 use crate::cli::HubArgs;
 use crate::metrics::Metrics;

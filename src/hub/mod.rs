@@ -1,6 +1,9 @@
 //! Starting a node: the listeners, the ingest and presence threads, one pinned
 //! monoio runtime per shard, and the signal loop that drains and exits.
 
+pub mod listener;
+pub mod sd_notify;
+
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::cli::HubArgs;
 use crate::clock;
@@ -65,7 +68,7 @@ where
         }
         rx
     };
-    let listeners = super::listener::bind(args.listen, n)?;
+    let listeners = listener::bind(args.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
     let (ingest_tx, ingest_rx) = crate::channels::wake::channel()?;
     let (presence_tx, presence_rx) = unbounded();
@@ -132,7 +135,7 @@ where
             Err(_) => return Err(std::io::Error::other("a shard thread died at start")),
         }
     }
-    super::sd_notify::notify("READY=1\nSTATUS=serving");
+    sd_notify::notify("READY=1\nSTATUS=serving");
     Ok(Hub {
         node,
         inboxes,
@@ -204,7 +207,7 @@ impl Hub {
     /// Waits for SIGTERM/SIGINT, drains, and returns the exit code.
     pub fn wait(mut self) -> i32 {
         let mut drain_started: Option<Instant> = None;
-        let watchdog = super::sd_notify::watchdog_interval();
+        let watchdog = sd_notify::watchdog_interval();
         // Shards are probed at least every PROBE_EVERY, with or without
         // systemd's watchdog, so an idle shard's heartbeat stays fresh and
         // `/metrics` tells a stalled one apart.
@@ -218,7 +221,7 @@ impl Hub {
                     tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
                     self.node.draining.store(true, Relaxed);
                     self.node.metrics.draining.store(1, Relaxed);
-                    super::sd_notify::notify("STOPPING=1\nSTATUS=draining");
+                    sd_notify::notify("STOPPING=1\nSTATUS=draining");
                     for i in &self.inboxes {
                         i.control(Control::Drain);
                     }
@@ -286,7 +289,7 @@ impl Hub {
                     .all(|s| s.heartbeat_ms.load(Relaxed) >= at_ms);
                 if alive {
                     if pet {
-                        super::sd_notify::notify("WATCHDOG=1");
+                        sd_notify::notify("WATCHDOG=1");
                     }
                 } else {
                     tracing::error!("a shard did not answer the watchdog probe");
