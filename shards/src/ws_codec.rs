@@ -405,7 +405,10 @@ mod tests {
     const M: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 
     fn decode_all(bytes: &[u8]) -> (Vec<WsEvent>, Option<Violation>) {
-        let mut d = Decoder::new();
+        decode_with(Decoder::new(), bytes)
+    }
+
+    fn decode_with(mut d: Decoder, bytes: &[u8]) -> (Vec<WsEvent>, Option<Violation>) {
         let mut out = Vec::new();
         // Feed one byte at a time: framing must not depend on read boundaries.
         for b in bytes {
@@ -491,19 +494,7 @@ mod tests {
     }
 
     fn decode_deflate(bytes: &[u8]) -> (Vec<WsEvent>, Option<Violation>) {
-        let mut d = Decoder::with_deflate();
-        let mut out = Vec::new();
-        for b in bytes {
-            d.feed(std::slice::from_ref(b));
-            loop {
-                match d.next_event() {
-                    Ok(Some(e)) => out.push(e),
-                    Ok(None) => break,
-                    Err(v) => return (out, Some(v)),
-                }
-            }
-        }
-        (out, None)
+        decode_with(Decoder::with_deflate(), bytes)
     }
 
     #[test]
