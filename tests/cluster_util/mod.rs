@@ -4,8 +4,7 @@
 //! kill a primary and wait for its replica's promotion, and move a slot.
 #![allow(dead_code)]
 
-use crate::common::{free_port, wait_for};
-use std::net::TcpStream;
+use crate::common::{free_port, spawn_redis, wait_for};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -250,37 +249,23 @@ impl Cluster {
 impl ClusterNode {
     fn spawn(&mut self, dir: &std::path::Path) {
         let p = self.port.to_string();
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &p,
-                "--bind",
-                "127.0.0.1",
+        let conf = format!("nodes-{p}.conf");
+        let dir = dir.display().to_string();
+        self.child = Some(spawn_redis(
+            self.port,
+            &[
                 "--cluster-enabled",
                 "yes",
                 "--cluster-config-file",
-                &format!("nodes-{p}.conf"),
+                &conf,
                 "--cluster-node-timeout",
                 "1000",
                 "--cluster-replica-validity-factor",
                 "0",
                 "--dir",
-                &dir.display().to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (the README's test command installs it)");
-        self.child = Some(child);
-        let port = self.port;
-        wait_for(Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        })
-        .expect("cluster node did not come up");
+                &dir,
+            ],
+        ));
     }
 
     fn stop(&mut self) {

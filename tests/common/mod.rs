@@ -36,6 +36,24 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
     }
 }
 
+/// Starts `redis-server` on `port` (no persistence) with `extra` flags and waits
+/// until it accepts connections.
+pub fn spawn_redis(port: u16, extra: &[&str]) -> Child {
+    let child = Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server must be installed (the README's test command installs it)");
+    wait_for(Duration::from_secs(10), || {
+        TcpStream::connect(("127.0.0.1", port)).ok()
+    })
+    .expect("redis-server did not come up");
+    child
+}
+
 /// A `redis-server` on a free port, killed on drop.
 pub struct Redis {
     pub port: u16,
@@ -58,27 +76,7 @@ impl Redis {
 
     /// Starts (again) on the same port.
     pub fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (the README's test command installs it)");
-        self.child = Some(child);
-        let port = self.port;
-        wait_for(Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        })
-        .expect("redis-server did not come up");
+        self.child = Some(spawn_redis(self.port, &[]));
     }
 
     /// SIGKILLs the server.
