@@ -193,9 +193,12 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
             "after 90 s {blind} viewers still blind ({recovered} recovered, {lost} lost)"
         );
     }
-    std::thread::sleep(Duration::from_millis(1000));
-    // The survivor holds every viewer now.
-    let survivor = nodes[0].metric("seatboard_connections{");
+    // The survivor holds every viewer now (its gauge may lag the last upgrades).
+    let mut survivor = 0.0;
+    let _ = wait_for(Duration::from_secs(10), || {
+        survivor = nodes[0].metric("seatboard_connections{");
+        (survivor >= VIEWERS as f64).then_some(())
+    });
     assert!(
         survivor >= VIEWERS as f64,
         "the surviving node holds {survivor} of {VIEWERS}"
