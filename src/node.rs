@@ -6,7 +6,7 @@ use crate::cli::HubArgs;
 use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Stripes of the per-user connection count.
 const USER_STRIPES: usize = 64;
@@ -67,12 +67,10 @@ pub struct Node {
     pub auth: Auth,
     /// The `--allowed-origins` rule.
     pub origins: shards::origin::OriginRule,
-    /// Metrics.
-    pub metrics: Metrics,
+    /// Metrics (shared with the ingest thread, which needs nothing else of the node).
+    pub metrics: Arc<Metrics>,
     /// Set on the first SIGTERM/SIGINT.
     pub draining: AtomicBool,
-    /// Whether the pub/sub source is connected.
-    pub source_up: AtomicBool,
     /// Open WebSocket connections on the node (the `max-connections` cap).
     pub open: AtomicU64,
     /// Per-user connection counts.
@@ -80,9 +78,9 @@ pub struct Node {
     /// `/api/courses` body, refreshed by whoever knows the courses.
     pub courses_json: RwLock<String>,
     /// `/api/history` cache (filled by the history thread, or the demo).
-    pub history: std::sync::Arc<crate::history::History>,
+    pub history: Arc<crate::history::History>,
     /// Redis mode and reachable primaries for `/healthz` (`serve` only).
-    pub redis_health: RwLock<Option<std::sync::Arc<crate::redis::Health>>>,
+    pub redis_health: RwLock<Option<Arc<crate::redis::Health>>>,
 }
 
 impl Node {
@@ -92,8 +90,8 @@ impl Node {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "seatboard".into());
-        let history = std::sync::Arc::new(crate::history::History::new(&args.session));
-        let metrics = Metrics::new(shards);
+        let history = Arc::new(crate::history::History::new(&args.session));
+        let metrics = Arc::new(Metrics::new(shards));
         metrics.max_connections.store(args.max_connections, Relaxed);
         Node {
             id: format!("{host}-{}", std::process::id()),
@@ -103,7 +101,6 @@ impl Node {
             origins,
             metrics,
             draining: AtomicBool::new(false),
-            source_up: AtomicBool::new(false),
             open: AtomicU64::new(0),
             users: UserCounts::new(),
             courses_json: RwLock::new("[]".into()),

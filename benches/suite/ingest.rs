@@ -7,12 +7,10 @@
 
 use crate::loadgen::{zipf_cdf, zipf_pick};
 use crate::Outcome;
-use seatboard::auth::Auth;
 use seatboard::channels::{Inbox, IngestCmd, Outlet};
-use seatboard::cli::{Cli, Command};
 use seatboard::ingest::source::{Source, SourceEvent};
 use seatboard::ingest::Ingest;
-use seatboard::node::Node;
+use seatboard::metrics::Metrics;
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -41,19 +39,10 @@ const SHARDS: usize = 2;
 /// Runs the microbench over `n` snapshots.
 pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     let mut out = Outcome::new("ingest");
-    let Ok(cli) = <Cli as clap::Parser>::try_parse_from(["seatboard", "demo", "--shards", "2"])
-    else {
-        out.problems.push("cannot build HubArgs".into());
-        return out;
-    };
-    let Command::Demo(args) = cli.command else {
-        out.problems.push("unexpected command".into());
-        return out;
-    };
-    let node = Arc::new(Node::new(args, SHARDS, Auth::None));
+    let metrics = Arc::new(Metrics::new(SHARDS));
     let inboxes: Vec<Arc<Inbox>> = (0..SHARDS).map(|_| Inbox::new()).collect();
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
-    let mut ingest = Ingest::new(Quiet, outlets, Arc::clone(&node), None, 750, 0);
+    let mut ingest = Ingest::new(Quiet, outlets, Arc::clone(&metrics), None, 750, 0);
     let names: Vec<String> = (0..courses).map(|i| format!("C{i:04}")).collect();
     // Every course watched by one shard; the hottest tenth by both.
     for (i, c) in names.iter().enumerate() {
@@ -114,7 +103,7 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     let parse_s = t.elapsed().as_secs_f64();
 
     // The ingest path: parse, dedupe, board, route, flush every 1024 like the thread does.
-    let before = node.metrics.ingest_messages.load(Relaxed);
+    let before = metrics.ingest_messages.load(Relaxed);
     let t = Instant::now();
     let mut routed = 0u64;
     for (i, (course, payload)) in msgs.into_iter().enumerate() {
@@ -127,7 +116,7 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     ingest.flush();
     routed += drain(&inboxes);
     let ingest_s = t.elapsed().as_secs_f64();
-    let accepted = node.metrics.ingest_messages.load(Relaxed) - before;
+    let accepted = metrics.ingest_messages.load(Relaxed) - before;
 
     let rate = n as f64 / ingest_s;
     out.row(

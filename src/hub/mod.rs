@@ -77,7 +77,7 @@ where
     let ingest = Ingest::new(
         source,
         outlets,
-        Arc::clone(&node),
+        Arc::clone(&node.metrics),
         Some(presence_tx.clone()),
         args.admin_tick_ms,
         clock::unix_ms(),

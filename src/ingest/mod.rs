@@ -12,7 +12,6 @@ use crate::channels::wake::IngestRx;
 use crate::channels::{Control, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
-use crate::node::Node;
 use bytes::Bytes;
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
@@ -54,7 +53,7 @@ pub struct Ingest<S: Source> {
     admin_shards: u128,
     viewers: HashMap<Arc<str>, u64>,
     admin_dirty: bool,
-    node: Arc<Node>,
+    metrics: Arc<Metrics>,
     presence: Option<Sender<PresenceCmd>>,
     /// Start (ms) of the current reject-log second, and rejects logged in it.
     reject_log: (u64, u32),
@@ -69,7 +68,7 @@ impl<S: Source> Ingest<S> {
     pub fn new(
         source: S,
         outlets: Vec<Outlet>,
-        node: Arc<Node>,
+        metrics: Arc<Metrics>,
         presence: Option<Sender<PresenceCmd>>,
         admin_tick_ms: u64,
         now_ms: u64,
@@ -81,7 +80,7 @@ impl<S: Source> Ingest<S> {
             admin_shards: 0,
             viewers: HashMap::new(),
             admin_dirty: false,
-            node,
+            metrics,
             presence,
             reject_log: (now_ms, 0),
             admin_tick_ms,
@@ -91,7 +90,7 @@ impl<S: Source> Ingest<S> {
     }
 
     fn metrics(&self) -> &Metrics {
-        &self.node.metrics
+        &self.metrics
     }
 
     /// Whether an admin is connected somewhere (the pattern subscription is held).
@@ -270,7 +269,7 @@ impl<S: Source> Ingest<S> {
         };
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !snap.replaces(board.sections.get(&snap.section).map(|s| &**s)) {
-            self.node.metrics.ingest_duplicates.fetch_add(1, Relaxed);
+            self.metrics.ingest_duplicates.fetch_add(1, Relaxed);
             return false;
         }
         board.sections.insert(snap.section, Arc::clone(&snap));
@@ -310,7 +309,7 @@ impl<S: Source> Ingest<S> {
                 self.rejected(shards::Reject::TooLarge, &course, now_ms)
             }
             SourceEvent::Reconnected => {
-                self.node.metrics.redis_reconnects.fetch_add(1, Relaxed);
+                self.metrics.redis_reconnects.fetch_add(1, Relaxed);
                 // Reseed every watched course: versions keep this idempotent.
                 let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
                 for c in courses {
@@ -471,12 +470,7 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx) {
             }
         }
         let up = ingest.source().connected();
-        ingest.node.source_up.store(up, Relaxed);
-        ingest
-            .node
-            .metrics
-            .redis_connected
-            .store(up as u64, Relaxed);
+        ingest.metrics.redis_connected.store(up as u64, Relaxed);
         // A backlog retries every millisecond; a source that cannot be
         // slept on is polled every 5 ms; otherwise sleep until the socket is
         // readable, a command comes, or the next timer that has work.
@@ -518,10 +512,7 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::Auth;
     use crate::channels::Inbox;
-    use crate::cli::{Cli, Command};
-    use clap::Parser;
     use crossbeam_channel::{unbounded, Receiver};
     use std::sync::Mutex;
 
@@ -575,17 +566,14 @@ mod tests {
         world: Arc<Mutex<World>>,
         inboxes: Vec<Arc<Inbox>>,
         presence: Receiver<PresenceCmd>,
-        node: Arc<Node>,
+        metrics: Arc<Metrics>,
     }
 
     const T0: u64 = 1_764_420_000_000;
     const ADMIN_TICK: u64 = 750;
 
     fn rig(shards: usize) -> Rig {
-        let Command::Demo(args) = Cli::parse_from(["seatboard", "demo"]).command else {
-            panic!("demo args");
-        };
-        let node = Arc::new(Node::new(args, shards, Auth::None));
+        let metrics = Arc::new(Metrics::new(shards));
         let inboxes: Vec<Arc<Inbox>> = (0..shards).map(|_| Inbox::new()).collect();
         let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
         let world = Arc::new(Mutex::new(World::default()));
@@ -593,7 +581,7 @@ mod tests {
         let ingest = Ingest::new(
             Fake(Arc::clone(&world)),
             outlets,
-            Arc::clone(&node),
+            Arc::clone(&metrics),
             Some(tx),
             ADMIN_TICK,
             T0,
@@ -603,7 +591,7 @@ mod tests {
             world,
             inboxes,
             presence,
-            node,
+            metrics,
         }
     }
 
@@ -696,7 +684,7 @@ mod tests {
             r.control(0).iter().map(seed_sections).collect::<Vec<_>>(),
             [Some(1)]
         );
-        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 1);
+        assert_eq!(r.metrics.subscriptions.load(Relaxed), 1);
         // A second shard: no second subscription, no reread; its seed holds the board.
         r.interest(1, "C", true);
         assert!(r.log().is_empty());
@@ -709,7 +697,7 @@ mod tests {
         assert!(r.log().is_empty());
         r.interest(1, "C", false);
         assert_eq!(r.log(), ["unsub C"]);
-        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 0);
+        assert_eq!(r.metrics.subscriptions.load(Relaxed), 0);
         // Watched again: subscribed and read again (the board was forgotten).
         r.interest(1, "C", true);
         assert_eq!(r.log(), ["sub C", "load C"]);
@@ -729,11 +717,11 @@ mod tests {
         assert_eq!(r.routed(2), [("A".into(), 1, 5)]);
         assert_eq!(r.routed(1), [("B".into(), 1, 6)]);
         // The same publish seen twice, and an older version: neither is routed.
-        let dups = r.node.metrics.ingest_duplicates.load(Relaxed);
+        let dups = r.metrics.ingest_duplicates.load(Relaxed);
         r.ingest.event(message("A", 1, 5, 2), T0);
         r.ingest.event(message("A", 1, 4, 1), T0);
         assert!(r.routed(0).is_empty());
-        assert_eq!(r.node.metrics.ingest_duplicates.load(Relaxed), dups + 2);
+        assert_eq!(r.metrics.ingest_duplicates.load(Relaxed), dups + 2);
         // A message whose course does not match its channel is rejected.
         r.ingest.event(
             SourceEvent::Message {
@@ -764,8 +752,8 @@ mod tests {
             r.presence_cmds()[..],
             [PresenceCmd::CountAll(true)]
         ));
-        assert_eq!(r.node.metrics.firehose.load(Relaxed), 1);
-        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 0);
+        assert_eq!(r.metrics.firehose.load(Relaxed), 1);
+        assert_eq!(r.metrics.subscriptions.load(Relaxed), 0);
         // A second admin shard changes nothing.
         r.admin(0, true);
         assert!(r.log().is_empty());
@@ -783,7 +771,7 @@ mod tests {
             [PresenceCmd::CountAll(false)]
         ));
         assert_eq!(r.ingest.known_courses(), [Arc::<str>::from("A")]);
-        assert_eq!(r.node.metrics.subscriptions.load(Relaxed), 1);
+        assert_eq!(r.metrics.subscriptions.load(Relaxed), 1);
     }
 
     #[test]

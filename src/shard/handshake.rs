@@ -1,7 +1,7 @@
 //! The WebSocket front door: every refusal of the contract, cheapest first, all
 //! before the upgrade.
 
-use super::http::Response;
+use super::response::Response;
 use super::ShardCtx;
 use crate::cli::Compression;
 use crate::clock;

@@ -10,6 +10,7 @@ mod http;
 pub mod monoio_shell;
 pub mod notify;
 mod pages;
+mod response;
 mod steps;
 #[cfg(feature = "tokio-shell")]
 pub mod tokio_shell;

@@ -4,7 +4,7 @@
 //! `steps.rs`, shared with `tokio_shell.rs`, which mirrors this file.
 
 use super::handshake::Accepted;
-use super::http::Response;
+use super::response::Response;
 use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, WriteNext, HEAD_DEADLINE};
 use super::{ConnIo, Ready, ShardCtx};
 use crate::cli::Driver;

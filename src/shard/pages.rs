@@ -1,7 +1,7 @@
 //! The embedded pages as they are sent: compressed once per process, each with
 //! a validator, so a phone gets a small body once and a 304 afterwards.
 
-use super::http::Response;
+use super::response::Response;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use shards::http_head::RequestHead;

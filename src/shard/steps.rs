@@ -5,7 +5,8 @@
 //! shard's clock. The shells only hold their runtime's loops around these.
 
 use super::handshake::{self, Accepted, Upgrade};
-use super::http::{self, Response, Route};
+use super::http::{self, Route};
+use super::response::Response;
 use super::{ConnIo, ShardCtx};
 use crate::channels::Control;
 use crate::clock;

@@ -4,7 +4,7 @@
 //! is in `steps.rs`.
 
 use super::handshake::Accepted;
-use super::http::Response;
+use super::response::Response;
 use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, WriteNext, HEAD_DEADLINE};
 use super::{ConnIo, Ready, ShardCtx};
 use crate::clock;
