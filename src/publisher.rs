@@ -166,7 +166,7 @@ pub fn write(
             c
         })
         .collect();
-    link.pipeline::<()>(&hashes)?;
+    link.exec(&hashes)?;
     let pubs: Vec<::redis::Cmd> = batch
         .iter()
         .zip(payloads)
@@ -177,7 +177,7 @@ pub fn write(
         })
         .collect();
     match link.redis().pubsub {
-        PubSubMode::Sharded => link.pipeline::<()>(&pubs),
+        PubSubMode::Sharded => link.exec(&pubs),
         // PUBLISH has no key to route by: any node takes it (and the cluster
         // broadcasts it), one at a time.
         PubSubMode::Classic => pubs.iter().try_for_each(|c| link.query::<()>(c)),

@@ -8,10 +8,9 @@ mod cluster_util;
 mod common;
 mod redis_util;
 
-use cluster_util::{cli, Cluster, NodeLine};
+use cluster_util::{cli, courses_on, Cluster, NodeLine};
 use common::*;
 use redis_util::{client, read_until, watch};
-use seatboard::redis::slots::key_slot;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
@@ -59,18 +58,6 @@ fn publish_retrying(cluster: &Cluster, course: &str, taken: u32, version: u64) {
         publish(cluster, course, taken, version).then_some(())
     })
     .expect("publish never succeeded");
-}
-
-/// Course names whose channel lives on `primary`.
-fn courses_on(primary: &NodeLine, n: usize) -> Vec<String> {
-    (0..10_000)
-        .map(|i| format!("CL{i}"))
-        .filter(|c| {
-            let slot = key_slot(format!("seats:{c}").as_bytes());
-            primary.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
-        })
-        .take(n)
-        .collect()
 }
 
 fn taken_in(frame: &Value) -> Option<u64> {
@@ -344,4 +331,82 @@ fn slot_migration_keeps_a_watched_course_live() {
         "slot {slot} moved and course live again in {:.2} s",
         started.elapsed().as_secs_f64()
     );
+}
+
+/// `ASKING` then `command` on one connection to `port`: what a client sends
+/// after `-ASK` (redis-cli runs the lines of its stdin on one connection).
+fn asking(port: u16, command: &str) -> String {
+    let mut child = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    if let Some(mut stdin) = child.stdin.take() {
+        use std::io::Write;
+        let _ = write!(stdin, "ASKING\n{command}\n");
+    }
+    let out = child.wait_with_output().expect("redis-cli output");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn ask_redirects_are_followed_while_a_state_slot_migrates() {
+    let cluster = Cluster::primaries_only();
+    let course = "CL7";
+    let state = format!("seatstate:{course}");
+    // Written before the migration: the state hash is on its slot's owner.
+    assert!(publish(&cluster, course, 2, 1));
+    let slot = cluster.slot(&state);
+    let to = cluster
+        .lines_from(cluster.any_port())
+        .into_iter()
+        .find(|l| l.primary && l.id != cluster.owner_of_slot(slot).id)
+        .expect("another primary");
+    // Another key of the slot stays behind: the slot is half-migrated.
+    let filler = format!("{{{state}}}:filler");
+    assert_eq!(cli(cluster.any_port(), &["-c", "SET", &filler, "x"]), "OK");
+    let from = cluster.begin_migration(slot, &to);
+    cluster.migrate_keys(&from, &to, &[&state]);
+    assert_eq!(cluster.keys_in_slot(&from, slot), vec![filler.clone()]);
+    // The owner of record now answers the state hash with -ASK.
+    let ask = cli(from.port, &["HGETALL", &state]);
+    assert!(ask.contains("ASK"), "expected an ASK redirect: {ask}");
+
+    // Seeding: the watch answer is read through the redirect.
+    let sb = serve(&cluster);
+    let mut ws = client(&sb, "user=k1");
+    let answer = watch(&mut ws, course);
+    assert_eq!(taken_in(&answer), Some(2), "seeded through ASK: {answer}");
+    // `seatboard publish` (the Publisher's write): HSET follows the redirect
+    // to the importing node, SPUBLISH reaches the viewer.
+    assert!(publish(&cluster, course, 5, 2), "publish mid-migration");
+    let f = read_until(&mut ws, Duration::from_secs(10), |m| {
+        m["type"] == "frame" && m["course"] == course && taken_in(m) == Some(5)
+    });
+    assert!(f.is_some(), "no live frame mid-migration");
+    let on_target = asking(to.port, &format!("HGETALL {state}"));
+    assert!(
+        on_target.contains("\"version\":2"),
+        "the state write did not land on the importing node: {on_target}"
+    );
+    assert_eq!(cluster.keys_in_slot(&from, slot), vec![filler.clone()]);
+
+    // Finish the migration: the course stays live and its hash readable directly.
+    cluster.migrate_keys(&from, &to, &[&filler]);
+    cluster.finish_migration(slot, &to);
+    assert!(
+        publish(&cluster, course, 7, 3),
+        "publish after the migration"
+    );
+    let f = read_until(&mut ws, Duration::from_secs(10), |m| {
+        m["type"] == "frame" && m["course"] == course && taken_in(m) == Some(7)
+    });
+    assert!(f.is_some(), "course not live after the migration finished");
+    let direct = cli(to.port, &["HGETALL", &state]);
+    assert!(direct.contains("\"version\":3"), "{direct}");
+    // A viewer that comes later is seeded from the new owner.
+    let mut late = client(&sb, "user=k2");
+    let answer = watch(&mut late, course);
+    assert_eq!(taken_in(&answer), Some(7), "{answer}");
 }

@@ -5,14 +5,16 @@
 
 mod common;
 mod redis_util;
+mod tls_util;
 
 use common::*;
 use redis_util::{client, read_until, watch};
 use serde_json::Value;
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+use tls_util::make_certs;
 
 const USER: &str = "board";
 const PASS: &str = "s3cret-pass";
@@ -24,19 +26,6 @@ struct TlsRedis {
     child: Child,
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("openssl must be installed (the README's test command installs it)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 impl TlsRedis {
     fn start() -> TlsRedis {
         let dir = std::env::temp_dir().join(format!(
@@ -44,54 +33,7 @@ impl TlsRedis {
             std::process::id(),
             free_port()
         ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let ec = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        let mut ca = vec![
-            "req",
-            "-x509",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=seatboard test CA",
-        ];
-        ca.extend(ec);
-        ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
-        openssl(&dir, &ca);
-        let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
-        csr.extend(ec);
-        csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
-        openssl(&dir, &csr);
-        std::fs::write(
-            dir.join("ext.cnf"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-        )
-        .expect("ext");
-        openssl(
-            &dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "server.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-extfile",
-                "ext.cnf",
-                "-out",
-                "server.crt",
-            ],
-        );
+        make_certs(&dir);
         let port = free_port();
         let p = port.to_string();
         let child = Command::new("redis-server")

@@ -59,7 +59,7 @@ impl PresenceStore for RedisPresence {
         if cmds.is_empty() {
             return Ok(());
         }
-        self.link.pipeline::<()>(&cmds)
+        self.link.exec(&cmds)
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {

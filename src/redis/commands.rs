@@ -1,7 +1,8 @@
 //! The command client: one lazily (re)connected connection, to the one Redis
 //! in standalone mode or to the whole cluster in cluster mode (each key
 //! command goes to its slot's primary, `MOVED`/`ASK` followed by the redis
-//! crate's cluster connection, pipelines grouped per primary). Every call is
+//! crate's cluster connection, pipelines grouped per primary, a pipeline's
+//! redirected commands sent again on their own so they follow it too). Every call is
 //! bounded by timeouts; a failure drops the connection and backs off, so the
 //! next call starts from a fresh slot map (refresh on connection loss); the
 //! cluster connection is also rebuilt every 30 s (periodic map refresh).
@@ -11,7 +12,7 @@ use super::slots::{Addr, SlotMap};
 use super::{glob_escape, Mode, Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, FromRedisValue, RedisResult, Value};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -36,6 +37,24 @@ pub struct Commands {
 
 fn convert<T: FromRedisValue>(v: Value) -> RedisResult<T> {
     T::from_redis_value(v).map_err(Into::into)
+}
+
+/// The positions of a pipeline's commands that the cluster sent elsewhere or
+/// asked to retry (`MOVED`, `ASK` while a slot migrates, `TRYAGAIN`), when
+/// those are all that failed; `None` for any other error.
+fn redirected(e: &RedisError) -> Option<Vec<usize>> {
+    let failed = e.clone().into_server_errors()?;
+    failed
+        .iter()
+        .map(|(i, err)| {
+            matches!(
+                err.kind(),
+                Some(ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::TryAgain)
+            )
+            .then_some(*i)
+        })
+        .collect::<Option<Vec<usize>>>()
+        .filter(|at| !at.is_empty())
 }
 
 impl Commands {
@@ -145,8 +164,43 @@ impl Commands {
         })
     }
 
-    /// Commands sent as pipelines (one per primary in a cluster); every reply, in order.
+    /// Commands sent as pipelines (one per primary in a cluster); every reply,
+    /// in order. In a cluster, a batch in which a command was redirected
+    /// (`MOVED`, `ASK`, `TRYAGAIN`) is read again one command at a time, the
+    /// path that follows redirects: only for batches that may run twice (reads,
+    /// idempotent writes); writes that must not use [`Commands::exec`].
     pub fn pipeline<T: FromRedisValue>(&mut self, cmds: &[Cmd]) -> Result<T, String> {
+        self.batch(cmds, |c, cmds, _| {
+            let replies = cmds
+                .iter()
+                .map(|cmd| cmd.query::<Value>(c))
+                .collect::<RedisResult<Vec<Value>>>()?;
+            convert(Value::Array(replies))
+        })
+    }
+
+    /// Commands sent as pipelines (one per primary in a cluster), replies
+    /// unread. In a cluster, only the commands that were redirected (`MOVED`,
+    /// `ASK`, `TRYAGAIN`) are sent again, one at a time on the path that
+    /// follows redirects: the others are done and do not run twice.
+    pub fn exec(&mut self, cmds: &[Cmd]) -> Result<(), String> {
+        self.batch(cmds, |c, cmds, redirected| {
+            redirected
+                .iter()
+                .filter_map(|&i| cmds.get(i))
+                .try_for_each(|cmd| cmd.query::<()>(c))
+        })
+    }
+
+    /// Runs `cmds` as pipelines; in a cluster, a pipeline whose only failures
+    /// are redirects goes to `redo` with the positions of the redirected
+    /// commands. (The redis crate's cluster pipeline returns a `MOVED`/`ASK`
+    /// reply as the command's result instead of following it.)
+    fn batch<T: FromRedisValue>(
+        &mut self,
+        cmds: &[Cmd],
+        mut redo: impl FnMut(&mut ClusterConnection, &[Cmd], &[usize]) -> RedisResult<T>,
+    ) -> Result<T, String> {
         let mut single: Option<redis::Pipeline> = None;
         let mut cluster: Option<redis::cluster::ClusterPipeline> = None;
         self.run(|c| match c {
@@ -159,15 +213,22 @@ impl Commands {
                     p
                 })
                 .query(c),
-            Con::Cluster(c) => cluster
-                .get_or_insert_with(|| {
+            Con::Cluster(c) => {
+                let p = cluster.get_or_insert_with(|| {
                     let mut p = redis::cluster::cluster_pipe();
                     for cmd in cmds {
                         p.add_command(cmd.clone());
                     }
                     p
-                })
-                .query(c),
+                });
+                match p.query(c) {
+                    Err(e) => match redirected(&e) {
+                        Some(at) => redo(c, cmds, &at),
+                        None => Err(e),
+                    },
+                    ok => ok,
+                }
+            }
         })
     }
 
@@ -268,5 +329,72 @@ impl Commands {
 impl Con {
     fn is_single(&self) -> bool {
         matches!(self, Con::Single(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::ConnectionLike;
+
+    /// A connection that answers a pipeline with canned RESP replies, one per command.
+    struct Canned(Vec<&'static [u8]>);
+
+    impl ConnectionLike for Canned {
+        fn req_packed_command(&mut self, _cmd: &[u8]) -> RedisResult<Value> {
+            redis::parse_redis_value(self.0[0])
+        }
+        fn req_packed_commands(
+            &mut self,
+            _cmd: &[u8],
+            _offset: usize,
+            _count: usize,
+        ) -> RedisResult<Vec<Value>> {
+            self.0.iter().map(|r| redis::parse_redis_value(r)).collect()
+        }
+        fn get_db(&self) -> i64 {
+            0
+        }
+        fn check_connection(&mut self) -> bool {
+            true
+        }
+        fn is_open(&self) -> bool {
+            true
+        }
+    }
+
+    /// The error a pipeline of three commands fails with when they get these replies.
+    fn pipeline_error(replies: Vec<&'static [u8]>) -> RedisError {
+        let mut p = redis::pipe();
+        for key in ["a", "b", "c"] {
+            p.cmd("HSET").arg(key).arg("f").arg("v");
+        }
+        p.query::<()>(&mut Canned(replies))
+            .expect_err("a failed command fails the pipeline")
+    }
+
+    #[test]
+    fn redirected_commands_are_found_by_position() {
+        let e = pipeline_error(vec![
+            b":1\r\n",
+            b"-ASK 4643 127.0.0.1:7001\r\n",
+            b"-MOVED 4643 127.0.0.1:7002\r\n",
+        ]);
+        assert_eq!(redirected(&e), Some(vec![1, 2]));
+        let e = pipeline_error(vec![b"-TRYAGAIN later\r\n", b":1\r\n", b":1\r\n"]);
+        assert_eq!(redirected(&e), Some(vec![0]));
+    }
+
+    #[test]
+    fn other_failures_are_not_redirects() {
+        // A real error beside a redirect: the batch fails as a whole.
+        let e = pipeline_error(vec![
+            b"-ASK 4643 127.0.0.1:7001\r\n",
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            b":1\r\n",
+        ]);
+        assert_eq!(redirected(&e), None);
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(redirected(&io), None);
     }
 }

@@ -1,13 +1,27 @@
-//! A real Redis Cluster for tests: three primaries with one replica each on
-//! free ports (`redis-server --cluster-enabled yes`, then `redis-cli --cluster
-//! create ... --cluster-replicas 1`), with helpers to find a key's owner,
-//! kill a primary and wait for its replica's promotion, and move a slot.
+//! A real Redis Cluster for tests: three primaries, with one replica each or
+//! none, on free ports (`redis-server --cluster-enabled yes`, then `redis-cli
+//! --cluster create`), plain or TLS-only; with helpers to find a key's owner,
+//! kill a primary and wait for its replica's promotion, and move a slot (at
+//! once, or in steps that leave it half-migrated).
 #![allow(dead_code)]
 
 use crate::common::{free_port, spawn_redis, wait_for};
-use std::path::PathBuf;
+use seatboard::redis::slots::key_slot;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// Course names whose channel lives on `primary`.
+pub fn courses_on(primary: &NodeLine, n: usize) -> Vec<String> {
+    (0..10_000)
+        .map(|i| format!("CL{i}"))
+        .filter(|c| {
+            let slot = key_slot(format!("seats:{c}").as_bytes());
+            primary.slots.iter().any(|&(a, b)| a <= slot && slot <= b)
+        })
+        .take(n)
+        .collect()
+}
 
 /// One cluster node process.
 pub struct ClusterNode {
@@ -16,11 +30,13 @@ pub struct ClusterNode {
     child: Option<Child>,
 }
 
-/// Six nodes: three primaries, three replicas.
+/// Three primaries, and a replica of each unless started with `primaries_only`.
 pub struct Cluster {
     /// Every node.
     pub nodes: Vec<ClusterNode>,
     dir: PathBuf,
+    /// For a TLS-only cluster: the directory of `ca.pem`, `server.crt`, `server.key`.
+    tls: Option<PathBuf>,
 }
 
 /// A free port whose cluster bus port (+10000) is free too.
@@ -35,7 +51,16 @@ fn cluster_port() -> u16 {
 
 /// `redis-cli -p port args...`, stdout trimmed.
 pub fn cli(port: u16, args: &[&str]) -> String {
-    let out = Command::new("redis-cli")
+    cli_tls(None, port, args)
+}
+
+/// `redis-cli` over TLS (verified against `<certs>/ca.pem`) when `certs` is given.
+fn cli_tls(certs: Option<&Path>, port: u16, args: &[&str]) -> String {
+    let mut cmd = Command::new("redis-cli");
+    if let Some(d) = certs {
+        cmd.arg("--tls").arg("--cacert").arg(d.join("ca.pem"));
+    }
+    let out = cmd
         .args(["-p", &port.to_string()])
         .args(args)
         .output()
@@ -59,8 +84,24 @@ pub struct NodeLine {
 }
 
 impl Cluster {
-    /// Starts six nodes and joins them into a cluster; waits until it is ok.
+    /// Starts six nodes (three primaries, a replica each) and joins them into
+    /// a cluster; waits until it is ok.
     pub fn start() -> Cluster {
+        Cluster::launch(true, None)
+    }
+
+    /// Three primaries and no replica: quicker where no failover is tested.
+    pub fn primaries_only() -> Cluster {
+        Cluster::launch(false, None)
+    }
+
+    /// Three primaries that listen with TLS only (`--port 0`), TLS on the
+    /// cluster bus too, with the certificate in `certs` (see `tls_util`).
+    pub fn tls_only(certs: &Path) -> Cluster {
+        Cluster::launch(false, Some(certs.to_path_buf()))
+    }
+
+    fn launch(replicas: bool, tls: Option<PathBuf>) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "seatboard-cluster-{}-{}",
             std::process::id(),
@@ -68,24 +109,29 @@ impl Cluster {
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let mut nodes = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..if replicas { 6 } else { 3 } {
             let mut n = ClusterNode {
                 port: cluster_port(),
                 child: None,
             };
-            n.spawn(&dir);
+            n.spawn(&dir, tls.as_deref());
             nodes.push(n);
         }
-        let c = Cluster { nodes, dir };
+        let c = Cluster { nodes, dir, tls };
         let addrs: Vec<String> = c
             .nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new("redis-cli")
+        let mut create = Command::new("redis-cli");
+        if let Some(d) = &c.tls {
+            create.arg("--tls").arg("--cacert").arg(d.join("ca.pem"));
+        }
+        let out = create
             .args(["--cluster", "create"])
             .args(&addrs)
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .args(["--cluster-replicas", if replicas { "1" } else { "0" }])
+            .arg("--cluster-yes")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .output()
@@ -104,8 +150,9 @@ impl Cluster {
     pub fn wait_ok(&self, timeout: Duration) {
         wait_for(timeout, || {
             let ok = self.nodes.iter().filter(|n| n.child.is_some()).all(|n| {
-                let repl = cli(n.port, &["INFO", "replication"]);
-                cli(n.port, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+                let repl = self.cli(n.port, &["INFO", "replication"]);
+                self.cli(n.port, &["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
                     && self.lines_from(n.port).iter().filter(|l| l.primary).count() == 3
                     && (repl.contains("role:master") || repl.contains("master_link_status:up"))
             });
@@ -114,11 +161,21 @@ impl Cluster {
         .expect("cluster did not become ok");
     }
 
-    /// Seed URIs for `--redis`.
+    /// `redis-cli -p port args...` (over TLS for a TLS cluster), stdout trimmed.
+    pub fn cli(&self, port: u16, args: &[&str]) -> String {
+        cli_tls(self.tls.as_deref(), port, args)
+    }
+
+    /// Seed URIs for `--redis` (`rediss://` for a TLS cluster).
     pub fn uri(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
         self.nodes
             .iter()
-            .map(|n| format!("redis://127.0.0.1:{}", n.port))
+            .map(|n| format!("{scheme}://127.0.0.1:{}", n.port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -134,7 +191,7 @@ impl Cluster {
 
     /// `CLUSTER NODES` as seen from `port`.
     pub fn lines_from(&self, port: u16) -> Vec<NodeLine> {
-        cli(port, &["CLUSTER", "NODES"])
+        self.cli(port, &["CLUSTER", "NODES"])
             .lines()
             .filter_map(|l| {
                 let f: Vec<&str> = l.split_whitespace().collect();
@@ -174,7 +231,7 @@ impl Cluster {
 
     /// The slot of `key` (`CLUSTER KEYSLOT`).
     pub fn slot(&self, key: &str) -> u16 {
-        cli(self.any_port(), &["CLUSTER", "KEYSLOT", key])
+        self.cli(self.any_port(), &["CLUSTER", "KEYSLOT", key])
             .parse()
             .expect("keyslot")
     }
@@ -210,7 +267,7 @@ impl Cluster {
     /// Waits until the node on `port` reports itself primary; when it did.
     pub fn wait_promoted(&self, port: u16, timeout: Duration) -> Instant {
         wait_for(timeout, || {
-            cli(port, &["ROLE"])
+            self.cli(port, &["ROLE"])
                 .lines()
                 .next()
                 .is_some_and(|l| l.trim() == "master")
@@ -221,23 +278,59 @@ impl Cluster {
 
     /// Moves `slot` (and its keys) from its owner to the primary `to`.
     pub fn move_slot(&self, slot: u16, to: &NodeLine) {
-        let from = self.owner_of_slot(slot);
-        let s = slot.to_string();
-        cli(to.port, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]);
-        cli(from.port, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]);
+        let from = self.begin_migration(slot, to);
         loop {
-            let keys = cli(from.port, &["CLUSTER", "GETKEYSINSLOT", &s, "100"]);
-            let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+            let keys = self.keys_in_slot(&from, slot);
             if keys.is_empty() {
                 break;
             }
-            let port = to.port.to_string();
-            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-            args.extend(keys);
-            cli(from.port, &args);
+            let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+            self.migrate_keys(&from, to, &keys);
         }
+        self.finish_migration(slot, to);
+    }
+
+    /// Marks `slot` IMPORTING on `to` and MIGRATING on its owner, which it
+    /// returns: from now on a key of the slot that the owner no longer holds
+    /// is answered with `-ASK`.
+    pub fn begin_migration(&self, slot: u16, to: &NodeLine) -> NodeLine {
+        let from = self.owner_of_slot(slot);
+        let s = slot.to_string();
+        assert_eq!(
+            self.cli(to.port, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &from.id]),
+            "OK"
+        );
+        assert_eq!(
+            self.cli(from.port, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &to.id]),
+            "OK"
+        );
+        from
+    }
+
+    /// Keys of `slot` still held by `from` (up to 100).
+    pub fn keys_in_slot(&self, from: &NodeLine, slot: u16) -> Vec<String> {
+        let s = slot.to_string();
+        self.cli(from.port, &["CLUSTER", "GETKEYSINSLOT", &s, "100"])
+            .lines()
+            .filter(|k| !k.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// MIGRATEs `keys` from `from` to `to`.
+    pub fn migrate_keys(&self, from: &NodeLine, to: &NodeLine, keys: &[&str]) {
+        let port = to.port.to_string();
+        let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+        args.extend(keys);
+        assert_eq!(self.cli(from.port, &args), "OK", "MIGRATE {keys:?}");
+    }
+
+    /// Gives `slot` to `to` on every node (`SETSLOT NODE`) and waits until the
+    /// cluster agrees.
+    pub fn finish_migration(&self, slot: u16, to: &NodeLine) {
+        let s = slot.to_string();
         for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-            cli(n.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]);
+            self.cli(n.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]);
         }
         wait_for(Duration::from_secs(10), || {
             (self.owner_of_slot(slot).id == to.id).then_some(())
@@ -247,25 +340,35 @@ impl Cluster {
 }
 
 impl ClusterNode {
-    fn spawn(&mut self, dir: &std::path::Path) {
+    fn spawn(&mut self, dir: &Path, tls: Option<&Path>) {
         let p = self.port.to_string();
         let conf = format!("nodes-{p}.conf");
         let dir = dir.display().to_string();
-        self.child = Some(spawn_redis(
-            self.port,
-            &[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                &conf,
-                "--cluster-node-timeout",
-                "1000",
-                "--cluster-replica-validity-factor",
-                "0",
-                "--dir",
-                &dir,
-            ],
-        ));
+        let file = |name: &str| tls.map(|d| d.join(name).display().to_string());
+        let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.pem"));
+        let mut tls_args: Vec<&str> = Vec::new();
+        if let (Some(cert), Some(key), Some(ca)) = (&cert, &key, &ca) {
+            // TLS only: the plain port is off; the cluster bus (port + 10000)
+            // and replication speak TLS too.
+            tls_args.extend(["--port", "0", "--tls-port", &p]);
+            tls_args.extend(["--tls-cert-file", cert, "--tls-key-file", key]);
+            tls_args.extend(["--tls-ca-cert-file", ca, "--tls-auth-clients", "no"]);
+            tls_args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+        }
+        let mut args = vec![
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            &conf,
+            "--cluster-node-timeout",
+            "1000",
+            "--cluster-replica-validity-factor",
+            "0",
+            "--dir",
+            &dir,
+        ];
+        args.extend(tls_args);
+        self.child = Some(spawn_redis(self.port, &args));
     }
 
     fn stop(&mut self) {
