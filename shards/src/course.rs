@@ -6,6 +6,7 @@ use crate::deflate::Deflater;
 use crate::rate::FramePacer;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
+use crate::ws_codec::deflated_frame;
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
@@ -113,7 +114,7 @@ impl Course {
         if let Some(f) = &self.full_deflated {
             return f.clone();
         }
-        let f = deflater.compress_frame(&self.full_frame());
+        let f = deflated_frame(deflater, &self.full_frame());
         self.full_deflated = Some(f.clone());
         f
     }

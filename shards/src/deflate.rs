@@ -1,11 +1,10 @@
 //! permessage-deflate (RFC 7692) without context takeover in either direction:
-//! the handshake's negotiation, a server frame compressed once for every viewer
-//! that negotiated it, and the bounded inflation of client messages. Nothing
-//! here is per connection: the shard owns one [`Deflater`], reset per message,
-//! and each client message is inflated by a fresh inflater that is dropped after.
+//! the handshake's negotiation, a server message compressed once for every
+//! viewer that negotiated it, and the bounded inflation of client messages.
+//! Payloads only: the framing (RSV1) is `ws_codec`'s. Nothing here is per
+//! connection: the shard owns one [`Deflater`], reset per message, and each
+//! client message is inflated by a fresh inflater that is dropped after.
 
-use crate::ws_codec::{close, server_frame_payload, text_frame_with_rsv1, Violation};
-use bytes::Bytes;
 use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
 
 /// Payloads shorter than this go out uncompressed (RSV1 clear).
@@ -107,22 +106,14 @@ impl Default for Deflater {
 }
 
 impl Deflater {
-    /// The compressed twin of the server text frame `frame` (RSV1 set), or
-    /// `frame` itself when its payload is under [`MIN_COMPRESSED_PAYLOAD`] or
-    /// would not shrink.
-    pub fn compress_frame(&mut self, frame: &Bytes) -> Bytes {
-        // Text frames only: control frames are never compressed.
-        let payload = match server_frame_payload(frame) {
-            Some(p) if frame[0] == 0x81 => p,
-            _ => return frame.clone(),
-        };
+    /// The compressed form of the server message `payload`, or `None` when it
+    /// is under [`MIN_COMPRESSED_PAYLOAD`] or would not shrink (it then goes
+    /// out as it is).
+    pub fn compress_message(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
         if payload.len() < MIN_COMPRESSED_PAYLOAD {
-            return frame.clone();
+            return None;
         }
-        match self.compress(payload) {
-            Some(c) if c.len() < payload.len() => text_frame_with_rsv1(&c),
-            _ => frame.clone(),
-        }
+        self.compress(payload).filter(|c| c.len() < payload.len())
     }
 
     /// Raw deflate of one whole message, sync-flushed, its empty-block tail removed.
@@ -150,10 +141,19 @@ impl Deflater {
     }
 }
 
+/// Why a client message could not be inflated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InflateError {
+    /// More than the limit came out (the decoder closes with 1009).
+    TooBig,
+    /// Not a deflate stream that ends (the decoder closes with 1007).
+    Corrupt,
+}
+
 /// Inflates one client message (its frames' payloads joined) with a fresh
-/// inflater: more than `limit` bytes out is 1009 (the work stops there, so a
-/// zip bomb costs `limit` bytes), data that does not inflate is 1007.
-pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Violation> {
+/// inflater: more than `limit` bytes out is `TooBig` (the work stops there, so
+/// a zip bomb costs `limit` bytes), data that does not inflate is `Corrupt`.
+pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
     let mut inflater = Decompress::new(false);
     // One byte of room past the limit tells "exactly the limit" from "more".
     let mut out = Vec::with_capacity(limit + 1);
@@ -163,17 +163,17 @@ pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Viola
             let (in0, out0) = (inflater.total_in(), out.len());
             let status = inflater
                 .decompress_vec(&input[pos..], &mut out, FlushDecompress::Sync)
-                .map_err(|_| Violation(close::INVALID_DATA))?;
+                .map_err(|_| InflateError::Corrupt)?;
             pos += (inflater.total_in() - in0) as usize;
             if out.len() > limit {
-                return Err(Violation(close::TOO_BIG));
+                return Err(InflateError::TooBig);
             }
             if status == Status::StreamEnd || pos == input.len() {
                 break;
             }
             if inflater.total_in() == in0 && out.len() == out0 {
                 // No progress with input left: not a deflate stream we can finish.
-                return Err(Violation(close::INVALID_DATA));
+                return Err(InflateError::Corrupt);
             }
         }
     }
@@ -183,7 +183,6 @@ pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Viola
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ws_codec::text_frame;
 
     const ANSWER: &str =
         "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
@@ -233,25 +232,19 @@ mod tests {
     }
 
     /// The reference inflater: flate2's raw inflate, a fresh context per message.
-    fn reference_inflate(frame: &[u8]) -> (bool, Vec<u8>) {
-        let rsv1 = frame[0] & 0x40 != 0;
-        assert_eq!(frame[0] & 0x8f, 0x81, "a final text frame");
-        let payload = server_frame_payload(frame).expect("a whole frame");
-        if !rsv1 {
-            return (false, payload.to_vec());
-        }
+    fn reference_inflate(compressed: &[u8]) -> Vec<u8> {
         let mut d = Decompress::new(false);
-        let mut input = payload.to_vec();
+        let mut input = compressed.to_vec();
         input.extend_from_slice(&SYNC_TAIL);
         let mut out = Vec::with_capacity(1 << 20);
         d.decompress_vec(&input, &mut out, FlushDecompress::Sync)
             .expect("inflates");
         assert_eq!(d.total_in() as usize, input.len());
-        (true, out)
+        out
     }
 
     #[test]
-    fn frames_compress_once_and_inflate_back_each_on_its_own() {
+    fn messages_compress_once_and_inflate_back_each_on_its_own() {
         let mut deflater = Deflater::default();
         let mut texts = Vec::new();
         for n in [0usize, 10, 255, 256, 300, 5_000, 70_000] {
@@ -268,30 +261,35 @@ mod tests {
             texts.push(text);
         }
         // Each message inflates on its own, in any order: no context is carried.
-        let frames: Vec<(String, Bytes)> = texts
+        let compressed: Vec<(String, Option<Vec<u8>>)> = texts
             .iter()
-            .map(|t| (t.clone(), deflater.compress_frame(&text_frame(t))))
+            .map(|t| (t.clone(), deflater.compress_message(t.as_bytes())))
             .collect();
-        for (text, frame) in frames.iter().rev() {
-            let (rsv1, body) = reference_inflate(frame);
-            assert_eq!(body, text.as_bytes());
-            assert_eq!(rsv1, text.len() >= MIN_COMPRESSED_PAYLOAD, "{}", text.len());
-            if rsv1 {
+        for (text, c) in compressed.iter().rev() {
+            assert_eq!(
+                c.is_some(),
+                text.len() >= MIN_COMPRESSED_PAYLOAD,
+                "{}",
+                text.len()
+            );
+            if let Some(c) = c {
+                assert_eq!(reference_inflate(c), text.as_bytes());
                 assert!(
-                    frame.len() * 2 < text.len() + 10,
+                    c.len() * 2 < text.len() + 10,
                     "JSON shrinks: {} of {}",
-                    frame.len(),
+                    c.len(),
                     text.len()
                 );
             }
         }
-        // Incompressible payload: sent as it is.
+        // Noise: compressed only if that shrinks it, and then still exact.
         let noise: String = (0..400u32)
             .map(|i| char::from(b'!' + ((i.wrapping_mul(2_654_435_761) >> 13) % 90) as u8))
             .collect();
-        let plain = text_frame(&noise);
-        let out = deflater.compress_frame(&plain);
-        assert_eq!(reference_inflate(&out).1, noise.as_bytes());
+        if let Some(c) = deflater.compress_message(noise.as_bytes()) {
+            assert!(c.len() < noise.len());
+            assert_eq!(reference_inflate(&c), noise.as_bytes());
+        }
     }
 
     #[test]
@@ -313,7 +311,7 @@ mod tests {
         let at = deflate(&mut c, &[b'a'; 4096]);
         assert_eq!(inflate_message(&at, 4096).unwrap().len(), 4096);
         let over = deflate(&mut c, &[b'a'; 4097]);
-        assert_eq!(inflate_message(&over, 4096), Err(Violation(close::TOO_BIG)));
+        assert_eq!(inflate_message(&over, 4096), Err(InflateError::TooBig));
         // A zip bomb: 64 MiB of zeros in about 64 KiB; stops at the limit.
         let mut bomb = Vec::new();
         let mut z = Compress::new(Compression::new(9), false);
@@ -326,12 +324,12 @@ mod tests {
         z.compress_vec(&[], &mut bomb, FlushCompress::Sync).unwrap();
         assert!(bomb.len() < 128 << 10);
         let started = std::time::Instant::now();
-        assert_eq!(inflate_message(&bomb, 4096), Err(Violation(close::TOO_BIG)));
+        assert_eq!(inflate_message(&bomb, 4096), Err(InflateError::TooBig));
         assert!(started.elapsed() < std::time::Duration::from_secs(5));
         // Not deflate at all: 1007 (0xff starts a block of reserved type 3).
         assert_eq!(
             inflate_message(&[0xff, 0xff, 0xff], 4096),
-            Err(Violation(close::INVALID_DATA))
+            Err(InflateError::Corrupt)
         );
     }
 }

@@ -12,7 +12,8 @@ use crate::deflate::Deflater;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
 use crate::ws_codec::{
-    close, close_frame, ping_frame, pong_frame, server_frame_payload, Violation, WsEvent,
+    close, close_frame, deflated_frame, ping_frame, pong_frame, server_frame_payload, Violation,
+    WsEvent,
 };
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
@@ -724,7 +725,7 @@ impl Shard {
     /// An admin aggregate built once per node: goes to every admin feed here
     /// (compressed once for those that negotiated permessage-deflate).
     pub fn handle_admin_frame(&mut self, frame: &Bytes) {
-        let deflated = self.deflater.compress_frame(frame);
+        let deflated = deflated_frame(&mut self.deflater, frame);
         let targets: Vec<ConnId> = self
             .conns
             .iter()
@@ -746,7 +747,7 @@ impl Shard {
     /// Delivers a reply built outside (a roster, a pong) to one connection.
     pub fn deliver(&mut self, id: ConnId, frame: Bytes) {
         let deflated = match self.conn(id) {
-            Some(c) if c.deflate => self.deflater.compress_frame(&frame),
+            Some(c) if c.deflate => deflated_frame(&mut self.deflater, &frame),
             _ => frame.clone(),
         };
         self.send_bounded_as(id, &frame, &deflated);
@@ -868,7 +869,7 @@ impl Shard {
                 (Some(d), _, false) if conn.deflate => (
                     d,
                     delta_deflated
-                        .get_or_insert_with(|| self.deflater.compress_frame(d))
+                        .get_or_insert_with(|| deflated_frame(&mut self.deflater, d))
                         .clone(),
                 ),
                 (Some(d), _, false) => (d, d.clone()),

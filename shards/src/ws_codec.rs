@@ -4,6 +4,7 @@
 //! the contract names for the violation; it never buffers more than one frame
 //! header plus [`MAX_MESSAGE`] bytes of payload.
 
+use crate::deflate::{inflate_message, Deflater, InflateError};
 use bytes::Bytes;
 
 /// Largest client data message, in bytes, however it is fragmented.
@@ -230,7 +231,12 @@ impl Decoder {
 /// A whole text message's payload, inflated first if it was compressed.
 fn text_message(payload: Vec<u8>, compressed: bool) -> Result<WsEvent, Violation> {
     let text = if compressed {
-        crate::deflate::inflate_message(&payload, MAX_MESSAGE)?
+        inflate_message(&payload, MAX_MESSAGE).map_err(|e| {
+            Violation(match e {
+                InflateError::TooBig => close::TOO_BIG,
+                InflateError::Corrupt => close::INVALID_DATA,
+            })
+        })?
     } else {
         payload
     };
@@ -340,10 +346,21 @@ pub fn server_frame_payload(frame: &[u8]) -> Option<&[u8]> {
 }
 
 /// A whole text frame with RSV1 set: `payload` is a permessage-deflate message.
-pub fn text_frame_with_rsv1(payload: &[u8]) -> Bytes {
+fn text_frame_with_rsv1(payload: &[u8]) -> Bytes {
     let mut f = FrameBuf::with_capacity(payload.len());
     f.buf.extend_from_slice(payload);
     f.finish(RSV1 | OP_TEXT)
+}
+
+/// The compressed twin of the server text frame `frame` (RSV1 set), or
+/// `frame` itself when its payload is too short or would not shrink, or it is
+/// not a text frame (control frames are never compressed).
+pub fn deflated_frame(deflater: &mut Deflater, frame: &Bytes) -> Bytes {
+    let compressed = match server_frame_payload(frame) {
+        Some(p) if frame[0] == 0x80 | OP_TEXT => deflater.compress_message(p),
+        _ => None,
+    };
+    compressed.map_or_else(|| frame.clone(), |c| text_frame_with_rsv1(&c))
 }
 
 /// A whole text frame carrying `text`.
@@ -403,6 +420,26 @@ mod tests {
     use super::*;
 
     const M: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+    #[test]
+    fn deflated_frames_set_rsv1_only_when_compressed() {
+        let mut deflater = Deflater::default();
+        let text = format!(
+            r#"{{"type":"frame","sections":[{}]}}"#,
+            "{\"a\":1},".repeat(60)
+        );
+        let frame = text_frame(&text);
+        let twin = deflated_frame(&mut deflater, &frame);
+        assert_eq!(twin[0], 0x80 | RSV1 | OP_TEXT);
+        let payload = server_frame_payload(&twin).expect("a whole frame");
+        assert!(payload.len() < text.len());
+        assert_eq!(inflate_message(payload, 1 << 20), Ok(text.into_bytes()));
+        // Short text, control frames: as they are.
+        let short = text_frame("{}");
+        assert_eq!(deflated_frame(&mut deflater, &short), short);
+        let ping = ping_frame(&[b'x'; 100]);
+        assert_eq!(deflated_frame(&mut deflater, &ping), ping);
+    }
 
     fn decode_all(bytes: &[u8]) -> (Vec<WsEvent>, Option<Violation>) {
         decode_with(Decoder::new(), bytes)
