@@ -252,3 +252,41 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With no node able to take an upgrade, HAProxy answers by itself: first
+/// every connect is refused (retries spent), then the checks have marked
+/// every node down (no server). Either way the viewer gets the contract's
+/// refusal, 503 with a jittered whole-second `Retry-After`, so it waits for
+/// the hint instead of backing off blind (`http-error` in the shipped config).
+#[test]
+fn haproxy_refuses_with_retry_after_when_no_node_can_take_the_upgrade() {
+    // Two node addresses nobody listens on.
+    let nodes = [lb::free_port(), lb::free_port()];
+    let lb_port = lb::free_port();
+    let cfg = lb::render(&lb::shipped(), &lb::Bind::Plain(lb_port), &nodes, 100);
+    let dir = std::env::temp_dir().join(format!("seatboard-fleet-503-{}", std::process::id()));
+    let proxy = lb::Haproxy::start(&dir, lb_port, &cfg, 1);
+    let mut seen = std::collections::BTreeSet::new();
+    // Checks run every second and take 2 failures: 4 s covers both phases.
+    let end = Instant::now() + Duration::from_secs(4);
+    let mut answers = 0;
+    while Instant::now() < end || answers < 20 {
+        let head = lb::upgrade_head(lb_port).expect("haproxy answered");
+        let status = head.split_whitespace().nth(1);
+        assert_eq!(status, Some("503"), "not a refusal: {head}");
+        let after: u64 = lb::header(&head, "retry-after")
+            .unwrap_or_else(|| panic!("HAProxy's own 503 without Retry-After: {head}"))
+            .parse()
+            .unwrap_or_else(|e| panic!("Retry-After not whole seconds ({e}): {head}"));
+        assert!((1..=3).contains(&after), "Retry-After {after}: {head}");
+        seen.insert(after);
+        answers += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        seen.len() >= 2,
+        "Retry-After not jittered over {answers} refusals: {seen:?}"
+    );
+    drop(proxy);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -203,6 +203,38 @@ pub fn get_status(port: u16, path: &str) -> Option<u16> {
     head.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// The response head (status line and headers) to a plain-HTTP WebSocket
+/// upgrade of `/ws` through 127.0.0.1:port, without a token.
+pub fn upgrade_head(port: u16) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET /ws HTTP/1.1\r\nHost: seatboard\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&buf);
+    Some(head.split("\r\n\r\n").next()?.to_string())
+}
+
+/// A header's value in a response head (names compared without case: HAProxy
+/// sends them lower-cased).
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then_some(v.trim())
+    })
+}
+
 /// A self-signed certificate for `localhost`/127.0.0.1 made with openssl, as
 /// one PEM (certificate + key) in `dir`, the form HAProxy's `crt` wants.
 pub fn self_signed_pem(dir: &Path) -> PathBuf {
