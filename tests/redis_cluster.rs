@@ -410,3 +410,55 @@ fn ask_redirects_are_followed_while_a_state_slot_migrates() {
     let answer = watch(&mut late, course);
     assert_eq!(taken_in(&answer), Some(7), "{answer}");
 }
+
+/// The last command and idle seconds of the pub/sub client on `port`.
+fn pubsub_client(port: u16) -> (String, u64) {
+    let list = cli(port, &["CLIENT", "LIST", "TYPE", "pubsub"]);
+    let field = |k: &str| {
+        list.split_whitespace()
+            .find_map(|f| f.strip_prefix(k))
+            .unwrap_or("")
+            .to_owned()
+    };
+    (field("cmd="), field("idle=").parse().unwrap_or(u64::MAX))
+}
+
+#[test]
+fn a_quiet_sharded_source_sleeps_on_its_sockets() {
+    let cluster = Cluster::primaries_only();
+    let primaries: Vec<NodeLine> = cluster
+        .lines_from(cluster.any_port())
+        .into_iter()
+        .filter(|l| l.primary)
+        .collect();
+    let a = courses_on(&primaries[0], 1).remove(0);
+    let b = courses_on(&primaries[1], 1).remove(0);
+    let sb = serve(&cluster);
+    let mut ws = client(&sb, "user=q1");
+    // Two sharded subscriptions: two pub/sub connections to sleep on.
+    watch(&mut ws, &a);
+    watch(&mut ws, &b);
+    let subscribed = Instant::now();
+    std::thread::sleep(Duration::from_millis(500));
+    let w0 = thread_wakeups(sb.pid(), "seatboard-inges");
+    std::thread::sleep(Duration::from_secs(3));
+    let woke = thread_wakeups(sb.pid(), "seatboard-inges") - w0;
+    println!("ingest thread: {woke} wake-ups in 3 s with two quiet shard subscriptions");
+    // Polling every 5 ms would be ~600.
+    assert!(woke < 40, "{woke} wake-ups in 3 s");
+    // Asleep, yet a publish reaches the viewer at once.
+    let t = Instant::now();
+    assert!(publish(&cluster, &a, 6, 1));
+    let f = read_until(&mut ws, Duration::from_secs(10), |m| {
+        m["type"] == "frame" && m["course"] == a.as_str()
+    })
+    .expect("live frame");
+    assert_eq!(taken_in(&f), Some(6), "{f}");
+    println!("published and on the viewer in {:?}", t.elapsed());
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // The connection that stayed silent is still pinged after 5 s of silence.
+    std::thread::sleep(Duration::from_millis(6_500).saturating_sub(subscribed.elapsed()));
+    let (cmd, idle) = pubsub_client(primaries[1].port);
+    assert_eq!(cmd, "ping", "no keepalive on the quiet connection by 6.5 s");
+    assert!(idle <= 2, "last command {idle} s ago");
+}

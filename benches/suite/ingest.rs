@@ -32,6 +32,10 @@ impl Source for Quiet {
     fn connected(&self) -> bool {
         true
     }
+    fn poll_timeout(&mut self) -> Option<Duration> {
+        None
+    }
+    fn wait_fds(&self, _fds: &mut Vec<std::os::fd::RawFd>) {}
 }
 
 const SHARDS: usize = 2;

@@ -1,6 +1,6 @@
 //! The ingest thread's mailbox: commands go over a channel, and each send also
-//! bumps an eventfd, so the thread can sleep in `poll(2)` on its Redis socket
-//! and that eventfd instead of waking every few milliseconds to look.
+//! bumps an eventfd, so the thread can sleep in `poll(2)` on its source's
+//! sockets and that eventfd instead of waking every few milliseconds to look.
 
 use crate::channels::IngestCmd;
 use crossbeam_channel::{unbounded, Receiver, SendError, Sender};
@@ -16,7 +16,8 @@ pub struct Wake {
 }
 
 impl Wake {
-    fn new() -> io::Result<Wake> {
+    /// A fresh eventfd, not signalled.
+    pub fn new() -> io::Result<Wake> {
         // SAFETY: eventfd has no memory preconditions; the result is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
@@ -28,7 +29,8 @@ impl Wake {
         })
     }
 
-    fn wake(&self) {
+    /// Makes a `poll(2)` on [`Wake::fd`] return.
+    pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to our own eventfd; a full
         // counter (EAGAIN) already means "awake".
@@ -36,10 +38,15 @@ impl Wake {
     }
 
     /// Resets the counter after a wake-up.
-    fn drain(&self) {
+    pub fn drain(&self) {
         let mut n: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64 from our own non-blocking eventfd.
         unsafe { libc::read(self.fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
+    }
+
+    /// The descriptor to poll.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
     }
 }
 
@@ -63,6 +70,8 @@ impl IngestTx {
 pub struct IngestRx {
     rx: Receiver<IngestCmd>,
     wake: Arc<Wake>,
+    /// Reused by every wait: the eventfd, then the source's sockets.
+    pollfds: Vec<libc::pollfd>,
 }
 
 impl IngestRx {
@@ -71,25 +80,31 @@ impl IngestRx {
         self.rx.try_recv().ok()
     }
 
-    /// Sleeps until `fd` (if any) is readable, a command is sent, or `timeout`
-    /// passes (`None`: no deadline).
-    pub fn wait(&self, fd: Option<RawFd>, timeout: Option<Duration>) {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.wake.fd.as_raw_fd(),
+    /// Sleeps until one of `fds` is readable, a command is sent, or `timeout`
+    /// passes (`None`: no deadline; rounded up to whole milliseconds, so a
+    /// deadline is never woken for early).
+    pub fn wait(&mut self, fds: &[RawFd], timeout: Option<Duration>) {
+        self.pollfds.clear();
+        for fd in std::iter::once(self.wake.fd()).chain(fds.iter().copied()) {
+            self.pollfds.push(libc::pollfd {
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
-            },
-            libc::pollfd {
-                fd: fd.unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        let ms = timeout.map_or(-1, |t| t.as_millis().clamp(1, i32::MAX as u128) as i32);
-        // SAFETY: `fds` is a live array of 2 pollfd; a negative fd is ignored.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if fds[0].revents != 0 {
+            });
+        }
+        let ms = timeout.map_or(-1, |t| {
+            t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
+        });
+        // SAFETY: `pollfds` is a live, exclusively borrowed array of
+        // `pollfds.len()` pollfd.
+        unsafe {
+            libc::poll(
+                self.pollfds.as_mut_ptr(),
+                self.pollfds.len() as libc::nfds_t,
+                ms,
+            )
+        };
+        if self.pollfds[0].revents != 0 {
             self.wake.drain();
         }
     }
@@ -104,6 +119,68 @@ pub fn channel() -> io::Result<(IngestTx, IngestRx)> {
             tx,
             wake: Arc::clone(&wake),
         },
-        IngestRx { rx, wake },
+        IngestRx {
+            rx,
+            wake,
+            pollfds: Vec::new(),
+        },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    /// A pipe: (read end, write end).
+    fn pipe() -> (OwnedFd, OwnedFd) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a live array of two ints; the result is checked.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors are fresh and owned by nobody else.
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    }
+
+    fn write_byte(fd: &OwnedFd) {
+        // SAFETY: writes one byte from a live buffer to a pipe we own.
+        assert_eq!(
+            unsafe { libc::write(fd.as_raw_fd(), b"x".as_ptr().cast(), 1) },
+            1
+        );
+    }
+
+    #[test]
+    fn a_wait_ends_on_any_socket_a_command_or_the_deadline() {
+        let (tx, mut rx) = channel().expect("eventfd");
+        let (a, _a_w) = pipe();
+        let (b, b_w) = pipe();
+        let fds = [a.as_raw_fd(), b.as_raw_fd()];
+        // Nothing readable: the deadline, not before (rounded up, never early).
+        let t = Instant::now();
+        rx.wait(&fds, Some(Duration::from_micros(30_500)));
+        assert!(
+            t.elapsed() >= Duration::from_micros(30_500),
+            "{:?}",
+            t.elapsed()
+        );
+        // The second of several sockets readable: at once, however long the deadline.
+        write_byte(&b_w);
+        let t = Instant::now();
+        rx.wait(&fds, None);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop((b, b_w));
+        // A command: at once, and the wake-up is drained (the next wait sleeps).
+        tx.send(IngestCmd::Shutdown).expect("send");
+        let t = Instant::now();
+        rx.wait(&fds[..1], Some(Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        assert!(matches!(rx.try_recv(), Some(IngestCmd::Shutdown)));
+        let t = Instant::now();
+        rx.wait(&fds[..1], Some(Duration::from_millis(20)));
+        assert!(
+            t.elapsed() >= Duration::from_millis(20),
+            "{:?}",
+            t.elapsed()
+        );
+    }
 }

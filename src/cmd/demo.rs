@@ -16,7 +16,7 @@ const DEMO_RATE: f64 = 40.0;
 pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
     let names: Vec<String> = DEMO_COURSES.iter().map(|s| s.to_string()).collect();
     node.set_courses(&names);
-    let (publisher, source) = bus();
+    let (publisher, source) = bus()?;
     // Seed every section once, before the port opens, so the board is whole
     // for the very first viewer (a loaded box could schedule the simulator
     // thread after the first watch had read an empty state table).

@@ -7,6 +7,7 @@ use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
 use crate::redis::Redis;
 use std::collections::BTreeSet;
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -134,11 +135,19 @@ impl Source for AnySource {
         }
     }
 
-    fn wait_fd(&mut self) -> Option<std::os::fd::RawFd> {
+    fn poll_timeout(&mut self) -> Option<Duration> {
         match self {
-            AnySource::Classic(s) => s.wait_fd(),
-            AnySource::Sharded(s) => s.wait_fd(),
-            AnySource::Pending { .. } => None,
+            AnySource::Classic(s) => s.poll_timeout(),
+            AnySource::Sharded(s) => s.poll_timeout(),
+            AnySource::Pending { backoff, .. } => Some(backoff.wait()),
+        }
+    }
+
+    fn wait_fds(&self, fds: &mut Vec<RawFd>) {
+        match self {
+            AnySource::Classic(s) => s.wait_fds(fds),
+            AnySource::Sharded(s) => s.wait_fds(fds),
+            AnySource::Pending { .. } => {}
         }
     }
 

@@ -2,8 +2,10 @@
 //! the selection API publishes into Redis (a state table plus a channel).
 
 use super::source::{Source, SourceEvent};
+use crate::channels::wake::Wake;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,6 +16,8 @@ type StateTable = Arc<Mutex<HashMap<String, BTreeMap<u32, Vec<u8>>>>>;
 pub struct BusPublisher {
     tx: Sender<(String, Vec<u8>)>,
     state: StateTable,
+    /// Bumped after each publish: the ingest thread sleeps on it.
+    wake: Arc<Wake>,
 }
 
 impl BusPublisher {
@@ -26,6 +30,7 @@ impl BusPublisher {
             .or_default()
             .insert(section, payload.clone());
         let _ = self.tx.send((course.to_owned(), payload));
+        self.wake.wake();
     }
 }
 
@@ -35,24 +40,28 @@ pub struct Bus {
     state: StateTable,
     subscribed: HashSet<String>,
     firehose: bool,
+    wake: Arc<Wake>,
 }
 
 /// A connected publisher/subscriber pair.
-pub fn bus() -> (BusPublisher, Bus) {
+pub fn bus() -> std::io::Result<(BusPublisher, Bus)> {
     let (tx, rx) = unbounded();
     let state: StateTable = Arc::default();
-    (
+    let wake = Arc::new(Wake::new()?);
+    Ok((
         BusPublisher {
             tx,
             state: Arc::clone(&state),
+            wake: Arc::clone(&wake),
         },
         Bus {
             rx,
             state,
             subscribed: HashSet::new(),
             firehose: false,
+            wake,
         },
-    )
+    ))
 }
 
 impl Source for Bus {
@@ -92,6 +101,16 @@ impl Source for Bus {
     fn known_courses(&mut self) -> Vec<String> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.keys().cloned().collect()
+    }
+
+    fn poll_timeout(&mut self) -> Option<Duration> {
+        // Reset before looking: a publish after the look bumps it again.
+        self.wake.drain();
+        (!self.rx.is_empty()).then_some(Duration::ZERO)
+    }
+
+    fn wait_fds(&self, fds: &mut Vec<RawFd>) {
+        fds.push(self.wake.fd());
     }
 
     fn connected(&self) -> bool {

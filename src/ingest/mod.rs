@@ -370,6 +370,24 @@ impl<S: Source> Ingest<S> {
         admin.into_iter().chain(retry).min()
     }
 
+    /// How long the ingest thread may sleep on the source's sockets and its
+    /// command wake-up before it must poll the source or run its timers: until
+    /// the first of the router's timers ([`Ingest::poll_timeout`]) and the
+    /// source's timed work (`None`: until woken); `Some(ZERO)`: not at all
+    /// (something buffered or due, or a backlog to retry).
+    pub fn sleep_for(&mut self, now_ms: u64) -> Option<Duration> {
+        if self.backlog() {
+            return Some(Duration::ZERO);
+        }
+        let timers = self
+            .poll_timeout()
+            .map(|t| Duration::from_millis(t.saturating_sub(now_ms)));
+        match (timers, self.source.poll_timeout()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Sends batched snapshots to shards.
     pub fn flush(&mut self) {
         for o in &mut self.outlets {
@@ -453,16 +471,13 @@ impl<S: Source> Ingest<S> {
     }
 }
 
-/// Longest sleep of an idle ingest thread: the Redis keepalive (a PING after
-/// 5 s of silence) is checked when the source is polled.
-const IDLE_WAIT: Duration = Duration::from_secs(4);
-
-/// Runs the ingest thread until `Shutdown`. It sleeps in `poll(2)` on the
-/// Redis socket and its command wake-up, until the next thing it has to do:
-/// no timer runs while there is nothing to do (the admin tick only while an
-/// admin is connected, the state reread only while a read failed; see
-/// [`Ingest::poll_timeout`]).
-pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx) {
+/// Runs the ingest thread until `Shutdown`. It sleeps in `poll(2)` on every
+/// socket its source reads and its command wake-up, until the next thing it
+/// has to do: no timer runs while there is nothing to do (the admin tick only
+/// while an admin is connected, the state reread only while a read failed, the
+/// source's own timed work only when due; see [`Ingest::sleep_for`]).
+pub fn run<S: Source>(mut ingest: Ingest<S>, mut commands: IngestRx) {
+    let mut fds = Vec::new();
     loop {
         while let Some(cmd) = commands.try_recv() {
             if !ingest.command(cmd, clock::unix_ms()) {
@@ -471,24 +486,15 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, commands: IngestRx) {
         }
         let up = ingest.source().connected();
         ingest.metrics.redis_connected.store(up as u64, Relaxed);
-        // A backlog retries every millisecond; a source that cannot be
-        // slept on is polled every 5 ms; otherwise sleep until the socket is
-        // readable, a command comes, or the next timer that has work.
-        let backlog = ingest.backlog();
-        let fd = ingest.source.wait_fd();
-        let wait = match (backlog, fd) {
-            (true, _) => Duration::from_millis(1),
-            (false, None) => Duration::from_millis(5),
-            (false, Some(_)) => {
-                let now = clock::unix_ms();
-                let until = ingest.poll_timeout().map_or(IDLE_WAIT, |t| {
-                    Duration::from_millis(t.saturating_sub(now)).min(IDLE_WAIT)
-                });
-                commands.wait(fd, Some(until));
-                // Readable or woken: read what is there without waiting long.
-                Duration::from_millis(1)
-            }
-        };
+        let sleep = ingest.sleep_for(clock::unix_ms());
+        if sleep != Some(Duration::ZERO) {
+            fds.clear();
+            ingest.source.wait_fds(&mut fds);
+            commands.wait(&fds, sleep);
+        }
+        // Readable, woken or due: read what is there without waiting long (a
+        // backlog retries at this pace).
+        let wait = Duration::from_millis(1);
         let mut n = 0;
         if let Some(ev) = ingest.source.poll(wait) {
             ingest.event(ev, clock::unix_ms());
@@ -524,6 +530,8 @@ mod tests {
         hashes: HashMap<String, Vec<Vec<u8>>>,
         /// The next this many state reads fail.
         fail: usize,
+        /// What the source answers to `poll_timeout`.
+        due: Option<Duration>,
     }
 
     /// A source over a shared [`World`], so a test can look and change it.
@@ -559,6 +567,10 @@ mod tests {
         fn connected(&self) -> bool {
             true
         }
+        fn poll_timeout(&mut self) -> Option<Duration> {
+            self.0.lock().unwrap().due
+        }
+        fn wait_fds(&self, _fds: &mut Vec<std::os::fd::RawFd>) {}
     }
 
     struct Rig {
@@ -882,5 +894,48 @@ mod tests {
         assert_eq!(r.ingest.poll_timeout(), None);
         r.ingest.handle_timeout(T0 + 2_000);
         assert!(r.log().is_empty());
+    }
+
+    #[test]
+    fn the_thread_sleeps_until_the_first_timed_work_of_router_or_source() {
+        let mut r = rig(1);
+        let secs = Duration::from_secs;
+        // Nothing timed anywhere: sleep until a socket or a command wakes it.
+        assert_eq!(r.ingest.sleep_for(T0), None);
+        // The source's own timed work (a keepalive PING, a slot-map refresh).
+        r.world.lock().unwrap().due = Some(secs(5));
+        assert_eq!(r.ingest.sleep_for(T0), Some(secs(5)));
+        // An admin's tick comes first; then whichever is sooner.
+        r.admin(0, true);
+        assert_eq!(
+            r.ingest.sleep_for(T0 + 50),
+            Some(Duration::from_millis(ADMIN_TICK - 50))
+        );
+        r.world.lock().unwrap().due = Some(Duration::from_millis(20));
+        assert_eq!(r.ingest.sleep_for(T0 + 50), Some(Duration::from_millis(20)));
+        r.admin(0, false);
+        // Something buffered in the source (a queued event, TLS bytes): no sleep.
+        r.world.lock().unwrap().due = Some(Duration::ZERO);
+        assert_eq!(r.ingest.sleep_for(T0), Some(Duration::ZERO));
+        // A failed state read is retried in a second, even with no source timer.
+        {
+            let mut w = r.world.lock().unwrap();
+            w.due = None;
+            w.fail = 1;
+        }
+        r.interest(0, "A", true);
+        assert_eq!(
+            r.ingest.sleep_for(T0 + 400),
+            Some(Duration::from_millis(600))
+        );
+        r.ingest.handle_timeout(T0 + 1_000);
+        assert_eq!(r.ingest.sleep_for(T0 + 1_000), None);
+        // A shard whose channel is full: retried without sleeping.
+        for v in 1..=200 {
+            r.ingest.event(message("A", 1, 1, v), T0);
+            r.ingest.flush();
+        }
+        assert!(r.ingest.backlog());
+        assert_eq!(r.ingest.sleep_for(T0), Some(Duration::ZERO));
     }
 }

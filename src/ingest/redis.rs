@@ -375,12 +375,23 @@ impl Source for RedisSource {
         read_state(&mut self.link, &self.state_prefix, course)
     }
 
-    fn wait_fd(&mut self) -> Option<RawFd> {
+    fn poll_timeout(&mut self) -> Option<Duration> {
         if !self.pending.is_empty() {
-            return None;
+            return Some(Duration::ZERO);
         }
-        let sub = self.sub.as_mut()?;
-        (!sub.conn.buffered()).then(|| sub.conn.fd())
+        let firehose = self.firehose;
+        let Some(sub) = self.sub.as_mut() else {
+            return Some(self.backoff.wait());
+        };
+        // A pattern to drop, or bytes already read: the next poll has work.
+        if (!firehose && sub.pattern) || sub.conn.buffered() {
+            return Some(Duration::ZERO);
+        }
+        Some(sub.conn.keepalive_due(PING_AFTER, PING_DEADLINE))
+    }
+
+    fn wait_fds(&self, fds: &mut Vec<RawFd>) {
+        fds.extend(self.sub.as_ref().map(|s| s.conn.fd()));
     }
 
     fn connected(&self) -> bool {

@@ -16,6 +16,7 @@ use crate::redis::slots::{Addr, SlotMap};
 use crate::redis::Redis;
 use shards::snapshot::{valid_course, MAX_PAYLOAD};
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -507,6 +508,29 @@ impl Source for ShardedSource {
 
     fn known_courses(&mut self) -> Vec<String> {
         self.scanned.iter().cloned().collect()
+    }
+
+    fn poll_timeout(&mut self) -> Option<Duration> {
+        // Queued events, channels to drop, bytes read (or held by TLS): now.
+        if !self.pending.is_empty() || self.prune || self.conns.iter_mut().any(|c| c.buffered()) {
+            return Some(Duration::ZERO);
+        }
+        let now = Instant::now();
+        let mut due = self.map_at + MAP_REFRESH;
+        if self.need || self.map_dirty || self.map.is_none() {
+            due = due.min(now + self.backoff.wait());
+        }
+        if self.firehose {
+            due = due.min(self.next_scan);
+        }
+        for c in &self.conns {
+            due = due.min(now + c.keepalive_due(PING_AFTER, PING_DEADLINE));
+        }
+        Some(due.saturating_duration_since(now))
+    }
+
+    fn wait_fds(&self, fds: &mut Vec<RawFd>) {
+        fds.extend(self.conns.iter().map(PubConn::fd));
     }
 
     fn connected(&self) -> bool {

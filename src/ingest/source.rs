@@ -43,10 +43,14 @@ pub trait Source: Send {
     }
     /// Whether the source is connected now.
     fn connected(&self) -> bool;
-    /// A socket the ingest thread may sleep on in `poll(2)` until it is
-    /// readable: only while the source holds nothing buffered. `None`: poll
-    /// the source with a short timeout instead.
-    fn wait_fd(&mut self) -> Option<RawFd> {
-        None
-    }
+    /// How long the source may go unpolled while none of its sockets
+    /// ([`Source::wait_fds`]) is readable: `Some(ZERO)` when something is
+    /// buffered already (a queued event, bytes TLS decrypted that the socket
+    /// no longer shows) or timed work is due; otherwise until its next timed
+    /// work (a reconnect after backoff, a slot-map refresh, a keepalive PING);
+    /// `None`: nothing timed, only a readable socket needs it.
+    fn poll_timeout(&mut self) -> Option<Duration>;
+    /// Appends every socket the source reads, for the ingest thread to sleep
+    /// on in `poll(2)` until one is readable.
+    fn wait_fds(&self, fds: &mut Vec<RawFd>);
 }

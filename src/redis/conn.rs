@@ -219,20 +219,56 @@ impl PubConn {
 
     /// Pings a silent connection; an error when a ping went unanswered too long.
     pub fn keepalive(&mut self, after: Duration, deadline: Duration) -> io::Result<()> {
+        if !keepalive_in(
+            self.last_rx,
+            self.ping_sent,
+            Instant::now(),
+            after,
+            deadline,
+        )
+        .is_zero()
+        {
+            return Ok(());
+        }
         match self.ping_sent {
-            Some(t) if t.elapsed() > deadline => Err(io::Error::other("PING unanswered")),
-            Some(_) => Ok(()),
-            None if self.last_rx.elapsed() > after => {
+            Some(_) => Err(io::Error::other("PING unanswered")),
+            None => {
                 self.ping_sent = Some(Instant::now());
                 self.send(b"*1\r\n$4\r\nPING\r\n")
             }
-            None => Ok(()),
         }
+    }
+
+    /// How long until [`PubConn::keepalive`] has something to do, so a
+    /// sleeping reader wakes for it and not before.
+    pub fn keepalive_due(&self, after: Duration, deadline: Duration) -> Duration {
+        keepalive_in(
+            self.last_rx,
+            self.ping_sent,
+            Instant::now(),
+            after,
+            deadline,
+        )
     }
 
     /// The socket, for polling several connections at once.
     pub fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
+    }
+}
+
+/// Time left at `now` before a connection silent since `last_rx` is pinged
+/// (`after`), or, with a PING unanswered since `ping_sent`, given up (`deadline`).
+fn keepalive_in(
+    last_rx: Instant,
+    ping_sent: Option<Instant>,
+    now: Instant,
+    after: Duration,
+    deadline: Duration,
+) -> Duration {
+    match ping_sent {
+        Some(t) => (t + deadline).saturating_duration_since(now),
+        None => (last_rx + after).saturating_duration_since(now),
     }
 }
 
@@ -313,5 +349,36 @@ pub fn classify(items: Vec<Item>) -> Frame {
             Frame::Confirm(kind, channel)
         }
         _ => Frame::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keepalive_is_due_after_silence_then_after_an_unanswered_ping() {
+        let (after, deadline) = (Duration::from_secs(5), Duration::from_secs(3));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_millis(s);
+        // Silent since t0: the PING is due at 5 s, not before.
+        assert_eq!(
+            keepalive_in(t0, None, at(1_000), after, deadline),
+            Duration::from_secs(4)
+        );
+        assert!(keepalive_in(t0, None, at(5_000), after, deadline).is_zero());
+        assert!(keepalive_in(t0, None, at(9_000), after, deadline).is_zero());
+        // Sent at 5 s and unanswered: the connection is given up at 8 s.
+        let sent = Some(at(5_000));
+        assert_eq!(
+            keepalive_in(t0, sent, at(6_500), after, deadline),
+            Duration::from_millis(1_500)
+        );
+        assert!(keepalive_in(t0, sent, at(8_000), after, deadline).is_zero());
+        // Anything received restarts the silence.
+        assert_eq!(
+            keepalive_in(at(7_000), None, at(7_000), after, deadline),
+            after
+        );
     }
 }

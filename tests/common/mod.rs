@@ -331,3 +331,27 @@ impl Board {
             .unwrap_or(0)
     }
 }
+
+/// Context switches (voluntary + involuntary) so far of the threads of `pid`
+/// whose name starts with `name` (`/proc/<pid>/task/*/status`): each is a wake-up.
+pub fn thread_wakeups(pid: i32, name: &str) -> u64 {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.starts_with(name))
+        })
+        .flat_map(|t| {
+            let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+            status
+                .lines()
+                .filter(|l| {
+                    l.starts_with("voluntary_ctxt_switches:")
+                        || l.starts_with("nonvoluntary_ctxt_switches:")
+                })
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
