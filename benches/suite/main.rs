@@ -26,6 +26,7 @@ use hist::Hist;
 use procs::{Fleet, Redis, Server, Usage};
 use publish::Publisher;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// Options shared by the scenarios (`--name value`).
@@ -121,7 +122,7 @@ const USAGE: &str =
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
-[--redis-mode standalone|cluster (storm: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
+[--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
@@ -419,38 +420,55 @@ fn counter(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or(0)
 }
 
-fn idle(o: &Opts) -> Outcome {
-    let mut out = Outcome::new("idle");
-    let redis = Redis::start();
-    let server = Server::start(&redis, &server_flags(o, &[]));
-    std::thread::sleep(Duration::from_secs(1));
-    // Wake-ups with no connection at all: every thread's context switches.
-    let quiet = o.seconds.min(20.0);
-    let w0 = procs::wakeups(server.pid());
-    std::thread::sleep(Duration::from_secs_f64(quiet));
-    let w1 = procs::wakeups(server.pid());
-    let per_thread: Vec<(String, f64)> = w1
+/// Redis for a scenario (three primaries under `--redis-mode cluster`) and
+/// the server flags that go with it.
+fn start_redis(o: &Opts) -> (Redis, &'static [&'static str]) {
+    if o.cluster {
+        (Redis::start_cluster(3), &["--redis-mode", "cluster"])
+    } else {
+        (Redis::start(), &[])
+    }
+}
+
+/// Wake-ups per second of each thread of `pid` from `w0` to now, over `secs`.
+fn wakeup_rates(pid: u32, w0: &BTreeMap<String, u64>, secs: f64) -> Vec<(String, f64)> {
+    procs::wakeups(pid)
         .iter()
         .map(|(k, v)| {
-            (
-                k.clone(),
-                v.saturating_sub(w0.get(k).copied().unwrap_or(0)) as f64 / quiet,
-            )
+            let n = v.saturating_sub(w0.get(k).copied().unwrap_or(0));
+            (k.clone(), n as f64 / secs)
         })
-        .collect();
-    let total_wakeups: f64 = per_thread.iter().map(|x| x.1).sum();
+        .collect()
+}
+
+/// A row with the total wake-ups per second and each thread's.
+fn wakeups_row(out: &mut Outcome, key: &str, per_thread: &[(String, f64)], secs: f64) {
+    let total: f64 = per_thread.iter().map(|x| x.1).sum();
     out.row(
-        "wakeups_per_s_no_connection",
+        key,
         format!(
-            "{total_wakeups:.2}/s over {quiet:.0} s ({})",
+            "{total:.2}/s over {secs:.0} s ({})",
             per_thread
                 .iter()
                 .map(|(k, v)| format!("{k} {v:.2}"))
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        json!({"total": total_wakeups, "threads": per_thread.iter().cloned().collect::<std::collections::BTreeMap<_, _>>()}),
+        json!({"total": total, "threads": per_thread.iter().cloned().collect::<BTreeMap<_, _>>()}),
     );
+}
+
+fn idle(o: &Opts) -> Outcome {
+    let mut out = Outcome::new(if o.cluster { "idle_cluster" } else { "idle" });
+    let (redis, mode) = start_redis(o);
+    let server = Server::start(&redis, &server_flags(o, mode));
+    std::thread::sleep(Duration::from_secs(1));
+    // Wake-ups with no connection at all: every thread's context switches.
+    let quiet = o.seconds.min(20.0);
+    let w0 = procs::wakeups(server.pid());
+    std::thread::sleep(Duration::from_secs_f64(quiet));
+    let per_thread = wakeup_rates(server.pid(), &w0, quiet);
+    wakeups_row(&mut out, "wakeups_per_s_no_connection", &per_thread, quiet);
     let before = server.usage();
     let courses = course_names(o.courses);
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 600.0);
@@ -459,9 +477,15 @@ fn idle(o: &Opts) -> Outcome {
     let after = server.usage();
     let k0 = procs::machine_ticks();
     let window = o.seconds;
+    let w0 = procs::wakeups(server.pid());
     watch(o, "idle", "frames", window, &server, &mut f);
     let end = server.usage();
     let k1 = procs::machine_ticks();
+    // The same with the clients connected and watching (nothing published):
+    // the shards' timers and the clients' pings, and the ingest thread asleep
+    // on its pub/sub connection(s).
+    let per_thread = wakeup_rates(server.pid(), &w0, window);
+    wakeups_row(&mut out, "wakeups_per_s_watching", &per_thread, window);
     let marks = f.mark();
     let lg_cpu = f.cpu_us();
     drop(f.report());
@@ -511,16 +535,12 @@ fn idle(o: &Opts) -> Outcome {
 fn storm(o: &Opts) -> Outcome {
     let mut out = Outcome::new(if o.cluster { "storm_cluster" } else { "storm" });
     let courses = course_names(o.courses);
-    let (redis, server, mut publisher) = if o.cluster {
-        let redis = Redis::start_cluster(3);
-        let server = Server::start(&redis, &server_flags(o, &["--redis-mode", "cluster"]));
-        let p = Publisher::connect_cluster(&redis.ports, courses.clone(), o.sections);
-        (redis, server, p)
+    let (redis, mode) = start_redis(o);
+    let server = Server::start(&redis, &server_flags(o, mode));
+    let mut publisher = if o.cluster {
+        Publisher::connect_cluster(&redis.ports, courses.clone(), o.sections)
     } else {
-        let redis = Redis::start();
-        let server = Server::start(&redis, &server_flags(o, &[]));
-        let p = Publisher::connect(redis.port, courses.clone(), o.sections);
-        (redis, server, p)
+        Publisher::connect(redis.port, courses.clone(), o.sections)
     };
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
