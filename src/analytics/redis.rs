@@ -18,8 +18,10 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long a pub/sub poll waits before the loop looks at the clock.
-const POLL: Duration = Duration::from_millis(50);
+/// Longest sleep between looks at the stop flag (set by SIGTERM/SIGINT); the
+/// loop otherwise sleeps until a message, the bucket's end or the source's
+/// next timed work (keepalive, reconnect), whichever comes first.
+const STOP_CHECK: Duration = Duration::from_millis(500);
 /// Keys counted per ZCOUNT pipeline.
 const COUNT_BATCH: usize = 1000;
 /// At most one "rejected payload" log line this often.
@@ -196,6 +198,13 @@ impl Loop<'_> {
     }
 }
 
+/// How long the loop may sleep in the source at `now_ms`: until the bucket in
+/// flight ends, the source's next timed work, or the next look at the stop flag.
+fn sleep_for(buckets: &Buckets, source: Option<Duration>, now_ms: u64) -> Duration {
+    let bucket = Duration::from_millis(buckets.end_ms().saturating_sub(now_ms));
+    source.map_or(STOP_CHECK, |s| s.min(STOP_CHECK)).min(bucket)
+}
+
 /// Runs the worker until `stop` is set (SIGTERM/SIGINT). A bucket in flight at
 /// the stop is dropped, never flushed partial.
 pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
@@ -221,7 +230,8 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
     let mut was_up = false;
     let mut announced = false;
     while !stop.load(Relaxed) {
-        let ev = source.poll(POLL);
+        let wait = sleep_for(&lp.buckets, source.poll_timeout(), clock::unix_ms());
+        let ev = source.poll(wait);
         let up = source.connected();
         if up && !was_up {
             match lp.down_since.take() {
@@ -271,4 +281,27 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
         tracing::warn!("stopping with one bucket unwritten (Redis was down)");
     }
     tracing::info!("seatboard analytics stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_sleeps_until_the_bucket_ends_the_source_needs_it_or_the_stop_check() {
+        // Buckets of 5 s aligned to the clock: the one in flight ends at 10,000.
+        let b = Buckets::new(5_000, 7_000);
+        assert_eq!(b.end_ms(), 10_000);
+        // Nothing sooner: the stop flag is looked at every STOP_CHECK.
+        assert_eq!(sleep_for(&b, None, 7_000), STOP_CHECK);
+        // The bucket's end comes first.
+        assert_eq!(sleep_for(&b, None, 9_800), Duration::from_millis(200));
+        // Past the end: no sleep at all, the bucket closes now.
+        assert_eq!(sleep_for(&b, None, 10_300), Duration::ZERO);
+        // The source's keepalive or reconnect comes first.
+        let soon = Duration::from_millis(30);
+        assert_eq!(sleep_for(&b, Some(soon), 7_000), soon);
+        // Something buffered in the source: poll it at once.
+        assert_eq!(sleep_for(&b, Some(Duration::ZERO), 7_000), Duration::ZERO);
+    }
 }
