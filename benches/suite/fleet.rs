@@ -18,6 +18,7 @@ use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::{counter, course_names, progress, Opts, Outcome};
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -285,7 +286,14 @@ fn start_rig(o: &Opts, haproxy_procs: usize) -> Rig {
     // 20,000 open-file hard limit with at most 9,000 connections.
     let maxconn = 9000;
     let cfg = lb::render(&lb::shipped(), &Bind::Plain(port), &ports, maxconn);
-    let lb = Haproxy::start(&dir, port, &cfg, haproxy_procs);
+    // Logs of earlier runs go; this run's stay for a look afterwards.
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if name.starts_with("haproxy-") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    let lb = Haproxy::start(&dir, port, &lb::log_to_stdout(&cfg), haproxy_procs);
     assert!(
         lb.wait_ready("/readyz", Duration::from_secs(20)),
         "haproxy never saw a node up"
@@ -322,6 +330,7 @@ fn event_thread(
             }
             "rolling" => {
                 m.start = now_ms();
+                let t0 = Instant::now();
                 for i in 0..rig.nodes.len() {
                     let t = Instant::now();
                     rig.nodes[i].signal(libc::SIGTERM);
@@ -335,8 +344,9 @@ fn event_thread(
                     // Until every HAProxy process's checks saw it up (rise 2 at 1 s).
                     std::thread::sleep(Duration::from_millis(2500));
                     m.notes.push(format!(
-                        "node{}: drained and exited in {drained:.1} s (exited by itself: {exited}), {} after {:.1} s",
+                        "node{}: SIGTERM at +{:.1} s, drained and exited in {drained:.1} s (exited by itself: {exited}), {} after {:.1} s",
                         i + 1,
+                        (t.duration_since(t0)).as_secs_f64(),
                         if up { "ready again" } else { "NOT READY (did not start)" },
                         t.elapsed().as_secs_f64()
                     ));
@@ -480,6 +490,37 @@ fn storm_through(
     (p.published, t0.elapsed().as_secs_f64())
 }
 
+/// What HAProxy answered other than a 101, from its request logs
+/// (`lb::log_to_stdout`): "status termination-state server" -> count (a 503
+/// from a node has state `----`; HAProxy's own has `SC` for connects refused
+/// with the retries spent, `<NOSRV>` when no node was up, `sQ` for a queue
+/// timeout); and how many logged requests HAProxy had to retry.
+fn haproxy_answers(lb: &Haproxy, procs: usize) -> (BTreeMap<String, u64>, u64) {
+    let mut answers = BTreeMap::new();
+    let mut retried = 0;
+    for i in 0..procs.max(1) {
+        let text = std::fs::read_to_string(lb.log(i)).unwrap_or_default();
+        for line in text.lines() {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [status, state, server, retries, ..] = f[..] else {
+                continue;
+            };
+            if status.len() != 3 || status.parse::<u16>().is_err() {
+                continue;
+            }
+            if retries.trim_start_matches('+').parse::<u32>().unwrap_or(0) > 0 {
+                retried += 1;
+            }
+            if status != "101" {
+                *answers
+                    .entry(format!("{status} {state} {server}"))
+                    .or_default() += 1;
+            }
+        }
+    }
+    (answers, retried)
+}
+
 fn pct(h: &Hist, q: f64) -> f64 {
     h.quantile(q) as f64 / 1e3
 }
@@ -507,6 +548,7 @@ pub fn run_event(
     publisher.seed();
     let lb_port = rig.lb.port;
     let lb_pids = rig.lb.pids();
+    let rig_redis_pid = rig.redis.child.as_ref().map_or(0, |c| c.id());
     let node_pids: Vec<u32> = rig.nodes.iter().map(|n| n.pid()).collect();
     let mut f = crate::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
     let open = crate::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));
@@ -518,6 +560,23 @@ pub fn run_event(
     let (ack_tx, ack_rx) = mpsc::channel();
     let mut handle = None;
     let mut rig_slot = Some((rig, ack_rx));
+    // Who used the CPU in the storm before the event: the share each role
+    // takes of the 2 cores shows what bounds the size that can be driven.
+    let mut roles: Vec<(&str, Vec<u32>)> = vec![
+        ("haproxy", lb_pids.clone()),
+        ("nodes", node_pids.clone()),
+        ("loadgen", f.pids()),
+        ("redis", vec![rig_redis_pid]),
+        ("runner", vec![std::process::id()]),
+    ];
+    let cpu = |roles: &[(&str, Vec<u32>)]| -> Vec<u64> {
+        roles
+            .iter()
+            .map(|(_, pids)| pids.iter().map(|&p| procs::usage(p).cpu_us).sum())
+            .collect()
+    };
+    let c0 = (cpu(&roles), Instant::now());
+    let mut at_event = None;
     let k0 = procs::machine_ticks();
     let m0 = f.mark();
     let (published, secs) = storm_through(
@@ -530,6 +589,7 @@ pub fn run_event(
         o.after_s,
         Duration::from_secs_f64(o.max_wait_s),
         || {
+            at_event = Some((cpu(&roles), Instant::now(), procs::machine_ticks()));
             if let Some((r, ack)) = rig_slot.take() {
                 handle = Some(event_thread(
                     event.to_string(),
@@ -544,6 +604,21 @@ pub fn run_event(
     let k1 = procs::machine_ticks();
     let m1 = f.mark();
     let (rig, moments) = handle.expect("event ran").join().expect("event thread");
+    let (cpu_before, idle_before) = match at_event {
+        Some((c1, t1, kb)) => {
+            let secs = t1.duration_since(c0.1).as_secs_f64().max(1e-3);
+            let shares: BTreeMap<String, f64> = roles
+                .drain(..)
+                .zip(c1.iter().zip(&c0.0))
+                .map(|((name, _), (b, a))| {
+                    let pct = b.saturating_sub(*a) as f64 / 1e6 / secs * 100.0;
+                    (name.to_string(), (pct * 10.0).round() / 10.0)
+                })
+                .collect();
+            (shares, procs::idle_pct(k0, kb))
+        }
+        None => (BTreeMap::new(), f64::NAN),
+    };
     // What the nodes refused with 503 (HAProxy retried those on another node;
     // only the last of its tries reaches a viewer). A restarted node starts
     // counting at 0 again, so not for `rolling`.
@@ -568,6 +643,7 @@ pub fn run_event(
         }
     }
     let reports = f.report();
+    let (lb_answers, lb_retried) = haproxy_answers(&rig.lb, lb_pids.len());
     drop(rig);
 
     let mut before = Hist::default();
@@ -640,6 +716,8 @@ pub fn run_event(
         "refused_any_status": refused_all,
         "refused_by_nodes": node_refused,
         "refusal_statuses": statuses,
+        "haproxy_answers": lb_answers,
+        "haproxy_retried": lb_retried,
         "close_codes": close_codes,
         "viewers": o.clients,
         "open_before": open,
@@ -647,6 +725,7 @@ pub fn run_event(
         "publish_rate": rate,
         "storm_seconds": secs,
         "event_ms": moments.end.saturating_sub(moments.start),
+        "event_unix_ms": moments.start,
         "redis_up_after_ms": moments.redis_up.map(|u| u - moments.start),
         "survivors_samples_before": before.total(),
         "survivors_samples_during": during.total(),
@@ -654,6 +733,8 @@ pub fn run_event(
         "haproxy_processes": lb_pids.len(),
         "nodes": node_pids.len(),
         "machine_idle_pct": procs::idle_pct(k0, k1),
+        "machine_idle_pct_before": idle_before,
+        "cpu_pct_of_a_core_before": cpu_before,
     });
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| format!("{x} ms"));
     let rows = vec![
@@ -682,6 +763,10 @@ pub fn run_event(
             ),
         ),
         (
+            format!("{event}: haproxy"),
+            format!("answers other than 101 (status, termination state, node): {lb_answers:?}; {lb_retried} requests retried"),
+        ),
+        (
             format!("{event}: survivors_p99"),
             format!("before {b99:.1} ms, during {d99:.1} ms ({} / {} samples)", before.total(), during.total()),
         ),
@@ -691,7 +776,10 @@ pub fn run_event(
         ),
         (
             format!("{event}: machine_idle"),
-            format!("{:.1} %", procs::idle_pct(k0, k1)),
+            format!(
+                "{:.1} % (storm before the event: {idle_before:.1} %; CPU there, % of one core: {cpu_before:?})",
+                procs::idle_pct(k0, k1)
+            ),
         ),
     ];
     if !still_blind.is_empty() {

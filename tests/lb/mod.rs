@@ -7,7 +7,7 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 /// The shipped configuration.
@@ -74,6 +74,30 @@ pub fn render(shipped: &str, bind: &Bind, nodes: &[u16], maxconn: u32) -> String
     out
 }
 
+/// `config` with HAProxy's log of every request written to stdout (which
+/// [`Haproxy`] sends to a file per process): status, termination state,
+/// server, retries, connect and response times, date.
+pub fn log_to_stdout(config: &str) -> String {
+    let mut out = String::new();
+    let mut in_defaults = false;
+    for line in config.lines() {
+        let word = line.split_whitespace().next().unwrap_or("");
+        if ["frontend", "backend", "listen"].contains(&word) && in_defaults {
+            // The end of `defaults`: override its log format here.
+            out.push_str("    log global\n    log-format \"%ST %tsc %s %rc %Tc %Tr %tr\"\n");
+            in_defaults = false;
+        }
+        out.push_str(line);
+        out.push('\n');
+        match word {
+            "global" => out.push_str("    log stdout format raw local0\n"),
+            "defaults" => in_defaults = true,
+            _ => {}
+        }
+    }
+    out
+}
+
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -135,12 +159,13 @@ impl Haproxy {
             children: Vec::new(),
             config: path,
         };
-        for _ in 0..procs.max(1) {
+        for i in 0..procs.max(1) {
+            let log = std::fs::File::create(h.log(i)).expect("haproxy log file");
             let child = Command::new("haproxy")
                 .args(["-db", "-f"])
                 .arg(&h.config)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
+                .stdout(log.try_clone().expect("log file"))
+                .stderr(log)
                 .spawn()
                 .expect("spawn haproxy");
             h.children.push(child);
@@ -151,6 +176,12 @@ impl Haproxy {
             std::thread::sleep(Duration::from_millis(20));
         }
         h
+    }
+
+    /// Process `i`'s output: warnings (a node going down or up), and each
+    /// request when the configuration went through [`log_to_stdout`].
+    pub fn log(&self, i: usize) -> PathBuf {
+        self.config.with_extension(format!("{i}.log"))
     }
 
     /// Pids of the processes.
