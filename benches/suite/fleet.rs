@@ -286,6 +286,10 @@ fn start_rig(o: &Opts, haproxy_procs: usize) -> Rig {
     // 20,000 open-file hard limit with at most 9,000 connections.
     let maxconn = 9000;
     let cfg = lb::render(&lb::shipped(), &Bind::Plain(port), &ports, maxconn);
+    // One thread per process: the processes are how the bench scales HAProxy
+    // (open-file limit), and more threads than the box's 2 cores only add
+    // context switches to the nodes' and the load generator's.
+    let cfg = cfg.replacen("global\n", "global\n    nbthread 1\n", 1);
     // Logs of earlier runs go; this run's stay for a look afterwards.
     for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().to_string();
@@ -374,7 +378,8 @@ fn event_thread(
 
 /// Publishes the storm until the event is over and every blind viewer sees
 /// again (or `max_wait` after the event), sending reference boards each
-/// `ref_every`. Returns (published snapshots, seconds).
+/// `ref_every`. Returns (published snapshots, seconds, the load generators'
+/// counters when the event began).
 #[allow(clippy::too_many_arguments)]
 fn storm_through(
     o: &Opts,
@@ -386,7 +391,7 @@ fn storm_through(
     after_s: f64,
     max_wait: Duration,
     mut start_event: impl FnMut(),
-) -> (u64, f64) {
+) -> (u64, f64, Value) {
     let cdf = crate::loadgen::zipf_cdf(p.courses.len(), o.skew);
     let mut rng = fastrand::Rng::with_seed(7);
     let sections = o.sections;
@@ -401,6 +406,7 @@ fn storm_through(
     let mut send_ref = false;
     let mut next_ref = Instant::now();
     let mut next_progress = Instant::now() + Duration::from_secs(1);
+    let mut mark_at_event = None;
     f.command("lat before");
     loop {
         let el = t0.elapsed().as_secs_f64();
@@ -419,6 +425,7 @@ fn storm_through(
         let now = Instant::now();
         if !started && el >= before_s {
             started = true;
+            mark_at_event = Some(f.mark());
             event_at = Some(now);
             start_event();
         }
@@ -487,7 +494,11 @@ fn storm_through(
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    (p.published, t0.elapsed().as_secs_f64())
+    (
+        p.published,
+        t0.elapsed().as_secs_f64(),
+        mark_at_event.unwrap_or(Value::Null),
+    )
 }
 
 /// What HAProxy answered other than a 101, from its request logs
@@ -579,7 +590,7 @@ pub fn run_event(
     let mut at_event = None;
     let k0 = procs::machine_ticks();
     let m0 = f.mark();
-    let (published, secs) = storm_through(
+    let (published, secs, m_event) = storm_through(
         o,
         &mut publisher,
         &mut f,
@@ -604,9 +615,12 @@ pub fn run_event(
     let k1 = procs::machine_ticks();
     let m1 = f.mark();
     let (rig, moments) = handle.expect("event ran").join().expect("event thread");
+    let mut loadgen_busy_before = f64::NAN;
     let (cpu_before, idle_before) = match at_event {
         Some((c1, t1, kb)) => {
             let secs = t1.duration_since(c0.1).as_secs_f64().max(1e-3);
+            let busy = counter(&m_event, "busy_ms").saturating_sub(counter(&m0, "busy_ms"));
+            loadgen_busy_before = busy as f64 / 10.0 / secs / f.pids().len().max(1) as f64;
             let shares: BTreeMap<String, f64> = roles
                 .drain(..)
                 .zip(c1.iter().zip(&c0.0))
@@ -735,6 +749,7 @@ pub fn run_event(
         "machine_idle_pct": procs::idle_pct(k0, k1),
         "machine_idle_pct_before": idle_before,
         "cpu_pct_of_a_core_before": cpu_before,
+        "loadgen_busy_pct_before": loadgen_busy_before,
     });
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| format!("{x} ms"));
     let rows = vec![
@@ -777,7 +792,7 @@ pub fn run_event(
         (
             format!("{event}: machine_idle"),
             format!(
-                "{:.1} % (storm before the event: {idle_before:.1} %; CPU there, % of one core: {cpu_before:?})",
+                "{:.1} % (storm before the event: {idle_before:.1} %; CPU there, % of one core: {cpu_before:?}; each load generator outside epoll_wait {loadgen_busy_before:.0} % of the time)",
                 procs::idle_pct(k0, k1)
             ),
         ),

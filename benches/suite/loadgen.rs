@@ -194,6 +194,9 @@ struct Counters {
     blind: u64,
     /// Blind intervals that ended (board true again).
     recovered: u64,
+    /// Milliseconds spent outside `epoll_wait` (working, or runnable and
+    /// waiting for a core): near the wall time, the process is not keeping up.
+    busy_ms: u64,
 }
 
 /// Unix time in µs.
@@ -1013,12 +1016,17 @@ pub fn run_with(cfg: Config, rx: mpsc::Receiver<String>, mut out: impl FnMut(ser
     let mut g = Gen::new(cfg);
     let mut events = Events::with_capacity(4096);
     let mut next_progress = Instant::now();
+    let mut busy_us = 0u128;
+    let mut awake = Instant::now();
     loop {
+        busy_us += awake.elapsed().as_micros();
+        g.c.busy_ms = (busy_us / 1000) as u64;
         if let Err(e) = g.poll.poll(&mut events, Some(Duration::from_millis(10))) {
             if e.kind() != ErrorKind::Interrupted {
                 panic!("epoll: {e}");
             }
         }
+        awake = Instant::now();
         let ready: Vec<(usize, bool)> = events
             .iter()
             .map(|e| (e.token().0, e.is_read_closed() || e.is_error()))
