@@ -22,6 +22,7 @@ use crate::channels::wake::IngestTx;
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
+use bytes::Bytes;
 use crossbeam_channel::Sender;
 use foldhash::HashMap;
 use notify::LocalNotify;
@@ -33,29 +34,68 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-/// The shell's half of one WebSocket connection, shared by its reader and writer.
+/// Who writes a connection's socket now. Only one writer at a time: the
+/// shard's flush step writes at once while the socket takes whole frames, a
+/// writer task takes over only when it does not (and hands back when the
+/// queue is empty), so an idle connection holds no writer at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteSide {
+    /// Nothing in flight: the flush step writes queued frames with `send(2)`.
+    Direct,
+    /// A writer task waits for the socket to take the rest.
+    Task,
+    /// The close frame went out (and the write side was shut down), or a
+    /// write failed: nothing more is written.
+    Done,
+}
+
+/// A connection's socket as its shell holds it, so the runtime-free flush
+/// step can start that runtime's writer task when the socket is full.
+pub trait Socket {
+    /// Spawns a writer task that writes `rest` (what the socket did not take
+    /// at once), then the connection's queue, and ends when the queue is empty.
+    fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes);
+}
+
+/// The shell's half of one WebSocket connection, shared by its reader task,
+/// the flush step and (while the socket is full) its writer task.
 pub struct ConnIo {
-    /// Wakes the writer when frames are queued or the connection ends.
-    pub writer: LocalNotify,
-    /// Set when the shard queued a close frame.
-    pub close_code: Cell<Option<u16>>,
-    /// Set when the reader stopped.
-    pub reader_done: Cell<bool>,
+    /// Who writes the socket now.
+    pub write_side: Cell<WriteSide>,
+    /// The shard queued the close frame: once the queue is empty, the write
+    /// side is shut down (FIN after the close frame, RFC 6455 section 7.1.1).
+    pub closing: Cell<bool>,
+    /// Wakes the reader task waiting (after its last read) for the writer task to end.
+    pub writer_ended: LocalNotify,
     /// Set just before the socket is released, so no one touches a reused fd.
     pub finished: Cell<bool>,
-    /// The socket, for a forced shutdown.
+    /// The socket, for writes from the flush step and a forced shutdown.
     pub fd: RawFd,
+    /// The socket as the shell holds it, to start a writer task.
+    pub socket: Rc<dyn Socket>,
 }
 
 impl ConnIo {
     /// The shell's half of a just-upgraded connection on socket `fd`.
-    pub fn new(fd: RawFd) -> Self {
+    pub fn new(fd: RawFd, socket: Rc<dyn Socket>) -> Self {
         ConnIo {
-            writer: Default::default(),
-            close_code: Default::default(),
-            reader_done: Default::default(),
+            write_side: Cell::new(WriteSide::Direct),
+            closing: Default::default(),
+            writer_ended: Default::default(),
             finished: Default::default(),
             fd,
+            socket,
+        }
+    }
+
+    /// Called when the queue was written out: after the close frame, shuts the
+    /// write side down and writes nothing more.
+    pub fn after_queue_empty(&self) {
+        if self.closing.get() && !self.finished.get() {
+            self.write_side.set(WriteSide::Done);
+            // SAFETY: `finished` is false, so the socket behind `fd` is still
+            // owned by this connection; shutdown does not close the descriptor.
+            unsafe { libc::shutdown(self.fd, libc::SHUT_WR) };
         }
     }
 
@@ -98,7 +138,7 @@ impl ShardCtx {
         &self.node.metrics.shards[self.index]
     }
 
-    /// Carries out what the shard asked for and wakes writers with frames queued.
+    /// Carries out what the shard asked for and writes the frames it queued.
     pub fn flush(self: &Rc<Self>) {
         let mut shard = self.shard.borrow_mut();
         while let Some(action) = shard.poll_action() {
@@ -129,11 +169,11 @@ impl ShardCtx {
                         connected,
                     });
                 }
+                // The close frame is queued behind the data; it goes out below.
                 Action::Close { conn, code } => {
                     self.node.metrics.close(code);
                     if let Some(io) = self.conns.borrow().get(&conn) {
-                        io.close_code.set(Some(code));
-                        io.writer.notify();
+                        io.closing.set(true);
                     }
                 }
                 Action::Cut { conn } => {
@@ -146,7 +186,7 @@ impl ShardCtx {
         let conns = self.conns.borrow();
         while let Some(id) = shard.poll_ready() {
             if let Some(io) = conns.get(&id) {
-                io.writer.notify();
+                steps::write_queued(self, &mut shard, io, id);
             }
         }
         drop(conns);

@@ -1,20 +1,21 @@
 //! A shard on monoio (`--driver uring|epoll|auto`): the runtime, and only its
-//! loops — accepting, reading a head under its deadline, the reader and writer
-//! of each connection, and the shard's clock. Every runtime-free step is in
+//! loops — accepting, reading a head under its deadline, the reader of each
+//! connection (and its writer while its socket is full), and the shard's clock. Every runtime-free step is in
 //! `steps.rs`, shared with `tokio_shell.rs`, which mirrors this file.
 
 use super::handshake::Accepted;
 use super::response::Response;
-use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, WriteNext, HEAD_DEADLINE};
-use super::{ConnIo, Ready, ShardCtx};
+use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, HEAD_DEADLINE};
+use super::{ConnIo, Ready, ShardCtx, Socket};
 use crate::cli::Driver;
 use crate::clock;
 use crate::metrics::Refusal;
-use monoio::io::{
-    AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf, Splitable,
-};
+use bytes::Bytes;
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
 use monoio::net::{TcpListener, TcpStream};
 use shards::ConnId;
+use std::cell::UnsafeCell;
+use std::mem::ManuallyDrop;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -159,8 +160,9 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
 }
 
 /// Sends the `101`, registers the connection with the shard, and hands it to
-/// two tasks of its own (reader and writer), so nothing of the handshake stays
-/// alive for the connection's life but its slot.
+/// a reader task of its own, so nothing of the handshake stays alive for the
+/// connection's life but its slot. Frames are written by the shard's flush
+/// step, or by a writer task only while the socket is full ([`write_loop`]).
 async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
     steps::pin_send_buffer(stream.as_raw_fd());
     let Accepted { upgrade, response } = accepted;
@@ -168,15 +170,14 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
     if res.is_err() {
         return;
     }
-    let (id, io) = steps::register(&ctx, &upgrade, stream.as_raw_fd());
+    let fd = stream.as_raw_fd();
+    let shared = Rc::new(UnsafeCell::new(stream));
+    let reader = OwnedReadHalf(Rc::clone(&shared));
+    let (id, io) = steps::register(&ctx, &upgrade, fd, shared);
     let slot = upgrade.slot;
-    let (reader, writer) = stream.into_split();
-    let writer_task = monoio::spawn(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     monoio::spawn(async move {
         read_loop(&ctx, id, reader, rest).await;
-        io.reader_done.set(true);
-        io.writer.notify();
-        let _writer = writer_task.await;
+        steps::writer_gone(&io).await;
         steps::finish(&ctx, &io, id);
         drop(slot);
     });
@@ -208,24 +209,45 @@ async fn read_loop(
     }
 }
 
+impl Socket for UnsafeCell<TcpStream> {
+    fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes) {
+        // The flush step stops writing this socket until the task hands it
+        // back, so the task is its only writer (the reader task only reads).
+        monoio::spawn(write_loop(ctx, io, id, OwnedWriteHalf(self), rest));
+    }
+}
+
+/// A connection's writer while its socket is full: writes `frame` (the rest
+/// of the frame the socket did not take at once), then the queue, and ends
+/// when the queue is empty.
 async fn write_loop(
     ctx: Rc<ShardCtx>,
     io: Rc<ConnIo>,
     id: ConnId,
     mut writer: OwnedWriteHalf<TcpStream>,
+    mut frame: Bytes,
 ) {
     loop {
-        match steps::write_next(&ctx, &io, id) {
-            WriteNext::Frame(f) => {
-                let n = f.len() as u64;
-                let (res, _) = writer.write_all(f).await;
-                if res.is_err() {
-                    return;
-                }
-                ctx.metrics().bytes_out.fetch_add(n, Relaxed);
-            }
-            WriteNext::Done => return,
-            WriteNext::Wait => io.writer.notified().await,
+        let n = frame.len() as u64;
+        let (res, _) = writer.write_all(frame).await;
+        if res.is_err() {
+            release(writer);
+            return steps::writer_failed(&io);
+        }
+        ctx.metrics().bytes_out.fetch_add(n, Relaxed);
+        match steps::writer_next(&ctx, &io, id) {
+            Some(f) => frame = f,
+            None => return release(writer),
         }
     }
+}
+
+/// Lets go of the task's write half without its drop, which would shut the
+/// socket's write side down (the flush step writes on; the close step shuts
+/// it down itself when the close frame is out).
+fn release(writer: OwnedWriteHalf<TcpStream>) {
+    let writer = ManuallyDrop::new(writer);
+    // SAFETY: `writer` is never used or dropped again, so its one field (the
+    // shared socket) is moved out of it exactly once and dropped normally.
+    drop(unsafe { std::ptr::read(&writer.0) });
 }

@@ -1,24 +1,26 @@
 //! Every runtime-free step of a shard's shell, shared by the monoio shell
 //! (`monoio_shell.rs`) and the tokio one (`tokio_shell.rs`): parsing and
 //! routing a request head, registering and finishing a connection, handing
-//! reads to the core, the writer's next step, and the feed-render step of the
-//! shard's clock. The shells only hold their runtime's loops around these.
+//! reads to the core, writing queued frames (at once, or through a writer task
+//! while the socket is full), and the feed-render step of the shard's clock. The shells only hold their runtime's loops around these.
 
 use super::handshake::{self, Accepted, Upgrade};
 use super::http::{self, Route};
 use super::response::Response;
-use super::{ConnIo, ShardCtx};
+use super::{ConnIo, ShardCtx, Socket, WriteSide};
 use crate::channels::Control;
 use crate::clock;
 use crate::metrics::Refusal;
 use bytes::Bytes;
 use shards::http_head::{self, HeadError, RequestHead, MAX_HEAD};
 use shards::ws_codec::close;
-use shards::{ConnId, Reading};
+use shards::{ConnId, Reading, Shard};
 use std::future::Future;
+use std::io::ErrorKind;
 use std::os::fd::RawFd;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -116,8 +118,13 @@ pub(super) fn pin_send_buffer(fd: RawFd) {
 }
 
 /// Registers an upgraded connection (its `101` sent) with the shard.
-pub(super) fn register(ctx: &Rc<ShardCtx>, upgrade: &Upgrade, fd: RawFd) -> (ConnId, Rc<ConnIo>) {
-    let io = Rc::new(ConnIo::new(fd));
+pub(super) fn register(
+    ctx: &Rc<ShardCtx>,
+    upgrade: &Upgrade,
+    fd: RawFd,
+    socket: Rc<dyn Socket>,
+) -> (ConnId, Rc<ConnIo>) {
+    let io = Rc::new(ConnIo::new(fd, socket));
     let id = ctx.shard.borrow_mut().connect(
         Arc::clone(upgrade.slot.user()),
         upgrade.role,
@@ -184,23 +191,95 @@ pub(super) fn feed(ctx: &Rc<ShardCtx>, id: ConnId, data: &[u8]) -> bool {
     reading == Reading::More
 }
 
-/// What a connection's writer does next.
-pub(super) enum WriteNext {
-    /// Write this frame.
-    Frame(Bytes),
-    /// Stop: the close frame went out, or the reader ended.
-    Done,
-    /// Wait for [`ConnIo::writer`].
-    Wait,
+/// Writes `id`'s queued frames at once, with non-blocking `send(2)`, while
+/// the socket takes them whole (the common case: the flush step that queued a
+/// frame also puts it on the wire, and no task wakes). The first frame the
+/// socket does not take whole goes, with what it did not take, to a writer
+/// task that waits for room and empties the queue. Nothing happens here while
+/// such a task holds the socket, or after a write failed.
+pub(super) fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo>, id: ConnId) {
+    if io.write_side.get() != WriteSide::Direct {
+        return;
+    }
+    let mut written = 0;
+    while let Some(frame) = shard.poll_transmit(id) {
+        match send_now(io.fd, &frame) {
+            Ok(n) if n == frame.len() => written += n,
+            Ok(n) => {
+                written += n;
+                hand_to_writer(ctx, io, id, frame.slice(n..));
+                break;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                hand_to_writer(ctx, io, id, frame);
+                break;
+            }
+            Err(_) => {
+                io.write_side.set(WriteSide::Done);
+                break;
+            }
+        }
+    }
+    if io.write_side.get() == WriteSide::Direct {
+        io.after_queue_empty();
+    }
+    ctx.metrics().bytes_out.fetch_add(written as u64, Relaxed);
 }
 
-/// The writer's next step.
-pub(super) fn write_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> WriteNext {
-    match ctx.shard.borrow_mut().poll_transmit(id) {
-        Some(f) => WriteNext::Frame(f),
-        // The close frame is always the last one queued.
-        None if io.close_code.get().is_some() || io.reader_done.get() => WriteNext::Done,
-        None => WriteNext::Wait,
+/// Starts the shell's writer task with the part of a frame the socket did not take.
+fn hand_to_writer(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) {
+    io.write_side.set(WriteSide::Task);
+    Rc::clone(&io.socket).spawn_writer(Rc::clone(ctx), Rc::clone(io), id, rest);
+}
+
+/// One non-blocking `send(2)` of `buf` on socket `fd`: the bytes taken, or
+/// `WouldBlock` when the send buffer is full.
+fn send_now(fd: RawFd, buf: &[u8]) -> std::io::Result<usize> {
+    loop {
+        // SAFETY: `fd` is an open socket of a live connection (the caller
+        // found it in the shard's map, which `finish` leaves before the
+        // socket is released), and `buf` is valid for `buf.len()` bytes.
+        let n = unsafe {
+            libc::send(
+                fd,
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// The writer task's next frame, after it wrote the previous one: the head of
+/// the queue, or `None` when the queue is empty, which hands the socket back
+/// to the flush step (and the task ends).
+pub(super) fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Bytes> {
+    let next = ctx.shard.borrow_mut().poll_transmit(id);
+    if next.is_none() {
+        io.write_side.set(WriteSide::Direct);
+        io.after_queue_empty();
+        io.writer_ended.notify();
+    }
+    next
+}
+
+/// The writer task's write failed: nothing more is written to the socket.
+pub(super) fn writer_failed(io: &ConnIo) {
+    io.write_side.set(WriteSide::Done);
+    io.writer_ended.notify();
+}
+
+/// Waits (after the reader's last read) until no writer task holds the socket.
+pub(super) async fn writer_gone(io: &ConnIo) {
+    while io.write_side.get() == WriteSide::Task {
+        io.writer_ended.notified().await;
     }
 }
 

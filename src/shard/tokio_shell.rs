@@ -5,17 +5,18 @@
 
 use super::handshake::Accepted;
 use super::response::Response;
-use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, WriteNext, HEAD_DEADLINE};
-use super::{ConnIo, Ready, ShardCtx};
+use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, HEAD_DEADLINE};
+use super::{ConnIo, Ready, ShardCtx, Socket};
 use crate::clock;
 use crate::metrics::Refusal;
+use bytes::{Buf, Bytes};
 use shards::ConnId;
+use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::spawn_local;
 
@@ -125,7 +126,8 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
 }
 
 /// Sends the `101`, registers the connection with the shard, and hands it to
-/// two tasks of its own (reader and writer), as the monoio shell does.
+/// a reader task of its own, as the monoio shell does; a writer task runs only
+/// while the socket is full ([`write_loop`]).
 async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
     steps::pin_send_buffer(stream.as_raw_fd());
     let Accepted { upgrade, response } = accepted;
@@ -133,50 +135,75 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         return;
     }
     drop(response);
-    let (id, io) = steps::register(&ctx, &upgrade, stream.as_raw_fd());
+    let fd = stream.as_raw_fd();
+    let stream = Rc::new(stream);
+    let (id, io) = steps::register(&ctx, &upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
     let slot = upgrade.slot;
-    let (reader, writer) = stream.into_split();
-    let writer_task = spawn_local(write_loop(Rc::clone(&ctx), Rc::clone(&io), id, writer));
     spawn_local(async move {
-        read_loop(&ctx, id, reader, rest).await;
-        io.reader_done.set(true);
-        io.writer.notify();
-        let _writer = writer_task.await;
+        read_loop(&ctx, id, &stream, rest).await;
+        drop(stream);
+        steps::writer_gone(&io).await;
         steps::finish(&ctx, &io, id);
         drop(slot);
     });
 }
 
-async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, mut reader: OwnedReadHalf, rest: Vec<u8>) {
+async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, stream: &TcpStream, rest: Vec<u8>) {
     if !steps::feed(ctx, id, &rest) {
         return;
     }
     drop(rest);
     let mut state = ReadBuf::new();
     loop {
+        if stream.readable().await.is_err() {
+            return;
+        }
         state.buf.clear();
-        match reader.read_buf(&mut state.buf).await {
-            Ok(0) | Err(_) => return,
+        match stream.try_read_buf(&mut state.buf) {
+            Ok(0) => return,
             Ok(_) => {
                 if !state.after_read(ctx, id) {
                     return;
                 }
             }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            Err(_) => return,
         }
     }
 }
 
-async fn write_loop(ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, mut writer: OwnedWriteHalf) {
+impl Socket for TcpStream {
+    fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes) {
+        spawn_local(write_loop(ctx, io, id, self, rest));
+    }
+}
+
+/// A connection's writer while its socket is full, as in the monoio shell:
+/// writes `frame`, then the queue, and ends when the queue is empty.
+async fn write_loop(
+    ctx: Rc<ShardCtx>,
+    io: Rc<ConnIo>,
+    id: ConnId,
+    stream: Rc<TcpStream>,
+    mut frame: Bytes,
+) {
     loop {
-        match steps::write_next(&ctx, &io, id) {
-            WriteNext::Frame(f) => {
-                if writer.write_all(&f).await.is_err() {
-                    return;
-                }
-                ctx.metrics().bytes_out.fetch_add(f.len() as u64, Relaxed);
+        while !frame.is_empty() {
+            if stream.writable().await.is_err() {
+                return steps::writer_failed(&io);
             }
-            WriteNext::Done => return,
-            WriteNext::Wait => io.writer.notified().await,
+            match stream.try_write(&frame) {
+                Ok(n) => {
+                    frame.advance(n);
+                    ctx.metrics().bytes_out.fetch_add(n as u64, Relaxed);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => return steps::writer_failed(&io),
+            }
+        }
+        match steps::writer_next(&ctx, &io, id) {
+            Some(f) => frame = f,
+            None => return,
         }
     }
 }
