@@ -2,7 +2,8 @@
 //! (`monoio_shell.rs`) and the tokio one (`tokio_shell.rs`): parsing and
 //! routing a request head, registering and finishing a connection, handing
 //! reads to the core, writing queued frames (at once, or through a writer task
-//! while the socket is full), and the feed-render step of the shard's clock. The shells only hold their runtime's loops around these.
+//! while the socket is full), and the feed-render step of the shard's clock.
+//! The shells only hold their runtime's loops around these.
 
 use super::handshake::{self, Accepted, Upgrade};
 use super::http::{self, Route};
