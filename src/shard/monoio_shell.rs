@@ -5,17 +5,16 @@
 
 use super::handshake::Accepted;
 use super::response::Response;
-use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, HEAD_DEADLINE};
+use super::steps::{self, HeadOutcome, Next, ReadStep, Wait, HEAD_DEADLINE};
 use super::{ConnIo, Ready, ShardCtx, Socket};
 use crate::cli::Driver;
 use crate::clock;
 use crate::metrics::Refusal;
-use bytes::Bytes;
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt, OwnedReadHalf, OwnedWriteHalf};
+use bytes::{Buf, Bytes};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use shards::ConnId;
-use std::cell::UnsafeCell;
-use std::mem::ManuallyDrop;
+use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -171,83 +170,73 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         return;
     }
     let fd = stream.as_raw_fd();
-    let shared = Rc::new(UnsafeCell::new(stream));
-    let reader = OwnedReadHalf(Rc::clone(&shared));
-    let (id, io) = steps::register(&ctx, &upgrade, fd, shared);
+    let stream = Rc::new(stream);
+    let (id, io) = steps::register(&ctx, &upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
+    let reading = steps::feed(&ctx, id, &rest);
+    drop(rest);
     let slot = upgrade.slot;
     monoio::spawn(async move {
-        read_loop(&ctx, id, reader, rest).await;
+        if reading {
+            read_loop(&ctx, id, &stream).await;
+        }
+        drop(stream);
         steps::writer_gone(&io).await;
         steps::finish(&ctx, &io, id);
         drop(slot);
     });
 }
 
-async fn read_loop(
-    ctx: &Rc<ShardCtx>,
-    id: ConnId,
-    mut reader: OwnedReadHalf<TcpStream>,
-    rest: Vec<u8>,
-) {
-    if !steps::feed(ctx, id, &rest) {
-        return;
-    }
-    drop(rest);
-    let mut state = ReadBuf::new();
+/// Waits for the socket to be readable and reads what it holds, until the
+/// peer or the shard ends it. The wait holds no buffer (a poll on io_uring,
+/// the readiness state on epoll, checked with `poll(2)` since the reads
+/// themselves bypass the runtime).
+async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, stream: &TcpStream) {
+    let fd = stream.as_raw_fd();
     loop {
-        let buf = std::mem::take(&mut state.buf);
-        let (res, b) = reader.read(buf).await;
-        state.buf = b;
-        match res {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
-                if !state.after_read(ctx, id) {
-                    return;
-                }
-            }
+        if stream.readable(false).await.is_err() {
+            return;
+        }
+        match steps::read_step(ctx, id, |buf| steps::recv_now(fd, buf)) {
+            ReadStep::Again => {}
+            ReadStep::Stop => return,
         }
     }
 }
 
-impl Socket for UnsafeCell<TcpStream> {
+impl Socket for TcpStream {
     fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes) {
-        // The flush step stops writing this socket until the task hands it
-        // back, so the task is its only writer (the reader task only reads).
-        monoio::spawn(write_loop(ctx, io, id, OwnedWriteHalf(self), rest));
+        monoio::spawn(write_loop(ctx, io, id, self, rest));
     }
 }
 
-/// A connection's writer while its socket is full: writes `frame` (the rest
-/// of the frame the socket did not take at once), then the queue, and ends
-/// when the queue is empty.
+/// A connection's writer while its socket is full: waits for room, writes
+/// `frame` (the rest of the frame the socket did not take at once), then the
+/// queue, and ends when the queue is empty. The flush step does not write this
+/// socket meanwhile, so the task is its only writer.
 async fn write_loop(
     ctx: Rc<ShardCtx>,
     io: Rc<ConnIo>,
     id: ConnId,
-    mut writer: OwnedWriteHalf<TcpStream>,
+    stream: Rc<TcpStream>,
     mut frame: Bytes,
 ) {
     loop {
-        let n = frame.len() as u64;
-        let (res, _) = writer.write_all(frame).await;
-        if res.is_err() {
-            release(writer);
-            return steps::writer_failed(&io);
+        while !frame.is_empty() {
+            if stream.writable(false).await.is_err() {
+                return steps::writer_failed(&io);
+            }
+            match steps::send_now(io.fd, &frame) {
+                Ok(n) => {
+                    frame.advance(n);
+                    ctx.metrics().bytes_out.fetch_add(n as u64, Relaxed);
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                Err(_) => return steps::writer_failed(&io),
+            }
         }
-        ctx.metrics().bytes_out.fetch_add(n, Relaxed);
         match steps::writer_next(&ctx, &io, id) {
             Some(f) => frame = f,
-            None => return release(writer),
+            None => return,
         }
     }
-}
-
-/// Lets go of the task's write half without its drop, which would shut the
-/// socket's write side down (the flush step writes on; the close step shuts
-/// it down itself when the close frame is out).
-fn release(writer: OwnedWriteHalf<TcpStream>) {
-    let writer = ManuallyDrop::new(writer);
-    // SAFETY: `writer` is never used or dropped again, so its one field (the
-    // shared socket) is moved out of it exactly once and dropped normally.
-    drop(unsafe { std::ptr::read(&writer.0) });
 }

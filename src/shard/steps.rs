@@ -87,10 +87,8 @@ pub(super) fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
     }
 }
 
-/// Read buffer of an idle connection: client messages are small, and an idle
-/// connection's pending read holds this buffer all the time.
-const READ_MIN: usize = 128;
-/// Largest read buffer, reached by doubling when reads fill the buffer.
+/// The most one read takes from a socket (on the stack of the read step:
+/// an idle connection waits for readability and holds no read buffer).
 const READ_MAX: usize = 4096;
 
 /// Kernel send buffer of an upgraded connection (the kernel doubles it for its
@@ -147,37 +145,46 @@ pub(super) fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
     ctx.flush();
 }
 
-/// The reader's buffer: starts at [`READ_MIN`] bytes, doubles while reads fill
-/// it, and shrinks back after a burst, so an idle connection's pending read
-/// holds little. Everything read goes to [`shards::Shard::handle_read`].
-pub(super) struct ReadBuf {
-    /// The next read's buffer (capacity [`READ_MIN`]..=[`READ_MAX`]).
-    pub(super) buf: Vec<u8>,
+/// What one read step came to.
+pub(super) enum ReadStep {
+    /// Wait until the socket is readable again, then read on.
+    Again,
+    /// Stop reading: the peer closed, the read failed, or the shard wants no more.
+    Stop,
 }
 
-impl ReadBuf {
-    /// An empty buffer of the smallest size.
-    pub(super) fn new() -> Self {
-        ReadBuf {
-            buf: Vec::with_capacity(READ_MIN),
+/// Reads what the socket holds (up to [`READ_MAX`] bytes, with `read`: the
+/// shell's non-blocking read) into a buffer on the stack and hands it to the
+/// shard. The shells call it each time their runtime reports the socket
+/// readable, so no buffer lives between reads.
+pub(super) fn read_step(
+    ctx: &Rc<ShardCtx>,
+    id: ConnId,
+    read: impl FnOnce(&mut [u8]) -> std::io::Result<usize>,
+) -> ReadStep {
+    let mut buf = [0u8; READ_MAX];
+    match read(&mut buf) {
+        Ok(0) => ReadStep::Stop,
+        Ok(n) if feed(ctx, id, &buf[..n]) => ReadStep::Again,
+        Ok(_) => ReadStep::Stop,
+        Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+            ReadStep::Again
         }
+        Err(_) => ReadStep::Stop,
     }
+}
 
-    /// Hands a read of `buf.len()` (> 0) bytes to the shard, runs what it
-    /// decided, and sizes the buffer for the next read. False when the shard
-    /// wants no more reads (the peer's close, a violation).
-    pub(super) fn after_read(&mut self, ctx: &Rc<ShardCtx>, id: ConnId) -> bool {
-        let more = feed(ctx, id, &self.buf);
-        let n = self.buf.len();
-        // A full read means more is coming: grow; a small one after a
-        // burst: give the memory back.
-        let cap = self.buf.capacity();
-        if n == cap && cap < READ_MAX {
-            self.buf = Vec::with_capacity(cap * 2);
-        } else if n < cap / 4 && cap > READ_MIN {
-            self.buf = Vec::with_capacity(READ_MIN);
-        }
-        more
+/// One non-blocking `recv(2)` on socket `fd` (for a runtime without a
+/// non-blocking read of its own).
+pub(super) fn recv_now(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: `fd` is the open socket of a connection whose reader is running
+    // (the socket is released only after the reader ends), and `buf` is valid
+    // for writes of `buf.len()` bytes.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+    if n >= 0 {
+        Ok(n as usize)
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -235,7 +242,7 @@ fn hand_to_writer(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) 
 
 /// One non-blocking `send(2)` of `buf` on socket `fd`: the bytes taken, or
 /// `WouldBlock` when the send buffer is full.
-fn send_now(fd: RawFd, buf: &[u8]) -> std::io::Result<usize> {
+pub(super) fn send_now(fd: RawFd, buf: &[u8]) -> std::io::Result<usize> {
     loop {
         // SAFETY: `fd` is an open socket of a live connection (the caller
         // found it in the shard's map, which `finish` leaves before the

@@ -5,7 +5,7 @@
 
 use super::handshake::Accepted;
 use super::response::Response;
-use super::steps::{self, HeadOutcome, Next, ReadBuf, Wait, HEAD_DEADLINE};
+use super::steps::{self, HeadOutcome, Next, ReadStep, Wait, HEAD_DEADLINE};
 use super::{ConnIo, Ready, ShardCtx, Socket};
 use crate::clock;
 use crate::metrics::Refusal;
@@ -138,9 +138,13 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
     let fd = stream.as_raw_fd();
     let stream = Rc::new(stream);
     let (id, io) = steps::register(&ctx, &upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
+    let reading = steps::feed(&ctx, id, &rest);
+    drop(rest);
     let slot = upgrade.slot;
     spawn_local(async move {
-        read_loop(&ctx, id, &stream, rest).await;
+        if reading {
+            read_loop(&ctx, id, &stream).await;
+        }
         drop(stream);
         steps::writer_gone(&io).await;
         steps::finish(&ctx, &io, id);
@@ -148,26 +152,16 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
     });
 }
 
-async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, stream: &TcpStream, rest: Vec<u8>) {
-    if !steps::feed(ctx, id, &rest) {
-        return;
-    }
-    drop(rest);
-    let mut state = ReadBuf::new();
+/// Waits for the socket to be readable and reads what it holds, as the monoio
+/// shell does (no buffer held while waiting).
+async fn read_loop(ctx: &Rc<ShardCtx>, id: ConnId, stream: &TcpStream) {
     loop {
         if stream.readable().await.is_err() {
             return;
         }
-        state.buf.clear();
-        match stream.try_read_buf(&mut state.buf) {
-            Ok(0) => return,
-            Ok(_) => {
-                if !state.after_read(ctx, id) {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-            Err(_) => return,
+        match steps::read_step(ctx, id, |buf| stream.try_read(buf)) {
+            ReadStep::Again => {}
+            ReadStep::Stop => return,
         }
     }
 }
