@@ -24,7 +24,6 @@ use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use bytes::Bytes;
 use crossbeam_channel::Sender;
-use foldhash::HashMap;
 use notify::LocalNotify;
 use shards::rate::TokenBucket;
 use shards::{Action, ConnId, Shard};
@@ -33,6 +32,7 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::task::Waker;
 
 /// Who writes a connection's socket now. Only one writer at a time: the
 /// shard's flush step writes at once while the socket takes whole frames, a
@@ -65,26 +65,30 @@ pub struct ConnIo {
     /// The shard queued the close frame: once the queue is empty, the write
     /// side is shut down (FIN after the close frame, RFC 6455 section 7.1.1).
     pub closing: Cell<bool>,
-    /// Wakes the reader task waiting (after its last read) for the writer task to end.
-    pub writer_ended: LocalNotify,
+    /// The reader task, waiting (after its last read) for the writer task to end.
+    pub reader_waiting: Cell<Option<Waker>>,
     /// Set just before the socket is released, so no one touches a reused fd.
     pub finished: Cell<bool>,
     /// The socket, for writes from the flush step and a forced shutdown.
     pub fd: RawFd,
     /// The socket as the shell holds it, to start a writer task.
     pub socket: Rc<dyn Socket>,
+    /// The connection's place in the node's and its user's caps, given back
+    /// when the connection is gone.
+    _slot: handshake::Slot,
 }
 
 impl ConnIo {
     /// The shell's half of a just-upgraded connection on socket `fd`.
-    pub fn new(fd: RawFd, socket: Rc<dyn Socket>) -> Self {
+    pub fn new(fd: RawFd, socket: Rc<dyn Socket>, slot: handshake::Slot) -> Self {
         ConnIo {
             write_side: Cell::new(WriteSide::Direct),
             closing: Default::default(),
-            writer_ended: Default::default(),
+            reader_waiting: Default::default(),
             finished: Default::default(),
             fd,
             socket,
+            _slot: slot,
         }
     }
 
@@ -109,6 +113,40 @@ impl ConnIo {
     }
 }
 
+/// The shell's half of every live connection, by the slot number the core
+/// gave it (dense: the core reuses the slots of closed connections), so a
+/// lookup is an index and an entry costs 16 bytes.
+#[derive(Default)]
+pub struct ConnTable(Vec<Option<(ConnId, Rc<ConnIo>)>>);
+
+impl ConnTable {
+    /// The connection `id`, if it is live.
+    pub fn get(&self, id: &ConnId) -> Option<&Rc<ConnIo>> {
+        match self.0.get(id.index() as usize) {
+            Some(Some((live, io))) if live == id => Some(io),
+            _ => None,
+        }
+    }
+
+    /// Adds a just-registered connection.
+    pub fn insert(&mut self, id: ConnId, io: Rc<ConnIo>) {
+        let i = id.index() as usize;
+        if self.0.len() <= i {
+            self.0.resize_with(i + 1, || None);
+        }
+        self.0[i] = Some((id, io));
+    }
+
+    /// Forgets a connection (a stale id is ignored).
+    pub fn remove(&mut self, id: &ConnId) {
+        if let Some(slot) = self.0.get_mut(id.index() as usize) {
+            if slot.as_ref().is_some_and(|(live, _)| live == id) {
+                *slot = None;
+            }
+        }
+    }
+}
+
 /// Everything one shard thread's tasks share.
 pub struct ShardCtx {
     /// Shard number.
@@ -123,9 +161,8 @@ pub struct ShardCtx {
     pub ingest: IngestTx,
     /// To the presence worker.
     pub presence: Sender<PresenceCmd>,
-    /// Live connections, looked up for every frame queued (foldhash: the
-    /// shard makes the ids).
-    pub conns: RefCell<HashMap<ConnId, Rc<ConnIo>>>,
+    /// Live connections, looked up for every frame queued.
+    pub conns: RefCell<ConnTable>,
     /// Wakes the tick loop to recompute its deadline.
     pub kick: LocalNotify,
     /// This shard's share of the node's accept rate.

@@ -160,8 +160,9 @@ async fn serve(ctx: Rc<ShardCtx>, mut stream: TcpStream) {
 
 /// Sends the `101`, registers the connection with the shard, and hands it to
 /// a reader task of its own, so nothing of the handshake stays alive for the
-/// connection's life but its slot. Frames are written by the shard's flush
-/// step, or by a writer task only while the socket is full ([`write_loop`]).
+/// connection's life but its slot (in its [`ConnIo`]). Frames are written by
+/// the shard's flush step, or by a writer task only while the socket is full
+/// ([`write_loop`]).
 async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, rest: Vec<u8>) {
     steps::pin_send_buffer(stream.as_raw_fd());
     let Accepted { upgrade, response } = accepted;
@@ -171,10 +172,9 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
     }
     let fd = stream.as_raw_fd();
     let stream = Rc::new(stream);
-    let (id, io) = steps::register(&ctx, &upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
+    let (id, io) = steps::register(&ctx, upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
     let reading = steps::feed(&ctx, id, &rest);
     drop(rest);
-    let slot = upgrade.slot;
     monoio::spawn(async move {
         if reading {
             read_loop(&ctx, id, &stream).await;
@@ -182,7 +182,6 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         drop(stream);
         steps::writer_gone(&io).await;
         steps::finish(&ctx, &io, id);
-        drop(slot);
     });
 }
 

@@ -119,11 +119,10 @@ pub(super) fn pin_send_buffer(fd: RawFd) {
 /// Registers an upgraded connection (its `101` sent) with the shard.
 pub(super) fn register(
     ctx: &Rc<ShardCtx>,
-    upgrade: &Upgrade,
+    upgrade: Upgrade,
     fd: RawFd,
     socket: Rc<dyn Socket>,
 ) -> (ConnId, Rc<ConnIo>) {
-    let io = Rc::new(ConnIo::new(fd, socket));
     let id = ctx.shard.borrow_mut().connect(
         Arc::clone(upgrade.slot.user()),
         upgrade.role,
@@ -131,13 +130,14 @@ pub(super) fn register(
         upgrade.deflate,
         clock::now_ms(),
     );
+    let io = Rc::new(ConnIo::new(fd, socket, upgrade.slot));
     ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
     (id, io)
 }
 
-/// Forgets a connection whose reader and writer both ended; its socket (and
-/// then its [`super::handshake::Slot`]) is released right after.
+/// Forgets a connection whose reader and writer both ended; its socket and
+/// its [`super::handshake::Slot`] go with the last [`ConnIo`] right after.
 pub(super) fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
     io.finished.set(true);
     ctx.conns.borrow_mut().remove(&id);
@@ -273,7 +273,7 @@ pub(super) fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Byt
     if next.is_none() {
         io.write_side.set(WriteSide::Direct);
         io.after_queue_empty();
-        io.writer_ended.notify();
+        wake_reader(io);
     }
     next
 }
@@ -281,14 +281,27 @@ pub(super) fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Byt
 /// The writer task's write failed: nothing more is written to the socket.
 pub(super) fn writer_failed(io: &ConnIo) {
     io.write_side.set(WriteSide::Done);
-    io.writer_ended.notify();
+    wake_reader(io);
+}
+
+/// Wakes the reader task if it waits in [`writer_gone`].
+fn wake_reader(io: &ConnIo) {
+    if let Some(w) = io.reader_waiting.take() {
+        w.wake();
+    }
 }
 
 /// Waits (after the reader's last read) until no writer task holds the socket.
 pub(super) async fn writer_gone(io: &ConnIo) {
-    while io.write_side.get() == WriteSide::Task {
-        io.writer_ended.notified().await;
-    }
+    std::future::poll_fn(|cx| {
+        if io.write_side.get() == WriteSide::Task {
+            io.reader_waiting.set(Some(cx.waker().clone()));
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await
 }
 
 /// One turn of the loop, without the sleep: feeds the inbox and the time into

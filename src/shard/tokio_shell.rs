@@ -137,10 +137,9 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
     drop(response);
     let fd = stream.as_raw_fd();
     let stream = Rc::new(stream);
-    let (id, io) = steps::register(&ctx, &upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
+    let (id, io) = steps::register(&ctx, upgrade, fd, Rc::clone(&stream) as Rc<dyn Socket>);
     let reading = steps::feed(&ctx, id, &rest);
     drop(rest);
-    let slot = upgrade.slot;
     spawn_local(async move {
         if reading {
             read_loop(&ctx, id, &stream).await;
@@ -148,7 +147,6 @@ async fn start(ctx: Rc<ShardCtx>, mut stream: TcpStream, accepted: Accepted, res
         drop(stream);
         steps::writer_gone(&io).await;
         steps::finish(&ctx, &io, id);
-        drop(slot);
     });
 }
 
