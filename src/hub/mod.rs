@@ -200,6 +200,8 @@ fn shard_ctx(
         presence,
         conns: RefCell::default(),
         kick: Default::default(),
+        next_purge_ms: Default::default(),
+        rendered_at_purge: Default::default(),
     })
 }
 

@@ -165,6 +165,10 @@ pub struct ShardCtx {
     pub conns: RefCell<ConnTable>,
     /// Wakes the tick loop to recompute its deadline.
     pub kick: LocalNotify,
+    /// When the shard next returns freed memory to the OS (ms).
+    pub next_purge_ms: Cell<u64>,
+    /// Frames rendered as of the last return of freed memory.
+    pub rendered_at_purge: Cell<u64>,
     /// This shard's share of the node's accept rate.
     pub bucket: RefCell<TokenBucket>,
 }

@@ -342,12 +342,41 @@ pub(super) fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
     }
     ctx.flush();
     ctx.publish_metrics();
+    purge_freed_memory(ctx, now);
     ctx.metrics()
         .heartbeat_ms
         .store(now, std::sync::atomic::Ordering::Relaxed);
     let deadline = ctx.shard.borrow().poll_timeout();
     ctx.kick.take();
     deadline
+}
+
+extern "C" {
+    /// mimalloc's collection (the crate links the whole library): frees what
+    /// this thread's heap can and returns to the OS the pages free for its
+    /// purge delay (1 s), or with `force`, every free page at once.
+    fn mi_collect(force: bool);
+}
+
+/// How often a shard asks the allocator to return freed pages.
+const PURGE_EVERY_MS: u64 = 1_000;
+
+/// Returns pages freed on this shard thread to the OS, at most every
+/// [`PURGE_EVERY_MS`]. mimalloc purges only when it is called, so after a
+/// burst (thousands of handshakes, each a few KiB freed at its upgrade) a
+/// quiet shard would keep that memory resident for good. All free pages go
+/// when no frame was rendered since the last call (a quiet shard); while
+/// frames flow, only those past the delay (pages about to be reused stay).
+fn purge_freed_memory(ctx: &ShardCtx, now: u64) {
+    if now < ctx.next_purge_ms.get() {
+        return;
+    }
+    ctx.next_purge_ms.set(now + PURGE_EVERY_MS);
+    let rendered = ctx.shard.borrow().stats().frames_rendered;
+    let quiet = ctx.rendered_at_purge.replace(rendered) == rendered;
+    // SAFETY: a plain call into the allocator, which is thread-safe and takes
+    // no pointers.
+    unsafe { mi_collect(quiet) };
 }
 
 /// Ready when the inbox has mail, the shard was kicked, or the deadline passed
