@@ -91,6 +91,7 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
 }
 
 fn main() -> ExitCode {
+    seatboard::shard::allocator::purge_promptly();
     let cli = Cli::parse();
     match cli.command {
         Command::Serve(args) => hub(args, false),

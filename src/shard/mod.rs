@@ -4,6 +4,7 @@
 //! `tokio-shell` feature), around the runtime-free steps they share
 //! (`steps.rs`); nothing is shared with other shards but the node's atomics.
 
+pub mod allocator;
 mod csp;
 mod handshake;
 mod http;

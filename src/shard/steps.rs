@@ -351,13 +351,6 @@ pub(super) fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
     deadline
 }
 
-extern "C" {
-    /// mimalloc's collection (the crate links the whole library): frees what
-    /// this thread's heap can and returns to the OS the pages free for its
-    /// purge delay (1 s), or with `force`, every free page at once.
-    fn mi_collect(force: bool);
-}
-
 /// How often a shard asks the allocator to return freed pages.
 const PURGE_EVERY_MS: u64 = 1_000;
 
@@ -374,9 +367,7 @@ fn purge_freed_memory(ctx: &ShardCtx, now: u64) {
     ctx.next_purge_ms.set(now + PURGE_EVERY_MS);
     let rendered = ctx.shard.borrow().stats().frames_rendered;
     let quiet = ctx.rendered_at_purge.replace(rendered) == rendered;
-    // SAFETY: a plain call into the allocator, which is thread-safe and takes
-    // no pointers.
-    unsafe { mi_collect(quiet) };
+    super::allocator::collect(quiet);
 }
 
 /// Ready when the inbox has mail, the shard was kicked, or the deadline passed
