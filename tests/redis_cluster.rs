@@ -60,19 +60,6 @@ fn publish_retrying(cluster: &Cluster, course: &str, taken: u32, version: u64) {
     .expect("publish never succeeded");
 }
 
-fn taken_in(frame: &Value) -> Option<u64> {
-    frame["sections"]
-        .as_array()?
-        .iter()
-        .find(|s| s["section"] == 1)?["seats_taken"]
-        .as_u64()
-}
-
-fn healthz(sb: &Seatboard) -> Value {
-    let r = http_get(sb.port, "/healthz").expect("healthz");
-    serde_json::from_str(&r.body).expect("healthz json")
-}
-
 #[test]
 fn cluster_boards_sharded_subscriptions_and_health() {
     let cluster = Cluster::start();
@@ -91,7 +78,7 @@ fn cluster_boards_sharded_subscriptions_and_health() {
     let sb = serve(&cluster);
     let mut ws = client(&sb, "user=u1");
     let answer = watch(&mut ws, &on_a[0]);
-    assert_eq!(taken_in(&answer), Some(3), "{answer}");
+    assert_eq!(seats_taken(&answer, 1), Some(3), "{answer}");
     on_a.extend(on_b.iter().cloned());
     for c in &on_a[1..] {
         watch(&mut ws, c);
@@ -102,7 +89,7 @@ fn cluster_boards_sharded_subscriptions_and_health() {
             m["type"] == "frame" && m["course"] == c.as_str()
         })
         .expect("live frame");
-        assert_eq!(taken_in(&f), Some(10 + i as u64), "{f}");
+        assert_eq!(seats_taken(&f, 1), Some(10 + i as u64), "{f}");
     }
     // Sharded subscriptions only on the owners, no pub/sub connection to the other primary.
     let shard_channels = |p: u16| cli(p, &["PUBSUB", "SHARDCHANNELS"]);
@@ -119,7 +106,7 @@ fn cluster_boards_sharded_subscriptions_and_health() {
         (n == "1").then_some(n)
     });
     assert!(zcard.is_some(), "presence not written in the cluster");
-    let h = healthz(&sb);
+    let h = healthz_json(sb.port);
     assert_eq!(h["status"], "ok", "{h}");
     assert_eq!(h["redis"], true, "{h}");
     assert_eq!(h["redis_mode"], "cluster", "{h}");
@@ -238,7 +225,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
     ));
     assert!(
         read_until(&mut classic_ws, Duration::from_secs(10), |m| {
-            m["type"] == "frame" && taken_in(m) == Some(2)
+            m["type"] == "frame" && seats_taken(m, 1) == Some(2)
         })
         .is_some(),
         "classic pub/sub in a cluster"
@@ -249,7 +236,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
         .map(|(i, c)| {
             let mut ws = client(&sb, &format!("user=v{i}"));
             let a = watch(&mut ws, c);
-            assert_eq!(taken_in(&a), Some(1), "{a}");
+            assert_eq!(seats_taken(&a, 1), Some(1), "{a}");
             (c.clone(), ws)
         })
         .collect();
@@ -260,7 +247,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
     }
     for (c, ws) in &mut viewers {
         let f = read_until(ws, Duration::from_secs(15), |m| {
-            m["type"] == "frame" && m["course"] == c.as_str() && taken_in(m) == Some(7)
+            m["type"] == "frame" && m["course"] == c.as_str() && seats_taken(m, 1) == Some(7)
         });
         assert!(
             f.is_some(),
@@ -278,7 +265,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
     let moved = wait_for(Duration::from_secs(15), || {
         publish_with(&classic_uri, &["--pubsub", "classic"], "CX0", 8, 4).then_some(())?;
         read_until(&mut classic_ws, Duration::from_millis(500), |m| {
-            m["type"] == "frame" && taken_in(m) == Some(8)
+            m["type"] == "frame" && seats_taken(m, 1) == Some(8)
         })
     });
     assert!(moved.is_some(), "classic node did not move to a live node");
@@ -287,7 +274,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
         watch(ws, &format!("OTHER{i}"));
     }
     let h = wait_for(Duration::from_secs(10), || {
-        let h = healthz(&sb);
+        let h = healthz_json(sb.port);
         (h["status"] == "ok").then_some(h)
     });
     assert!(h.is_some(), "node still degraded after the failover");
@@ -324,7 +311,7 @@ fn slot_migration_keeps_a_watched_course_live() {
     assert!(!cli(from.port, &["PUBSUB", "SHARDCHANNELS"]).contains(&channel));
     assert!(publish(&cluster, course, 9, 2));
     let f = read_until(&mut ws, Duration::from_secs(10), |m| {
-        m["type"] == "frame" && m["course"] == course && taken_in(m) == Some(9)
+        m["type"] == "frame" && m["course"] == course && seats_taken(m, 1) == Some(9)
     });
     assert!(f.is_some(), "course not live after the slot moved");
     println!(
@@ -377,12 +364,16 @@ fn ask_redirects_are_followed_while_a_state_slot_migrates() {
     let sb = serve(&cluster);
     let mut ws = client(&sb, "user=k1");
     let answer = watch(&mut ws, course);
-    assert_eq!(taken_in(&answer), Some(2), "seeded through ASK: {answer}");
+    assert_eq!(
+        seats_taken(&answer, 1),
+        Some(2),
+        "seeded through ASK: {answer}"
+    );
     // `seatboard publish` (the Publisher's write): HSET follows the redirect
     // to the importing node, SPUBLISH reaches the viewer.
     assert!(publish(&cluster, course, 5, 2), "publish mid-migration");
     let f = read_until(&mut ws, Duration::from_secs(10), |m| {
-        m["type"] == "frame" && m["course"] == course && taken_in(m) == Some(5)
+        m["type"] == "frame" && m["course"] == course && seats_taken(m, 1) == Some(5)
     });
     assert!(f.is_some(), "no live frame mid-migration");
     let on_target = asking(to.port, &format!("HGETALL {state}"));
@@ -400,7 +391,7 @@ fn ask_redirects_are_followed_while_a_state_slot_migrates() {
         "publish after the migration"
     );
     let f = read_until(&mut ws, Duration::from_secs(10), |m| {
-        m["type"] == "frame" && m["course"] == course && taken_in(m) == Some(7)
+        m["type"] == "frame" && m["course"] == course && seats_taken(m, 1) == Some(7)
     });
     assert!(f.is_some(), "course not live after the migration finished");
     let direct = cli(to.port, &["HGETALL", &state]);
@@ -408,7 +399,7 @@ fn ask_redirects_are_followed_while_a_state_slot_migrates() {
     // A viewer that comes later is seeded from the new owner.
     let mut late = client(&sb, "user=k2");
     let answer = watch(&mut late, course);
-    assert_eq!(taken_in(&answer), Some(7), "{answer}");
+    assert_eq!(seats_taken(&answer, 1), Some(7), "{answer}");
 }
 
 /// The last command and idle seconds of the pub/sub client on `port`.
@@ -453,7 +444,7 @@ fn a_quiet_sharded_source_sleeps_on_its_sockets() {
         m["type"] == "frame" && m["course"] == a.as_str()
     })
     .expect("live frame");
-    assert_eq!(taken_in(&f), Some(6), "{f}");
+    assert_eq!(seats_taken(&f, 1), Some(6), "{f}");
     println!("published and on the viewer in {:?}", t.elapsed());
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     // The connection that stayed silent is still pinged after 5 s of silence.

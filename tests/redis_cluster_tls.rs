@@ -12,7 +12,6 @@ mod tls_util;
 use cluster_util::{courses_on, Cluster, NodeLine};
 use common::*;
 use redis_util::{client, read_until, watch};
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tls_util::make_certs;
@@ -50,19 +49,6 @@ fn publish(uri: &str, ca: &Path, course: &str, taken: u32, version: u64) -> (i32
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-fn taken_in(frame: &Value) -> Option<u64> {
-    frame["sections"]
-        .as_array()?
-        .iter()
-        .find(|s| s["section"] == 1)?["seats_taken"]
-        .as_u64()
-}
-
-fn healthz(sb: &Seatboard) -> Value {
-    serde_json::from_str(&http_get(sb.port, "/healthz").expect("healthz").body)
-        .expect("healthz json")
 }
 
 #[test]
@@ -107,14 +93,20 @@ fn tls_only_cluster_serves_a_course_on_every_primary_and_refuses_a_wrong_ca() {
     let mut ws = client(&sb, "user=tls1");
     for c in &courses {
         let answer = watch(&mut ws, c);
-        assert_eq!(taken_in(&answer), Some(3), "seeded over TLS: {answer}");
+        assert_eq!(
+            seats_taken(&answer, 1),
+            Some(3),
+            "seeded over TLS: {answer}"
+        );
     }
     for (i, c) in courses.iter().enumerate() {
         let taken = 10 + i as u32;
         let (code, err) = publish(&uri, &ca, c, taken, 2);
         assert_eq!(code, 0, "{err}");
         let f = read_until(&mut ws, Duration::from_secs(10), |m| {
-            m["type"] == "frame" && m["course"] == c.as_str() && taken_in(m) == Some(taken as u64)
+            m["type"] == "frame"
+                && m["course"] == c.as_str()
+                && seats_taken(m, 1) == Some(taken as u64)
         });
         assert!(f.is_some(), "{c}: no live frame over TLS sharded pub/sub");
     }
@@ -134,7 +126,7 @@ fn tls_only_cluster_serves_a_course_on_every_primary_and_refuses_a_wrong_ca() {
         });
         assert!(zcard.is_some(), "{c}: presence not written over TLS");
     }
-    let h = healthz(&sb);
+    let h = healthz_json(sb.port);
     assert_eq!(h["status"], "ok", "{h}");
     assert_eq!(h["redis_mode"], "cluster", "{h}");
     assert_eq!(h["redis_nodes_up"], 3, "{h}");
@@ -161,7 +153,7 @@ fn tls_only_cluster_serves_a_course_on_every_primary_and_refuses_a_wrong_ca() {
         "1",
     ]);
     std::thread::sleep(Duration::from_millis(1500));
-    let h = healthz(&refused);
+    let h = healthz_json(refused.port);
     assert_eq!(h["status"], "degraded", "{h}");
     assert_eq!(h["redis"], false, "{h}");
     assert_eq!(h["redis_nodes_up"], 0, "{h}");

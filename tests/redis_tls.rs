@@ -100,14 +100,6 @@ fn publish(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     )
 }
 
-fn taken(frame: &Value) -> Option<u64> {
-    frame["sections"]
-        .as_array()?
-        .iter()
-        .find(|s| s["section"] == 2)?["seats_taken"]
-        .as_u64()
-}
-
 #[test]
 fn rediss_with_ca_and_acl_user_serves_and_publishes() {
     let r = TlsRedis::start();
@@ -134,7 +126,7 @@ fn rediss_with_ca_and_acl_user_serves_and_publishes() {
     ]);
     let mut ws = client(&sb, "user=t1");
     let a = watch(&mut ws, "TLS101");
-    assert_eq!(taken(&a), Some(5), "state hash read over TLS: {a}");
+    assert_eq!(seats_taken(&a, 2), Some(5), "state hash read over TLS: {a}");
     let (code, err) = publish(
         &[
             "--redis",
@@ -150,7 +142,7 @@ fn rediss_with_ca_and_acl_user_serves_and_publishes() {
     );
     assert_eq!(code, 0, "{err}");
     let f = read_until(&mut ws, Duration::from_secs(10), |m| {
-        m["type"] == "frame" && taken(m) == Some(6)
+        m["type"] == "frame" && seats_taken(m, 2) == Some(6)
     });
     assert!(f.is_some(), "no live frame over TLS pub/sub");
     let h: Value =

@@ -355,3 +355,17 @@ pub fn thread_wakeups(pid: i32, name: &str) -> u64 {
         })
         .sum()
 }
+
+/// `seats_taken` of `section` in a frame or an answer (its `sections` list).
+pub fn seats_taken(frame: &Value, section: u64) -> Option<u64> {
+    frame["sections"]
+        .as_array()?
+        .iter()
+        .find(|s| s["section"] == section)?["seats_taken"]
+        .as_u64()
+}
+
+/// The node's `/healthz` JSON.
+pub fn healthz_json(port: u16) -> Value {
+    serde_json::from_str(&http_get(port, "/healthz").expect("healthz").body).expect("healthz json")
+}
