@@ -7,6 +7,7 @@
 mod common;
 use common::*;
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -21,7 +22,10 @@ struct Logged {
 impl Logged {
     fn start(mut cmd: Command, extra: &[&str]) -> Logged {
         let port = free_port();
+        // Its own process group, so a wrapper (strace) and the server under it
+        // go together at the end.
         let mut child = cmd
+            .process_group(0)
             .args(extra)
             .args(["--shards", "2", "--log-level", "info", "--listen"])
             .arg(format!("127.0.0.1:{port}"))
@@ -72,6 +76,8 @@ impl Logged {
 
 impl Drop for Logged {
     fn drop(&mut self) {
+        // SAFETY: kill(2) on the process group this test started; no pointers.
+        unsafe { libc::kill(-(self.child.id() as i32), libc::SIGKILL) };
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
