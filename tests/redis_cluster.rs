@@ -8,7 +8,7 @@ mod cluster_util;
 mod common;
 mod redis_util;
 
-use cluster_util::{cli, courses_on, Cluster, NodeLine};
+use cluster_util::{cli, courses_on, Cluster};
 use common::*;
 use redis_util::{client, read_until, watch};
 use serde_json::Value;
@@ -63,11 +63,7 @@ fn publish_retrying(cluster: &Cluster, course: &str, taken: u32, version: u64) {
 #[test]
 fn cluster_boards_sharded_subscriptions_and_health() {
     let cluster = Cluster::start();
-    let primaries: Vec<NodeLine> = cluster
-        .lines_from(cluster.any_port())
-        .into_iter()
-        .filter(|l| l.primary)
-        .collect();
+    let primaries = cluster.primaries();
     assert_eq!(primaries.len(), 3);
     let mut on_a = courses_on(&primaries[0], 2);
     let on_b = courses_on(&primaries[1], 1);
@@ -189,7 +185,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
     let seed = cluster.uri();
     let victim = cluster.owner("seats:CL0");
     let victim = cluster
-        .lines_from(cluster.any_port())
+        .nodes_now()
         .into_iter()
         .find(|l| l.id == victim.id)
         .expect("victim");
@@ -288,7 +284,7 @@ fn slot_migration_keeps_a_watched_course_live() {
     let slot = cluster.slot(&channel);
     let from = cluster.owner_of_slot(slot);
     let to = cluster
-        .lines_from(cluster.any_port())
+        .nodes_now()
         .into_iter()
         .find(|l| l.primary && l.id != from.id)
         .expect("another primary");
@@ -346,7 +342,7 @@ fn ask_redirects_are_followed_while_a_state_slot_migrates() {
     assert!(publish(&cluster, course, 2, 1));
     let slot = cluster.slot(&state);
     let to = cluster
-        .lines_from(cluster.any_port())
+        .nodes_now()
         .into_iter()
         .find(|l| l.primary && l.id != cluster.owner_of_slot(slot).id)
         .expect("another primary");
@@ -417,11 +413,7 @@ fn pubsub_client(port: u16) -> (String, u64) {
 #[test]
 fn a_quiet_sharded_source_sleeps_on_its_sockets() {
     let cluster = Cluster::primaries_only();
-    let primaries: Vec<NodeLine> = cluster
-        .lines_from(cluster.any_port())
-        .into_iter()
-        .filter(|l| l.primary)
-        .collect();
+    let primaries = cluster.primaries();
     let a = courses_on(&primaries[0], 1).remove(0);
     let b = courses_on(&primaries[1], 1).remove(0);
     let sb = serve(&cluster);

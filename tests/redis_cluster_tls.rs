@@ -9,7 +9,7 @@ mod common;
 mod redis_util;
 mod tls_util;
 
-use cluster_util::{courses_on, Cluster, NodeLine};
+use cluster_util::{courses_on, Cluster};
 use common::*;
 use redis_util::{client, read_until, watch};
 use std::path::{Path, PathBuf};
@@ -59,11 +59,7 @@ fn tls_only_cluster_serves_a_course_on_every_primary_and_refuses_a_wrong_ca() {
     let cluster = Cluster::tls_only(&certs.0);
     let uri = cluster.uri();
     assert!(uri.starts_with("rediss://"), "{uri}");
-    let primaries: Vec<NodeLine> = cluster
-        .lines_from(cluster.any_port())
-        .into_iter()
-        .filter(|l| l.primary)
-        .collect();
+    let primaries = cluster.primaries();
     assert_eq!(primaries.len(), 3);
     // One course whose channel lives on each primary, its state written first.
     let courses: Vec<String> = primaries

@@ -189,6 +189,16 @@ impl Cluster {
             .expect("a live node")
     }
 
+    /// The primaries, as a live node sees them now.
+    pub fn primaries(&self) -> Vec<NodeLine> {
+        self.nodes_now().into_iter().filter(|l| l.primary).collect()
+    }
+
+    /// `CLUSTER NODES` as a live node sees it now.
+    pub fn nodes_now(&self) -> Vec<NodeLine> {
+        self.lines_from(self.any_port())
+    }
+
     /// `CLUSTER NODES` as seen from `port`.
     pub fn lines_from(&self, port: u16) -> Vec<NodeLine> {
         self.cli(port, &["CLUSTER", "NODES"])
@@ -238,7 +248,7 @@ impl Cluster {
 
     /// The primary serving `slot` now.
     pub fn owner_of_slot(&self, slot: u16) -> NodeLine {
-        self.lines_from(self.any_port())
+        self.nodes_now()
             .into_iter()
             .find(|l| l.primary && l.slots.iter().any(|&(a, b)| a <= slot && slot <= b))
             .expect("slot owner")
@@ -251,7 +261,7 @@ impl Cluster {
 
     /// The replica of the primary `id`.
     pub fn replica_of(&self, id: &str) -> NodeLine {
-        self.lines_from(self.any_port())
+        self.nodes_now()
             .into_iter()
             .find(|l| l.primary_id.as_deref() == Some(id))
             .expect("replica")
