@@ -569,6 +569,7 @@ fn storm(o: &Opts) -> Outcome {
     let k0 = procs::machine_ticks();
     let r0 = usage_sum(&redis.pids());
     let lg0 = f.cpu_us();
+    let th0 = procs::cpu_by_thread(server.pid());
     let t0 = Instant::now();
     let (rate, secs) = (o.rate, o.seconds);
     let mut prev = (u0, counter(&m0, "frames"), Instant::now());
@@ -593,6 +594,7 @@ fn storm(o: &Opts) -> Outcome {
     let k1 = procs::machine_ticks();
     let r1 = usage_sum(&redis.pids());
     let lg1 = f.cpu_us();
+    let th1 = procs::cpu_by_thread(server.pid());
     let m1 = f.mark();
     // Settle: every course's last change renders within a tick; give it several.
     std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1500)));
@@ -692,8 +694,65 @@ fn storm(o: &Opts) -> Outcome {
         "final state differs from the last published state",
     );
     out.check(frames > 0, "no frame delivered");
-    wire_row(&mut out, &server, &m0, &m1, frames);
+    let wire = wire_row(&mut out, &server, &m0, &m1, frames);
     machine_row(&mut out, k0, k1);
+    let thread_us = |name: &str| {
+        th1.get(name)
+            .unwrap_or(&0)
+            .saturating_sub(*th0.get(name).unwrap_or(&0))
+    };
+    let by_thread: serde_json::Map<String, Value> = th1
+        .keys()
+        .map(|k| (k.clone(), json!(thread_us(k))))
+        .collect();
+    out.row(
+        "server_cpu_by_thread_us",
+        by_thread
+            .iter()
+            .map(|(k, v)| format!("{k} {:.2} s", v.as_u64().unwrap_or(0) as f64 / 1e6))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Object(by_thread),
+    );
+    let shard_per_frame = thread_us("seatboard-shard") as f64 / frames.max(1) as f64;
+    out.row(
+        "shard_cpu_us_per_frame",
+        format!("{shard_per_frame:.3} us (shard threads only)"),
+        json!(shard_per_frame),
+    );
+    if !o.no_floor && frames > 0 {
+        // The floor in the same run: as many clients, each sent a frame of
+        // the storm's wire size as often as the storm delivered one to it.
+        let every = Duration::from_secs_f64(o.clients as f64 * dt / frames as f64);
+        let fl = floor_scenario(
+            &Opts {
+                frame_bytes: wire.round() as usize,
+                ..o.clone()
+            },
+            every,
+        );
+        let floor_us = fl.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0);
+        out.row(
+            "floor_cpu_us_per_frame",
+            format!(
+                "{floor_us:.3} us (plain write(2) of a {wire:.0} B frame every {} ms to each client; machine {:.1}% idle)",
+                every.as_millis(),
+                fl.json["machine_idle_pct"].as_f64().unwrap_or(0.0)
+            ),
+            json!(floor_us),
+        );
+        out.row(
+            "shard_ratio_to_floor",
+            format!(
+                "{:.2}x the floor's CPU per frame (shard threads)",
+                shard_per_frame / floor_us.max(1e-9)
+            ),
+            json!(shard_per_frame / floor_us.max(1e-9)),
+        );
+        out.problems
+            .extend(fl.problems.iter().map(|p| format!("floor: {p}")));
+        out.json["floor"] = fl.json;
+    }
     out
 }
 

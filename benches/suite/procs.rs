@@ -81,6 +81,28 @@ pub fn wakeups(pid: u32) -> std::collections::BTreeMap<String, u64> {
     out
 }
 
+/// CPU time (utime + stime, µs) of every thread of `pid`, by thread name
+/// (threads of one name summed: both shards are `seatboard-shard`).
+pub fn cpu_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in dir.flatten() {
+        let path = task.path();
+        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+        let f: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+        *out.entry(name.trim().to_string()).or_default() +=
+            (ticks(11) + ticks(12)) * 1_000_000 / hz;
+    }
+    out
+}
+
 /// Machine-wide CPU ticks from /proc/stat: (idle incl. iowait, total).
 pub fn machine_ticks() -> (u64, u64) {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();

@@ -202,6 +202,7 @@ fn shard_ctx(
         kick: Default::default(),
         next_purge_ms: Default::default(),
         rendered_at_purge: Default::default(),
+        send_ring: RefCell::default(),
     })
 }
 

@@ -12,6 +12,7 @@ pub mod monoio_shell;
 pub mod notify;
 mod pages;
 mod response;
+pub mod send_ring;
 mod steps;
 #[cfg(feature = "tokio-shell")]
 pub mod tokio_shell;
@@ -26,6 +27,7 @@ use crate::node::Node;
 use bytes::Bytes;
 use crossbeam_channel::Sender;
 use notify::LocalNotify;
+use send_ring::SendRing;
 use shards::rate::TokenBucket;
 use shards::{Action, ConnId, Shard};
 use std::cell::{Cell, RefCell};
@@ -148,6 +150,9 @@ impl ConnTable {
     }
 }
 
+/// A shard's batched sends, each tagged with its connection.
+pub type ShardSends = SendRing<(ConnId, Rc<ConnIo>)>;
+
 /// Everything one shard thread's tasks share.
 pub struct ShardCtx {
     /// Shard number.
@@ -172,6 +177,9 @@ pub struct ShardCtx {
     pub rendered_at_purge: Cell<u64>,
     /// This shard's share of the node's accept rate.
     pub bucket: RefCell<TokenBucket>,
+    /// The flush step's batched sends, on a shard that runs on io_uring
+    /// (`None`: one `send(2)` per frame, as on epoll and tokio).
+    pub send_ring: RefCell<Option<ShardSends>>,
 }
 
 impl ShardCtx {
@@ -226,9 +234,14 @@ impl ShardCtx {
             }
         }
         let conns = self.conns.borrow();
-        while let Some(id) = shard.poll_ready() {
-            if let Some(io) = conns.get(&id) {
-                steps::write_queued(self, &mut shard, io, id);
+        match self.send_ring.borrow_mut().as_mut() {
+            Some(ring) => steps::write_batched(self, &mut shard, &conns, ring),
+            None => {
+                while let Some(id) = shard.poll_ready() {
+                    if let Some(io) = conns.get(&id) {
+                        steps::write_queued(self, &mut shard, io, id);
+                    }
+                }
             }
         }
         drop(conns);

@@ -30,7 +30,15 @@ pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, driver: Driver, r
             .enable_timer()
             .build()
         {
-            Ok(rt) => return serve_on(rt, "io_uring", ctx, listener, ready),
+            Ok(rt) => {
+                match super::send_ring::SendRing::new() {
+                    Ok(ring) => *ctx.send_ring.borrow_mut() = Some(ring),
+                    Err(e) => {
+                        tracing::warn!(error = %e, shard = ctx.index, "no io_uring for batched sends: one send(2) per frame")
+                    }
+                }
+                return serve_on(rt, "io_uring", ctx, listener, ready);
+            }
             Err(e) if driver == Driver::Uring => {
                 let _ = ready.send(Err(format!("io_uring unavailable: {e}")));
                 return;

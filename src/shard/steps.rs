@@ -8,7 +8,7 @@
 use super::handshake::{self, Accepted, Upgrade};
 use super::http::{self, Route};
 use super::response::Response;
-use super::{ConnIo, ShardCtx, Socket, WriteSide};
+use super::{ConnIo, ConnTable, ShardCtx, ShardSends, Socket, WriteSide};
 use crate::channels::Control;
 use crate::clock;
 use crate::metrics::Refusal;
@@ -232,6 +232,90 @@ pub(super) fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo
         io.after_queue_empty();
     }
     ctx.metrics().bytes_out.fetch_add(written as u64, Relaxed);
+}
+
+/// [`write_queued`] for every connection the shard made ready, through the
+/// shard's io_uring: the head frame of each goes into one batch of sends
+/// (submitted whenever the ring fills, and at the end); a connection whose
+/// frame went whole and that has more queued gets its next one in the next
+/// batch. What a socket does not take goes to a writer task, as there.
+pub(super) fn write_batched(
+    ctx: &Rc<ShardCtx>,
+    shard: &mut Shard,
+    conns: &ConnTable,
+    ring: &mut ShardSends,
+) {
+    let (mut round, mut again): (Vec<ConnId>, Vec<ConnId>) = Default::default();
+    let mut written = 0;
+    let mut first = true;
+    loop {
+        let mut left = round.iter();
+        loop {
+            let next = if first {
+                shard.poll_ready()
+            } else {
+                left.next().copied()
+            };
+            let Some(id) = next else { break };
+            let Some(io) = conns.get(&id) else { continue };
+            if io.write_side.get() != WriteSide::Direct {
+                continue;
+            }
+            let Some(frame) = shard.poll_transmit(id) else {
+                io.after_queue_empty();
+                continue;
+            };
+            if ring.is_full() {
+                ring.submit(|tag, frame, res| {
+                    written += sent(ctx, shard, tag, frame, res, &mut again);
+                });
+            }
+            ring.push(io.fd, frame, (id, Rc::clone(io)));
+        }
+        ring.submit(|tag, frame, res| {
+            written += sent(ctx, shard, tag, frame, res, &mut again);
+        });
+        if again.is_empty() {
+            break;
+        }
+        std::mem::swap(&mut round, &mut again);
+        again.clear();
+        first = false;
+    }
+    ctx.metrics().bytes_out.fetch_add(written as u64, Relaxed);
+}
+
+/// What one batched send came to, for its connection: the bytes written.
+fn sent(
+    ctx: &Rc<ShardCtx>,
+    shard: &Shard,
+    (id, io): (ConnId, Rc<ConnIo>),
+    frame: Bytes,
+    res: std::io::Result<usize>,
+    again: &mut Vec<ConnId>,
+) -> usize {
+    match res {
+        Ok(n) if n == frame.len() => {
+            if shard.queued_bytes(id) == 0 {
+                io.after_queue_empty();
+            } else {
+                again.push(id);
+            }
+            n
+        }
+        Ok(n) => {
+            hand_to_writer(ctx, &io, id, frame.slice(n..));
+            n
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+            hand_to_writer(ctx, &io, id, frame);
+            0
+        }
+        Err(_) => {
+            io.write_side.set(WriteSide::Done);
+            0
+        }
+    }
 }
 
 /// Starts the shell's writer task with the part of a frame the socket did not take.
