@@ -74,7 +74,7 @@ struct Opts {
     rate_set: bool,
     /// Floor: the frame's size on the wire.
     frame_bytes: usize,
-    /// Fanout: skip the floor run (compare runs one floor for all).
+    /// Storm, fanout: skip the floor run (compare runs one floor for all).
     no_floor: bool,
 }
 
@@ -121,6 +121,7 @@ const USAGE: &str =
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
+[--no-floor (storm, fanout: skip the floor run)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
@@ -164,6 +165,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--inner" => o.inner = val()?,
             "--snapshots" => o.snapshots = num(val()?)? as usize,
             "--no-watch" => o.no_watch = true,
+            "--no-floor" => o.no_floor = true,
             "--stuck" => o.stuck = num(val()?)? as usize,
             "--redis-mode" => {
                 o.cluster = match val()?.as_str() {

@@ -72,6 +72,9 @@ pub struct ConnIo {
     pub reader_waiting: Cell<Option<Waker>>,
     /// Set just before the socket is released, so no one touches a reused fd.
     pub finished: Cell<bool>,
+    /// The socket is registered with the shard's send ring (in the slot of
+    /// its connection's index), and must be released from it at the end.
+    pub registered: Cell<bool>,
     /// The socket, for writes from the flush step and a forced shutdown.
     pub fd: RawFd,
     /// The socket as the shell holds it, to start a writer task.
@@ -89,6 +92,7 @@ impl ConnIo {
             closing: Default::default(),
             reader_waiting: Default::default(),
             finished: Default::default(),
+            registered: Default::default(),
             fd,
             socket,
             _slot: slot,

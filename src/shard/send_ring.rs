@@ -4,7 +4,10 @@
 //! `io_uring_enter` calls instead of one `send(2)` per frame. Each send is
 //! non-blocking (`MSG_DONTWAIT`), so the kernel completes it inside the
 //! submission, and [`SendRing::submit`] reports every result before it
-//! returns: nothing stays in flight between flushes.
+//! returns: nothing stays in flight between flushes. Connections' sockets
+//! are registered with the ring (a fixed-file table indexed by the core's
+//! connection slot), so a send does not look its socket up and take a
+//! reference to it each time.
 
 use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
@@ -14,6 +17,9 @@ use std::os::fd::RawFd;
 /// How many sends one submission carries (the ring's size).
 const BATCH: u32 = 1024;
 
+/// The most sockets registered at once (fewer if the open-file limit is lower).
+const MAX_FIXED: u32 = 1 << 16;
+
 /// The ring, and the sends queued into it since the last submission.
 pub struct SendRing<T> {
     ring: IoUring,
@@ -21,6 +27,8 @@ pub struct SendRing<T> {
     queued: Vec<(Bytes, T)>,
     /// What each queued send came to (a completion's result), by `user_data`.
     results: Vec<Option<i32>>,
+    /// Slots in the ring's table of registered sockets (0: none).
+    fixed: u32,
 }
 
 impl<T> SendRing<T> {
@@ -31,11 +39,49 @@ impl<T> SendRing<T> {
             .setup_single_issuer()
             .setup_cqsize(2 * BATCH)
             .build(BATCH)?;
+        let mut limit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: `limit` is a valid rlimit to fill in.
+        let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        let want = if rc == 0 {
+            limit.rlim_cur.min(MAX_FIXED as libc::rlim_t) as u32
+        } else {
+            0
+        };
+        let fixed = match ring.submitter().register_files_sparse(want) {
+            Ok(()) => want,
+            Err(e) => {
+                tracing::debug!(error = %e, "no registered sockets: each send looks its socket up");
+                0
+            }
+        };
         Ok(SendRing {
             ring,
             queued: Vec::with_capacity(BATCH as usize),
             results: Vec::with_capacity(BATCH as usize),
+            fixed,
         })
+    }
+
+    /// Registers socket `fd` in table slot `slot`, so sends to it skip the
+    /// lookup; false when the table has no such slot (its sends then name
+    /// `fd`). The socket stays open while registered: [`unregister`](Self::unregister) it first.
+    pub fn register(&mut self, slot: u32, fd: RawFd) -> bool {
+        slot < self.fixed
+            && self
+                .ring
+                .submitter()
+                .register_files_update(slot, &[fd])
+                .is_ok()
+    }
+
+    /// Empties table slot `slot`, releasing the ring's hold on its socket.
+    pub fn unregister(&mut self, slot: u32) {
+        if let Err(e) = self.ring.submitter().register_files_update(slot, &[-1]) {
+            tracing::warn!(error = %e, slot, "a registered socket could not be released");
+        }
     }
 
     /// True when the next [`push`](Self::push) must wait for a [`submit`](Self::submit).
@@ -43,19 +89,26 @@ impl<T> SendRing<T> {
         self.queued.len() >= BATCH as usize
     }
 
-    /// Queues a non-blocking send of `frame` on socket `fd`; `tag` comes back
-    /// with its result. The caller submits first when the ring [`is_full`](Self::is_full).
-    pub fn push(&mut self, fd: RawFd, frame: Bytes, tag: T) {
+    /// Queues a non-blocking send of `frame` on socket `fd` (by its table
+    /// slot when `slot` is given: see [`register`](Self::register)); `tag` comes
+    /// back with its result. The caller submits first when the ring [`is_full`](Self::is_full).
+    pub fn push(&mut self, fd: RawFd, slot: Option<u32>, frame: Bytes, tag: T) {
         debug_assert!(!self.is_full());
         let len = u32::try_from(frame.len()).unwrap_or(u32::MAX);
-        let sqe = opcode::Send::new(types::Fd(fd), frame.as_ptr(), len)
-            .flags(libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+        let flags = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+        let send = match slot {
+            Some(slot) => opcode::Send::new(types::Fixed(slot), frame.as_ptr(), len),
+            None => opcode::Send::new(types::Fd(fd), frame.as_ptr(), len),
+        };
+        let sqe = send
+            .flags(flags)
             .build()
             .user_data(self.queued.len() as u64);
         // SAFETY: the buffer is `frame`'s, kept alive in `queued` until its
         // completion is reaped in `submit` (sends never outlive a submission:
         // they are non-blocking and `submit` waits for every completion), and
-        // `fd` is an open socket the caller owns for that long.
+        // `fd` (or the socket registered in `slot`) is an open socket the
+        // caller owns for that long.
         let pushed = unsafe { self.ring.submission().push(&sqe) };
         debug_assert!(pushed.is_ok(), "the ring holds BATCH entries");
         self.queued.push((frame, tag));
@@ -137,10 +190,10 @@ mod tests {
         let (rx3, tx3) = pair();
         drop(rx3);
         std::thread::sleep(std::time::Duration::from_millis(50));
-        ring.push(tx1.as_raw_fd(), Bytes::from_static(b"hello "), 1);
+        ring.push(tx1.as_raw_fd(), None, Bytes::from_static(b"hello "), 1);
         let big = Bytes::from(vec![7u8; 64 << 20]);
-        ring.push(tx2.as_raw_fd(), big.clone(), 2);
-        ring.push(tx3.as_raw_fd(), Bytes::from_static(b"x"), 3);
+        ring.push(tx2.as_raw_fd(), None, big.clone(), 2);
+        ring.push(tx3.as_raw_fd(), None, Bytes::from_static(b"x"), 3);
         let mut seen = Vec::new();
         ring.submit(|tag, frame, r| seen.push((tag, frame.len(), r)));
         assert_eq!(seen.len(), 3);
@@ -154,8 +207,8 @@ mod tests {
         assert_eq!((seen[2].0, seen[2].1), (3, 1));
 
         // The full socket now refuses at once instead of waiting for room.
-        ring.push(tx2.as_raw_fd(), Bytes::from_static(b"more"), 4);
-        ring.push(tx1.as_raw_fd(), Bytes::from_static(b"world"), 5);
+        ring.push(tx2.as_raw_fd(), None, Bytes::from_static(b"more"), 4);
+        ring.push(tx1.as_raw_fd(), None, Bytes::from_static(b"world"), 5);
         let mut second = Vec::new();
         ring.submit(|tag, _, r| second.push((tag, r.map_err(|e| e.kind()))));
         assert_eq!(
@@ -182,7 +235,7 @@ mod tests {
                     count += 1;
                 });
             }
-            ring.push(tx.as_raw_fd(), Bytes::from(vec![(i % 251) as u8]), i);
+            ring.push(tx.as_raw_fd(), None, Bytes::from(vec![(i % 251) as u8]), i);
         }
         ring.submit(|_, _, r| {
             assert_eq!(r.ok(), Some(1));
@@ -192,5 +245,34 @@ mod tests {
         let mut got = vec![0u8; (BATCH * 2 + 5) as usize];
         rx.read_exact(&mut got).expect("read");
         assert!(got.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
+    }
+
+    #[test]
+    fn a_registered_socket_is_sent_to_by_slot_and_closes_once_released() {
+        let Ok(mut ring) = SendRing::<()>::new() else {
+            eprintln!("io_uring unavailable here: nothing to test");
+            return;
+        };
+        if ring.fixed == 0 {
+            eprintln!("no registered files here: nothing to test");
+            return;
+        }
+        let (mut rx, tx) = pair();
+        assert!(ring.register(7, tx.as_raw_fd()));
+        assert!(!ring.register(ring.fixed, tx.as_raw_fd()), "past the table");
+        // By slot: the fd passed alongside is not used (-1 would fail).
+        ring.push(-1, Some(7), Bytes::from_static(b"fixed"), ());
+        let mut res = None;
+        ring.submit(|_, _, r| res = Some(r.map_err(|e| e.kind())));
+        assert_eq!(res, Some(Ok(5)));
+        let mut got = [0u8; 5];
+        rx.read_exact(&mut got).expect("read");
+        assert_eq!(&got, b"fixed");
+        // Released, then closed: the peer sees the end of the stream.
+        ring.unregister(7);
+        drop(tx);
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        assert_eq!(rx.read(&mut got).expect("eof"), 0);
     }
 }

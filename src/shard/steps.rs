@@ -131,6 +131,9 @@ pub(super) fn register(
         clock::now_ms(),
     );
     let io = Rc::new(ConnIo::new(fd, socket, upgrade.slot));
+    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
+        io.registered.set(ring.register(id.index(), fd));
+    }
     ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
     (id, io)
@@ -140,6 +143,11 @@ pub(super) fn register(
 /// its [`super::handshake::Slot`] go with the last [`ConnIo`] right after.
 pub(super) fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
     io.finished.set(true);
+    if io.registered.replace(false) {
+        if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
+            ring.unregister(id.index());
+        }
+    }
     ctx.conns.borrow_mut().remove(&id);
     ctx.shard.borrow_mut().disconnect(id);
     ctx.flush();
@@ -270,7 +278,8 @@ pub(super) fn write_batched(
                     written += sent(ctx, shard, tag, frame, res, &mut again);
                 });
             }
-            ring.push(io.fd, frame, (id, Rc::clone(io)));
+            let slot = io.registered.get().then(|| id.index());
+            ring.push(io.fd, slot, frame, (id, Rc::clone(io)));
         }
         ring.submit(|tag, frame, res| {
             written += sent(ctx, shard, tag, frame, res, &mut again);
