@@ -231,7 +231,12 @@ impl Snapshot {
     /// Whether this live snapshot changes a board that holds `current` for its
     /// section: newer by [`Snapshot::supersedes`] and not the same publish again.
     pub fn replaces(&self, current: Option<&Snapshot>) -> bool {
-        current.is_none_or(|cur| self.supersedes(cur) && cur != self)
+        match current.map(|cur| (cur, self.version, cur.version)) {
+            None => true,
+            // Versions differ whenever the new one is greater: nothing else to compare.
+            Some((_, Some(new), Some(old))) => new > old,
+            Some((cur, _, _)) => cur != self,
+        }
     }
 
     /// Whether this section read from the state hash changes a board that holds
