@@ -726,34 +726,15 @@ fn storm(o: &Opts) -> Outcome {
         // The floor in the same run: as many clients, each sent a frame of
         // the storm's wire size as often as the storm delivered one to it.
         let every = Duration::from_secs_f64(o.clients as f64 * dt / frames as f64);
-        let fl = floor_scenario(
-            &Opts {
-                frame_bytes: wire.round() as usize,
-                ..o.clone()
-            },
+        floor_rows(
+            &mut out,
+            o,
+            wire,
             every,
-        );
-        let floor_us = fl.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0);
-        out.row(
-            "floor_cpu_us_per_frame",
-            format!(
-                "{floor_us:.3} us (plain write(2) of a {wire:.0} B frame every {} ms to each client; machine {:.1}% idle)",
-                every.as_millis(),
-                fl.json["machine_idle_pct"].as_f64().unwrap_or(0.0)
-            ),
-            json!(floor_us),
-        );
-        out.row(
+            shard_per_frame,
             "shard_ratio_to_floor",
-            format!(
-                "{:.2}x the floor's CPU per frame (shard threads)",
-                shard_per_frame / floor_us.max(1e-9)
-            ),
-            json!(shard_per_frame / floor_us.max(1e-9)),
+            " (shard threads)",
         );
-        out.problems
-            .extend(fl.problems.iter().map(|p| format!("floor: {p}")));
-        out.json["floor"] = fl.json;
     }
     out
 }
@@ -886,35 +867,49 @@ fn fanout(o: &Opts) -> Outcome {
     machine_row(&mut out, k0, k1);
     if !o.no_floor {
         // The floor in the same run: same clients, rate and frame size.
-        let fl = floor_scenario(
-            &Opts {
-                frame_bytes: wire.round() as usize,
-                ..o.clone()
-            },
-            interval,
-        );
-        let floor_us = fl.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0);
-        out.row(
-            "floor_cpu_us_per_frame",
-            format!(
-                "{floor_us:.3} us (plain write(2) of a {wire:.0} B frame; machine {:.1}% idle)",
-                fl.json["machine_idle_pct"].as_f64().unwrap_or(0.0)
-            ),
-            json!(floor_us),
-        );
-        out.row(
-            "ratio_to_floor",
-            format!(
-                "{:.2}x the floor's CPU per frame",
-                per_frame / floor_us.max(1e-9)
-            ),
-            json!(per_frame / floor_us.max(1e-9)),
-        );
-        out.problems
-            .extend(fl.problems.iter().map(|p| format!("floor: {p}")));
-        out.json["floor"] = fl.json;
+        floor_rows(&mut out, o, wire, interval, per_frame, "ratio_to_floor", "");
     }
     out
+}
+
+/// Runs the floor (same clients as `o`, one `wire`-byte frame to each every
+/// `every`) and adds its CPU per frame and the ratio of `ours` to it, as row
+/// `ratio_key`.
+fn floor_rows(
+    out: &mut Outcome,
+    o: &Opts,
+    wire: f64,
+    every: Duration,
+    ours: f64,
+    ratio_key: &str,
+    whose: &str,
+) {
+    let fl = floor_scenario(
+        &Opts {
+            frame_bytes: wire.round() as usize,
+            ..o.clone()
+        },
+        every,
+    );
+    let floor_us = fl.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0);
+    out.row(
+        "floor_cpu_us_per_frame",
+        format!(
+            "{floor_us:.3} us (plain write(2) of a {wire:.0} B frame every {} ms to each client; machine {:.1}% idle)",
+            every.as_millis(),
+            fl.json["machine_idle_pct"].as_f64().unwrap_or(0.0)
+        ),
+        json!(floor_us),
+    );
+    let ratio = ours / floor_us.max(1e-9);
+    out.row(
+        ratio_key,
+        format!("{ratio:.2}x the floor's CPU per frame{whose}"),
+        json!(ratio),
+    );
+    out.problems
+        .extend(fl.problems.iter().map(|p| format!("floor: {p}")));
+    out.json["floor"] = fl.json;
 }
 
 /// Bytes on the wire per delivered frame (load generator's count over the

@@ -57,9 +57,12 @@ pub fn usage(pid: u32) -> Usage {
     Usage { cpu_us, rss_kib }
 }
 
-/// Context switches (voluntary + involuntary) of every thread of `pid`, by
-/// thread name (threads of one name summed): each is a wake-up.
-pub fn wakeups(pid: u32) -> std::collections::BTreeMap<String, u64> {
+/// Sums `count(task dir)` over the threads of `pid`, by thread name
+/// (threads of one name summed: both shards are `seatboard-shard`).
+fn by_thread(
+    pid: u32,
+    count: impl Fn(&std::path::Path) -> u64,
+) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return out;
@@ -67,40 +70,38 @@ pub fn wakeups(pid: u32) -> std::collections::BTreeMap<String, u64> {
     for task in dir.flatten() {
         let path = task.path();
         let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        let status = std::fs::read_to_string(path.join("status")).unwrap_or_default();
-        let n: u64 = status
+        *out.entry(name.trim().to_string()).or_default() += count(&path);
+    }
+    out
+}
+
+/// Context switches (voluntary + involuntary) of every thread of `pid`, by
+/// thread name: each is a wake-up.
+pub fn wakeups(pid: u32) -> std::collections::BTreeMap<String, u64> {
+    by_thread(pid, |task| {
+        let status = std::fs::read_to_string(task.join("status")).unwrap_or_default();
+        status
             .lines()
             .filter(|l| {
                 l.starts_with("voluntary_ctxt_switches:")
                     || l.starts_with("nonvoluntary_ctxt_switches:")
             })
             .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum();
-        *out.entry(name.trim().to_string()).or_default() += n;
-    }
-    out
+            .sum()
+    })
 }
 
-/// CPU time (utime + stime, µs) of every thread of `pid`, by thread name
-/// (threads of one name summed: both shards are `seatboard-shard`).
+/// CPU time (utime + stime, µs) of every thread of `pid`, by thread name.
 pub fn cpu_by_thread(pid: u32) -> std::collections::BTreeMap<String, u64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let mut out = std::collections::BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return out;
-    };
-    for task in dir.flatten() {
-        let path = task.path();
-        let name = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-        let stat = std::fs::read_to_string(path.join("stat")).unwrap_or_default();
+    by_thread(pid, |task| {
+        let stat = std::fs::read_to_string(task.join("stat")).unwrap_or_default();
         let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
         let f: Vec<&str> = after.split_whitespace().collect();
         let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-        *out.entry(name.trim().to_string()).or_default() +=
-            (ticks(11) + ticks(12)) * 1_000_000 / hz;
-    }
-    out
+        (ticks(11) + ticks(12)) * 1_000_000 / hz
+    })
 }
 
 /// Machine-wide CPU ticks from /proc/stat: (idle incl. iowait, total).
