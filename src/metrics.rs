@@ -78,6 +78,8 @@ pub struct ShardMetrics {
     pub frames_rendered: AtomicU64,
     /// Bytes written to sockets.
     pub bytes_out: AtomicU64,
+    /// Batches of sends submitted to the shard's io_uring (none on epoll and tokio).
+    pub send_batches: AtomicU64,
     /// Payload bytes of the frames queued, before compression.
     pub ws_payload_bytes: AtomicU64,
     /// 4001 closes.
@@ -105,6 +107,7 @@ impl ShardMetrics {
             resyncs: AtomicU64::new(0),
             frames_rendered: AtomicU64::new(0),
             bytes_out: AtomicU64::new(0),
+            send_batches: AtomicU64::new(0),
             ws_payload_bytes: AtomicU64::new(0),
             slow_consumer_closes: AtomicU64::new(0),
             idle_closes: AtomicU64::new(0),
@@ -445,7 +448,7 @@ impl Metrics {
                 self.closes[i].load(Relaxed)
             );
         }
-        let counters: [(&str, &str, ShardField); 10] = [
+        let counters: [(&str, &str, ShardField); 11] = [
             (
                 "seatboard_frames_sent_total",
                 "Frames queued to clients.",
@@ -470,6 +473,11 @@ impl Metrics {
                 "seatboard_bytes_out_total",
                 "Bytes written to WebSocket clients.",
                 |s| &s.bytes_out,
+            ),
+            (
+                "seatboard_send_batches_total",
+                "Batches of frames an io_uring shard sent with one submission (epoll and tokio shards send each frame with its own send(2)).",
+                |s| &s.send_batches,
             ),
             (
                 "seatboard_ws_bytes_sent_total",

@@ -143,6 +143,14 @@ fn large_frames_and_a_paused_consumer(driver: &str) {
     }
     assert!(sb.metric("seatboard_resyncs_total") > resyncs);
     assert_eq!(sb.metric("seatboard_slow_consumer_closes_total"), 0.0);
+    // An io_uring shard sent those frames in batches; the others one by one.
+    let on_uring = sb.metric("seatboard_driver_shards{driver=\"io_uring\"}") == 1.0;
+    let batches = sb.metric("seatboard_send_batches_total");
+    assert_eq!(
+        batches > 0.0,
+        on_uring,
+        "{batches} send batches, io_uring: {on_uring}"
+    );
 }
 
 #[test]

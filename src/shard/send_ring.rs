@@ -116,11 +116,12 @@ impl<T> SendRing<T> {
 
     /// Submits the queued sends, waits until each has completed, and hands
     /// each frame and tag back with the bytes the socket took (`WouldBlock`
-    /// when its send buffer was full), in the order they were queued.
-    pub fn submit(&mut self, mut done: impl FnMut(T, Bytes, io::Result<usize>)) {
+    /// when its send buffer was full), in the order they were queued; returns
+    /// how many sends went in (0: nothing was queued, no system call).
+    pub fn submit(&mut self, mut done: impl FnMut(T, Bytes, io::Result<usize>)) -> usize {
         let n = self.queued.len();
         if n == 0 {
-            return;
+            return 0;
         }
         self.results.clear();
         self.results.resize_with(n, || None);
@@ -162,6 +163,7 @@ impl<T> SendRing<T> {
             };
             done(tag, frame, r);
         }
+        n
     }
 }
 

@@ -254,7 +254,7 @@ pub(super) fn write_batched(
     ring: &mut ShardSends,
 ) {
     let (mut round, mut again): (Vec<ConnId>, Vec<ConnId>) = Default::default();
-    let mut written = 0;
+    let (mut written, mut batches) = (0, 0);
     let mut first = true;
     loop {
         let mut left = round.iter();
@@ -274,6 +274,7 @@ pub(super) fn write_batched(
                 continue;
             };
             if ring.is_full() {
+                batches += 1;
                 ring.submit(|tag, frame, res| {
                     written += sent(ctx, shard, tag, frame, res, &mut again);
                 });
@@ -281,9 +282,10 @@ pub(super) fn write_batched(
             let slot = io.registered.get().then(|| id.index());
             ring.push(io.fd, slot, frame, (id, Rc::clone(io)));
         }
-        ring.submit(|tag, frame, res| {
+        let went = ring.submit(|tag, frame, res| {
             written += sent(ctx, shard, tag, frame, res, &mut again);
         });
+        batches += u64::from(went > 0);
         if again.is_empty() {
             break;
         }
@@ -291,7 +293,11 @@ pub(super) fn write_batched(
         again.clear();
         first = false;
     }
-    ctx.metrics().bytes_out.fetch_add(written as u64, Relaxed);
+    let m = ctx.metrics();
+    m.bytes_out.fetch_add(written as u64, Relaxed);
+    if batches > 0 {
+        m.send_batches.fetch_add(batches, Relaxed);
+    }
 }
 
 /// What one batched send came to, for its connection: the bytes written.
