@@ -79,6 +79,11 @@ impl Redis {
         self.child = Some(spawn_redis(self.port, &[]));
     }
 
+    /// Whether the server runs (not killed since its last start).
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// SIGKILLs the server.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

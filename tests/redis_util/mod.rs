@@ -6,7 +6,11 @@ use crate::common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
-/// `seatboard serve --auth none` on `redis`, two shards, fast ticks, plus `extra`.
+/// `seatboard serve --auth none` on `redis`, two shards, fast ticks, plus
+/// `extra`; when `redis` runs, returns once the node's pub/sub connection is
+/// up (`/healthz` answers 200 before that, and a course watched in between is
+/// subscribed only when it connects, so a PUBLISH right after the watch
+/// answer could go unseen).
 pub fn serve(redis: &Redis, extra: &[&str]) -> Seatboard {
     let uri = redis.uri();
     let mut args = vec![
@@ -22,7 +26,14 @@ pub fn serve(redis: &Redis, extra: &[&str]) -> Seatboard {
     if !extra.contains(&"--shards") {
         args.extend_from_slice(&["--shards", "2"]);
     }
-    Seatboard::start(&args)
+    let sb = Seatboard::start(&args);
+    if redis.running() {
+        wait_for(Duration::from_secs(15), || {
+            (healthz_json(sb.port)["redis"] == true).then_some(())
+        })
+        .expect("the node's Redis connection did not come up");
+    }
+    sb
 }
 
 /// A connected client (hello already read).
