@@ -27,11 +27,15 @@ await run('a11y', 150_000, async (t) => {
       pages.push(page);
       requireCsp(await page.goto(`${base}${path}`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}${path}`);
       if (path === '/admin') {
-        await page.waitForFunction(() => document.querySelectorAll('#courses tbody tr[data-course]').length > 0, null, { timeout: STEP_MS, polling: 100 });
+        await page.waitForFunction(() => document.querySelectorAll('#courses tbody tr[data-course]').length > 0
+          && getComputedStyle(document.querySelector('.table-wrap')).opacity === '1', null, { timeout: STEP_MS, polling: 100 });
       } else if (path === '/') {
         await page.waitForFunction(() => document.querySelectorAll('#suggest button').length > 0, null, { timeout: STEP_MS, polling: 100 });
       } else {
         await waitLive(page, ['CS101', 'ART150', 'MATH101']);
+        // The boards fade in from their dimmed "not live" look over 0.3 s:
+        // contrast is checked once the fade is over, not halfway through it.
+        await page.waitForFunction(() => getComputedStyle(document.getElementById('courses')).opacity === '1', null, { timeout: STEP_MS, polling: 50 });
       }
       const r = await axe(page, `${path} (${colorScheme})`);
       t.say(`axe ${path} ${colorScheme}: 0 violations, ${r.passes?.length ?? 'n/a'} rules passed`);

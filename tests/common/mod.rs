@@ -39,7 +39,16 @@ pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Optio
 /// Starts `redis-server` on `port` (no persistence) with `extra` flags and waits
 /// until it accepts connections.
 pub fn spawn_redis(port: u16, extra: &[&str]) -> Child {
-    let child = Command::new("redis-server")
+    try_spawn_redis(port, extra)
+        .unwrap_or_else(|| panic!("redis-server did not come up on port {port} (taken?)"))
+}
+
+/// Starts `redis-server` on `port` and waits until that very process listens
+/// there; `None` if it exits first (the port is taken: a free port from
+/// [`free_port`] can be bound by another test in between, and a bare connect
+/// would then reach that test's server instead).
+pub fn try_spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
+    let mut child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .args(extra)
@@ -47,11 +56,46 @@ pub fn spawn_redis(port: u16, extra: &[&str]) -> Child {
         .stderr(Stdio::null())
         .spawn()
         .expect("redis-server must be installed (the README's test command installs it)");
-    wait_for(Duration::from_secs(10), || {
-        TcpStream::connect(("127.0.0.1", port)).ok()
+    let up = wait_for(Duration::from_secs(10), || {
+        if child.try_wait().ok().flatten().is_some() {
+            return Some(false);
+        }
+        listens_on(child.id(), port).then_some(true)
+    });
+    if up == Some(true) {
+        return Some(child);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// Whether process `pid` holds the listening TCP socket on 127.0.0.1:`port`
+/// (its inode in `/proc/net/tcp` is one of the process's descriptors).
+fn listens_on(pid: u32, port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let want = format!("0100007F:{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local_address, st (0A = LISTEN), inode
+            (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A"))
+                .then(|| f.get(9).map(|s| format!("socket:[{s}]")))
+                .flatten()
+        })
+        .collect();
+    if inodes.is_empty() {
+        return false;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .is_ok_and(|t| inodes.iter().any(|i| t.to_string_lossy() == *i))
     })
-    .expect("redis-server did not come up");
-    child
 }
 
 /// A `redis-server` on a free port, killed on drop.
@@ -62,12 +106,16 @@ pub struct Redis {
 
 impl Redis {
     pub fn start() -> Redis {
-        let mut r = Redis {
-            port: free_port(),
-            child: None,
-        };
-        r.restart();
-        r
+        for _ in 0..5 {
+            let port = free_port();
+            if let Some(child) = try_spawn_redis(port, &[]) {
+                return Redis {
+                    port,
+                    child: Some(child),
+                };
+            }
+        }
+        panic!("redis-server did not come up on 5 free ports");
     }
 
     pub fn uri(&self) -> String {
