@@ -147,8 +147,11 @@ fn storm_is_refused_503_while_existing_clients_keep_their_frames() {
             gap < Duration::from_millis(1500),
             "viewer {i}: a {gap:?} gap in its frames"
         );
+        // At least 1.5 frames a second of storm, in whole frames: a storm
+        // shorter than a tick may rightly see none (the gap check above
+        // still holds it to the pace).
         assert!(
-            during.len() as f64 >= storm.as_secs_f64() * 1.5,
+            during.len() as f64 >= (storm.as_secs_f64() * 1.5).floor(),
             "viewer {i}: {} frames during a {storm:?} storm",
             during.len()
         );
