@@ -174,6 +174,12 @@ mod tests {
     use std::net::{TcpListener, TcpStream};
     use std::os::fd::AsRawFd;
 
+    /// The ring under test: the kernels this project runs on have io_uring
+    /// (the uring driver's tests need it too), so its absence is a failure.
+    fn ring<T>() -> SendRing<T> {
+        SendRing::new().expect("io_uring for the send ring")
+    }
+
     fn pair() -> (TcpStream, TcpStream) {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind");
         let a = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
@@ -183,15 +189,11 @@ mod tests {
 
     #[test]
     fn batched_sends_arrive_in_order_and_a_full_socket_reports_would_block() {
-        let Ok(mut ring) = SendRing::<usize>::new() else {
-            eprintln!("io_uring unavailable here: nothing to test");
-            return;
-        };
+        let mut ring = ring::<usize>();
         let (mut rx1, tx1) = pair();
         let (_rx2, tx2) = pair();
         let (rx3, tx3) = pair();
         drop(rx3);
-        std::thread::sleep(std::time::Duration::from_millis(50));
         ring.push(tx1.as_raw_fd(), None, Bytes::from_static(b"hello "), 1);
         let big = Bytes::from(vec![7u8; 64 << 20]);
         ring.push(tx2.as_raw_fd(), None, big.clone(), 2);
@@ -204,8 +206,8 @@ mod tests {
         // 64 MiB does not fit a loopback socket's buffers: a short send.
         let took = *seen[1].2.as_ref().expect("partial send");
         assert!(took > 0 && took < big.len(), "took {took}");
-        // A peer that closed: the first send may still be taken (RST comes
-        // back), so only the tag and frame are checked here.
+        // A peer that closed: whether this first send is taken depends on
+        // when its RST comes back, so only the tag and frame are checked.
         assert_eq!((seen[2].0, seen[2].1), (3, 1));
 
         // The full socket now refuses at once instead of waiting for room.
@@ -224,10 +226,7 @@ mod tests {
 
     #[test]
     fn a_batch_larger_than_the_ring_goes_in_several_submissions() {
-        let Ok(mut ring) = SendRing::<u32>::new() else {
-            eprintln!("io_uring unavailable here: nothing to test");
-            return;
-        };
+        let mut ring = ring::<u32>();
         let (mut rx, tx) = pair();
         let mut count = 0u32;
         for i in 0..(BATCH * 2 + 5) {
@@ -251,14 +250,8 @@ mod tests {
 
     #[test]
     fn a_registered_socket_is_sent_to_by_slot_and_closes_once_released() {
-        let Ok(mut ring) = SendRing::<()>::new() else {
-            eprintln!("io_uring unavailable here: nothing to test");
-            return;
-        };
-        if ring.fixed == 0 {
-            eprintln!("no registered files here: nothing to test");
-            return;
-        }
+        let mut ring = ring::<()>();
+        assert!(ring.fixed > 0, "a table of registered sockets");
         let (mut rx, tx) = pair();
         assert!(ring.register(7, tx.as_raw_fd()));
         assert!(!ring.register(ring.fixed, tx.as_raw_fd()), "past the table");

@@ -219,21 +219,11 @@ pub(super) fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo
     }
     let mut written = 0;
     while let Some(frame) = shard.poll_transmit(id) {
-        match send_now(io.fd, &frame) {
-            Ok(n) if n == frame.len() => written += n,
-            Ok(n) => {
-                written += n;
-                hand_to_writer(ctx, io, id, frame.slice(n..));
-                break;
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                hand_to_writer(ctx, io, id, frame);
-                break;
-            }
-            Err(_) => {
-                io.write_side.set(WriteSide::Done);
-                break;
-            }
+        let res = send_now(io.fd, &frame);
+        let (n, whole) = settle(ctx, io, id, frame, res);
+        written += n;
+        if !whole {
+            break;
         }
     }
     if io.write_side.get() == WriteSide::Direct {
@@ -309,26 +299,40 @@ fn sent(
     res: std::io::Result<usize>,
     again: &mut Vec<ConnId>,
 ) -> usize {
-    match res {
-        Ok(n) if n == frame.len() => {
-            if shard.queued_bytes(id) == 0 {
-                io.after_queue_empty();
-            } else {
-                again.push(id);
-            }
-            n
+    let (n, whole) = settle(ctx, &io, id, frame, res);
+    if whole {
+        if shard.queued_bytes(id) == 0 {
+            io.after_queue_empty();
+        } else {
+            again.push(id);
         }
+    }
+    n
+}
+
+/// What a non-blocking send of `frame` came to, for either way of writing:
+/// the bytes written, and whether the frame went whole. If not, its rest went
+/// to a writer task, or (the send failed) nothing more is written.
+fn settle(
+    ctx: &Rc<ShardCtx>,
+    io: &Rc<ConnIo>,
+    id: ConnId,
+    frame: Bytes,
+    res: std::io::Result<usize>,
+) -> (usize, bool) {
+    match res {
+        Ok(n) if n == frame.len() => (n, true),
         Ok(n) => {
-            hand_to_writer(ctx, &io, id, frame.slice(n..));
-            n
+            hand_to_writer(ctx, io, id, frame.slice(n..));
+            (n, false)
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock => {
-            hand_to_writer(ctx, &io, id, frame);
-            0
+            hand_to_writer(ctx, io, id, frame);
+            (0, false)
         }
         Err(_) => {
             io.write_side.set(WriteSide::Done);
-            0
+            (0, false)
         }
     }
 }
