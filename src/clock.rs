@@ -19,6 +19,21 @@ pub fn instant_at(ms: u64) -> Instant {
     start() + Duration::from_millis(ms)
 }
 
+/// The grid a shard's timer wakes on (ms). A shard rounds every deadline (a
+/// paced course's next token, a sweep, a drain step) up to it, so the tokens
+/// of every course due within one round are served by one wake-up, not one
+/// each. A snapshot batch wakes a shard only if a course in it may go out
+/// (its [`shards::Gate`]) more than a round before the shard's timer reads
+/// the inbox anyway. Under a storm a frame so leaves at most one round after
+/// its token or its update; a quiet shard has no deadline that near, so an
+/// update to it still wakes it at once.
+pub const ROUND_MS: u64 = 4;
+
+/// `ms` rounded up to the round grid.
+pub fn on_round_grid(ms: u64) -> u64 {
+    ms.div_ceil(ROUND_MS) * ROUND_MS
+}
+
 /// Wall-clock milliseconds since the Unix epoch (presence scores, `ts`).
 pub fn unix_ms() -> u64 {
     SystemTime::now()

@@ -1,13 +1,19 @@
 //! `serve` on a real Redis: the watch answer from the state hash, live frames,
 //! Go field names, stale versions, rejects by reason, per-course subscriptions
-//! that follow viewers, and the admin firehose (pattern only, no double count).
+//! that follow viewers, the admin firehose (pattern only, no double count),
+//! and a storm on one course waking its shard per token, not per snapshot,
+//! while an update to a quiet course still goes out at once.
 
 mod common;
 mod redis_util;
 use common::*;
 use redis_util::*;
 use serde_json::json;
-use std::time::Duration;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -241,4 +247,82 @@ fn admin_firehose_holds_only_the_pattern_and_counts_once() {
         m["type"] == "frame" && m["course"] == "MATH1"
     })
     .expect("frame after the admin left");
+}
+
+/// A PUBLISH over one raw RESP connection (no process per message), with its reply read.
+fn resp_publish(conn: &mut BufReader<TcpStream>, course: &str, payload: &str) {
+    let channel = format!("seats:{course}");
+    let cmd = format!(
+        "*3\r\n$7\r\nPUBLISH\r\n${}\r\n{channel}\r\n${}\r\n{payload}\r\n",
+        channel.len(),
+        payload.len()
+    );
+    conn.get_mut().write_all(cmd.as_bytes()).expect("publish");
+    let mut reply = String::new();
+    conn.read_line(&mut reply).expect("publish reply");
+    assert!(reply.starts_with(':'), "PUBLISH answered {reply:?}");
+}
+
+#[test]
+fn a_storm_on_one_course_wakes_its_shard_per_token_not_per_batch() {
+    let redis = Redis::start();
+    let sb = serve(&redis, &["--shards", "1"]);
+    let mut ws = client(&sb, "user=alice");
+    watch(&mut ws, "HOT1");
+    watch(&mut ws, "QUIET1");
+    // The storm: one snapshot of HOT1 every millisecond, each its own PUBLISH,
+    // so the ingest thread hands the shard a batch about as often.
+    let stop = Arc::new(AtomicBool::new(false));
+    let storm = {
+        let stop = Arc::clone(&stop);
+        let port = redis.port;
+        std::thread::spawn(move || {
+            let mut conn = BufReader::new(TcpStream::connect(("127.0.0.1", port)).unwrap());
+            let mut v = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                v += 1;
+                resp_publish(
+                    &mut conn,
+                    "HOT1",
+                    &payload("HOT1", (v % 4) as u32, 100, 1, v),
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            v
+        })
+    };
+    let mut conn = BufReader::new(TcpStream::connect(("127.0.0.1", redis.port)).unwrap());
+    std::thread::sleep(Duration::from_millis(500));
+    let (w0, t0) = (thread_wakeups(sb.pid(), "seatboard-shard"), Instant::now());
+    // A quiet course's update (a tick apart, so its pacer holds a token) goes
+    // out at once, storm or not: well within a tick, never at the next token.
+    let mut worst = Duration::ZERO;
+    for v in 1..=8u64 {
+        std::thread::sleep(Duration::from_millis(300));
+        let sent = Instant::now();
+        resp_publish(&mut conn, "QUIET1", &payload("QUIET1", 1, 50, v as u32, v));
+        read_until(&mut ws, T, |m| {
+            m["course"] == "QUIET1" && section(m, 1).is_some_and(|s| s["version"] == v)
+        })
+        .expect("the quiet course's update");
+        worst = worst.max(sent.elapsed());
+    }
+    let woke = thread_wakeups(sb.pid(), "seatboard-shard") - w0;
+    let secs = t0.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    let published = storm.join().expect("storm thread");
+    assert!(
+        worst < Duration::from_millis(100),
+        "a quiet course's update took {worst:?} (tick 200 ms)"
+    );
+    // A batch of a course already armed on the shard's timer wakes nobody:
+    // about two wake-ups per token (5/s) and the quiet course's, not one per
+    // batch (~1,000/s, as before gates).
+    let per_s = woke as f64 / secs;
+    assert!(
+        per_s < 300.0,
+        "the shard woke {per_s:.0} times/s under {published} snapshots in {secs:.1} s"
+    );
+    let hot = read_until(&mut ws, T, |m| m["course"] == "HOT1").expect("hot frames flow");
+    assert_eq!(hot["type"], "frame");
 }

@@ -60,6 +60,7 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
                     shard,
                     course: c.as_str().into(),
                     watching: true,
+                    gate: None,
                 },
                 0,
             );

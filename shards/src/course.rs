@@ -3,6 +3,7 @@
 
 use crate::conn::ConnId;
 use crate::deflate::Deflater;
+use crate::gate::Gate;
 use crate::rate::FramePacer;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
@@ -44,6 +45,8 @@ pub(crate) struct Course {
     pub presence_msg: Option<Bytes>,
     /// True while the course sits in the shard's render schedule.
     pub scheduled: bool,
+    /// `scheduled` and the pacer's due moment, shared with the ingest thread.
+    pub gate: Gate,
     full_cache: Option<Bytes>,
     /// The full frame compressed (permessage-deflate), once per board state.
     full_deflated: Option<Bytes>,
@@ -64,6 +67,7 @@ impl Course {
             presence: None,
             presence_msg: None,
             scheduled: false,
+            gate: Gate::default(),
             full_cache: None,
             full_deflated: None,
         }

@@ -10,6 +10,7 @@
 //! - [`origin`]: which pages may open a WebSocket with which token.
 //! - [`client_op`]: what browsers ask for.
 //! - [`rate`]: the message window and the accept bucket.
+//! - [`gate`]: when a snapshot of a course must wake its shard.
 
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod client_op;
 pub mod conn;
 mod course;
 pub mod deflate;
+pub mod gate;
 pub mod http_head;
 pub mod origin;
 pub mod rate;
@@ -26,5 +28,6 @@ pub mod snapshot;
 pub mod ws_codec;
 
 pub use conn::{ConnId, Role};
+pub use gate::Gate;
 pub use shard::{Action, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -9,6 +9,7 @@ use crate::client_op::{ClientOp, OpError};
 use crate::conn::{Conn, ConnId, Push, Role};
 use crate::course::{Course, Viewer};
 use crate::deflate::Deflater;
+use crate::gate::Gate;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
 use crate::ws_codec::{
@@ -638,15 +639,25 @@ impl Shard {
         }
     }
 
+    /// Puts a course that has something to render into the schedule, and
+    /// keeps its gate in step either way.
     fn schedule(&mut self, course: &Arc<str>) {
         if let Some(c) = self.courses.get_mut(course) {
+            let due = c.due_ms(self.cfg.tick_ms);
             // An unseeded course renders nothing until its seed answers the watchers.
             if !c.scheduled && c.seeded && c.wants_render() {
                 c.scheduled = true;
-                let due = c.due_ms(self.cfg.tick_ms);
                 self.scheduled.push(Reverse((due, Arc::clone(course))));
             }
+            c.gate.set(if c.scheduled { Gate::ARMED } else { due });
         }
+    }
+
+    /// The gate of a course watched here: shared with the ingest thread, so
+    /// that a snapshot wakes this shard only when its frame is due before the
+    /// shard's own timer.
+    pub fn gate(&self, course: &str) -> Option<Gate> {
+        self.courses.get(course).map(|c| c.gate.clone())
     }
 
     /// A snapshot routed here by the ingest thread.

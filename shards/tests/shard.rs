@@ -6,7 +6,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use shards::ws_codec::text_frame;
-use shards::{Action, ConnId, Role, Shard, ShardConfig, Snapshot};
+use shards::{Action, ConnId, Gate, Role, Shard, ShardConfig, Snapshot};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -551,6 +551,37 @@ fn quiet_course_update_is_on_the_wire_at_once() {
     assert!(s.poll_timeout().is_some_and(|d| d <= t));
     s.handle_timeout(t);
     assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
+}
+
+#[test]
+fn a_courses_gate_says_when_a_snapshot_must_wake_the_shard() {
+    let mut s = Shard::new(cfg());
+    let a = one_viewer(&mut s, &[snap("C", 0, 0, None)]);
+    let gate = s.gate("C").expect("a watched course has a gate");
+    assert_eq!(s.gate("C"), Some(gate.clone()), "one gate per course");
+    assert!(s.gate("NOPE").is_none());
+    let mut now = 0;
+    run_to(&mut s, &mut now, 5_000);
+    pop_all(&mut s, a);
+    // Quiet, two tokens held: a snapshot may go out at once.
+    assert!(gate.ready_at() <= 5_000, "{}", gate.ready_at());
+    // Dirty and in the schedule: the timer is set, snapshots need no wake-up.
+    s.handle_snapshot(&snap("C", 0, 1, None));
+    assert_eq!(gate.ready_at(), Gate::ARMED);
+    s.handle_snapshot(&snap("C", 0, 2, None));
+    assert_eq!(gate.ready_at(), Gate::ARMED);
+    // Rendered, one token left: ready at once again.
+    s.handle_timeout(5_000);
+    assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
+    assert!(gate.ready_at() <= 5_000);
+    s.handle_snapshot(&snap("C", 0, 3, None));
+    s.handle_timeout(5_001);
+    assert_eq!(frames(&pop_all(&mut s, a)).len(), 1);
+    // No token left: the next one is a tick after the first frame.
+    assert_eq!(gate.ready_at(), 5_200);
+    s.handle_snapshot(&snap("C", 0, 4, None));
+    assert_eq!(gate.ready_at(), Gate::ARMED);
+    assert_eq!(s.poll_timeout(), Some(5_200));
 }
 
 #[test]

@@ -8,11 +8,13 @@
 
 pub mod wake;
 
+use crate::clock;
 use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
-use shards::{ConnId, Snapshot};
+use shards::{ConnId, Gate, Snapshot};
 use std::collections::HashMap;
+use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::Waker;
 
@@ -60,6 +62,9 @@ pub enum IngestCmd {
         course: Arc<str>,
         /// Arrived (`true`) or left.
         watching: bool,
+        /// The course's gate on that shard (arrivals only; `None`: every
+        /// snapshot of it wakes the shard).
+        gate: Option<Gate>,
     },
     /// A shard's first admin feed opened, or its last closed.
     AdminFeed {
@@ -115,6 +120,9 @@ pub struct Inbox {
     control_rx: Receiver<Control>,
     control_tx: Sender<Control>,
     waker: AtomicWaker,
+    /// The moment (process ms) the shard's own timer wakes it next and it
+    /// reads this inbox anyway; `u64::MAX` while it has no deadline.
+    wakes_at_ms: AtomicU64,
 }
 
 impl Inbox {
@@ -128,7 +136,30 @@ impl Inbox {
             control_rx,
             control_tx,
             waker: AtomicWaker::new(),
+            wakes_at_ms: AtomicU64::new(u64::MAX),
         })
+    }
+
+    /// Shard side: the moment its timer wakes it next (`None`: no deadline).
+    /// Call after the step's gate updates and before the final look at the
+    /// inbox that precedes a sleep: with the fence on each side, either the
+    /// shard sees a batch sent meanwhile, or the ingest thread sees these.
+    pub fn set_wakes_at(&self, ms: Option<u64>) {
+        self.wakes_at_ms.store(ms.unwrap_or(u64::MAX), SeqCst);
+        fence(SeqCst);
+    }
+
+    /// Ingest side, after a batch went in: wakes the shard unless its own
+    /// timer reads the inbox within one round ([`clock::ROUND_MS`]) of the
+    /// moment the batch's earliest frame may go out (`need_ms`, a gate's
+    /// [`Gate::ready_at`]: never, while every course in it is armed).
+    fn wake_for_batch(&self, need_ms: u64, now_ms: u64) {
+        if need_ms == Gate::ARMED {
+            return;
+        }
+        if self.wakes_at_ms.load(SeqCst) > need_ms.max(now_ms) + clock::ROUND_MS {
+            self.waker.wake();
+        }
     }
 
     /// Sends a control message and wakes the shard.
@@ -159,6 +190,10 @@ impl Inbox {
 pub struct Outlet {
     inbox: Arc<Inbox>,
     batch: Vec<Arc<Snapshot>>,
+    /// The gates of the batch's courses, read once the batch is sent.
+    gates: Vec<Gate>,
+    /// A snapshot in the batch has no gate: the batch wakes the shard.
+    ungated: bool,
     overflow: HashMap<(Arc<str>, u32), Arc<Snapshot>>,
 }
 
@@ -168,6 +203,8 @@ impl Outlet {
         Outlet {
             inbox,
             batch: Vec::new(),
+            gates: Vec::new(),
+            ungated: false,
             overflow: HashMap::new(),
         }
     }
@@ -177,8 +214,12 @@ impl Outlet {
         &self.inbox
     }
 
-    /// Adds a snapshot to the next batch.
-    pub fn push(&mut self, snap: Arc<Snapshot>) {
+    /// Adds a snapshot to the next batch (`gate`: its course's on the shard).
+    pub fn push(&mut self, snap: Arc<Snapshot>, gate: Option<&Gate>) {
+        match gate {
+            Some(g) => self.gates.push(g.clone()),
+            None => self.ungated = true,
+        }
         if self.overflow.is_empty() {
             self.batch.push(snap);
         } else {
@@ -202,9 +243,20 @@ impl Outlet {
             return;
         }
         let batch = std::mem::take(&mut self.batch);
+        let ungated = std::mem::take(&mut self.ungated);
         match self.inbox.snapshots_tx.try_send(batch) {
-            Ok(()) => self.inbox.waker.wake(),
+            Ok(()) => {
+                // The gates are read after the send (see `Inbox::set_wakes_at`).
+                fence(SeqCst);
+                let need = match ungated {
+                    true => 0,
+                    false => self.gates.iter().map(Gate::ready_at).min().unwrap_or(0),
+                };
+                self.gates.clear();
+                self.inbox.wake_for_batch(need, clock::now_ms());
+            }
             Err(TrySendError::Full(batch)) | Err(TrySendError::Disconnected(batch)) => {
+                self.gates.clear();
                 for s in batch {
                     coalesce(&mut self.overflow, s);
                 }
@@ -246,7 +298,7 @@ mod tests {
         let mut out = Outlet::new(Arc::clone(&inbox));
         // Fill the channel, then keep publishing while the shard reads nothing.
         for v in 0..(SNAPSHOT_BATCHES as u64 + 500) {
-            out.push(snap((v % 3) as u32, v as u32, v));
+            out.push(snap((v % 3) as u32, v as u32, v), None);
             out.flush();
         }
         assert!(out.backlog() <= 3, "overflow keeps one per section");
@@ -271,5 +323,89 @@ mod tests {
             let want = (0..=last).rev().find(|v| v % 3 == section as u64).unwrap();
             assert_eq!(latest[&section].version, Some(want));
         }
+    }
+
+    /// Counts the wake-ups of a registered shard.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// An inbox whose shard sleeps registered, and its wake-up counter.
+    fn sleeping_shard() -> (Arc<Inbox>, Arc<Wakes>) {
+        let inbox = Inbox::new();
+        let wakes = Arc::new(Wakes(Default::default()));
+        let waker = Waker::from(Arc::clone(&wakes));
+        assert!(!inbox.register(&waker), "nothing waiting yet");
+        (inbox, wakes)
+    }
+
+    /// Sends one snapshot under `gate` and says whether the shard was woken
+    /// (registering it again for the next call).
+    fn woke(inbox: &Arc<Inbox>, wakes: &Arc<Wakes>, gate: Option<&Gate>) -> bool {
+        let before = wakes.0.load(SeqCst);
+        let mut out = Outlet::new(Arc::clone(inbox));
+        out.push(snap(1, 1, 1), gate);
+        out.flush();
+        let woken = wakes.0.load(SeqCst) > before;
+        assert!(inbox.try_snapshots().is_some(), "the batch is in the inbox");
+        inbox.register(&Waker::from(Arc::clone(wakes)));
+        woken
+    }
+
+    #[test]
+    fn a_batch_wakes_its_shard_only_when_the_shards_timer_is_too_late() {
+        let (inbox, wakes) = sleeping_shard();
+        let now = clock::now_ms();
+        let gate = Gate::default();
+        // No deadline: every batch wakes, gated or not.
+        inbox.set_wakes_at(None);
+        assert!(woke(&inbox, &wakes, None));
+        gate.set(now);
+        assert!(woke(&inbox, &wakes, Some(&gate)));
+        // The timer reads the inbox within a round anyway: no wake-up.
+        inbox.set_wakes_at(Some(now + 1));
+        assert!(!woke(&inbox, &wakes, Some(&gate)));
+        // A far timer and a course whose token is held: woken at once.
+        inbox.set_wakes_at(Some(now + 60_000));
+        assert!(woke(&inbox, &wakes, Some(&gate)));
+        // ... but not for a course whose next token is later than the timer,
+        // or that is already armed on the shard's timer.
+        gate.set(now + 120_000);
+        assert!(!woke(&inbox, &wakes, Some(&gate)));
+        gate.set(Gate::ARMED);
+        assert!(!woke(&inbox, &wakes, Some(&gate)));
+        // One course that needs it is enough.
+        let held = Gate::default();
+        held.set(now);
+        let mut out = Outlet::new(Arc::clone(&inbox));
+        out.push(snap(1, 1, 1), Some(&gate));
+        out.push(snap(2, 1, 1), Some(&held));
+        let before = wakes.0.load(SeqCst);
+        out.flush();
+        assert_eq!(wakes.0.load(SeqCst), before + 1);
+        // A snapshot without a gate always wakes a far timer.
+        inbox.register(&Waker::from(Arc::clone(&wakes)));
+        assert!(woke(&inbox, &wakes, None));
+    }
+
+    #[test]
+    fn a_batch_left_unannounced_is_found_by_the_shards_last_look() {
+        let (inbox, wakes) = sleeping_shard();
+        let gate = Gate::default();
+        gate.set(Gate::ARMED);
+        // The ingest thread sees a near timer and an armed course: no wake-up.
+        inbox.set_wakes_at(Some(clock::now_ms()));
+        let mut out = Outlet::new(Arc::clone(&inbox));
+        out.push(snap(1, 1, 1), Some(&gate));
+        out.flush();
+        assert_eq!(wakes.0.load(SeqCst), 0);
+        // The shard, about to sleep, publishes its next deadline and looks:
+        // the batch is there, so it does not sleep past it.
+        inbox.set_wakes_at(None);
+        assert!(inbox.register(&Waker::from(Arc::clone(&wakes))));
     }
 }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
 use shards::server_msg::{self, AdminRow};
-use shards::Snapshot;
+use shards::{Gate, Snapshot};
 use source::{Source, SourceEvent};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -29,6 +29,9 @@ struct Board {
     sections: BTreeMap<u32, Arc<Snapshot>>,
     /// Shards watching, one bit each.
     shards: u128,
+    /// Those shards' gates for this course (a shard without one is woken by
+    /// every snapshot).
+    gates: Vec<(usize, Gate)>,
     /// The state hash was read since the last (re)subscription.
     loaded: bool,
     /// Snapshots accepted during the current admin tick.
@@ -117,9 +120,10 @@ impl<S: Source> Ingest<S> {
                 shard,
                 course,
                 watching,
+                gate,
             } => {
                 if watching {
-                    self.interest_on(shard, course, now_ms)
+                    self.interest_on(shard, course, gate, now_ms)
                 } else {
                     self.interest_off(shard, &course)
                 }
@@ -138,11 +142,15 @@ impl<S: Source> Ingest<S> {
         true
     }
 
-    fn interest_on(&mut self, shard: usize, course: Arc<str>, now_ms: u64) {
+    fn interest_on(&mut self, shard: usize, course: Arc<str>, gate: Option<Gate>, now_ms: u64) {
         let firehose = self.firehose();
         let board = self.boards.entry(Arc::clone(&course)).or_default();
         let new_sub = board.shards == 0 && !firehose;
         board.shards |= 1 << shard;
+        board.gates.retain(|(s, _)| *s != shard);
+        if let Some(g) = gate {
+            board.gates.push((shard, g));
+        }
         if new_sub {
             // Subscribe first, then read the state hash: nothing published in
             // between can be missed.
@@ -167,6 +175,7 @@ impl<S: Source> Ingest<S> {
             return;
         };
         board.shards &= !(1 << shard);
+        board.gates.retain(|(s, _)| *s != shard);
         if board.shards == 0 && !self.firehose() {
             self.source.unsubscribe(course);
             self.boards.remove(course);
@@ -282,7 +291,8 @@ impl<S: Source> Ingest<S> {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             if let Some(o) = self.outlets.get_mut(i) {
-                o.push(Arc::clone(&snap));
+                let gate = board.gates.iter().find(|(s, _)| *s == i).map(|(_, g)| g);
+                o.push(Arc::clone(&snap), gate);
             }
         }
         true
@@ -627,6 +637,7 @@ mod tests {
                 shard,
                 course: course.into(),
                 watching,
+                gate: None,
             };
             assert!(self.ingest.command(cmd, T0));
         }

@@ -198,10 +198,12 @@ impl ShardCtx {
         while let Some(action) = shard.poll_action() {
             match action {
                 Action::Interest { course, watching } => {
+                    let gate = watching.then(|| shard.gate(&course)).flatten();
                     let _ = self.ingest.send(IngestCmd::Interest {
                         shard: self.index,
                         course,
                         watching,
+                        gate,
                     });
                 }
                 Action::PresenceJoin { course, user } => {

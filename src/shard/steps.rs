@@ -449,7 +449,8 @@ pub(super) fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
     ctx.metrics()
         .heartbeat_ms
         .store(now, std::sync::atomic::Ordering::Relaxed);
-    let deadline = ctx.shard.borrow().poll_timeout();
+    let deadline = ctx.shard.borrow().poll_timeout().map(clock::on_round_grid);
+    ctx.inbox.set_wakes_at(deadline);
     ctx.kick.take();
     deadline
 }

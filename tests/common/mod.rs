@@ -385,8 +385,9 @@ impl Board {
     }
 }
 
-/// Context switches (voluntary + involuntary) so far of the threads of `pid`
-/// whose name starts with `name` (`/proc/<pid>/task/*/status`): each is a wake-up.
+/// Wake-ups so far of the threads of `pid` whose name starts with `name`:
+/// their voluntary context switches (`/proc/<pid>/task/*/status`), each a
+/// sleep that something ended (preemptions are not counted).
 pub fn thread_wakeups(pid: i32, name: &str) -> u64 {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return 0;
@@ -399,10 +400,7 @@ pub fn thread_wakeups(pid: i32, name: &str) -> u64 {
             let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
             status
                 .lines()
-                .filter(|l| {
-                    l.starts_with("voluntary_ctxt_switches:")
-                        || l.starts_with("nonvoluntary_ctxt_switches:")
-                })
+                .filter(|l| l.starts_with("voluntary_ctxt_switches:"))
                 .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
                 .collect::<Vec<_>>()
         })
