@@ -266,7 +266,8 @@ fn resp_publish(conn: &mut BufReader<TcpStream>, course: &str, payload: &str) {
 #[test]
 fn a_storm_on_one_course_wakes_its_shard_per_token_not_per_batch() {
     let redis = Redis::start();
-    let sb = serve(&redis, &["--shards", "1"]);
+    // A long tick, so the hot course's tokens are far apart.
+    let sb = serve(&redis, &["--shards", "1", "--tick-ms", "1000"]);
     let mut ws = client(&sb, "user=alice");
     watch(&mut ws, "HOT1");
     watch(&mut ws, "QUIET1");
@@ -294,29 +295,34 @@ fn a_storm_on_one_course_wakes_its_shard_per_token_not_per_batch() {
     let mut conn = BufReader::new(TcpStream::connect(("127.0.0.1", redis.port)).unwrap());
     std::thread::sleep(Duration::from_millis(500));
     let (w0, t0) = (thread_wakeups(sb.pid(), "seatboard-shard"), Instant::now());
-    // A quiet course's update (a tick apart, so its pacer holds a token) goes
-    // out at once, storm or not: well within a tick, never at the next token.
-    let mut worst = Duration::ZERO;
-    for v in 1..=8u64 {
-        std::thread::sleep(Duration::from_millis(300));
+    // A quiet course's update (over a tick apart, so its pacer holds a token)
+    // goes out at once, storm or not: well within a tick, never at the next
+    // token.
+    let mut took = Vec::new();
+    for v in 1..=6u64 {
+        std::thread::sleep(Duration::from_millis(1100));
         let sent = Instant::now();
         resp_publish(&mut conn, "QUIET1", &payload("QUIET1", 1, 50, v as u32, v));
         read_until(&mut ws, T, |m| {
             m["course"] == "QUIET1" && section(m, 1).is_some_and(|s| s["version"] == v)
         })
         .expect("the quiet course's update");
-        worst = worst.max(sent.elapsed());
+        took.push(sent.elapsed());
     }
     let woke = thread_wakeups(sb.pid(), "seatboard-shard") - w0;
     let secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let published = storm.join().expect("storm thread");
+    // Unannounced, it would wait for the shard's next wake-up: the hot
+    // course's token, or the timer wheel's next cascade (up to 64 ms).
+    took.sort();
     assert!(
-        worst < Duration::from_millis(100),
-        "a quiet course's update took {worst:?} (tick 200 ms)"
+        took[took.len() / 2] < Duration::from_millis(25)
+            && took[took.len() - 1] < Duration::from_millis(1000),
+        "a quiet course's updates took {took:?} (tick 1 s)"
     );
     // A batch of a course already armed on the shard's timer wakes nobody:
-    // about two wake-ups per token (5/s) and the quiet course's, not one per
+    // about two wake-ups per token (1/s) and the quiet course's, not one per
     // batch (~1,000/s, as before gates).
     let per_s = woke as f64 / secs;
     assert!(

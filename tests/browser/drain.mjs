@@ -44,13 +44,23 @@ for (let i = 0; i < 300 && !first; i++) {
   else await page.waitForTimeout(100);
 }
 if (!first) await fail(browser, 'never live on the first node');
+// Every state the badge takes from now on, so a short "draining" (a hint's
+// after_ms can be a few ms) is seen even between two polls.
+await page.evaluate(() => {
+  const el = document.getElementById('conn-state');
+  window.seenStates = [];
+  new MutationObserver(() => window.seenStates.push(el.dataset.state))
+    .observe(el, { attributes: true, attributeFilter: ['data-state'] });
+});
 console.log(`LIVE ${first}`);
 
 let sawDraining = false;
 let done = false;
 for (let i = 0; i < 900 && !done; i++) {
   const s = await snapshot();
-  if (s.state === 'draining') sawDraining = true;
+  if (s.state === 'draining' || await page.evaluate(() => window.seenStates.includes('draining'))) {
+    sawDraining = true;
+  }
   const node = await nodeOf();
   if (sawDraining && s.state === 'live' && s.sections > 0 && node && node !== first) {
     console.log(`drain: back live on ${node} after the hint`);
@@ -59,7 +69,11 @@ for (let i = 0; i < 900 && !done; i++) {
     await page.waitForTimeout(100);
   }
 }
-if (!done) await fail(browser, `not back live on another node (saw draining: ${sawDraining})`);
+if (!done) {
+  const s = await snapshot();
+  const states = await page.evaluate(() => window.seenStates.join(' → '));
+  await fail(browser, `not back live on another node (saw draining: ${sawDraining}; now ${s.state} on ${await nodeOf()}, first ${first}; states since live: ${states})`);
+}
 await page.screenshot({ path: shot, fullPage: true });
 await browser.close();
 console.log('drain: OK');

@@ -13,16 +13,11 @@ use std::time::{Duration, Instant};
 /// answer could go unseen).
 pub fn serve(redis: &Redis, extra: &[&str]) -> Seatboard {
     let uri = redis.uri();
-    let mut args = vec![
-        "serve",
-        "--auth",
-        "none",
-        "--redis",
-        uri.as_str(),
-        "--tick-ms",
-        "50",
-    ];
+    let mut args = vec!["serve", "--auth", "none", "--redis", uri.as_str()];
     args.extend_from_slice(extra);
+    if !extra.contains(&"--tick-ms") {
+        args.extend_from_slice(&["--tick-ms", "50"]);
+    }
     if !extra.contains(&"--shards") {
         args.extend_from_slice(&["--shards", "2"]);
     }
