@@ -65,7 +65,12 @@ fn max_gap(t: &[Instant]) -> Duration {
 fn stuck_clients_are_closed_4001_and_a_healthy_one_keeps_its_rate() {
     let sb = Seatboard::start(&["demo", "--shards", "1", "--tick-ms", "100"]);
     let mut healthy = RawWs::hello(sb.port, "healthy");
-    healthy.text(r#"{"op":"watch","course":"ART150"}"#);
+    // The 15 hottest demo courses (within the 20 messages/s limit): one hot
+    // course alone goes quiet for seconds once it is full (the simulator
+    // then passes seat grabs on and only releases touch it).
+    for c in &seatboard::cmd::simulator::DEMO_COURSES[..15] {
+        healthy.text(&format!("{{\"op\":\"watch\",\"course\":\"{c}\"}}"));
+    }
     let f = healthy
         .next_of_type("frame", Duration::from_secs(10))
         .expect("watch answer");
