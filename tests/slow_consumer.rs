@@ -57,6 +57,24 @@ fn frame_times(ws: &mut RawWs, dur: Duration) -> Vec<Instant> {
     out
 }
 
+/// The bytes the kernel still holds to send from the server's side of the
+/// connection to `client` (`/proc/net/tcp`'s `tx_queue`), if that socket exists.
+fn server_send_queue(server_port: u16, client: SocketAddr) -> Option<u64> {
+    let want = (
+        format!("0100007F:{server_port:04X}"),
+        format!("0100007F:{:04X}", client.port()),
+    );
+    std::fs::read_to_string("/proc/net/tcp")
+        .unwrap()
+        .lines()
+        .skip(1)
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(1) == Some(&want.0.as_str()) && f.get(2) == Some(&want.1.as_str()))
+                .then(|| u64::from_str_radix(f[4].split(':').next().unwrap_or("0"), 16).unwrap())
+        })
+}
+
 fn max_gap(t: &[Instant]) -> Duration {
     t.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default()
 }
@@ -139,6 +157,29 @@ fn stuck_clients_are_closed_4001_and_a_healthy_one_keeps_its_rate() {
         max_gap(&during)
     );
     assert!(metric_value(&sb.metrics(), "seatboard_ws_closes_total{code=\"4001\"}") >= 3.0);
+    // Once the close grace is over, the server holds nothing for them: a
+    // connection cut with bytes the peer never took is reset, not left to
+    // an orphaned socket that keeps its send buffer.
+    let peers: Vec<SocketAddr> = stuck
+        .iter()
+        .map(|ws| ws.stream.local_addr().unwrap())
+        .collect();
+    let held = wait_for(Duration::from_secs(15), || {
+        let held: Vec<u64> = peers
+            .iter()
+            .filter_map(|p| server_send_queue(sb.port, *p))
+            .filter(|q| *q > 0)
+            .collect();
+        held.is_empty().then_some(())
+    });
+    assert!(
+        held.is_some(),
+        "the server still holds unsent bytes for cut stuck clients: {:?}",
+        peers
+            .iter()
+            .map(|p| server_send_queue(sb.port, *p))
+            .collect::<Vec<_>>()
+    );
     // Each stuck client, reading at last, finds either the 4001 close frame or
     // its connection dropped — never an open connection.
     for ws in stuck.iter_mut() {

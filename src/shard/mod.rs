@@ -110,13 +110,37 @@ impl ConnIo {
         }
     }
 
-    /// Cuts the socket (the shard's close grace is over), unless it is already released.
+    /// Cuts the socket (the shard's close grace is over), unless it is already
+    /// released. If the kernel still holds bytes the peer has not taken (a
+    /// slow consumer), the close that follows resets the connection: a FIN
+    /// would queue behind them, and the orphaned socket would keep up to its
+    /// send buffer for minutes while the peer advertises no window.
     pub fn cut(&self) {
-        if !self.finished.get() {
-            // SAFETY: `finished` is false, so the socket behind `fd` is still
-            // owned by this connection; shutdown does not close the descriptor.
-            unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+        if self.finished.get() {
+            return;
         }
+        let mut unsent: libc::c_int = 0;
+        // SAFETY: `finished` is false, so the socket behind `fd` is still owned
+        // by this connection; TIOCOUTQ writes one c_int to a live local.
+        let queued = unsafe { libc::ioctl(self.fd, libc::TIOCOUTQ, &mut unsent) } == 0;
+        if queued && unsent > 0 {
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // SAFETY: as above; the option value points to a live `linger` of the length passed.
+            unsafe {
+                libc::setsockopt(
+                    self.fd,
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    (&linger as *const libc::linger).cast(),
+                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                )
+            };
+        }
+        // SAFETY: as above; shutdown does not close the descriptor.
+        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
     }
 }
 
