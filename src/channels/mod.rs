@@ -238,6 +238,8 @@ impl Outlet {
             let mut batch: Vec<Arc<Snapshot>> = self.overflow.drain().map(|(_, s)| s).collect();
             batch.append(&mut self.batch);
             self.batch = batch;
+            // Their gates went with the batch that did not fit.
+            self.ungated = true;
         }
         if self.batch.is_empty() {
             return;
@@ -407,5 +409,30 @@ mod tests {
         // the batch is there, so it does not sleep past it.
         inbox.set_wakes_at(None);
         assert!(inbox.register(&Waker::from(Arc::clone(&wakes))));
+    }
+
+    #[test]
+    fn a_batch_carrying_the_overflow_wakes_its_shard() {
+        let (inbox, wakes) = sleeping_shard();
+        inbox.set_wakes_at(Some(clock::now_ms() + 60_000));
+        let armed = Gate::default();
+        armed.set(Gate::ARMED);
+        let mut out = Outlet::new(Arc::clone(&inbox));
+        // Armed courses alone never wake; a full channel does.
+        for v in 0..=SNAPSHOT_BATCHES as u64 {
+            out.push(snap(1, 1, v), Some(&armed));
+            out.flush();
+        }
+        assert!(out.backlog() > 0, "the channel is full");
+        assert_eq!(wakes.0.load(SeqCst), 1, "the full channel woke the shard");
+        // One more armed snapshot joins the overflow, its gate remembered.
+        out.push(snap(2, 1, 1), Some(&armed));
+        // The shard drains the channel and sleeps; the overflow then goes in
+        // without the gates it came with, so it wakes the shard too.
+        while inbox.try_snapshots().is_some() {}
+        assert!(!inbox.register(&Waker::from(Arc::clone(&wakes))));
+        out.flush();
+        assert_eq!(out.backlog(), 0);
+        assert_eq!(wakes.0.load(SeqCst), 2);
     }
 }
