@@ -60,19 +60,10 @@ fn frame_times(ws: &mut RawWs, dur: Duration) -> Vec<Instant> {
 /// The bytes the kernel still holds to send from the server's side of the
 /// connection to `client` (`/proc/net/tcp`'s `tx_queue`), if that socket exists.
 fn server_send_queue(server_port: u16, client: SocketAddr) -> Option<u64> {
-    let want = (
-        format!("0100007F:{server_port:04X}"),
-        format!("0100007F:{:04X}", client.port()),
-    );
-    std::fs::read_to_string("/proc/net/tcp")
-        .unwrap()
-        .lines()
-        .skip(1)
-        .find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(1) == Some(&want.0.as_str()) && f.get(2) == Some(&want.1.as_str()))
-                .then(|| u64::from_str_radix(f[4].split(':').next().unwrap_or("0"), 16).unwrap())
-        })
+    loopback_tcp()
+        .into_iter()
+        .find(|s| s.local_port == server_port && s.remote_port == client.port())
+        .map(|s| s.tx_queue)
 }
 
 fn max_gap(t: &[Instant]) -> Duration {

@@ -250,9 +250,10 @@ impl Outlet {
             Ok(()) => {
                 // The gates are read after the send (see `Inbox::set_wakes_at`).
                 fence(SeqCst);
-                let need = match ungated {
-                    true => 0,
-                    false => self.gates.iter().map(Gate::ready_at).min().unwrap_or(0),
+                let need = if ungated {
+                    0
+                } else {
+                    self.gates.iter().map(Gate::ready_at).min().unwrap_or(0)
                 };
                 self.gates.clear();
                 self.inbox.wake_for_batch(need, clock::now_ms());

@@ -73,18 +73,10 @@ pub fn try_spawn_redis(port: u16, extra: &[&str]) -> Option<Child> {
 /// Whether process `pid` holds the listening TCP socket on 127.0.0.1:`port`
 /// (its inode in `/proc/net/tcp` is one of the process's descriptors).
 fn listens_on(pid: u32, port: u16) -> bool {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-    let want = format!("0100007F:{port:04X}");
-    let inodes: Vec<String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            // local_address, st (0A = LISTEN), inode
-            (f.get(1) == Some(&want.as_str()) && f.get(3) == Some(&"0A"))
-                .then(|| f.get(9).map(|s| format!("socket:[{s}]")))
-                .flatten()
-        })
+    let inodes: Vec<String> = loopback_tcp()
+        .into_iter()
+        .filter(|s| s.local_port == port && s.state == 0x0A) // LISTEN
+        .map(|s| format!("socket:[{}]", s.inode))
         .collect();
     if inodes.is_empty() {
         return false;
@@ -96,6 +88,44 @@ fn listens_on(pid: u32, port: u16) -> bool {
         std::fs::read_link(fd.path())
             .is_ok_and(|t| inodes.iter().any(|i| t.to_string_lossy() == *i))
     })
+}
+
+/// One IPv4 TCP socket on 127.0.0.1, as `/proc/net/tcp` lists it.
+pub struct TcpRow {
+    pub local_port: u16,
+    pub remote_port: u16,
+    /// `st`: 0x01 established, 0x0A listen, ...
+    pub state: u8,
+    /// Bytes the kernel holds to send (`tx_queue`).
+    pub tx_queue: u64,
+    pub inode: String,
+}
+
+/// The machine's TCP sockets whose local address is 127.0.0.1 (`/proc/net/tcp`).
+pub fn loopback_tcp() -> Vec<TcpRow> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    let port = |addr: &str| {
+        let (_, p) = addr.split_once(':')?;
+        u16::from_str_radix(p, 16).ok()
+    };
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if !f.get(1)?.starts_with("0100007F:") {
+                return None;
+            }
+            let (tx, _) = f.get(4)?.split_once(':')?;
+            Some(TcpRow {
+                local_port: port(f.get(1)?)?,
+                remote_port: port(f.get(2)?)?,
+                state: u8::from_str_radix(f.get(3)?, 16).ok()?,
+                tx_queue: u64::from_str_radix(tx, 16).ok()?,
+                inode: f.get(9)?.to_string(),
+            })
+        })
+        .collect()
 }
 
 /// A `redis-server` on a free port, killed on drop.
