@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 // ---------------------------------------------------------------------------
-// Helpers
+// Building blocks
 // ---------------------------------------------------------------------------
 
 /// One decoded server frame.
@@ -1790,9 +1790,9 @@ fn rewatch_after_forget_with_early_snapshot() {
     });
 }
 
-/// A connection whose upgrade completed just after the drain started (the
-/// shell checked `draining` before the handshake finished) used to be left
-/// out of the drain schedule, so it was never told to reconnect and the
+/// A connection whose upgrade completes just after the drain started (the
+/// shell checked `draining` before the handshake finished) joins the drain
+/// schedule too: left out, it would never be told to reconnect and the
 /// process could not finish draining.
 #[test]
 fn connection_arriving_during_a_drain_is_drained_too() {
