@@ -1689,7 +1689,7 @@ fn peer_close_is_echoed() {
 }
 
 // ---------------------------------------------------------------------------
-// regressions (each failed before its fix in shards/src)
+// edge cases: a hang, a race with the drain, an early snapshot
 // ---------------------------------------------------------------------------
 
 /// Runs `f` on a thread so that a hang fails the test instead of blocking the suite.
@@ -1709,9 +1709,10 @@ fn within_10s(f: impl FnOnce() + Send + 'static) {
 }
 
 /// The ingest subscribes first and reads the state hash second, so a live
-/// snapshot can reach the shard before the seed. It used to schedule a render
-/// that could not happen before the seed, and `handle_timeout` rescheduled it
-/// forever (a hang; `poll_timeout` also asked for an immediate wake-up).
+/// snapshot can reach the shard before the seed. A render scheduled for it
+/// cannot happen before the seed; rescheduling it at every `handle_timeout`
+/// would spin forever (`poll_timeout` asking for an immediate wake-up), so the
+/// core schedules nothing until the seed and loses nothing meanwhile.
 #[test]
 fn snapshot_before_seed_neither_spins_nor_is_lost() {
     within_10s(|| {
