@@ -303,3 +303,33 @@ fn each_host_reaches_only_its_own_environment() {
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The `global` and `defaults` sections (timeouts, retries, the 503 with
+/// `Retry-After`) of a configuration, comments dropped.
+fn shared_sections(cfg: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in cfg.lines() {
+        let t = line.trim();
+        if !line.starts_with(' ') && !t.is_empty() && !t.starts_with('#') {
+            inside = t == "global" || t == "defaults";
+        }
+        if inside && !t.is_empty() && !t.starts_with('#') {
+            out.push(t.to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn environments_config_shares_the_single_config_settings() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/haproxy");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("haproxy config");
+    let single = shared_sections(&read("seatboard.cfg"));
+    assert!(single.iter().any(|l| l.starts_with("timeout tunnel")));
+    assert_eq!(
+        shared_sections(&read("seatboard-environments.cfg")),
+        single,
+        "seatboard-environments.cfg must keep seatboard.cfg's global and defaults sections"
+    );
+}
