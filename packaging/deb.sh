@@ -27,16 +27,18 @@ trap 'rm -rf "$stage"' EXIT
 root="$stage/root"
 doc="$root/usr/share/doc/seatboard"
 install -d "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/seatboard" \
-  "$root/etc/sysctl.d" "$doc/monitoring"
+  "$root/etc/sysctl.d" "$doc/monitoring" "$doc/instances"
 install -m 0755 "$binary" "$root/usr/bin/seatboard"
 "$strip" "$root/usr/bin/seatboard"
-install -m 0644 systemd/seatboard.service systemd/seatboard-analytics.service "$root/lib/systemd/system/"
+install -m 0644 systemd/seatboard.service systemd/seatboard-analytics.service \
+  systemd/seatboard@.service systemd/seatboard-analytics@.service "$root/lib/systemd/system/"
 install -m 0600 systemd/seatboard.env.example "$root/etc/seatboard/seatboard.env"
 install -m 0644 systemd/99-seatboard.conf "$root/etc/sysctl.d/99-seatboard.conf"
 install -m 0644 systemd/README.md "$doc/README.md"
 install -m 0644 README.md "$doc/OVERVIEW.md"
 install -m 0644 systemd/seatboard.env.example "$doc/seatboard.env.example"
 install -m 0644 systemd/monitoring/* "$doc/monitoring/"
+install -m 0644 systemd/instances/* "$doc/instances/"
 install -m 0644 packaging/copyright "$doc/copyright"
 if [ -d systemd/haproxy ]; then
   install -d "$doc/haproxy"

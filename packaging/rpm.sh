@@ -29,10 +29,12 @@ install -d "$src"
 install -m 0755 "$binary" "$src/seatboard"
 "$strip" "$src/seatboard"
 cp systemd/seatboard.service systemd/seatboard-analytics.service systemd/seatboard.env.example \
+  systemd/seatboard@.service systemd/seatboard-analytics@.service \
   systemd/99-seatboard.conf systemd/monitoring/* packaging/copyright "$src/"
 cp systemd/README.md "$src/README.md"
 cp README.md "$src/OVERVIEW.md"
-mkdir -p "$src/haproxy"
+mkdir -p "$src/haproxy" "$src/instances"
+cp systemd/instances/* "$src/instances/"
 [ ! -d systemd/haproxy ] || cp systemd/haproxy/* "$src/haproxy/"
 
 cat > "$stage/seatboard.spec" <<SPEC
@@ -56,11 +58,13 @@ dashboard and Prometheus alert rules.
 install -D -m 0755 %{_sourcedir}/seatboard %{buildroot}/usr/bin/seatboard
 install -D -m 0644 %{_sourcedir}/seatboard.service %{buildroot}/usr/lib/systemd/system/seatboard.service
 install -D -m 0644 %{_sourcedir}/seatboard-analytics.service %{buildroot}/usr/lib/systemd/system/seatboard-analytics.service
+install -D -m 0644 %{_sourcedir}/seatboard@.service %{buildroot}/usr/lib/systemd/system/seatboard@.service
+install -D -m 0644 %{_sourcedir}/seatboard-analytics@.service %{buildroot}/usr/lib/systemd/system/seatboard-analytics@.service
 install -D -m 0600 %{_sourcedir}/seatboard.env.example %{buildroot}/etc/seatboard/seatboard.env
 install -D -m 0644 %{_sourcedir}/99-seatboard.conf %{buildroot}/etc/sysctl.d/99-seatboard.conf
 install -d %{buildroot}/usr/share/doc/seatboard/monitoring
 install -m 0644 %{_sourcedir}/README.md %{_sourcedir}/OVERVIEW.md %{_sourcedir}/copyright %{_sourcedir}/seatboard.env.example %{buildroot}/usr/share/doc/seatboard/
-cp -r %{_sourcedir}/haproxy %{buildroot}/usr/share/doc/seatboard/
+cp -r %{_sourcedir}/haproxy %{_sourcedir}/instances %{buildroot}/usr/share/doc/seatboard/
 install -m 0644 %{_sourcedir}/seatboard-alerts.yml %{_sourcedir}/seatboard-alerts.test.yml %{_sourcedir}/seatboard-dashboard.json %{buildroot}/usr/share/doc/seatboard/monitoring/
 
 %post
@@ -69,7 +73,7 @@ sysctl -q -p /etc/sysctl.d/99-seatboard.conf >/dev/null 2>&1 || :
 
 %preun
 if [ \$1 -eq 0 ]; then
-  systemctl stop seatboard.service seatboard-analytics.service >/dev/null 2>&1 || :
+  systemctl stop seatboard.service seatboard-analytics.service 'seatboard@*.service' 'seatboard-analytics@*.service' >/dev/null 2>&1 || :
   systemctl disable seatboard.service seatboard-analytics.service >/dev/null 2>&1 || :
 fi
 
@@ -80,6 +84,8 @@ systemctl daemon-reload >/dev/null 2>&1 || :
 /usr/bin/seatboard
 /usr/lib/systemd/system/seatboard.service
 /usr/lib/systemd/system/seatboard-analytics.service
+/usr/lib/systemd/system/seatboard@.service
+/usr/lib/systemd/system/seatboard-analytics@.service
 %dir /etc/seatboard
 %config(noreplace) /etc/seatboard/seatboard.env
 %config(noreplace) /etc/sysctl.d/99-seatboard.conf

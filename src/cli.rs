@@ -3,9 +3,18 @@
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 
+/// The release and the commit this binary was built from (`build.rs`; `unknown`
+/// outside a git checkout).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("SEATBOARD_COMMIT"),
+    ")"
+);
+
 /// seatboard: a realtime seat board for university section selection.
 #[derive(Parser, Debug)]
-#[command(name = "seatboard", version, about, propagate_version = true)]
+#[command(name = "seatboard", version = VERSION, about, propagate_version = true)]
 pub struct Cli {
     /// What to run.
     #[command(subcommand)]

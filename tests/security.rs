@@ -1,4 +1,4 @@
-//! The security refusals of issue #16: weak JWT secrets at start, cookie tokens
+//! The security refusals: weak JWT secrets at start, cookie tokens
 //! from another site's page (cross-site WebSocket hijacking), and the headers
 //! on pages and JSON answers (contract sections 1, 3 and 4).
 
@@ -168,7 +168,7 @@ fn cookie_token_from_a_foreign_page_is_403_on_both_feeds() {
     let (sb, admin, student) = jwt_node(&[]);
     let host = format!("127.0.0.1:{}", sb.port);
     let evil = "Origin: https://evil.example\r\n";
-    // The attack of issue #16: an admin's cookie riding a foreign page's upgrade.
+    // The attack: an admin's cookie riding a foreign page's upgrade.
     let cases = [
         (
             "/ws/admin",

@@ -1,5 +1,6 @@
-//! The systemd side: both units pass `systemd-analyze verify`, and the binary
-//! speaks the notify protocol (READY=1, WATCHDOG=1, STOPPING=1).
+//! The systemd side: the units (the templated one too) pass `systemd-analyze
+//! verify`, and the binary speaks the notify protocol (READY=1, WATCHDOG=1,
+//! STOPPING=1).
 
 mod common;
 use common::*;
@@ -40,6 +41,55 @@ fn units_verify_clean() {
         "WatchdogSec=",
     ] {
         assert!(hub.contains(needed), "seatboard.service lacks {needed}");
+    }
+}
+
+#[test]
+fn templated_units_verify_and_read_their_instance_env_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd");
+    let dir = tempdir("template");
+    for (template, single) in [
+        ("seatboard@.service", "seatboard.service"),
+        (
+            "seatboard-analytics@.service",
+            "seatboard-analytics.service",
+        ),
+    ] {
+        let text = std::fs::read_to_string(root.join(template)).expect("template");
+        // The template itself and an instance of it (%i expanded to `prod`).
+        let instance = template.replace("@.", "@prod.");
+        for name in [template, instance.as_str()] {
+            std::fs::write(dir.join(name), text.replace("/usr/bin/seatboard", &bin()))
+                .expect("write unit");
+            let out = Command::new("systemd-analyze")
+                .arg("verify")
+                .arg(dir.join(name))
+                .output()
+                .expect("systemd-analyze must be installed (tests/run.sh installs systemd)");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success() && stderr.trim().is_empty(),
+                "verify complained about {name}:\n{stderr}"
+            );
+        }
+        assert!(text.contains("EnvironmentFile=/etc/seatboard/%i.env"));
+        // Everything else the single unit says, the template says too: an
+        // environment's instance is hardened and supervised the same way.
+        let single = std::fs::read_to_string(root.join(single)).expect("unit");
+        for line in single.lines().map(str::trim) {
+            let own = line.starts_with("Description=") || line.starts_with("EnvironmentFile=");
+            if line.is_empty() || line.starts_with('#') || own {
+                continue;
+            }
+            assert!(
+                text.lines().any(|l| l.trim() == line),
+                "{template} lacks `{line}`"
+            );
+        }
+    }
+    // Every instance the examples configure has an env file shipped.
+    for env in ["prod", "dev"] {
+        assert!(root.join(format!("instances/{env}.env.example")).is_file());
     }
 }
 

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 // ---------------------------------------------------------------------------
-// Helpers
+// Building blocks
 // ---------------------------------------------------------------------------
 
 /// One decoded server frame.
@@ -1689,7 +1689,7 @@ fn peer_close_is_echoed() {
 }
 
 // ---------------------------------------------------------------------------
-// regressions (each failed before its fix in shards/src)
+// edge cases: a hang, a race with the drain, an early snapshot
 // ---------------------------------------------------------------------------
 
 /// Runs `f` on a thread so that a hang fails the test instead of blocking the suite.
@@ -1709,9 +1709,10 @@ fn within_10s(f: impl FnOnce() + Send + 'static) {
 }
 
 /// The ingest subscribes first and reads the state hash second, so a live
-/// snapshot can reach the shard before the seed. It used to schedule a render
-/// that could not happen before the seed, and `handle_timeout` rescheduled it
-/// forever (a hang; `poll_timeout` also asked for an immediate wake-up).
+/// snapshot can reach the shard before the seed. A render scheduled for it
+/// cannot happen before the seed; rescheduling it at every `handle_timeout`
+/// would spin forever (`poll_timeout` asking for an immediate wake-up), so the
+/// core schedules nothing until the seed and loses nothing meanwhile.
 #[test]
 fn snapshot_before_seed_neither_spins_nor_is_lost() {
     within_10s(|| {
@@ -1790,9 +1791,9 @@ fn rewatch_after_forget_with_early_snapshot() {
     });
 }
 
-/// A connection whose upgrade completed just after the drain started (the
-/// shell checked `draining` before the handshake finished) used to be left
-/// out of the drain schedule, so it was never told to reconnect and the
+/// A connection whose upgrade completes just after the drain started (the
+/// shell checked `draining` before the handshake finished) joins the drain
+/// schedule too: left out, it would never be told to reconnect and the
 /// process could not finish draining.
 #[test]
 fn connection_arriving_during_a_drain_is_drained_too() {

@@ -1,5 +1,5 @@
 //! Reading a session's stream back: `seatboard analytics report` (a table or
-//! CSV on stdout), and the XRANGE helpers the hub's history cache uses too.
+//! CSV on stdout), and the XRANGE reads the hub's history cache uses too.
 
 use super::worker::Entry;
 use super::ReportArgs;

@@ -1,6 +1,6 @@
 //! A real Redis Cluster for tests: three primaries, with one replica each or
 //! none, on free ports (`redis-server --cluster-enabled yes`, then `redis-cli
-//! --cluster create`), plain or TLS-only; with helpers to find a key's owner,
+//! --cluster create`), plain or TLS-only; with functions to find a key's owner,
 //! kill a primary and wait for its replica's promotion, and move a slot (at
 //! once, or in steps that leave it half-migrated).
 #![allow(dead_code)]

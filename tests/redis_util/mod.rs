@@ -1,4 +1,4 @@
-//! Helpers shared by the Redis integration tests: a `serve` node on a test
+//! Shared by the Redis integration tests: a `serve` node on a test
 //! Redis, watching a course, publishing raw payloads, reading until a condition.
 #![allow(dead_code)]
 
