@@ -230,7 +230,13 @@ export class SeatClient extends EventTarget {
     this._live = false;
     this._offWire();
     if (this.status === "closed") return;
-    if (!sse && !hadHello && this.transport === "auto" && ++this._wsFails >= WS_TRIES_BEFORE_SSE) this._useSse = true;
+    // auto: SSE after two WebSocket attempts in a row fail before hello; a
+    // stream that fails before hello too sends it back to WebSocket (a node
+    // that is down fails both, and must not pin the page to SSE).
+    if (!hadHello && this.transport === "auto") {
+      if (sse) this._useSse = false;
+      else if (++this._wsFails >= WS_TRIES_BEFORE_SSE) { this._useSse = true; this._wsFails = 0; }
+    }
     this._retry();
   }
 

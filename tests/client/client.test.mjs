@@ -334,7 +334,7 @@ test('online and a page coming back into view reconnect at once while disconnect
   assert.equal(env.sockets.length, n + 2, 'closed: never again');
 });
 
-test('transport auto: SSE after two WebSocket attempts in a row fail before hello', async () => {
+test('transport auto: SSE after two WebSocket attempts in a row fail before hello, WebSocket again when SSE fails too', async () => {
   const env = fakeEnv({ random: () => 0 });
   const c = client(env, { token: () => 'tok' });
   c.watch('CS101');
@@ -373,11 +373,19 @@ test('transport auto: SSE after two WebSocket attempts in a row fail before hell
   assert.equal(env.streams.length, 2);
   await env.advance(1);
   assert.equal(env.streams.length, 3, 'again at the hinted time');
-  // A refused stream (HTTP error): the module retries with a backoff.
+  // A stream refused before hello (HTTP error, node down): WebSocket again,
+  // then SSE again after two more WebSocket failures.
   env.streams[2].fail();
   await env.advance(0);
-  assert.equal(env.streams.length, 4);
-  assert.equal(env.sockets.length, 2, 'stays on SSE');
+  assert.equal(env.streams.length, 3);
+  assert.equal(env.sockets.length, 3, 'back to WebSocket');
+  env.sockets[2].serverClose(1006);
+  await env.advance(0);
+  assert.equal(env.sockets.length, 4);
+  env.sockets[3].serverClose(1006);
+  await env.advance(0);
+  assert.equal(env.streams.length, 4, 'SSE after two WebSocket failures in a row');
+  assert.equal(env.sockets.length, 4);
 });
 
 test('transport websocket never falls back; sse never tries a WebSocket', async () => {
