@@ -422,7 +422,7 @@ h2{margin:0;font-size:1.25em}
 .section[data-full] .fill{background:var(--seat-full,#b3262e)}
 .section[data-full] .seats-left{color:var(--seat-full,#b3262e)}
 .section.opened{border:2px solid var(--seat-open,#1d6b48)}
-.alerts{display:grid;gap:6px;margin:0 0 8px}
+.alerts{display:grid;gap:6px;margin:0 0 8px}.alerts:empty{display:none}
 .alert{margin:0;padding:6px 10px;border-radius:6px;border:2px solid var(--seat-open,#1d6b48);background:var(--seat-open-bg,#ecf8f1);color:var(--seat-open-text,#0f3d29);font-weight:600}
 .empty{color:var(--seat-muted,#545d68);margin:0}`;
 
@@ -524,7 +524,7 @@ function defineElements() {
       let v = this._views.get(code);
       if (v) return v;
       const level = Math.min(6, Math.max(1, count(this.getAttribute("heading-level") || 2)));
-      v = { box: h("section", "course", undefined, "course"), cards: new Map() };
+      v = { box: h("section", "course", undefined, "course"), cards: new Map(), raised: new Map() };
       v.box.dataset.course = code;
       const head = h("div", "head", undefined, "head");
       const title = h("h" + level, "", code, "title");
@@ -567,7 +567,11 @@ function defineElements() {
         card.fill.style.width = (total ? (taken / total) * 100 : 100).toFixed(1) + "%";
         card.el.toggleAttribute("data-full", l === 0);
         card.el.dataset.seatsLeft = String(l);
-        if (l === 0) card.el.classList.remove("opened");
+        if (l === 0) {
+          card.el.classList.remove("opened");
+          const alert = v.raised.get(id);
+          if (alert) { alert.remove(); v.raised.delete(id); }
+        }
         if (v.grid.children[i] !== card.el) v.grid.insertBefore(card.el, v.grid.children[i] || null);
       });
       v.stat.textContent = ids.length
@@ -592,8 +596,15 @@ function defineElements() {
       const text = course + " \u00b7 Section " + section + ": " + plural(seats_left, "seat") + " open";
       const p = h("p", "alert", text, "alert");
       p.setAttribute("role", "alert");
+      const old = v.raised.get(section);
+      if (old) old.remove();
+      v.raised.set(section, p);
       v.alerts.prepend(p);
-      while (v.alerts.children.length > 3) v.alerts.lastElementChild.remove();
+      while (v.alerts.children.length > 3) {
+        const last = v.alerts.lastElementChild;
+        for (const [id, a] of v.raised) if (a === last) v.raised.delete(id);
+        last.remove();
+      }
       const card = v.cards.get(section);
       if (card) card.el.classList.add("opened");
     }

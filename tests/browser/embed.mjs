@@ -16,8 +16,9 @@
 // and the `seatopen` event when the full section frees a seat; axe clean on the
 // host page; removing elements unwatches what no element needs any more; after
 // the server is killed and started again the page reconnects by itself with a
-// fresh token and its numbers are live again; no console error; no request to
-// a third host.
+// fresh token and its numbers are live again; a page that only loads the
+// module and gives its element a `token` attribute is live too, and the module
+// sets no global; no console error; no request to a third host.
 import { createServer } from 'node:http';
 import { createHmac } from 'node:crypto';
 import { run, openPage, axe, requireCsp, ask } from './lib.mjs';
@@ -82,6 +83,12 @@ client.addEventListener("status", (e) => test.statuses.push(e.detail.status));
 window.__embedTest = test;
 `;
 
+// A page that only loads the module and gives its element a token attribute.
+const PLAIN_PAGE = () => `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Sections</title><link rel="icon" href="data:,">
+<script type="module" src="${sb}/client.js"></script></head>
+<body><main><h1>MATH101</h1><p>Section 1: <seat-count id="m" course="MATH101" section="1" token="${mint()}"></seat-count></p></main></body></html>`;
+
 const SITE_CSS = `body { font: 16px/1.4 system-ui, sans-serif; margin: 16px; color: #1d2127; background: #fff; }
 seat-board { --seat-gap: 12px; margin-top: 16px; }
 seat-count::part(count) { font-weight: 600; }`;
@@ -93,6 +100,8 @@ const server = createServer((req, res) => {
   else if (path === '/site.js') send('text/javascript', SITE_JS);
   else if (path === '/site.css') send('text/css', SITE_CSS);
   else if (path === '/token') send('text/plain', mint());
+  else if (path === '/blank') send('text/html; charset=utf-8', '<!doctype html><title>blank</title>');
+  else if (path === '/plain') send('text/html; charset=utf-8', PLAIN_PAGE(), { 'Content-Security-Policy': CSP });
   else { res.writeHead(404); res.end(); }
 });
 await new Promise((resolve) => server.listen(Number(hostPort), '127.0.0.1', resolve));
@@ -213,6 +222,21 @@ await run('embed', 120_000, async (t) => {
   await publish('CS101', 1, 10, 7);
   await countIs(page, 'r1', '3 seats left');
   t.say(`back live after the restart (${sockets.length} WebSockets over the run, ${tokensMinted - minted} new tokens), numbers live again`);
+
+  t.step = 'a page that only sets a token attribute';
+  const plain = await openPage(t, context, host, 'plain');
+  plain.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') errors.push(`[plain] ${m.text()}`); });
+  plain.on('pageerror', (e) => errors.push(`[plain] ${e.message}`));
+  plain.on('request', (r) => requests.push(r.url()));
+  requireCsp(await plain.goto(`${host}/plain`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${host}/plain`);
+  await waitFor(plain, 'the cell shows MATH101 section 1', () => document.getElementById('m')?.shadowRoot.textContent.trim() === '20 seats left');
+  const blank = await context.newPage();
+  await blank.goto(`${host}/blank`);
+  const builtin = new Set(await blank.evaluate(() => Object.getOwnPropertyNames(window)));
+  await blank.close();
+  const leaked = (await plain.evaluate(() => Object.getOwnPropertyNames(window))).filter((k) => !builtin.has(k));
+  if (leaked.length) throw new Error(`globals set by the module: ${leaked}`);
+  t.say('token attribute alone: cell live, no globals');
 
   t.step = 'no request to a third host';
   const allowed = new Set([new URL(host).host, new URL(sb).host]);
