@@ -117,7 +117,7 @@ export class SeatClient extends EventTarget {
     this._visible = () => { if (env.document && env.document.visibilityState === "visible") this._wake(); };
     if (env.window) env.window.addEventListener("online", this._wake);
     if (env.document) env.document.addEventListener("visibilitychange", this._visible);
-    env.setTimeout(() => this._open(), 0);
+    this._timer = env.setTimeout(() => this._open(), 0);
   }
 
   /** Starts receiving a course (counted: each watch() is undone by one unwatch()). */
@@ -426,10 +426,15 @@ h2{margin:0;font-size:1.25em}
 .alert{margin:0;padding:6px 10px;border-radius:6px;border:2px solid var(--seat-open,#1d6b48);background:var(--seat-open-bg,#ecf8f1);color:var(--seat-open-text,#0f3d29);font-weight:600}
 .empty{color:var(--seat-muted,#545d68);margin:0}`;
 
+const sheets = new Map();
+// Constructed sheets (one per element kind, shared): no inline <style>, so a
+// host page's CSP needs no style-src for them.
 function sheet(css) {
-  // Constructed sheets: no inline <style>, so a host page's CSP needs no style-src for them.
   if (typeof CSSStyleSheet !== "function") return null;
-  try { const s = new CSSStyleSheet(); s.replaceSync(css); return s; } catch (_) { return null; }
+  if (!sheets.has(css)) {
+    try { const s = new CSSStyleSheet(); s.replaceSync(css); sheets.set(css, s); } catch (_) { sheets.set(css, null); }
+  }
+  return sheets.get(css);
 }
 
 function h(tag, cls, text, part) {
@@ -440,178 +445,177 @@ function h(tag, cls, text, part) {
   return e;
 }
 
-function defineElements() {
-  const countSheet = sheet(COUNT_CSS);
-  const boardSheet = sheet(BOARD_CSS);
+// Outside a browser (unit tests) the element classes exist but are never defined.
+const ElementBase = typeof HTMLElement === "undefined" ? class {} : HTMLElement;
 
-  // Shared by both elements: find the page's client one task after connecting,
-  // hold the element's courses, let go of them when it leaves the page.
-  class SeatElement extends HTMLElement {
-    static get observedAttributes() { return ["course", "section", "src", "token"]; }
-    constructor(css) {
-      super();
-      this._root = this.attachShadow({ mode: "open" });
-      if (css) this._root.adoptedStyleSheets = [css];
-      this._client = null;
-      this._held = [];
-      this._on = (ev) => { if (!ev.detail.course || this._held.includes(ev.detail.course)) this.render(); };
-      this._pending = false;
-    }
-    connectedCallback() {
-      this.render();
-      if (this._pending) return;
-      this._pending = true;
-      setTimeout(() => { this._pending = false; if (this.isConnected) this._attach(); }, 0);
-    }
-    disconnectedCallback() { this._detach(); }
-    attributeChangedCallback() { if (this._client) { this._detach(); this._attach(); } else this.render(); }
-    _attach() {
-      if (this._client) return;
-      const opts = {};
-      if (this.getAttribute("src")) opts.url = this.getAttribute("src");
-      if (this.hasAttribute("token")) opts.token = this.getAttribute("token");
-      try { this._client = connect(opts); } catch (_) { return; }
-      for (const t of ["frame", "presence", "status"]) this._client.addEventListener(t, this._on);
-      this._held = courseList(this.getAttribute("course"));
-      if (this.localName === "seat-count") this._held = this._held.slice(0, 1);
-      for (const c of this._held) this._client.watch(c);
-      this.render();
-    }
-    _detach() {
-      const c = this._client;
-      if (!c) return;
-      for (const t of ["frame", "presence", "status"]) c.removeEventListener(t, this._on);
-      for (const course of this._held) c.unwatch(course);
-      this._held = [];
-      this._client = null;
-    }
+// Shared by both elements: find the page's client one task after connecting,
+// hold the element's courses, let go of them when it leaves the page.
+class SeatElement extends ElementBase {
+  static get observedAttributes() { return ["course", "section", "src", "token"]; }
+  constructor(css) {
+    super();
+    this._root = this.attachShadow({ mode: "open" });
+    const styles = sheet(css);
+    if (styles) this._root.adoptedStyleSheets = [styles];
+    this._client = null;
+    this._held = [];
+    this._on = (ev) => { if (!ev.detail.course || this._held.includes(ev.detail.course)) this.render(); };
+    this._pending = false;
   }
-
-  class SeatCount extends SeatElement {
-    constructor() {
-      super(countSheet);
-      this._text = h("span", "", "\u2026", "count");
-      this._root.append(this._text);
-    }
-    render() {
-      const course = courseList(this.getAttribute("course"))[0];
-      const sections = this._client && course ? this._client.state(course) : null;
-      const s = sections ? sections.get(Number(this.getAttribute("section"))) : null;
-      const text = countText(s, !!sections);
-      if (this._text.textContent !== text) this._text.textContent = text;
-      if (s) this.dataset.seatsLeft = String(seatsLeft(s));
-      else delete this.dataset.seatsLeft;
-    }
+  connectedCallback() {
+    this.render();
+    if (this._pending) return;
+    this._pending = true;
+    setTimeout(() => { this._pending = false; if (this.isConnected) this._attach(); }, 0);
   }
+  disconnectedCallback() { this._detach(); }
+  attributeChangedCallback() { if (this._client) { this._detach(); this._attach(); } else this.render(); }
+  _attach() {
+    if (this._client) return;
+    const opts = {};
+    if (this.getAttribute("src")) opts.url = this.getAttribute("src");
+    if (this.hasAttribute("token")) opts.token = this.getAttribute("token");
+    try { this._client = connect(opts); } catch (_) { return; }
+    for (const t of ["frame", "presence", "status"]) this._client.addEventListener(t, this._on);
+    this._held = courseList(this.getAttribute("course"));
+    if (this.localName === "seat-count") this._held = this._held.slice(0, 1);
+    for (const c of this._held) this._client.watch(c);
+    this.render();
+  }
+  _detach() {
+    const c = this._client;
+    if (!c) return;
+    for (const t of ["frame", "presence", "status"]) c.removeEventListener(t, this._on);
+    for (const course of this._held) c.unwatch(course);
+    this._held = [];
+    this._client = null;
+  }
+}
 
-  class SeatBoard extends SeatElement {
-    constructor() {
-      super(boardSheet);
-      this._box = h("div", "courses", undefined, "board");
-      this._root.append(this._box);
-      this._views = new Map();
-      this._onOpen = (ev) => this._alert(ev.detail);
-    }
-    _attach() {
-      super._attach();
-      if (this._client) this._client.addEventListener("seatopen", this._onOpen);
-    }
-    _detach() {
-      if (this._client) this._client.removeEventListener("seatopen", this._onOpen);
-      super._detach();
-    }
-    _view(code) {
-      let v = this._views.get(code);
-      if (v) return v;
-      const level = Math.min(6, Math.max(1, count(this.getAttribute("heading-level") || 2)));
-      v = { box: h("section", "course", undefined, "course"), cards: new Map(), raised: new Map() };
-      v.box.dataset.course = code;
-      const head = h("div", "head", undefined, "head");
-      const title = h("h" + level, "", code, "title");
-      v.viewers = h("span", "viewers", "", "viewers");
-      head.append(title, v.viewers);
-      v.alerts = h("div", "alerts", undefined, "alerts");
-      v.stat = h("p", "stat", "", "summary");
-      v.grid = h("div", "grid", undefined, "sections");
-      v.box.append(head, v.alerts, v.stat, v.grid);
-      v.box.setAttribute("aria-label", code);
-      this._views.set(code, v);
-      return v;
-    }
-    render() {
-      const codes = courseList(this.getAttribute("course"));
-      for (const [code, v] of this._views) if (!codes.includes(code)) { v.box.remove(); this._views.delete(code); }
-      codes.forEach((code, i) => {
-        const v = this._view(code);
-        if (this._box.children[i] !== v.box) this._box.insertBefore(v.box, this._box.children[i] || null);
-        this._renderCourse(code, v);
-      });
-    }
-    _renderCourse(code, v) {
-      const c = this._client;
-      const sections = c ? c.state(code) : null;
-      const viewers = c ? c.viewers(code) : null;
-      v.viewers.textContent = viewers === null ? "" : viewers + " viewing";
-      if (!sections) { v.stat.textContent = "Loading " + code + "\u2026"; return; }
-      const ids = [...sections.keys()].sort((a, b) => a - b);
-      let seats = 0, left = 0, full = 0;
-      for (const [id, card] of v.cards) if (!sections.has(id)) { card.el.remove(); v.cards.delete(id); }
-      ids.forEach((id, i) => {
-        const s = sections.get(id);
-        let card = v.cards.get(id);
-        if (!card) { card = this._card(id); v.cards.set(id, card); }
-        const total = count(s.total_seats), taken = Math.min(count(s.seats_taken), total), l = seatsLeft(s);
-        seats += total; left += l; if (l === 0) full++;
-        card.left.textContent = l === 0 ? "Full" : plural(l, "seat") + " left";
-        card.taken.textContent = taken + " / " + total + " taken";
-        card.fill.style.width = (total ? (taken / total) * 100 : 100).toFixed(1) + "%";
-        card.el.toggleAttribute("data-full", l === 0);
-        card.el.dataset.seatsLeft = String(l);
-        if (l === 0) {
-          card.el.classList.remove("opened");
-          const alert = v.raised.get(id);
-          if (alert) { alert.remove(); v.raised.delete(id); }
-        }
-        if (v.grid.children[i] !== card.el) v.grid.insertBefore(card.el, v.grid.children[i] || null);
-      });
-      v.stat.textContent = ids.length
-        ? left + " of " + seats + " seats left \u00b7 " + full + "/" + ids.length + " sections full"
-        : "No sections known yet for " + code + ".";
-    }
-    _card(id) {
-      const el = h("article", "section", undefined, "section");
-      el.dataset.section = String(id);
-      const no = h("span", "no", "Section " + id, "section-name");
-      const left = h("span", "seats-left", "", "seats-left");
-      const taken = h("span", "count", "", "taken");
-      const bar = h("div", "bar", undefined, "bar");
-      const fill = h("div", "fill", undefined, "fill");
-      bar.append(fill);
-      el.append(no, left, taken, bar);
-      return { el, left, taken, fill };
-    }
-    _alert({ course, section, seats_left }) {
-      const v = this._views.get(course);
-      if (!v) return;
-      const text = course + " \u00b7 Section " + section + ": " + plural(seats_left, "seat") + " open";
-      const p = h("p", "alert", text, "alert");
-      p.setAttribute("role", "alert");
-      const old = v.raised.get(section);
-      if (old) old.remove();
-      v.raised.set(section, p);
-      v.alerts.prepend(p);
-      while (v.alerts.children.length > 3) {
-        const last = v.alerts.lastElementChild;
-        for (const [id, a] of v.raised) if (a === last) v.raised.delete(id);
-        last.remove();
+class SeatCount extends SeatElement {
+  constructor() {
+    super(COUNT_CSS);
+    this._text = h("span", "", "\u2026", "count");
+    this._root.append(this._text);
+  }
+  render() {
+    const course = courseList(this.getAttribute("course"))[0];
+    const sections = this._client && course ? this._client.state(course) : null;
+    const s = sections ? sections.get(Number(this.getAttribute("section"))) : null;
+    const text = countText(s, !!sections);
+    if (this._text.textContent !== text) this._text.textContent = text;
+    if (s) this.dataset.seatsLeft = String(seatsLeft(s));
+    else delete this.dataset.seatsLeft;
+  }
+}
+
+class SeatBoard extends SeatElement {
+  constructor() {
+    super(BOARD_CSS);
+    this._box = h("div", "courses", undefined, "board");
+    this._root.append(this._box);
+    this._views = new Map();
+    this._onOpen = (ev) => this._alert(ev.detail);
+  }
+  _attach() {
+    super._attach();
+    if (this._client) this._client.addEventListener("seatopen", this._onOpen);
+  }
+  _detach() {
+    if (this._client) this._client.removeEventListener("seatopen", this._onOpen);
+    super._detach();
+  }
+  _view(code) {
+    let v = this._views.get(code);
+    if (v) return v;
+    const level = Math.min(6, Math.max(1, count(this.getAttribute("heading-level") || 2)));
+    v = { box: h("section", "course", undefined, "course"), cards: new Map(), raised: new Map() };
+    v.box.dataset.course = code;
+    const head = h("div", "head", undefined, "head");
+    const title = h("h" + level, "", code, "title");
+    v.viewers = h("span", "viewers", "", "viewers");
+    head.append(title, v.viewers);
+    v.alerts = h("div", "alerts", undefined, "alerts");
+    v.stat = h("p", "stat", "", "summary");
+    v.grid = h("div", "grid", undefined, "sections");
+    v.box.append(head, v.alerts, v.stat, v.grid);
+    v.box.setAttribute("aria-label", code);
+    this._views.set(code, v);
+    return v;
+  }
+  render() {
+    const codes = courseList(this.getAttribute("course"));
+    for (const [code, v] of this._views) if (!codes.includes(code)) { v.box.remove(); this._views.delete(code); }
+    codes.forEach((code, i) => {
+      const v = this._view(code);
+      if (this._box.children[i] !== v.box) this._box.insertBefore(v.box, this._box.children[i] || null);
+      this._renderCourse(code, v);
+    });
+  }
+  _renderCourse(code, v) {
+    const c = this._client;
+    const sections = c ? c.state(code) : null;
+    const viewers = c ? c.viewers(code) : null;
+    v.viewers.textContent = viewers === null ? "" : viewers + " viewing";
+    if (!sections) { v.stat.textContent = "Loading " + code + "\u2026"; return; }
+    const ids = [...sections.keys()].sort((a, b) => a - b);
+    let seats = 0, left = 0, full = 0;
+    for (const [id, card] of v.cards) if (!sections.has(id)) { card.el.remove(); v.cards.delete(id); }
+    ids.forEach((id, i) => {
+      const s = sections.get(id);
+      let card = v.cards.get(id);
+      if (!card) { card = this._card(id); v.cards.set(id, card); }
+      const total = count(s.total_seats), taken = Math.min(count(s.seats_taken), total), l = seatsLeft(s);
+      seats += total; left += l; if (l === 0) full++;
+      card.left.textContent = l === 0 ? "Full" : plural(l, "seat") + " left";
+      card.taken.textContent = taken + " / " + total + " taken";
+      card.fill.style.width = (total ? (taken / total) * 100 : 100).toFixed(1) + "%";
+      card.el.toggleAttribute("data-full", l === 0);
+      card.el.dataset.seatsLeft = String(l);
+      if (l === 0) {
+        card.el.classList.remove("opened");
+        const alert = v.raised.get(id);
+        if (alert) { alert.remove(); v.raised.delete(id); }
       }
-      const card = v.cards.get(section);
-      if (card) card.el.classList.add("opened");
-    }
+      if (v.grid.children[i] !== card.el) v.grid.insertBefore(card.el, v.grid.children[i] || null);
+    });
+    v.stat.textContent = ids.length
+      ? left + " of " + seats + " seats left \u00b7 " + full + "/" + ids.length + " sections full"
+      : "No sections known yet for " + code + ".";
   }
+  _card(id) {
+    const el = h("article", "section", undefined, "section");
+    el.dataset.section = String(id);
+    const no = h("span", "no", "Section " + id, "section-name");
+    const left = h("span", "seats-left", "", "seats-left");
+    const taken = h("span", "count", "", "taken");
+    const bar = h("div", "bar", undefined, "bar");
+    const fill = h("div", "fill", undefined, "fill");
+    bar.append(fill);
+    el.append(no, left, taken, bar);
+    return { el, left, taken, fill };
+  }
+  _alert({ course, section, seats_left }) {
+    const v = this._views.get(course);
+    if (!v) return;
+    const text = course + " \u00b7 Section " + section + ": " + plural(seats_left, "seat") + " open";
+    const p = h("p", "alert", text, "alert");
+    p.setAttribute("role", "alert");
+    const old = v.raised.get(section);
+    if (old) old.remove();
+    v.raised.set(section, p);
+    v.alerts.prepend(p);
+    while (v.alerts.children.length > 3) {
+      const last = v.alerts.lastElementChild;
+      for (const [id, a] of v.raised) if (a === last) v.raised.delete(id);
+      last.remove();
+    }
+    const card = v.cards.get(section);
+    if (card) card.el.classList.add("opened");
+  }
+}
 
+if (typeof customElements !== "undefined" && typeof HTMLElement !== "undefined") {
   if (!customElements.get("seat-count")) customElements.define("seat-count", SeatCount);
   if (!customElements.get("seat-board")) customElements.define("seat-board", SeatBoard);
 }
-
-if (typeof customElements !== "undefined" && typeof HTMLElement !== "undefined") defineElements();

@@ -442,3 +442,13 @@ test('frames and presence of courses nobody watches are ignored; junk is dropped
   assert.deepEqual(errors, [{ code: 'bad_course', message: 'no' }]);
   await flush();
 });
+
+test('an online event before the first attempt opens no second connection', async () => {
+  const env = fakeEnv();
+  client(env);
+  env.window.dispatchEvent(new Event('online'));
+  await env.advance(0);
+  await env.advance(1000);
+  assert.equal(env.sockets.length, 1);
+  assert.ok(!env.sockets[0].closedByClient);
+});
