@@ -131,7 +131,7 @@ fn client_module_and_declarations_are_served_for_any_origin() {
     // The page that builds on it loads it from its own origin.
     let page = String::from_utf8(fetch(sb.port, "GET", "/", &[]).body).expect("utf-8");
     assert!(
-        page.contains("from \"/client.js\""),
+        page.contains("import(\"/client.js\")"),
         "the board imports /client.js"
     );
 }
