@@ -252,3 +252,111 @@ fn rolling_restart_moves_the_page_to_the_new_node() {
         .expect("old node exits after its drain");
     assert_eq!(exit.code(), Some(0));
 }
+
+/// The university's page on another origin imports /client.js and shows
+/// `<seat-count>` cells and a `<seat-board>` with a token from its own
+/// backend (tests/browser/embed.mjs serves that page and mints the token);
+/// seatboard runs on Redis with `--allowed-origins` naming that origin, and is
+/// killed and started again on the same port halfway through.
+#[test]
+fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
+    use std::io::{BufRead, Write};
+    const SECRET: &str = "embed-test-secret-of-at-least-32-bytes!";
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let publish = |course: &str, section: &str, total: &str, taken: &str| {
+        let st = seatboard_command()
+            .args(["publish", "--redis", &uri, "--course", course])
+            .args(["--section", section, "--total", total, "--taken", taken])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("seatboard publish");
+        assert!(st.success(), "publish {course} {section} {taken}/{total}");
+    };
+    publish("CS101", "1", "10", "4");
+    publish("CS101", "3", "2", "2");
+    publish("MATH101", "1", "30", "10");
+    let host_port = free_port();
+    let host_origin = format!("http://127.0.0.1:{host_port}");
+    let serve_args = |listen: Option<String>| {
+        let mut a = vec![
+            "serve".to_string(),
+            "--redis".into(),
+            uri.clone(),
+            "--allowed-origins".into(),
+            host_origin.clone(),
+            "--shards".into(),
+            "2".into(),
+        ];
+        if let Some(l) = listen {
+            a.extend(["--listen".into(), l, "--log-level".into(), "warn".into()]);
+        }
+        a
+    };
+    let env = [("SEATBOARD_JWT_SECRET", SECRET)];
+    let first_args = serve_args(None);
+    let first: Vec<&str> = first_args.iter().map(String::as_str).collect();
+    let mut sb = Some(Seatboard::start_env(&first, &env));
+    let port = sb.as_ref().map(|s| s.port).unwrap_or_default();
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = root.join("target/browser");
+    std::fs::create_dir_all(&out_dir).expect("target/browser");
+    let shot = out_dir.join("embed.png");
+    let mut node = Command::new("node")
+        .arg(root.join("tests/browser/embed.mjs"))
+        .arg(format!("http://127.0.0.1:{port}"))
+        .arg(host_port.to_string())
+        .arg(&shot)
+        .env("SEATBOARD_JWT_SECRET", SECRET)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node must be installed");
+    let mut to_page = node.stdin.take().expect("stdin");
+    let from_page = std::io::BufReader::new(node.stdout.take().expect("stdout"));
+    let mut restarted = false;
+    for line in from_page.lines().map_while(Result::ok) {
+        println!("{line}");
+        if let Some(args) = line.strip_prefix("PUBLISH ") {
+            let a: Vec<&str> = args.split_whitespace().collect();
+            assert_eq!(a.len(), 4, "bad request from the page script: {line}");
+            publish(a[0], a[1], a[2], a[3]);
+            let _ = writeln!(to_page, "OK");
+        } else if line == "RESTART" {
+            if let Some(mut old) = sb.take() {
+                let _ = old.child.kill();
+                let _ = old.child.wait();
+            }
+            // A killed io_uring node's listeners outlive it for a moment (the
+            // kernel tears its rings down after the exit): wait until none
+            // listens on the port, so the new node binds it alone.
+            wait_for(std::time::Duration::from_secs(60), || {
+                let held = loopback_tcp()
+                    .iter()
+                    .any(|r| r.local_port == port && r.state == 0x0A);
+                (!held).then_some(())
+            })
+            .expect("the killed node's listeners go away");
+            let args = serve_args(Some(format!("127.0.0.1:{port}")));
+            let child = seatboard_command()
+                .args(&args)
+                .envs(env)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("seatboard again");
+            sb = Some(Seatboard { port, child });
+            wait_for(std::time::Duration::from_secs(15), || {
+                http_get(port, "/healthz").ok().filter(|r| r.status == 200)
+            })
+            .expect("seatboard answers again");
+            restarted = true;
+            let _ = writeln!(to_page, "OK");
+        }
+    }
+    drop(to_page);
+    let status = node.wait().expect("node exit");
+    assert!(status.success(), "embed.mjs failed");
+    assert!(restarted, "the script never asked for the restart");
+    assert!(shot.exists(), "no screenshot written");
+}

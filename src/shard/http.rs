@@ -23,6 +23,8 @@ pub fn route(path: &str) -> Route {
     match path {
         "/" | "/index.html" => Route::Page("/"),
         "/admin" => Route::Page("/admin"),
+        "/client.js" => Route::Page("/client.js"),
+        "/client.d.ts" => Route::Page("/client.d.ts"),
         "/healthz" => Route::Page("/healthz"),
         "/readyz" => Route::Page("/readyz"),
         "/metrics" => Route::Page("/metrics"),
@@ -40,6 +42,8 @@ pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead) -> Re
         "/api/history" => history(node, head),
         "/" => super::pages::BOARD.respond(head),
         "/admin" => super::pages::ADMIN.respond(head),
+        "/client.js" => super::pages::CLIENT_JS.respond(head),
+        "/client.d.ts" => super::pages::CLIENT_DTS.respond(head),
         _ => page(node, p),
     }
 }

@@ -1,5 +1,6 @@
-//! The embedded pages as they are sent: compressed once per process, each with
-//! a validator, so a phone gets a small body once and a 304 afterwards.
+//! The embedded pages and the browser client as they are sent: compressed once
+//! per process, each with a validator, so a phone gets a small body once and a
+//! 304 afterwards.
 
 use super::response::Response;
 use flate2::write::GzEncoder;
@@ -10,15 +11,40 @@ use std::sync::LazyLock;
 
 /// The student board (`/`).
 pub static BOARD: LazyLock<EmbeddedPage> =
-    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/index.html")));
+    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/index.html"), Kind::Page));
 /// The admin dashboard (`/admin`).
 pub static ADMIN: LazyLock<EmbeddedPage> =
-    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/admin.html")));
+    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/admin.html"), Kind::Page));
+/// The browser client module and its elements (`/client.js`), for any origin.
+pub static CLIENT_JS: LazyLock<EmbeddedPage> = LazyLock::new(|| {
+    EmbeddedPage::new(
+        include_str!("../web/client.js"),
+        Kind::Script("text/javascript; charset=utf-8"),
+    )
+});
+/// The client's TypeScript declarations (`/client.d.ts`).
+pub static CLIENT_DTS: LazyLock<EmbeddedPage> = LazyLock::new(|| {
+    EmbeddedPage::new(
+        include_str!("../web/client.d.ts"),
+        Kind::Script("application/typescript; charset=utf-8"),
+    )
+});
 
-/// Compresses (and hashes) both pages now, at start, rather than on the first request.
+/// Compresses (and hashes) the pages and the client now, at start, rather than
+/// on the first request.
 pub fn prepare() {
-    LazyLock::force(&BOARD);
-    LazyLock::force(&ADMIN);
+    for asset in [&BOARD, &ADMIN, &CLIENT_JS, &CLIENT_DTS] {
+        LazyLock::force(asset);
+    }
+}
+
+/// What an embedded text is, which decides its headers.
+#[derive(Clone, Copy)]
+pub enum Kind {
+    /// An HTML page of this origin: its CSP, no referrer.
+    Page,
+    /// A file that pages of other origins import (CORS `*`), with its content type.
+    Script(&'static str),
 }
 
 /// Pages may be cached but must be revalidated: a new deploy shows at once,
@@ -35,12 +61,14 @@ pub struct EmbeddedPage {
     pub etag: String,
     /// Strong validator of `gzip` (a different representation, so a different tag).
     pub etag_gzip: String,
-    /// Its Content-Security-Policy (inline code allowed by hash).
+    /// Its Content-Security-Policy (inline code allowed by hash); pages only.
     pub csp: String,
+    /// Page or script.
+    pub kind: Kind,
 }
 
 impl EmbeddedPage {
-    fn new(html: &'static str) -> Self {
+    fn new(html: &'static str, kind: Kind) -> Self {
         let mut enc = GzEncoder::new(Vec::with_capacity(html.len() / 3), Compression::best());
         // Writing into a Vec cannot fail.
         let gzip = enc
@@ -53,7 +81,11 @@ impl EmbeddedPage {
             gzip,
             etag: format!("\"{tag}\""),
             etag_gzip: format!("\"{tag}-gz\""),
-            csp: super::csp::policy_for(html),
+            csp: match kind {
+                Kind::Page => super::csp::policy_for(html),
+                Kind::Script(_) => String::new(),
+            },
+            kind,
         }
     }
 
@@ -70,10 +102,21 @@ impl EmbeddedPage {
             Response::html(self.html.as_bytes().to_vec())
         };
         resp.cache_control = CACHE_CONTROL;
-        resp.header(format!("ETag: {etag}"))
-            .header("Vary: Accept-Encoding".into())
-            .header(format!("Content-Security-Policy: {}", self.csp))
-            .header("Referrer-Policy: no-referrer".into())
+        let resp = resp
+            .header(format!("ETag: {etag}"))
+            .header("Vary: Accept-Encoding".into());
+        match self.kind {
+            Kind::Page => resp
+                .header(format!("Content-Security-Policy: {}", self.csp))
+                .header("Referrer-Policy: no-referrer".into()),
+            Kind::Script(content_type) => {
+                let mut resp = resp.header("Access-Control-Allow-Origin: *".into());
+                if resp.status == 200 {
+                    resp.content_type = content_type;
+                }
+                resp
+            }
+        }
     }
 }
 
@@ -101,7 +144,7 @@ mod tests {
 
     #[test]
     fn gzip_body_inflates_to_the_page() {
-        for page in [&*BOARD, &*ADMIN] {
+        for page in [&*BOARD, &*ADMIN, &*CLIENT_JS, &*CLIENT_DTS] {
             let mut out = String::new();
             GzDecoder::new(&page.gzip[..])
                 .read_to_string(&mut out)
@@ -111,6 +154,34 @@ mod tests {
         }
         assert_ne!(BOARD.etag, ADMIN.etag);
         assert_ne!(BOARD.etag, BOARD.etag_gzip);
+    }
+
+    #[test]
+    fn the_client_is_a_script_for_every_origin() {
+        for (asset, kind) in [
+            (&*CLIENT_JS, "text/javascript; charset=utf-8"),
+            (&*CLIENT_DTS, "application/typescript; charset=utf-8"),
+        ] {
+            for extra in ["", "Accept-Encoding: gzip\r\n"] {
+                let r = asset.respond(&head(extra));
+                assert_eq!(r.status, 200);
+                assert_eq!(r.content_type, kind);
+                assert_eq!(r.cache_control, "no-cache");
+                assert!(r
+                    .headers
+                    .iter()
+                    .any(|h| h == "Access-Control-Allow-Origin: *"));
+                assert!(!r
+                    .headers
+                    .iter()
+                    .any(|h| h.starts_with("Content-Security-Policy")));
+            }
+        }
+        assert!(
+            CLIENT_JS.gzip.len() <= 12 * 1024,
+            "{} B gzipped",
+            CLIENT_JS.gzip.len()
+        );
     }
 
     #[test]
