@@ -375,6 +375,10 @@ impl Source for RedisSource {
         read_state(&mut self.link, &self.state_prefix, course)
     }
 
+    fn known_courses(&mut self) -> Vec<String> {
+        super::scan::state_courses(&mut self.link, &self.state_prefix)
+    }
+
     fn poll_timeout(&mut self) -> Option<Duration> {
         if !self.pending.is_empty() {
             return Some(Duration::ZERO);
