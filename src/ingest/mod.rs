@@ -117,6 +117,9 @@ impl<S: Source> Ingest<S> {
         self.metrics()
             .firehose
             .store(self.firehose() as u64, Relaxed);
+        self.metrics()
+            .ingest_courses
+            .store(self.boards.len() as u64, Relaxed);
     }
 
     /// Handles one command; false on shutdown.
@@ -382,6 +385,7 @@ impl<S: Source> Ingest<S> {
             self.admin_presence();
         }
         self.admin_timers(now_ms);
+        self.publish_subscriptions();
     }
 
     /// When [`Ingest::handle_timeout`] has work next (Unix ms): the admin tick
