@@ -11,45 +11,11 @@ use common::*;
 use raw::RawWs;
 use redis_util::*;
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::Read;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(20);
 const OFFER: &str = "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n";
-
-/// One RESP command.
-fn resp(args: &[&str]) -> String {
-    let mut s = format!("*{}\r\n", args.len());
-    for a in args {
-        s.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-    }
-    s
-}
-
-/// Writes `n` state hashes of 3 sections each in one pipeline, replies read.
-fn seed_courses(redis: &Redis, n: usize) {
-    let mut conn = TcpStream::connect(("127.0.0.1", redis.port)).expect("redis");
-    let mut out = String::new();
-    for i in 0..n {
-        let c = course(i);
-        let key = format!("seatstate:{c}");
-        let p: Vec<String> = (1..=3).map(|s| payload(&c, s, 40, s * 10, 1)).collect();
-        out.push_str(&resp(&["HSET", &key, "1", &p[0], "2", &p[1], "3", &p[2]]));
-    }
-    conn.write_all(out.as_bytes()).expect("pipeline");
-    let mut r = BufReader::new(conn);
-    let mut line = String::new();
-    for _ in 0..n {
-        line.clear();
-        r.read_line(&mut line).expect("reply");
-        assert!(line.starts_with(':'), "HSET reply: {line}");
-    }
-}
-
-fn course(i: usize) -> String {
-    format!("U{i:05}")
-}
 
 /// Opens an admin feed and reads its hello; `deflate`: offers permessage-deflate.
 fn admin(port: u16, deflate: bool) -> RawWs {
@@ -105,7 +71,7 @@ fn ten_thousand_courses_reach_a_new_admin_in_one_full_message_then_deltas() {
     let redis = Redis::start();
     seed_courses(&redis, n);
     let sb = serve(&redis, &["--shards", "2"]);
-    let want: Vec<String> = (0..n).map(course).collect();
+    let want: Vec<String> = (0..n).map(seeded_course).collect();
 
     // Compressed, the firehose turning on for it (standalone Redis: the state
     // hashes are scanned).
@@ -121,10 +87,14 @@ fn ten_thousand_courses_reach_a_new_admin_in_one_full_message_then_deltas() {
     );
     assert_eq!(row["seats_taken"], 60);
     // Then only what changed.
-    publish(&redis, &course(42), &payload(&course(42), 2, 40, 40, 2));
+    publish(
+        &redis,
+        &seeded_course(42),
+        &payload(&seeded_course(42), 2, 40, 40, 2),
+    );
     let (delta, _) = next_admin(&mut a, T).expect("delta");
     assert_eq!(delta["full"], false);
-    assert_eq!(codes(&delta), [course(42)]);
+    assert_eq!(codes(&delta), [seeded_course(42)]);
     assert_eq!(delta["courses"][0]["seats_taken"], 80);
     assert_eq!(delta["courses"][0]["full_sections"], 1);
     // Uncompressed, the firehose already on: a full message too, current.
@@ -139,7 +109,11 @@ fn ten_thousand_courses_reach_a_new_admin_in_one_full_message_then_deltas() {
         (Some("U00042"), Some(80))
     );
     // Both get the next delta (the rate of U00042 falling to 0 is a change).
-    publish(&redis, &course(7), &payload(&course(7), 1, 40, 11, 2));
+    publish(
+        &redis,
+        &seeded_course(7),
+        &payload(&seeded_course(7), 1, 40, 11, 2),
+    );
     for ws in [&mut a, &mut b] {
         let got = wait_for(T, || {
             let (m, _) = next_admin(ws, T)?;
@@ -149,7 +123,7 @@ fn ten_thousand_courses_reach_a_new_admin_in_one_full_message_then_deltas() {
                 "only changed entries: {:?}",
                 codes(&m)
             );
-            codes(&m).contains(&course(7)).then_some(m)
+            codes(&m).contains(&seeded_course(7)).then_some(m)
         });
         assert!(got.is_some(), "a delta naming U00007");
     }
