@@ -228,6 +228,9 @@ fn a_token_in_the_query_string_never_reaches_the_proxy_log() {
             std::fs::read_to_string(r.proxy.log(0)).unwrap_or_default()
         )
     });
+    for line in log.lines().filter(|l| l.contains("/admin")) {
+        eprintln!("proxy log: {line}");
+    }
     assert!(!log.contains(secret), "token in the log: {log}");
     assert!(!log.contains("token="), "query string in the log: {log}");
     // The source address and the status are still there.
