@@ -17,11 +17,14 @@
 // handler plus the animation-frame callbacks (the table's redraw), per
 // message (`page_ms_per_message`).
 //
-// Usage: node admin_scale.mjs http://127.0.0.1:PORT TOKEN SCREENSHOT
+// Usage: node admin_scale.mjs http://127.0.0.1:PORT TOKEN SCREENSHOT [COURSES]
+// (COURSES: how many the hub was seeded with, U00000..; default 10000).
 import { run, openPage, requireCsp } from './lib.mjs';
 
-const [base, token, shot] = process.argv.slice(2);
-const N = 10_000;
+const [base, token, shot, count] = process.argv.slice(2);
+const N = Number(count || 10_000);
+const fmt = (n) => new Intl.NumberFormat('en-US').format(n);
+const code = (i) => 'U' + String(i).padStart(5, '0');
 const STEP_MS = 30_000;
 const WINDOW_MS = 15_000;
 
@@ -86,7 +89,7 @@ run('admin-scale', 180_000, async (t) => {
   if (!c || c.value !== token) throw new Error(`no seatboard_token cookie with the token: ${JSON.stringify(cookies)}`);
   if (c.sameSite !== 'Strict') throw new Error(`cookie SameSite ${c.sameSite}`);
 
-  t.step = 'live with 10,000 courses';
+  t.step = `live with ${fmt(N)} courses`;
   await page.waitForFunction((n) => {
     const s = document.getElementById('conn-state');
     return s && s.textContent.trim() === 'live' && document.getElementById('t-courses').textContent.replace(/\D/g, '') === String(n)
@@ -99,7 +102,7 @@ run('admin-scale', 180_000, async (t) => {
 
   t.step = 'cards: sections, rows drawn';
   const full = await page.$eval('#t-full', (e) => e.textContent.trim());
-  if (!/\/\s*30,000$/.test(full)) throw new Error(`Full sections card "${full}" (want N / 30,000)`);
+  if (!full.endsWith('/ ' + fmt(3 * N))) throw new Error(`Full sections card "${full}" (want N / ${fmt(3 * N)})`);
   const drawn = await page.$$eval('#courses tbody tr[data-course]', (e) => e.length);
   if (drawn > 100) throw new Error(`${drawn} rows in the DOM for ${N} courses (only those on screen should be)`);
 
@@ -120,12 +123,12 @@ run('admin-scale', 180_000, async (t) => {
   if (rowsNow > 100) throw new Error(`${rowsNow} rows in the DOM after the window`);
 
   t.step = 'search by code';
-  await page.fill('#search', 'u0004');
-  await page.waitForFunction(() => {
+  await page.fill('#search', 'u0000');
+  await page.waitForFunction((want) => {
     const rows = Array.from(document.querySelectorAll('#courses tbody tr[data-course]'));
-    return rows.length === 10 && rows.every((r) => r.dataset.course.startsWith('U0004'))
-      && /^10 of 10,000/.test(document.getElementById('shown').textContent.trim());
-  }, null, { timeout: 5000 });
+    return rows.length === 10 && rows.every((r) => r.dataset.course.startsWith('U0000'))
+      && document.getElementById('shown').textContent.trim() === want;
+  }, `10 of ${fmt(N)} courses`, { timeout: 5000 });
   await page.fill('#search', 'NOPE');
   await page.waitForFunction(() => /No course matches/.test(document.querySelector('#courses tbody tr.empty')?.textContent || ''), null, { timeout: 5000 });
   await page.fill('#search', '');
@@ -134,10 +137,10 @@ run('admin-scale', 180_000, async (t) => {
   await page.click('#courses thead th[data-key="course"]');
   await page.waitForFunction(() => document.querySelector('#courses tbody tr[data-course]')?.dataset.course === 'U00000', null, { timeout: 5000 });
   await page.$eval('#table-wrap', (w) => { w.scrollTop = w.scrollHeight; });
-  await page.waitForFunction(() => {
+  await page.waitForFunction((last) => {
     const rows = document.querySelectorAll('#courses tbody tr[data-course]');
-    return rows.length > 0 && rows.length <= 100 && rows[rows.length - 1].dataset.course === 'U09999';
-  }, null, { timeout: 5000 });
+    return rows.length > 0 && rows.length <= 100 && rows[rows.length - 1].dataset.course === last;
+  }, code(N - 1), { timeout: 5000 });
   await page.screenshot({ path: shot, fullPage: false });
 
   const figures = {

@@ -141,7 +141,6 @@ impl Shard {
         let len = frame.len();
         if !conn.queue.is_empty() && conn.queued_bytes + len > ADMIN_QUEUE_BYTES {
             conn.full_since.get_or_insert(now_ms);
-            self.stats.frames_dropped += 1;
             return false;
         }
         self.send_always_as(id, plain, &frame);
