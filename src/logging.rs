@@ -1,20 +1,47 @@
 //! Process setup shared by every subcommand: logging to stderr and usage errors.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
-/// Logs to stderr at `level` (an EnvFilter directive such as `info`).
+/// Logs to stderr at `level` (an EnvFilter directive such as `info`), with
+/// terminal colour codes only when stderr is a terminal and `NO_COLOR` is unset
+/// (a file or journald gets plain text).
 pub fn init(level: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("NO_COLOR"),
+        ))
         .with_target(false)
         .try_init()
         .map_err(|e| e.to_string())
+}
+
+/// Whether log lines carry colour codes: on a terminal, and never while
+/// `NO_COLOR` is set (to anything, the empty string included).
+fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    terminal && no_color.is_none()
 }
 
 /// A usage error: the first stderr line names the flag, exit 2.
 pub fn usage(msg: &str) -> ExitCode {
     eprintln!("error: {msg}");
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::colour;
+
+    #[test]
+    fn colour_only_on_a_terminal_without_no_color() {
+        assert!(colour(true, None));
+        assert!(!colour(true, Some("".into())));
+        assert!(!colour(true, Some("1".into())));
+        assert!(!colour(false, None));
+        assert!(!colour(false, Some("1".into())));
+    }
 }

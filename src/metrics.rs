@@ -220,6 +220,9 @@ pub struct Metrics {
     pub subscriptions: AtomicU64,
     /// 1 while the pattern subscription is held.
     pub firehose: AtomicU64,
+    /// Courses the ingest thread holds a board of (watched, or named while an
+    /// admin is connected): what a flood of made-up names would grow.
+    pub ingest_courses: AtomicU64,
     /// Publish (`ts`) to ingest latency.
     pub update_latency: Histogram,
     /// Presence pipeline round trips.
@@ -253,6 +256,7 @@ impl Metrics {
             redis_reconnects: AtomicU64::new(0),
             subscriptions: AtomicU64::new(0),
             firehose: AtomicU64::new(0),
+            ingest_courses: AtomicU64::new(0),
             update_latency: Histogram::new(LATENCY_BOUNDS),
             presence_pipeline: Histogram::new(LATENCY_BOUNDS),
             presence_errors: AtomicU64::new(0),
@@ -545,7 +549,7 @@ impl Metrics {
             "seatboard_ingest_duplicates_total {}",
             self.ingest_duplicates.load(Relaxed)
         );
-        let gauges: [(&str, &str, &AtomicU64); 5] = [
+        let gauges: [(&str, &str, &AtomicU64); 6] = [
             (
                 "seatboard_redis_connected",
                 "1 while the pub/sub source is connected.",
@@ -560,6 +564,11 @@ impl Metrics {
                 "seatboard_firehose",
                 "1 while the pattern subscription is held.",
                 &self.firehose,
+            ),
+            (
+                "seatboard_ingest_courses",
+                "Courses the node holds a board of (watched, or known while an admin is connected).",
+                &self.ingest_courses,
             ),
             ("seatboard_draining", "1 while draining.", &self.draining),
             (

@@ -3,6 +3,7 @@
 //! target/browser/.
 
 mod common;
+mod redis_util;
 use common::*;
 use std::path::Path;
 use std::process::Command;
@@ -359,4 +360,119 @@ fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
     assert!(status.success(), "embed.mjs failed");
     assert!(restarted, "the script never asked for the restart");
     assert!(shot.exists(), "no screenshot written");
+}
+
+/// An HS256 token valid for an hour.
+fn mint(secret: &str, user: &str, role: shards::Role) -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs()
+        + 3600;
+    seatboard::auth::mint(secret.as_bytes(), user, role, exp)
+}
+
+/// The admin page at 10,000 courses on Redis, opened with `?token=` (moved
+/// into the cookie): cards, only the rows on screen drawn, search, sort and
+/// scroll (tests/browser/admin_scale.mjs), while a publisher changes a few
+/// courses every tick and a student watches one. Prints the page's
+/// main-thread time per admin message measured in Chromium, and the same at
+/// 24 courses in the same run, for the ratio.
+#[test]
+fn admin_page_at_ten_thousand_courses() {
+    let big = admin_page_figures(10_000, "admin-10000.png");
+    let small = admin_page_figures(24, "admin-24.png");
+    for key in ["page_ms_per_message", "main_thread_ms_per_message"] {
+        let (b, s) = (big[key].as_f64(), small[key].as_f64());
+        let (Some(b), Some(s)) = (b, s) else {
+            panic!("no {key} in {big} / {small}");
+        };
+        println!(
+            "{key}: 10,000 courses {b} ms, 24 courses {s} ms, ratio {:.2}",
+            b / s.max(0.01)
+        );
+    }
+    assert!(big["rows_in_dom"].as_u64().is_some_and(|r| r <= 100));
+}
+
+/// Runs tests/browser/admin_scale.mjs against a hub seeded with `n` courses;
+/// its figures.
+fn admin_page_figures(n: usize, shot: &str) -> serde_json::Value {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let redis = Redis::start();
+    redis_util::seed_courses(&redis, n);
+    let secret = "admin-page-scale-test-secret-0123456789";
+    let uri = redis.uri();
+    let sb = Seatboard::start(&[
+        "serve",
+        "--jwt-secret",
+        secret,
+        "--redis",
+        &uri,
+        "--shards",
+        "2",
+    ]);
+    let admin = mint(secret, "boss", shards::Role::Admin);
+    let student = mint(secret, "stu", shards::Role::Student);
+    let mut viewer = ws_connect(sb.port, &format!("/ws?token={student}")).expect("student");
+    next_json(&mut viewer).expect("hello");
+    send_json(
+        &mut viewer,
+        serde_json::json!({"op":"watch","course":"U00001"}),
+    );
+    next_of_type(&mut viewer, "frame", std::time::Duration::from_secs(10)).expect("watch answer");
+    // About 40 snapshots a second over random courses: every admin tick has a
+    // delta of a few dozen entries (and the rates falling back to 0).
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let stop_pub = std::sync::Arc::clone(&stop);
+    let port = redis.port;
+    let publisher = std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        let conn = std::net::TcpStream::connect(("127.0.0.1", port)).expect("redis");
+        let mut r = BufReader::new(conn);
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut version = 2;
+        let mut line = String::new();
+        while !stop_pub.load(Ordering::Relaxed) {
+            let c = redis_util::seeded_course(rng.usize(0..n));
+            let p = redis_util::payload(&c, rng.u32(1..=3), 40, rng.u32(0..=40), version);
+            version += 1;
+            let ch = format!("seats:{c}");
+            let cmd = format!(
+                "*3\r\n$7\r\nPUBLISH\r\n${}\r\n{ch}\r\n${}\r\n{p}\r\n",
+                ch.len(),
+                p.len()
+            );
+            r.get_mut().write_all(cmd.as_bytes()).expect("publish");
+            line.clear();
+            r.read_line(&mut line).expect("reply");
+            // Pacing of the load, not a wait for anything.
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+    });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = root.join("target/browser");
+    std::fs::create_dir_all(&out_dir).expect("target/browser");
+    let out = Command::new("node")
+        .arg(root.join("tests/browser/admin_scale.mjs"))
+        .arg(format!("http://127.0.0.1:{}", sb.port))
+        .arg(&admin)
+        .arg(out_dir.join(shot))
+        .arg(n.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("node must be installed");
+    stop.store(true, Ordering::Relaxed);
+    publisher.join().expect("publisher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    print!("{stdout}");
+    assert!(
+        out.status.success(),
+        "admin_scale.mjs failed at {n} courses"
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("admin-scale: "))
+        .and_then(|j| serde_json::from_str(j).ok())
+        .expect("the figures line")
 }

@@ -29,5 +29,5 @@ pub mod ws_codec;
 
 pub use conn::{ConnId, Role};
 pub use gate::Gate;
-pub use shard::{Action, Reading, Shard, ShardConfig, ShardStats};
+pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -123,9 +123,15 @@ pub struct AdminRow<'a> {
     pub viewers: u64,
 }
 
-/// `{"type":"admin","courses":[...]}`: the admin aggregate, built once per node.
-pub fn admin<'a>(rows: impl IntoIterator<Item = AdminRow<'a>>) -> Bytes {
-    let mut s = String::from("{\"type\":\"admin\",\"courses\":[");
+/// `{"type":"admin","full":...,"courses":[...]}`: the admin aggregate, built
+/// once per node; `full`: every course the node knows, else only the changed ones.
+pub fn admin<'a>(full: bool, rows: impl IntoIterator<Item = AdminRow<'a>>) -> Bytes {
+    let mut s = String::with_capacity(128);
+    s.push_str(if full {
+        "{\"type\":\"admin\",\"full\":true,\"courses\":["
+    } else {
+        "{\"type\":\"admin\",\"full\":false,\"courses\":["
+    });
     for (i, r) in rows.into_iter().enumerate() {
         if i > 0 {
             s.push(',');
@@ -212,11 +218,13 @@ mod tests {
             updates_per_s: 133.3,
             viewers: 37,
         };
-        let v = text(&admin([row.clone(), AdminRow { course: "X", ..row }]));
+        let v = text(&admin(true, [row.clone(), AdminRow { course: "X", ..row }]));
+        assert_eq!(v["full"], true);
         assert_eq!(v["courses"][0]["updates_per_s"], 133.3);
         assert_eq!(v["courses"][1]["course"], "X");
         assert_eq!(v["courses"][0]["full_sections"], 9);
-        let v = text(&admin(Vec::new()));
+        let v = text(&admin(false, Vec::new()));
+        assert_eq!(v["full"], false);
         assert_eq!(v["courses"], serde_json::json!([]));
     }
 }

@@ -22,6 +22,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 
+mod admin_feed;
+pub use admin_feed::{AdminMsg, ADMIN_QUEUE_BYTES};
+
 /// Courses one connection may watch.
 pub const MAX_COURSES_PER_CONN: usize = 32;
 
@@ -133,10 +136,8 @@ pub struct Shard {
     scheduled: BinaryHeap<Reverse<(u64, Arc<str>)>>,
     actions: VecDeque<Action>,
     ready: VecDeque<ConnId>,
-    admin_feeds: usize,
-    /// The latest admin aggregate, so a new admin sees the board at once, and
-    /// its compressed twin.
-    last_admin: Option<(Bytes, Bytes)>,
+    /// Admin feeds and the aggregate they are at.
+    admin: admin_feed::AdminFeeds,
     /// permessage-deflate without context: one compressor for the whole shard.
     deflater: Deflater,
     next_sweep_ms: u64,
@@ -173,8 +174,7 @@ impl Shard {
             scheduled: BinaryHeap::new(),
             actions: VecDeque::new(),
             ready: VecDeque::new(),
-            admin_feeds: 0,
-            last_admin: None,
+            admin: admin_feed::AdminFeeds::default(),
             deflater: Deflater::default(),
             next_sweep_ms: 0,
             draining: false,
@@ -295,17 +295,14 @@ impl Shard {
         ));
         self.live += 1;
         let id = ConnId { idx, gen };
+        let hello = server_msg::hello(&user, role, self.cfg.tick_ms, &self.cfg.node);
+        self.send_always(id, hello);
         if admin_feed {
-            self.admin_feeds += 1;
-            if self.admin_feeds == 1 {
+            self.admin_feed_opened(id);
+            if self.admin.len() == 1 {
                 self.actions
                     .push_back(Action::AdminFeed { connected: true });
             }
-        }
-        let hello = server_msg::hello(&user, role, self.cfg.tick_ms, &self.cfg.node);
-        self.send_always(id, hello);
-        if let (true, Some((plain, deflated))) = (admin_feed, self.last_admin.clone()) {
-            self.send_always_as(id, &plain, &deflated);
         }
         if self.next_sweep_ms == 0 {
             self.next_sweep_ms = now_ms + SWEEP_MS;
@@ -498,8 +495,18 @@ impl Shard {
     /// Whether `len` more bytes may be queued to `id` (an empty queue takes anything).
     fn fits(&self, id: ConnId, len: usize) -> bool {
         self.conn(id).is_some_and(|c| {
-            c.queue.is_empty() || c.queued_bytes + len <= self.cfg.send_queue_bytes
+            c.queue.is_empty() || c.queued_bytes + len <= self.queue_limit(c.admin_feed)
         })
+    }
+
+    /// The bytes a connection may have queued: 4 MiB for an admin feed (a full
+    /// aggregate of thousands of courses must fit), else the viewers' bound.
+    fn queue_limit(&self, admin_feed: bool) -> usize {
+        if admin_feed {
+            ADMIN_QUEUE_BYTES
+        } else {
+            self.cfg.send_queue_bytes
+        }
     }
 
     /// A frame for `id` did not fit: it is owed a full frame of `course` at the
@@ -628,13 +635,9 @@ impl Shard {
         if let Some(conn) = self.conns[id.idx as usize].take() {
             self.free.push(id.idx);
             self.live -= 1;
-            if conn.admin_feed {
-                self.admin_feeds -= 1;
-                if self.admin_feeds == 0 {
-                    self.last_admin = None;
-                    self.actions
-                        .push_back(Action::AdminFeed { connected: false });
-                }
+            if conn.admin_feed && self.admin_feed_closed(id) {
+                self.actions
+                    .push_back(Action::AdminFeed { connected: false });
             }
         }
     }
@@ -720,8 +723,8 @@ impl Shard {
 
     /// [`Shard::send_always_bounded`] with a compressed twin for deflate connections.
     fn send_bounded_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
-        let limit = self.cfg.send_queue_bytes;
         if let Some(c) = self.conn(id) {
+            let limit = self.queue_limit(c.admin_feed);
             let len = if c.deflate {
                 deflated.len()
             } else {
@@ -731,28 +734,6 @@ impl Shard {
                 self.send_always_as(id, plain, deflated);
             }
         }
-    }
-
-    /// An admin aggregate built once per node: goes to every admin feed here
-    /// (compressed once for those that negotiated permessage-deflate).
-    pub fn handle_admin_frame(&mut self, frame: &Bytes) {
-        let deflated = deflated_frame(&mut self.deflater, frame);
-        let targets: Vec<ConnId> = self
-            .conns
-            .iter()
-            .enumerate()
-            .filter_map(|(i, c)| {
-                let c = c.as_ref()?;
-                c.admin_feed.then_some(ConnId {
-                    idx: i as u32,
-                    gen: c.gen,
-                })
-            })
-            .collect();
-        for &id in &targets {
-            self.send_bounded_as(id, frame, &deflated);
-        }
-        self.last_admin = Some((frame.clone(), deflated));
     }
 
     /// Delivers a reply built outside (a roster, a pong) to one connection.
@@ -860,7 +841,7 @@ impl Shard {
         c.dirty.clear();
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
-        let limit = self.cfg.send_queue_bytes;
+        let (viewer_limit, admin_limit) = (self.cfg.send_queue_bytes, ADMIN_QUEUE_BYTES);
         let presence = c.presence_msg.clone();
         // The compressed twins, made at most once each for every viewer that
         // negotiated permessage-deflate.
@@ -887,6 +868,11 @@ impl Shard {
                 (None, _, false) => continue,
             };
             let len = frame.len() as u64;
+            let limit = if conn.admin_feed {
+                admin_limit
+            } else {
+                viewer_limit
+            };
             match conn.push(frame, limit, now_ms) {
                 Push::Queued => {
                     self.stats.frames_queued += 1;
@@ -926,6 +912,7 @@ impl Shard {
     }
 
     fn sweep(&mut self, now_ms: u64) {
+        self.admin_heal();
         let cfg = self.cfg.clone();
         let ids: Vec<ConnId> = self.live_ids().collect();
         for id in ids {

@@ -123,8 +123,14 @@ fn admin_frames_compressed_once_and_pongs_never() {
     let body: Vec<String> = (0..20)
         .map(|i| format!(r#"{{"course":"C{i}","sections":3,"total_seats":90,"seats_taken":{i}}}"#))
         .collect();
-    let text = format!(r#"{{"type":"admin","courses":[{}]}}"#, body.join(","));
-    s.handle_admin_frame(&shards::ws_codec::text_frame(&text));
+    let text = format!(
+        r#"{{"type":"admin","full":true,"courses":[{}]}}"#,
+        body.join(",")
+    );
+    s.handle_admin(&shards::AdminMsg {
+        full: shards::ws_codec::text_frame(&text),
+        delta: None,
+    });
     let (fa, fo) = (pop(&mut s, admin), pop(&mut s, other));
     assert_eq!(fa[0].as_ptr(), fo[0].as_ptr());
     assert_eq!(reference_decode(&fa[0]), (true, text.clone()));

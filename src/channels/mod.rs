@@ -40,8 +40,8 @@ pub enum Control {
         /// The encoded reply.
         frame: Bytes,
     },
-    /// The node's admin aggregate, encoded once.
-    Admin(Bytes),
+    /// The node's admin aggregate (full and delta), encoded once.
+    Admin(shards::AdminMsg),
     /// First signal: start draining.
     Drain,
     /// Second signal: close everything now.

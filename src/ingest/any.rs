@@ -135,6 +135,14 @@ impl Source for AnySource {
         }
     }
 
+    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
+        match self {
+            AnySource::Classic(s) => s.load_states(courses),
+            AnySource::Sharded(s) => s.load_states(courses),
+            AnySource::Pending { .. } => None,
+        }
+    }
+
     fn poll_timeout(&mut self) -> Option<Duration> {
         match self {
             AnySource::Classic(s) => s.poll_timeout(),

@@ -2,9 +2,11 @@
 //! the node's current board, and routes snapshots only to shards that watch the
 //! course. It also builds the admin aggregate once per node.
 
+mod admin;
 pub mod any;
 pub mod bus;
 pub mod redis;
+mod scan;
 pub mod sharded;
 pub mod source;
 
@@ -12,10 +14,8 @@ use crate::channels::wake::IngestRx;
 use crate::channels::{Control, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
-use bytes::Bytes;
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
-use shards::server_msg::{self, AdminRow};
 use shards::{Gate, Snapshot};
 use source::{Source, SourceEvent};
 use std::collections::BTreeMap;
@@ -36,6 +36,11 @@ struct Board {
     loaded: bool,
     /// Snapshots accepted during the current admin tick.
     updates: u64,
+    /// A snapshot or a state hash named it: kept for admins after its last
+    /// viewer leaves (a made-up name is kept only while watched).
+    named: bool,
+    /// Its admin entry as last sent (while the firehose is on).
+    shown: Option<admin::Shown>,
 }
 
 /// How often a failed state-hash read is retried (ms).
@@ -55,7 +60,6 @@ pub struct Ingest<S: Source> {
     boards: HashMap<Arc<str>, Board>,
     admin_shards: u128,
     viewers: HashMap<Arc<str>, u64>,
-    admin_dirty: bool,
     metrics: Arc<Metrics>,
     presence: Option<Sender<PresenceCmd>>,
     /// Start (ms) of the current reject-log second, and rejects logged in it.
@@ -63,6 +67,8 @@ pub struct Ingest<S: Source> {
     admin_tick_ms: u64,
     next_admin_ms: u64,
     next_retry_ms: u64,
+    /// The next scan for courses with a state hash (while the firehose is on).
+    next_scan_ms: u64,
 }
 
 impl<S: Source> Ingest<S> {
@@ -82,13 +88,13 @@ impl<S: Source> Ingest<S> {
             boards: HashMap::new(),
             admin_shards: 0,
             viewers: HashMap::new(),
-            admin_dirty: false,
             metrics,
             presence,
             reject_log: (now_ms, 0),
             admin_tick_ms,
             next_admin_ms: now_ms + admin_tick_ms,
             next_retry_ms: now_ms + RETRY_LOAD_MS,
+            next_scan_ms: now_ms + admin::RESCAN_MS,
         }
     }
 
@@ -111,6 +117,9 @@ impl<S: Source> Ingest<S> {
         self.metrics()
             .firehose
             .store(self.firehose() as u64, Relaxed);
+        self.metrics()
+            .ingest_courses
+            .store(self.boards.len() as u64, Relaxed);
     }
 
     /// Handles one command; false on shutdown.
@@ -130,9 +139,11 @@ impl<S: Source> Ingest<S> {
             }
             IngestCmd::AdminFeed { shard, connected } => self.admin_feed(shard, connected, now_ms),
             IngestCmd::Viewers(counts) => {
+                // Only courses that have an admin entry (a made-up name watched
+                // and left must leave nothing behind).
                 for (c, n) in counts.iter() {
-                    if self.viewers.insert(Arc::clone(c), *n) != Some(*n) {
-                        self.admin_dirty = true;
+                    if self.boards.get(c).is_some_and(|b| b.named) {
+                        self.viewers.insert(Arc::clone(c), *n);
                     }
                 }
             }
@@ -171,14 +182,22 @@ impl<S: Source> Ingest<S> {
     }
 
     fn interest_off(&mut self, shard: usize, course: &str) {
+        let firehose = self.firehose();
         let Some(board) = self.boards.get_mut(course) else {
             return;
         };
         board.shards &= !(1 << shard);
         board.gates.retain(|(s, _)| *s != shard);
-        if board.shards == 0 && !self.firehose() {
+        if board.shards != 0 {
+            return;
+        }
+        if !firehose {
             self.source.unsubscribe(course);
             self.boards.remove(course);
+        } else if !board.named {
+            // A name no snapshot or state hash has named: kept only while watched.
+            self.boards.remove(course);
+            self.viewers.remove(course);
         }
     }
 
@@ -186,12 +205,14 @@ impl<S: Source> Ingest<S> {
         let was = self.firehose();
         if connected {
             self.admin_shards |= 1 << shard;
-            self.admin_dirty = true;
         } else {
             self.admin_shards &= !(1 << shard);
         }
         let now = self.firehose();
         if was == now {
+            if connected {
+                self.admin_answer(shard);
+            }
             return;
         }
         self.source.set_firehose(now);
@@ -205,16 +226,14 @@ impl<S: Source> Ingest<S> {
                 self.source.unsubscribe(&c);
             }
             // Admins see the whole board at once: read every state hash.
-            for c in self.source.known_courses() {
-                if shards::snapshot::valid_course(&c) && !self.boards.contains_key(c.as_str()) {
-                    let c: Arc<str> = c.into();
-                    self.boards.insert(Arc::clone(&c), Board::default());
-                    self.load(&c, now_ms);
-                }
-            }
+            self.discover(now_ms);
+            self.admin_answer(shard);
         } else {
             // Back to per-course subscriptions for watched courses only.
             self.boards.retain(|_, b| b.shards != 0);
+            for b in self.boards.values_mut() {
+                b.shown = None;
+            }
             let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
             for c in &courses {
                 self.source.subscribe(c);
@@ -282,9 +301,9 @@ impl<S: Source> Ingest<S> {
             return false;
         }
         board.sections.insert(snap.section, Arc::clone(&snap));
+        board.named = true;
         if count {
             board.updates += 1;
-            self.admin_dirty = true;
         }
         let mut mask = board.shards;
         while mask != 0 {
@@ -363,19 +382,19 @@ impl<S: Source> Ingest<S> {
                 self.next_admin_ms = now_ms + tick;
             }
             self.admin_tick();
-            if self.firehose() {
-                if let Some(p) = &self.presence {
-                    let _ = p.send(PresenceCmd::Extra(self.known_courses()));
-                }
-            }
+            self.admin_presence();
         }
+        self.admin_timers(now_ms);
+        self.publish_subscriptions();
     }
 
     /// When [`Ingest::handle_timeout`] has work next (Unix ms): the admin tick
     /// only while an admin is connected, the reread only while a read failed;
     /// `None` while there is nothing to do.
     pub fn poll_timeout(&self) -> Option<u64> {
-        let admin = self.firehose().then_some(self.next_admin_ms);
+        let admin = self
+            .firehose()
+            .then_some(self.next_admin_ms.min(self.next_scan_ms));
         let retry = self.has_unloaded().then_some(self.next_retry_ms);
         admin.into_iter().chain(retry).min()
     }
@@ -420,59 +439,6 @@ impl<S: Source> Ingest<S> {
     /// Whether some shard's channel is full and snapshots wait coalesced.
     pub fn backlog(&self) -> bool {
         self.outlets.iter().any(|o| o.backlog() > 0)
-    }
-
-    /// Builds and sends the admin aggregate if an admin is connected and anything changed.
-    fn admin_tick(&mut self) {
-        let tick_ms = self.admin_tick_ms;
-        if !self.firehose() || !self.admin_dirty {
-            for b in self.boards.values_mut() {
-                b.updates = 0;
-            }
-            return;
-        }
-        // Rates shown this tick must come down to 0 on the next one, so a tick
-        // with updates leaves the aggregate dirty for one more round.
-        self.admin_dirty = self.boards.values().any(|b| b.updates > 0);
-        let frame = self.admin_frame(tick_ms);
-        let mut mask = self.admin_shards;
-        while mask != 0 {
-            let i = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            if let Some(o) = self.outlets.get(i) {
-                o.inbox().control(Control::Admin(frame.clone()));
-            }
-        }
-    }
-
-    fn admin_frame(&mut self, tick_ms: u64) -> Bytes {
-        let mut courses: Vec<(&Arc<str>, &mut Board)> = self.boards.iter_mut().collect();
-        courses.sort_by(|a, b| a.0.cmp(b.0));
-        let secs = tick_ms as f64 / 1000.0;
-        let viewers = &self.viewers;
-        let rows = courses.into_iter().map(|(name, b)| {
-            let rate = (b.updates as f64 / secs * 10.0).round() / 10.0;
-            b.updates = 0;
-            AdminRow {
-                course: name,
-                sections: b.sections.len(),
-                total_seats: b.sections.values().map(|s| s.total_seats as u64).sum(),
-                seats_taken: b.sections.values().map(|s| s.seats_taken as u64).sum(),
-                full_sections: b
-                    .sections
-                    .values()
-                    .filter(|s| s.seats_taken >= s.total_seats)
-                    .count(),
-                updates_per_s: rate,
-                viewers: viewers.get(name.as_ref()).copied().unwrap_or(0),
-            }
-        });
-        server_msg::admin(rows)
-    }
-
-    /// Courses the node knows (for presence counting while admins watch).
-    pub fn known_courses(&self) -> Vec<Arc<str>> {
-        self.boards.keys().cloned().collect()
     }
 
     /// The source, for health reporting.
@@ -676,7 +642,7 @@ mod tests {
     }
 
     /// The JSON of an admin aggregate frame (one unmasked text frame).
-    fn admin_json(frame: &Bytes) -> serde_json::Value {
+    fn admin_json(frame: &bytes::Bytes) -> serde_json::Value {
         let start = match frame[1] {
             126 => 4,
             127 => 10,
@@ -797,15 +763,44 @@ mod tests {
         assert_eq!(r.metrics.subscriptions.load(Relaxed), 1);
     }
 
+    /// The one admin message sent to `shard` since the last look.
+    fn one_admin(r: &Rig, shard: usize) -> shards::AdminMsg {
+        let sent = r.control(shard);
+        match &sent[..] {
+            [Control::Admin(m)] => m.clone(),
+            _ => panic!("one admin message, got {sent:?}"),
+        }
+    }
+
+    fn courses_of(frame: &bytes::Bytes) -> Vec<String> {
+        let v = admin_json(frame);
+        v["courses"]
+            .as_array()
+            .expect("courses")
+            .iter()
+            .map(|c| c["course"].as_str().expect("code").to_owned())
+            .collect()
+    }
+
     #[test]
-    fn the_admin_aggregate_goes_out_each_tick_while_something_changed() {
+    fn a_new_admin_gets_every_state_hash_at_once_then_deltas_each_tick_while_something_changed() {
         let mut r = rig(2);
         r.world.lock().unwrap().hashes.insert(
             "A".into(),
             vec![payload("A", 1, 10, 1), payload("A", 2, 3, 1)],
         );
+        r.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert("B".into(), vec![payload("B", 1, 1, 1)]);
         r.admin(1, true);
         r.presence_cmds();
+        // At once, not at the next tick: a full message with every course.
+        let first = one_admin(&r, 1);
+        assert!(first.delta.is_none());
+        assert_eq!(admin_json(&first.full)["full"], true);
+        assert_eq!(courses_of(&first.full), ["A", "B"]);
         assert_eq!(r.ingest.poll_timeout(), Some(T0 + ADMIN_TICK));
         // One publish seen through two subscriptions counts once.
         r.ingest.event(message("A", 2, 4, 2), T0 + 10);
@@ -813,13 +808,12 @@ mod tests {
         r.ingest.handle_timeout(T0 + ADMIN_TICK - 1);
         assert!(r.control(1).is_empty(), "not before the tick");
         r.ingest.handle_timeout(T0 + ADMIN_TICK);
-        let sent = r.control(1);
-        let [Control::Admin(frame)] = &sent[..] else {
-            panic!("one admin frame, got {sent:?}");
-        };
-        let v = admin_json(frame);
+        let msg = one_admin(&r, 1);
+        let delta = msg.delta.expect("a delta");
+        let v = admin_json(&delta);
+        assert_eq!(v["full"], false);
+        assert_eq!(courses_of(&delta), ["A"], "only the changed entry");
         let row = &v["courses"][0];
-        assert_eq!(row["course"], "A");
         assert_eq!(
             (row["sections"].as_u64(), row["full_sections"].as_u64()),
             (Some(2), Some(1))
@@ -829,27 +823,87 @@ mod tests {
             (Some(20), Some(14))
         );
         assert_eq!(row["updates_per_s"], 1.3, "1 update in 0.75 s");
+        // The full message shards keep for newcomers is current too.
+        assert_eq!(courses_of(&msg.full), ["A", "B"]);
+        assert_eq!(admin_json(&msg.full)["courses"][0]["seats_taken"], 14);
         assert!(r.control(0).is_empty(), "no admin on shard 0");
         // The presence worker is told which courses to count for admins.
-        assert!(matches!(&r.presence_cmds()[..], [PresenceCmd::Extra(c)] if c.len() == 1));
-        // The next tick brings the rate back to 0, then silence.
+        assert!(matches!(&r.presence_cmds()[..], [PresenceCmd::Extra(c)] if c.len() == 2));
+        // A rate that fell to 0 is a change; then silence.
         r.ingest.handle_timeout(T0 + 2 * ADMIN_TICK);
-        let sent = r.control(1);
-        let [Control::Admin(frame)] = &sent[..] else {
-            panic!("the rate's way down, got {sent:?}");
-        };
-        assert_eq!(admin_json(frame)["courses"][0]["updates_per_s"], 0.0);
+        let delta = one_admin(&r, 1).delta.expect("the rate's way down");
+        assert_eq!(courses_of(&delta), ["A"]);
+        assert_eq!(admin_json(&delta)["courses"][0]["updates_per_s"], 0.0);
         r.ingest.handle_timeout(T0 + 3 * ADMIN_TICK);
         assert!(r.control(1).is_empty(), "nothing changed");
-        // Viewer counts from the presence worker change the aggregate too.
-        let counts = Arc::new(vec![(Arc::<str>::from("A"), 7)]);
+        // Viewer counts from the presence worker change an entry too.
+        let counts = Arc::new(vec![(Arc::<str>::from("B"), 7)]);
         r.ingest.command(IngestCmd::Viewers(counts), T0);
         r.ingest.handle_timeout(T0 + 4 * ADMIN_TICK);
-        let sent = r.control(1);
-        let [Control::Admin(frame)] = &sent[..] else {
-            panic!("viewers changed, got {sent:?}");
-        };
-        assert_eq!(admin_json(frame)["courses"][0]["viewers"], 7);
+        let delta = one_admin(&r, 1).delta.expect("viewers changed");
+        assert_eq!(courses_of(&delta), ["B"]);
+        assert_eq!(admin_json(&delta)["courses"][0]["viewers"], 7);
+        // A second admin shard gets the full message at once; the first one
+        // nothing (no entry changed).
+        r.admin(0, true);
+        let full = one_admin(&r, 0);
+        assert!(full.delta.is_none());
+        assert_eq!(admin_json(&full.full)["courses"][1]["viewers"], 7);
+        assert!(r.control(1).is_empty());
+    }
+
+    #[test]
+    fn courses_with_a_state_hash_are_rescanned_every_5s_while_an_admin_is_connected() {
+        let mut r = rig(1);
+        r.admin(0, true);
+        assert!(courses_of(&one_admin(&r, 0).full).is_empty());
+        r.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert("NEW1".into(), vec![payload("NEW1", 1, 2, 1)]);
+        r.ingest.handle_timeout(T0 + 4_999);
+        r.control(0);
+        r.log();
+        r.ingest.handle_timeout(T0 + 5_000);
+        assert_eq!(r.log(), ["load NEW1"]);
+        r.ingest.handle_timeout(T0 + 4_999 + ADMIN_TICK);
+        let delta = one_admin(&r, 0).delta.expect("the new course");
+        assert_eq!(courses_of(&delta), ["NEW1"]);
+    }
+
+    #[test]
+    fn a_made_up_course_watched_while_an_admin_is_connected_leaves_nothing_behind() {
+        let mut r = rig(1);
+        r.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert("REAL".into(), vec![payload("REAL", 1, 2, 1)]);
+        r.admin(0, true);
+        r.control(0);
+        for i in 0..300 {
+            r.interest(0, &format!("FAKE{i}"), true);
+        }
+        let counts = Arc::new(vec![(Arc::<str>::from("FAKE1"), 1)]);
+        r.ingest.command(IngestCmd::Viewers(counts), T0);
+        r.ingest.handle_timeout(T0 + ADMIN_TICK);
+        r.presence_cmds();
+        for i in 0..300 {
+            r.interest(0, &format!("FAKE{i}"), false);
+        }
+        assert_eq!(r.ingest.boards.len(), 1, "only the real course is kept");
+        assert!(r.ingest.viewers.is_empty());
+        assert_eq!(r.ingest.known_courses(), [Arc::<str>::from("REAL")]);
+        r.control(0);
+        r.admin(0, false);
+        r.admin(0, true);
+        assert_eq!(courses_of(&one_admin(&r, 0).full), ["REAL"]);
+        // A watched course that a snapshot names stays after its viewer left.
+        r.interest(0, "LATE", true);
+        r.ingest.event(message("LATE", 1, 1, 1), T0);
+        r.interest(0, "LATE", false);
+        assert!(r.ingest.boards.contains_key("LATE"));
     }
 
     #[test]

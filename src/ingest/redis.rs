@@ -375,6 +375,14 @@ impl Source for RedisSource {
         read_state(&mut self.link, &self.state_prefix, course)
     }
 
+    fn known_courses(&mut self) -> Vec<String> {
+        super::scan::state_courses(&mut self.link, &self.state_prefix)
+    }
+
+    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
+        super::scan::read_states(&mut self.link, &self.state_prefix, courses)
+    }
+
     fn poll_timeout(&mut self) -> Option<Duration> {
         if !self.pending.is_empty() {
             return Some(Duration::ZERO);

@@ -506,6 +506,10 @@ impl Source for ShardedSource {
         read_state(&mut self.cmds, &self.state_prefix, course)
     }
 
+    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
+        super::scan::read_states(&mut self.cmds, &self.state_prefix, courses)
+    }
+
     fn known_courses(&mut self) -> Vec<String> {
         self.scanned.iter().cloned().collect()
     }

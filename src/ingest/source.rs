@@ -36,6 +36,12 @@ pub trait Source: Send {
     /// `None` when the read failed: the router retries it rather than treat the
     /// course as loaded.
     fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>>;
+    /// The current state of several courses, in order (the state hashes of a
+    /// whole university when the admin firehose turns on: pipelined where the
+    /// source can). `None` when the read failed.
+    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
+        courses.iter().map(|c| self.load_state(c)).collect()
+    }
     /// Every course with a state hash (SCAN of `<state-prefix>*`), so the admin
     /// aggregate covers the whole board, not only what changes next.
     fn known_courses(&mut self) -> Vec<String> {

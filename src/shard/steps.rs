@@ -428,7 +428,7 @@ pub(super) fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
                     }
                 }
                 Control::Roster { conn, frame } => shard.deliver(conn, frame),
-                Control::Admin(frame) => shard.handle_admin_frame(&frame),
+                Control::Admin(msg) => shard.handle_admin(&msg),
                 Control::Drain => shard.start_drain(now, drain_ms),
                 Control::CloseAll => shard.close_all(close::GOING_AWAY),
                 Control::Probe => {}

@@ -26,8 +26,31 @@ pub enum Bind<'a> {
 
 /// The shipped file with `bind` lines replaced by `bind`, `server` lines by
 /// `nodes` (127.0.0.1 ports), `maxconn` set, and the lines that need root
-/// (user, group, chroot, daemon, stats socket, log) or a second bind dropped.
+/// (user, group, chroot, daemon, stats socket, log) or a second bind dropped,
+/// and the per-source limits too: every client of a test comes from 127.0.0.1.
 pub fn render(shipped: &str, bind: &Bind, nodes: &[u16], maxconn: u32) -> String {
+    render_as(shipped, bind, nodes, maxconn, false)
+}
+
+/// [`render`] keeping the per-source limits (stick table, tracking, deny).
+pub fn render_with_source_limits(
+    shipped: &str,
+    bind: &Bind,
+    nodes: &[u16],
+    maxconn: u32,
+) -> String {
+    render_as(shipped, bind, nodes, maxconn, true)
+}
+
+/// Whether a line is part of the per-source limits.
+fn source_limit(line: &str) -> bool {
+    let t = line.trim_start();
+    t.starts_with("stick-table")
+        || t.starts_with("tcp-request connection track-sc0")
+        || t.contains("sc0_conn")
+}
+
+fn render_as(shipped: &str, bind: &Bind, nodes: &[u16], maxconn: u32, limits: bool) -> String {
     let mut out = String::new();
     let mut bound = false;
     let mut servers_done = false;
@@ -35,6 +58,9 @@ pub fn render(shipped: &str, bind: &Bind, nodes: &[u16], maxconn: u32) -> String
         let t = line.trim_start();
         let word = t.split_whitespace().next().unwrap_or("");
         let indent = &line[..line.len() - t.len()];
+        if !limits && source_limit(line) {
+            continue;
+        }
         match word {
             "user" | "group" | "chroot" | "daemon" | "log" => continue,
             "stats" if t.starts_with("stats socket") => continue,

@@ -68,8 +68,13 @@ pub fn inflate(payload: &[u8]) -> Vec<u8> {
     input.extend_from_slice(&[0, 0, 0xff, 0xff]);
     let mut d = flate2::Decompress::new(false);
     let mut out = Vec::with_capacity(1 << 20);
-    d.decompress_vec(&input, &mut out, flate2::FlushDecompress::Sync)
-        .expect("server message inflates");
+    // `decompress_vec` fills at most the spare capacity: grow until all is in.
+    while (d.total_in() as usize) < input.len() {
+        out.reserve(out.len().max(1 << 20));
+        let at = d.total_in() as usize;
+        d.decompress_vec(&input[at..], &mut out, flate2::FlushDecompress::Sync)
+            .expect("server message inflates");
+    }
     assert_eq!(d.total_in() as usize, input.len(), "whole message inflated");
     out
 }

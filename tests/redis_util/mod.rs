@@ -111,3 +111,39 @@ pub fn section(frame: &Value, section: u64) -> Option<Value> {
         .find(|s| s["section"].as_u64() == Some(section))
         .cloned()
 }
+
+/// One RESP command.
+fn resp(args: &[&str]) -> String {
+    let mut s = format!("*{}\r\n", args.len());
+    for a in args {
+        s.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s
+}
+
+/// The code of the `i`th course [`seed_courses`] writes: `U00000`, `U00001`, ...
+pub fn seeded_course(i: usize) -> String {
+    format!("U{i:05}")
+}
+
+/// Writes `n` state hashes of 3 sections each (40 seats; 10, 20 and 30
+/// taken; version 1) in one pipeline, replies read.
+pub fn seed_courses(redis: &Redis, n: usize) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("redis");
+    let mut out = String::new();
+    for i in 0..n {
+        let c = seeded_course(i);
+        let key = format!("seatstate:{c}");
+        let p: Vec<String> = (1..=3).map(|s| payload(&c, s, 40, s * 10, 1)).collect();
+        out.push_str(&resp(&["HSET", &key, "1", &p[0], "2", &p[1], "3", &p[2]]));
+    }
+    conn.write_all(out.as_bytes()).expect("pipeline");
+    let mut r = BufReader::new(conn);
+    let mut line = String::new();
+    for _ in 0..n {
+        line.clear();
+        r.read_line(&mut line).expect("reply");
+        assert!(line.starts_with(':'), "HSET reply: {line}");
+    }
+}

@@ -1,0 +1,226 @@
+//! The node's admin aggregate (contract §5, Admin), built once per node while
+//! an admin is connected: which courses it covers (every state hash, found when
+//! the firehose turns on and rescanned every 5 s, plus every course a snapshot
+//! named), and each tick's messages: the full aggregate, kept by shards for
+//! newcomers, and the delta of entries that changed since the last message.
+
+use super::{Board, Ingest};
+use crate::channels::Control;
+use crate::channels::PresenceCmd;
+use crate::ingest::source::Source;
+use shards::server_msg::{self, AdminRow};
+use shards::AdminMsg;
+use std::sync::Arc;
+
+/// How often the state hashes are scanned for new courses while the firehose is on (ms).
+pub const RESCAN_MS: u64 = 5_000;
+
+/// State hashes read per pipeline when courses are discovered.
+const LOAD_BATCH: usize = 500;
+
+/// A course's admin entry as last sent, to tell what changed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Shown {
+    sections: usize,
+    total_seats: u64,
+    seats_taken: u64,
+    full_sections: usize,
+    updates_per_s: f64,
+    viewers: u64,
+}
+
+impl Shown {
+    fn of(b: &Board, updates_per_s: f64, viewers: u64) -> Shown {
+        Shown {
+            sections: b.sections.len(),
+            total_seats: b.sections.values().map(|s| s.total_seats as u64).sum(),
+            seats_taken: b.sections.values().map(|s| s.seats_taken as u64).sum(),
+            full_sections: b
+                .sections
+                .values()
+                .filter(|s| s.seats_taken >= s.total_seats)
+                .count(),
+            updates_per_s,
+            viewers,
+        }
+    }
+
+    fn row<'a>(&self, course: &'a str) -> AdminRow<'a> {
+        AdminRow {
+            course,
+            sections: self.sections,
+            total_seats: self.total_seats,
+            seats_taken: self.seats_taken,
+            full_sections: self.full_sections,
+            updates_per_s: self.updates_per_s,
+            viewers: self.viewers,
+        }
+    }
+}
+
+impl<S: Source> Ingest<S> {
+    /// Adds every course with a state hash the node does not hold yet, and
+    /// reads its hash (when the firehose turns on, then every [`RESCAN_MS`]).
+    pub(super) fn discover(&mut self, now_ms: u64) {
+        self.next_scan_ms = now_ms + RESCAN_MS;
+        let mut new: Vec<Arc<str>> = Vec::new();
+        for c in self.source.known_courses() {
+            if !shards::snapshot::valid_course(&c) {
+                continue;
+            }
+            match self.boards.get_mut(c.as_str()) {
+                Some(b) => b.named = true,
+                None => {
+                    let c: Arc<str> = c.into();
+                    let board = Board {
+                        named: true,
+                        ..Board::default()
+                    };
+                    self.boards.insert(Arc::clone(&c), board);
+                    new.push(c);
+                }
+            }
+        }
+        for batch in new.chunks(LOAD_BATCH) {
+            self.load_batch(batch, now_ms);
+        }
+    }
+
+    /// Reads the state hashes of `courses` in one batch (pipelined).
+    fn load_batch(&mut self, courses: &[Arc<str>], now_ms: u64) {
+        let names: Vec<&str> = courses.iter().map(|c| &**c).collect();
+        let Some(states) = self.source.load_states(&names) else {
+            return;
+        };
+        let connected = self.source.connected();
+        for (course, payloads) in courses.iter().zip(states) {
+            for p in payloads {
+                match shards::Snapshot::parse(&p, Some(course)) {
+                    Ok(s) => {
+                        self.accept(Arc::new(s), false);
+                    }
+                    Err(r) => self.rejected(r, course, now_ms),
+                }
+            }
+            if let Some(b) = self.boards.get_mut(course) {
+                b.loaded = connected;
+            }
+        }
+    }
+
+    /// The admin tick: rates over the tick just ended, then a message to every
+    /// admin shard if any entry changed.
+    pub(super) fn admin_tick(&mut self) {
+        if !self.firehose() {
+            for b in self.boards.values_mut() {
+                b.updates = 0;
+            }
+            return;
+        }
+        let secs = self.admin_tick_ms as f64 / 1000.0;
+        if let Some(msg) = self.admin_msg(Some(secs)) {
+            self.send_admin(msg, self.admin_shards);
+        }
+    }
+
+    /// A shard's first admin feed opened: it needs a full aggregate now, not at
+    /// the next tick. Entries that changed since the last message go to the
+    /// other admin shards as a delta (rates stay as last shown: the tick is not over).
+    pub(super) fn admin_answer(&mut self, shard: usize) {
+        let msg = self.admin_msg(None).unwrap_or_else(|| AdminMsg {
+            full: self.admin_full(),
+            delta: None,
+        });
+        let others = self.admin_shards & !(1 << shard);
+        let full_only = AdminMsg {
+            full: msg.full.clone(),
+            delta: None,
+        };
+        self.send_admin(full_only, 1 << shard);
+        if msg.delta.is_some() {
+            self.send_admin(msg, others);
+        }
+    }
+
+    fn send_admin(&self, msg: AdminMsg, mut mask: u128) {
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let Some(o) = self.outlets.get(i) {
+                o.inbox().control(Control::Admin(msg.clone()));
+            }
+        }
+    }
+
+    /// Brings every named course's entry up to date (`tick_secs`: a tick
+    /// ended, rates are recomputed and counting starts afresh); `None` if no
+    /// entry changed.
+    fn admin_msg(&mut self, tick_secs: Option<f64>) -> Option<AdminMsg> {
+        let viewers = &self.viewers;
+        let mut changed: Vec<(Arc<str>, Shown)> = Vec::new();
+        for (name, b) in self.boards.iter_mut() {
+            if !b.named {
+                continue;
+            }
+            let rate = match tick_secs {
+                Some(secs) => {
+                    let r = (b.updates as f64 / secs * 10.0).round() / 10.0;
+                    b.updates = 0;
+                    r
+                }
+                None => b.shown.map_or(0.0, |s| s.updates_per_s),
+            };
+            let now = Shown::of(b, rate, viewers.get(name).copied().unwrap_or(0));
+            if b.shown != Some(now) {
+                b.shown = Some(now);
+                changed.push((Arc::clone(name), now));
+            }
+        }
+        if changed.is_empty() {
+            return None;
+        }
+        changed.sort_by(|a, b| a.0.cmp(&b.0));
+        let delta = server_msg::admin(false, changed.iter().map(|(c, s)| s.row(c)));
+        Some(AdminMsg {
+            full: self.admin_full(),
+            delta: Some(delta),
+        })
+    }
+
+    /// Every named course's entry as last shown, sorted by course.
+    fn admin_full(&self) -> bytes::Bytes {
+        let mut rows: Vec<(&Arc<str>, Shown)> = self
+            .boards
+            .iter()
+            .filter_map(|(c, b)| Some((c, b.shown?)))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(b.0));
+        server_msg::admin(true, rows.iter().map(|(c, s)| s.row(c)))
+    }
+
+    /// Courses the node counts viewers of for admins: those a snapshot or a
+    /// state hash named (a made-up name is counted only while watched).
+    pub fn known_courses(&self) -> Vec<Arc<str>> {
+        self.boards
+            .iter()
+            .filter(|(_, b)| b.named)
+            .map(|(c, _)| Arc::clone(c))
+            .collect()
+    }
+
+    /// Runs the rescan when due, and tells the presence worker what to count.
+    pub(super) fn admin_timers(&mut self, now_ms: u64) {
+        if self.firehose() && now_ms >= self.next_scan_ms {
+            self.discover(now_ms);
+        }
+    }
+
+    /// Tells the presence worker which courses to count for admins.
+    pub(super) fn admin_presence(&self) {
+        if self.firehose() {
+            if let Some(p) = &self.presence {
+                let _ = p.send(PresenceCmd::Extra(self.known_courses()));
+            }
+        }
+    }
+}

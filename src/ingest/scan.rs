@@ -1,0 +1,48 @@
+//! The courses with a state hash, for the admin firehose on standalone Redis
+//! (contract §5, Admin: read when the firehose turns on, rescanned every 5 s;
+//! a cluster's sharded source scans every primary itself), and their state
+//! hashes read in pipelines rather than one round trip each.
+
+use crate::redis::commands::Commands;
+
+/// Every valid course code with a state hash (`SCAN MATCH <state-prefix>*`);
+/// empty, logged, when the scan fails (the next rescan tries again).
+pub fn state_courses(link: &mut Commands, state_prefix: &str) -> Vec<String> {
+    match crate::cmd::serve::scan_courses(link, state_prefix) {
+        Ok(courses) => courses,
+        Err(e) => {
+            tracing::debug!(error = %e, "course scan failed");
+            Vec::new()
+        }
+    }
+}
+
+/// The state hashes of `courses` (one payload per section each), in order,
+/// read as one pipeline (one per primary in a cluster); `None` when it failed.
+pub fn read_states(
+    link: &mut Commands,
+    state_prefix: &str,
+    courses: &[&str],
+) -> Option<Vec<Vec<Vec<u8>>>> {
+    let cmds: Vec<::redis::Cmd> = courses
+        .iter()
+        .map(|c| {
+            let mut cmd = ::redis::cmd("HGETALL");
+            cmd.arg(format!("{state_prefix}{c}"));
+            cmd
+        })
+        .collect();
+    match link.pipeline::<Vec<Vec<Vec<u8>>>>(&cmds) {
+        Ok(hashes) if hashes.len() == courses.len() => Some(
+            hashes
+                .into_iter()
+                .map(|flat| flat.into_iter().skip(1).step_by(2).collect())
+                .collect(),
+        ),
+        Ok(_) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "state hash batch read failed");
+            None
+        }
+    }
+}
