@@ -20,15 +20,18 @@ pub const KICK_SPACING_MS: u64 = 10_000;
 /// Longest wait between retries while the provider does not answer.
 const RETRY_CAP: Duration = Duration::from_secs(30);
 
+/// Unknown `kid`s remembered (oldest forgotten first): bounds what forged kids cost.
+const MAX_ASKED: usize = 32;
+
 /// At most one warning per this long while fetches keep failing.
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
 /// What a token whose `kid` is not held gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Missing {
-    /// A fetch is under way or the provider cannot be reached: 503, retry after this many seconds.
+    /// No fetch since it was first asked for has succeeded: 503, retry after this many seconds.
     RetryAfter(u64),
-    /// The provider answered recently and does not publish it: 401.
+    /// A fetch since it was first asked for succeeded without it: 401.
     NotPublished,
 }
 
@@ -38,12 +41,14 @@ pub struct JwksSource {
     keys: RwLock<Arc<Vec<HeldKey>>>,
     /// A fetch succeeded since start (`/healthz` `auth`).
     ever_ok: AtomicBool,
-    /// The last fetch succeeded.
-    last_ok: AtomicBool,
     /// A fetch is asked for or running.
     pending: AtomicBool,
-    /// When the last fetch started ([`clock::now_ms`]).
+    /// When the last fetch started ([`clock::now_ms`], at least 1; 0: never).
     last_fetch_ms: AtomicU64,
+    /// When the last fetch that succeeded started (0: none yet).
+    ok_fetch_ms: AtomicU64,
+    /// `kid`s asked for and not held, with when each was first asked for.
+    asked: Mutex<Vec<(String, u64)>>,
     kick: Sender<()>,
     kicked: Mutex<Option<Receiver<()>>>,
     /// Fetches that succeeded.
@@ -60,9 +65,10 @@ impl JwksSource {
             target,
             keys: RwLock::new(Arc::new(Vec::new())),
             ever_ok: AtomicBool::new(false),
-            last_ok: AtomicBool::new(false),
             pending: AtomicBool::new(true),
             last_fetch_ms: AtomicU64::new(0),
+            ok_fetch_ms: AtomicU64::new(0),
+            asked: Mutex::new(Vec::new()),
             kick,
             kicked: Mutex::new(Some(kicked)),
             fetches_ok: AtomicU64::new(0),
@@ -80,28 +86,37 @@ impl JwksSource {
         self.ever_ok.load(Relaxed)
     }
 
-    /// A token named a `kid` that is not held (or carried none while nothing
-    /// is held): asks for a fetch when one may run, and says what to answer.
+    /// When `kid` was first asked for (now, if it was not in the short list).
+    fn first_asked(&self, kid: &str, now: u64) -> u64 {
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, at)) = asked.iter().find(|(k, _)| k == kid) {
+            return *at;
+        }
+        if asked.len() >= MAX_ASKED {
+            asked.remove(0);
+        }
+        asked.push((kid.to_owned(), now));
+        now
+    }
+
+    /// A token named a `kid` that is not held (`""`: it named none while
+    /// nothing is held). 401 once a fetch that started after the `kid` was
+    /// first asked for succeeded without it; until then 503, and a fetch is
+    /// asked for: at once, or as soon as 10 s have passed since the last one.
     /// Never blocks.
-    pub fn missing(&self) -> Missing {
-        if self.pending.load(Relaxed) {
-            return Missing::RetryAfter(1);
+    pub fn missing(&self, kid: &str) -> Missing {
+        let now = clock::now_ms().max(1);
+        let first = self.first_asked(kid, now);
+        if self.ok_fetch_ms.load(Relaxed) >= first {
+            return Missing::NotPublished;
         }
-        let since = clock::now_ms().saturating_sub(self.last_fetch_ms.load(Relaxed));
-        if since >= KICK_SPACING_MS {
-            if self.pending.swap(true, Relaxed) {
-                return Missing::RetryAfter(1);
-            }
-            match self.kick.try_send(()) {
-                Ok(()) | Err(TrySendError::Full(())) => return Missing::RetryAfter(1),
-                Err(TrySendError::Disconnected(())) => self.pending.store(false, Relaxed),
-            }
+        if !self.pending.swap(true, Relaxed)
+            && matches!(self.kick.try_send(()), Err(TrySendError::Disconnected(())))
+        {
+            self.pending.store(false, Relaxed);
         }
-        if self.last_ok.load(Relaxed) {
-            Missing::NotPublished
-        } else {
-            Missing::RetryAfter(KICK_SPACING_MS.saturating_sub(since).div_ceil(1000).max(1))
-        }
+        let next = self.last_fetch_ms.load(Relaxed) + KICK_SPACING_MS;
+        Missing::RetryAfter(next.saturating_sub(now).div_ceil(1000).max(1))
     }
 
     /// Starts the fetching thread (once).
@@ -127,26 +142,23 @@ impl JwksSource {
                 Duration::from_secs(1u64 << failures.min(5)).min(RETRY_CAP)
             };
             let deadline = Instant::now() + wait;
-            loop {
-                match kicked.recv_deadline(deadline) {
-                    Ok(()) => {
-                        let since =
-                            clock::now_ms().saturating_sub(self.last_fetch_ms.load(Relaxed));
-                        if since >= KICK_SPACING_MS {
-                            break;
-                        }
-                        self.pending.store(false, Relaxed);
-                    }
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => break,
-                    Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
+            match kicked.recv_deadline(deadline) {
+                Ok(()) => {
+                    // Asked for by an unknown kid: at most one fetch per 10 s.
+                    let due = self.last_fetch_ms.load(Relaxed) + KICK_SPACING_MS;
+                    let wait = due.saturating_sub(clock::now_ms());
+                    std::thread::sleep(Duration::from_millis(wait));
                 }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
             }
         }
     }
 
     fn fetch_once(&self, failures: &mut u32, warned: &mut Option<Instant>) {
         self.pending.store(true, Relaxed);
-        self.last_fetch_ms.store(clock::now_ms(), Relaxed);
+        let started = clock::now_ms().max(1);
+        self.last_fetch_ms.store(started, Relaxed);
         match self.target.get().and_then(|body| jwks::parse(&body)) {
             Ok(parsed) => {
                 for why in &parsed.ignored {
@@ -172,14 +184,13 @@ impl JwksSource {
                 }
                 *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(parsed.keys);
                 self.fetches_ok.fetch_add(1, Relaxed);
-                self.last_ok.store(true, Relaxed);
+                self.ok_fetch_ms.store(started, Relaxed);
                 self.ever_ok.store(true, Relaxed);
                 *failures = 0;
                 *warned = None;
             }
             Err(e) => {
                 self.fetches_error.fetch_add(1, Relaxed);
-                self.last_ok.store(false, Relaxed);
                 *failures = failures.saturating_add(1);
                 if warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
                     tracing::warn!(error = %e, failures = *failures, "JWKS fetch failed; the keys already held stay in use");

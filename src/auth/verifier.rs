@@ -133,7 +133,7 @@ impl Verifier {
         if known {
             return Ok(false);
         }
-        match jwks.missing() {
+        match jwks.missing(kid.unwrap_or("")) {
             Missing::RetryAfter(s) => Err(s),
             Missing::NotPublished => Ok(false),
         }
