@@ -161,3 +161,72 @@ pub fn pem_key(path: &std::path::Path) -> Result<HeldKey, String> {
         key,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SECRET: &[u8] = b"unit-test-secret-0123456789abcdef";
+
+    fn verifier() -> Verifier {
+        Verifier {
+            secret: jsonwebtoken::DecodingKey::from_secret(SECRET).ok(),
+            pem: Vec::new(),
+            jwks: None,
+            rules: Rules::new(None, None, "role"),
+            unavailable: AtomicU64::new(0),
+        }
+    }
+
+    fn hs256(claims: serde_json::Value) -> String {
+        let key = jsonwebtoken::EncodingKey::from_secret(SECRET).expect("key");
+        let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
+        jsonwebtoken::encode(&header, &claims, &key).expect("token")
+    }
+
+    #[test]
+    fn tokens_over_8_kib_are_refused_unparsed() {
+        let v = verifier();
+        let now = 1_800_000_000.0;
+        let fits = hs256(json!({"sub":"u","exp":now + 60.0,"pad":"x".repeat(5000)}));
+        assert!(fits.len() <= MAX_TOKEN_BYTES);
+        assert!(v.verify(&fits, now).is_ok());
+        let long = hs256(json!({"sub":"u","exp":now + 60.0,"pad":"x".repeat(MAX_TOKEN_BYTES)}));
+        assert!(long.len() > MAX_TOKEN_BYTES);
+        assert_eq!(v.verify(&long, now), Err(Denied::Invalid));
+    }
+
+    #[test]
+    fn a_public_key_algorithm_without_a_public_key_is_a_401() {
+        let v = verifier();
+        let good = hs256(json!({"sub":"u","exp":1_800_000_060}));
+        let (_, rest) = good.split_once('.').expect("token");
+        for alg in ["RS256", "ES256", "EdDSA", "PS256"] {
+            let h = URL_SAFE_NO_PAD.encode(format!(r#"{{"alg":"{alg}"}}"#));
+            assert_eq!(
+                v.verify(&format!("{h}.{rest}"), 1_800_000_000.0),
+                Err(Denied::Invalid)
+            );
+        }
+        // A `crit` header the node does not understand, properly signed.
+        let h = URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256","crit":["exp"]}"#);
+        let p = URL_SAFE_NO_PAD.encode(r#"{"sub":"u","exp":1800000060}"#);
+        let key = jsonwebtoken::EncodingKey::from_secret(SECRET).expect("key");
+        let msg = format!("{h}.{p}");
+        let sig = jsonwebtoken::crypto::sign(msg.as_bytes(), &key, jsonwebtoken::Algorithm::HS256)
+            .expect("sign");
+        assert_eq!(
+            v.verify(&format!("{msg}.{sig}"), 1_800_000_000.0),
+            Err(Denied::Invalid)
+        );
+        let h = URL_SAFE_NO_PAD.encode(r#"{"alg":"HS256"}"#);
+        let msg = format!("{h}.{p}");
+        let sig = jsonwebtoken::crypto::sign(msg.as_bytes(), &key, jsonwebtoken::Algorithm::HS256)
+            .expect("sign");
+        assert!(
+            v.verify(&format!("{msg}.{sig}"), 1_800_000_000.0).is_ok(),
+            "the same without crit"
+        );
+    }
+}
