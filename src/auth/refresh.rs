@@ -161,9 +161,6 @@ impl JwksSource {
         self.last_fetch_ms.store(started, Relaxed);
         match self.target.get().and_then(|body| jwks::parse(&body)) {
             Ok(parsed) => {
-                for why in &parsed.ignored {
-                    tracing::debug!(key = %why, "JWKS key ignored");
-                }
                 let kids: Vec<&str> = parsed
                     .keys
                     .iter()
@@ -175,12 +172,7 @@ impl JwksSource {
                         || held.iter().zip(&parsed.keys).any(|(a, b)| a.kid != b.kid)
                 };
                 if changed || *failures > 0 {
-                    tracing::info!(
-                        keys = parsed.keys.len(),
-                        ?kids,
-                        ignored = parsed.ignored.len(),
-                        "JWKS loaded"
-                    );
+                    tracing::info!(keys = parsed.keys.len(), ?kids, ignored = ?parsed.ignored, "JWKS loaded");
                 }
                 *self.keys.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(parsed.keys);
                 self.fetches_ok.fetch_add(1, Relaxed);
