@@ -131,8 +131,10 @@ impl Target {
             "GET {} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json, application/jwk-set+json\r\nUser-Agent: seatboard\r\nConnection: close\r\n\r\n",
             self.path
         );
+        // A second handle on the socket sets the timeouts while the stream reads.
+        let timeouts = tcp.try_clone().map_err(|e| e.to_string())?;
         match &self.tls {
-            None => exchange(tcp, request.as_bytes(), deadline),
+            None => read_response(tcp, &timeouts, request.as_bytes(), deadline),
             Some(config) => {
                 let name = rustls::pki_types::ServerName::try_from(
                     self.host
@@ -143,26 +145,11 @@ impl Target {
                 .map_err(|e| format!("bad TLS server name {}: {e}", self.host))?;
                 let conn = rustls::ClientConnection::new(Arc::clone(config), name)
                     .map_err(|e| format!("TLS: {e}"))?;
-                let tcp_ref = tcp.try_clone().map_err(|e| e.to_string())?;
                 let stream = rustls::StreamOwned::new(conn, tcp);
-                exchange_tls(stream, tcp_ref, request.as_bytes(), deadline)
+                read_response(stream, &timeouts, request.as_bytes(), deadline)
             }
         }
     }
-}
-
-fn exchange_tls(
-    s: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
-    tcp: TcpStream,
-    request: &[u8],
-    deadline: Instant,
-) -> Result<Vec<u8>, String> {
-    read_response(s, &tcp, request, deadline)
-}
-
-fn exchange(tcp: TcpStream, request: &[u8], deadline: Instant) -> Result<Vec<u8>, String> {
-    let t = tcp.try_clone().map_err(|e| e.to_string())?;
-    read_response(tcp, &t, request, deadline)
 }
 
 /// Sends `request`, reads until the response is complete (by length, chunked

@@ -110,12 +110,13 @@ impl JwksSource {
         if self.ok_fetch_ms.load(Relaxed) >= first {
             return Missing::NotPublished;
         }
+        // Read before the kick: the fetch it starts moves `last_fetch_ms`.
+        let next = self.last_fetch_ms.load(Relaxed) + KICK_SPACING_MS;
         if !self.pending.swap(true, Relaxed)
             && matches!(self.kick.try_send(()), Err(TrySendError::Disconnected(())))
         {
             self.pending.store(false, Relaxed);
         }
-        let next = self.last_fetch_ms.load(Relaxed) + KICK_SPACING_MS;
         Missing::RetryAfter(next.saturating_sub(now).div_ceil(1000).max(1))
     }
 

@@ -139,7 +139,7 @@ impl Verifier {
         }
     }
 
-    /// Keys held now (the PEM key and the JWKS keys).
+    /// Signing keys held from the JWKS now.
     pub fn jwks_keys(&self) -> usize {
         self.jwks.as_ref().map_or(0, |j| j.keys().len())
     }
