@@ -35,6 +35,8 @@ pub enum Command {
     Simulate(SimulateArgs),
     /// The analytics worker: per-bucket history of updates and viewers into a Redis stream.
     Analytics(AnalyticsArgs),
+    /// Print an HS256 token signed with --jwt-secret (for trials and load tests).
+    Token(crate::cmd::token::TokenArgs),
 }
 
 /// Which io driver a shard runs.
@@ -63,7 +65,7 @@ pub enum Compression {
 /// How upgrades are authenticated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AuthMode {
-    /// HS256 JWT.
+    /// Signed JWTs (HS256 secret, PEM public key, JWKS).
     Jwt,
     /// User from `?user=`, role from `?role=` (tests and demo only).
     None,
@@ -126,6 +128,9 @@ pub struct HubArgs {
     /// HS256 secret for tokens, at least 32 bytes (`openssl rand -base64 48`).
     #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
+    /// The identity provider: JWKS, PEM public key, issuer, audience, role claim.
+    #[command(flatten)]
+    pub idp: crate::auth::flags::IdpFlags,
     /// Authentication mode.
     #[arg(long, env = "SEATBOARD_AUTH", value_enum, default_value = "jwt")]
     pub auth: AuthMode,

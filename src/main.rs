@@ -14,18 +14,16 @@ use std::sync::Arc;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
-    match (args.auth, &args.jwt_secret) {
-        (AuthMode::None, _) => {
+    let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
+    match args.auth {
+        AuthMode::None => {
             if !demo {
                 tracing::warn!("AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
             }
             Ok(Auth::None)
         }
-        (AuthMode::Jwt, Some(s)) if !s.is_empty() => Auth::jwt(s.as_bytes()),
-        (AuthMode::Jwt, _) if demo => Ok(Auth::None),
-        (AuthMode::Jwt, _) => {
-            Err("--jwt-secret (SEATBOARD_JWT_SECRET) is required unless --auth none".into())
-        }
+        AuthMode::Jwt if demo && secret.is_none() && !args.idp.any_key() => Ok(Auth::None),
+        AuthMode::Jwt => Auth::from_flags(secret.map(str::as_bytes), &args.idp),
     }
 }
 
@@ -47,6 +45,10 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
             "invalid value '{}' for '--log-level': {e}",
             args.log_level
         ));
+    }
+    if let Err(e) = auth.start() {
+        eprintln!("error: cannot start: {e}");
+        return ExitCode::from(1);
     }
     let shards = runtime::shard_count(&args);
     let node = Arc::new(Node::new(args, shards, auth));
@@ -108,5 +110,6 @@ fn main() -> ExitCode {
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
         Command::Analytics(args) => seatboard::analytics::main(args),
+        Command::Token(args) => seatboard::cmd::token::run(args),
     }
 }

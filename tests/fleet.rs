@@ -50,6 +50,7 @@ impl Viewers {
             watch: true,
             // Browsers offer permessage-deflate; the viewers do too.
             deflate: true,
+            tokens_file: None,
         };
         let (tx, cmd_rx) = mpsc::channel::<String>();
         let (out_tx, rx) = mpsc::channel::<Value>();

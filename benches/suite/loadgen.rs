@@ -84,6 +84,9 @@ pub struct Config {
     /// messages, each with a fresh raw inflater (no context takeover).
     #[serde(default)]
     pub deflate: bool,
+    /// Pre-minted tokens, one a line, used in turn (else HS256 minted with `secret`).
+    #[serde(default)]
+    pub tokens_file: Option<String>,
 }
 
 /// The page's reconnect timing (`src/web/index.html`).
@@ -276,6 +279,8 @@ struct Gen {
     /// a fresh one per message would allocate and clear its 32 KiB window.
     inflater: flate2::Decompress,
     exp: u64,
+    /// The lines of `tokens_file`.
+    tokens: Vec<String>,
 }
 
 const SCRATCH: usize = 256 * 1024;
@@ -310,6 +315,12 @@ impl Gen {
             inflated: Vec::new(),
             inflater: flate2::Decompress::new(false),
             exp: now_us() / 1_000_000 + 3600,
+            tokens: cfg
+                .tokens_file
+                .as_deref()
+                .map(|f| std::fs::read_to_string(f).expect("tokens file"))
+                .map(|t| t.lines().map(str::to_owned).collect())
+                .unwrap_or_default(),
             cfg,
         }
     }
@@ -506,12 +517,15 @@ impl Gen {
             }
             conn.phase = Phase::Handshake;
             let user = format!("lg{}-{}", self.cfg.child, conn.user);
-            let token = seatboard::auth::mint(
-                self.cfg.secret.as_bytes(),
-                &user,
-                shards::Role::Student,
-                self.exp,
-            );
+            let token = match self.tokens.len() {
+                0 => seatboard::auth::mint(
+                    self.cfg.secret.as_bytes(),
+                    &user,
+                    shards::Role::Student,
+                    self.exp,
+                ),
+                n => self.tokens[conn.user as usize % n].clone(),
+            };
             let offer = if self.cfg.deflate {
                 "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
             } else {

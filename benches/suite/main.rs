@@ -13,8 +13,11 @@
 
 mod fleet;
 mod floor;
+mod handshake;
 mod hist;
 mod ingest;
+#[path = "../../tests/jwt_util/mod.rs"]
+mod jwt_util;
 #[path = "../../tests/lb/mod.rs"]
 mod lb;
 mod loadgen;
@@ -76,6 +79,10 @@ struct Opts {
     frame_bytes: usize,
     /// Storm, fanout: skip the floor run (compare runs one floor for all).
     no_floor: bool,
+    /// Handshake: the token algorithm (`hs256`, `rs256`, `es256`, `eddsa`, `all`).
+    alg: Option<String>,
+    /// Load generators: pre-minted tokens, one a line (else HS256 minted per connection).
+    tokens_file: Option<String>,
 }
 
 impl Default for Opts {
@@ -111,6 +118,8 @@ impl Default for Opts {
             rate_set: false,
             frame_bytes: 190,
             no_floor: false,
+            alg: None,
+            tokens_file: None,
         }
     }
 }
@@ -122,6 +131,7 @@ const USAGE: &str =
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
 [--no-floor (storm, fanout: skip the floor run)] \
+[--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
@@ -166,6 +176,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--snapshots" => o.snapshots = num(val()?)? as usize,
             "--no-watch" => o.no_watch = true,
             "--no-floor" => o.no_floor = true,
+            "--alg" => o.alg = Some(val()?),
             "--stuck" => o.stuck = num(val()?)? as usize,
             "--redis-mode" => {
                 o.cluster = match val()?.as_str() {
@@ -316,6 +327,7 @@ fn fleet(o: &Opts, port: u16, courses: &[String], skew: f64, churn: bool, max_se
             inflight: o.inflight,
             churn,
             secret: procs::SECRET.into(),
+            tokens_file: o.tokens_file.clone(),
             seed: 0x5eed + i as u64,
             max_secs: max_secs.ceil() as u64,
             sources: 8,
@@ -1003,71 +1015,6 @@ fn floor_scenario(o: &Opts, interval: Duration) -> Outcome {
     out
 }
 
-fn handshake(o: &Opts) -> Outcome {
-    let mut out = Outcome::new("handshake");
-    let redis = Redis::start();
-    let server = Server::start(&redis, &server_flags(o, &[]));
-    let courses = course_names(1);
-    let mut oo = o.clone();
-    oo.connect_rate = 1e12;
-    let mut f = fleet(&oo, server.port, &courses, 0.0, true, o.seconds + 60.0);
-    let u0 = server.usage();
-    let k0 = procs::machine_ticks();
-    let m0 = f.mark();
-    let t0 = Instant::now();
-    watch(o, "handshake", "upgrades", o.seconds, &server, &mut f);
-    let dt = t0.elapsed().as_secs_f64();
-    let u1 = server.usage();
-    let k1 = procs::machine_ticks();
-    let m1 = f.mark();
-    let lg = f.cpu_us();
-    let reports = f.report();
-    let ups = counter(&m1, "upgrades") - counter(&m0, "upgrades");
-    let refused = counter(&m1, "refused") - counter(&m0, "refused");
-    let failed = counter(&m1, "failed") - counter(&m0, "failed");
-    let mut statuses: std::collections::BTreeMap<u64, u64> = Default::default();
-    let mut first_refusal: Option<u64> = None;
-    for r in &reports {
-        for s in r["refusals"].as_array().into_iter().flatten() {
-            *statuses.entry(s[0].as_u64().unwrap_or(0)).or_default() += s[1].as_u64().unwrap_or(0);
-        }
-        if let Some(ms) = r["first_refusal_ms"].as_u64() {
-            first_refusal = Some(first_refusal.map_or(ms, |f: u64| f.min(ms)));
-        }
-    }
-    let rate = ups as f64 / dt;
-    let cpu_us = u1.cpu_us.saturating_sub(u0.cpu_us);
-    out.row("upgrades", format!("{ups} in {dt:.1} s"), json!(ups));
-    out.row(
-        "upgrades_per_s",
-        format!("{rate:.0} authenticated (HS256) upgrades/s"),
-        json!(rate),
-    );
-    out.row(
-        "server_cpu_pct_core",
-        format!(
-            "{:.1}% ({:.1} us per upgrade)",
-            cpu_pct(u0, u1, dt),
-            cpu_us as f64 / ups.max(1) as f64
-        ),
-        json!(cpu_pct(u0, u1, dt)),
-    );
-    out.row(
-        "refused",
-        format!("{refused} (statuses {statuses:?}; first after {first_refusal:?} ms)"),
-        json!({"count": refused, "statuses": statuses, "first_ms": first_refusal}),
-    );
-    out.row("connect_failed", failed.to_string(), json!(failed));
-    out.row(
-        "loadgen_cpu_s",
-        format!("{:.1} s", lg as f64 / 1e6),
-        json!(lg as f64 / 1e6),
-    );
-    out.check(ups > 0, "no upgrade succeeded");
-    machine_row(&mut out, k0, k1);
-    out
-}
-
 fn compare(o: &Opts) -> Outcome {
     let mut out = Outcome::new("compare");
     let metric = "frames_per_cpu_s";
@@ -1223,7 +1170,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "fanout" => fanout(o),
         "floor" => floor_scenario(o, fanout_interval(o)),
         "ingest" => ingest::run(o.snapshots, o.courses, o.sections, o.skew),
-        "handshake" => handshake(o),
+        "handshake" => handshake::run(o),
         "compare" => compare(o),
         "fleet" => fleet::run(o, o.haproxy_procs),
         other => return Err(format!("unknown scenario {other}")),

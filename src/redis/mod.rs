@@ -85,7 +85,7 @@ struct Tls {
     rustls: Arc<rustls::ClientConfig>,
 }
 
-fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();

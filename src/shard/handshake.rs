@@ -3,6 +3,7 @@
 
 use super::response::Response;
 use super::ShardCtx;
+use crate::auth::Denied;
 use crate::cli::Compression;
 use crate::clock;
 use crate::metrics::Refusal;
@@ -102,12 +103,20 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             Response::text(403, "origin not allowed"),
         ));
     }
-    let Some(identity) = node.auth.identify(head) else {
-        return Err(refuse(
-            ctx,
-            Refusal::Unauthorized,
-            Response::text(401, "missing or invalid token"),
-        ));
+    let identity = match node.auth.identify(head) {
+        Ok(identity) => identity,
+        Err(Denied::Invalid) => {
+            return Err(refuse(
+                ctx,
+                Refusal::Unauthorized,
+                Response::text(401, "missing or invalid token"),
+            ))
+        }
+        // Counted by the verifier (`seatboard_auth_key_unavailable_total`).
+        Err(Denied::KeyUnavailable { retry_after_s }) => {
+            return Err(Response::text(503, "signing key not available yet")
+                .header(retry_after(retry_after_s)))
+        }
     };
     if admin_feed && identity.role != Role::Admin {
         return Err(refuse(

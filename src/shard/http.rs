@@ -50,7 +50,7 @@ pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead) -> Re
 
 /// `/api/history?session=S`: admin only, answered from the history cache.
 fn history(node: &Node, head: &shards::http_head::RequestHead) -> Response {
-    let admin = match node.auth.identify(head) {
+    let admin = match node.auth.identify(head).ok() {
         Some(id) => id.role == shards::Role::Admin,
         // `--auth none`: `?role=admin` is enough for this read-only endpoint.
         None if matches!(node.auth, crate::auth::Auth::None)
@@ -101,11 +101,12 @@ pub fn page(node: &Node, page: &str) -> Response {
             Response::json(
                 200,
                 format!(
-                    "{{\"status\":\"{}\",\"redis\":{redis},\"shards\":{},\"connections\":{},\"draining\":{}{extra}}}",
+                    "{{\"status\":\"{}\",\"redis\":{redis},\"shards\":{},\"connections\":{},\"draining\":{},\"auth\":\"{}\"{extra}}}",
                     if up { "ok" } else { "degraded" },
                     node.shards,
                     node.metrics.connections(),
-                    node.draining()
+                    node.draining(),
+                    if node.auth.healthy() { "ok" } else { "degraded" },
                 ),
             )
         }
@@ -118,7 +119,11 @@ pub fn page(node: &Node, page: &str) -> Response {
             headers: Vec::new(),
             content_type: "text/plain; version=0.0.4; charset=utf-8",
             cache_control: "no-store",
-            body: node.metrics.render().into_bytes(),
+            body: {
+                let mut text = node.metrics.render();
+                node.auth.render_metrics(&mut text);
+                text.into_bytes()
+            },
         },
         "/api/courses" => Response::json(
             200,

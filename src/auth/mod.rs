@@ -1,9 +1,27 @@
-//! Who is connecting: HS256 JWT verification, or `?user=` in `--auth none` mode.
+//! Who is connecting: a JWT signed with `--jwt-secret` (HS256) or by the
+//! university's identity provider (a `--jwt-public-key` PEM, a `--jwks-url`
+//! key set), or `?user=` in `--auth none` mode.
+//!
+//! - [`keys`]: public keys and their algorithms; [`jwks`]: a key set document;
+//! - [`fetch`]: the bounded HTTP(S) GET; [`refresh`]: the thread that keeps the set;
+//! - [`claims`]: `sub`, times, `iss`, `aud`, the role; [`verifier`]: all of it per token.
+//!
+//! `seatboard token` mints HS256 tokens with [`mint`] for trials and load tests.
 
-use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde::Deserialize;
-use shards::http_head::{RequestHead, MAX_TOKEN};
+pub mod claims;
+pub mod fetch;
+pub mod flags;
+pub mod jwks;
+pub mod keys;
+pub mod refresh;
+pub mod verifier;
+
+use shards::http_head::RequestHead;
 use shards::Role;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+pub use verifier::{Verifier, MAX_TOKEN_BYTES};
 
 /// The authenticated identity of an upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,23 +32,29 @@ pub struct Identity {
     pub role: Role,
 }
 
+/// Why a request carries no identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// Missing, malformed, badly signed, expired, wrong `iss`/`aud`: 401.
+    Invalid,
+    /// Signed by a key the node does not hold while its JWKS cannot be
+    /// fetched: 503 + `Retry-After` (the node's fault, retryable).
+    KeyUnavailable {
+        /// Seconds until a fetch may have brought the key.
+        retry_after_s: u64,
+    },
+}
+
 /// How identities are established.
 pub enum Auth {
-    /// HS256 with this key.
-    Jwt(Box<DecodingKey>, Box<Validation>),
+    /// Signed tokens.
+    Jwt(Box<Verifier>),
     /// Trust `?user=` and `?role=` (tests, demo).
     None,
 }
 
-#[derive(Deserialize)]
-struct Claims {
-    sub: String,
-    #[serde(default)]
-    role: Option<String>,
-}
-
 /// Longest user id accepted.
-const MAX_USER: usize = 256;
+const MAX_USER: usize = claims::MAX_USER;
 
 /// Shortest HS256 secret `serve` accepts: 256 bits, the hash's own size (RFC 7518 §3.2).
 pub const MIN_SECRET: usize = 32;
@@ -43,46 +67,152 @@ fn role_of(s: Option<&str>) -> Option<Role> {
     }
 }
 
+/// The `--jwt-secret` check: at least [`MIN_SECRET`] bytes (a shorter one could
+/// be brute-forced offline from any one token).
+pub fn check_secret(secret: &[u8]) -> Result<(), String> {
+    if secret.len() < MIN_SECRET {
+        return Err(format!(
+            "--jwt-secret (SEATBOARD_JWT_SECRET) must be at least {MIN_SECRET} bytes, got {}; make one with `openssl rand -base64 48`",
+            secret.len()
+        ));
+    }
+    Ok(())
+}
+
+fn now_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 impl Auth {
-    /// HS256 verification with at most 30 s of leeway on `exp`/`nbf`; a secret
-    /// shorter than [`MIN_SECRET`] bytes is refused (it could be brute-forced offline
-    /// from any one token).
+    /// HS256 verification only, with the default claim rules.
     pub fn jwt(secret: &[u8]) -> Result<Auth, String> {
-        if secret.len() < MIN_SECRET {
-            return Err(format!(
-                "--jwt-secret (SEATBOARD_JWT_SECRET) must be at least {MIN_SECRET} bytes, got {}; make one with `openssl rand -base64 48`",
-                secret.len()
-            ));
-        }
-        let mut v = Validation::new(Algorithm::HS256);
-        v.leeway = 30;
-        v.validate_nbf = true;
-        v.validate_exp = true;
-        v.set_required_spec_claims(&["exp", "sub"]);
-        let key =
-            DecodingKey::from_secret(secret).map_err(|e| format!("invalid --jwt-secret: {e}"))?;
-        Ok(Auth::Jwt(Box::new(key), Box::new(v)))
+        Auth::from_flags(
+            Some(secret),
+            &flags::IdpFlags {
+                jwt_role_claim: "role".into(),
+                ..Default::default()
+            },
+        )
     }
 
-    /// The identity behind a request head, or `None` (401).
-    pub fn identify(&self, head: &RequestHead) -> Option<Identity> {
+    /// Verification for these flags: any of the secret, the PEM key and the
+    /// JWKS, at least one. Errors name the flag (exit 2). Nothing is fetched
+    /// until [`Auth::start`].
+    pub fn from_flags(secret: Option<&[u8]>, f: &flags::IdpFlags) -> Result<Auth, String> {
+        let secret = secret.filter(|s| !s.is_empty());
+        if secret.is_none() && !f.any_key() {
+            return Err("--auth jwt needs at least one of --jwt-secret (SEATBOARD_JWT_SECRET), --jwks-url (SEATBOARD_JWKS_URL), --jwt-public-key (SEATBOARD_JWT_PUBLIC_KEY)".into());
+        }
+        let secret = match secret {
+            Some(s) => {
+                check_secret(s)?;
+                Some(
+                    jsonwebtoken::DecodingKey::from_secret(s)
+                        .map_err(|e| format!("invalid --jwt-secret: {e}"))?,
+                )
+            }
+            None => None,
+        };
+        let pem = match f
+            .jwt_public_key
+            .as_deref()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
+            Some(path) => vec![verifier::pem_key(path)?],
+            None => Vec::new(),
+        };
+        let jwks = match f.jwks_url.as_deref().filter(|u| !u.is_empty()) {
+            Some(url) => {
+                let ca = match &f.jwks_ca {
+                    Some(p) => Some(std::fs::read(p).map_err(|e| {
+                        format!("invalid value '{}' for '--jwks-ca': {e}", p.display())
+                    })?),
+                    None => None,
+                };
+                let target = fetch::Target::parse(url, ca.as_deref())?;
+                Some(Arc::new(refresh::JwksSource::new(target)))
+            }
+            None => None,
+        };
+        if f.jwt_role_claim.is_empty() || f.jwt_role_claim.split('.').any(str::is_empty) {
+            return Err(format!(
+                "invalid value '{}' for '--jwt-role-claim': a dotted path of claim names",
+                f.jwt_role_claim
+            ));
+        }
+        let rules = claims::Rules::new(
+            f.jwt_issuer.clone(),
+            f.jwt_audience.clone(),
+            &f.jwt_role_claim,
+        );
+        Ok(Auth::Jwt(Box::new(Verifier {
+            secret,
+            pem,
+            jwks,
+            rules,
+            unavailable: AtomicU64::new(0),
+        })))
+    }
+
+    /// Starts fetching the JWKS, if one is configured.
+    pub fn start(&self) -> std::io::Result<()> {
+        match self {
+            Auth::Jwt(v) => v.jwks.as_ref().map_or(Ok(()), |j| j.start()),
+            Auth::None => Ok(()),
+        }
+    }
+
+    /// `/healthz` `auth`: false until the JWKS (when there is one) was fetched once.
+    pub fn healthy(&self) -> bool {
+        match self {
+            Auth::Jwt(v) => v.jwks.as_ref().is_none_or(|j| j.ready()),
+            Auth::None => true,
+        }
+    }
+
+    /// Appends the auth metrics to a `/metrics` exposition.
+    pub fn render_metrics(&self, out: &mut String) {
+        let (ok, err, keys, unavailable) = match self {
+            Auth::Jwt(v) => (
+                v.jwks.as_ref().map_or(0, |j| j.fetches_ok.load(Relaxed)),
+                v.jwks.as_ref().map_or(0, |j| j.fetches_error.load(Relaxed)),
+                v.jwks_keys(),
+                v.unavailable.load(Relaxed),
+            ),
+            Auth::None => (0, 0, 0, 0),
+        };
+        let _ = write!(
+            out,
+            "# HELP seatboard_jwks_fetches_total JWKS fetches by result.\n\
+             # TYPE seatboard_jwks_fetches_total counter\n\
+             seatboard_jwks_fetches_total{{result=\"ok\"}} {ok}\n\
+             seatboard_jwks_fetches_total{{result=\"error\"}} {err}\n\
+             # HELP seatboard_jwks_keys Signing keys held from the JWKS now.\n\
+             # TYPE seatboard_jwks_keys gauge\n\
+             seatboard_jwks_keys {keys}\n\
+             # HELP seatboard_auth_key_unavailable_total Upgrades refused with 503 because their signing key was not held while the JWKS could not be fetched.\n\
+             # TYPE seatboard_auth_key_unavailable_total counter\n\
+             seatboard_auth_key_unavailable_total {unavailable}\n"
+        );
+    }
+
+    /// The identity behind a request head: 401 ([`Denied::Invalid`]) or 503
+    /// ([`Denied::KeyUnavailable`]) otherwise.
+    pub fn identify(&self, head: &RequestHead) -> Result<Identity, Denied> {
         match self {
             Auth::None => {
                 let user = head
                     .query_param("user")
-                    .filter(|u| !u.is_empty() && u.len() <= MAX_USER)?;
-                let role = role_of(head.query_param("role").as_deref())?;
-                Some(Identity { user, role })
+                    .filter(|u| !u.is_empty() && u.len() <= MAX_USER)
+                    .ok_or(Denied::Invalid)?;
+                let role = role_of(head.query_param("role").as_deref()).ok_or(Denied::Invalid)?;
+                Ok(Identity { user, role })
             }
-            Auth::Jwt(key, validation) => {
-                let token = head.token().filter(|t| t.len() <= MAX_TOKEN)?;
-                let data = jsonwebtoken::decode::<Claims>(&token, key, validation).ok()?;
-                let c = data.claims;
-                if c.sub.is_empty() || c.sub.len() > MAX_USER {
-                    return None;
-                }
-                let role = role_of(c.role.as_deref())?;
-                Some(Identity { user: c.sub, role })
+            Auth::Jwt(v) => {
+                let token = head.token().ok_or(Denied::Invalid)?;
+                v.verify(&token, now_s())
             }
         }
     }
@@ -104,8 +234,12 @@ pub fn mint(secret: &[u8], user: &str, role: Role, exp_unix_s: u64) -> String {
     let Ok(key) = jsonwebtoken::EncodingKey::from_secret(secret) else {
         return String::new();
     };
-    jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), &claims, &key)
-        .unwrap_or_default()
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &claims,
+        &key,
+    )
+    .unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -136,7 +270,12 @@ mod tests {
     /// An HS256 token with these claims.
     fn token(claims: serde_json::Value) -> String {
         let key = jsonwebtoken::EncodingKey::from_secret(SECRET).unwrap();
-        jsonwebtoken::encode(&jsonwebtoken::Header::new(Algorithm::HS256), &claims, &key).unwrap()
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+            &claims,
+            &key,
+        )
+        .unwrap()
     }
 
     fn head(authorization: Option<&str>, query: &str, cookie: Option<&str>) -> RequestHead {
@@ -154,6 +293,7 @@ mod tests {
     fn who(tok: &str) -> Option<Identity> {
         let auth = Auth::jwt(SECRET).unwrap();
         auth.identify(&head(Some(&format!("Bearer {tok}")), "", None))
+            .ok()
     }
 
     fn student(user: &str) -> Option<Identity> {
@@ -165,9 +305,14 @@ mod tests {
 
     #[test]
     fn secrets_shorter_than_32_bytes_are_refused() {
-        for short in [&b""[..], b"x", &[b'k'; MIN_SECRET - 1]] {
+        for short in [&b"x"[..], &[b'k'; MIN_SECRET - 1]] {
             let e = Auth::jwt(short).err().expect("short secret refused");
             assert!(e.starts_with("--jwt-secret"), "{e}");
+        }
+        // No secret and no public key at all: every source is named.
+        let e = Auth::jwt(b"").err().expect("nothing to verify with");
+        for flag in ["--jwt-secret", "--jwks-url", "--jwt-public-key"] {
+            assert!(e.contains(flag), "{e}");
         }
         assert!(Auth::jwt(&[b'k'; MIN_SECRET]).is_ok());
     }
@@ -188,12 +333,12 @@ mod tests {
             who(&token(serde_json::json!({"sub":"u2","exp":exp}))),
             student("u2")
         );
-        // An unknown role is not silently a student.
+        // A role other than `admin` is a student's (v3).
         assert_eq!(
             who(&token(
                 serde_json::json!({"sub":"u2","exp":exp,"role":"root"})
             )),
-            None
+            student("u2")
         );
     }
 
@@ -272,7 +417,7 @@ mod tests {
         let bearer = format!("Bearer {a}");
         let query = format!("x=1&token={b}");
         let cookie = format!("other=1; seatboard_token={c}");
-        let id = |h: RequestHead| auth.identify(&h).map(|i| i.user);
+        let id = |h: RequestHead| auth.identify(&h).ok().map(|i| i.user);
         assert_eq!(
             id(head(Some(&bearer), &query, Some(&cookie))).as_deref(),
             Some("from-bearer")
@@ -294,7 +439,7 @@ mod tests {
         // A bad token found first is not skipped in favour of a later good one.
         assert_eq!(id(head(Some("Bearer junk"), &query, None)), None);
         // Over-long tokens are refused before any parsing.
-        let pad = "a".repeat(MAX_TOKEN);
+        let pad = "a".repeat(MAX_TOKEN_BYTES);
         let long = format!("Bearer {a}{pad}");
         assert_eq!(id(head(Some(&long), "", None)), None);
     }
@@ -302,7 +447,7 @@ mod tests {
     #[test]
     fn auth_none_trusts_the_query() {
         let auth = Auth::None;
-        let id = |q: &str| auth.identify(&head(None, q, None));
+        let id = |q: &str| auth.identify(&head(None, q, None)).ok();
         assert_eq!(id("user=u1"), student("u1"));
         assert_eq!(
             id("user=a%20b&role=admin"),
