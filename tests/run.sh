@@ -25,7 +25,7 @@ if [ ${#need[@]} -gt 0 ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-# promtool (tests/monitoring.rs) ships in Debian's prometheus package: take just
+# promtool (tests/it/monitoring.rs) ships in Debian's prometheus package: take just
 # that binary out of it, so no Prometheus server gets installed and started.
 if ! command -v promtool >/dev/null 2>&1; then
   echo "installing: promtool (from Debian's prometheus package)"
