@@ -121,10 +121,10 @@ where
                 let ctx = shard_ctx(index, node, inbox, ingest, presence);
                 #[cfg(feature = "tokio-shell")]
                 if driver == crate::cli::Driver::Tokio {
-                    shard::tokio_shell::run(ctx, listener, ready);
+                    shard::tokio_runtime::run(ctx, listener, ready);
                     return;
                 }
-                shard::monoio_shell::run(ctx, listener, driver, ready);
+                shard::monoio_runtime::run(ctx, listener, driver, ready);
             })?;
     }
     drop(ready_tx);
