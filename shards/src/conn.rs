@@ -1,7 +1,7 @@
 //! One WebSocket connection as a shard sees it: who, what it watches, its read
 //! side (frame decoder, message window) and its bounded send queue.
 
-use crate::rate::MessageWindow;
+use crate::rate::{ControlWindow, MessageWindow};
 use crate::ws_codec::Decoder;
 use bytes::Bytes;
 use std::collections::VecDeque;
@@ -72,6 +72,8 @@ pub(crate) struct Conn {
     pub decoder: Decoder,
     /// The 20-messages-per-second window.
     pub window: MessageWindow,
+    /// The 100-control-frames-per-second window (pings and pongs).
+    pub control: ControlWindow,
 }
 
 impl Conn {
@@ -103,6 +105,7 @@ impl Conn {
                 Decoder::new()
             },
             window: MessageWindow::default(),
+            control: ControlWindow::default(),
         }
     }
 

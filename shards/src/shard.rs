@@ -331,7 +331,7 @@ impl Shard {
     /// read past the request head): decodes them under the frame rules and the
     /// 4 KiB message limit (inflating permessage-deflate messages of a
     /// connection that negotiated it), answers pings, applies the 20-messages-per-second
-    /// window, and acts on every whole message. After our close frame only the
+    /// and 100-control-frames-per-second windows, and acts on every whole message. After our close frame only the
     /// peer's close counts. Returns whether the shell should read on.
     pub fn handle_read(&mut self, id: ConnId, data: &[u8], now_ms: u64) -> Reading {
         self.handle_activity(id, now_ms);
@@ -368,6 +368,9 @@ impl Shard {
                     } else {
                         self.close(id, close::POLICY, "too many messages");
                     }
+                }
+                WsEvent::Ping(_) | WsEvent::Pong if !c.control.admit(now_ms) => {
+                    self.close(id, close::POLICY, "too many control frames");
                 }
                 WsEvent::Ping(payload) => self.deliver(id, pong_frame(&payload)),
                 WsEvent::Pong => {}

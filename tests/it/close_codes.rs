@@ -124,6 +124,47 @@ fn more_than_20_messages_a_second_closes_1008_control_frames_do_not_count() {
 }
 
 #[test]
+fn more_than_100_control_frames_a_second_close_1008() {
+    let sb = demo();
+    // 100 pings in a burst are all answered, and the connection stays open.
+    let mut ws = RawWs::hello(sb.port, "pinger");
+    for i in 0..100 {
+        ws.send(true, OP_PING, format!("p{i}").as_bytes());
+    }
+    for i in 0..100 {
+        match ws.read(Duration::from_secs(10)) {
+            Got::Frame(f) if f.opcode == OP_PONG => {
+                assert_eq!(f.payload, format!("p{i}").as_bytes(), "pongs in order")
+            }
+            other => panic!("pong {i}: unexpected {other:?}"),
+        }
+    }
+    ws.assert_alive();
+
+    // A flood of 300 pings and pongs: the 101st within a second closes with 1008.
+    let mut ws = RawWs::hello(sb.port, "flooder");
+    for i in 0..300 {
+        if i % 2 == 0 {
+            ws.send(true, OP_PING, b"");
+        } else {
+            ws.send(true, OP_PONG, b"");
+        }
+    }
+    let mut pongs = 0;
+    let code = loop {
+        match ws.read(Duration::from_secs(10)) {
+            Got::Frame(f) if f.opcode == OP_PONG => pongs += 1,
+            Got::Frame(f) if f.opcode == OP_CLOSE => break f.close_code(),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(code, Some(1008));
+    assert_eq!(pongs, 50, "the pings among the first 100 were answered");
+    ws.close(1008, b"");
+    ws.expect_eof(Duration::from_secs(3));
+}
+
+#[test]
 fn protocol_errors_close_1002() {
     let sb = demo();
     let mut cases: Vec<(&str, Vec<u8>)> = vec![
