@@ -63,20 +63,10 @@ fn refuse(ctx: &ShardCtx, why: Refusal, resp: Response) -> Response {
     resp
 }
 
-/// Runs the checks in the contract's order.
+/// Runs the checks in the contract's order: a request that is no valid
+/// upgrade is answered before the accept bucket is charged.
 pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Accepted, Response> {
     let node = &ctx.node;
-    {
-        let mut bucket = ctx.bucket.borrow_mut();
-        if !bucket.take(clock::now_ms()) {
-            let wait_s = bucket.wait_ms().div_ceil(1000);
-            return Err(refuse(
-                ctx,
-                Refusal::RateLimited,
-                Response::text(503, "too many new connections").header(retry_after(wait_s)),
-            ));
-        }
-    }
     let key = match head.check_upgrade() {
         Ok(k) => k,
         Err(UpgradeError::WrongVersion) => {
@@ -95,6 +85,18 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             ))
         }
     };
+    // A request that is no upgrade at all takes no token from the bucket.
+    {
+        let mut bucket = ctx.bucket.borrow_mut();
+        if !bucket.take(clock::now_ms()) {
+            let wait_s = bucket.wait_ms().div_ceil(1000);
+            return Err(refuse(
+                ctx,
+                Refusal::RateLimited,
+                Response::text(503, "too many new connections").header(retry_after(wait_s)),
+            ));
+        }
+    }
     if !node.origin_allowed(head) {
         return Err(refuse(
             ctx,

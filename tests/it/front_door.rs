@@ -62,10 +62,10 @@ fn accept_bucket_503_with_retry_after_and_never_for_health_endpoints() {
     let r = upgrade(sb.port, "/ws?user=b", "");
     assert_eq!(r.status, 503);
     retry_after(&r);
-    // The bucket comes first: even a malformed upgrade gets 503 while it is empty.
+    // A request that is no upgrade is answered 400 even while the bucket is empty.
     let r = http_raw(sb.port, b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
-    assert_eq!(r.status, 503);
-    assert!(refused(&sb, "rate_limited") >= 2.0);
+    assert_eq!(r.status, 400);
+    assert!(refused(&sb, "rate_limited") >= 1.0);
     // Plain HTTP is never refused by the bucket.
     for _ in 0..30 {
         for p in ["/healthz", "/readyz", "/metrics"] {
@@ -79,6 +79,33 @@ fn accept_bucket_503_with_retry_after_and_never_for_health_endpoints() {
         (s == 101).then_some(keep)
     });
     assert!(ok.is_some(), "the bucket never refilled");
+}
+
+#[test]
+fn non_upgrade_requests_leave_the_accept_bucket_whole() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--accept-rate",
+        "1",
+        "--accept-burst",
+        "2",
+    ]);
+    for i in 0..50 {
+        let req = if i % 5 == 4 {
+            upgrade_request("/ws?user=v", "").replace("Version: 13", "Version: 8")
+        } else {
+            "GET /ws HTTP/1.1\r\nHost: x\r\n\r\n".to_string()
+        };
+        let r = http_raw(sb.port, req.as_bytes()).unwrap();
+        assert_eq!(r.status, if i % 5 == 4 { 426 } else { 400 }, "request {i}");
+    }
+    assert_eq!(refused(&sb, "rate_limited"), 0.0);
+    // Both tokens of the burst are still there.
+    let (first, _a) = upgrade_status(sb.port, "/ws?user=a", "");
+    let (second, _b) = upgrade_status(sb.port, "/ws?user=b", "");
+    assert_eq!((first, second), (101, 101));
 }
 
 #[test]
