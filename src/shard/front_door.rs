@@ -7,9 +7,10 @@ use super::http::{self, Route};
 use super::reading;
 use super::response::Response;
 use super::runtime::{self, Runtime};
-use super::ShardCtx;
+use super::{sockopt, ShardCtx};
 use crate::metrics::Refusal;
 use shards::http_head::{self, HeadError, RequestHead, MAX_HEAD};
+use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -132,10 +133,46 @@ fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
     }
 }
 
-/// Writes a plain HTTP answer and closes (FIN after it).
+/// A plain HTTP answer the client has not taken in this long is abandoned,
+/// its socket reset (contract section 3).
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Writes a plain HTTP answer and closes (FIN after it) once the client has
+/// taken it; one it has not taken within [`ANSWER_DEADLINE`] is dropped with
+/// a reset, so the node keeps no socket or kernel buffer for a client that
+/// never reads.
 async fn respond<R: Runtime>(mut stream: R::Stream, resp: Response, head_only: bool) {
-    let _ = R::write_all(&mut stream, resp.encode(head_only)).await;
-    // SAFETY: the socket behind the fd is owned by `stream`, alive for the
-    // call; shutdown does not close the descriptor.
-    unsafe { libc::shutdown(R::fd(&stream), libc::SHUT_WR) };
+    let deadline = Instant::now() + ANSWER_DEADLINE;
+    let fd = R::fd(&stream);
+    let write = R::write_all(&mut stream, resp.encode(head_only));
+    let taken = match runtime::until::<R, _>(deadline, write).await {
+        Ok(Ok(())) => {
+            // SAFETY: the socket behind the fd is owned by `stream`, alive for
+            // the call; shutdown does not close the descriptor.
+            unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+            taken_by::<R>(fd, deadline).await
+        }
+        Ok(Err(_)) => true,
+        Err(()) => false,
+    };
+    if !taken {
+        sockopt::reset_on_close(fd);
+    }
+}
+
+/// Waits until the peer has acknowledged every byte the kernel holds for it on
+/// socket `fd` (true), or `deadline` passes first (false).
+async fn taken_by<R: Runtime>(fd: RawFd, deadline: Instant) -> bool {
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if sockopt::unsent_bytes(fd).is_none_or(|n| n == 0) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        R::sleep_until((now + pause).min(deadline)).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
 }

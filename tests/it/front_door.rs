@@ -319,6 +319,70 @@ fn refusal_checks_run_in_contract_order() {
     assert_eq!(upgrade(sb.port, "/ws?user=s", "").status, 503);
 }
 
+/// A client socket that takes at most a few KiB before it reads.
+fn small_window_client(port: u16) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    s.connect(&addr.into()).unwrap();
+    s.into()
+}
+
+/// The server's socket towards `client`, as `(state, tx_queue)`, if it exists.
+fn server_socket(server_port: u16, client: &TcpStream) -> Option<(u8, u64)> {
+    let client_port = client.local_addr().unwrap().port();
+    loopback_tcp()
+        .into_iter()
+        .find(|s| s.local_port == server_port && s.remote_port == client_port)
+        .map(|s| (s.state, s.tx_queue))
+}
+
+#[test]
+fn a_client_that_never_reads_leaves_no_server_socket_after_10_s() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    // A client that reads late, but within the 10 s, gets the whole page.
+    let mut late = small_window_client(sb.port);
+    late.write_all(request).unwrap();
+    let mut stuck = small_window_client(sb.port);
+    stuck.write_all(request).unwrap();
+    // The page does not fit the clients' windows: the server holds the rest.
+    let held = wait_for(Duration::from_secs(5), || {
+        server_socket(sb.port, &stuck).filter(|&(_, tx)| tx > 0)
+    });
+    assert!(held.is_some(), "the page never backed up on the server");
+    std::thread::sleep(Duration::from_secs(2)); // the late client's delay
+    late.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut page = Vec::new();
+    late.read_to_end(&mut page)
+        .expect("the whole page, then FIN");
+    let r = parse_response(&page).expect("a response");
+    assert_eq!(r.status, 200);
+    let length: usize = r.header("Content-Length").unwrap().parse().unwrap();
+    assert_eq!(r.body.len(), length, "the late client got every byte");
+    // The client that never reads: its answer is abandoned with a reset, and
+    // the server keeps nothing for it.
+    let gone = wait_for(Duration::from_secs(20), || {
+        server_socket(sb.port, &stuck).is_none().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "server socket still there: {:?}",
+        server_socket(sb.port, &stuck)
+    );
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = stuck.read_to_end(&mut rest);
+    assert!(
+        read.as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the stuck client sees a reset: {read:?}"
+    );
+}
+
 #[test]
 fn head_over_8_kib_is_431() {
     let sb = Seatboard::start(&["demo", "--shards", "1"]);
