@@ -1,10 +1,10 @@
 //! One WebSocket connection as a shard sees it: who, what it watches, its read
-//! side (frame decoder, message window) and its bounded send queue.
+//! side (frame decoder, message windows) and its bounded send queue.
 
 use crate::rate::{ControlWindow, MessageWindow};
+use crate::send_queue::{Push, SendQueue};
 use crate::ws_codec::Decoder;
 use bytes::Bytes;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Handle of a connection on one shard; the generation makes stale handles harmless.
@@ -40,13 +40,6 @@ impl Role {
     }
 }
 
-/// Why a push did not enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Push {
-    Queued,
-    Full,
-}
-
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub gen: u32,
@@ -56,10 +49,8 @@ pub(crate) struct Conn {
     pub admin_feed: bool,
     /// Watched courses and this connection's index in each course's viewer list.
     pub watched: Vec<(Arc<str>, u32)>,
-    pub queue: VecDeque<Bytes>,
-    pub queued_bytes: usize,
-    /// Since when pushes have been failing without the queue ever draining.
-    pub full_since: Option<u64>,
+    /// Frames not yet written, within the connection's bound.
+    pub queue: SendQueue,
     pub last_rx_ms: u64,
     pub last_ping_ms: u64,
     /// Set once a close frame is queued: nothing else goes out.
@@ -83,6 +74,7 @@ impl Conn {
         role: Role,
         admin_feed: bool,
         deflate: bool,
+        queue_bound: usize,
         now_ms: u64,
     ) -> Self {
         Conn {
@@ -91,9 +83,7 @@ impl Conn {
             role,
             admin_feed,
             watched: Vec::new(),
-            queue: VecDeque::new(),
-            queued_bytes: 0,
-            full_since: None,
+            queue: SendQueue::new(queue_bound),
             last_rx_ms: now_ms,
             last_ping_ms: now_ms,
             closing: false,
@@ -109,36 +99,12 @@ impl Conn {
         }
     }
 
-    /// Queues a frame if it fits in `limit` bytes (an empty queue takes anything).
-    pub fn push(&mut self, frame: Bytes, limit: usize, now_ms: u64) -> Push {
+    /// Queues a data frame if it fits (nothing goes out after the close frame).
+    pub fn push(&mut self, frame: Bytes, now_ms: u64) -> Push {
         if self.closing {
             return Push::Full;
         }
-        if !self.queue.is_empty() && self.queued_bytes + frame.len() > limit {
-            self.full_since.get_or_insert(now_ms);
-            return Push::Full;
-        }
-        self.push_always(frame);
-        Push::Queued
-    }
-
-    /// Queues a frame past the bound (close frames, drain hints).
-    pub fn push_always(&mut self, frame: Bytes) {
-        self.queued_bytes += frame.len();
-        self.queue.push_back(frame);
-    }
-
-    pub fn pop(&mut self) -> Option<Bytes> {
-        let f = self.queue.pop_front()?;
-        self.queued_bytes -= f.len();
-        if self.queue.is_empty() {
-            self.full_since = None;
-            // Hand back the ring's memory: most connections sit idle between ticks.
-            if self.queue.capacity() > 4 {
-                self.queue = VecDeque::new();
-            }
-        }
-        Some(f)
+        self.queue.push(frame, now_ms)
     }
 
     pub fn watch_pos(&self, course: &str) -> Option<usize> {

@@ -22,6 +22,7 @@ pub mod gate;
 pub mod http_head;
 pub mod origin;
 pub mod rate;
+mod send_queue;
 pub mod server_msg;
 pub mod shard;
 pub mod snapshot;

@@ -6,10 +6,11 @@
 //! [`Shard::poll_transmit`], and sleeps until [`Shard::poll_timeout`].
 
 use crate::client_op::{ClientOp, OpError};
-use crate::conn::{Conn, ConnId, Push, Role};
+use crate::conn::{Conn, ConnId, Role};
 use crate::course::{Course, Viewer};
 use crate::deflate::Deflater;
 use crate::gate::Gate;
+use crate::send_queue::Push;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
 use crate::ws_codec::{
@@ -256,7 +257,7 @@ impl Shard {
         }
         let frame = if c.deflate { deflated } else { plain };
         let len = frame.len() as u64;
-        c.push_always(frame.clone());
+        c.queue.push_always(frame.clone());
         self.stats.frames_queued += 1;
         self.stats.bytes_queued += len;
         self.stats.payload_bytes += payload_len(plain);
@@ -291,6 +292,7 @@ impl Shard {
             role,
             admin_feed,
             deflate,
+            self.cfg.send_queue_bytes,
             now_ms,
         ));
         self.live += 1;
@@ -408,7 +410,7 @@ impl Shard {
             if self.fits(id, reply.len()) {
                 self.send_always(id, reply);
             } else if let Some(c) = self.conn_mut(id) {
-                c.full_since.get_or_insert(now_ms);
+                c.queue.refused(now_ms);
             }
         }
     }
@@ -500,9 +502,7 @@ impl Shard {
 
     /// Whether `len` more bytes may be queued to `id` (an empty queue takes anything).
     fn fits(&self, id: ConnId, len: usize) -> bool {
-        self.conn(id).is_some_and(|c| {
-            c.queue.is_empty() || c.queued_bytes + len <= self.cfg.send_queue_bytes
-        })
+        self.conn(id).is_some_and(|c| c.queue.fits(len))
     }
 
     /// A frame for `id` did not fit: it is owed a full frame of `course` at the
@@ -511,7 +511,7 @@ impl Shard {
         let Some(conn) = self.conn_mut(id) else {
             return;
         };
-        conn.full_since.get_or_insert(now_ms);
+        conn.queue.refused(now_ms);
         let Some(pos) = conn.watch_pos(course) else {
             return;
         };
@@ -723,14 +723,13 @@ impl Shard {
 
     /// [`Shard::send_always_bounded`] with a compressed twin for deflate connections.
     fn send_bounded_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
-        let limit = self.cfg.send_queue_bytes;
         if let Some(c) = self.conn(id) {
             let len = if c.deflate {
                 deflated.len()
             } else {
                 plain.len()
             };
-            if c.queued_bytes + len <= limit {
+            if c.queue.within_bound(len) {
                 self.send_always_as(id, plain, deflated);
             }
         }
@@ -863,7 +862,6 @@ impl Shard {
         c.dirty.clear();
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
-        let limit = self.cfg.send_queue_bytes;
         let presence = c.presence_msg.clone();
         // The compressed twins, made at most once each for every viewer that
         // negotiated permessage-deflate.
@@ -890,7 +888,7 @@ impl Shard {
                 (None, _, false) => continue,
             };
             let len = frame.len() as u64;
-            match conn.push(frame, limit, now_ms) {
+            match conn.push(frame, now_ms) {
                 Push::Queued => {
                     self.stats.frames_queued += 1;
                     self.stats.bytes_queued += len;
@@ -902,9 +900,9 @@ impl Shard {
                         // A healed viewer may have missed a count too.
                         if let Some(p) = presence
                             .as_ref()
-                            .filter(|p| conn.queued_bytes + p.len() <= limit)
+                            .filter(|p| conn.queue.within_bound(p.len()))
                         {
-                            conn.push_always(p.clone());
+                            conn.queue.push_always(p.clone());
                             self.stats.frames_queued += 1;
                             self.stats.bytes_queued += p.len() as u64;
                             self.stats.payload_bytes += payload_len(p);
@@ -936,7 +934,8 @@ impl Shard {
             if c.closing {
                 continue;
             }
-            if c.full_since
+            if c.queue
+                .full_since()
                 .is_some_and(|t| now_ms >= t + cfg.slow_consumer_ms)
             {
                 self.stats.slow_consumer_closes += 1;
@@ -978,12 +977,12 @@ impl Shard {
 
     /// The next frame to write to `id`.
     pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
-        self.conn_mut(id)?.pop()
+        self.conn_mut(id)?.queue.pop()
     }
 
     /// Bytes queued to `id` (for tests and the slow-consumer bench).
     pub fn queued_bytes(&self, id: ConnId) -> usize {
-        self.conn(id).map_or(0, |c| c.queued_bytes)
+        self.conn(id).map_or(0, |c| c.queue.bytes())
     }
 
     /// The user a connection belongs to.
