@@ -1,6 +1,7 @@
 //! One WebSocket connection as a shard sees it: who, what it watches, its read
 //! side (frame decoder, message windows) and its bounded send queue.
 
+use crate::phase::Phase;
 use crate::rate::{ControlWindow, MessageWindow};
 use crate::send_queue::{Push, SendQueue};
 use crate::ws_codec::Decoder;
@@ -53,8 +54,8 @@ pub(crate) struct Conn {
     pub queue: SendQueue,
     pub last_rx_ms: u64,
     pub last_ping_ms: u64,
-    /// Set once a close frame is queued: nothing else goes out.
-    pub closing: bool,
+    /// Open, closing (our close frame queued: nothing else goes out) or cut.
+    pub phase: Phase,
     /// Sitting in the shard's ready list.
     pub in_ready: bool,
     /// Negotiated permessage-deflate: text frames of 256 B or more go compressed.
@@ -86,7 +87,7 @@ impl Conn {
             queue: SendQueue::new(queue_bound),
             last_rx_ms: now_ms,
             last_ping_ms: now_ms,
-            closing: false,
+            phase: Phase::Open,
             in_ready: false,
             deflate,
             decoder: if deflate {
@@ -101,7 +102,7 @@ impl Conn {
 
     /// Queues a data frame if it fits (nothing goes out after the close frame).
     pub fn push(&mut self, frame: Bytes, now_ms: u64) -> Push {
-        if self.closing {
+        if !self.phase.is_open() {
             return Push::Full;
         }
         self.queue.push(frame, now_ms)

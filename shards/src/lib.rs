@@ -21,6 +21,7 @@ pub mod deflate;
 pub mod gate;
 pub mod http_head;
 pub mod origin;
+pub mod phase;
 pub mod rate;
 mod send_queue;
 pub mod server_msg;

@@ -10,6 +10,7 @@ use crate::conn::{Conn, ConnId, Role};
 use crate::course::{Course, Viewer};
 use crate::deflate::Deflater;
 use crate::gate::Gate;
+use crate::phase::Phase;
 use crate::send_queue::Push;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
@@ -252,7 +253,7 @@ impl Shard {
     /// permessage-deflate, else `plain` (the same message uncompressed).
     fn send_always_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
         let Some(c) = self.conn_mut(id) else { return };
-        if c.closing {
+        if !c.phase.is_open() {
             return;
         }
         let frame = if c.deflate { deflated } else { plain };
@@ -356,7 +357,7 @@ impl Shard {
                     return Reading::Stop;
                 }
             };
-            if c.closing && !matches!(event, WsEvent::Close(_)) {
+            if !c.phase.is_open() && !matches!(event, WsEvent::Close(_)) {
                 continue;
             }
             match event {
@@ -384,7 +385,7 @@ impl Shard {
     pub fn handle_text(&mut self, id: ConnId, text: &str, now_ms: u64) {
         self.handle_activity(id, now_ms);
         let Some(conn) = self.conn(id) else { return };
-        if conn.closing {
+        if !conn.phase.is_open() {
             return;
         }
         let role = conn.role;
@@ -606,7 +607,7 @@ impl Shard {
     /// a drain, a shutdown): unwatches everything and queues the close frame.
     pub fn close(&mut self, id: ConnId, code: u16, reason: &str) {
         let Some(conn) = self.conn(id) else { return };
-        if conn.closing {
+        if !conn.phase.is_open() {
             return;
         }
         let courses: Vec<Arc<str>> = conn.watched.iter().map(|(c, _)| Arc::clone(c)).collect();
@@ -614,11 +615,12 @@ impl Shard {
             self.unwatch(id, &c);
         }
         self.send_always(id, close_frame(code, reason));
+        let cut_at = self.now_ms + CLOSE_GRACE_MS;
         if let Some(c) = self.conn_mut(id) {
-            c.closing = true;
+            c.phase.start_close(code, cut_at);
         }
         self.actions.push_back(Action::Close { conn: id, code });
-        self.cuts.push_back((self.now_ms + CLOSE_GRACE_MS, id));
+        self.cuts.push_back((cut_at, id));
     }
 
     /// The socket is gone: forget the connection.
@@ -792,7 +794,7 @@ impl Shard {
                 break;
             }
             self.drain_schedule.pop();
-            if self.conn(id).is_some_and(|c| !c.closing) {
+            if self.conn(id).is_some_and(|c| c.phase.is_open()) {
                 let after = self.rand() % 5001;
                 self.send_always(id, server_msg::reconnect(after));
                 self.close(id, close::RESTART, "draining");
@@ -839,7 +841,10 @@ impl Shard {
                 break;
             }
             self.cuts.pop_front();
-            if self.conn(id).is_some() {
+            if self
+                .conn_mut(id)
+                .is_some_and(|c| c.phase.cut_if_due(now_ms))
+            {
                 self.actions.push_back(Action::Cut { conn: id });
             }
         }
@@ -915,7 +920,7 @@ impl Shard {
                 }
                 Push::Full => {
                     self.stats.frames_dropped += 1;
-                    if !v.owes_full && !conn.closing {
+                    if !v.owes_full && conn.phase.is_open() {
                         v.owes_full = true;
                         owed += 1;
                     }
@@ -931,7 +936,7 @@ impl Shard {
         let ids: Vec<ConnId> = self.live_ids().collect();
         for id in ids {
             let Some(c) = self.conn(id) else { continue };
-            if c.closing {
+            if !c.phase.is_open() {
                 continue;
             }
             if c.queue
@@ -978,6 +983,11 @@ impl Shard {
     /// The next frame to write to `id`.
     pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
         self.conn_mut(id)?.queue.pop()
+    }
+
+    /// Where connection `id` is in its life (`None`: unknown or gone).
+    pub fn phase(&self, id: ConnId) -> Option<Phase> {
+        self.conn(id).map(|c| c.phase)
     }
 
     /// Bytes queued to `id` (for tests and the slow-consumer bench).

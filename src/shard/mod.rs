@@ -133,13 +133,9 @@ impl ShardCtx {
                         connected,
                     });
                 }
-                // The close frame is queued behind the data; it goes out below.
-                Action::Close { conn, code } => {
-                    self.node.metrics.close(code);
-                    if let Some(io) = self.conns.borrow().get(&conn) {
-                        io.closing.set(true);
-                    }
-                }
+                // The close frame is queued behind the data; it goes out below,
+                // and the write side ends after it (the core's phase says so).
+                Action::Close { code, .. } => self.node.metrics.close(code),
                 Action::Cut { conn } => {
                     if let Some(io) = self.conns.borrow().get(&conn) {
                         io.cut();

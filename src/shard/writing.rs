@@ -7,6 +7,7 @@ use super::runtime::Runtime;
 use super::send_ring::SendRing;
 use super::{handshake, sockopt, ShardCtx};
 use bytes::{Buf, Bytes};
+use shards::phase::Phase;
 use shards::{ConnId, Shard};
 use std::cell::Cell;
 use std::io::ErrorKind;
@@ -52,9 +53,6 @@ impl<R: Runtime> Socket for ConnSocket<R> {
 pub struct ConnIo {
     /// Who writes the socket now.
     pub write_side: Cell<WriteSide>,
-    /// The shard queued the close frame: once the queue is empty, the write
-    /// side is shut down (FIN after the close frame, RFC 6455 section 7.1.1).
-    pub closing: Cell<bool>,
     /// The reader task, waiting (after its last read) for the writer task to end.
     pub reader_waiting: Cell<Option<Waker>>,
     /// Set just before the socket is released, so no one touches a reused fd.
@@ -76,7 +74,6 @@ impl ConnIo {
     pub fn new(fd: RawFd, socket: Rc<dyn Socket>, slot: handshake::Slot) -> Self {
         ConnIo {
             write_side: Cell::new(WriteSide::Direct),
-            closing: Default::default(),
             reader_waiting: Default::default(),
             finished: Default::default(),
             registered: Default::default(),
@@ -86,10 +83,13 @@ impl ConnIo {
         }
     }
 
-    /// Called when the queue was written out: after the close frame, shuts the
-    /// write side down and writes nothing more.
-    fn after_queue_empty(&self) {
-        if self.closing.get() && !self.finished.get() {
+    /// Called when the queue was written out, with the connection's phase in
+    /// the core: once it is closing, the close frame was the last one queued,
+    /// so the write side is shut down (FIN after the close frame, RFC 6455
+    /// section 7.1.1) and nothing more is written.
+    fn after_queue_empty(&self, phase: Option<Phase>) {
+        let closing = phase.is_some_and(|p| !p.is_open());
+        if closing && !self.finished.get() {
             self.write_side.set(WriteSide::Done);
             // SAFETY: `finished` is false, so the socket behind `fd` is still
             // owned by this connection; shutdown does not close the descriptor.
@@ -189,7 +189,7 @@ fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo>, id: Conn
         }
     }
     if io.write_side.get() == WriteSide::Direct {
-        io.after_queue_empty();
+        io.after_queue_empty(shard.phase(id));
     }
     ctx.metrics().bytes_out.fetch_add(written as u64, Relaxed);
 }
@@ -217,7 +217,7 @@ fn write_batched(ctx: &Rc<ShardCtx>, shard: &mut Shard, conns: &ConnTable, ring:
                 continue;
             }
             let Some(frame) = shard.poll_transmit(id) else {
-                io.after_queue_empty();
+                io.after_queue_empty(shard.phase(id));
                 continue;
             };
             if ring.is_full() {
@@ -259,7 +259,7 @@ fn sent(
     let (n, whole) = settle(ctx, &io, id, frame, res);
     if whole {
         if shard.queued_bytes(id) == 0 {
-            io.after_queue_empty();
+            io.after_queue_empty(shard.phase(id));
         } else {
             again.push(id);
         }
@@ -336,10 +336,11 @@ async fn write_loop<R: Runtime>(
 /// the queue, or `None` when the queue is empty, which hands the socket back
 /// to the flush step (and the task ends).
 fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Bytes> {
-    let next = ctx.shard.borrow_mut().poll_transmit(id);
+    let mut shard = ctx.shard.borrow_mut();
+    let next = shard.poll_transmit(id);
     if next.is_none() {
         io.write_side.set(WriteSide::Direct);
-        io.after_queue_empty();
+        io.after_queue_empty(shard.phase(id));
         wake_reader(io);
     }
     next
