@@ -148,8 +148,24 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         node: Arc::clone(&ctx.node),
         user: identity.user.into(),
     };
+    let (response, deflate) = switching_protocols(node, head, key);
+    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
+    Ok(Accepted {
+        upgrade: Upgrade {
+            slot,
+            role: identity.role,
+            admin_feed,
+            deflate,
+        },
+        response,
+    })
+}
+
+/// The `101` for an accepted upgrade with key `key`, and whether it accepts
+/// permessage-deflate (an offer that cannot be accepted as a whole is
+/// ignored, never refused).
+fn switching_protocols(node: &Node, head: &RequestHead, key: &str) -> (Vec<u8>, bool) {
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-    // An offer that cannot be accepted as a whole is ignored, never refused.
     let extensions = match (node.args.compression, head.ws_extensions.as_deref()) {
         (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
         _ => None,
@@ -162,14 +178,5 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{extensions}\r\n"
     )
     .into_bytes();
-    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
-    Ok(Accepted {
-        upgrade: Upgrade {
-            slot,
-            role: identity.role,
-            admin_feed,
-            deflate,
-        },
-        response,
-    })
+    (response, deflate)
 }
