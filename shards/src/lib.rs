@@ -27,6 +27,7 @@ mod send_queue;
 pub mod server_msg;
 pub mod shard;
 pub mod snapshot;
+mod timer;
 pub mod ws_codec;
 
 pub use conn::{ConnId, Role};

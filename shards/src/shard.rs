@@ -14,6 +14,7 @@ use crate::phase::Phase;
 use crate::send_queue::Push;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
+use crate::timer::{Timer, TimerTable};
 use crate::ws_codec::{
     close, close_frame, deflated_frame, ping_frame, pong_frame, server_frame_payload, Violation,
     WsEvent,
@@ -141,7 +142,8 @@ pub struct Shard {
     last_admin: Option<(Bytes, Bytes)>,
     /// permessage-deflate without context: one compressor for the whole shard.
     deflater: Deflater,
-    next_sweep_ms: u64,
+    /// The sweep, drain and cut deadlines.
+    timers: TimerTable,
     draining: bool,
     /// Drain moments, latest first, so the due ones pop off the end.
     drain_schedule: Vec<(u64, ConnId)>,
@@ -178,7 +180,7 @@ impl Shard {
             admin_feeds: 0,
             last_admin: None,
             deflater: Deflater::default(),
-            next_sweep_ms: 0,
+            timers: TimerTable::default(),
             draining: false,
             drain_schedule: Vec::new(),
             rng,
@@ -310,14 +312,15 @@ impl Shard {
         if let (true, Some((plain, deflated))) = (admin_feed, self.last_admin.clone()) {
             self.send_always_as(id, &plain, &deflated);
         }
-        if self.next_sweep_ms == 0 {
-            self.next_sweep_ms = now_ms + SWEEP_MS;
+        if self.timers.get(Timer::Sweep).is_none() {
+            self.timers.set(Timer::Sweep, now_ms + SWEEP_MS);
         }
         if self.draining {
             // An upgrade that completed after the drain began: hint and close at
             // once, or the drain would never see its last connection go.
             self.drain_schedule.push((now_ms, id));
             self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
+            self.arm_drain();
         }
         id
     }
@@ -621,6 +624,7 @@ impl Shard {
         }
         self.actions.push_back(Action::Close { conn: id, code });
         self.cuts.push_back((cut_at, id));
+        self.arm_cut();
     }
 
     /// The socket is gone: forget the connection.
@@ -633,6 +637,9 @@ impl Shard {
         if let Some(conn) = self.conns[id.idx as usize].take() {
             self.free.push(id.idx);
             self.live -= 1;
+            if self.live == 0 {
+                self.timers.stop(Timer::Sweep);
+            }
             if conn.admin_feed {
                 self.admin_feeds -= 1;
                 if self.admin_feeds == 0 {
@@ -786,6 +793,19 @@ impl Shard {
             self.drain_schedule.push((at, id));
         }
         self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
+        self.arm_drain();
+    }
+
+    /// Runs the drain timer until the next drain moment (or stops it).
+    fn arm_drain(&mut self) {
+        let next = self.drain_schedule.last().map(|d| d.0);
+        self.timers.set_or_stop(Timer::Drain, next);
+    }
+
+    /// Runs the cut timer until the next close grace ends (or stops it).
+    fn arm_cut(&mut self) {
+        let next = self.cuts.front().map(|c| c.0);
+        self.timers.set_or_stop(Timer::Cut, next);
     }
 
     fn drain_due(&mut self, now_ms: u64) {
@@ -800,6 +820,7 @@ impl Shard {
                 self.close(id, close::RESTART, "draining");
             }
         }
+        self.arm_drain();
     }
 
     /// Second signal: closes every connection at once.
@@ -848,8 +869,9 @@ impl Shard {
                 self.actions.push_back(Action::Cut { conn: id });
             }
         }
-        if self.next_sweep_ms != 0 && now_ms >= self.next_sweep_ms {
-            self.next_sweep_ms = now_ms + SWEEP_MS;
+        self.arm_cut();
+        if self.timers.is_expired(Timer::Sweep, now_ms) {
+            self.timers.set(Timer::Sweep, now_ms + SWEEP_MS);
             self.sweep(now_ms);
         }
     }
@@ -960,10 +982,10 @@ impl Shard {
     /// When the shell must next call [`Shard::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<u64> {
         let render = self.scheduled.peek().map(|Reverse((due, _))| *due);
-        let sweep = (self.live > 0).then_some(self.next_sweep_ms);
-        let drain = self.drain_schedule.last().map(|d| d.0);
-        let cut = self.cuts.front().map(|c| c.0);
-        [render, sweep, drain, cut].into_iter().flatten().min()
+        [render, self.timers.next_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next thing the shell must do outside the shard.
