@@ -28,9 +28,10 @@ fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
 }
 
 fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
-    if !(1..=128).contains(&runtime::shard_count(&args)) {
-        return usage("--shards must be between 1 and 128");
-    }
+    let shards = match runtime::ShardSet::new(args.shards.map(usize::from)) {
+        Ok(set) => set,
+        Err(e) => return usage(&e),
+    };
     let auth = match auth_for(&args, demo_mode) {
         Ok(a) => a,
         Err(e) => return usage(&e),
@@ -50,8 +51,7 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         eprintln!("error: cannot start: {e}");
         return ExitCode::from(1);
     }
-    let shards = runtime::shard_count(&args);
-    let node = Arc::new(Node::new(args, shards, auth));
+    let node = Arc::new(Node::new(args, shards.len(), auth));
     let started = if demo_mode {
         demo::start(Arc::clone(&node))
     } else {
@@ -74,7 +74,7 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
     if demo_mode {
         println!("seatboard demo running: open {shown}  (admin: {shown}admin)");
     } else {
-        tracing::info!(listen = %addr, shards, "seatboard serving");
+        tracing::info!(listen = %addr, shards = shards.len(), "seatboard serving");
         let stop = {
             let node = Arc::clone(&node);
             move || node.draining()

@@ -306,332 +306,330 @@ impl Metrics {
             .sum()
     }
 
-    /// The Prometheus text exposition.
+    /// The Prometheus text exposition: every family of [`FAMILIES`], in order.
     pub fn render(&self) -> String {
         let mut o = String::with_capacity(8192);
-        let sum = |f: ShardField| -> u64 { self.shards.iter().map(|s| f(s).load(Relaxed)).sum() };
-        let family = |o: &mut String, name: &str, kind: &str, help: &str| {
-            let _ = writeln!(o, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        };
-        family(
-            &mut o,
-            "seatboard_connections",
-            "gauge",
-            "Open WebSocket connections per shard.",
-        );
-        for (i, s) in self.shards.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "seatboard_connections{{shard=\"{i}\"}} {}",
-                s.connections.load(Relaxed)
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_courses_watched",
-            "gauge",
-            "Courses with a viewer, per shard.",
-        );
-        for (i, s) in self.shards.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "seatboard_courses_watched{{shard=\"{i}\"}} {}",
-                s.courses.load(Relaxed)
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_shard_core",
-            "gauge",
-            "The CPU core each shard is pinned to (-1: not pinned).",
-        );
-        for (i, s) in self.shards.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "seatboard_shard_core{{shard=\"{i}\"}} {}",
-                s.core.load(Relaxed)
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_shard_heartbeat_age_seconds",
-            "gauge",
-            "Time since each shard's event loop last ran (probed every few seconds).",
-        );
         let now_ms = crate::clock::now_ms();
-        for (i, s) in self.shards.iter().enumerate() {
-            let age_ms = now_ms.saturating_sub(s.heartbeat_ms.load(Relaxed));
-            let _ = writeln!(
-                o,
-                "seatboard_shard_heartbeat_age_seconds{{shard=\"{i}\"}} {}",
-                age_ms as f64 / 1e3
-            );
+        for f in FAMILIES {
+            let name = f.name;
+            let _ = writeln!(o, "# HELP {name} {}\n# TYPE {name} {}", f.help, f.kind);
+            match f.samples {
+                Samples::One(value) => {
+                    let _ = writeln!(o, "{name} {}", value(self));
+                }
+                Samples::ShardSum(field) => {
+                    let sum: u64 = self.shards.iter().map(|s| field(s).load(Relaxed)).sum();
+                    let _ = writeln!(o, "{name} {sum}");
+                }
+                Samples::PerShard(value) => {
+                    for (i, s) in self.shards.iter().enumerate() {
+                        let _ = writeln!(o, "{name}{{shard=\"{i}\"}} {}", value(s, now_ms));
+                    }
+                }
+                Samples::Labelled(label, values) => {
+                    for (v, n) in values(self) {
+                        let _ = writeln!(o, "{name}{{{label}=\"{v}\"}} {n}");
+                    }
+                }
+                Samples::ShardHistogram(histogram) => {
+                    for (i, s) in self.shards.iter().enumerate() {
+                        histogram(s).render(&mut o, name, &format!("shard=\"{i}\""));
+                    }
+                }
+                Samples::Histogram(histogram) => histogram(self).render(&mut o, name, ""),
+            }
         }
-        family(
-            &mut o,
-            "seatboard_driver_shards",
-            "gauge",
-            "Shards running on each I/O driver.",
-        );
-        for (i, d) in DRIVERS.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "seatboard_driver_shards{{driver=\"{d}\"}} {}",
-                self.driver_shards[i].load(Relaxed)
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_pin_failures_total",
-            "counter",
-            "Shards whose thread could not be pinned to a core.",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_pin_failures_total {}",
-            self.pin_failures.load(Relaxed)
-        );
-        family(
-            &mut o,
-            "seatboard_max_connections",
-            "gauge",
-            "The node's connection cap (--max-connections).",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_max_connections {}",
-            self.max_connections.load(Relaxed)
-        );
-        family(
-            &mut o,
-            "process_start_time_seconds",
-            "gauge",
-            "Start time of the process since the Unix epoch, in seconds.",
-        );
-        let _ = writeln!(o, "process_start_time_seconds {}", self.started_unix_s);
-        family(
-            &mut o,
-            "seatboard_handshakes_accepted_total",
-            "counter",
-            "WebSocket upgrades accepted.",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_handshakes_accepted_total {}",
-            self.handshakes_accepted.load(Relaxed)
-        );
-        family(
-            &mut o,
-            "seatboard_handshakes_refused_total",
-            "counter",
-            "Requests refused before the upgrade, by reason.",
-        );
-        for (i, r) in Refusal::ALL.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "seatboard_handshakes_refused_total{{reason=\"{}\"}} {}",
-                r.label(),
-                self.refused[i].load(Relaxed)
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_ws_closes_total",
-            "counter",
-            "Close frames sent, by code.",
-        );
-        for (i, c) in CLOSE_CODES.iter().enumerate() {
-            let code = if *c == 0 {
-                "other".to_string()
-            } else {
-                c.to_string()
-            };
-            let _ = writeln!(
-                o,
-                "seatboard_ws_closes_total{{code=\"{code}\"}} {}",
-                self.closes[i].load(Relaxed)
-            );
-        }
-        let counters: [(&str, &str, ShardField); 11] = [
-            (
-                "seatboard_frames_sent_total",
-                "Frames queued to clients.",
-                |s| &s.frames_queued,
-            ),
-            (
-                "seatboard_frames_dropped_total",
-                "Frames dropped because a send queue was full.",
-                |s| &s.frames_dropped,
-            ),
-            (
-                "seatboard_resyncs_total",
-                "Full frames sent to heal a client that missed one.",
-                |s| &s.resyncs,
-            ),
-            (
-                "seatboard_frames_rendered_total",
-                "Course frames encoded (once per course per tick).",
-                |s| &s.frames_rendered,
-            ),
-            (
-                "seatboard_bytes_out_total",
-                "Bytes written to WebSocket clients.",
-                |s| &s.bytes_out,
-            ),
-            (
-                "seatboard_send_batches_total",
-                "Batches of frames an io_uring shard sent with one submission (epoll and tokio shards send each frame with its own send(2)).",
-                |s| &s.send_batches,
-            ),
-            (
-                "seatboard_ws_bytes_sent_total",
-                "WebSocket bytes written to clients, as on the wire (compressed or not).",
-                |s| &s.bytes_out,
-            ),
-            (
-                "seatboard_ws_payload_bytes_total",
-                "WebSocket payload bytes queued to clients, before compression.",
-                |s| &s.ws_payload_bytes,
-            ),
-            (
-                "seatboard_slow_consumer_closes_total",
-                "Connections closed 4001.",
-                |s| &s.slow_consumer_closes,
-            ),
-            (
-                "seatboard_idle_closes_total",
-                "Connections closed for 75 s of silence.",
-                |s| &s.idle_closes,
-            ),
-            (
-                "seatboard_client_errors_total",
-                "Client mistakes answered with an error message.",
-                |s| &s.client_errors,
-            ),
-        ];
-        for (name, help, f) in counters {
-            family(&mut o, name, "counter", help);
-            let _ = writeln!(o, "{name} {}", sum(f));
-        }
-        family(
-            &mut o,
-            "seatboard_ingest_messages_total",
-            "counter",
-            "Valid snapshots received.",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_ingest_messages_total {}",
-            self.ingest_messages.load(Relaxed)
-        );
-        family(
-            &mut o,
-            "seatboard_ingest_rejected_total",
-            "counter",
-            "Payloads dropped, by reason.",
-        );
-        for (i, r) in Reject::ALL.iter().enumerate() {
-            let _ = writeln!(
-                o,
-                "seatboard_ingest_rejected_total{{reason=\"{}\"}} {}",
-                r.label(),
-                self.ingest_rejected[i].load(Relaxed)
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_ingest_duplicates_total",
-            "counter",
-            "Snapshots seen twice (overlapping subscriptions) or stale.",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_ingest_duplicates_total {}",
-            self.ingest_duplicates.load(Relaxed)
-        );
-        let gauges: [(&str, &str, &AtomicU64); 6] = [
-            (
-                "seatboard_redis_connected",
-                "1 while the pub/sub source is connected.",
-                &self.redis_connected,
-            ),
-            (
-                "seatboard_subscriptions",
-                "Per-course channel subscriptions held.",
-                &self.subscriptions,
-            ),
-            (
-                "seatboard_firehose",
-                "1 while the pattern subscription is held.",
-                &self.firehose,
-            ),
-            (
-                "seatboard_ingest_courses",
-                "Courses the node holds a board of (watched, or known while an admin is connected).",
-                &self.ingest_courses,
-            ),
-            ("seatboard_draining", "1 while draining.", &self.draining),
-            (
-                "seatboard_connections_total_open",
-                "Open WebSocket connections on the node.",
-                &AtomicU64::new(self.connections()),
-            ),
-        ];
-        for (name, help, v) in gauges {
-            family(&mut o, name, "gauge", help);
-            let _ = writeln!(o, "{name} {}", v.load(Relaxed));
-        }
-        family(
-            &mut o,
-            "seatboard_redis_reconnects_total",
-            "counter",
-            "Reconnects to Redis.",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_redis_reconnects_total {}",
-            self.redis_reconnects.load(Relaxed)
-        );
-        family(
-            &mut o,
-            "seatboard_presence_errors_total",
-            "counter",
-            "Presence pipelines that failed.",
-        );
-        let _ = writeln!(
-            o,
-            "seatboard_presence_errors_total {}",
-            self.presence_errors.load(Relaxed)
-        );
-        family(
-            &mut o,
-            "seatboard_tick_duration_seconds",
-            "histogram",
-            "Time of one render pass, per shard.",
-        );
-        for (i, s) in self.shards.iter().enumerate() {
-            s.tick.render(
-                &mut o,
-                "seatboard_tick_duration_seconds",
-                &format!("shard=\"{i}\""),
-            );
-        }
-        family(
-            &mut o,
-            "seatboard_update_latency_seconds",
-            "histogram",
-            "From a snapshot's ts to its arrival at the hub.",
-        );
-        self.update_latency
-            .render(&mut o, "seatboard_update_latency_seconds", "");
-        family(
-            &mut o,
-            "seatboard_presence_pipeline_seconds",
-            "histogram",
-            "Presence pipeline round trip.",
-        );
-        self.presence_pipeline
-            .render(&mut o, "seatboard_presence_pipeline_seconds", "");
         o
     }
 }
+
+/// A sample's value as the exposition writes it.
+#[derive(Debug, Clone, Copy)]
+enum Num {
+    U(u64),
+    I(i64),
+    F(f64),
+}
+
+impl std::fmt::Display for Num {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Num::U(n) => n.fmt(f),
+            Num::I(n) => n.fmt(f),
+            Num::F(n) => n.fmt(f),
+        }
+    }
+}
+
+/// Where one family's samples come from.
+enum Samples {
+    /// One node-wide sample, no labels.
+    One(fn(&Metrics) -> Num),
+    /// One sample, the sum of a counter over the shards.
+    ShardSum(ShardField),
+    /// One sample per shard, labelled `shard` (given the time, in process ms).
+    PerShard(fn(&ShardMetrics, u64) -> Num),
+    /// One sample per value of the label named first.
+    Labelled(&'static str, fn(&Metrics) -> Vec<(String, u64)>),
+    /// One histogram per shard, labelled `shard`.
+    ShardHistogram(fn(&ShardMetrics) -> &Histogram),
+    /// One node-wide histogram.
+    Histogram(fn(&Metrics) -> &Histogram),
+}
+
+/// One metric family of `/metrics`: what it is called, its type and help
+/// text, and where its samples come from.
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    samples: Samples,
+}
+
+const fn gauge(name: &'static str, help: &'static str, samples: Samples) -> Family {
+    Family {
+        name,
+        kind: "gauge",
+        help,
+        samples,
+    }
+}
+
+const fn counter(name: &'static str, help: &'static str, samples: Samples) -> Family {
+    Family {
+        name,
+        kind: "counter",
+        help,
+        samples,
+    }
+}
+
+const fn histogram(name: &'static str, help: &'static str, samples: Samples) -> Family {
+    Family {
+        name,
+        kind: "histogram",
+        help,
+        samples,
+    }
+}
+
+fn load(v: &AtomicU64) -> Num {
+    Num::U(v.load(Relaxed))
+}
+
+/// Every metric family, in `/metrics` order.
+const FAMILIES: &[Family] = &[
+    gauge(
+        "seatboard_connections",
+        "Open WebSocket connections per shard.",
+        Samples::PerShard(|s, _| load(&s.connections)),
+    ),
+    gauge(
+        "seatboard_courses_watched",
+        "Courses with a viewer, per shard.",
+        Samples::PerShard(|s, _| load(&s.courses)),
+    ),
+    gauge(
+        "seatboard_shard_core",
+        "The CPU core each shard is pinned to (-1: not pinned).",
+        Samples::PerShard(|s, _| Num::I(s.core.load(Relaxed))),
+    ),
+    gauge(
+        "seatboard_shard_heartbeat_age_seconds",
+        "Time since each shard's event loop last ran (probed every few seconds).",
+        Samples::PerShard(|s, now_ms| {
+            Num::F(now_ms.saturating_sub(s.heartbeat_ms.load(Relaxed)) as f64 / 1e3)
+        }),
+    ),
+    gauge(
+        "seatboard_driver_shards",
+        "Shards running on each I/O driver.",
+        Samples::Labelled("driver", |m| {
+            DRIVERS
+                .iter()
+                .zip(&m.driver_shards)
+                .map(|(d, n)| (d.to_string(), n.load(Relaxed)))
+                .collect()
+        }),
+    ),
+    counter(
+        "seatboard_pin_failures_total",
+        "Shards whose thread could not be pinned to a core.",
+        Samples::One(|m| load(&m.pin_failures)),
+    ),
+    gauge(
+        "seatboard_max_connections",
+        "The node's connection cap (--max-connections).",
+        Samples::One(|m| load(&m.max_connections)),
+    ),
+    gauge(
+        "process_start_time_seconds",
+        "Start time of the process since the Unix epoch, in seconds.",
+        Samples::One(|m| Num::F(m.started_unix_s)),
+    ),
+    counter(
+        "seatboard_handshakes_accepted_total",
+        "WebSocket upgrades accepted.",
+        Samples::One(|m| load(&m.handshakes_accepted)),
+    ),
+    counter(
+        "seatboard_handshakes_refused_total",
+        "Requests refused before the upgrade, by reason.",
+        Samples::Labelled("reason", |m| {
+            Refusal::ALL
+                .iter()
+                .zip(&m.refused)
+                .map(|(r, n)| (r.label().to_string(), n.load(Relaxed)))
+                .collect()
+        }),
+    ),
+    counter(
+        "seatboard_ws_closes_total",
+        "Close frames sent, by code.",
+        Samples::Labelled("code", |m| {
+            CLOSE_CODES
+                .iter()
+                .zip(&m.closes)
+                .map(|(c, n)| {
+                    let code = if *c == 0 {
+                        "other".to_string()
+                    } else {
+                        c.to_string()
+                    };
+                    (code, n.load(Relaxed))
+                })
+                .collect()
+        }),
+    ),
+    counter(
+        "seatboard_frames_sent_total",
+        "Frames queued to clients.",
+        Samples::ShardSum(|s| &s.frames_queued),
+    ),
+    counter(
+        "seatboard_frames_dropped_total",
+        "Frames dropped because a send queue was full.",
+        Samples::ShardSum(|s| &s.frames_dropped),
+    ),
+    counter(
+        "seatboard_resyncs_total",
+        "Full frames sent to heal a client that missed one.",
+        Samples::ShardSum(|s| &s.resyncs),
+    ),
+    counter(
+        "seatboard_frames_rendered_total",
+        "Course frames encoded (once per course per tick).",
+        Samples::ShardSum(|s| &s.frames_rendered),
+    ),
+    counter(
+        "seatboard_bytes_out_total",
+        "Bytes written to WebSocket clients.",
+        Samples::ShardSum(|s| &s.bytes_out),
+    ),
+    counter(
+        "seatboard_send_batches_total",
+        "Batches of frames an io_uring shard sent with one submission (epoll and tokio shards send each frame with its own send(2)).",
+        Samples::ShardSum(|s| &s.send_batches),
+    ),
+    counter(
+        "seatboard_ws_bytes_sent_total",
+        "WebSocket bytes written to clients, as on the wire (compressed or not).",
+        Samples::ShardSum(|s| &s.bytes_out),
+    ),
+    counter(
+        "seatboard_ws_payload_bytes_total",
+        "WebSocket payload bytes queued to clients, before compression.",
+        Samples::ShardSum(|s| &s.ws_payload_bytes),
+    ),
+    counter(
+        "seatboard_slow_consumer_closes_total",
+        "Connections closed 4001.",
+        Samples::ShardSum(|s| &s.slow_consumer_closes),
+    ),
+    counter(
+        "seatboard_idle_closes_total",
+        "Connections closed for 75 s of silence.",
+        Samples::ShardSum(|s| &s.idle_closes),
+    ),
+    counter(
+        "seatboard_client_errors_total",
+        "Client mistakes answered with an error message.",
+        Samples::ShardSum(|s| &s.client_errors),
+    ),
+    counter(
+        "seatboard_ingest_messages_total",
+        "Valid snapshots received.",
+        Samples::One(|m| load(&m.ingest_messages)),
+    ),
+    counter(
+        "seatboard_ingest_rejected_total",
+        "Payloads dropped, by reason.",
+        Samples::Labelled("reason", |m| {
+            Reject::ALL
+                .iter()
+                .zip(&m.ingest_rejected)
+                .map(|(r, n)| (r.label().to_string(), n.load(Relaxed)))
+                .collect()
+        }),
+    ),
+    counter(
+        "seatboard_ingest_duplicates_total",
+        "Snapshots seen twice (overlapping subscriptions) or stale.",
+        Samples::One(|m| load(&m.ingest_duplicates)),
+    ),
+    gauge(
+        "seatboard_redis_connected",
+        "1 while the pub/sub source is connected.",
+        Samples::One(|m| load(&m.redis_connected)),
+    ),
+    gauge(
+        "seatboard_subscriptions",
+        "Per-course channel subscriptions held.",
+        Samples::One(|m| load(&m.subscriptions)),
+    ),
+    gauge(
+        "seatboard_firehose",
+        "1 while the pattern subscription is held.",
+        Samples::One(|m| load(&m.firehose)),
+    ),
+    gauge(
+        "seatboard_ingest_courses",
+        "Courses the node holds a board of (watched, or known while an admin is connected).",
+        Samples::One(|m| load(&m.ingest_courses)),
+    ),
+    gauge(
+        "seatboard_draining",
+        "1 while draining.",
+        Samples::One(|m| load(&m.draining)),
+    ),
+    gauge(
+        "seatboard_connections_total_open",
+        "Open WebSocket connections on the node.",
+        Samples::One(|m| Num::U(m.connections())),
+    ),
+    counter(
+        "seatboard_redis_reconnects_total",
+        "Reconnects to Redis.",
+        Samples::One(|m| load(&m.redis_reconnects)),
+    ),
+    counter(
+        "seatboard_presence_errors_total",
+        "Presence pipelines that failed.",
+        Samples::One(|m| load(&m.presence_errors)),
+    ),
+    histogram(
+        "seatboard_tick_duration_seconds",
+        "Time of one render pass, per shard.",
+        Samples::ShardHistogram(|s| &s.tick),
+    ),
+    histogram(
+        "seatboard_update_latency_seconds",
+        "From a snapshot's ts to its arrival at the hub.",
+        Samples::Histogram(|m| &m.update_latency),
+    ),
+    histogram(
+        "seatboard_presence_pipeline_seconds",
+        "Presence pipeline round trip.",
+        Samples::Histogram(|m| &m.presence_pipeline),
+    ),
+];

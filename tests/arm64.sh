@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cross-builds the release binary for aarch64 (AWS Graviton), packages it
-# (.deb and Amazon Linux .rpm, checked by tests/package.rs), and runs an
+# (.deb and Amazon Linux .rpm, checked by tests/it/package.rs), and runs an
 # integration smoke of the packaged binary under qemu-user: `serve` on Redis, a
 # client watches, frames arrive. qemu does not emulate io_uring, so the epoll
 # driver runs.
@@ -37,4 +37,4 @@ export SEATBOARD_BIN_WRAPPER="qemu-aarch64-static -L /usr/aarch64-linux-gnu"
 export SEATBOARD_DEB="$PWD/$deb" SEATBOARD_DEB_ARCH=arm64
 export SEATBOARD_RPM="$PWD/$rpm" SEATBOARD_RPM_ARCH=aarch64
 qemu-aarch64-static -L /usr/aarch64-linux-gnu "$SEATBOARD_BIN" --version
-cargo test --test arm64_smoke --test package
+cargo test --test it -- arm64_smoke:: package::

@@ -25,7 +25,7 @@ if [ ${#need[@]} -gt 0 ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-# promtool (tests/monitoring.rs) ships in Debian's prometheus package: take just
+# promtool (tests/it/monitoring.rs) ships in Debian's prometheus package: take just
 # that binary out of it, so no Prometheus server gets installed and started.
 if ! command -v promtool >/dev/null 2>&1; then
   echo "installing: promtool (from Debian's prometheus package)"
@@ -50,3 +50,10 @@ if ! (cd tests/browser && node -e 'const fs = require("fs");
 fi
 
 cargo test --workspace --all-targets "$@"
+# The shell's tests again on the other runtimes: epoll, and the tokio shell
+# (`--driver tokio`, feature `tokio-shell`). `SEATBOARD_DRIVER` is the
+# `--driver` of every node a test starts without one of its own.
+shell_tests=(front_door:: close_codes:: conformance:: security:: slow_consumer:: write_path::
+  page_delivery:: drain:: compression:: demo_board:: storm::)
+SEATBOARD_DRIVER=epoll cargo test --test it -- "${shell_tests[@]}"
+SEATBOARD_DRIVER=tokio cargo test --features tokio-shell --test it -- "${shell_tests[@]}" tokio_shell::

@@ -1,10 +1,11 @@
 //! One WebSocket connection as a shard sees it: who, what it watches, its read
-//! side (frame decoder, message window) and its bounded send queue.
+//! side (frame decoder, message windows) and its bounded send queue.
 
-use crate::rate::MessageWindow;
+use crate::phase::Phase;
+use crate::rate::{ControlWindow, MessageWindow};
+use crate::send_queue::{Push, SendQueue};
 use crate::ws_codec::Decoder;
 use bytes::Bytes;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 /// Handle of a connection on one shard; the generation makes stale handles harmless.
@@ -40,13 +41,6 @@ impl Role {
     }
 }
 
-/// Why a push did not enqueue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Push {
-    Queued,
-    Full,
-}
-
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub gen: u32,
@@ -56,14 +50,12 @@ pub(crate) struct Conn {
     pub admin_feed: bool,
     /// Watched courses and this connection's index in each course's viewer list.
     pub watched: Vec<(Arc<str>, u32)>,
-    pub queue: VecDeque<Bytes>,
-    pub queued_bytes: usize,
-    /// Since when pushes have been failing without the queue ever draining.
-    pub full_since: Option<u64>,
+    /// Frames not yet written, within the connection's bound.
+    pub queue: SendQueue,
     pub last_rx_ms: u64,
     pub last_ping_ms: u64,
-    /// Set once a close frame is queued: nothing else goes out.
-    pub closing: bool,
+    /// Open, closing (our close frame queued: nothing else goes out) or cut.
+    pub phase: Phase,
     /// Sitting in the shard's ready list.
     pub in_ready: bool,
     /// Negotiated permessage-deflate: text frames of 256 B or more go compressed.
@@ -72,6 +64,8 @@ pub(crate) struct Conn {
     pub decoder: Decoder,
     /// The 20-messages-per-second window.
     pub window: MessageWindow,
+    /// The 100-control-frames-per-second window (pings and pongs).
+    pub control: ControlWindow,
 }
 
 impl Conn {
@@ -81,6 +75,7 @@ impl Conn {
         role: Role,
         admin_feed: bool,
         deflate: bool,
+        queue_bound: usize,
         now_ms: u64,
     ) -> Self {
         Conn {
@@ -89,12 +84,10 @@ impl Conn {
             role,
             admin_feed,
             watched: Vec::new(),
-            queue: VecDeque::new(),
-            queued_bytes: 0,
-            full_since: None,
+            queue: SendQueue::new(queue_bound),
             last_rx_ms: now_ms,
             last_ping_ms: now_ms,
-            closing: false,
+            phase: Phase::Open,
             in_ready: false,
             deflate,
             decoder: if deflate {
@@ -103,39 +96,16 @@ impl Conn {
                 Decoder::new()
             },
             window: MessageWindow::default(),
+            control: ControlWindow::default(),
         }
     }
 
-    /// Queues a frame if it fits in `limit` bytes (an empty queue takes anything).
-    pub fn push(&mut self, frame: Bytes, limit: usize, now_ms: u64) -> Push {
-        if self.closing {
+    /// Queues a data frame if it fits (nothing goes out after the close frame).
+    pub fn push(&mut self, frame: Bytes, now_ms: u64) -> Push {
+        if !self.phase.is_open() {
             return Push::Full;
         }
-        if !self.queue.is_empty() && self.queued_bytes + frame.len() > limit {
-            self.full_since.get_or_insert(now_ms);
-            return Push::Full;
-        }
-        self.push_always(frame);
-        Push::Queued
-    }
-
-    /// Queues a frame past the bound (close frames, drain hints).
-    pub fn push_always(&mut self, frame: Bytes) {
-        self.queued_bytes += frame.len();
-        self.queue.push_back(frame);
-    }
-
-    pub fn pop(&mut self) -> Option<Bytes> {
-        let f = self.queue.pop_front()?;
-        self.queued_bytes -= f.len();
-        if self.queue.is_empty() {
-            self.full_since = None;
-            // Hand back the ring's memory: most connections sit idle between ticks.
-            if self.queue.capacity() > 4 {
-                self.queue = VecDeque::new();
-            }
-        }
-        Some(f)
+        self.queue.push(frame, now_ms)
     }
 
     pub fn watch_pos(&self, course: &str) -> Option<usize> {

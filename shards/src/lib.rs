@@ -21,10 +21,13 @@ pub mod deflate;
 pub mod gate;
 pub mod http_head;
 pub mod origin;
+pub mod phase;
 pub mod rate;
+mod send_queue;
 pub mod server_msg;
 pub mod shard;
 pub mod snapshot;
+mod timer;
 pub mod ws_codec;
 
 pub use conn::{ConnId, Role};

@@ -4,38 +4,49 @@
 /// Messages allowed in any one-second window.
 pub const MAX_MESSAGES_PER_SEC: usize = 20;
 
-/// Exact sliding one-second window over a connection's last data messages.
+/// Control frames (ping, pong) allowed in any one-second window.
+pub const MAX_CONTROL_PER_SEC: usize = 100;
+
+/// The 20-data-messages-per-second window of a connection.
+pub type MessageWindow = Window<MAX_MESSAGES_PER_SEC>;
+
+/// The 100-control-frames-per-second window of a connection.
+pub type ControlWindow = Window<MAX_CONTROL_PER_SEC>;
+
+/// Exact sliding one-second window over a connection's last `N` events.
 #[derive(Debug, Default)]
-pub struct MessageWindow {
-    /// The first message's time: most connections send one `watch` and nothing
-    /// else, so the ring is only allocated from the second message on.
+pub struct Window<const N: usize> {
+    /// The first event's time: most connections send one `watch` (and a pong
+    /// now and then) and nothing else, so the ring is only allocated from the
+    /// second event on.
     first_ms: u64,
-    /// Arrival times (ms) of the last [`MAX_MESSAGES_PER_SEC`] messages, a ring.
-    times: Option<Box<[u64; MAX_MESSAGES_PER_SEC]>>,
-    next: usize,
-    seen: usize,
+    /// Arrival times (ms) of the last `N` events, a ring.
+    times: Option<Box<[u64; N]>>,
+    next: u16,
+    seen: u16,
 }
 
-impl MessageWindow {
-    /// Records a message at `now_ms`; false when it makes more than 20 in the last second.
+impl<const N: usize> Window<N> {
+    /// Records an event at `now_ms`; false when it makes more than `N` in the last second.
     pub fn admit(&mut self, now_ms: u64) -> bool {
         if self.seen == 0 {
             self.first_ms = now_ms;
             self.seen = 1;
-            self.next = 1;
+            self.next = 1 % N as u16;
             return true;
         }
         let first = self.first_ms;
         let times = self.times.get_or_insert_with(|| {
-            let mut ring = Box::new([0; MAX_MESSAGES_PER_SEC]);
+            let mut ring = Box::new([0; N]);
             ring[0] = first;
             ring
         });
-        // The slot being overwritten holds the 20th message before this one.
-        let oldest = times[self.next];
-        let full = self.seen >= MAX_MESSAGES_PER_SEC;
-        times[self.next] = now_ms;
-        self.next = (self.next + 1) % MAX_MESSAGES_PER_SEC;
+        // The slot being overwritten holds the `N`th event before this one.
+        let next = usize::from(self.next);
+        let oldest = times[next];
+        let full = usize::from(self.seen) >= N;
+        times[next] = now_ms;
+        self.next = ((next + 1) % N) as u16;
         self.seen = self.seen.saturating_add(1);
         !(full && now_ms < oldest + 1000)
     }
@@ -145,6 +156,18 @@ mod tests {
             assert!(w.admit(5 + i), "message {i}");
         }
         assert!(!w.admit(100), "21 within a second");
+    }
+
+    #[test]
+    fn a_hundred_control_frames_per_second_allowed_the_hundred_and_first_refused() {
+        let mut w = ControlWindow::default();
+        for i in 0..100 {
+            assert!(w.admit(1000 + i * 9), "frame {i}");
+        }
+        assert!(!w.admit(1999));
+        // 99 per second forever is fine.
+        let mut w = ControlWindow::default();
+        assert!((0..1000u64).all(|i| w.admit(i * 1000 / 99 + 1)));
     }
 
     #[test]

@@ -6,12 +6,15 @@
 //! [`Shard::poll_transmit`], and sleeps until [`Shard::poll_timeout`].
 
 use crate::client_op::{ClientOp, OpError};
-use crate::conn::{Conn, ConnId, Push, Role};
+use crate::conn::{Conn, ConnId, Role};
 use crate::course::{Course, Viewer};
 use crate::deflate::Deflater;
 use crate::gate::Gate;
+use crate::phase::Phase;
+use crate::send_queue::Push;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
+use crate::timer::{Timer, TimerTable};
 use crate::ws_codec::{
     close, close_frame, deflated_frame, ping_frame, pong_frame, server_frame_payload, Violation,
     WsEvent,
@@ -140,7 +143,8 @@ pub struct Shard {
     admin: admin_feed::AdminFeeds,
     /// permessage-deflate without context: one compressor for the whole shard.
     deflater: Deflater,
-    next_sweep_ms: u64,
+    /// The sweep, drain and cut deadlines.
+    timers: TimerTable,
     draining: bool,
     /// Drain moments, latest first, so the due ones pop off the end.
     drain_schedule: Vec<(u64, ConnId)>,
@@ -176,7 +180,7 @@ impl Shard {
             ready: VecDeque::new(),
             admin: admin_feed::AdminFeeds::default(),
             deflater: Deflater::default(),
-            next_sweep_ms: 0,
+            timers: TimerTable::default(),
             draining: false,
             drain_schedule: Vec::new(),
             rng,
@@ -251,12 +255,12 @@ impl Shard {
     /// permessage-deflate, else `plain` (the same message uncompressed).
     fn send_always_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
         let Some(c) = self.conn_mut(id) else { return };
-        if c.closing {
+        if !c.phase.is_open() {
             return;
         }
         let frame = if c.deflate { deflated } else { plain };
         let len = frame.len() as u64;
-        c.push_always(frame.clone());
+        c.queue.push_always(frame.clone());
         self.stats.frames_queued += 1;
         self.stats.bytes_queued += len;
         self.stats.payload_bytes += payload_len(plain);
@@ -291,6 +295,7 @@ impl Shard {
             role,
             admin_feed,
             deflate,
+            self.queue_limit(admin_feed),
             now_ms,
         ));
         self.live += 1;
@@ -304,14 +309,15 @@ impl Shard {
                     .push_back(Action::AdminFeed { connected: true });
             }
         }
-        if self.next_sweep_ms == 0 {
-            self.next_sweep_ms = now_ms + SWEEP_MS;
+        if self.timers.get(Timer::Sweep).is_none() {
+            self.timers.set(Timer::Sweep, now_ms + SWEEP_MS);
         }
         if self.draining {
             // An upgrade that completed after the drain began: hint and close at
             // once, or the drain would never see its last connection go.
             self.drain_schedule.push((now_ms, id));
             self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
+            self.arm_drain();
         }
         id
     }
@@ -328,7 +334,7 @@ impl Shard {
     /// read past the request head): decodes them under the frame rules and the
     /// 4 KiB message limit (inflating permessage-deflate messages of a
     /// connection that negotiated it), answers pings, applies the 20-messages-per-second
-    /// window, and acts on every whole message. After our close frame only the
+    /// and 100-control-frames-per-second windows, and acts on every whole message. After our close frame only the
     /// peer's close counts. Returns whether the shell should read on.
     pub fn handle_read(&mut self, id: ConnId, data: &[u8], now_ms: u64) -> Reading {
         self.handle_activity(id, now_ms);
@@ -351,7 +357,7 @@ impl Shard {
                     return Reading::Stop;
                 }
             };
-            if c.closing && !matches!(event, WsEvent::Close(_)) {
+            if !c.phase.is_open() && !matches!(event, WsEvent::Close(_)) {
                 continue;
             }
             match event {
@@ -366,6 +372,9 @@ impl Shard {
                         self.close(id, close::POLICY, "too many messages");
                     }
                 }
+                WsEvent::Ping(_) | WsEvent::Pong if !c.control.admit(now_ms) => {
+                    self.close(id, close::POLICY, "too many control frames");
+                }
                 WsEvent::Ping(payload) => self.deliver(id, pong_frame(&payload)),
                 WsEvent::Pong => {}
             }
@@ -376,7 +385,7 @@ impl Shard {
     pub fn handle_text(&mut self, id: ConnId, text: &str, now_ms: u64) {
         self.handle_activity(id, now_ms);
         let Some(conn) = self.conn(id) else { return };
-        if conn.closing {
+        if !conn.phase.is_open() {
             return;
         }
         let role = conn.role;
@@ -402,7 +411,7 @@ impl Shard {
             if self.fits(id, reply.len()) {
                 self.send_always(id, reply);
             } else if let Some(c) = self.conn_mut(id) {
-                c.full_since.get_or_insert(now_ms);
+                c.queue.refused(now_ms);
             }
         }
     }
@@ -494,9 +503,7 @@ impl Shard {
 
     /// Whether `len` more bytes may be queued to `id` (an empty queue takes anything).
     fn fits(&self, id: ConnId, len: usize) -> bool {
-        self.conn(id).is_some_and(|c| {
-            c.queue.is_empty() || c.queued_bytes + len <= self.queue_limit(c.admin_feed)
-        })
+        self.conn(id).is_some_and(|c| c.queue.fits(len))
     }
 
     /// The bytes a connection may have queued: 4 MiB for an admin feed (a full
@@ -515,7 +522,7 @@ impl Shard {
         let Some(conn) = self.conn_mut(id) else {
             return;
         };
-        conn.full_since.get_or_insert(now_ms);
+        conn.queue.refused(now_ms);
         let Some(pos) = conn.watch_pos(course) else {
             return;
         };
@@ -610,7 +617,7 @@ impl Shard {
     /// a drain, a shutdown): unwatches everything and queues the close frame.
     pub fn close(&mut self, id: ConnId, code: u16, reason: &str) {
         let Some(conn) = self.conn(id) else { return };
-        if conn.closing {
+        if !conn.phase.is_open() {
             return;
         }
         let courses: Vec<Arc<str>> = conn.watched.iter().map(|(c, _)| Arc::clone(c)).collect();
@@ -618,11 +625,13 @@ impl Shard {
             self.unwatch(id, &c);
         }
         self.send_always(id, close_frame(code, reason));
+        let cut_at = self.now_ms + CLOSE_GRACE_MS;
         if let Some(c) = self.conn_mut(id) {
-            c.closing = true;
+            c.phase.start_close(code, cut_at);
         }
         self.actions.push_back(Action::Close { conn: id, code });
-        self.cuts.push_back((self.now_ms + CLOSE_GRACE_MS, id));
+        self.cuts.push_back((cut_at, id));
+        self.arm_cut();
     }
 
     /// The socket is gone: forget the connection.
@@ -635,6 +644,9 @@ impl Shard {
         if let Some(conn) = self.conns[id.idx as usize].take() {
             self.free.push(id.idx);
             self.live -= 1;
+            if self.live == 0 {
+                self.timers.stop(Timer::Sweep);
+            }
             if conn.admin_feed && self.admin_feed_closed(id) {
                 self.actions
                     .push_back(Action::AdminFeed { connected: false });
@@ -724,13 +736,12 @@ impl Shard {
     /// [`Shard::send_always_bounded`] with a compressed twin for deflate connections.
     fn send_bounded_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
         if let Some(c) = self.conn(id) {
-            let limit = self.queue_limit(c.admin_feed);
             let len = if c.deflate {
                 deflated.len()
             } else {
                 plain.len()
             };
-            if c.queued_bytes + len <= limit {
+            if c.queue.within_bound(len) {
                 self.send_always_as(id, plain, deflated);
             }
         }
@@ -763,6 +774,19 @@ impl Shard {
             self.drain_schedule.push((at, id));
         }
         self.drain_schedule.sort_unstable_by(|a, b| b.cmp(a));
+        self.arm_drain();
+    }
+
+    /// Runs the drain timer until the next drain moment (or stops it).
+    fn arm_drain(&mut self) {
+        let next = self.drain_schedule.last().map(|d| d.0);
+        self.timers.set_or_stop(Timer::Drain, next);
+    }
+
+    /// Runs the cut timer until the next close grace ends (or stops it).
+    fn arm_cut(&mut self) {
+        let next = self.cuts.front().map(|c| c.0);
+        self.timers.set_or_stop(Timer::Cut, next);
     }
 
     fn drain_due(&mut self, now_ms: u64) {
@@ -771,12 +795,13 @@ impl Shard {
                 break;
             }
             self.drain_schedule.pop();
-            if self.conn(id).is_some_and(|c| !c.closing) {
+            if self.conn(id).is_some_and(|c| c.phase.is_open()) {
                 let after = self.rand() % 5001;
                 self.send_always(id, server_msg::reconnect(after));
                 self.close(id, close::RESTART, "draining");
             }
         }
+        self.arm_drain();
     }
 
     /// Second signal: closes every connection at once.
@@ -818,12 +843,16 @@ impl Shard {
                 break;
             }
             self.cuts.pop_front();
-            if self.conn(id).is_some() {
+            if self
+                .conn_mut(id)
+                .is_some_and(|c| c.phase.cut_if_due(now_ms))
+            {
                 self.actions.push_back(Action::Cut { conn: id });
             }
         }
-        if self.next_sweep_ms != 0 && now_ms >= self.next_sweep_ms {
-            self.next_sweep_ms = now_ms + SWEEP_MS;
+        self.arm_cut();
+        if self.timers.is_expired(Timer::Sweep, now_ms) {
+            self.timers.set(Timer::Sweep, now_ms + SWEEP_MS);
             self.sweep(now_ms);
         }
     }
@@ -841,7 +870,6 @@ impl Shard {
         c.dirty.clear();
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
-        let (viewer_limit, admin_limit) = (self.cfg.send_queue_bytes, ADMIN_QUEUE_BYTES);
         let presence = c.presence_msg.clone();
         // The compressed twins, made at most once each for every viewer that
         // negotiated permessage-deflate.
@@ -868,12 +896,7 @@ impl Shard {
                 (None, _, false) => continue,
             };
             let len = frame.len() as u64;
-            let limit = if conn.admin_feed {
-                admin_limit
-            } else {
-                viewer_limit
-            };
-            match conn.push(frame, limit, now_ms) {
+            match conn.push(frame, now_ms) {
                 Push::Queued => {
                     self.stats.frames_queued += 1;
                     self.stats.bytes_queued += len;
@@ -885,9 +908,9 @@ impl Shard {
                         // A healed viewer may have missed a count too.
                         if let Some(p) = presence
                             .as_ref()
-                            .filter(|p| conn.queued_bytes + p.len() <= limit)
+                            .filter(|p| conn.queue.within_bound(p.len()))
                         {
-                            conn.push_always(p.clone());
+                            conn.queue.push_always(p.clone());
                             self.stats.frames_queued += 1;
                             self.stats.bytes_queued += p.len() as u64;
                             self.stats.payload_bytes += payload_len(p);
@@ -900,7 +923,7 @@ impl Shard {
                 }
                 Push::Full => {
                     self.stats.frames_dropped += 1;
-                    if !v.owes_full && !conn.closing {
+                    if !v.owes_full && conn.phase.is_open() {
                         v.owes_full = true;
                         owed += 1;
                     }
@@ -917,10 +940,11 @@ impl Shard {
         let ids: Vec<ConnId> = self.live_ids().collect();
         for id in ids {
             let Some(c) = self.conn(id) else { continue };
-            if c.closing {
+            if !c.phase.is_open() {
                 continue;
             }
-            if c.full_since
+            if c.queue
+                .full_since()
                 .is_some_and(|t| now_ms >= t + cfg.slow_consumer_ms)
             {
                 self.stats.slow_consumer_closes += 1;
@@ -940,10 +964,10 @@ impl Shard {
     /// When the shell must next call [`Shard::handle_timeout`].
     pub fn poll_timeout(&self) -> Option<u64> {
         let render = self.scheduled.peek().map(|Reverse((due, _))| *due);
-        let sweep = (self.live > 0).then_some(self.next_sweep_ms);
-        let drain = self.drain_schedule.last().map(|d| d.0);
-        let cut = self.cuts.front().map(|c| c.0);
-        [render, sweep, drain, cut].into_iter().flatten().min()
+        [render, self.timers.next_timeout()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next thing the shell must do outside the shard.
@@ -962,12 +986,17 @@ impl Shard {
 
     /// The next frame to write to `id`.
     pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
-        self.conn_mut(id)?.pop()
+        self.conn_mut(id)?.queue.pop()
+    }
+
+    /// Where connection `id` is in its life (`None`: unknown or gone).
+    pub fn phase(&self, id: ConnId) -> Option<Phase> {
+        self.conn(id).map(|c| c.phase)
     }
 
     /// Bytes queued to `id` (for tests and the slow-consumer bench).
     pub fn queued_bytes(&self, id: ConnId) -> usize {
-        self.conn(id).map_or(0, |c| c.queued_bytes)
+        self.conn(id).map_or(0, |c| c.queue.bytes())
     }
 
     /// The user a connection belongs to.

@@ -135,6 +135,31 @@ fn the_twenty_first_message_in_a_second_closes_1008() {
 }
 
 #[test]
+fn the_hundred_and_first_control_frame_in_a_second_closes_1008() {
+    let (mut s, id) = setup();
+    let ping = client_frame(true, 0x9, b"p", M);
+    let pong = client_frame(true, 0xA, b"", M);
+    for i in 0..100u64 {
+        let frame = if i % 2 == 0 { &ping } else { &pong };
+        assert_eq!(s.handle_read(id, frame, 1_000 + i), Reading::More);
+    }
+    assert!(closes(&mut s).is_empty());
+    assert_eq!(pop_all(&mut s, id).len(), 50, "every ping answered");
+    // They do not count toward the 20 messages: a message still goes through.
+    let msg = text(r#"{"op":"unwatch","course":"C"}"#);
+    s.handle_read(id, &msg, 1_200);
+    assert!(closes(&mut s).is_empty());
+    s.handle_read(id, &pong, 1_500);
+    assert_eq!(closes(&mut s), vec![1008]);
+    // A ping every 20 ms (50 a second) is fine.
+    let (mut s, id) = setup();
+    for i in 0..500u64 {
+        s.handle_read(id, &ping, i * 20);
+    }
+    assert!(closes(&mut s).is_empty());
+}
+
+#[test]
 fn violations_close_with_the_contract_code_and_stop_reading() {
     let cases: Vec<(Vec<u8>, u16)> = vec![
         (vec![0x81, 0x01, b'x'], 1002),                    // unmasked

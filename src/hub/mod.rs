@@ -3,9 +3,11 @@
 
 pub mod listener;
 pub mod sd_notify;
+pub mod shard_set;
+
+pub use shard_set::ShardSet;
 
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
-use crate::cli::HubArgs;
 use crate::clock;
 use crate::ingest::source::Source;
 use crate::ingest::{self, Ingest};
@@ -23,13 +25,6 @@ use std::time::{Duration, Instant};
 
 /// How often shards are probed when systemd's watchdog is off.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
-
-/// The number of shards for `--shards` (default: usable cores).
-pub fn shard_count(args: &HubArgs) -> usize {
-    args.shards
-        .map(usize::from)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
 
 /// A started node: what `main` needs to wait on it.
 pub struct Hub {
@@ -121,10 +116,10 @@ where
                 let ctx = shard_ctx(index, node, inbox, ingest, presence);
                 #[cfg(feature = "tokio-shell")]
                 if driver == crate::cli::Driver::Tokio {
-                    shard::tokio_shell::run(ctx, listener, ready);
+                    shard::tokio_runtime::run(ctx, listener, ready);
                     return;
                 }
-                shard::monoio_shell::run(ctx, listener, driver, ready);
+                shard::monoio_runtime::run(ctx, listener, driver, ready);
             })?;
     }
     drop(ready_tx);

@@ -64,20 +64,10 @@ fn refuse(ctx: &ShardCtx, why: Refusal, resp: Response) -> Response {
     resp
 }
 
-/// Runs the checks in the contract's order.
+/// Runs the checks in the contract's order: a request that is no valid
+/// upgrade is answered before the accept bucket is charged.
 pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Accepted, Response> {
     let node = &ctx.node;
-    {
-        let mut bucket = ctx.bucket.borrow_mut();
-        if !bucket.take(clock::now_ms()) {
-            let wait_s = bucket.wait_ms().div_ceil(1000);
-            return Err(refuse(
-                ctx,
-                Refusal::RateLimited,
-                Response::text(503, "too many new connections").header(retry_after(wait_s)),
-            ));
-        }
-    }
     let key = match head.check_upgrade() {
         Ok(k) => k,
         Err(UpgradeError::WrongVersion) => {
@@ -96,6 +86,18 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             ))
         }
     };
+    // A request that is no upgrade at all takes no token from the bucket.
+    {
+        let mut bucket = ctx.bucket.borrow_mut();
+        if !bucket.take(clock::now_ms()) {
+            let wait_s = bucket.wait_ms().div_ceil(1000);
+            return Err(refuse(
+                ctx,
+                Refusal::RateLimited,
+                Response::text(503, "too many new connections").header(retry_after(wait_s)),
+            ));
+        }
+    }
     if !node.origin_allowed(head) {
         return Err(refuse(
             ctx,
@@ -155,8 +157,24 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         node: Arc::clone(&ctx.node),
         user: identity.user.into(),
     };
+    let (response, deflate) = switching_protocols(node, head, key);
+    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
+    Ok(Accepted {
+        upgrade: Upgrade {
+            slot,
+            role: identity.role,
+            admin_feed,
+            deflate,
+        },
+        response,
+    })
+}
+
+/// The `101` for an accepted upgrade with key `key`, and whether it accepts
+/// permessage-deflate (an offer that cannot be accepted as a whole is
+/// ignored, never refused).
+fn switching_protocols(node: &Node, head: &RequestHead, key: &str) -> (Vec<u8>, bool) {
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-    // An offer that cannot be accepted as a whole is ignored, never refused.
     let extensions = match (node.args.compression, head.ws_extensions.as_deref()) {
         (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
         _ => None,
@@ -169,14 +187,5 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{extensions}\r\n"
     )
     .into_bytes();
-    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
-    Ok(Accepted {
-        upgrade: Upgrade {
-            slot,
-            role: identity.role,
-            admin_feed,
-            deflate,
-        },
-        response,
-    })
+    (response, deflate)
 }

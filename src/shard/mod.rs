@@ -1,21 +1,27 @@
 //! The shell of one shard thread: the sans-IO [`shards::Shard`] plus the sockets,
-//! timers and channels around it. One file per runtime holds only its loops
-//! (`monoio_shell.rs`: io_uring or epoll; `tokio_shell.rs` with the
-//! `tokio-shell` feature), around the runtime-free steps they share
-//! (`steps.rs`); nothing is shared with other shards but the node's atomics.
+//! timers and channels around it. One set of loops (`front_door.rs`,
+//! `reading.rs`, `writing.rs`, `tick.rs`) runs on any [`runtime::Runtime`]:
+//! monoio on io_uring or epoll (`monoio_runtime.rs`), or tokio
+//! (`tokio_runtime.rs`, feature `tokio-shell`); nothing is shared with other
+//! shards but the node's atomics.
 
 pub mod allocator;
 mod csp;
+mod front_door;
 mod handshake;
 mod http;
-pub mod monoio_shell;
+pub mod monoio_runtime;
 pub mod notify;
 mod pages;
+mod reading;
 mod response;
+mod runtime;
 pub mod send_ring;
-mod steps;
+mod sockopt;
+mod tick;
 #[cfg(feature = "tokio-shell")]
-pub mod tokio_shell;
+pub mod tokio_runtime;
+mod writing;
 
 /// How a shard thread reports that it serves (its driver's name) or why not.
 pub type Ready = crossbeam_channel::Sender<Result<&'static str, String>>;
@@ -24,162 +30,40 @@ use crate::channels::wake::IngestTx;
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
-use bytes::Bytes;
 use crossbeam_channel::Sender;
 use notify::LocalNotify;
-use send_ring::SendRing;
+use runtime::Runtime;
 use shards::rate::TokenBucket;
-use shards::{Action, ConnId, Shard};
+use shards::{Action, Shard};
 use std::cell::{Cell, RefCell};
-use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::task::Waker;
+use writing::{ConnTable, ShardSends};
 
-/// Who writes a connection's socket now. Only one writer at a time: the
-/// shard's flush step writes at once while the socket takes whole frames, a
-/// writer task takes over only when it does not (and hands back when the
-/// queue is empty), so an idle connection holds no writer at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteSide {
-    /// Nothing in flight: the flush step writes queued frames with `send(2)`.
-    Direct,
-    /// A writer task waits for the socket to take the rest.
-    Task,
-    /// The close frame went out (and the write side was shut down), or a
-    /// write failed: nothing more is written.
-    Done,
-}
-
-/// A connection's socket as its shell holds it, so the runtime-free flush
-/// step can start that runtime's writer task when the socket is full.
-pub trait Socket {
-    /// Spawns a writer task that writes `rest` (what the socket did not take
-    /// at once), then the connection's queue, and ends when the queue is empty.
-    fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes);
-}
-
-/// The shell's half of one WebSocket connection, shared by its reader task,
-/// the flush step and (while the socket is full) its writer task.
-pub struct ConnIo {
-    /// Who writes the socket now.
-    pub write_side: Cell<WriteSide>,
-    /// The shard queued the close frame: once the queue is empty, the write
-    /// side is shut down (FIN after the close frame, RFC 6455 section 7.1.1).
-    pub closing: Cell<bool>,
-    /// The reader task, waiting (after its last read) for the writer task to end.
-    pub reader_waiting: Cell<Option<Waker>>,
-    /// Set just before the socket is released, so no one touches a reused fd.
-    pub finished: Cell<bool>,
-    /// The socket is registered with the shard's send ring (in the slot of
-    /// its connection's index), and must be released from it at the end.
-    pub registered: Cell<bool>,
-    /// The socket, for writes from the flush step and a forced shutdown.
-    pub fd: RawFd,
-    /// The socket as the shell holds it, to start a writer task.
-    pub socket: Rc<dyn Socket>,
-    /// The connection's place in the node's and its user's caps, given back
-    /// when the connection is gone.
-    _slot: handshake::Slot,
-}
-
-impl ConnIo {
-    /// The shell's half of a just-upgraded connection on socket `fd`.
-    pub fn new(fd: RawFd, socket: Rc<dyn Socket>, slot: handshake::Slot) -> Self {
-        ConnIo {
-            write_side: Cell::new(WriteSide::Direct),
-            closing: Default::default(),
-            reader_waiting: Default::default(),
-            finished: Default::default(),
-            registered: Default::default(),
-            fd,
-            socket,
-            _slot: slot,
-        }
-    }
-
-    /// Called when the queue was written out: after the close frame, shuts the
-    /// write side down and writes nothing more.
-    pub fn after_queue_empty(&self) {
-        if self.closing.get() && !self.finished.get() {
-            self.write_side.set(WriteSide::Done);
-            // SAFETY: `finished` is false, so the socket behind `fd` is still
-            // owned by this connection; shutdown does not close the descriptor.
-            unsafe { libc::shutdown(self.fd, libc::SHUT_WR) };
-        }
-    }
-
-    /// Cuts the socket (the shard's close grace is over), unless it is already
-    /// released. If the kernel still holds bytes the peer has not taken (a
-    /// slow consumer), the close that follows resets the connection: a FIN
-    /// would queue behind them, and the orphaned socket would keep up to its
-    /// send buffer for minutes while the peer advertises no window.
-    pub fn cut(&self) {
-        if self.finished.get() {
+/// The shard's life on a built runtime: reports that it serves (or why not),
+/// then runs its clock and its accept loop.
+async fn serve<R: Runtime>(
+    ctx: Rc<ShardCtx>,
+    listener: std::net::TcpListener,
+    name: &'static str,
+    ready: Ready,
+) {
+    let listener = match R::listener(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = ready.send(Err(format!("listener setup failed: {e}")));
             return;
         }
-        let mut unsent: libc::c_int = 0;
-        // SAFETY: `finished` is false, so the socket behind `fd` is still owned
-        // by this connection; TIOCOUTQ writes one c_int to a live local.
-        let queued = unsafe { libc::ioctl(self.fd, libc::TIOCOUTQ, &mut unsent) } == 0;
-        if queued && unsent > 0 {
-            let linger = libc::linger {
-                l_onoff: 1,
-                l_linger: 0,
-            };
-            // SAFETY: as above; the option value points to a live `linger` of the length passed.
-            unsafe {
-                libc::setsockopt(
-                    self.fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_LINGER,
-                    (&linger as *const libc::linger).cast(),
-                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
-                )
-            };
-        }
-        // SAFETY: as above; shutdown does not close the descriptor.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+    };
+    if ctx.index == 0 {
+        tracing::info!("shards run on {name}");
     }
+    let _ = ready.send(Ok(name));
+    drop(ready);
+    R::spawn(tick::tick_loop::<R>(Rc::clone(&ctx)));
+    front_door::accept_loop::<R>(ctx, listener).await
 }
-
-/// The shell's half of every live connection, by the slot number the core
-/// gave it (dense: the core reuses the slots of closed connections), so a
-/// lookup is an index and an entry costs 16 bytes.
-#[derive(Default)]
-pub struct ConnTable(Vec<Option<(ConnId, Rc<ConnIo>)>>);
-
-impl ConnTable {
-    /// The connection `id`, if it is live.
-    pub fn get(&self, id: &ConnId) -> Option<&Rc<ConnIo>> {
-        match self.0.get(id.index() as usize) {
-            Some(Some((live, io))) if live == id => Some(io),
-            _ => None,
-        }
-    }
-
-    /// Adds a just-registered connection.
-    pub fn insert(&mut self, id: ConnId, io: Rc<ConnIo>) {
-        let i = id.index() as usize;
-        if self.0.len() <= i {
-            self.0.resize_with(i + 1, || None);
-        }
-        self.0[i] = Some((id, io));
-    }
-
-    /// Forgets a connection (a stale id is ignored).
-    pub fn remove(&mut self, id: &ConnId) {
-        if let Some(slot) = self.0.get_mut(id.index() as usize) {
-            if slot.as_ref().is_some_and(|(live, _)| live == id) {
-                *slot = None;
-            }
-        }
-    }
-}
-
-/// A shard's batched sends, each tagged with its connection.
-pub type ShardSends = SendRing<(ConnId, Rc<ConnIo>)>;
 
 /// Everything one shard thread's tasks share.
 pub struct ShardCtx {
@@ -249,13 +133,9 @@ impl ShardCtx {
                         connected,
                     });
                 }
-                // The close frame is queued behind the data; it goes out below.
-                Action::Close { conn, code } => {
-                    self.node.metrics.close(code);
-                    if let Some(io) = self.conns.borrow().get(&conn) {
-                        io.closing.set(true);
-                    }
-                }
+                // The close frame is queued behind the data; it goes out below,
+                // and the write side ends after it (the core's phase says so).
+                Action::Close { code, .. } => self.node.metrics.close(code),
                 Action::Cut { conn } => {
                     if let Some(io) = self.conns.borrow().get(&conn) {
                         io.cut();
@@ -263,18 +143,7 @@ impl ShardCtx {
                 }
             }
         }
-        let conns = self.conns.borrow();
-        match self.send_ring.borrow_mut().as_mut() {
-            Some(ring) => steps::write_batched(self, &mut shard, &conns, ring),
-            None => {
-                while let Some(id) = shard.poll_ready() {
-                    if let Some(io) = conns.get(&id) {
-                        steps::write_queued(self, &mut shard, io, id);
-                    }
-                }
-            }
-        }
-        drop(conns);
+        writing::write_ready(self, &mut shard);
         drop(shard);
         self.kick.notify();
     }

@@ -1,7 +1,7 @@
 //! HAProxy processes owned by a test or bench, running the shipped
 //! `systemd/haproxy/seatboard.cfg` with only its `bind` and `server` lines,
-//! `maxconn` and the root-only lines replaced. Shared by `tests/fleet.rs`,
-//! `tests/browser.rs` and the `fleet` bench (included with `#[path]`).
+//! `maxconn` and the root-only lines replaced. Shared by `tests/it/fleet.rs`,
+//! `tests/it/browser.rs` and the `fleet` bench (included with `#[path]`).
 #![allow(dead_code)]
 
 use std::io::{Read, Write};

@@ -135,12 +135,11 @@ impl Shard {
         let Some(conn) = self.conn_mut(id) else {
             return false;
         };
-        if conn.closing {
+        if !conn.phase.is_open() {
             return false;
         }
-        let len = frame.len();
-        if !conn.queue.is_empty() && conn.queued_bytes + len > ADMIN_QUEUE_BYTES {
-            conn.full_since.get_or_insert(now_ms);
+        if !conn.queue.fits(frame.len()) {
+            conn.queue.refused(now_ms);
             return false;
         }
         self.send_always_as(id, plain, &frame);

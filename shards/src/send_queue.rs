@@ -1,0 +1,121 @@
+//! A connection's bounded send queue: the frames not yet written, their bytes
+//! against the connection's bound, and since when it has refused frames
+//! without draining (the slow-consumer clock).
+
+use bytes::Bytes;
+use std::collections::VecDeque;
+
+/// What offering a frame to a queue came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Push {
+    /// Queued.
+    Queued,
+    /// Refused: the queue is full (or the connection is closing); the frame's
+    /// viewer is owed a full frame (resync) at the next render.
+    Full,
+}
+
+/// The frames queued to one connection, within its bound.
+#[derive(Debug)]
+pub(crate) struct SendQueue {
+    frames: VecDeque<Bytes>,
+    /// Bytes of `frames`.
+    bytes: u32,
+    /// The most bytes queued at once but for a single frame, which an empty
+    /// queue always takes (a bound per connection, set when it is made).
+    bound: u32,
+    /// Since when frames have been refused without the queue ever draining.
+    full_since: Option<u64>,
+}
+
+impl SendQueue {
+    /// An empty queue bounded at `bound` bytes.
+    pub fn new(bound: usize) -> Self {
+        SendQueue {
+            frames: VecDeque::new(),
+            bytes: 0,
+            bound: u32::try_from(bound).unwrap_or(u32::MAX),
+            full_since: None,
+        }
+    }
+
+    /// Whether `len` more bytes may be queued: an empty queue takes anything.
+    pub fn fits(&self, len: usize) -> bool {
+        self.frames.is_empty() || self.within_bound(len)
+    }
+
+    /// Whether `len` more bytes stay within the bound, empty queue or not (for
+    /// messages that are dropped rather than owed when they do not fit).
+    pub fn within_bound(&self, len: usize) -> bool {
+        self.bytes as usize + len <= self.bound as usize
+    }
+
+    /// Queues a data frame if it [fits](Self::fits); a refusal starts the
+    /// slow-consumer clock at `now_ms` (if it is not running yet).
+    pub fn push(&mut self, frame: Bytes, now_ms: u64) -> Push {
+        if !self.fits(frame.len()) {
+            self.refused(now_ms);
+            return Push::Full;
+        }
+        self.push_always(frame);
+        Push::Queued
+    }
+
+    /// Queues a frame past the bound (close frames, drain hints, answers that
+    /// were checked to fit).
+    pub fn push_always(&mut self, frame: Bytes) {
+        self.bytes = self.bytes.saturating_add(frame.len() as u32);
+        self.frames.push_back(frame);
+    }
+
+    /// Notes a frame refused at `now_ms` without queueing anything.
+    pub fn refused(&mut self, now_ms: u64) {
+        self.full_since.get_or_insert(now_ms);
+    }
+
+    /// Since when the queue has refused frames without draining.
+    pub fn full_since(&self) -> Option<u64> {
+        self.full_since
+    }
+
+    /// Bytes queued.
+    pub fn bytes(&self) -> usize {
+        self.bytes as usize
+    }
+
+    /// The next frame to write. An emptied queue stops the slow-consumer
+    /// clock and gives back its ring (most connections sit idle between ticks).
+    pub fn pop(&mut self) -> Option<Bytes> {
+        let f = self.frames.pop_front()?;
+        self.bytes -= f.len() as u32;
+        if self.frames.is_empty() {
+            self.full_since = None;
+            if self.frames.capacity() > 4 {
+                self.frames = VecDeque::new();
+            }
+        }
+        Some(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_queue_takes_anything_then_the_bound_holds() {
+        let mut q = SendQueue::new(100);
+        assert_eq!(q.push(Bytes::from(vec![0; 150]), 5), Push::Queued);
+        assert_eq!(q.full_since(), None);
+        assert_eq!(q.push(Bytes::from(vec![0; 1]), 6), Push::Full);
+        assert_eq!(q.full_since(), Some(6));
+        assert!(!q.within_bound(1));
+        q.pop();
+        assert_eq!(q.full_since(), None, "drained: the clock stops");
+        assert_eq!(q.push(Bytes::from(vec![0; 60]), 7), Push::Queued);
+        assert_eq!(q.push(Bytes::from(vec![0; 40]), 7), Push::Queued);
+        assert_eq!(q.push(Bytes::from(vec![0; 1]), 8), Push::Full);
+        q.push_always(Bytes::from(vec![0; 2]));
+        assert_eq!(q.bytes(), 102);
+    }
+}

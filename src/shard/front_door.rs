@@ -1,0 +1,178 @@
+//! The front door of a shard: accepting connections, reading a request head
+//! under its deadline, routing it (pages, JSON, the WebSocket handshake), and
+//! writing the plain HTTP answers. An upgrade goes on to `reading.rs`.
+
+use super::handshake::{self, Accepted};
+use super::http::{self, Route};
+use super::reading;
+use super::response::Response;
+use super::runtime::{self, Runtime};
+use super::{sockopt, ShardCtx};
+use crate::metrics::Refusal;
+use shards::http_head::{self, HeadError, RequestHead, MAX_HEAD};
+use std::os::fd::RawFd;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// A head not complete in this long is dropped (slowloris).
+const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Accepts connections until the listener fails.
+pub(super) async fn accept_loop<R: Runtime>(ctx: Rc<ShardCtx>, listener: R::Listener) {
+    super::pages::prepare();
+    loop {
+        match R::accept(&listener).await {
+            Ok(stream) => R::spawn(serve::<R>(Rc::clone(&ctx), stream)),
+            Err(e) => {
+                // Out of descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, shard = ctx.index, "accept failed");
+                R::sleep_until(Instant::now() + Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// What reading a request head came to.
+enum HeadOutcome {
+    /// A complete head, and the bytes read past it.
+    Head(Box<RequestHead>, Vec<u8>),
+    /// Refused (timeout, too large, malformed), with the answer to send, if any.
+    Refused(Refusal, Option<Response>),
+    /// The peer went away.
+    Gone,
+}
+
+/// One accepted connection: its head, then an answer or the upgrade.
+async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
+    R::set_nodelay(&stream);
+    let (head, rest) = match read_head::<R>(&mut stream).await {
+        HeadOutcome::Head(h, rest) => (h, rest),
+        HeadOutcome::Refused(why, resp) => {
+            ctx.node.metrics.refuse(why);
+            if let Some(r) = resp {
+                respond::<R>(stream, r, false).await;
+            }
+            return;
+        }
+        HeadOutcome::Gone => return,
+    };
+    match route_head(&ctx, &head) {
+        Next::Respond(resp, head_only) => respond::<R>(stream, resp, head_only).await,
+        Next::Upgrade(accepted) => {
+            drop(head);
+            reading::start::<R>(ctx, stream, accepted, rest).await
+        }
+    }
+}
+
+async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
+    let deadline = Instant::now() + HEAD_DEADLINE;
+    let mut head: Vec<u8> = Vec::new();
+    let mut buf = Vec::with_capacity(2048);
+    loop {
+        let (res, b) = match runtime::until::<R, _>(deadline, R::read(stream, buf)).await {
+            Ok(r) => r,
+            Err(()) => return HeadOutcome::Refused(Refusal::HeadTimeout, None),
+        };
+        buf = b;
+        match res {
+            Ok(0) | Err(_) => return HeadOutcome::Gone,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+        if let Some(outcome) = parse_head(&mut head) {
+            return outcome;
+        }
+    }
+}
+
+/// Parses what has been read so far; `None` means read more.
+fn parse_head(head: &mut Vec<u8>) -> Option<HeadOutcome> {
+    match http_head::parse(head) {
+        Ok(Some((h, used))) => Some(HeadOutcome::Head(Box::new(h), head.split_off(used))),
+        Ok(None) if head.len() <= MAX_HEAD => None,
+        Ok(None) | Err(HeadError::TooLarge) => Some(HeadOutcome::Refused(
+            Refusal::HeadTooLarge,
+            Some(Response::text(431, "request head too large")),
+        )),
+        Err(HeadError::Malformed) => Some(HeadOutcome::Refused(
+            Refusal::BadRequest,
+            Some(Response::text(400, "bad request")),
+        )),
+    }
+}
+
+/// Where a parsed request goes.
+enum Next {
+    /// Answer with this response (`true`: head only) and close.
+    Respond(Response, bool),
+    /// Upgrade: every check passed.
+    Upgrade(Accepted),
+}
+
+/// Routes a parsed head: pages, method checks, and the handshake's refusals.
+fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
+    let head_only = head.method == "HEAD";
+    match http::route(&head.path) {
+        Route::NotFound => Next::Respond(Response::text(404, "not found"), head_only),
+        Route::Page(p) if head.method == "GET" || head_only => {
+            Next::Respond(http::answer(&ctx.node, p, head), head_only)
+        }
+        Route::Ws { admin } if head.method == "GET" => match handshake::check(ctx, head, admin) {
+            Err(resp) => Next::Respond(resp, false),
+            Ok(accepted) => Next::Upgrade(accepted),
+        },
+        route => {
+            let allow = if matches!(route, Route::Ws { .. }) {
+                "GET"
+            } else {
+                "GET, HEAD"
+            };
+            let resp = Response::text(405, "method not allowed").header(format!("Allow: {allow}"));
+            Next::Respond(resp, false)
+        }
+    }
+}
+
+/// A plain HTTP answer the client has not taken in this long is abandoned,
+/// its socket reset (contract section 3).
+const ANSWER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Writes a plain HTTP answer and closes (FIN after it) once the client has
+/// taken it; one it has not taken within [`ANSWER_DEADLINE`] is dropped with
+/// a reset, so the node keeps no socket or kernel buffer for a client that
+/// never reads.
+async fn respond<R: Runtime>(mut stream: R::Stream, resp: Response, head_only: bool) {
+    let deadline = Instant::now() + ANSWER_DEADLINE;
+    let fd = R::fd(&stream);
+    let write = R::write_all(&mut stream, resp.encode(head_only));
+    let taken = match runtime::until::<R, _>(deadline, write).await {
+        Ok(Ok(())) => {
+            // SAFETY: the socket behind the fd is owned by `stream`, alive for
+            // the call; shutdown does not close the descriptor.
+            unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+            taken_by::<R>(fd, deadline).await
+        }
+        Ok(Err(_)) => true,
+        Err(()) => false,
+    };
+    if !taken {
+        sockopt::reset_on_close(fd);
+    }
+}
+
+/// Waits until the peer has acknowledged every byte the kernel holds for it on
+/// socket `fd` (true), or `deadline` passes first (false).
+async fn taken_by<R: Runtime>(fd: RawFd, deadline: Instant) -> bool {
+    let mut pause = Duration::from_millis(5);
+    loop {
+        if sockopt::unsent_bytes(fd).is_none_or(|n| n == 0) {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        R::sleep_until((now + pause).min(deadline)).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    }
+}

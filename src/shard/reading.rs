@@ -1,0 +1,120 @@
+//! A WebSocket connection's life after its handshake passed: the `101`, its
+//! registration with the core, the reader task that hands what the socket
+//! holds to the core, and the end (once its reader and any writer are done).
+
+use super::handshake::{Accepted, Upgrade};
+use super::runtime::Runtime;
+use super::writing::{self, ConnIo, ConnSocket};
+use super::{sockopt, ShardCtx};
+use crate::clock;
+use shards::{ConnId, Reading};
+use std::io::ErrorKind;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// The most one read takes from a socket (on the stack of the read step:
+/// an idle connection waits for readability and holds no read buffer).
+const READ_MAX: usize = 4096;
+
+/// Sends the `101`, registers the connection with the shard, and hands it to
+/// a reader task of its own, so nothing of the handshake stays alive for the
+/// connection's life but its slot (in its [`ConnIo`]). Frames are written by
+/// the shard's flush step, or by a writer task only while the socket is full.
+pub(super) async fn start<R: Runtime>(
+    ctx: Rc<ShardCtx>,
+    mut stream: R::Stream,
+    accepted: Accepted,
+    rest: Vec<u8>,
+) {
+    sockopt::pin_send_buffer(R::fd(&stream));
+    let Accepted { upgrade, response } = accepted;
+    if R::write_all(&mut stream, response).await.is_err() {
+        return;
+    }
+    let socket = Rc::new(ConnSocket::<R>(stream));
+    let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
+    let reading = feed(&ctx, id, &rest);
+    drop(rest);
+    R::spawn(async move {
+        if reading {
+            read_loop::<R>(&ctx, id, &socket.0).await;
+        }
+        drop(socket);
+        writing::writer_gone(&io).await;
+        finish(&ctx, &io, id);
+    });
+}
+
+/// Registers an upgraded connection (its `101` sent) with the shard.
+fn register<R: Runtime>(
+    ctx: &Rc<ShardCtx>,
+    upgrade: Upgrade,
+    socket: Rc<ConnSocket<R>>,
+) -> (ConnId, Rc<ConnIo>) {
+    let id = ctx.shard.borrow_mut().connect(
+        Arc::clone(upgrade.slot.user()),
+        upgrade.role,
+        upgrade.admin_feed,
+        upgrade.deflate,
+        clock::now_ms(),
+    );
+    let fd = R::fd(&socket.0);
+    let io = Rc::new(ConnIo::new(fd, socket, upgrade.slot));
+    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
+        io.registered.set(ring.register(id.index(), fd));
+    }
+    ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
+    ctx.flush();
+    (id, io)
+}
+
+/// Forgets a connection whose reader and writer both ended; its socket and
+/// its [`super::handshake::Slot`] go with the last [`ConnIo`] right after.
+fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
+    io.finished.set(true);
+    if io.registered.replace(false) {
+        if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
+            ring.unregister(id.index());
+        }
+    }
+    ctx.conns.borrow_mut().remove(&id);
+    ctx.shard.borrow_mut().disconnect(id);
+    ctx.flush();
+}
+
+/// Waits for the socket to be readable and reads what it holds, until the
+/// peer or the shard ends it. The wait holds no buffer.
+async fn read_loop<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream) {
+    loop {
+        if R::readable(stream).await.is_err() {
+            return;
+        }
+        if !read_step::<R>(ctx, id, stream) {
+            return;
+        }
+    }
+}
+
+/// Reads what the socket holds (up to [`READ_MAX`] bytes) into a buffer on
+/// the stack and hands it to the shard, so no buffer lives between reads;
+/// false when reading stops (the peer closed, the read failed, or the shard
+/// wants no more).
+fn read_step<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream) -> bool {
+    let mut buf = [0u8; READ_MAX];
+    match R::try_recv(stream, &mut buf) {
+        Ok(0) => false,
+        Ok(n) => feed(ctx, id, &buf[..n]),
+        Err(e) => matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
+    }
+}
+
+/// Gives bytes read from the socket to the shard and runs what it decided;
+/// false when the shard wants no more reads.
+fn feed(ctx: &Rc<ShardCtx>, id: ConnId, data: &[u8]) -> bool {
+    let reading = ctx
+        .shard
+        .borrow_mut()
+        .handle_read(id, data, clock::now_ms());
+    ctx.flush();
+    reading == Reading::More
+}

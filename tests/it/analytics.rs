@@ -1,0 +1,442 @@
+//! `seatboard analytics` against a real redis-server (one per test, free port):
+//! per-bucket counts, idle buckets, read-only presence, one stream per session,
+//! `report`, SIGTERM, and a Redis restart.
+
+use crate::common;
+use common::*;
+use redis::streams::StreamRangeReply;
+use serde_json::Value;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BUCKET_MS: u64 = 1000;
+
+/// An analytics worker, killed on drop.
+struct Worker(Child);
+
+impl Worker {
+    fn start(redis: &Redis, session: &str, bucket_ms: u64) -> Worker {
+        let child = Command::new(bin())
+            .args([
+                "analytics",
+                "--redis",
+                &redis.uri(),
+                "--session",
+                session,
+                "--bucket-ms",
+                &bucket_ms.to_string(),
+                "--log-level",
+                "warn",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn seatboard analytics");
+        Worker(child)
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn con(redis: &Redis) -> redis::Connection {
+    redis::Client::open(redis.uri())
+        .and_then(|c| c.get_connection())
+        .expect("redis connection")
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Waits until `n` clients hold a pattern subscription (the workers are listening).
+fn wait_subscribed(redis: &Redis, n: usize) {
+    wait_for(Duration::from_secs(10), || {
+        let list = redis.cli(&["CLIENT", "LIST"]);
+        let got = list.lines().filter(|l| l.contains(" psub=1 ")).count();
+        (got >= n).then_some(())
+    })
+    .expect("analytics worker did not PSUBSCRIBE");
+}
+
+/// Sleeps to just after a bucket boundary, so a quick burst lands in one bucket.
+fn align_to_bucket_start(bucket_ms: u64) {
+    let into = unix_ms() % bucket_ms;
+    if into > bucket_ms / 5 {
+        std::thread::sleep(Duration::from_millis(bucket_ms - into + 20));
+    }
+}
+
+fn payload(course: &str, section: u32, taken: u32, total: u32, version: u64) -> String {
+    format!(
+        r#"{{"course":"{course}","section":{section},"total_seats":{total},"seats_taken":{taken},"seat_info":{{"room":"B12"}},"version":{version},"ts":{}}}"#,
+        unix_ms()
+    )
+}
+
+/// Publishes `n` snapshots of `course` in one pipeline (sections 0 and 1 alternate,
+/// seats_taken = i, total 100): section 0 ends at n-2 taken, section 1 at n-1.
+fn publish_burst(c: &mut redis::Connection, course: &str, n: u32) {
+    let mut p = redis::pipe();
+    for i in 0..n {
+        p.cmd("PUBLISH")
+            .arg(format!("seats:{course}"))
+            .arg(payload(course, i % 2, i, 100, u64::from(i) + 1))
+            .ignore();
+    }
+    let () = p.query(c).expect("publish");
+}
+
+/// The stream's entries: (bucket_start_ms, bucket_ms, courses).
+fn entries(c: &mut redis::Connection, key: &str) -> Vec<(u64, u64, Vec<Value>)> {
+    let reply: StreamRangeReply = redis::cmd("XRANGE")
+        .arg(key)
+        .arg("-")
+        .arg("+")
+        .query(c)
+        .expect("XRANGE");
+    reply
+        .ids
+        .iter()
+        .map(|sid| {
+            let start: String = sid.get("bucket_start_ms").expect("bucket_start_ms");
+            let ms: String = sid.get("bucket_ms").expect("bucket_ms");
+            let courses: String = sid.get("courses").expect("courses");
+            (
+                start.parse().expect("bucket_start_ms is a number"),
+                ms.parse().expect("bucket_ms is a number"),
+                match serde_json::from_str(&courses).expect("courses is JSON") {
+                    Value::Array(v) => v,
+                    other => panic!("courses is not an array: {other}"),
+                },
+            )
+        })
+        .collect()
+}
+
+fn course_updates(es: &[(u64, u64, Vec<Value>)], course: &str) -> Vec<(u64, u64)> {
+    es.iter()
+        .flat_map(|(_, _, cs)| cs.iter())
+        .filter(|c| c["course"] == course)
+        .map(|c| {
+            (
+                c["updates"].as_u64().expect("updates"),
+                c["viewers"].as_u64().expect("viewers"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn fifty_snapshots_three_viewers_one_entry_and_report() {
+    let redis = Redis::start();
+    let mut c = con(&redis);
+    let now = unix_ms();
+    // Three live viewers, one expired member that must be left alone and not counted.
+    let live = (now + 600_000).to_string();
+    let dead = (now - 5_000).to_string();
+    redis.cli(&[
+        "ZADD",
+        "presence:CS101",
+        &live,
+        "u1",
+        &live,
+        "u2",
+        &live,
+        "u3",
+        &dead,
+        "gone",
+    ]);
+    let mut w = Worker::start(&redis, "s50", BUCKET_MS);
+    wait_subscribed(&redis, 1);
+    align_to_bucket_start(BUCKET_MS);
+    publish_burst(&mut c, "CS101", 50);
+
+    // Wait for the bucket with updates, then one more bucket so nothing is in flight.
+    let es = wait_for(Duration::from_secs(10), || {
+        let es = entries(&mut c, "analytics:s50");
+        let with_updates = es
+            .iter()
+            .position(|(_, _, cs)| cs.iter().any(|x| x["updates"].as_u64() > Some(0)))?;
+        (es.len() > with_updates + 1).then_some(es)
+    })
+    .expect("no entry with updates (and one after it) within 10 s");
+
+    let rows = course_updates(&es, "CS101");
+    let busy: Vec<_> = rows.iter().filter(|(u, _)| *u > 0).collect();
+    assert_eq!(busy, vec![&(50, 3)], "entries: {es:?}");
+    assert!(rows.iter().all(|(_, v)| *v == 3), "viewers: {rows:?}");
+    let mut seen = false;
+    for (start, ms, cs) in &es {
+        assert_eq!(*ms, BUCKET_MS);
+        assert_eq!(start % BUCKET_MS, 0, "bucket start not aligned: {start}");
+        assert_eq!(cs.len(), 1, "only CS101 is active: {cs:?}");
+        seen |= cs[0]["updates"].as_u64() > Some(0);
+        // Before the burst no snapshot was seen; from it on, the latest ones:
+        // section 0 at 48 taken, section 1 at 49; 100 seats each.
+        let want = if seen { (97, 200) } else { (0, 0) };
+        assert_eq!(
+            (&cs[0]["seats_taken"], &cs[0]["total_seats"]),
+            (&Value::from(want.0), &Value::from(want.1)),
+            "{es:?}"
+        );
+    }
+    // Consecutive entries are distinct, increasing buckets.
+    assert!(es.windows(2).all(|p| p[0].0 < p[1].0), "{es:?}");
+
+    // Presence is read only: the expired member is still there, nothing expires the key.
+    assert_eq!(redis.cli(&["ZSCORE", "presence:CS101", "gone"]), dead);
+    assert_eq!(redis.cli(&["ZCARD", "presence:CS101"]), "4");
+    assert_eq!(redis.cli(&["TTL", "presence:CS101"]), "-1");
+
+    // SIGTERM: exits 0 promptly.
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(w.0.id() as i32, libc::SIGTERM) };
+    let status = wait_for(Duration::from_secs(5), || w.0.try_wait().ok().flatten())
+        .expect("analytics did not exit on SIGTERM");
+    assert!(status.success(), "exit status {status:?}");
+
+    // `report` prints what was written: CSV row for row, and a table.
+    let written = entries(&mut c, "analytics:s50");
+    let out = Command::new(bin())
+        .args([
+            "analytics",
+            "report",
+            "--redis",
+            &redis.uri(),
+            "--session",
+            "s50",
+            "--csv",
+        ])
+        .output()
+        .expect("report");
+    assert!(out.status.success(), "report --csv failed: {out:?}");
+    let csv = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "id,bucket_start_ms,bucket_ms,course,updates,viewers,seats_taken,total_seats"
+    );
+    assert_eq!(lines.len() - 1, written.len(), "{csv}");
+    for ((start, ms, cs), line) in written.iter().zip(&lines[1..]) {
+        let want = format!(
+            ",{start},{ms},CS101,{},{},{},{}",
+            cs[0]["updates"], cs[0]["viewers"], cs[0]["seats_taken"], cs[0]["total_seats"]
+        );
+        assert!(line.ends_with(&want), "{line} vs {want}");
+    }
+    assert!(csv.contains(",CS101,50,3,97,200"), "{csv}");
+
+    let out = Command::new(bin())
+        .args(["analytics", "report", "--session", "s50"])
+        .env("REALTIME_REDIS_URI", redis.uri())
+        .output()
+        .expect("report");
+    assert!(out.status.success(), "report failed: {out:?}");
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.contains(&"CS101") && w.contains(&"50")
+        })
+        .unwrap_or_else(|| panic!("no CS101 row with 50 updates in:\n{table}"));
+    assert!(row.contains("48.5%"), "{row}");
+    assert!(
+        table.contains(&format!("{} entries", written.len())),
+        "{table}"
+    );
+}
+
+#[test]
+fn idle_buckets_write_nothing_and_expired_members_stay() {
+    let redis = Redis::start();
+    let now = unix_ms();
+    let dead = (now - 1_000).to_string();
+    // Only expired members: zero viewers, so every bucket is idle.
+    redis.cli(&["ZADD", "presence:MATH1", &dead, "old1", &dead, "old2"]);
+    let _w = Worker::start(&redis, "idle", 200);
+    wait_subscribed(&redis, 1);
+    // Several buckets pass; nothing may be written (absence cannot be polled for).
+    std::thread::sleep(Duration::from_millis(1_300));
+    assert_eq!(redis.cli(&["EXISTS", "analytics:idle"]), "0");
+    assert_eq!(redis.cli(&["ZCARD", "presence:MATH1"]), "2");
+    assert_eq!(redis.cli(&["ZSCORE", "presence:MATH1", "old1"]), dead);
+
+    // A malformed or mismatched payload is not an update either.
+    redis.cli(&["PUBLISH", "seats:MATH1", "not json"]);
+    redis.cli(&["PUBLISH", "seats:MATH1", &payload("OTHER", 0, 1, 2, 1)]);
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(redis.cli(&["EXISTS", "analytics:idle"]), "0");
+
+    // One good snapshot: exactly one entry appears.
+    redis.cli(&["PUBLISH", "seats:MATH1", &payload("MATH1", 0, 1, 2, 1)]);
+    let mut c = con(&redis);
+    let es = wait_for(Duration::from_secs(5), || {
+        let es = entries(&mut c, "analytics:idle");
+        (!es.is_empty()).then_some(es)
+    })
+    .expect("no entry after a snapshot");
+    std::thread::sleep(Duration::from_millis(600));
+    let es2 = entries(&mut c, "analytics:idle");
+    assert_eq!(es2.len(), 1, "{es2:?}");
+    assert_eq!(course_updates(&es, "MATH1"), vec![(1, 0)]);
+}
+
+#[test]
+fn two_sessions_write_two_streams() {
+    let redis = Redis::start();
+    let mut c = con(&redis);
+    let _a = Worker::start(&redis, "fall", BUCKET_MS);
+    let _b = Worker::start(&redis, "spring", BUCKET_MS);
+    wait_subscribed(&redis, 2);
+    publish_burst(&mut c, "BIO101", 7);
+    for key in ["analytics:fall", "analytics:spring"] {
+        let total = wait_for(Duration::from_secs(10), || {
+            let es = entries(&mut c, key);
+            let sum: u64 = course_updates(&es, "BIO101").iter().map(|r| r.0).sum();
+            (sum == 7).then_some(sum)
+        });
+        assert_eq!(total, Some(7), "{key}: {:?}", entries(&mut c, key));
+    }
+    assert_eq!(redis.cli(&["EXISTS", "analytics:default"]), "0");
+}
+
+#[test]
+fn survives_a_redis_restart() {
+    let mut redis = Redis::start();
+    let _w = Worker::start(&redis, "blip", 500);
+    wait_subscribed(&redis, 1);
+    redis.kill();
+    std::thread::sleep(Duration::from_millis(300));
+    redis.restart();
+    // The worker comes back by itself (backoff capped at 2 s) and counts again.
+    wait_subscribed(&redis, 1);
+    let mut c = con(&redis);
+    publish_burst(&mut c, "CHEM101", 5);
+    let sum = wait_for(Duration::from_secs(10), || {
+        let es = entries(&mut c, "analytics:blip");
+        let sum: u64 = course_updates(&es, "CHEM101").iter().map(|r| r.0).sum();
+        (sum == 5).then_some(sum)
+    });
+    assert_eq!(sum, Some(5), "{:?}", entries(&mut c, "analytics:blip"));
+}
+
+#[test]
+fn hub_serves_history_to_admins_only() {
+    let redis = Redis::start();
+    let mut c = con(&redis);
+    let _w = Worker::start(&redis, "hist", 500);
+    wait_subscribed(&redis, 1);
+    publish_burst(&mut c, "ECON101", 4);
+    wait_for(Duration::from_secs(10), || {
+        (!entries(&mut c, "analytics:hist").is_empty()).then_some(())
+    })
+    .expect("no analytics entry");
+    let sb = Seatboard::start(&[
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        &redis.uri(),
+        "--session",
+        "hist",
+        "--shards",
+        "1",
+    ]);
+    assert_eq!(
+        http_get(sb.port, "/api/history?session=hist")
+            .expect("get")
+            .status,
+        401
+    );
+    assert_eq!(
+        http_get(sb.port, "/api/history?session=hist&user=s1")
+            .expect("get")
+            .status,
+        403
+    );
+    assert_eq!(
+        http_get(sb.port, "/api/history?session=a%20b&role=admin")
+            .expect("get")
+            .status,
+        400
+    );
+    let body = wait_for(Duration::from_secs(10), || {
+        let r = http_get(sb.port, "/api/history?session=hist&user=a1&role=admin").ok()?;
+        assert_eq!(r.status, 200);
+        let v: Value = serde_json::from_str(&r.body).ok()?;
+        let updates: u64 = v["entries"]
+            .as_array()?
+            .iter()
+            .filter_map(|e| e["updates"].as_u64())
+            .sum();
+        (updates == 4).then_some(v)
+    })
+    .expect("/api/history never showed the 4 updates");
+    assert_eq!(body["session"], "hist");
+    assert_eq!(body["entries"][0]["top"][0]["course"], "ECON101");
+    // Another session is picked up on demand (empty here, but answered).
+    let other = wait_for(Duration::from_secs(10), || {
+        let r = http_get(sb.port, "/api/history?session=other&role=admin").ok()?;
+        let v: Value = serde_json::from_str(&r.body).ok()?;
+        (v["pending"] != true).then_some(v)
+    })
+    .expect("other session never refreshed");
+    assert_eq!(other["entries"], Value::Array(vec![]));
+}
+
+#[test]
+fn history_with_jwt_needs_an_admin_token() {
+    use seatboard::auth::mint;
+    use shards::Role;
+    let redis = Redis::start();
+    let sb = Seatboard::start(&[
+        "serve",
+        "--redis",
+        &redis.uri(),
+        "--shards",
+        "1",
+        "--jwt-secret",
+        TEST_SECRET,
+        "--session",
+        "jwt",
+    ]);
+    let exp = unix_ms() / 1000 + 600;
+    let student = mint(TEST_SECRET.as_bytes(), "stu", Role::Student, exp);
+    let admin = mint(TEST_SECRET.as_bytes(), "boss", Role::Admin, exp);
+    let get = |extra: &str, query: &str| {
+        http_raw(
+            sb.port,
+            format!("GET /api/history{query} HTTP/1.1\r\nHost: localhost\r\n{extra}\r\n")
+                .as_bytes(),
+        )
+        .expect("GET /api/history")
+    };
+    // `?role=admin` means nothing with JWT auth.
+    assert_eq!(get("", "?role=admin&user=x").status, 401);
+    assert_eq!(
+        get(&format!("Authorization: Bearer {student}\r\n"), "").status,
+        403
+    );
+    for (extra, query) in [
+        (format!("Authorization: Bearer {admin}\r\n"), String::new()),
+        (String::new(), format!("?token={admin}")),
+        (
+            format!("Cookie: seatboard_token={admin}\r\n"),
+            String::new(),
+        ),
+    ] {
+        let r = get(&extra, &query);
+        assert_eq!(r.status, 200, "{extra}{query}: {}", r.body);
+        let v: Value = serde_json::from_str(&r.body).expect("JSON");
+        assert_eq!(v["session"], "jwt");
+        assert!(v["entries"].is_array(), "{v}");
+    }
+}

@@ -1,0 +1,606 @@
+//! The front door (contract sections 3 and 4): one test per row of the refusal
+//! table, their order, the head limits, and the refusal metrics.
+
+use crate::common;
+use crate::raw;
+use common::*;
+use raw::*;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+fn refused(sb: &Seatboard, reason: &str) -> f64 {
+    metric_value(
+        &sb.metrics(),
+        &format!("seatboard_handshakes_refused_total{{reason=\"{reason}\"}}"),
+    )
+}
+
+fn upgrade(port: u16, path: &str, extra: &str) -> HttpResponse {
+    http_raw(port, upgrade_request(path, extra).as_bytes()).expect("response")
+}
+
+/// A valid upgrade's status (the 101 keeps the socket open, so read just the head).
+fn upgrade_status(port: u16, path: &str, extra: &str) -> (u16, Option<TcpStream>) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(upgrade_request(path, extra).as_bytes())
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut b = [0u8; 512];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut b) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+        }
+    }
+    let r = parse_response(&buf).expect("a response head");
+    (r.status, (r.status == 101).then_some(s))
+}
+
+fn retry_after(r: &HttpResponse) -> u64 {
+    let v = r.header("Retry-After").expect("Retry-After");
+    let s: u64 = v.parse().unwrap_or_else(|_| panic!("whole seconds: {v:?}"));
+    assert!(s >= 1, "Retry-After {s}");
+    s
+}
+
+#[test]
+fn accept_bucket_503_with_retry_after_and_never_for_health_endpoints() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--accept-rate",
+        "1",
+        "--accept-burst",
+        "1",
+    ]);
+    // The one token of the burst.
+    let (status, _keep) = upgrade_status(sb.port, "/ws?user=a", "");
+    assert_eq!(status, 101);
+    let r = upgrade(sb.port, "/ws?user=b", "");
+    assert_eq!(r.status, 503);
+    retry_after(&r);
+    // A request that is no upgrade is answered 400 even while the bucket is empty.
+    let r = http_raw(sb.port, b"GET /ws HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(r.status, 400);
+    assert!(refused(&sb, "rate_limited") >= 1.0);
+    // Plain HTTP is never refused by the bucket.
+    for _ in 0..30 {
+        for p in ["/healthz", "/readyz", "/metrics"] {
+            assert_eq!(http_get(sb.port, p).unwrap().status, 200, "{p}");
+        }
+    }
+    // The bucket refills at its rate: within ~1 s a new upgrade gets through.
+    let ok = wait_for(Duration::from_secs(5), || {
+        let (s, keep) = upgrade_status(sb.port, "/ws?user=c", "");
+        std::thread::sleep(Duration::from_millis(200));
+        (s == 101).then_some(keep)
+    });
+    assert!(ok.is_some(), "the bucket never refilled");
+}
+
+#[test]
+fn non_upgrade_requests_leave_the_accept_bucket_whole() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--accept-rate",
+        "1",
+        "--accept-burst",
+        "2",
+    ]);
+    for i in 0..50 {
+        let req = if i % 5 == 4 {
+            upgrade_request("/ws?user=v", "").replace("Version: 13", "Version: 8")
+        } else {
+            "GET /ws HTTP/1.1\r\nHost: x\r\n\r\n".to_string()
+        };
+        let r = http_raw(sb.port, req.as_bytes()).unwrap();
+        assert_eq!(r.status, if i % 5 == 4 { 426 } else { 400 }, "request {i}");
+    }
+    assert_eq!(refused(&sb, "rate_limited"), 0.0);
+    // Both tokens of the burst are still there.
+    let (first, _a) = upgrade_status(sb.port, "/ws?user=a", "");
+    let (second, _b) = upgrade_status(sb.port, "/ws?user=b", "");
+    assert_eq!((first, second), (101, 101));
+}
+
+#[test]
+fn malformed_upgrades_are_400_and_other_versions_426() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let good = upgrade_request("/ws?user=u", "");
+    let bad: Vec<(&str, String)> = vec![
+        (
+            "no upgrade headers",
+            "GET /ws?user=u HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+        ),
+        ("HTTP/1.0", good.replace("HTTP/1.1", "HTTP/1.0")),
+        ("no Upgrade", good.replace("Upgrade: websocket\r\n", "")),
+        (
+            "Upgrade h2c",
+            good.replace("Upgrade: websocket", "Upgrade: h2c"),
+        ),
+        ("no Connection", good.replace("Connection: Upgrade\r\n", "")),
+        (
+            "Connection keep-alive",
+            good.replace("Connection: Upgrade", "Connection: keep-alive"),
+        ),
+        (
+            "no key",
+            good.replace(&format!("Sec-WebSocket-Key: {KEY}\r\n"), ""),
+        ),
+        ("short key", good.replace(KEY, "c2hvcnQ=")),
+        ("17-byte key", good.replace(KEY, "AAAAAAAAAAAAAAAAAAAAAAA=")),
+        (
+            "non-base64 key",
+            good.replace(KEY, "dGhlIHNhbXBsZSBub2!jZQ=="),
+        ),
+        (
+            "non-canonical key",
+            good.replace(KEY, "dGhlIHNhbXBsZSBub25jZR=="),
+        ),
+        ("empty key", good.replace(KEY, "")),
+        (
+            "no version",
+            good.replace("Sec-WebSocket-Version: 13\r\n", ""),
+        ),
+    ];
+    let before = refused(&sb, "bad_upgrade");
+    for (what, req) in &bad {
+        let r = http_raw(sb.port, req.as_bytes()).unwrap();
+        assert_eq!(r.status, 400, "{what}");
+    }
+    assert_eq!(refused(&sb, "bad_upgrade") - before, bad.len() as f64);
+    // Header names and tokens are case-insensitive; lists are fine.
+    let mixed = good
+        .replace("Upgrade: websocket", "upgrade: WebSocket")
+        .replace("Connection: Upgrade", "connection: keep-alive, upgrade");
+    let mut s = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
+    s.write_all(mixed.as_bytes()).unwrap();
+    let mut b = [0u8; 12];
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.read_exact(&mut b).unwrap();
+    assert_eq!(&b, b"HTTP/1.1 101");
+
+    for v in ["8", "12", "14", "x"] {
+        let r = http_raw(
+            sb.port,
+            good.replace("Version: 13", &format!("Version: {v}"))
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(r.status, 426, "version {v}");
+        assert_eq!(r.header("Sec-WebSocket-Version"), Some("13"));
+    }
+    assert!(refused(&sb, "bad_version") >= 4.0);
+    // Another method on the WebSocket path.
+    let r = http_raw(sb.port, good.replace("GET", "POST").as_bytes()).unwrap();
+    assert_eq!(r.status, 405);
+}
+
+#[test]
+fn origin_allowlist_403() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--allowed-origins",
+        "https://good.example, http://localhost:8080",
+    ]);
+    for o in [
+        "https://evil.example",
+        "http://good.example",
+        "https://good.example:443",
+        "https://good.example.evil",
+        "null",
+    ] {
+        let r = upgrade(sb.port, "/ws?user=u", &format!("Origin: {o}\r\n"));
+        assert_eq!(r.status, 403, "{o}");
+    }
+    assert_eq!(refused(&sb, "origin"), 5.0);
+    for o in [
+        "Origin: https://good.example\r\n",
+        "Origin: http://localhost:8080\r\n",
+        "",
+    ] {
+        assert_eq!(upgrade_status(sb.port, "/ws?user=u", o).0, 101, "{o:?}");
+    }
+    // Origin is checked before the token.
+    let r = upgrade(sb.port, "/ws", "Origin: https://evil.example\r\n");
+    assert_eq!(r.status, 403);
+    // Without an allowlist any origin is fine.
+    let open = Seatboard::start(&["demo", "--shards", "1"]);
+    let o = "Origin: https://anything.example\r\n";
+    assert_eq!(upgrade_status(open.port, "/ws?user=u", o).0, 101);
+}
+
+#[test]
+fn no_identity_is_401_and_student_on_admin_feed_is_403() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    for path in [
+        "/ws",
+        "/ws?user=",
+        "/ws?role=admin",
+        "/ws/admin",
+        "/ws?user=u&role=root",
+    ] {
+        let r = upgrade(sb.port, path, "");
+        assert_eq!(r.status, 401, "{path}");
+    }
+    assert_eq!(refused(&sb, "unauthorized"), 5.0);
+    for path in ["/ws/admin?user=s", "/ws/admin?user=s&role=student"] {
+        let r = upgrade(sb.port, path, "");
+        assert_eq!(r.status, 403, "{path}");
+    }
+    assert_eq!(refused(&sb, "forbidden"), 2.0);
+    let mut admin = RawWs::connect(sb.port, "/ws/admin?user=boss&role=admin");
+    let hello = admin.next_json(Duration::from_secs(10)).unwrap();
+    assert_eq!(hello["role"], "admin");
+    // A student may use /ws, and so may an admin.
+    assert_eq!(
+        upgrade_status(sb.port, "/ws?user=boss&role=admin", "").0,
+        101
+    );
+}
+
+#[test]
+fn node_cap_503_then_user_cap_429() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "2",
+        "--max-connections",
+        "3",
+        "--max-conns-per-user",
+        "2",
+    ]);
+    let a1 = RawWs::hello(sb.port, "ann");
+    let a2 = RawWs::hello(sb.port, "ann");
+    let r = upgrade(sb.port, "/ws?user=ann", "");
+    assert_eq!(r.status, 429, "third connection of one user");
+    assert_eq!(refused(&sb, "user_cap"), 1.0);
+    let b1 = RawWs::hello(sb.port, "bob");
+    // The node is full: 503 + Retry-After, checked before the user cap.
+    for user in ["carl", "ann"] {
+        let r = upgrade(sb.port, &format!("/ws?user={user}"), "");
+        assert_eq!(r.status, 503, "{user}");
+        retry_after(&r);
+    }
+    assert_eq!(refused(&sb, "node_full"), 2.0);
+    // Closing gives the slots back.
+    drop(a1);
+    drop(b1);
+    let got = wait_for(Duration::from_secs(10), || {
+        let (s, keep) = upgrade_status(sb.port, "/ws?user=carl", "");
+        (s == 101).then_some(keep)
+    });
+    assert!(got.is_some(), "slot never came back");
+    // b1's slot may come back a moment after a1's: poll.
+    let ann = wait_for(Duration::from_secs(10), || {
+        let (s, keep) = upgrade_status(sb.port, "/ws?user=ann", "");
+        (s == 101).then_some(keep)
+    });
+    assert!(ann.is_some(), "ann holds one again");
+    drop(a2);
+}
+
+#[test]
+fn refusal_checks_run_in_contract_order() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--allowed-origins",
+        "https://good.example",
+        "--max-connections",
+        "1",
+    ]);
+    let evil = "Origin: https://evil.example\r\n";
+    // Malformed beats origin.
+    let r = http_raw(
+        sb.port,
+        format!("GET /ws HTTP/1.1\r\nHost: x\r\n{evil}\r\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 400);
+    // Wrong version beats origin.
+    let v8 = upgrade_request("/ws", evil).replace("Version: 13", "Version: 8");
+    assert_eq!(http_raw(sb.port, v8.as_bytes()).unwrap().status, 426);
+    // Origin beats the token.
+    assert_eq!(upgrade(sb.port, "/ws", evil).status, 403);
+    // The token beats the admin check.
+    assert_eq!(upgrade(sb.port, "/ws/admin", "").status, 401);
+    let _one = RawWs::hello(sb.port, "first");
+    // The admin check beats the node cap.
+    assert_eq!(upgrade(sb.port, "/ws/admin?user=s", "").status, 403);
+    assert_eq!(upgrade(sb.port, "/ws?user=s", "").status, 503);
+}
+
+/// A client socket that takes at most a few KiB before it reads.
+fn small_window_client(port: u16) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    s.connect(&addr.into()).unwrap();
+    s.into()
+}
+
+/// The server's socket towards `client`, as `(state, tx_queue)`, if it exists.
+fn server_socket(server_port: u16, client: &TcpStream) -> Option<(u8, u64)> {
+    let client_port = client.local_addr().unwrap().port();
+    loopback_tcp()
+        .into_iter()
+        .find(|s| s.local_port == server_port && s.remote_port == client_port)
+        .map(|s| (s.state, s.tx_queue))
+}
+
+#[test]
+fn a_client_that_never_reads_leaves_no_server_socket_after_10_s() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let request = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    // A client that reads late, but within the 10 s, gets the whole page.
+    let mut late = small_window_client(sb.port);
+    late.write_all(request).unwrap();
+    let mut stuck = small_window_client(sb.port);
+    stuck.write_all(request).unwrap();
+    // The page does not fit the clients' windows: the server holds the rest.
+    let held = wait_for(Duration::from_secs(5), || {
+        server_socket(sb.port, &stuck).filter(|&(_, tx)| tx > 0)
+    });
+    assert!(held.is_some(), "the page never backed up on the server");
+    std::thread::sleep(Duration::from_secs(2)); // the late client's delay
+    late.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut page = Vec::new();
+    late.read_to_end(&mut page)
+        .expect("the whole page, then FIN");
+    let r = parse_response(&page).expect("a response");
+    assert_eq!(r.status, 200);
+    let length: usize = r.header("Content-Length").unwrap().parse().unwrap();
+    assert_eq!(r.body.len(), length, "the late client got every byte");
+    // The client that never reads: its answer is abandoned with a reset, and
+    // the server keeps nothing for it.
+    let gone = wait_for(Duration::from_secs(20), || {
+        server_socket(sb.port, &stuck).is_none().then_some(())
+    });
+    assert!(
+        gone.is_some(),
+        "server socket still there: {:?}",
+        server_socket(sb.port, &stuck)
+    );
+    stuck
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let read = stuck.read_to_end(&mut rest);
+    assert!(
+        read.as_ref()
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "the stuck client sees a reset: {read:?}"
+    );
+}
+
+#[test]
+fn head_over_8_kib_is_431() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    for path in ["/", "/ws?user=u", "/healthz"] {
+        let head = format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(8 * 1024)
+        );
+        assert_eq!(
+            http_raw(sb.port, head.as_bytes()).unwrap().status,
+            431,
+            "{path}"
+        );
+    }
+    // An endless head without its blank line is cut at the limit too.
+    let mut s = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(format!("GET / HTTP/1.1\r\nX: {}", "b".repeat(20_000)).as_bytes());
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    assert!(String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 431"));
+    // A head just under the limit is fine.
+    let head = format!(
+        "GET /healthz HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+        "a".repeat(7 * 1024)
+    );
+    assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 200);
+    // Too many header lines.
+    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    let head = format!("GET / HTTP/1.1\r\n{many}\r\n");
+    assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 431);
+    assert_eq!(refused(&sb, "head_too_large"), 5.0);
+    // Not HTTP at all.
+    let r = http_raw(sb.port, b"\x16\x03\x01\x02\x00garbage\r\n\r\n").unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(refused(&sb, "bad_request"), 1.0);
+}
+
+#[test]
+fn head_not_complete_in_5_s_is_dropped() {
+    let sb = Seatboard::start(&["demo", "--shards", "2"]);
+    let start = Instant::now();
+    // One silent client and one that trickles a byte every 300 ms (slowloris).
+    let mut silent = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
+    let mut trickle = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
+    let t = std::thread::spawn(move || {
+        let head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+        for b in head.iter() {
+            if trickle.write_all(std::slice::from_ref(b)).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        trickle
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = trickle.read_to_end(&mut buf);
+        buf
+    });
+    silent
+        .set_read_timeout(Some(Duration::from_secs(12)))
+        .unwrap();
+    let _ = silent.write_all(b"GET / HTTP/1.1\r\n");
+    let mut buf = Vec::new();
+    let n = silent.read_to_end(&mut buf);
+    let took = start.elapsed();
+    assert!(n.is_ok() || buf.is_empty(), "{n:?}");
+    assert!(
+        buf.is_empty(),
+        "no answer, just dropped: {:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    assert!(
+        took >= Duration::from_millis(4500) && took < Duration::from_secs(9),
+        "dropped after {took:?}"
+    );
+    let got = t.join().unwrap();
+    assert!(
+        got.is_empty(),
+        "the trickler got an answer: {:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(refused(&sb, "head_timeout") >= 2.0);
+    // The server still serves.
+    assert_eq!(http_get(sb.port, "/healthz").unwrap().status, 200);
+}
+
+#[test]
+fn every_refusal_reason_is_exported() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let m = sb.metrics();
+    for reason in [
+        "rate_limited",
+        "bad_upgrade",
+        "bad_version",
+        "origin",
+        "unauthorized",
+        "forbidden",
+        "node_full",
+        "draining",
+        "user_cap",
+        "head_too_large",
+        "head_timeout",
+    ] {
+        let line = format!("seatboard_handshakes_refused_total{{reason=\"{reason}\"}} 0");
+        assert!(m.lines().any(|l| l == line), "missing {line}");
+    }
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn jwt_on_serve_401_403_and_token_sources() {
+    use seatboard::auth::mint;
+    use shards::Role;
+    let redis = Redis::start();
+    let sb = Seatboard::start(&[
+        "serve",
+        "--redis",
+        &redis.uri(),
+        "--shards",
+        "1",
+        "--auth",
+        "jwt",
+        "--jwt-secret",
+        TEST_SECRET,
+    ]);
+    let exp = unix_now() + 600;
+    let student = mint(TEST_SECRET.as_bytes(), "stu", Role::Student, exp);
+    let admin = mint(TEST_SECRET.as_bytes(), "boss", Role::Admin, exp);
+    let parts: Vec<&str> = student.split('.').collect();
+    let bad: Vec<(&str, String)> = vec![
+        ("no token", String::new()),
+        ("garbage", "Authorization: Bearer not.a.token\r\n".into()),
+        (
+            "wrong secret",
+            format!(
+                "Authorization: Bearer {}\r\n",
+                mint(b"other", "stu", Role::Student, exp)
+            ),
+        ),
+        (
+            "expired",
+            format!(
+                "Authorization: Bearer {}\r\n",
+                mint(
+                    TEST_SECRET.as_bytes(),
+                    "stu",
+                    Role::Student,
+                    unix_now() - 300
+                )
+            ),
+        ),
+        (
+            "alg none",
+            // {"alg":"none","typ":"JWT"}
+            format!(
+                "Authorization: Bearer eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.{}.\r\n",
+                parts[1]
+            ),
+        ),
+        (
+            "over-long",
+            format!("Authorization: Bearer {student}{}\r\n", "A".repeat(5000)),
+        ),
+        ("?user= is not auth here", String::new()),
+    ];
+    for (what, extra) in &bad {
+        let path = if what.starts_with("?user") {
+            "/ws?user=stu"
+        } else {
+            "/ws"
+        };
+        assert_eq!(upgrade(sb.port, path, extra).status, 401, "{what}");
+    }
+    assert_eq!(refused(&sb, "unauthorized"), bad.len() as f64);
+    // A student token on the admin feed: 403.
+    let r = upgrade(
+        sb.port,
+        "/ws/admin",
+        &format!("Authorization: Bearer {student}\r\n"),
+    );
+    assert_eq!(r.status, 403);
+    assert_eq!(refused(&sb, "forbidden"), 1.0);
+    // Each token source works; the hello names the token's subject and role.
+    for (path, extra) in [
+        (
+            "/ws".to_string(),
+            format!("Authorization: Bearer {student}\r\n"),
+        ),
+        (format!("/ws?token={student}"), String::new()),
+        (
+            "/ws".to_string(),
+            format!("Cookie: a=b; seatboard_token={student}\r\n"),
+        ),
+        (
+            "/ws/admin".to_string(),
+            format!("Authorization: Bearer {admin}\r\n"),
+        ),
+    ] {
+        assert_eq!(
+            upgrade_status(sb.port, &path, &extra).0,
+            101,
+            "{path} {extra}"
+        );
+    }
+    let mut ws = RawWs::connect(sb.port, &format!("/ws/admin?token={admin}"));
+    let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
+    assert_eq!(hello["user"], "boss");
+    assert_eq!(hello["role"], "admin");
+    let mut ws = RawWs::connect(sb.port, &format!("/ws?token={student}"));
+    let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
+    assert_eq!(hello["user"], "stu");
+    assert_eq!(hello["role"], "student");
+}

@@ -1,0 +1,68 @@
+//! Every integration test of the seatboard binary, one module per area (run
+//! one area with `cargo test --test it front_door::`). One test binary links
+//! the crate and its dependencies once; the shared fixtures (`tests/common`,
+//! `tests/raw`, ...) are modules of it.
+
+#[path = "../cluster_util/mod.rs"]
+mod cluster_util;
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../../benches/suite/hist.rs"]
+#[allow(dead_code)]
+mod hist;
+#[path = "../jwt_util/mod.rs"]
+mod jwt_util;
+#[path = "../lb/mod.rs"]
+mod lb;
+#[path = "../../benches/suite/loadgen.rs"]
+#[allow(dead_code)]
+mod loadgen;
+#[path = "../../benches/suite/publish.rs"]
+#[allow(dead_code)]
+mod publish;
+#[path = "../raw/mod.rs"]
+mod raw;
+#[path = "../redis_util/mod.rs"]
+mod redis_util;
+#[path = "../tls_util/mod.rs"]
+mod tls_util;
+
+mod admin_scale;
+mod analytics;
+mod arm64_smoke;
+mod browser;
+mod browser_failover;
+mod client_delivery;
+mod close_codes;
+mod compression;
+mod conformance;
+mod demo_board;
+mod docs_links;
+mod drain;
+mod environments;
+mod fleet;
+mod front_door;
+mod haproxy_limits;
+mod jwks;
+mod listener;
+mod log_colour;
+mod metrics;
+mod monitoring;
+mod package;
+mod page_delivery;
+mod pinning;
+mod redis_cluster;
+mod redis_cluster_tls;
+mod redis_ingest;
+mod redis_presence;
+mod redis_publisher;
+mod redis_reconnect;
+mod redis_tls;
+mod security;
+mod slow_consumer;
+mod storm;
+mod syscall_filter;
+mod systemd;
+mod tokio_shell;
+mod version;
+mod write_path;

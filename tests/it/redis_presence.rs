@@ -1,0 +1,88 @@
+//! Presence in Redis sorted sets: distinct users per course, prompt drops,
+//! one global count across nodes, and a killed node's viewers expiring by TTL.
+
+use crate::common;
+use crate::redis_util;
+use common::*;
+use redis_util::*;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(10);
+
+/// Reads presence messages for `course` until one says `n`.
+fn viewers_become(ws: &mut Ws, course: &str, n: u64, timeout: Duration) -> bool {
+    read_until(ws, timeout, |m| {
+        m["type"] == "presence" && m["course"] == course && m["viewers"] == n
+    })
+    .is_some()
+}
+
+#[test]
+fn same_user_counts_once_second_user_twice_leaving_drops() {
+    let redis = Redis::start();
+    let sb = serve(&redis, &["--presence-tick-ms", "200"]);
+    let mut a1 = client(&sb, "user=alice");
+    let mut a2 = client(&sb, "user=alice");
+    watch(&mut a1, "CS101");
+    watch(&mut a2, "CS101");
+    assert!(viewers_become(&mut a1, "CS101", 1, T));
+    assert_eq!(
+        redis.cli(&["ZCARD", "presence:CS101"]),
+        "1",
+        "one member for two sockets"
+    );
+    let mut b = client(&sb, "user=bob");
+    watch(&mut b, "CS101");
+    assert!(viewers_become(&mut a1, "CS101", 2, T), "second user counts");
+    assert!(viewers_become(&mut b, "CS101", 2, T));
+
+    // Roster for an admin: global ids.
+    let mut admin = ws_connect(sb.port, "/ws/admin?user=adm&role=admin").expect("admin");
+    next_json(&mut admin).expect("hello");
+    send_json(&mut admin, json!({"op":"roster","course":"CS101"}));
+    let r = next_of_type(&mut admin, "roster", T).expect("roster");
+    assert_eq!(r["total"], 2);
+    assert_eq!(r["viewers"], json!(["alice", "bob"]));
+    drop(admin);
+
+    // Bob leaves: the drop shows within about a presence tick.
+    let left = Instant::now();
+    let _ = b.close(None);
+    drop(b);
+    assert!(viewers_become(&mut a1, "CS101", 1, T));
+    let took = left.elapsed();
+    println!("presence drop seen after {took:?}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // One of alice's sockets leaving does not remove her.
+    send_json(&mut a2, json!({"op":"unwatch","course":"CS101"}));
+    std::thread::sleep(Duration::from_millis(600)); // three presence ticks: nothing may change
+    assert_eq!(redis.cli(&["ZSCORE", "presence:CS101", "bob"]), "");
+    assert!(!redis.cli(&["ZSCORE", "presence:CS101", "alice"]).is_empty());
+}
+
+#[test]
+fn two_nodes_share_the_count_and_a_killed_node_expires() {
+    let redis = Redis::start();
+    let flags = ["--presence-tick-ms", "200", "--presence-ttl-ms", "1500"];
+    let a = serve(&redis, &flags);
+    let mut b = serve(&redis, &flags);
+    let mut wa = client(&a, "user=alice");
+    let mut wb = client(&b, "user=bob");
+    watch(&mut wa, "CS101");
+    watch(&mut wb, "CS101");
+    assert!(viewers_become(&mut wa, "CS101", 2, T), "node A sees both");
+    assert!(viewers_become(&mut wb, "CS101", 2, T), "node B sees both");
+    // Both still 2 after several refreshes (TTL/2 = 750 ms).
+    std::thread::sleep(Duration::from_millis(2000));
+    assert_eq!(redis.cli(&["ZCARD", "presence:CS101"]), "2");
+
+    // SIGKILL node B: no cleanup runs; bob falls out after the TTL.
+    let killed = Instant::now();
+    b.signal(libc::SIGKILL);
+    b.wait_exit(T).expect("B died");
+    assert!(viewers_become(&mut wa, "CS101", 1, T), "bob expired");
+    let took = killed.elapsed();
+    println!("killed node's viewer gone after {took:?} (ttl 1.5 s)");
+    assert!(took < Duration::from_secs(4), "{took:?}");
+}
