@@ -20,6 +20,7 @@ mod lb;
 mod loadgen;
 mod procs;
 mod publish;
+mod soak;
 mod stuck;
 
 use hist::Hist;
@@ -76,6 +77,8 @@ struct Opts {
     frame_bytes: usize,
     /// Storm, fanout: skip the floor run (compare runs one floor for all).
     no_floor: bool,
+    /// Soak: how long it runs.
+    minutes: f64,
 }
 
 impl Default for Opts {
@@ -111,12 +114,13 @@ impl Default for Opts {
             rate_set: false,
             frame_bytes: 190,
             no_floor: false,
+            minutes: 20.0,
         }
     }
 }
 
 const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet> \
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet|soak> \
 [--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
@@ -124,7 +128,8 @@ const USAGE: &str =
 [--no-floor (storm, fanout: skip the floor run)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
-[fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
+[fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
+[soak: --minutes M]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -175,6 +180,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                 }
             }
             "--nodes" => o.nodes = num(val()?)? as usize,
+            "--minutes" => o.minutes = num(val()?)?,
             "--event" => o.event = Some(val()?),
             "--drain-ms" => o.drain_ms = num(val()?)? as u64,
             "--before" => o.before_s = num(val()?)?,
@@ -1226,6 +1232,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "handshake" => handshake(o),
         "compare" => compare(o),
         "fleet" => fleet::run(o, o.haproxy_procs),
+        "soak" => soak::run(o),
         other => return Err(format!("unknown scenario {other}")),
     })
 }
@@ -1289,6 +1296,13 @@ fn smoke() -> i32 {
                 max_wait_s: 20.0,
                 min_during_s: 1.0,
                 haproxy_procs: 1,
+                ..base.clone()
+            },
+        ),
+        (
+            "soak",
+            Opts {
+                minutes: 1.0,
                 ..base.clone()
             },
         ),
