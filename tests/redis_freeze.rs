@@ -310,6 +310,23 @@ fn presence_scored(addr: (String, u16), viewers: &[(String, &'static str)]) -> b
     })
 }
 
+/// Whether none of these users holds a presence member any more.
+fn presence_gone(addr: (String, u16), users: &[(String, &'static str)]) -> bool {
+    let Ok(c) = redis::Client::open(format!("redis://{}:{}/", addr.0, addr.1)) else {
+        return false;
+    };
+    let Ok(mut con) = c.get_connection_with_timeout(Duration::from_secs(2)) else {
+        return false;
+    };
+    users.iter().all(|(user, course)| {
+        redis::cmd("ZSCORE")
+            .arg(format!("presence:{course}"))
+            .arg(user)
+            .query::<Option<f64>>(&mut con)
+            .is_ok_and(|s| s.is_none())
+    })
+}
+
 /// The whole scenario against one kind of fault.
 fn frozen_redis_scenario(mut fault: impl Fault) {
     let addr = fault.addr();
@@ -350,6 +367,9 @@ fn frozen_redis_scenario(mut fault: impl Fault) {
         "50",
         "--presence-tick-ms",
         "500",
+        // Longer than the test: a member left behind is not rescued by expiry.
+        "--presence-ttl-ms",
+        "120000",
     ]);
     wait_for(T, || (health(sb.port)["redis"] == true).then_some(()))
         .expect("the node's Redis connection did not come up");
@@ -364,12 +384,36 @@ fn frozen_redis_scenario(mut fault: impl Fault) {
     let paddr = addr.clone();
     let mut publisher = fault.publisher_side(move || Publisher::start(paddr));
     wait_for(T, || (publisher.sent.load(Relaxed) > 400).then_some(())).expect("publishing");
+    // Viewers who leave while Redis is silent: their removal must still reach it.
+    let leavers: Vec<(String, &'static str)> = (0..8)
+        .map(|i| (format!("leaver{i}"), COURSES[i % COURSES.len()]))
+        .collect();
+    let mut leaving: Vec<Ws> = leavers
+        .iter()
+        .map(|(u, c)| {
+            let mut ws = ws_connect(sb.port, &format!("/ws?user={u}")).expect("leaver");
+            next_json(&mut ws).expect("hello");
+            send_json(&mut ws, json!({"op":"watch","course":c}));
+            next_of_type(&mut ws, "frame", T).expect("leaver's watch answer");
+            ws
+        })
+        .collect();
+    let l = leavers.clone();
+    let laddr = addr.clone();
+    let present = fault.publisher_side(move || {
+        wait_for(T, || presence_scored(laddr.clone(), &l).then_some(())).is_some()
+    });
+    assert!(present, "the leavers' presence was written");
     let rss_before = rss_kib(sb.pid());
 
     let churn_stop = Arc::new(AtomicBool::new(false));
     let churner = churn(sb.port, Arc::clone(&churn_stop));
     fault.break_it();
     let broken = Instant::now();
+    for mut ws in leaving.drain(..) {
+        let _ = ws.close(None);
+        let _ = ws.flush();
+    }
     let mut noticed = None;
     let mut answers = 0u32;
     while broken.elapsed() < FAULT {
@@ -427,6 +471,14 @@ fn frozen_redis_scenario(mut fault: impl Fault) {
         wait_for(T, || presence_scored(paddr.clone(), &members).then_some(())).is_some()
     });
     assert!(scored, "every viewer's presence is scored again");
+    let paddr = addr.clone();
+    let gone = fault.publisher_side(move || {
+        wait_for(T, || presence_gone(paddr.clone(), &leavers).then_some(())).is_some()
+    });
+    assert!(
+        gone,
+        "viewers who left while Redis was silent are removed from presence once it answers"
+    );
     println!(
         "after Redis answered again: every board true after {boards:?}, ok after {:?}",
         mended.elapsed()
