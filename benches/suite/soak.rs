@@ -693,7 +693,7 @@ pub fn run(o: &Opts) -> Outcome {
         "--accept-burst".into(),
         "5000".into(),
     ];
-    let log = dir.join("hub.log");
+    let log = dir.join(format!("hub-{}.log", std::process::id()));
     let mut hub = Hub::start(crate::lb::stable_port(), flags, log.clone());
     let courses = crate::course_names(o.courses);
     let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
