@@ -1,4 +1,5 @@
-//! The `soak` scenario: one hub on one Redis for `--minutes` (default 20)
+//! The `soak` scenario: one hub (`--nodes N`: N behind the shipped HAProxy
+//! configuration) on one Redis for `--minutes` (default 20)
 //! with everything going wrong at once and again: a storm that comes and goes
 //! (bursts at `--rate` snapshots/s, quiet stretches), steady viewers that
 //! reconnect like the board page, viewers churning in and out (a third dropped
@@ -281,10 +282,9 @@ fn sample_process(pid: u32) -> Value {
     })
 }
 
-/// Samples the hub, Redis and the load generators every 10 s until stopped.
+/// Samples the hubs and Redis every 10 s until stopped.
 fn sampler(
-    port: u16,
-    hub_pid: Arc<AtomicU32>,
+    hubs: Vec<(u16, Arc<AtomicU32>)>,
     others: Arc<Mutex<Vec<(String, u32)>>>,
     stop: Arc<AtomicBool>,
     t0: Instant,
@@ -298,14 +298,20 @@ fn sampler(
                 continue;
             }
             next += SAMPLE_EVERY;
-            let mut hub = sample_process(hub_pid.load(Relaxed));
-            let metrics = get(port, "/metrics").unwrap_or_default();
-            hub["metrics"] = METRICS
+            let hubs: Vec<Value> = hubs
                 .iter()
-                .map(|m| (m.to_string(), json!(metric_sum(&metrics, m))))
-                .collect::<serde_json::Map<_, _>>()
-                .into();
-            let mut s = json!({ "t_s": t0.elapsed().as_secs_f64().round(), "hub": hub });
+                .map(|(port, pid)| {
+                    let mut hub = sample_process(pid.load(Relaxed));
+                    let metrics = get(*port, "/metrics").unwrap_or_default();
+                    hub["metrics"] = METRICS
+                        .iter()
+                        .map(|m| (m.to_string(), json!(metric_sum(&metrics, m))))
+                        .collect::<serde_json::Map<_, _>>()
+                        .into();
+                    hub
+                })
+                .collect();
+            let mut s = json!({ "t_s": t0.elapsed().as_secs_f64().round(), "hubs": hubs });
             for (name, pid) in others.lock().unwrap_or_else(|e| e.into_inner()).iter() {
                 s[name.as_str()] = sample_process(*pid);
             }
@@ -514,39 +520,51 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The hub samples of one quarter (1-based) that belong to the final process.
-fn quarter(samples: &[Value], total_s: f64, q: usize, pid: u64) -> Vec<&Value> {
+/// Hub `i`'s samples of one quarter (1-based) that belong to its final process.
+fn quarter(samples: &[Value], total_s: f64, q: usize, i: usize, pid: u64) -> Vec<&Value> {
     let (a, b) = (total_s * (q - 1) as f64 / 4.0, total_s * q as f64 / 4.0);
     samples
         .iter()
-        .filter(|s| {
-            let t = s["t_s"].as_f64().unwrap_or(0.0);
-            t >= a && t < b && s["hub"]["pid"].as_u64() == Some(pid)
-        })
+        .map(|s| (s["t_s"].as_f64().unwrap_or(0.0), &s["hubs"][i]))
+        .filter(|(t, h)| *t >= a && *t < b && h["pid"].as_u64() == Some(pid))
+        .map(|(_, h)| h)
         .collect()
 }
 
-/// Growth figures between the second and the last quarter of one process.
-fn growth(samples: &[Value], total_s: f64) -> (f64, i64, i64, bool) {
+/// The worst growth figures of any hub between the second and the last
+/// quarter of its final process.
+fn growth(samples: &[Value], total_s: f64, hubs: usize) -> (f64, i64, i64, bool) {
+    let mut worst = (f64::NAN, i64::MIN, i64::MIN, true);
+    for i in 0..hubs {
+        let (r, fd, th, same) = hub_growth(samples, total_s, i);
+        worst.0 = if worst.0.is_nan() { r } else { worst.0.max(r) };
+        worst.1 = worst.1.max(fd);
+        worst.2 = worst.2.max(th);
+        worst.3 &= same;
+    }
+    worst
+}
+
+fn hub_growth(samples: &[Value], total_s: f64, i: usize) -> (f64, i64, i64, bool) {
     let pid = samples
         .last()
-        .and_then(|s| s["hub"]["pid"].as_u64())
+        .and_then(|s| s["hubs"][i]["pid"].as_u64())
         .unwrap_or(0);
     let (q2, q4) = (
-        quarter(samples, total_s, 2, pid),
-        quarter(samples, total_s, 4, pid),
+        quarter(samples, total_s, 2, i, pid),
+        quarter(samples, total_s, 4, i, pid),
     );
     let same_process = !q2.is_empty() && !q4.is_empty();
     let f = |v: &[&Value], k: &dyn Fn(&Value) -> f64| median(v.iter().map(|s| k(s)).collect());
-    let rss = |s: &Value| s["hub"]["rss_kib"].as_f64().unwrap_or(0.0);
+    let rss = |s: &Value| s["rss_kib"].as_f64().unwrap_or(0.0);
     // Descriptors beyond the open connections: the process's own.
     let own_fds = |s: &Value| {
-        s["hub"]["fds"].as_f64().unwrap_or(0.0)
-            - s["hub"]["metrics"]["seatboard_connections"]
+        s["fds"].as_f64().unwrap_or(0.0)
+            - s["metrics"]["seatboard_connections"]
                 .as_f64()
                 .unwrap_or(0.0)
     };
-    let threads = |s: &Value| s["hub"]["threads"].as_f64().unwrap_or(0.0);
+    let threads = |s: &Value| s["threads"].as_f64().unwrap_or(0.0);
     let rss_pct = (f(&q4, &rss) / f(&q2, &rss) - 1.0) * 100.0;
     let fd = (f(&q4, &own_fds) - f(&q2, &own_fds)).round() as i64;
     let th = (f(&q4, &threads) - f(&q2, &threads)).round() as i64;
@@ -561,18 +579,30 @@ fn degraded(port: u16) -> bool {
 }
 
 /// Runs one event; returns the moment the fault was over and notes.
-fn run_event(kind: Kind, hub: &mut Hub, redis: &mut Redis, freeze: Duration) -> (Instant, Value) {
+fn run_event(
+    kind: Kind,
+    hubs: &mut [Hub],
+    redis: &mut Redis,
+    freeze: Duration,
+) -> (Instant, Value) {
     let t = Instant::now();
     match kind {
         Kind::NodeKill => {
-            let up = hub.restart(libc::SIGKILL);
+            let up = hubs[0].restart(libc::SIGKILL);
             (
                 Instant::now(),
                 json!({"ready_again": up, "restart_ms": t.elapsed().as_millis() as u64}),
             )
         }
         Kind::Rolling => {
-            let up = hub.restart(libc::SIGTERM);
+            let mut up = true;
+            for (i, hub) in hubs.iter_mut().enumerate() {
+                if i > 0 {
+                    // Until the proxy's checks saw the last one up (rise 2 at 1 s).
+                    std::thread::sleep(Duration::from_millis(2500));
+                }
+                up &= hub.restart(libc::SIGTERM);
+            }
             (
                 Instant::now(),
                 json!({"ready_again": up, "drain_and_restart_ms": t.elapsed().as_millis() as u64}),
@@ -591,11 +621,11 @@ fn run_event(kind: Kind, hub: &mut Hub, redis: &mut Redis, freeze: Duration) -> 
             let mut answered = 0u32;
             let mut unanswered = 0u32;
             while t.elapsed() < freeze {
-                match get(hub.port, "/metrics") {
+                match get(hubs[0].port, "/metrics") {
                     Some(_) => answered += 1,
                     None => unanswered += 1,
                 }
-                if noticed.is_none() && degraded(hub.port) {
+                if noticed.is_none() && degraded(hubs[0].port) {
                     noticed = Some(t.elapsed().as_millis() as u64);
                 }
                 std::thread::sleep(Duration::from_millis(200));
@@ -693,16 +723,50 @@ pub fn run(o: &Opts) -> Outcome {
         "--accept-burst".into(),
         "5000".into(),
     ];
-    let log = dir.join(format!("hub-{}.log", std::process::id()));
-    let mut hub = Hub::start(crate::lb::stable_port(), flags, log.clone());
+    // `--nodes N`: N hubs behind the shipped HAProxy configuration.
+    let nodes = if std::env::args().any(|a| a == "--nodes") {
+        o.nodes.max(1)
+    } else {
+        1
+    };
+    let mut hubs: Vec<Hub> = (0..nodes)
+        .map(|i| {
+            let log = dir.join(format!("hub-{}-{}.log", std::process::id(), i + 1));
+            Hub::start(crate::lb::stable_port(), flags.clone(), log)
+        })
+        .collect();
+    let proxy = (nodes > 1).then(|| {
+        let port = crate::lb::free_port();
+        let ports: Vec<u16> = hubs.iter().map(|h| h.port).collect();
+        let cfg = crate::lb::render(
+            &crate::lb::shipped(),
+            &crate::lb::Bind::Plain(port),
+            &ports,
+            9000,
+        );
+        let cfg = cfg.replacen("global\n", "global\n    nbthread 1\n", 1);
+        let lb = crate::lb::Haproxy::start(
+            &dir,
+            port,
+            &crate::lb::log_to_stdout(&cfg),
+            o.haproxy_procs.max(1),
+        );
+        assert!(
+            lb.wait_ready("/readyz", Duration::from_secs(20)),
+            "haproxy never saw a hub up"
+        );
+        lb
+    });
+    // Where viewers connect: the proxy, or the one hub.
+    let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
     let courses = crate::course_names(o.courses);
     let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
     let max_secs = total_s + 600.0;
-    let mut f = crate::fleet(o, hub.port, &courses, o.skew, false, max_secs);
+    let mut f = crate::fleet(o, port, &courses, o.skew, false, max_secs);
     let open = crate::wait_open(o, &mut f, o.clients, "soak");
     let churn = Fleet::start(vec![loadgen::Config {
-        port: hub.port,
+        port,
         child: 90,
         clients: 0,
         courses: courses.clone(),
@@ -721,8 +785,7 @@ pub fn run(o: &Opts) -> Outcome {
     let t0 = Instant::now();
     let others = Arc::new(Mutex::new(vec![("redis".to_string(), redis.pid())]));
     let samples = sampler(
-        hub.port,
-        Arc::clone(&hub.pid),
+        hubs.iter().map(|h| (h.port, Arc::clone(&h.pid))).collect(),
         Arc::clone(&others),
         Arc::clone(&stop),
         t0,
@@ -731,16 +794,16 @@ pub fn run(o: &Opts) -> Outcome {
     let (pub_tx, pub_rx) = mpsc::channel();
     let pub_thread = storm_thread(publisher, o.rate, o.skew, o.sections, cycle, pub_rx);
     let admins = admin(
-        hub.port,
+        port,
         Duration::from_secs_f64((total_s / 8.0).min(60.0)),
         Arc::clone(&stop),
     );
     let churned = churner(
-        hub.port,
+        port,
         courses[..courses.len().min(50)].to_vec(),
         Arc::clone(&stop),
     );
-    let mut stuck = crate::stuck::open(hub.port, STUCK, &courses[..3.min(courses.len())]);
+    let mut stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
     let freeze = Duration::from_secs(if o.minutes >= 5.0 { 15 } else { 10 });
     let mut events = Vec::new();
     for (at, kind) in schedule(total_s) {
@@ -757,7 +820,7 @@ pub fn run(o: &Opts) -> Outcome {
             ),
         );
         let started = t0.elapsed().as_secs_f64();
-        let (over, notes) = run_event(kind, &mut hub, &mut redis, freeze);
+        let (over, notes) = run_event(kind, &mut hubs, &mut redis, freeze);
         others.lock().unwrap_or_else(|e| e.into_inner())[0].1 = redis.pid();
         let (correct, recovered) = converge(&mut f, &pub_tx, over, open as usize);
         progress(
@@ -773,7 +836,7 @@ pub fn run(o: &Opts) -> Outcome {
         );
         // Slow consumers again (a restarted hub dropped the old ones).
         drop(std::mem::take(&mut stuck));
-        stuck = crate::stuck::open(hub.port, STUCK, &courses[..3.min(courses.len())]);
+        stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
     }
     while t0.elapsed().as_secs_f64() < total_s {
         std::thread::sleep(Duration::from_millis(200));
@@ -787,11 +850,18 @@ pub fn run(o: &Opts) -> Outcome {
     let churn_reports = churn.report();
     let reports = f.report();
     drop(stuck);
-    drop(hub);
-    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
-    let panics = log_text.matches("panicked").count();
-    let log_bytes_per_min = log_text.len() as f64 / o.minutes.max(1e-3);
-    let (rss_growth_pct, fd_growth, thread_growth, same_process) = growth(&samples, total_s);
+    drop(proxy);
+    let logs: Vec<PathBuf> = hubs.iter().map(|h| h.log.clone()).collect();
+    drop(hubs);
+    let logs: Vec<String> = logs
+        .iter()
+        .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+        .collect();
+    let panics: usize = logs.iter().map(|l| l.matches("panicked").count()).sum();
+    // Per hub: each has its own log (and disk) in production.
+    let log_bytes_per_min =
+        logs.iter().map(|l| l.len()).max().unwrap_or(0) as f64 / o.minutes.max(1e-3);
+    let (rss_growth_pct, fd_growth, thread_growth, same_process) = growth(&samples, total_s, nodes);
     let churn_upgrades: u64 = churn_reports
         .iter()
         .map(|r| r["counters"]["upgrades"].as_u64().unwrap_or(0))
@@ -805,10 +875,11 @@ pub fn run(o: &Opts) -> Outcome {
     out.row(
         "load",
         format!(
-            "{open} steady viewers over {} courses x {} sections; storm bursts at {}/s ({} snapshots in all); churn {} in-process (a third dropped) + {churn_upgrades} dropped by loadgen; {STUCK} slow consumers; {admin_sessions} admin sessions",
+            "{nodes} hub(s){}; {open} steady viewers over {} courses x {} sections; storm bursts at {}/s ({} snapshots in all); churn {} in-process (a third dropped) + {churn_upgrades} dropped by loadgen; {STUCK} slow consumers; {admin_sessions} admin sessions",
+            if nodes > 1 { " behind HAProxy" } else { "" },
             o.courses, o.sections, o.rate, published, churn_in_process
         ),
-        json!({"viewers": open, "courses": o.courses, "sections": o.sections, "burst_rate": o.rate,
+        json!({"hubs": nodes, "viewers": open, "courses": o.courses, "sections": o.sections, "burst_rate": o.rate,
                "published": published, "churn_in_process": churn_in_process,
                "churn_loadgen": churn_upgrades, "stuck": STUCK, "admin_sessions": admin_sessions,
                "closed_by_server": closed_by_server}),
