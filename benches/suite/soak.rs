@@ -129,6 +129,8 @@ impl Drop for Redis {
             let _ = c.kill();
             let _ = c.wait();
         }
+        // The dump of this run's restarts is of no use afterwards.
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
