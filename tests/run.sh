@@ -20,6 +20,8 @@ command -v strace >/dev/null 2>&1 || need+=(strace)
 command -v haproxy >/dev/null 2>&1 || need+=(haproxy)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v rpmbuild >/dev/null 2>&1 || need+=(rpm)
+# tests/redis_freeze.rs partitions a Redis in a network namespace (ip netns, veth).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

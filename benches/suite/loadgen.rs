@@ -498,22 +498,22 @@ impl Gen {
             return;
         };
         if conn.phase == Phase::Connecting {
-            match conn.sock.take_error() {
-                Ok(None) => {}
-                _ => {
-                    self.c.failed += 1;
-                    self.close(idx);
-                    return;
-                }
-            }
-            match conn.sock.peer_addr() {
-                Ok(_) => {}
-                Err(e) if e.kind() == ErrorKind::NotConnected => return,
-                Err(_) => {
-                    self.c.failed += 1;
-                    self.close(idx);
-                    return;
-                }
+            let user = conn.user;
+            // A connect refused or failed (the node is down and nothing
+            // proxies it) is retried like any lost connection.
+            let failed = match conn.sock.take_error() {
+                Ok(None) => match conn.sock.peer_addr() {
+                    Ok(_) => false,
+                    Err(e) if e.kind() == ErrorKind::NotConnected => return,
+                    Err(_) => true,
+                },
+                _ => true,
+            };
+            if failed {
+                self.c.failed += 1;
+                self.close(idx);
+                self.retry(user, None, None, None, None);
+                return;
             }
             conn.phase = Phase::Handshake;
             let user = format!("lg{}-{}", self.cfg.child, conn.user);

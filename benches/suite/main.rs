@@ -23,6 +23,7 @@ mod lb;
 mod loadgen;
 mod procs;
 mod publish;
+mod soak;
 mod stuck;
 
 use hist::Hist;
@@ -83,6 +84,8 @@ struct Opts {
     alg: Option<String>,
     /// Load generators: pre-minted tokens, one a line (else HS256 minted per connection).
     tokens_file: Option<String>,
+    /// Soak: how long it runs.
+    minutes: f64,
 }
 
 impl Default for Opts {
@@ -120,12 +123,13 @@ impl Default for Opts {
             no_floor: false,
             alg: None,
             tokens_file: None,
+            minutes: 20.0,
         }
     }
 }
 
 const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet> \
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet|soak> \
 [--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
@@ -134,7 +138,8 @@ const USAGE: &str =
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
-[fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P]";
+[fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
+[soak: --minutes M]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -186,6 +191,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                 }
             }
             "--nodes" => o.nodes = num(val()?)? as usize,
+            "--minutes" => o.minutes = num(val()?)?,
             "--event" => o.event = Some(val()?),
             "--drain-ms" => o.drain_ms = num(val()?)? as u64,
             "--before" => o.before_s = num(val()?)?,
@@ -1173,6 +1179,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "handshake" => handshake::run(o),
         "compare" => compare(o),
         "fleet" => fleet::run(o, o.haproxy_procs),
+        "soak" => soak::run(o),
         other => return Err(format!("unknown scenario {other}")),
     })
 }
@@ -1236,6 +1243,13 @@ fn smoke() -> i32 {
                 max_wait_s: 20.0,
                 min_during_s: 1.0,
                 haproxy_procs: 1,
+                ..base.clone()
+            },
+        ),
+        (
+            "soak",
+            Opts {
+                minutes: 1.0,
                 ..base.clone()
             },
         ),

@@ -25,6 +25,10 @@ pub const PING_AFTER: Duration = Duration::from_secs(5);
 pub const PING_DEADLINE: Duration = Duration::from_secs(3);
 /// How long a (P)SUBSCRIBE confirmation may take.
 pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+/// The longest wait between reconnect attempts of the pub/sub connection
+/// (under the contract's 2 s cap): a Redis that answers again after a freeze
+/// or a partition is found within it.
+pub const RECONNECT_CAP: Duration = Duration::from_millis(500);
 /// Channels per SUBSCRIBE command when resubscribing many.
 const SUBSCRIBE_BATCH: usize = 512;
 
@@ -95,7 +99,7 @@ impl RedisSource {
             courses: BTreeSet::new(),
             firehose: false,
             pending: VecDeque::new(),
-            backoff: Backoff::default(),
+            backoff: Backoff::capped(RECONNECT_CAP),
             ever_connected: false,
         };
         if !s.connect() {
@@ -166,6 +170,9 @@ impl RedisSource {
                 firehose = self.firehose,
                 "Redis pub/sub connected; subscriptions restored"
             );
+            // The rereads that follow go at once, not after the state
+            // client's own backoff from the outage.
+            self.link.retry_now();
             self.pending.push_back(SourceEvent::Reconnected);
         }
         self.ever_connected = true;

@@ -79,7 +79,7 @@ impl ShardedSource {
             scanned: BTreeSet::new(),
             next_scan: Instant::now(),
             pending: VecDeque::new(),
-            backoff: Backoff::default(),
+            backoff: Backoff::capped(super::redis::RECONNECT_CAP),
             moved: false,
             need: true,
             prune: false,
@@ -363,6 +363,7 @@ impl ShardedSource {
                         channels = self.placed.len(),
                         "shard channels subscribed again on their owners"
                     );
+                    self.cmds.retry_now();
                     self.pending.push_back(SourceEvent::Reconnected);
                 }
             } else {

@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 /// Most ids in a roster reply.
 pub const ROSTER_LIMIT: usize = 1000;
+/// Most removals kept for a retry while the store is unreachable; beyond
+/// them a left member simply expires after the TTL, like a dead node's.
+pub const UNREMOVED_MAX: usize = 10_000;
 
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, String>;
@@ -28,6 +31,10 @@ pub trait PresenceStore: Send {
     fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()>;
     /// ZREM one member.
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()>;
+    /// ZREM every listed member in one round trip.
+    fn remove_all(&mut self, members: &[(Arc<str>, Arc<str>)]) -> StoreResult<()> {
+        members.iter().try_for_each(|(c, u)| self.remove(c, u))
+    }
     /// Re-scores every listed member in one round trip.
     fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()>;
     /// Trims expired members and counts the rest, per course, in one round trip.
@@ -73,6 +80,9 @@ pub struct Worker<P: PresenceStore> {
     extra: Vec<Arc<str>>,
     /// Members whose write failed: rewritten on the next refresh.
     dirty: bool,
+    /// Members who left while their removal failed (bounded by
+    /// [`UNREMOVED_MAX`]): removed again with the next refresh.
+    unremoved: HashSet<(Arc<str>, Arc<str>)>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
@@ -99,6 +109,7 @@ impl<P: PresenceStore> Worker<P> {
             count_all: false,
             extra: Vec::new(),
             dirty: false,
+            unremoved: HashSet::new(),
         }
     }
 
@@ -122,6 +133,8 @@ impl<P: PresenceStore> Worker<P> {
                     .or_insert(0);
                 *n += 1;
                 if *n == 1 {
+                    self.unremoved
+                        .remove(&(Arc::clone(&course), Arc::clone(&user)));
                     let expiry = self.expiry(now_ms);
                     if let Err(e) = self.store.add(&course, &user, expiry) {
                         self.failed("add", e);
@@ -136,6 +149,9 @@ impl<P: PresenceStore> Worker<P> {
                         self.members.remove(&key);
                         if let Err(e) = self.store.remove(&key.0, &key.1) {
                             self.failed("remove", e);
+                            if self.unremoved.len() < UNREMOVED_MAX {
+                                self.unremoved.insert(key);
+                            }
                         }
                     }
                 }
@@ -172,17 +188,24 @@ impl<P: PresenceStore> Worker<P> {
         true
     }
 
-    /// Re-scores every member of this node.
+    /// Re-scores every member of this node, and removes again the members
+    /// whose removal failed.
     fn refresh(&mut self, now_ms: u64) {
         let members: Vec<(Arc<str>, Arc<str>)> = self.members.keys().cloned().collect();
-        if members.is_empty() {
-            return;
-        }
         let expiry = self.expiry(now_ms);
-        match self.store.refresh(&members, expiry) {
-            Ok(()) => self.dirty = false,
-            Err(e) => self.failed("refresh", e),
+        if !members.is_empty() {
+            if let Err(e) = self.store.refresh(&members, expiry) {
+                return self.failed("refresh", e);
+            }
         }
+        if !self.unremoved.is_empty() {
+            let gone: Vec<(Arc<str>, Arc<str>)> = self.unremoved.iter().cloned().collect();
+            if let Err(e) = self.store.remove_all(&gone) {
+                return self.failed("remove", e);
+            }
+            self.unremoved.clear();
+        }
+        self.dirty = false;
     }
 
     /// Reads counts and pushes them to shards and the ingest thread.
@@ -477,6 +500,34 @@ mod tests {
         // Repaired: the following tick only counts.
         r.w.handle_timeout(T0 + 2 * TICK);
         assert_eq!(r.log(), [format!("count 1 {}", T0 + 2 * TICK)]);
+    }
+
+    #[test]
+    fn a_removal_that_failed_is_sent_again_once_the_store_answers() {
+        let mut r = rig();
+        r.join("C", "u1", T0);
+        r.join("C", "u2", T0);
+        r.calls.lock().unwrap().down = true;
+        r.leave("C", "u1", T0 + 1);
+        r.leave("C", "u2", T0 + 1);
+        // u2 comes back before the store does: only u1 is removed later.
+        r.join("C", "u2", T0 + 2);
+        r.w.handle_timeout(T0 + TICK);
+        r.log();
+        r.calls.lock().unwrap().down = false;
+        r.w.handle_timeout(T0 + 2 * TICK);
+        assert_eq!(
+            r.log(),
+            [
+                format!("refresh 1 {}", T0 + 2 * TICK + TTL),
+                "remove C u1".to_string(),
+                format!("count 1 {}", T0 + 2 * TICK)
+            ]
+        );
+        assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+        // Done: the next tick only counts.
+        r.w.handle_timeout(T0 + 3 * TICK);
+        assert_eq!(r.log(), [format!("count 1 {}", T0 + 3 * TICK)]);
     }
 
     #[test]

@@ -47,6 +47,21 @@ impl PresenceStore for RedisPresence {
         self.link.query(redis::cmd("ZREM").arg(&key).arg(user))
     }
 
+    fn remove_all(&mut self, members: &[(Arc<str>, Arc<str>)]) -> StoreResult<()> {
+        let cmds: Vec<Cmd> = members
+            .iter()
+            .map(|(course, user)| {
+                let mut c = redis::cmd("ZREM");
+                c.arg(self.key(course)).arg(&**user);
+                c
+            })
+            .collect();
+        if cmds.is_empty() {
+            return Ok(());
+        }
+        self.link.exec(&cmds)
+    }
+
     fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
         let cmds: Vec<Cmd> = members
             .iter()

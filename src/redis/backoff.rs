@@ -12,19 +12,28 @@ pub const BACKOFF_CAP: Duration = Duration::from_secs(2);
 #[derive(Debug)]
 pub struct Backoff {
     delay: Duration,
+    cap: Duration,
     not_before: Instant,
 }
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            delay: BACKOFF_START,
-            not_before: Instant::now(),
-        }
+        Backoff::capped(BACKOFF_CAP)
     }
 }
 
 impl Backoff {
+    /// A backoff whose delay never exceeds `cap` (at most the contract's 2 s):
+    /// the pub/sub readers retry sooner, so a Redis that answers again after a
+    /// freeze is found within the contract's 2 s with time left to reread.
+    pub fn capped(cap: Duration) -> Self {
+        Backoff {
+            delay: BACKOFF_START.min(cap),
+            cap: cap.min(BACKOFF_CAP),
+            not_before: Instant::now(),
+        }
+    }
+
     /// Whether an attempt may be made now.
     pub fn ready(&self) -> bool {
         Instant::now() >= self.not_before
@@ -42,7 +51,7 @@ impl Backoff {
         let half = self.delay / 2;
         let jitter = half.mul_f64(fastrand::f64());
         self.not_before = Instant::now() + half + jitter;
-        self.delay = (self.delay * 2).min(BACKOFF_CAP);
+        self.delay = (self.delay * 2).min(self.cap);
     }
 
     /// Records a success: the next failure starts from the shortest delay.
@@ -66,5 +75,11 @@ mod tests {
         assert!(b.wait() <= BACKOFF_CAP, "{:?}", b.wait());
         b.reset();
         assert!(b.ready());
+        let mut c = Backoff::capped(Duration::from_millis(500));
+        for _ in 0..20 {
+            c.failed();
+        }
+        assert_eq!(c.delay, Duration::from_millis(500));
+        assert!(c.wait() <= Duration::from_millis(500), "{:?}", c.wait());
     }
 }

@@ -320,6 +320,14 @@ impl Commands {
         Ok(keys)
     }
 
+    /// Lets the next call try at once instead of waiting out the backoff:
+    /// Redis was just found answering again (a pub/sub connection came back),
+    /// and the state rereads that follow must not wait for this client's own
+    /// retry time.
+    pub fn retry_now(&mut self) {
+        self.backoff.reset();
+    }
+
     /// Whether a connection is currently held.
     pub fn is_connected(&self) -> bool {
         self.con.is_some()

@@ -53,6 +53,7 @@ mod page_delivery;
 mod pinning;
 mod redis_cluster;
 mod redis_cluster_tls;
+mod redis_freeze;
 mod redis_ingest;
 mod redis_presence;
 mod redis_publisher;

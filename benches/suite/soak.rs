@@ -1,0 +1,955 @@
+//! The `soak` scenario: one hub (`--nodes N`: N behind the shipped HAProxy
+//! configuration) on one Redis for `--minutes` (default 20)
+//! with everything going wrong at once and again: a storm that comes and goes
+//! (bursts at `--rate` snapshots/s, quiet stretches), steady viewers that
+//! reconnect like the board page, viewers churning in and out (a third dropped
+//! without a close), a few slow consumers, an admin coming and going (the
+//! firehose on and off), and on a schedule: the hub SIGKILLed and started
+//! again, a rolling restart (SIGTERM, drain, start), Redis restarted, Redis
+//! frozen (SIGSTOP, SIGCONT).
+//!
+//! Every 10 s it samples the hub and Redis (RSS, open fds, threads) and the
+//! hub's `/metrics` counters. After every event it checks that every steady
+//! viewer's board converges to the last published state (`loadgen`'s
+//! `blind` + `ref`). The hub-restarting events happen in the first quarter
+//! (the warm-up); the Redis events repeat over the other three, so the second
+//! and the last quarter see the same faults and their figures compare one
+//! process over time. Result: `target/bench/soak.json`.
+
+use crate::loadgen::{self, now_us, zipf_cdf, zipf_pick};
+use crate::procs::{self, Fleet};
+use crate::publish::Publisher;
+use crate::{progress, Opts, Outcome};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often the processes are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// How long an event's viewers may take to hold the last published state.
+const CONVERGE_MAX: Duration = Duration::from_secs(60);
+/// The hub's drain window in a rolling restart.
+const DRAIN_MS: u64 = 5_000;
+/// Slow consumers (never read) watching the hottest courses.
+const STUCK: usize = 20;
+
+fn work_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
+        .join("bench")
+        .join("soak")
+}
+
+/// A redis-server on a fixed port and directory: restartable with its dump,
+/// and freezable.
+struct Redis {
+    port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Redis {
+    fn start(dir: &Path) -> Redis {
+        let _ = std::fs::remove_file(dir.join("dump.rdb"));
+        let mut r = Redis {
+            port: crate::lb::stable_port(),
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        std::fs::create_dir_all(&self.dir).expect("redis dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (tests/run.sh installs it)");
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(20);
+        while !self.ping() {
+            assert!(Instant::now() < end, "redis-server did not come up");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+        if s.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    }
+
+    /// `SHUTDOWN SAVE`, then the same port and directory again.
+    fn restart(&mut self) {
+        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+            let _ = s.write_all(b"SHUTDOWN SAVE\r\n");
+            let mut sink = Vec::new();
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            let _ = s.read_to_end(&mut sink);
+        }
+        if let Some(mut c) = self.child.take() {
+            let _ = c.wait();
+        }
+        self.spawn();
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, |c| c.id())
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the redis-server this run started.
+        unsafe { libc::kill(self.pid() as i32, sig) };
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        self.signal(libc::SIGCONT);
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // The dump of this run's restarts is of no use afterwards.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The hub: `seatboard serve` on a fixed port at the default log level, its
+/// stderr appended to one log file over every restart.
+struct Hub {
+    port: u16,
+    flags: Vec<String>,
+    log: PathBuf,
+    child: Option<Child>,
+    pid: Arc<AtomicU32>,
+}
+
+impl Hub {
+    fn start(port: u16, flags: Vec<String>, log: PathBuf) -> Hub {
+        let _ = std::fs::remove_file(&log);
+        let mut h = Hub {
+            port,
+            flags,
+            log,
+            child: None,
+            pid: Arc::new(AtomicU32::new(0)),
+        };
+        assert!(h.spawn(), "the hub did not become ready");
+        h
+    }
+
+    fn spawn(&mut self) -> bool {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("hub log");
+        let child = Command::new(env!("CARGO_BIN_EXE_seatboard"))
+            .arg("serve")
+            .args(["--listen", &format!("127.0.0.1:{}", self.port)])
+            .args(["--auth", "jwt", "--jwt-secret", procs::SECRET])
+            .args(&self.flags)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn seatboard");
+        self.pid.store(child.id(), Relaxed);
+        self.child = Some(child);
+        let end = Instant::now() + Duration::from_secs(30);
+        while crate::lb::get_status(self.port, "/readyz") != Some(200) {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            // SAFETY: kill(2) on our own child's pid.
+            unsafe { libc::kill(c.id() as i32, sig) };
+        }
+    }
+
+    fn reap(&mut self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while let Some(c) = self.child.as_mut() {
+            if let Ok(Some(_)) = c.try_wait() {
+                self.child = None;
+                return true;
+            }
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
+    /// A restart: `sig` (SIGKILL, or SIGTERM and its drain), then start again.
+    fn restart(&mut self, sig: i32) -> bool {
+        self.signal(sig);
+        if !self.reap(Duration::from_millis(DRAIN_MS + 30_000)) {
+            self.signal(libc::SIGKILL);
+            self.reap(Duration::from_secs(5));
+        }
+        self.spawn()
+    }
+}
+
+impl Drop for Hub {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// A plain-HTTP GET's body, or `None`.
+fn get(port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: seatboard\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    Some(text.split_once("\r\n\r\n")?.1.to_string())
+}
+
+/// Counters of `/metrics` that show a leak or a fault over time.
+const METRICS: [&str; 10] = [
+    "seatboard_connections",
+    "seatboard_courses_watched",
+    "seatboard_subscriptions",
+    "seatboard_frames_sent_total",
+    "seatboard_frames_dropped_total",
+    "seatboard_resyncs_total",
+    "seatboard_slow_consumer_closes_total",
+    "seatboard_ingest_messages_total",
+    "seatboard_redis_reconnects_total",
+    "seatboard_presence_errors_total",
+];
+
+fn metric_sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            let base = k.split('{').next()?;
+            (base == name).then(|| v.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+fn count_dir(path: String) -> u64 {
+    std::fs::read_dir(path).map_or(0, |d| d.count() as u64)
+}
+
+/// One sample of one process.
+fn sample_process(pid: u32) -> Value {
+    let u = procs::usage(pid);
+    json!({
+        "pid": pid,
+        "rss_kib": u.rss_kib,
+        "fds": count_dir(format!("/proc/{pid}/fd")),
+        "threads": count_dir(format!("/proc/{pid}/task")),
+        "cpu_us": u.cpu_us,
+    })
+}
+
+/// Samples the hubs and Redis every 10 s until stopped.
+fn sampler(
+    hubs: Vec<(u16, Arc<AtomicU32>)>,
+    others: Arc<Mutex<Vec<(String, u32)>>>,
+    stop: Arc<AtomicBool>,
+    t0: Instant,
+) -> std::thread::JoinHandle<Vec<Value>> {
+    std::thread::spawn(move || {
+        let mut samples = Vec::new();
+        let mut next = Instant::now();
+        while !stop.load(Relaxed) {
+            if Instant::now() < next {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            next += SAMPLE_EVERY;
+            let hubs: Vec<Value> = hubs
+                .iter()
+                .map(|(port, pid)| {
+                    let mut hub = sample_process(pid.load(Relaxed));
+                    let metrics = get(*port, "/metrics").unwrap_or_default();
+                    hub["metrics"] = METRICS
+                        .iter()
+                        .map(|m| (m.to_string(), json!(metric_sum(&metrics, m))))
+                        .collect::<serde_json::Map<_, _>>()
+                        .into();
+                    hub
+                })
+                .collect();
+            let mut s = json!({ "t_s": t0.elapsed().as_secs_f64().round(), "hubs": hubs });
+            for (name, pid) in others.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+                s[name.as_str()] = sample_process(*pid);
+            }
+            samples.push(s);
+        }
+        samples
+    })
+}
+
+/// What the main thread asks of the publishing thread.
+enum Ask {
+    /// Stop publishing once the batch in hand is written; answer with the
+    /// last published versions.
+    Pause(mpsc::Sender<Vec<Vec<u64>>>),
+    Resume,
+    Stop,
+}
+
+/// The storm: `rate` snapshots/s for the first sixth of every `cycle`, a
+/// trickle of 20/s the rest of it; paused while a check reads the truth.
+fn storm_thread(
+    mut p: Publisher,
+    rate: f64,
+    skew: f64,
+    sections: u32,
+    cycle: Duration,
+    rx: mpsc::Receiver<Ask>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let cdf = zipf_cdf(p.courses.len(), skew);
+        let mut rng = fastrand::Rng::with_seed(11);
+        let (t0, mut last) = (Instant::now(), Instant::now());
+        let mut owed = 0.0f64;
+        let mut paused = false;
+        loop {
+            while let Ok(a) = rx.try_recv() {
+                match a {
+                    Ask::Pause(tx) => {
+                        paused = true;
+                        let _ = tx.send(p.versions());
+                    }
+                    Ask::Resume => paused = false,
+                    Ask::Stop => return p.published,
+                }
+            }
+            let now = Instant::now();
+            let dt = now.duration_since(last).as_secs_f64();
+            last = now;
+            let phase = t0.elapsed().as_secs_f64() % cycle.as_secs_f64();
+            let r = if phase < cycle.as_secs_f64() / 6.0 {
+                rate
+            } else {
+                20.0
+            };
+            // No catching up after a stall (Redis frozen): the storm moves on.
+            owed = (owed + r * dt).min(r * 0.25);
+            if paused {
+                owed = 0.0;
+            }
+            let t = now_us();
+            while owed >= 1.0 {
+                p.queue(zipf_pick(&cdf, &mut rng), rng.u32(0..sections), t);
+                owed -= 1.0;
+            }
+            p.flush();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+/// A raw WebSocket upgrade with a token; the stream after the 101 head.
+fn upgrade(port: u16, path: &str, user: &str, role: shards::Role) -> Option<TcpStream> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    let exp = seatboard::clock::unix_ms() / 1000 + 3600;
+    let token = seatboard::auth::mint(procs::SECRET.as_bytes(), user, role, exp);
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: bench\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Authorization: Bearer {token}\r\n\r\n"
+    )
+    .ok()?;
+    let mut head = [0u8; 512];
+    match s.read(&mut head) {
+        Ok(n) if head[..n].starts_with(b"HTTP/1.1 101") => Some(s),
+        _ => None,
+    }
+}
+
+/// An admin that comes and goes: connected (reading the firehose) for half of
+/// every `period`, away the other half.
+fn admin(port: u16, period: Duration, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut sessions = 0u64;
+        let t0 = Instant::now();
+        let mut buf = vec![0u8; 65536];
+        while !stop.load(Relaxed) {
+            let on =
+                (t0.elapsed().as_secs_f64() % period.as_secs_f64()) < period.as_secs_f64() / 2.0;
+            if !on {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+            let Some(mut s) = upgrade(port, "/ws/admin", "soak-admin", shards::Role::Admin) else {
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            };
+            sessions += 1;
+            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+            while !stop.load(Relaxed)
+                && (t0.elapsed().as_secs_f64() % period.as_secs_f64()) < period.as_secs_f64() / 2.0
+            {
+                match s.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) => {}
+                    Err(_) => break,
+                }
+            }
+        }
+        sessions
+    })
+}
+
+/// Viewers that connect, watch one course and leave again: two of three
+/// with a close frame, the third by dropping the socket (loadgen's churn
+/// children drop theirs without watching, at `drop_rate`).
+fn churner(port: u16, courses: Vec<String>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut n = 0u64;
+        while !stop.load(Relaxed) {
+            n += 1;
+            let course = &courses[(n as usize * 7) % courses.len()];
+            let Some(mut s) = upgrade(port, "/ws", &format!("churn{n}"), shards::Role::Student)
+            else {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            };
+            let op = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
+            let _ = s.write_all(&shards::ws_codec::client_frame(
+                true,
+                1,
+                op.as_bytes(),
+                [9, 8, 7, 6],
+            ));
+            if n % 3 != 0 {
+                let _ = s.write_all(&shards::ws_codec::client_frame(
+                    true,
+                    8,
+                    &1000u16.to_be_bytes(),
+                    [1, 2, 3, 4],
+                ));
+            }
+            // A few hundred a second: pacing of the load.
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        n
+    })
+}
+
+/// One scheduled fault.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    NodeKill,
+    Rolling,
+    RedisRestart,
+    RedisFreeze,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::NodeKill => "node_kill",
+            Kind::Rolling => "rolling_restart",
+            Kind::RedisRestart => "redis_restart",
+            Kind::RedisFreeze => "redis_freeze",
+        }
+    }
+}
+
+/// The events and when (s from the start): the hub's restarts in the warm-up
+/// quarter, then Redis restart + freeze pairs evenly over the other three.
+fn schedule(total_s: f64) -> Vec<(f64, Kind)> {
+    let q = total_s / 4.0;
+    let mut v = vec![(q * 0.25, Kind::NodeKill), (q * 0.6, Kind::Rolling)];
+    let pairs = ((total_s / 60.0 / 20.0 * 3.0).round() as usize).clamp(1, 12);
+    let span = total_s - q;
+    for i in 0..pairs {
+        let at = q + span * i as f64 / pairs as f64;
+        v.push((at + span / pairs as f64 * 0.1, Kind::RedisRestart));
+        v.push((at + span / pairs as f64 * 0.5, Kind::RedisFreeze));
+    }
+    v
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Hub `i`'s samples of one quarter (1-based) that belong to its final process.
+fn quarter(samples: &[Value], total_s: f64, q: usize, i: usize, pid: u64) -> Vec<&Value> {
+    let (a, b) = (total_s * (q - 1) as f64 / 4.0, total_s * q as f64 / 4.0);
+    samples
+        .iter()
+        .map(|s| (s["t_s"].as_f64().unwrap_or(0.0), &s["hubs"][i]))
+        .filter(|(t, h)| *t >= a && *t < b && h["pid"].as_u64() == Some(pid))
+        .map(|(_, h)| h)
+        .collect()
+}
+
+/// The worst growth figures of any hub between the second and the last
+/// quarter of its final process.
+fn growth(samples: &[Value], total_s: f64, hubs: usize) -> (f64, i64, i64, bool) {
+    let mut worst = (f64::NAN, i64::MIN, i64::MIN, true);
+    for i in 0..hubs {
+        let (r, fd, th, same) = hub_growth(samples, total_s, i);
+        worst.0 = if worst.0.is_nan() { r } else { worst.0.max(r) };
+        worst.1 = worst.1.max(fd);
+        worst.2 = worst.2.max(th);
+        worst.3 &= same;
+    }
+    worst
+}
+
+fn hub_growth(samples: &[Value], total_s: f64, i: usize) -> (f64, i64, i64, bool) {
+    let pid = samples
+        .last()
+        .and_then(|s| s["hubs"][i]["pid"].as_u64())
+        .unwrap_or(0);
+    let (q2, q4) = (
+        quarter(samples, total_s, 2, i, pid),
+        quarter(samples, total_s, 4, i, pid),
+    );
+    let same_process = !q2.is_empty() && !q4.is_empty();
+    let f = |v: &[&Value], k: &dyn Fn(&Value) -> f64| median(v.iter().map(|s| k(s)).collect());
+    let rss = |s: &Value| s["rss_kib"].as_f64().unwrap_or(0.0);
+    // Descriptors beyond the open connections: the process's own.
+    let own_fds = |s: &Value| {
+        s["fds"].as_f64().unwrap_or(0.0)
+            - s["metrics"]["seatboard_connections"]
+                .as_f64()
+                .unwrap_or(0.0)
+    };
+    let threads = |s: &Value| s["threads"].as_f64().unwrap_or(0.0);
+    let rss_pct = (f(&q4, &rss) / f(&q2, &rss) - 1.0) * 100.0;
+    let fd = (f(&q4, &own_fds) - f(&q2, &own_fds)).round() as i64;
+    let th = (f(&q4, &threads) - f(&q2, &threads)).round() as i64;
+    (rss_pct, fd, th, same_process)
+}
+
+/// Whether the hub reports Redis down.
+fn degraded(port: u16) -> bool {
+    get(port, "/healthz")
+        .and_then(|b| serde_json::from_str::<Value>(&b).ok())
+        .is_some_and(|h| h["redis"] == false && h["status"] == "degraded")
+}
+
+/// Runs one event; returns the moment the fault was over and notes.
+fn run_event(
+    kind: Kind,
+    hubs: &mut [Hub],
+    redis: &mut Redis,
+    freeze: Duration,
+) -> (Instant, Value) {
+    let t = Instant::now();
+    match kind {
+        Kind::NodeKill => {
+            let up = hubs[0].restart(libc::SIGKILL);
+            (
+                Instant::now(),
+                json!({"ready_again": up, "restart_ms": t.elapsed().as_millis() as u64}),
+            )
+        }
+        Kind::Rolling => {
+            let mut up = true;
+            for (i, hub) in hubs.iter_mut().enumerate() {
+                if i > 0 {
+                    // Until the proxy's checks saw the last one up (rise 2 at 1 s).
+                    std::thread::sleep(Duration::from_millis(2500));
+                }
+                up &= hub.restart(libc::SIGTERM);
+            }
+            (
+                Instant::now(),
+                json!({"ready_again": up, "drain_and_restart_ms": t.elapsed().as_millis() as u64}),
+            )
+        }
+        Kind::RedisRestart => {
+            redis.restart();
+            (
+                Instant::now(),
+                json!({"redis_down_ms": t.elapsed().as_millis() as u64}),
+            )
+        }
+        Kind::RedisFreeze => {
+            redis.signal(libc::SIGSTOP);
+            let mut noticed = None;
+            let mut answered = 0u32;
+            let mut unanswered = 0u32;
+            while t.elapsed() < freeze {
+                match get(hubs[0].port, "/metrics") {
+                    Some(_) => answered += 1,
+                    None => unanswered += 1,
+                }
+                if noticed.is_none() && degraded(hubs[0].port) {
+                    noticed = Some(t.elapsed().as_millis() as u64);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            redis.signal(libc::SIGCONT);
+            (
+                Instant::now(),
+                json!({"frozen_ms": freeze.as_millis() as u64, "noticed_ms": noticed,
+                       "metrics_answered": answered, "metrics_unanswered": unanswered}),
+            )
+        }
+    }
+}
+
+/// After an event: pauses the storm, tells the steady viewers the last
+/// published state, and waits until every one holds it. (fraction correct,
+/// ms from the end of the fault until all held it).
+fn converge(
+    f: &mut Fleet,
+    pub_tx: &mpsc::Sender<Ask>,
+    over: Instant,
+    viewers: usize,
+) -> (f64, Option<u64>) {
+    let (tx, rx) = mpsc::channel();
+    let _ = pub_tx.send(Ask::Pause(tx));
+    let versions = rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("the publisher paused");
+    f.command("blind");
+    f.command(&format!(
+        "ref {}",
+        serde_json::to_string(&versions).expect("ref json")
+    ));
+    let end = Instant::now() + CONVERGE_MAX;
+    let mut recovered = None;
+    // The children report every 500 ms: blind 0 twice in a row after the ref.
+    let mut clean = 0;
+    std::thread::sleep(Duration::from_millis(600));
+    let mut next_note = Instant::now();
+    while Instant::now() < end {
+        let blind = f.sum("blind");
+        let open = f.sum("open");
+        if Instant::now() >= next_note {
+            next_note += Duration::from_secs(5);
+            let c: Vec<String> = [
+                "open",
+                "connecting",
+                "blind",
+                "refused",
+                "failed",
+                "reconnects",
+            ]
+            .iter()
+            .map(|k| format!("{k} {}", f.sum(k)))
+            .collect();
+            eprintln!("  .. [soak] converging: {}", c.join(", "));
+        }
+        if blind == 0 && open as usize >= viewers {
+            clean += 1;
+            if clean >= 2 {
+                recovered = Some(over.elapsed().as_millis() as u64);
+                break;
+            }
+        } else {
+            clean = 0;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let blind = f.sum("blind") as f64;
+    let correct = if recovered.is_some() {
+        1.0
+    } else {
+        1.0 - blind.min(viewers as f64) / viewers.max(1) as f64
+    };
+    let _ = pub_tx.send(Ask::Resume);
+    (correct, recovered)
+}
+
+/// `soak [--minutes M]`.
+pub fn run(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("soak");
+    let total_s = o.minutes * 60.0;
+    let dir = work_dir();
+    let _ = std::fs::create_dir_all(&dir);
+    let mut redis = Redis::start(&dir.join(format!("redis-{}", std::process::id())));
+    let flags: Vec<String> = vec![
+        "--redis".into(),
+        format!("redis://127.0.0.1:{}", redis.port),
+        "--tick-ms".into(),
+        o.tick_ms.to_string(),
+        "--drain-ms".into(),
+        DRAIN_MS.to_string(),
+        "--accept-rate".into(),
+        "20000".into(),
+        "--accept-burst".into(),
+        "5000".into(),
+    ];
+    // `--nodes N`: N hubs behind the shipped HAProxy configuration.
+    let nodes = if std::env::args().any(|a| a == "--nodes") {
+        o.nodes.max(1)
+    } else {
+        1
+    };
+    let mut hubs: Vec<Hub> = (0..nodes)
+        .map(|i| {
+            let log = dir.join(format!("hub-{}-{}.log", std::process::id(), i + 1));
+            Hub::start(crate::lb::stable_port(), flags.clone(), log)
+        })
+        .collect();
+    let proxy = (nodes > 1).then(|| {
+        let port = crate::lb::free_port();
+        let ports: Vec<u16> = hubs.iter().map(|h| h.port).collect();
+        let cfg = crate::lb::render(
+            &crate::lb::shipped(),
+            &crate::lb::Bind::Plain(port),
+            &ports,
+            9000,
+        );
+        let cfg = cfg.replacen("global\n", "global\n    nbthread 1\n", 1);
+        let lb = crate::lb::Haproxy::start(
+            &dir,
+            port,
+            &crate::lb::log_to_stdout(&cfg),
+            o.haproxy_procs.max(1),
+        );
+        assert!(
+            lb.wait_ready("/readyz", Duration::from_secs(20)),
+            "haproxy never saw a hub up"
+        );
+        lb
+    });
+    // Where viewers connect: the proxy, or the one hub.
+    let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
+    let courses = crate::course_names(o.courses);
+    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    publisher.seed();
+    let max_secs = total_s + 600.0;
+    let mut f = crate::fleet(o, port, &courses, o.skew, false, max_secs);
+    let open = crate::wait_open(o, &mut f, o.clients, "soak");
+    let churn = Fleet::start(vec![loadgen::Config {
+        port,
+        child: 90,
+        clients: 0,
+        courses: courses.clone(),
+        skew: o.skew,
+        connect_rate: 100.0,
+        inflight: 32,
+        churn: true,
+        secret: procs::SECRET.into(),
+        seed: 0xc4,
+        max_secs: max_secs.ceil() as u64,
+        sources: 4,
+        watch: true,
+        deflate: false,
+        tokens_file: None,
+    }]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let t0 = Instant::now();
+    let others = Arc::new(Mutex::new(vec![("redis".to_string(), redis.pid())]));
+    let samples = sampler(
+        hubs.iter().map(|h| (h.port, Arc::clone(&h.pid))).collect(),
+        Arc::clone(&others),
+        Arc::clone(&stop),
+        t0,
+    );
+    let cycle = Duration::from_secs_f64((total_s / 4.0).min(120.0));
+    let (pub_tx, pub_rx) = mpsc::channel();
+    let pub_thread = storm_thread(publisher, o.rate, o.skew, o.sections, cycle, pub_rx);
+    let admins = admin(
+        port,
+        Duration::from_secs_f64((total_s / 8.0).min(60.0)),
+        Arc::clone(&stop),
+    );
+    let churned = churner(
+        port,
+        courses[..courses.len().min(50)].to_vec(),
+        Arc::clone(&stop),
+    );
+    let mut stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
+    let freeze = Duration::from_secs(if o.minutes >= 5.0 { 15 } else { 10 });
+    let mut events = Vec::new();
+    for (at, kind) in schedule(total_s) {
+        while t0.elapsed().as_secs_f64() < at {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        progress(
+            o,
+            format!(
+                "[soak] {:.0}s {}: open {}",
+                t0.elapsed().as_secs_f64(),
+                kind.name(),
+                f.sum("open")
+            ),
+        );
+        let started = t0.elapsed().as_secs_f64();
+        let (over, notes) = run_event(kind, &mut hubs, &mut redis, freeze);
+        others.lock().unwrap_or_else(|e| e.into_inner())[0].1 = redis.pid();
+        let (correct, recovered) = converge(&mut f, &pub_tx, over, open as usize);
+        progress(
+            o,
+            format!(
+                "[soak] {}: final_correct {correct:.4}, recovered_all_ms {recovered:?}",
+                kind.name()
+            ),
+        );
+        events.push(
+            json!({"kind": kind.name(), "at_s": started.round(), "final_correct": correct,
+                           "recovered_all_ms": recovered, "notes": notes}),
+        );
+        // Slow consumers again (a restarted hub dropped the old ones).
+        drop(std::mem::take(&mut stuck));
+        stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
+    }
+    while t0.elapsed().as_secs_f64() < total_s {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stop.store(true, Relaxed);
+    let _ = pub_tx.send(Ask::Stop);
+    let published = pub_thread.join().unwrap_or(0);
+    let samples = samples.join().unwrap_or_default();
+    let admin_sessions = admins.join().unwrap_or(0);
+    let churn_in_process = churned.join().unwrap_or(0);
+    let churn_reports = churn.report();
+    let reports = f.report();
+    drop(stuck);
+    drop(proxy);
+    let logs: Vec<PathBuf> = hubs.iter().map(|h| h.log.clone()).collect();
+    drop(hubs);
+    let logs: Vec<String> = logs
+        .iter()
+        .map(|l| std::fs::read_to_string(l).unwrap_or_default())
+        .collect();
+    let panics: usize = logs.iter().map(|l| l.matches("panicked").count()).sum();
+    // Per hub: each has its own log (and disk) in production.
+    let log_bytes_per_min =
+        logs.iter().map(|l| l.len()).max().unwrap_or(0) as f64 / o.minutes.max(1e-3);
+    let (rss_growth_pct, fd_growth, thread_growth, same_process) = growth(&samples, total_s, nodes);
+    let churn_upgrades: u64 = churn_reports
+        .iter()
+        .map(|r| r["counters"]["upgrades"].as_u64().unwrap_or(0))
+        .sum();
+    let closed_by_server: u64 = reports
+        .iter()
+        .map(|r| r["counters"]["closed_by_server"].as_u64().unwrap_or(0))
+        .sum();
+
+    out.row("minutes", format!("{}", o.minutes), json!(o.minutes));
+    out.row(
+        "load",
+        format!(
+            "{nodes} hub(s){}; {open} steady viewers over {} courses x {} sections; storm bursts at {}/s ({} snapshots in all); churn {} in-process (a third dropped) + {churn_upgrades} dropped by loadgen; {STUCK} slow consumers; {admin_sessions} admin sessions",
+            if nodes > 1 { " behind HAProxy" } else { "" },
+            o.courses, o.sections, o.rate, published, churn_in_process
+        ),
+        json!({"hubs": nodes, "viewers": open, "courses": o.courses, "sections": o.sections, "burst_rate": o.rate,
+               "published": published, "churn_in_process": churn_in_process,
+               "churn_loadgen": churn_upgrades, "stuck": STUCK, "admin_sessions": admin_sessions,
+               "closed_by_server": closed_by_server}),
+    );
+    for e in &events {
+        out.rows.push((
+            format!(
+                "event {} at {} s",
+                e["kind"].as_str().unwrap_or(""),
+                e["at_s"]
+            ),
+            format!(
+                "final_correct {} recovered_all_ms {} {}",
+                e["final_correct"], e["recovered_all_ms"], e["notes"]
+            ),
+        ));
+    }
+    out.json["events"] = json!(events);
+    out.row(
+        "rss_growth_pct",
+        format!("{rss_growth_pct:.1} % (median of the last quarter against the second's)"),
+        json!(rss_growth_pct),
+    );
+    out.row(
+        "fd_growth",
+        format!("{fd_growth} (own descriptors, beyond open connections)"),
+        json!(fd_growth),
+    );
+    out.row(
+        "thread_growth",
+        thread_growth.to_string(),
+        json!(thread_growth),
+    );
+    out.row("panics", panics.to_string(), json!(panics));
+    out.row(
+        "log_bytes_per_min",
+        format!("{log_bytes_per_min:.0} B/min at --log-level info"),
+        json!(log_bytes_per_min),
+    );
+    out.json["samples"] = json!(samples);
+    out.check(
+        open as usize == o.clients,
+        "not every steady viewer connected",
+    );
+    // A short run (the suite's smoke) has quarters too short to say anything
+    // about growth, and its warm-up restarts may reach into the second quarter.
+    let judged = o.minutes >= 10.0;
+    out.check(
+        !judged || same_process,
+        "the hub was restarted after the warm-up (growth figures span two processes)",
+    );
+    for e in &events {
+        out.check(
+            e["final_correct"].as_f64() == Some(1.0),
+            &format!("{} at {} s: boards not all true", e["kind"], e["at_s"]),
+        );
+    }
+    out.check(panics == 0, "the hub panicked");
+    out.check(
+        !judged || (rss_growth_pct.is_finite() && rss_growth_pct <= 10.0),
+        "RSS grew more than 10 %",
+    );
+    out.check(!judged || fd_growth <= 0, "open fds grew");
+    out.check(!judged || thread_growth <= 0, "threads grew");
+    out.check(
+        log_bytes_per_min < 100.0 * 1024.0,
+        "logs over 100 KB a minute",
+    );
+    out
+}
