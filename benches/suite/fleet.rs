@@ -16,6 +16,7 @@ use crate::hist::Hist;
 use crate::lb::{self, Bind, Haproxy};
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
+use crate::redis_proc::RedisProc as Redis;
 use crate::{counter, course_names, progress, Opts, Outcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -39,87 +40,6 @@ fn work_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
         .join("bench")
         .join("fleet")
-}
-
-/// A redis-server that can be restarted on its port with its dump.
-struct Redis {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Redis {
-    fn start(dir: &Path) -> Redis {
-        let _ = std::fs::remove_file(dir.join("dump.rdb"));
-        let mut r = Redis {
-            port: lb::stable_port(),
-            dir: dir.to_path_buf(),
-            child: None,
-        };
-        r.spawn();
-        r
-    }
-
-    fn spawn(&mut self) {
-        std::fs::create_dir_all(&self.dir).expect("redis dir");
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (tests/run.sh installs it)");
-        self.child = Some(child);
-        let end = Instant::now() + Duration::from_secs(20);
-        while !self.ping() {
-            assert!(Instant::now() < end, "redis-server did not come up");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// True when Redis answers `PING` with `+PONG` (not `-LOADING`).
-    fn ping(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        if s.write_all(b"PING\r\n").is_err() {
-            return false;
-        }
-        let mut buf = [0u8; 16];
-        matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
-    }
-
-    /// `SHUTDOWN SAVE` (a planned restart: the dump keeps the state hashes),
-    /// then the same port and directory again. Returns when Redis answers.
-    fn restart(&mut self) {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-            let _ = s.write_all(b"SHUTDOWN SAVE\r\n");
-            let mut sink = Vec::new();
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let _ = s.read_to_end(&mut sink);
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.wait();
-        }
-        self.spawn();
-    }
-
-    fn uri(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
 }
 
 /// One `seatboard serve` node on a fixed port (restartable there).
@@ -573,7 +493,7 @@ pub fn run_event(
     publisher.seed();
     let lb_port = rig.lb.port;
     let lb_pids = rig.lb.pids();
-    let rig_redis_pid = rig.redis.child.as_ref().map_or(0, |c| c.id());
+    let rig_redis_pid = rig.redis.pid();
     let node_pids: Vec<u32> = rig.nodes.iter().map(|n| n.pid()).collect();
     let mut f = crate::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
     let open = crate::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));

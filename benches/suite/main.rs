@@ -23,6 +23,7 @@ mod lb;
 mod loadgen;
 mod procs;
 mod publish;
+mod redis_proc;
 mod soak;
 mod stuck;
 

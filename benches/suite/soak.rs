@@ -19,6 +19,7 @@
 use crate::loadgen::{self, now_us, zipf_cdf, zipf_pick};
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
+use crate::redis_proc::RedisProc as Redis;
 use crate::{progress, Opts, Outcome};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
@@ -44,94 +45,6 @@ fn work_dir() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target"))
         .join("bench")
         .join("soak")
-}
-
-/// A redis-server on a fixed port and directory: restartable with its dump,
-/// and freezable.
-struct Redis {
-    port: u16,
-    dir: PathBuf,
-    child: Option<Child>,
-}
-
-impl Redis {
-    fn start(dir: &Path) -> Redis {
-        let _ = std::fs::remove_file(dir.join("dump.rdb"));
-        let mut r = Redis {
-            port: crate::lb::stable_port(),
-            dir: dir.to_path_buf(),
-            child: None,
-        };
-        r.spawn();
-        r
-    }
-
-    fn spawn(&mut self) {
-        std::fs::create_dir_all(&self.dir).expect("redis dir");
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&self.dir)
-            .args(["--client-output-buffer-limit", "pubsub", "0", "0", "0"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (tests/run.sh installs it)");
-        self.child = Some(child);
-        let end = Instant::now() + Duration::from_secs(20);
-        while !self.ping() {
-            assert!(Instant::now() < end, "redis-server did not come up");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn ping(&self) -> bool {
-        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
-            return false;
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-        if s.write_all(b"PING\r\n").is_err() {
-            return false;
-        }
-        let mut buf = [0u8; 16];
-        matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
-    }
-
-    /// `SHUTDOWN SAVE`, then the same port and directory again.
-    fn restart(&mut self) {
-        if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-            let _ = s.write_all(b"SHUTDOWN SAVE\r\n");
-            let mut sink = Vec::new();
-            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-            let _ = s.read_to_end(&mut sink);
-        }
-        if let Some(mut c) = self.child.take() {
-            let _ = c.wait();
-        }
-        self.spawn();
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, |c| c.id())
-    }
-
-    fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) on the redis-server this run started.
-        unsafe { libc::kill(self.pid() as i32, sig) };
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.signal(libc::SIGCONT);
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        // The dump of this run's restarts is of no use afterwards.
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// The hub: `seatboard serve` on a fixed port at the default log level, its
