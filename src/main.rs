@@ -32,6 +32,13 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Ok(set) => set,
         Err(e) => return usage(&e),
     };
+    // Logging first: choosing the auth mode may warn (`--auth none`).
+    if let Err(e) = logging(&args.log_level) {
+        return usage(&format!(
+            "invalid value '{}' for '--log-level': {e}",
+            args.log_level
+        ));
+    }
     let auth = match auth_for(&args, demo_mode) {
         Ok(a) => a,
         Err(e) => return usage(&e),
@@ -40,12 +47,6 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         if let Err(e) = seatboard::redis::Redis::from_flags(&args.redis) {
             return usage(&e);
         }
-    }
-    if let Err(e) = logging(&args.log_level) {
-        return usage(&format!(
-            "invalid value '{}' for '--log-level': {e}",
-            args.log_level
-        ));
     }
     if let Err(e) = auth.start() {
         eprintln!("error: cannot start: {e}");
