@@ -32,7 +32,13 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Ok(set) => set,
         Err(e) => return usage(&e),
     };
-    // Logging first: choosing the auth mode may warn (`--auth none`).
+    if !demo_mode {
+        if let Err(e) = seatboard::redis::Redis::from_flags(&args.redis) {
+            return usage(&e);
+        }
+    }
+    // Logging before the auth mode is chosen (`--auth none` warns), after
+    // every check whose refusal must be the first line on stderr.
     if let Err(e) = logging(&args.log_level) {
         return usage(&format!(
             "invalid value '{}' for '--log-level': {e}",
@@ -43,11 +49,6 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Ok(a) => a,
         Err(e) => return usage(&e),
     };
-    if !demo_mode {
-        if let Err(e) = seatboard::redis::Redis::from_flags(&args.redis) {
-            return usage(&e);
-        }
-    }
     if let Err(e) = auth.start() {
         eprintln!("error: cannot start: {e}");
         return ExitCode::from(1);
