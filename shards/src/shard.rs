@@ -163,6 +163,10 @@ pub struct Shard {
 /// Sweep interval for pings, silence and slow consumers.
 const SWEEP_MS: u64 = 1_000;
 
+/// How often an SSE stream gets its keepalive comment (contract: at least
+/// every 30 s; half that keeps a proxy's 30 s idle timeout from ending it).
+pub const SSE_KEEPALIVE_MS: u64 = 15_000;
+
 /// `plain`, `deflated` or `sse` as connection `c` takes it: `None` for a
 /// control frame on a Server-Sent Events stream (which has no counterpart).
 fn encoded_for(c: &Conn, plain: &Bytes, deflated: &Bytes, sse: Option<&Bytes>) -> Option<Bytes> {
@@ -1050,7 +1054,8 @@ impl Shard {
             } else if !c.sse && now_ms >= c.last_rx_ms + cfg.idle_ms {
                 self.stats.idle_closes += 1;
                 self.close(id, close::NORMAL, "idle");
-            } else if now_ms >= c.last_ping_ms + cfg.ping_ms {
+            } else if now_ms >= c.last_ping_ms + if c.sse { SSE_KEEPALIVE_MS } else { cfg.ping_ms }
+            {
                 if let Some(c) = self.conn_mut(id) {
                     c.last_ping_ms = now_ms;
                 }
@@ -1273,6 +1278,7 @@ mod sse_tests {
             "{healed:?}"
         );
         // Long past the ping and idle times: comments, never a close for silence.
+        let mut comments = 0;
         for t in (6..200).map(|s| s * 1_000) {
             shard.handle_timeout(t);
             for e in drain(&mut shard, id) {
@@ -1281,8 +1287,10 @@ mod sse_tests {
                     sse::KEEPALIVE,
                     "only comments while nothing changes"
                 );
+                comments += 1;
             }
         }
+        assert!(comments >= 194 / 15, "a comment every 15 s: {comments}");
         assert_eq!(shard.phase(id), Some(Phase::Open));
         assert_eq!(shard.stats().idle_closes, 0);
     }
