@@ -13,7 +13,10 @@
 // Checks: hello, then a full frame of CS101 with section 1 at 4 taken, and
 // its presence; a publish arrives as a live frame; with quietMs, the stream
 // stays open through that long a quiet spell (keepalive comments, a proxy's
-// timeouts) and still delivers the next publish without reconnecting.
+// timeouts) and still delivers the next publish without reconnecting. Then
+// the client module with `transport: "auto"` on a page whose WebSockets are
+// all closed before they reach the server (as a proxy that breaks upgrades
+// would): it falls back to /sse and its <seat-count> follows a publish.
 import { createServer } from 'node:http';
 import { createHmac } from 'node:crypto';
 import { run, openPage, ask } from './lib.mjs';
@@ -50,12 +53,22 @@ for (const type of ["hello", "frame", "presence", "reconnect"]) {
 }
 `;
 
+const CLIENT_PAGE = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>Seats, auto transport</title><link rel="icon" href="data:,">
+<script type="module">
+import { connect } from "${sb}/client.js";
+const client = connect({ url: "${sb}", transport: "auto", token: async () => (await fetch("/token", { cache: "no-store" })).text() });
+window.__client = client;
+</script></head>
+<body><main><h1>CS101</h1><p>Section 1: <seat-count id="c" course="CS101" section="1"></seat-count></p></main></body></html>`;
+
 const server = createServer((req, res) => {
   const path = new URL(req.url, host).pathname;
   const send = (type, body) => { res.writeHead(200, { 'Content-Type': type, 'Cache-Control': 'no-store' }); res.end(body); };
   if (path === '/') send('text/html; charset=utf-8', PAGE);
   else if (path === '/site.js') send('text/javascript', SITE_JS);
   else if (path === '/token') send('text/plain', mint());
+  else if (path === '/client') send('text/html; charset=utf-8', CLIENT_PAGE);
   else { res.writeHead(404); res.end(); }
 });
 await new Promise((resolve) => server.listen(Number(hostPort), '127.0.0.1', resolve));
@@ -97,7 +110,23 @@ await run('sse', 120_000 + quietMs, async (t) => {
   const foreign = page.offHost.filter((u) => !u.startsWith(sb) && !u.startsWith(host));
   if (foreign.length) throw new Error(`requests to a third host: ${foreign.join(' ')}`);
   if (t.log.some((l) => l.includes('console.error'))) throw new Error(`console errors: ${t.log.join(' | ')}`);
-  t.step = 'screenshot';
-  await page.screenshot({ path: shot });
   t.say(`events: ${(await page.evaluate(() => window.__sse.events.map((e) => e.type).join(' ')))}`);
+
+  t.step = 'the client module falls back to SSE';
+  const cp = await openPage(t, context, `${host}/`, 'client');
+  let wsTries = 0;
+  const streams = [];
+  await cp.routeWebSocket(/\/ws/, (ws) => { wsTries += 1; ws.close({ code: 1006 }); });
+  cp.on('request', (r) => { if (new URL(r.url()).pathname === '/sse') streams.push(r.url()); });
+  await cp.goto(`${host}/client`);
+  const left = (n) => waitFor(cp, `<seat-count> shows ${n} seats left`, (want) =>
+    document.getElementById('c')?.dataset.seatsLeft === String(want), n);
+  await left(quietMs > 0 ? 4 : 5);
+  if (wsTries < 2) throw new Error(`SSE before two failed WebSocket attempts (${wsTries})`);
+  if (!streams.some((u) => u.includes('course=CS101'))) throw new Error(`no /sse stream: ${streams.join(' ')}`);
+  if ((await ask('PUBLISH CS101 1 10 8')) !== 'OK') throw new Error('publish failed');
+  await left(2);
+  t.say(`client on SSE after ${wsTries} WebSocket attempts`);
+  t.step = 'screenshot';
+  await cp.screenshot({ path: shot });
 });
