@@ -66,8 +66,10 @@ pub const LATENCY_BOUNDS: &[f64] = &[
 
 /// One shard's numbers, written only by that shard's thread.
 pub struct ShardMetrics {
-    /// Open WebSocket connections.
+    /// Open connections (WebSocket and Server-Sent Events).
     pub connections: AtomicU64,
+    /// Of `connections`, the Server-Sent Events streams.
+    pub sse_connections: AtomicU64,
     /// Frames queued to clients.
     pub frames_queued: AtomicU64,
     /// Frames dropped for full send queues.
@@ -102,6 +104,7 @@ impl ShardMetrics {
     fn new() -> Self {
         ShardMetrics {
             connections: AtomicU64::new(0),
+            sse_connections: AtomicU64::new(0),
             frames_queued: AtomicU64::new(0),
             frames_dropped: AtomicU64::new(0),
             resyncs: AtomicU64::new(0),
@@ -421,7 +424,7 @@ fn load(v: &AtomicU64) -> Num {
 const FAMILIES: &[Family] = &[
     gauge(
         "seatboard_connections",
-        "Open WebSocket connections per shard.",
+        "Open connections per shard (WebSocket and Server-Sent Events).",
         Samples::PerShard(|s, _| load(&s.connections)),
     ),
     gauge(
@@ -604,8 +607,19 @@ const FAMILIES: &[Family] = &[
     ),
     gauge(
         "seatboard_connections_total_open",
-        "Open WebSocket connections on the node.",
+        "Open connections on the node (WebSocket and Server-Sent Events).",
         Samples::One(|m| Num::U(m.connections())),
+    ),
+    gauge(
+        "seatboard_connections_by_transport",
+        "Open connections on the node, by transport.",
+        Samples::Labelled("transport", |m| {
+            let sse: u64 = m.shards.iter().map(|s| s.sse_connections.load(Relaxed)).sum();
+            vec![
+                ("websocket".into(), m.connections().saturating_sub(sse)),
+                ("sse".into(), sse),
+            ]
+        }),
     ),
     counter(
         "seatboard_redis_reconnects_total",

@@ -87,6 +87,10 @@ pub struct Config {
     /// Pre-minted tokens, one a line, used in turn (else HS256 minted with `secret`).
     #[serde(default)]
     pub tokens_file: Option<String>,
+    /// Open `GET /sse?course=...` streams (Server-Sent Events) instead of
+    /// WebSockets: the course is in the query, events are read instead of frames.
+    #[serde(default)]
+    pub sse: bool,
 }
 
 /// The page's reconnect timing (`src/web/index.html`).
@@ -531,10 +535,17 @@ impl Gen {
             } else {
                 ""
             };
-            let req = format!(
-                "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n{offer}\r\n",
-                self.cfg.port
-            );
+            let req = if self.cfg.sse {
+                format!(
+                    "GET /sse?course={} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAccept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n",
+                    self.cfg.courses[conn.course as usize], self.cfg.port
+                )
+            } else {
+                format!(
+                    "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n{offer}\r\n",
+                    self.cfg.port
+                )
+            };
             conn.wbuf.extend_from_slice(req.as_bytes());
         }
         if !conn.wbuf.is_empty() {
@@ -611,7 +622,7 @@ impl Gen {
                 };
                 let status = parse_status(&rbuf[..end]);
                 pos = end;
-                if status != 101 {
+                if status != if self.cfg.sse { 200 } else { 101 } {
                     let ra = retry_after(&rbuf[..end]);
                     self.refused(idx, status, ra);
                     break 'outer false;
@@ -631,13 +642,17 @@ impl Gen {
                 let conn = self.conns[idx].as_mut().expect("conn");
                 conn.phase = Phase::Open;
                 conn.opened_at = Some(Instant::now());
-                if self.cfg.watch {
+                if self.cfg.watch && !self.cfg.sse {
                     let course = &self.cfg.courses[conn.course as usize];
                     let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
                     let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
                     conn.wbuf.extend_from_slice(&frame);
                     flush(conn);
                 }
+            }
+            if self.cfg.sse {
+                pos += self.sse_events(idx, &rbuf[pos..]);
+                break 'outer true;
             }
             loop {
                 let avail = &rbuf[pos..];
@@ -700,6 +715,22 @@ impl Gen {
             }
         }
         alive
+    }
+
+    /// Handles the whole events in `buf` (`event: T\ndata: JSON\n\n`, and
+    /// comments); returns the bytes consumed.
+    fn sse_events(&mut self, idx: usize, buf: &[u8]) -> usize {
+        let mut pos = 0;
+        while let Some(end) = buf[pos..].windows(2).position(|w| w == b"\n\n") {
+            let block = &buf[pos..pos + end];
+            pos += end + 2;
+            for line in block.split(|&b| b == b'\n') {
+                if let Some(json) = line.strip_prefix(b"data: ") {
+                    self.on_text(idx, json);
+                }
+            }
+        }
+        pos
     }
 
     fn on_text(&mut self, idx: usize, payload: &[u8]) {

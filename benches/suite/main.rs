@@ -87,6 +87,9 @@ struct Opts {
     tokens_file: Option<String>,
     /// Soak: how long it runs.
     minutes: f64,
+    /// Storm, fanout: viewers on `ws` (WebSocket), `sse` (Server-Sent
+    /// Events), or `both` (runs on each, A B A B, and their CPU per frame).
+    transport: String,
 }
 
 impl Default for Opts {
@@ -125,6 +128,7 @@ impl Default for Opts {
             alg: None,
             tokens_file: None,
             minutes: 20.0,
+            transport: "ws".into(),
         }
     }
 }
@@ -137,6 +141,7 @@ const USAGE: &str =
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
 [--no-floor (storm, fanout: skip the floor run)] \
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
+[--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
@@ -183,6 +188,12 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--no-watch" => o.no_watch = true,
             "--no-floor" => o.no_floor = true,
             "--alg" => o.alg = Some(val()?),
+            "--transport" => {
+                o.transport = val()?;
+                if !matches!(o.transport.as_str(), "ws" | "sse" | "both") {
+                    return Err(format!("unknown --transport {}", o.transport));
+                }
+            }
             "--stuck" => o.stuck = num(val()?)? as usize,
             "--redis-mode" => {
                 o.cluster = match val()?.as_str() {
@@ -340,6 +351,7 @@ fn fleet(o: &Opts, port: u16, courses: &[String], skew: f64, churn: bool, max_se
             sources: 8,
             watch: !o.no_watch,
             deflate: o.compression == "on",
+            sse: o.transport == "sse",
         })
         .collect();
     Fleet::start(configs)
@@ -1161,6 +1173,70 @@ fn compare(o: &Opts) -> Outcome {
     out
 }
 
+/// The server's CPU per delivered frame of one storm or fanout run (µs).
+fn cpu_us_per_frame(scenario: &str, r: &Outcome, o: &Opts) -> f64 {
+    match scenario {
+        "storm" => {
+            let frames = r.json["frames_delivered"].as_f64().unwrap_or(0.0);
+            let pct = r.json["server_cpu_pct_2cores"].as_f64().unwrap_or(0.0) * 2.0;
+            pct / 100.0 * o.seconds * 1e6 / frames.max(1.0)
+        }
+        _ => r.json["server_cpu_us_per_frame"].as_f64().unwrap_or(0.0),
+    }
+}
+
+/// Storm or fanout on WebSocket and on Server-Sent Events in one run (A B A
+/// B): the server's CPU per delivered frame on each, and their ratio.
+fn transports(scenario: &str, o: &Opts) -> Outcome {
+    let mut out = Outcome::new(&format!("{scenario}_transports"));
+    let mut by: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut runs = Vec::new();
+    for (i, t) in ["ws", "sse", "ws", "sse"].into_iter().enumerate() {
+        let oo = Opts {
+            transport: t.into(),
+            no_floor: true,
+            ..o.clone()
+        };
+        progress(
+            o,
+            format!("[{scenario}] run {} of 4: --transport {t}", i + 1),
+        );
+        let r = if scenario == "storm" {
+            storm(&oo)
+        } else {
+            fanout(&oo)
+        };
+        let us = cpu_us_per_frame(scenario, &r, &oo);
+        out.problems
+            .extend(r.problems.iter().map(|p| format!("{t}: {p}")));
+        by.entry(t).or_default().push(us);
+        runs.push(json!({"transport": t, "run": i + 1, "cpu_us_per_frame": us, "result": r.json}));
+    }
+    let mean = |t: &str| {
+        by.get(t)
+            .map_or(0.0, |v| v.iter().sum::<f64>() / v.len() as f64)
+    };
+    for t in ["ws", "sse"] {
+        out.row(
+            &format!("{t}_cpu_us_per_frame"),
+            format!(
+                "{:?}  mean {:.3} us",
+                by.get(t).cloned().unwrap_or_default(),
+                mean(t)
+            ),
+            json!(mean(t)),
+        );
+    }
+    let ratio = mean("sse") / mean("ws").max(1e-9);
+    out.row("ratio_sse_over_ws", format!("{ratio:.3}x"), json!(ratio));
+    out.check(
+        ratio <= 1.1,
+        "SSE costs more than 1.1x WebSocket's CPU per frame",
+    );
+    out.json["runs"] = json!(runs);
+    out
+}
+
 /// Fanout's update interval: `--rate` updates/s, or one per tick.
 fn fanout_interval(o: &Opts) -> Duration {
     if o.rate_set {
@@ -1173,6 +1249,7 @@ fn fanout_interval(o: &Opts) -> Duration {
 fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
     Ok(match scenario {
         "idle" => idle(o),
+        "storm" | "fanout" if o.transport == "both" => transports(scenario, o),
         "storm" => storm(o),
         "fanout" => fanout(o),
         "floor" => floor_scenario(o, fanout_interval(o)),

@@ -696,6 +696,7 @@ pub fn run(o: &Opts) -> Outcome {
         watch: true,
         deflate: false,
         tokens_file: None,
+        sse: false,
     }]);
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();

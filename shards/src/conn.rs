@@ -1,4 +1,4 @@
-//! One WebSocket connection as a shard sees it: who, what it watches, its read
+//! One connection (WebSocket or Server-Sent Events) as a shard sees it: who, what it watches, its read
 //! side (frame decoder, message windows) and its bounded send queue.
 
 use crate::phase::Phase;
@@ -60,6 +60,9 @@ pub(crate) struct Conn {
     pub in_ready: bool,
     /// Negotiated permessage-deflate: text frames of 256 B or more go compressed.
     pub deflate: bool,
+    /// A Server-Sent Events stream (`/sse`): gets events instead of frames,
+    /// keepalive comments instead of pings, and reads nothing.
+    pub sse: bool,
     /// Client frames not yet decoded, and the message being assembled.
     pub decoder: Decoder,
     /// The 20-messages-per-second window.
@@ -90,6 +93,7 @@ impl Conn {
             phase: Phase::Open,
             in_ready: false,
             deflate,
+            sse: false,
             decoder: if deflate {
                 Decoder::with_deflate()
             } else {

@@ -7,6 +7,7 @@ use crate::gate::Gate;
 use crate::rate::FramePacer;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
+use crate::sse;
 use crate::ws_codec::deflated_frame;
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
@@ -43,6 +44,8 @@ pub(crate) struct Course {
     pub presence: Option<u64>,
     /// That count's message, encoded once, resent to a viewer that heals.
     pub presence_msg: Option<Bytes>,
+    /// The same count as a Server-Sent Event, made once when an SSE viewer needs it.
+    pub presence_sse: Option<Bytes>,
     /// True while the course sits in the shard's render schedule.
     pub scheduled: bool,
     /// `scheduled` and the pacer's due moment, shared with the ingest thread.
@@ -50,6 +53,8 @@ pub(crate) struct Course {
     full_cache: Option<Bytes>,
     /// The full frame compressed (permessage-deflate), once per board state.
     full_deflated: Option<Bytes>,
+    /// The full frame as a Server-Sent Event, once per board state.
+    full_sse: Option<Bytes>,
 }
 
 impl Course {
@@ -66,10 +71,12 @@ impl Course {
             awaiting_seed: Vec::new(),
             presence: None,
             presence_msg: None,
+            presence_sse: None,
             scheduled: false,
             gate: Gate::default(),
             full_cache: None,
             full_deflated: None,
+            full_sse: None,
         }
     }
 
@@ -84,6 +91,7 @@ impl Course {
         }
         self.full_cache = None;
         self.full_deflated = None;
+        self.full_sse = None;
         true
     }
 
@@ -121,6 +129,24 @@ impl Course {
         let f = deflated_frame(deflater, &self.full_frame());
         self.full_deflated = Some(f.clone());
         f
+    }
+
+    /// The full frame for Server-Sent Events viewers, wrapped once per board state.
+    pub fn full_frame_sse(&mut self) -> Bytes {
+        if let Some(f) = &self.full_sse {
+            return f.clone();
+        }
+        let f = sse::event(&self.full_frame()).unwrap_or_default();
+        self.full_sse = Some(f.clone());
+        f
+    }
+
+    /// The current count as a Server-Sent Event, wrapped once per count.
+    pub fn presence_sse(&mut self) -> Option<Bytes> {
+        if self.presence_sse.is_none() {
+            self.presence_sse = self.presence_msg.as_deref().and_then(sse::event);
+        }
+        self.presence_sse.clone()
     }
 
     /// The frame of sections changed since the last one.

@@ -14,6 +14,7 @@ use crate::phase::Phase;
 use crate::send_queue::Push;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
+use crate::sse;
 use crate::timer::{Timer, TimerTable};
 use crate::ws_codec::{
     close, close_frame, deflated_frame, ping_frame, pong_frame, server_frame_payload, Violation,
@@ -130,6 +131,8 @@ pub struct Shard {
     conns: Vec<Option<Conn>>,
     free: Vec<u32>,
     live: usize,
+    /// Of `live`, the Server-Sent Events streams.
+    live_sse: usize,
     /// Keyed by course code; foldhash with a per-process random seed (codes
     /// come from clients, so the hash is keyed, but cheaper than SipHash).
     courses: HashMap<Arc<str>, Course>,
@@ -160,6 +163,22 @@ pub struct Shard {
 /// Sweep interval for pings, silence and slow consumers.
 const SWEEP_MS: u64 = 1_000;
 
+/// How often an SSE stream gets its keepalive comment (contract: at least
+/// every 30 s; half that keeps a proxy's 30 s idle timeout from ending it).
+pub const SSE_KEEPALIVE_MS: u64 = 15_000;
+
+/// `plain`, `deflated` or `sse` as connection `c` takes it: `None` for a
+/// control frame on a Server-Sent Events stream (which has no counterpart).
+fn encoded_for(c: &Conn, plain: &Bytes, deflated: &Bytes, sse: Option<&Bytes>) -> Option<Bytes> {
+    if c.sse {
+        sse.cloned().or_else(|| sse::event(plain))
+    } else if c.deflate {
+        Some(deflated.clone())
+    } else {
+        Some(plain.clone())
+    }
+}
+
 /// The payload length of a server frame built here (its size before compression).
 fn payload_len(frame: &[u8]) -> u64 {
     server_frame_payload(frame).map_or(0, |p| p.len() as u64)
@@ -174,6 +193,7 @@ impl Shard {
             conns: Vec::new(),
             free: Vec::new(),
             live: 0,
+            live_sse: 0,
             courses: HashMap::new(),
             scheduled: BinaryHeap::new(),
             actions: VecDeque::new(),
@@ -203,6 +223,11 @@ impl Shard {
     /// Open connections.
     pub fn connections(&self) -> usize {
         self.live
+    }
+
+    /// Open Server-Sent Events streams (counted in [`Shard::connections`] too).
+    pub fn sse_connections(&self) -> usize {
+        self.live_sse
     }
 
     /// Courses with at least one viewer here.
@@ -248,19 +273,22 @@ impl Shard {
 
     /// Queues past the bound (control answers, hints, close frames), uncompressed.
     fn send_always(&mut self, id: ConnId, frame: Bytes) {
-        self.send_always_as(id, &frame, &frame);
+        self.send_always_as(id, &frame, &frame, None);
     }
 
     /// Queues past the bound: `deflated` if the connection negotiated
-    /// permessage-deflate, else `plain` (the same message uncompressed).
-    fn send_always_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
+    /// permessage-deflate, `sse` (or, without one, `plain` wrapped as an
+    /// event here) on a Server-Sent Events stream, else `plain`.
+    fn send_always_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes, sse: Option<&Bytes>) {
         let Some(c) = self.conn_mut(id) else { return };
         if !c.phase.is_open() {
             return;
         }
-        let frame = if c.deflate { deflated } else { plain };
+        let Some(frame) = encoded_for(c, plain, deflated, sse) else {
+            return;
+        };
         let len = frame.len() as u64;
-        c.queue.push_always(frame.clone());
+        c.queue.push_always(frame);
         self.stats.frames_queued += 1;
         self.stats.bytes_queued += len;
         self.stats.payload_bytes += payload_len(plain);
@@ -278,8 +306,38 @@ impl Shard {
         deflate: bool,
         now_ms: u64,
     ) -> ConnId {
+        self.connect_as(user.into(), role, admin_feed, deflate, false, now_ms)
+    }
+
+    /// Registers a Server-Sent Events stream (section 4c) watching `courses`
+    /// (checked by the shell: valid codes, at most [`MAX_COURSES_PER_CONN`]):
+    /// its `hello`, then every course's watch answer, as for a WebSocket that
+    /// sent those watches. It reads nothing and gets keepalive comments.
+    pub fn connect_sse(
+        &mut self,
+        user: impl Into<Arc<str>>,
+        role: Role,
+        courses: &[String],
+        now_ms: u64,
+    ) -> ConnId {
+        let id = self.connect_as(user.into(), role, false, false, true, now_ms);
+        for course in courses {
+            // Refusals (too many courses) were answered 400 before the stream.
+            let _ = self.watch(id, course, now_ms);
+        }
+        id
+    }
+
+    fn connect_as(
+        &mut self,
+        user: Arc<str>,
+        role: Role,
+        admin_feed: bool,
+        deflate: bool,
+        sse: bool,
+        now_ms: u64,
+    ) -> ConnId {
         self.now_ms = self.now_ms.max(now_ms);
-        let user: Arc<str> = user.into();
         let idx = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -289,7 +347,7 @@ impl Shard {
         };
         // A random generation: a stale handle never matches the slot's next tenant.
         let gen = self.rand() as u32 | 1;
-        self.conns[idx as usize] = Some(Conn::new(
+        let mut conn = Conn::new(
             gen,
             Arc::clone(&user),
             role,
@@ -297,8 +355,11 @@ impl Shard {
             deflate,
             self.queue_limit(admin_feed),
             now_ms,
-        ));
+        );
+        conn.sse = sse;
+        self.conns[idx as usize] = Some(conn);
         self.live += 1;
+        self.live_sse += usize::from(sse);
         let id = ConnId { idx, gen };
         let hello = server_msg::hello(&user, role, self.cfg.tick_ms, &self.cfg.node);
         self.send_always(id, hello);
@@ -479,10 +540,12 @@ impl Shard {
             return;
         };
         let plain = c.full_frame();
-        let deflate = self.conns[id.idx as usize]
+        let (deflate, sse) = self.conns[id.idx as usize]
             .as_ref()
-            .is_some_and(|conn| conn.deflate);
-        let frame = if deflate {
+            .map_or((false, false), |conn| (conn.deflate, conn.sse));
+        let frame = if sse {
+            c.full_frame_sse()
+        } else if deflate {
             c.full_frame_deflated(&mut self.deflater)
         } else {
             plain.clone()
@@ -494,7 +557,7 @@ impl Shard {
         // what a client sends itself never grows its queue past the bound.
         self.clear_owed(id, course);
         if self.fits(id, frame.len()) {
-            self.send_always_as(id, &plain, &frame);
+            self.send_always_as(id, &plain, &frame, Some(&frame));
             self.send_always_bounded(id, presence);
         } else {
             self.mark_owed(id, course, now_ms);
@@ -629,6 +692,9 @@ impl Shard {
         if let Some(c) = self.conn_mut(id) {
             c.phase.start_close(code, cut_at);
         }
+        // A stream with nothing queued (an SSE stream has no close frame)
+        // still needs the write side to see it closing and end it.
+        self.mark_ready(id);
         self.actions.push_back(Action::Close { conn: id, code });
         self.cuts.push_back((cut_at, id));
         self.arm_cut();
@@ -644,6 +710,7 @@ impl Shard {
         if let Some(conn) = self.conns[id.idx as usize].take() {
             self.free.push(id.idx);
             self.live -= 1;
+            self.live_sse -= usize::from(conn.sse);
             if self.live == 0 {
                 self.timers.stop(Timer::Sweep);
             }
@@ -721,28 +788,46 @@ impl Shard {
         c.presence = Some(viewers);
         let msg = server_msg::presence(course, viewers);
         c.presence_msg = Some(msg.clone());
+        c.presence_sse = None;
         let targets: Vec<ConnId> = c.viewers.iter().map(|v| v.conn).collect();
+        // Wrapped once, for the first SSE viewer, and shared by the rest.
+        let mut as_sse: Option<Bytes> = None;
         for id in targets {
-            self.send_always_bounded(id, msg.clone());
+            if self.conn(id).is_some_and(|c| c.sse) && as_sse.is_none() {
+                as_sse = sse::event(&msg);
+            }
+            self.send_bounded_as(id, &msg, &msg, as_sse.as_ref());
+        }
+        if let Some(c) = self.courses.get_mut(course) {
+            c.presence_sse = as_sse;
         }
     }
 
     /// Small informational messages: dropped when the queue is full (the next
     /// count supersedes them), never counted as a missed frame.
     fn send_always_bounded(&mut self, id: ConnId, msg: Bytes) {
-        self.send_bounded_as(id, &msg, &msg);
+        self.send_bounded_as(id, &msg, &msg, None);
     }
 
-    /// [`Shard::send_always_bounded`] with a compressed twin for deflate connections.
-    fn send_bounded_as(&mut self, id: ConnId, plain: &Bytes, deflated: &Bytes) {
+    /// [`Shard::send_always_bounded`] with a compressed twin for deflate
+    /// connections and an event twin for SSE streams.
+    fn send_bounded_as(
+        &mut self,
+        id: ConnId,
+        plain: &Bytes,
+        deflated: &Bytes,
+        sse: Option<&Bytes>,
+    ) {
         if let Some(c) = self.conn(id) {
-            let len = if c.deflate {
-                deflated.len()
-            } else {
-                plain.len()
+            let len = match (c.sse, sse) {
+                (true, Some(e)) => e.len(),
+                // An event is its JSON plus at most 32 bytes of field names.
+                (true, None) => plain.len() + 32,
+                (false, _) if c.deflate => deflated.len(),
+                (false, _) => plain.len(),
             };
             if c.queue.within_bound(len) {
-                self.send_always_as(id, plain, deflated);
+                self.send_always_as(id, plain, deflated, sse);
             }
         }
     }
@@ -753,7 +838,7 @@ impl Shard {
             Some(c) if c.deflate => deflated_frame(&mut self.deflater, &frame),
             _ => frame.clone(),
         };
-        self.send_bounded_as(id, &frame, &deflated);
+        self.send_bounded_as(id, &frame, &deflated, None);
     }
 
     /// Starts a drain: every connection gets its reconnect hint and close 1012 at
@@ -797,7 +882,9 @@ impl Shard {
             self.drain_schedule.pop();
             if self.conn(id).is_some_and(|c| c.phase.is_open()) {
                 let after = self.rand() % 5001;
-                self.send_always(id, server_msg::reconnect(after));
+                let hint = server_msg::reconnect(after);
+                let as_sse = sse::reconnect(after, &hint);
+                self.send_always_as(id, &hint, &hint, as_sse.as_ref());
                 self.close(id, close::RESTART, "draining");
             }
         }
@@ -874,6 +961,8 @@ impl Shard {
         // The compressed twins, made at most once each for every viewer that
         // negotiated permessage-deflate.
         let mut delta_deflated: Option<Bytes> = None;
+        // The event twin, made at most once for every SSE viewer.
+        let mut delta_sse: Option<Bytes> = None;
         let mut owed = c.owed;
         let mut viewers = std::mem::take(&mut c.viewers);
         for v in viewers.iter_mut() {
@@ -881,11 +970,18 @@ impl Shard {
                 continue;
             };
             let (plain, frame) = match (&delta, &full, v.owes_full) {
+                (_, Some(full), true) if conn.sse => (full, c.full_frame_sse()),
                 (_, Some(full), true) if conn.deflate => {
                     (full, c.full_frame_deflated(&mut self.deflater))
                 }
                 (_, Some(full), true) => (full, full.clone()),
                 (_, None, true) => continue,
+                (Some(d), _, false) if conn.sse => (
+                    d,
+                    delta_sse
+                        .get_or_insert_with(|| sse::event(d).unwrap_or_default())
+                        .clone(),
+                ),
                 (Some(d), _, false) if conn.deflate => (
                     d,
                     delta_deflated
@@ -906,6 +1002,11 @@ impl Shard {
                         owed -= 1;
                         self.stats.resyncs += 1;
                         // A healed viewer may have missed a count too.
+                        let presence = if conn.sse {
+                            c.presence_sse()
+                        } else {
+                            presence.clone()
+                        };
                         if let Some(p) = presence
                             .as_ref()
                             .filter(|p| conn.queue.within_bound(p.len()))
@@ -913,7 +1014,8 @@ impl Shard {
                             conn.queue.push_always(p.clone());
                             self.stats.frames_queued += 1;
                             self.stats.bytes_queued += p.len() as u64;
-                            self.stats.payload_bytes += payload_len(p);
+                            self.stats.payload_bytes +=
+                                c.presence_msg.as_deref().map_or(0, payload_len);
                         }
                     }
                     if !conn.in_ready {
@@ -949,14 +1051,17 @@ impl Shard {
             {
                 self.stats.slow_consumer_closes += 1;
                 self.close(id, close::SLOW_CONSUMER, "slow consumer");
-            } else if now_ms >= c.last_rx_ms + cfg.idle_ms {
+            } else if !c.sse && now_ms >= c.last_rx_ms + cfg.idle_ms {
                 self.stats.idle_closes += 1;
                 self.close(id, close::NORMAL, "idle");
-            } else if now_ms >= c.last_ping_ms + cfg.ping_ms {
+            } else if now_ms >= c.last_ping_ms + if c.sse { SSE_KEEPALIVE_MS } else { cfg.ping_ms }
+            {
                 if let Some(c) = self.conn_mut(id) {
                     c.last_ping_ms = now_ms;
                 }
-                self.send_always_bounded(id, ping_frame(b""));
+                let ping = ping_frame(b"");
+                let keepalive = Bytes::from_static(sse::KEEPALIVE);
+                self.send_bounded_as(id, &ping, &ping, Some(&keepalive));
             }
         }
     }
@@ -1090,5 +1195,122 @@ mod tests {
             after.iter().any(|f| f.contains("\"viewers\":7")),
             "{after:?}"
         );
+    }
+}
+
+#[cfg(test)]
+mod sse_tests {
+    use super::*;
+
+    fn snap(section: u32, taken: u32, version: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot::build(
+            "C".into(),
+            section,
+            50,
+            taken,
+            None,
+            Some(version),
+            None,
+        ))
+    }
+
+    fn drain(shard: &mut Shard, id: ConnId) -> Vec<Bytes> {
+        std::iter::from_fn(|| shard.poll_transmit(id)).collect()
+    }
+
+    #[test]
+    fn sse_viewers_share_one_event_per_render_with_the_websocket_json() {
+        let mut shard = Shard::new(ShardConfig::default());
+        let ws = shard.connect("w", Role::Student, false, false, 0);
+        shard.handle_text(ws, r#"{"op":"watch","course":"C"}"#, 0);
+        let a = shard.connect_sse("a", Role::Student, &["C".into()], 0);
+        let b = shard.connect_sse("b", Role::Student, &["C".into()], 0);
+        assert_eq!(shard.sse_connections(), 2);
+        shard.handle_seed("C", &[snap(1, 1, 1)], 0);
+        let first = drain(&mut shard, a);
+        assert!(first[0].starts_with(b"event: hello\ndata: {\"type\":\"hello\""));
+        assert!(first[1].starts_with(
+            b"event: frame\ndata: {\"type\":\"frame\",\"course\":\"C\",\"full\":true"
+        ));
+        assert!(first[2].starts_with(b"event: presence\ndata: "));
+        drain(&mut shard, b);
+        drain(&mut shard, ws);
+        shard.handle_snapshot(&snap(1, 2, 2));
+        shard.handle_timeout(1_000);
+        let (ea, eb, w) = (
+            drain(&mut shard, a),
+            drain(&mut shard, b),
+            drain(&mut shard, ws),
+        );
+        assert_eq!(ea.len(), 1);
+        assert_eq!(
+            ea[0].as_ptr(),
+            eb[0].as_ptr(),
+            "one event shared by both streams"
+        );
+        let json = server_frame_payload(&w[0]).expect("ws frame");
+        let mut want = b"event: frame\ndata: ".to_vec();
+        want.extend_from_slice(json);
+        want.extend_from_slice(b"\n\n");
+        assert_eq!(&ea[0][..], &want[..]);
+    }
+
+    #[test]
+    fn a_stream_that_missed_a_frame_heals_with_a_full_one_and_gets_comments_not_pings() {
+        let mut shard = Shard::new(ShardConfig {
+            send_queue_bytes: 300,
+            ..ShardConfig::default()
+        });
+        let id = shard.connect_sse("a", Role::Student, &["C".into()], 0);
+        shard.handle_seed("C", &[snap(1, 1, 1)], 0);
+        for v in 2..10u64 {
+            shard.handle_snapshot(&snap(1, v as u32, v));
+            shard.handle_timeout(v * 200);
+        }
+        assert!(shard.stats().frames_dropped > 0, "the queue filled");
+        drain(&mut shard, id);
+        shard.handle_timeout(5_000);
+        let healed = drain(&mut shard, id);
+        assert!(
+            healed.iter().any(|e| e.starts_with(
+                b"event: frame\ndata: {\"type\":\"frame\",\"course\":\"C\",\"full\":true"
+            )),
+            "{healed:?}"
+        );
+        // Long past the ping and idle times: comments, never a close for silence.
+        let mut comments = 0;
+        for t in (6..200).map(|s| s * 1_000) {
+            shard.handle_timeout(t);
+            for e in drain(&mut shard, id) {
+                assert_eq!(
+                    &e[..],
+                    sse::KEEPALIVE,
+                    "only comments while nothing changes"
+                );
+                comments += 1;
+            }
+        }
+        assert!(comments >= 194 / 15, "a comment every 15 s: {comments}");
+        assert_eq!(shard.phase(id), Some(Phase::Open));
+        assert_eq!(shard.stats().idle_closes, 0);
+    }
+
+    #[test]
+    fn a_drained_stream_gets_retry_and_reconnect_then_ends_without_a_close_frame() {
+        let mut shard = Shard::new(ShardConfig::default());
+        let id = shard.connect_sse("a", Role::Student, &["C".into()], 0);
+        drain(&mut shard, id);
+        shard.start_drain(0, 0);
+        shard.handle_timeout(0);
+        let out = drain(&mut shard, id);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(out[0].starts_with(b"retry: "), "{out:?}");
+        assert!(out[0].ends_with(b"}\n\n"));
+        assert!(matches!(
+            shard.phase(id),
+            Some(Phase::Closing { code: 1012, .. })
+        ));
+        shard.disconnect(id);
+        assert_eq!(shard.sse_connections(), 0);
     }
 }

@@ -121,8 +121,9 @@ fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
             Err(resp) => Next::Respond(resp, false),
             Ok(accepted) => Next::Upgrade(accepted),
         },
+        Route::Sse if head.method == "GET" => route_sse(ctx, head),
         route => {
-            let allow = if matches!(route, Route::Ws { .. }) {
+            let allow = if matches!(route, Route::Ws { .. } | Route::Sse) {
                 "GET"
             } else {
                 "GET, HEAD"
@@ -130,6 +131,14 @@ fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
             let resp = Response::text(405, "method not allowed").header(format!("Allow: {allow}"));
             Next::Respond(resp, false)
         }
+    }
+}
+
+/// `/sse`: its checks, then the stream (it lives on as a connection, like an upgrade).
+fn route_sse(ctx: &ShardCtx, head: &RequestHead) -> Next {
+    match super::sse::check(ctx, head) {
+        Err(resp) => Next::Respond(resp, false),
+        Ok(accepted) => Next::Upgrade(accepted),
     }
 }
 

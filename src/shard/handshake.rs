@@ -45,6 +45,9 @@ pub struct Upgrade {
     pub admin_feed: bool,
     /// Negotiated permessage-deflate (section 4a).
     pub deflate: bool,
+    /// A Server-Sent Events stream watching these courses (section 4c), not
+    /// a WebSocket.
+    pub sse: Option<Vec<String>>,
 }
 
 /// An upgrade that passed every check.
@@ -87,6 +90,29 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         }
     };
     // A request that is no upgrade at all takes no token from the bucket.
+    let (slot, role) = admit(ctx, head, admin_feed)?;
+    let (response, deflate) = switching_protocols(node, head, key);
+    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
+    Ok(Accepted {
+        upgrade: Upgrade {
+            slot,
+            role,
+            admin_feed,
+            deflate,
+            sse: None,
+        },
+        response,
+    })
+}
+
+/// The checks after the request's own shape, shared by `/ws` and `/sse`:
+/// accept bucket, origin, token, admin role, drain, node cap, per-user cap.
+pub fn admit(
+    ctx: &ShardCtx,
+    head: &RequestHead,
+    admin_feed: bool,
+) -> Result<(Slot, Role), Response> {
+    let node = &ctx.node;
     {
         let mut bucket = ctx.bucket.borrow_mut();
         if !bucket.take(clock::now_ms()) {
@@ -157,17 +183,7 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         node: Arc::clone(&ctx.node),
         user: identity.user.into(),
     };
-    let (response, deflate) = switching_protocols(node, head, key);
-    node.metrics.handshakes_accepted.fetch_add(1, Relaxed);
-    Ok(Accepted {
-        upgrade: Upgrade {
-            slot,
-            role: identity.role,
-            admin_feed,
-            deflate,
-        },
-        response,
-    })
+    Ok((slot, identity.role))
 }
 
 /// The `101` for an accepted upgrade with key `key`, and whether it accepts

@@ -14,6 +14,8 @@ pub enum Route {
         /// True for `/ws/admin`.
         admin: bool,
     },
+    /// `/sse`: a Server-Sent Events stream (contract section 4c).
+    Sse,
     /// Unknown path.
     NotFound,
 }
@@ -32,6 +34,7 @@ pub fn route(path: &str) -> Route {
         "/api/history" => Route::Page("/api/history"),
         "/ws" => Route::Ws { admin: false },
         "/ws/admin" => Route::Ws { admin: true },
+        "/sse" => Route::Sse,
         _ => Route::NotFound,
     }
 }

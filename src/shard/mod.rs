@@ -18,6 +18,7 @@ mod response;
 mod runtime;
 pub mod send_ring;
 mod sockopt;
+mod sse;
 mod tick;
 #[cfg(feature = "tokio-shell")]
 pub mod tokio_runtime;
@@ -154,6 +155,8 @@ impl ShardCtx {
         let s = shard.stats();
         let m = self.metrics();
         m.connections.store(shard.connections() as u64, Relaxed);
+        m.sse_connections
+            .store(shard.sse_connections() as u64, Relaxed);
         m.courses.store(shard.courses() as u64, Relaxed);
         m.frames_queued.store(s.frames_queued, Relaxed);
         m.frames_dropped.store(s.frames_dropped, Relaxed);

@@ -32,12 +32,14 @@ pub(super) async fn start<R: Runtime>(
         return;
     }
     let socket = Rc::new(ConnSocket::<R>(stream));
+    let sse = upgrade.sse.is_some();
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
-    let reading = feed(&ctx, id, &rest);
+    // An SSE stream's request is all it sends: what follows is ignored.
+    let reading = sse || feed(&ctx, id, &rest);
     drop(rest);
     R::spawn(async move {
         if reading {
-            read_loop::<R>(&ctx, id, &socket.0).await;
+            read_loop::<R>(&ctx, id, &socket.0, sse).await;
         }
         drop(socket);
         writing::writer_gone(&io).await;
@@ -51,13 +53,21 @@ fn register<R: Runtime>(
     upgrade: Upgrade,
     socket: Rc<ConnSocket<R>>,
 ) -> (ConnId, Rc<ConnIo>) {
-    let id = ctx.shard.borrow_mut().connect(
-        Arc::clone(upgrade.slot.user()),
-        upgrade.role,
-        upgrade.admin_feed,
-        upgrade.deflate,
-        clock::now_ms(),
-    );
+    let user = Arc::clone(upgrade.slot.user());
+    let id = match &upgrade.sse {
+        Some(courses) => {
+            ctx.shard
+                .borrow_mut()
+                .connect_sse(user, upgrade.role, courses, clock::now_ms())
+        }
+        None => ctx.shard.borrow_mut().connect(
+            user,
+            upgrade.role,
+            upgrade.admin_feed,
+            upgrade.deflate,
+            clock::now_ms(),
+        ),
+    };
     let fd = R::fd(&socket.0);
     let io = Rc::new(ConnIo::new(fd, socket, upgrade.slot));
     if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
@@ -83,15 +93,31 @@ fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
 }
 
 /// Waits for the socket to be readable and reads what it holds, until the
-/// peer or the shard ends it. The wait holds no buffer.
-async fn read_loop<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream) {
+/// peer or the shard ends it. The wait holds no buffer. An SSE stream's
+/// reads (`discard`) only watch for the peer's close.
+async fn read_loop<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream, discard: bool) {
     loop {
         if R::readable(stream).await.is_err() {
             return;
         }
-        if !read_step::<R>(ctx, id, stream) {
+        let more = if discard {
+            discard_step::<R>(stream)
+        } else {
+            read_step::<R>(ctx, id, stream)
+        };
+        if !more {
             return;
         }
+    }
+}
+
+/// Reads and drops what an SSE stream's peer sent; false once it closed.
+fn discard_step<R: Runtime>(stream: &R::Stream) -> bool {
+    let mut buf = [0u8; READ_MAX];
+    match R::try_recv(stream, &mut buf) {
+        Ok(0) => false,
+        Ok(_) => true,
+        Err(e) => matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted),
     }
 }
 

@@ -476,3 +476,92 @@ fn admin_page_figures(n: usize, shot: &str) -> serde_json::Value {
         .and_then(|j| serde_json::from_str(j).ok())
         .expect("the figures line")
 }
+
+/// Runs tests/browser/sse.mjs against seatboard at `base` (directly or
+/// through a proxy): its host page on `host_port` mints tokens with `secret`;
+/// the script's `PUBLISH` requests go to Redis at `redis_uri`.
+pub(crate) fn run_sse_page(
+    base: &str,
+    redis_uri: &str,
+    secret: &str,
+    host_port: u16,
+    quiet_ms: u64,
+    shot: &str,
+) {
+    use std::io::{BufRead, Write};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = root.join("target/browser");
+    std::fs::create_dir_all(&out_dir).expect("target/browser");
+    let shot = out_dir.join(shot);
+    let _ = std::fs::remove_file(&shot);
+    let mut node = Command::new("node")
+        .arg(root.join("tests/browser/sse.mjs"))
+        .arg(base)
+        .arg(host_port.to_string())
+        .arg(&shot)
+        .arg(quiet_ms.to_string())
+        .env("SEATBOARD_JWT_SECRET", secret)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("node must be installed");
+    let mut to_page = node.stdin.take().expect("stdin");
+    let from_page = std::io::BufReader::new(node.stdout.take().expect("stdout"));
+    for line in from_page.lines().map_while(Result::ok) {
+        println!("{line}");
+        if let Some(args) = line.strip_prefix("PUBLISH ") {
+            let a: Vec<&str> = args.split_whitespace().collect();
+            assert_eq!(a.len(), 4, "bad request from the page script: {line}");
+            let st = seatboard_command()
+                .args(["publish", "--redis", redis_uri, "--course", a[0]])
+                .args(["--section", a[1], "--total", a[2], "--taken", a[3]])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .expect("seatboard publish");
+            assert!(st.success(), "publish {args}");
+            let _ = writeln!(to_page, "OK");
+        }
+    }
+    drop(to_page);
+    assert!(node.wait().expect("node exit").success(), "sse.mjs failed");
+    assert!(shot.exists(), "no screenshot written");
+}
+
+/// A plain `EventSource` (with credentials) on a page of another origin that
+/// `--allowed-origins` names gets hello, the full frame, presence and a live
+/// frame (tests/browser/sse.mjs).
+#[test]
+fn event_source_on_another_origin_gets_live_frames() {
+    const SECRET: &str = "sse-test-secret-of-at-least-32-bytes!!";
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let st = seatboard_command()
+        .args(["publish", "--redis", &uri, "--course", "CS101"])
+        .args(["--section", "1", "--total", "10", "--taken", "4"])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("seatboard publish");
+    assert!(st.success());
+    let host_port = free_port();
+    let host_origin = format!("http://127.0.0.1:{host_port}");
+    let sb = Seatboard::start_env(
+        &[
+            "serve",
+            "--redis",
+            &uri,
+            "--allowed-origins",
+            &host_origin,
+            "--shards",
+            "2",
+        ],
+        &[("SEATBOARD_JWT_SECRET", SECRET)],
+    );
+    run_sse_page(
+        &format!("http://127.0.0.1:{}", sb.port),
+        &uri,
+        SECRET,
+        host_port,
+        0,
+        "sse.png",
+    );
+}

@@ -91,3 +91,54 @@ fn board_stays_live_through_haproxy_when_its_node_is_killed() {
     drop(proxy);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An `EventSource` on a page of another origin through the shipped HAProxy
+/// configuration (https, self-signed): hello, the full frame, presence and
+/// live frames, and the stream outlives 40 s without an update (longer than
+/// HAProxy's 30 s client and server timeouts) with no reconnect
+/// (tests/browser/sse.mjs).
+#[test]
+fn event_source_through_haproxy_stays_open_through_a_quiet_spell() {
+    const SECRET: &str = "sse-test-secret-of-at-least-32-bytes!!";
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let st = Command::new(bin())
+        .args(["publish", "--redis", &uri, "--course", "CS101"])
+        .args(["--section", "1", "--total", "10", "--taken", "4"])
+        .stdout(Stdio::null())
+        .status()
+        .expect("seatboard publish");
+    assert!(st.success());
+    let host_port = free_port();
+    let host_origin = format!("http://127.0.0.1:{host_port}");
+    let node = Seatboard::start_env(
+        &[
+            "serve",
+            "--redis",
+            &uri,
+            "--allowed-origins",
+            &host_origin,
+            "--shards",
+            "1",
+        ],
+        &[("SEATBOARD_JWT_SECRET", SECRET)],
+    );
+    let dir = std::env::temp_dir().join(format!("seatboard-sse-lb-{}", std::process::id()));
+    let pem = lb::self_signed_pem(&dir);
+    let port = lb::free_port();
+    let cfg = lb::render(
+        &lb::shipped(),
+        &lb::Bind::Tls(port, &pem),
+        &[node.port],
+        1000,
+    );
+    let _proxy = lb::Haproxy::start(&dir, port, &cfg, 1);
+    crate::browser::run_sse_page(
+        &format!("https://127.0.0.1:{port}"),
+        &uri,
+        SECRET,
+        host_port,
+        40_000,
+        "sse_haproxy.png",
+    );
+}

@@ -42,6 +42,7 @@ impl Viewers {
             // Browsers offer permessage-deflate; the viewers do too.
             deflate: true,
             tokens_file: None,
+            sse: false,
         };
         let (tx, cmd_rx) = mpsc::channel::<String>();
         let (out_tx, rx) = mpsc::channel::<Value>();

@@ -49,7 +49,10 @@ fn a_log_file_gets_no_escape_codes() {
     let text = text.expect("the start line in the log file");
     assert!(text.contains("INFO"), "{text}");
     // `--auth none` is announced in the log itself, not before logging starts.
-    assert!(text.contains("AUTH DISABLED"), "no --auth none warning: {text}");
+    assert!(
+        text.contains("AUTH DISABLED"),
+        "no --auth none warning: {text}"
+    );
     assert!(
         !text.contains('\x1b'),
         "escape codes in a log file: {text:?}"

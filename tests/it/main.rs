@@ -61,6 +61,7 @@ mod redis_reconnect;
 mod redis_tls;
 mod security;
 mod slow_consumer;
+mod sse;
 mod storm;
 mod syscall_filter;
 mod systemd;

@@ -142,7 +142,7 @@ impl Shard {
             conn.queue.refused(now_ms);
             return false;
         }
-        self.send_always_as(id, plain, &frame);
+        self.send_always_as(id, plain, &frame, None);
         true
     }
 }
