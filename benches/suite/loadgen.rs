@@ -12,7 +12,10 @@
 //! - stdin `arm`: from now on a lost connection starts a blind interval;
 //! - stdin `blind`: every viewer is blind from now until it holds the next
 //!   reference (Redis went away: boards are frozen though sockets stay open);
-//! - stdin `lat <phase>`: later latency samples go to the histogram `<phase>`.
+//! - stdin `lat <phase>`: later latency samples go to the histogram `<phase>`;
+//! - stdin `drop`: arms, resets (RST) every open connection at once, as when a
+//!   node dies and its viewers are sent on, and forgets the refusals counted so
+//!   far (the report's `refusals` are then those of the reconnection).
 //!
 //! It also stops by itself after `max_secs` (printing its report), and when
 //! stdin closes.
@@ -837,6 +840,7 @@ impl Gen {
                     }
                 }
             }
+            "drop" => self.drop_all(),
             "blind" => {
                 self.armed = true;
                 let need = self.refs.len() + 1;
@@ -850,6 +854,39 @@ impl Gen {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// Every open connection reset at once; each viewer is blind and comes
+    /// back the way the page does after a lost connection.
+    fn drop_all(&mut self) {
+        self.armed = true;
+        self.refusals.clear();
+        for idx in 0..self.conns.len() {
+            let Some(c) = self.conns[idx].as_ref() else {
+                continue;
+            };
+            if c.phase != Phase::Open {
+                continue;
+            }
+            let (user, opened) = (c.user, c.opened_at);
+            let linger = libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            // SAFETY: setsockopt on a socket we own, with a `linger` value.
+            unsafe {
+                libc::setsockopt(
+                    c.sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_LINGER,
+                    &linger as *const libc::linger as *const libc::c_void,
+                    std::mem::size_of::<libc::linger>() as libc::socklen_t,
+                );
+            }
+            self.close(idx);
+            self.lost(user, true);
+            self.retry(user, opened, None, None, None);
         }
     }
 

@@ -1,6 +1,7 @@
 //! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
 //!
-//! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `handshake`, `compare`.
+//! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `handshake`, `compare`,
+//! `fleet`, `reconnect`.
 //! Each prints a table and writes `target/bench/<scenario>.json`. Run without
 //! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
 //! short smoke of every scenario and exits non-zero if one fails.
@@ -23,6 +24,7 @@ mod lb;
 mod loadgen;
 mod procs;
 mod publish;
+mod reconnect;
 mod redis_proc;
 mod soak;
 mod stuck;
@@ -90,6 +92,8 @@ struct Opts {
     /// Storm, fanout: viewers on `ws` (WebSocket), `sse` (Server-Sent
     /// Events), or `both` (runs on each, A B A B, and their CPU per frame).
     transport: String,
+    /// Reconnect: one pass (`default` or `wide` accept bucket); both when unset.
+    pass: Option<String>,
 }
 
 impl Default for Opts {
@@ -129,12 +133,13 @@ impl Default for Opts {
             tokens_file: None,
             minutes: 20.0,
             transport: "ws".into(),
+            pass: None,
         }
     }
 }
 
 const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet|soak> \
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|handshake|compare|fleet|soak|reconnect> \
 [--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
@@ -145,7 +150,7 @@ const USAGE: &str =
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
-[soak: --minutes M]";
+[soak: --minutes M] [reconnect: --pass default|wide (one accept bucket; both when unset)]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -208,6 +213,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--drain-ms" => o.drain_ms = num(val()?)? as u64,
             "--before" => o.before_s = num(val()?)?,
             "--haproxy-procs" => o.haproxy_procs = num(val()?)? as usize,
+            "--pass" => o.pass = Some(val()?),
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -509,9 +515,30 @@ fn idle(o: &Opts) -> Outcome {
     let per_thread = wakeup_rates(server.pid(), &w0, quiet);
     wakeups_row(&mut out, "wakeups_per_s_no_connection", &per_thread, quiet);
     let before = server.usage();
+    let th0 = procs::cpu_by_thread(server.pid());
     let courses = course_names(o.courses);
+    let t_connect = Instant::now();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 600.0);
+    // The connect phase: from the first connect until every client has its
+    // watch answer (or is open, under --no-watch).
+    let answered = reconnect::wait_answered(
+        &mut f,
+        o.clients as u64,
+        !o.no_watch,
+        Duration::from_secs(120),
+    );
+    let connected = server.usage();
+    let th1 = procs::cpu_by_thread(server.pid());
+    let connect_secs = t_connect.elapsed().as_secs_f64();
     let open = wait_open(o, &mut f, o.clients, "idle");
+    connect_rows(
+        &mut out,
+        (before, connected),
+        (&th0, &th1),
+        open,
+        connect_secs,
+    );
+    out.check(answered, "not every client had its watch answer");
     std::thread::sleep(Duration::from_secs(3));
     let after = server.usage();
     let k0 = procs::machine_ticks();
@@ -569,6 +596,38 @@ fn idle(o: &Opts) -> Outcome {
     out.check(open as usize == o.clients, "not every client connected");
     machine_row(&mut out, k0, k1);
     out
+}
+
+/// The server CPU of the connect phase, per connection and by thread.
+fn connect_rows(
+    out: &mut Outcome,
+    (a, b): (Usage, Usage),
+    (th0, th1): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
+    open: u64,
+    secs: f64,
+) {
+    let cpu = b.cpu_us.saturating_sub(a.cpu_us);
+    let per = cpu as f64 / open.max(1) as f64;
+    let by_thread: BTreeMap<String, f64> = th1
+        .iter()
+        .map(|(k, v)| {
+            let d = v.saturating_sub(th0.get(k).copied().unwrap_or(0));
+            (k.clone(), d as f64 / open.max(1) as f64)
+        })
+        .collect();
+    out.row(
+        "connect_cpu_us_per_conn",
+        format!(
+            "{per:.0} µs of server CPU per connection ({:.2} s over the {secs:.1} s connect phase; by thread {})",
+            cpu as f64 / 1e6,
+            by_thread
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.0}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        json!({"per_conn_us": per, "total_s": cpu as f64 / 1e6, "secs": secs, "by_thread_us": by_thread}),
+    );
 }
 
 fn storm(o: &Opts) -> Outcome {
@@ -1258,6 +1317,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "compare" => compare(o),
         "fleet" => fleet::run(o, o.haproxy_procs),
         "soak" => soak::run(o),
+        "reconnect" => reconnect::run(o),
         other => return Err(format!("unknown scenario {other}")),
     })
 }
@@ -1303,6 +1363,7 @@ fn smoke() -> i32 {
             },
         ),
         ("handshake", base.clone()),
+        ("reconnect", base.clone()),
         (
             "compare",
             Opts {

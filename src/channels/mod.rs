@@ -109,6 +109,9 @@ pub enum PresenceCmd {
     CountAll(bool),
     /// The courses the node knows, to count for admins.
     Extra(Vec<Arc<str>>),
+    /// The joins and leaves of one round of a shard's loop, in their order:
+    /// one message (one wake-up of the worker) however many connections came.
+    Batch(Vec<PresenceCmd>),
     /// Stop the thread.
     Shutdown,
 }

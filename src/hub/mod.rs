@@ -193,6 +193,7 @@ fn shard_ctx(
         inbox,
         ingest,
         presence,
+        presence_round: RefCell::default(),
         conns: RefCell::default(),
         kick: Default::default(),
         next_purge_ms: Default::default(),

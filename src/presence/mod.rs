@@ -126,20 +126,8 @@ impl<P: PresenceStore> Worker<P> {
     /// Handles one command; false on shutdown.
     pub fn command(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
         match cmd {
-            PresenceCmd::Join { course, user } => {
-                let n = self
-                    .members
-                    .entry((Arc::clone(&course), Arc::clone(&user)))
-                    .or_insert(0);
-                *n += 1;
-                if *n == 1 {
-                    self.unremoved
-                        .remove(&(Arc::clone(&course), Arc::clone(&user)));
-                    let expiry = self.expiry(now_ms);
-                    if let Err(e) = self.store.add(&course, &user, expiry) {
-                        self.failed("add", e);
-                    }
-                }
+            cmd @ (PresenceCmd::Join { .. } | PresenceCmd::Batch(_)) => {
+                return self.commands([cmd], now_ms)
             }
             PresenceCmd::Leave { course, user } => {
                 let key = (course, user);
@@ -186,6 +174,60 @@ impl<P: PresenceStore> Worker<P> {
             PresenceCmd::Shutdown => return false,
         }
         true
+    }
+
+    /// Handles commands that arrived together, in their order: the members
+    /// they add go to the store in one round trip (a reconnect storm's joins
+    /// cost one write, not one each); false on shutdown.
+    pub fn commands(&mut self, cmds: impl IntoIterator<Item = PresenceCmd>, now_ms: u64) -> bool {
+        let mut adds: Vec<(Arc<str>, Arc<str>)> = Vec::new();
+        for cmd in cmds {
+            let ok = match cmd {
+                PresenceCmd::Batch(inner) => {
+                    inner.into_iter().all(|c| self.one(c, &mut adds, now_ms))
+                }
+                cmd => self.one(cmd, &mut adds, now_ms),
+            };
+            if !ok {
+                return false;
+            }
+        }
+        self.add_all(&mut adds, now_ms);
+        true
+    }
+
+    /// One command of a batch: a join counts its member and, if new, waits in
+    /// `adds`; anything else first writes the adds before it.
+    fn one(&mut self, cmd: PresenceCmd, adds: &mut Vec<(Arc<str>, Arc<str>)>, now_ms: u64) -> bool {
+        let PresenceCmd::Join { course, user } = cmd else {
+            self.add_all(adds, now_ms);
+            return self.command(cmd, now_ms);
+        };
+        let n = self
+            .members
+            .entry((Arc::clone(&course), Arc::clone(&user)))
+            .or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.unremoved
+                .remove(&(Arc::clone(&course), Arc::clone(&user)));
+            adds.push((course, user));
+        }
+        true
+    }
+
+    /// Writes the members `adds` holds (one ZADD each, pipelined) and empties it.
+    fn add_all(&mut self, adds: &mut Vec<(Arc<str>, Arc<str>)>, now_ms: u64) {
+        let expiry = self.expiry(now_ms);
+        let written = match adds.as_slice() {
+            [] => return,
+            [(course, user)] => self.store.add(course, user, expiry),
+            many => self.store.refresh(many, expiry),
+        };
+        adds.clear();
+        if let Err(e) = written {
+            self.failed("add", e);
+        }
     }
 
     /// Re-scores every member of this node, and removes again the members
@@ -260,6 +302,9 @@ impl<P: PresenceStore> Worker<P> {
     }
 }
 
+/// The most commands handled as one batch (the counts are not held back long).
+const BATCH_MAX: usize = 4096;
+
 /// Runs the presence worker until `Shutdown`: commands as they come, and
 /// what is due whenever its time has come (a stream of commands cannot hold
 /// back the counts).
@@ -268,7 +313,9 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
         let wait = w.poll_timeout().saturating_sub(clock::unix_ms());
         match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
-                if !w.command(cmd, clock::unix_ms()) {
+                // What else is queued goes with it: one store write for all.
+                let queued = std::iter::from_fn(|| commands.try_recv().ok()).take(BATCH_MAX);
+                if !w.commands(std::iter::once(cmd).chain(queued), clock::unix_ms()) {
                     return;
                 }
             }
@@ -434,6 +481,45 @@ mod tests {
         // A leave that was never joined changes nothing.
         r.leave("C", "ghost", T0 + 6);
         assert!(r.log().is_empty());
+    }
+
+    #[test]
+    fn joins_that_arrive_together_are_written_in_one_round_trip_in_order() {
+        let mut r = rig();
+        let join = |c: &str, u: &str| PresenceCmd::Join {
+            course: c.into(),
+            user: u.into(),
+        };
+        let leave = PresenceCmd::Leave {
+            course: "C".into(),
+            user: "u1".into(),
+        };
+        // u1 twice (two shards) is one member; a shard's batch is handled in
+        // place; the leave is written after the adds before it, and the join
+        // after it goes in a write of its own.
+        let batch = [
+            join("C", "u1"),
+            PresenceCmd::Batch(vec![join("C", "u1"), join("D", "u2")]),
+            leave,
+            join("E", "u3"),
+        ];
+        assert!(r.w.commands(batch, T0));
+        assert_eq!(
+            r.log(),
+            [
+                format!("refresh 2 {}", T0 + TTL),
+                format!("add E u3 {}", T0 + TTL)
+            ]
+        );
+        // u1 still watches from its other shard: no remove yet.
+        assert!(r.w.command(
+            PresenceCmd::Leave {
+                course: "C".into(),
+                user: "u1".into()
+            },
+            T0 + 1
+        ));
+        assert_eq!(r.log(), ["remove C u1"]);
     }
 
     #[test]

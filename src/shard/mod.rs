@@ -80,6 +80,8 @@ pub struct ShardCtx {
     pub ingest: IngestTx,
     /// To the presence worker.
     pub presence: Sender<PresenceCmd>,
+    /// This round's joins and leaves, sent as one batch by the tick step.
+    pub presence_round: RefCell<Vec<PresenceCmd>>,
     /// Live connections, looked up for every frame queued.
     pub conns: RefCell<ConnTable>,
     /// Wakes the tick loop to recompute its deadline.
@@ -116,10 +118,12 @@ impl ShardCtx {
                     });
                 }
                 Action::PresenceJoin { course, user } => {
-                    let _ = self.presence.send(PresenceCmd::Join { course, user });
+                    let cmd = PresenceCmd::Join { course, user };
+                    self.presence_round.borrow_mut().push(cmd);
                 }
                 Action::PresenceLeave { course, user } => {
-                    let _ = self.presence.send(PresenceCmd::Leave { course, user });
+                    let cmd = PresenceCmd::Leave { course, user };
+                    self.presence_round.borrow_mut().push(cmd);
                 }
                 Action::Roster { conn, course } => {
                     let _ = self.presence.send(PresenceCmd::Roster {
@@ -147,6 +151,20 @@ impl ShardCtx {
         writing::write_ready(self, &mut shard);
         drop(shard);
         self.kick.notify();
+    }
+
+    /// Sends this round's joins and leaves to the presence worker, as one
+    /// message (the flush step that queued them kicked the tick step).
+    pub fn send_presence_round(&self) {
+        let mut round = self.presence_round.borrow_mut();
+        let cmd = match round.len() {
+            0 => return,
+            1 => round.pop(),
+            _ => Some(PresenceCmd::Batch(std::mem::take(&mut *round))),
+        };
+        if let Some(cmd) = cmd {
+            let _ = self.presence.send(cmd);
+        }
     }
 
     /// Copies the shard's counters into the node's metrics.

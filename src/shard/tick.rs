@@ -63,6 +63,7 @@ fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
         }
     }
     ctx.flush();
+    ctx.send_presence_round();
     ctx.publish_metrics();
     purge_freed_memory(ctx, now);
     ctx.metrics().heartbeat_ms.store(now, Relaxed);
