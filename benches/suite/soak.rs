@@ -690,24 +690,24 @@ fn cluster_event(kind: Kind, c: &mut Cluster, hottest: &str, freeze: Duration) -
         return json!({"skipped": "no primary has a live replica"});
     };
     let owns_hottest = c.owner(&format!("seats:{hottest}")).id == primary.id;
-    let promoted = |c: &Cluster| {
+    // When the replica reports itself primary (ms from the fault).
+    let promoted = || {
         crate::common::wait_for(Duration::from_secs(30), || {
             let role = cluster_util::cli(replica, &["ROLE"]);
             (role.lines().next().map(str::trim) == Some("master"))
                 .then(|| t.elapsed().as_millis() as u64)
         })
-        .filter(|_| c.nodes.iter().any(|n| n.port == replica))
     };
     if kind == Kind::PrimaryKill {
         c.kill(primary.port);
-        let ms = promoted(c);
+        let ms = promoted();
         return json!({"killed": primary.port, "owned_hottest": owns_hottest,
                       "promoted": replica, "promoted_ms": ms});
     }
     let pid = node_pid(primary.port).unwrap_or(0);
     // SAFETY: kill(2) on a redis-server of this run's cluster.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let ms = promoted(c);
+    let ms = promoted();
     let rest = freeze.saturating_sub(t.elapsed());
     std::thread::sleep(rest);
     // SAFETY: as above.
