@@ -168,7 +168,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 }
 
 /// Counters of `/metrics` that show a leak or a fault over time.
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 11] = [
     "seatboard_connections",
     "seatboard_courses_watched",
     "seatboard_subscriptions",
@@ -176,6 +176,7 @@ const METRICS: [&str; 10] = [
     "seatboard_frames_dropped_total",
     "seatboard_resyncs_total",
     "seatboard_slow_consumer_closes_total",
+    "seatboard_ws_closes_total",
     "seatboard_ingest_messages_total",
     "seatboard_redis_reconnects_total",
     "seatboard_presence_errors_total",
