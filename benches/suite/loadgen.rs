@@ -70,7 +70,8 @@ pub struct Config {
     pub connect_rate: f64,
     /// Handshakes in flight at most.
     pub inflight: usize,
-    /// Handshake mode: close (RST) right after the 101 and keep opening.
+    /// Handshake mode: leave right after the 101 (two of three with a close
+    /// frame, the third by dropping the socket) and keep opening.
     pub churn: bool,
     /// HS256 secret for tokens.
     pub secret: String,
@@ -637,6 +638,13 @@ impl Gen {
                 }
                 self.per_second[sec] += 1;
                 if self.cfg.churn {
+                    // Two of three leave with a close frame and a FIN, the
+                    // third drops the socket (RST, SO_LINGER 0).
+                    if self.c.upgrades % 3 != 0 {
+                        if let Some(conn) = self.conns[idx].as_mut() {
+                            say_goodbye(conn);
+                        }
+                    }
                     self.close(idx);
                     break 'outer false;
                 }
@@ -1006,6 +1014,28 @@ fn flush(conn: &mut Conn) {
     if let Ok(n) = conn.sock.write(&conn.wbuf) {
         conn.wbuf.drain(..n);
     }
+}
+
+/// A client close frame (1000) and a FIN instead of the churn socket's RST.
+fn say_goodbye(conn: &mut Conn) {
+    let frame = shards::ws_codec::client_frame(true, 8, &1000u16.to_be_bytes(), mask());
+    conn.wbuf.extend_from_slice(&frame);
+    flush(conn);
+    let off = libc::linger {
+        l_onoff: 0,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt on the connection's own socket, with a linger value.
+    unsafe {
+        libc::setsockopt(
+            conn.sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            &off as *const libc::linger as *const libc::c_void,
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+    let _ = conn.sock.shutdown(std::net::Shutdown::Write);
 }
 
 fn find_head_end(buf: &[u8]) -> Option<usize> {

@@ -12,6 +12,10 @@
 //! from /proc. All traffic goes to 127.0.0.0/8 and every run is bounded in
 //! connections and time.
 
+#[path = "../../tests/cluster_util/mod.rs"]
+mod cluster_util;
+#[path = "../../tests/common/mod.rs"]
+mod common;
 mod fleet;
 mod floor;
 mod handshake;
@@ -150,7 +154,7 @@ const USAGE: &str =
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
-[soak: --minutes M] [reconnect: --pass default|wide (one accept bucket; both when unset)]";
+[soak: --minutes M --cluster (3 primaries with a replica each; a primary killed)] [reconnect: --pass default|wide (one accept bucket; both when unset)]";
 
 fn parse(args: &[String]) -> Result<(String, Opts), String> {
     let mut o = Opts::default();
@@ -207,6 +211,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                     m => return Err(format!("unknown --redis-mode {m}")),
                 }
             }
+            "--cluster" => o.cluster = true,
             "--nodes" => o.nodes = num(val()?)? as usize,
             "--minutes" => o.minutes = num(val()?)?,
             "--event" => o.event = Some(val()?),

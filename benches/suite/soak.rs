@@ -15,13 +15,24 @@
 //! (the warm-up); the Redis events repeat over the other three, so the second
 //! and the last quarter see the same faults and their figures compare one
 //! process over time. Result: `target/bench/soak.json`.
+//!
+//! `--cluster`: a Redis Cluster of three primaries with a replica each
+//! instead of the one Redis, the hub(s) on it with `--redis-mode cluster`
+//! (sharded pub/sub); the Redis events become `primary_kill` (the primary of
+//! the hottest course SIGKILLed, its replica promoted, the dead node left
+//! dead) and `primary_freeze` (a primary SIGSTOPped past the node timeout, so
+//! its replica takes over, then SIGCONT: it rejoins as a replica).
 
+use crate::cluster_util::{self, Cluster};
 use crate::loadgen::{self, now_us, zipf_cdf, zipf_pick};
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
 use crate::{progress, Opts, Outcome};
+use seatboard::redis::commands::Commands;
+use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
 use serde_json::{json, Value};
+use shards::Snapshot;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -157,7 +168,7 @@ fn get(port: u16, path: &str) -> Option<String> {
 }
 
 /// Counters of `/metrics` that show a leak or a fault over time.
-const METRICS: [&str; 10] = [
+const METRICS: [&str; 11] = [
     "seatboard_connections",
     "seatboard_courses_watched",
     "seatboard_subscriptions",
@@ -165,6 +176,7 @@ const METRICS: [&str; 10] = [
     "seatboard_frames_dropped_total",
     "seatboard_resyncs_total",
     "seatboard_slow_consumer_closes_total",
+    "seatboard_ws_closes_total",
     "seatboard_ingest_messages_total",
     "seatboard_redis_reconnects_total",
     "seatboard_presence_errors_total",
@@ -236,6 +248,130 @@ fn sampler(
     })
 }
 
+/// What the storm publishes through: the bench's RESP publisher on one
+/// Redis, or [`ClusterPub`] on a cluster.
+trait Sink: Send {
+    /// Queues the next version of one section.
+    fn queue(&mut self, course: usize, section: u32, t_us: u64);
+    /// Writes what is queued, retrying until Redis takes it.
+    fn flush(&mut self);
+    /// Per course, per section: the last version published.
+    fn versions(&self) -> Vec<Vec<u64>>;
+    /// Courses published to.
+    fn courses(&self) -> usize;
+    /// Snapshots published.
+    fn published(&self) -> u64;
+    /// Version 1 of every section of every course.
+    fn seed(&mut self, sections: u32) {
+        for c in 0..self.courses() {
+            for s in 0..sections {
+                self.queue(c, s, now_us());
+            }
+            if c % 50 == 49 {
+                self.flush();
+            }
+        }
+        self.flush();
+    }
+}
+
+impl Sink for Publisher {
+    fn queue(&mut self, course: usize, section: u32, t_us: u64) {
+        Publisher::queue(self, course, section, t_us);
+    }
+    fn flush(&mut self) {
+        Publisher::flush(self);
+    }
+    fn versions(&self) -> Vec<Vec<u64>> {
+        Publisher::versions(self)
+    }
+    fn courses(&self) -> usize {
+        self.courses.len()
+    }
+    fn published(&self) -> u64 {
+        self.published
+    }
+    fn seed(&mut self, _sections: u32) {
+        Publisher::seed(self);
+    }
+}
+
+/// The same snapshots written through seatboard's own cluster-aware Redis
+/// layer (`seatboard::publisher::write`: hashes, then SPUBLISH), which
+/// follows a failover (`MOVED`, a dead primary, a new slot map).
+struct ClusterPub {
+    link: Commands,
+    courses: Vec<String>,
+    /// Per course, per section: (version, seats_taken).
+    state: Vec<Vec<(u64, u32)>>,
+    batch: Vec<Snapshot>,
+    published: u64,
+}
+
+impl ClusterPub {
+    fn connect(seeds: &str, courses: Vec<String>, sections: u32) -> ClusterPub {
+        let mut flags = RedisFlags::new(seeds);
+        flags.redis_mode = RedisMode::Cluster;
+        let redis = SbRedis::from_flags(&flags).expect("cluster flags");
+        ClusterPub {
+            link: Commands::new(&redis, "soak"),
+            state: vec![vec![(0, 0); sections as usize]; courses.len()],
+            courses,
+            batch: Vec::new(),
+            published: 0,
+        }
+    }
+}
+
+impl Sink for ClusterPub {
+    fn queue(&mut self, course: usize, section: u32, t_us: u64) {
+        let st = &mut self.state[course][section as usize];
+        st.0 += 1;
+        st.1 = (st.1 + 1 + (st.0 as u32 % 3)) % 61;
+        let (version, taken) = *st;
+        let name = &self.courses[course];
+        let json = format!(
+            "{{\"course\":\"{name}\",\"section\":{section},\"total_seats\":60,\"seats_taken\":{taken},\"seat_info\":{{\"room\":\"R{section}\",\"t\":{t_us}}},\"version\":{version},\"ts\":{}}}",
+            t_us / 1000
+        );
+        let snap = Snapshot::parse(json.as_bytes(), Some(name)).expect("a valid snapshot");
+        self.batch.push(snap);
+        self.published += 1;
+    }
+
+    fn flush(&mut self) {
+        let end = Instant::now() + Duration::from_secs(60);
+        for chunk in self.batch.chunks(256) {
+            // A repeat after a partial write is harmless: snapshots are versioned.
+            while let Err(e) =
+                seatboard::publisher::write(&mut self.link, "seats:", "seatstate:", chunk)
+            {
+                assert!(
+                    Instant::now() < end,
+                    "the cluster refused writes for 60 s: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        self.batch.clear();
+    }
+
+    fn versions(&self) -> Vec<Vec<u64>> {
+        self.state
+            .iter()
+            .map(|c| c.iter().map(|s| s.0).collect())
+            .collect()
+    }
+
+    fn courses(&self) -> usize {
+        self.courses.len()
+    }
+
+    fn published(&self) -> u64 {
+        self.published
+    }
+}
+
 /// What the main thread asks of the publishing thread.
 enum Ask {
     /// Stop publishing once the batch in hand is written; answer with the
@@ -248,7 +384,7 @@ enum Ask {
 /// The storm: `rate` snapshots/s for the first sixth of every `cycle`, a
 /// trickle of 20/s the rest of it; paused while a check reads the truth.
 fn storm_thread(
-    mut p: Publisher,
+    mut p: Box<dyn Sink>,
     rate: f64,
     skew: f64,
     sections: u32,
@@ -256,7 +392,7 @@ fn storm_thread(
     rx: mpsc::Receiver<Ask>,
 ) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
-        let cdf = zipf_cdf(p.courses.len(), skew);
+        let cdf = zipf_cdf(p.courses(), skew);
         let mut rng = fastrand::Rng::with_seed(11);
         let (t0, mut last) = (Instant::now(), Instant::now());
         let mut owed = 0.0f64;
@@ -269,7 +405,7 @@ fn storm_thread(
                         let _ = tx.send(p.versions());
                     }
                     Ask::Resume => paused = false,
-                    Ask::Stop => return p.published,
+                    Ask::Stop => return p.published(),
                 }
             }
             let now = Instant::now();
@@ -358,7 +494,7 @@ fn admin(port: u16, period: Duration, stop: Arc<AtomicBool>) -> std::thread::Joi
 
 /// Viewers that connect, watch one course and leave again: two of three
 /// with a close frame, the third by dropping the socket (loadgen's churn
-/// children drop theirs without watching, at `drop_rate`).
+/// children leave the same way without watching, at 100/s).
 fn churner(port: u16, courses: Vec<String>, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
     std::thread::spawn(move || {
         let mut n = 0u64;
@@ -399,6 +535,8 @@ enum Kind {
     Rolling,
     RedisRestart,
     RedisFreeze,
+    PrimaryKill,
+    PrimaryFreeze,
 }
 
 impl Kind {
@@ -408,21 +546,29 @@ impl Kind {
             Kind::Rolling => "rolling_restart",
             Kind::RedisRestart => "redis_restart",
             Kind::RedisFreeze => "redis_freeze",
+            Kind::PrimaryKill => "primary_kill",
+            Kind::PrimaryFreeze => "primary_freeze",
         }
     }
 }
 
 /// The events and when (s from the start): the hub's restarts in the warm-up
-/// quarter, then Redis restart + freeze pairs evenly over the other three.
-fn schedule(total_s: f64) -> Vec<(f64, Kind)> {
+/// quarter, then Redis restart + freeze pairs (in a cluster: primary kill +
+/// freeze pairs) evenly over the other three.
+fn schedule(total_s: f64, cluster: bool) -> Vec<(f64, Kind)> {
+    let (restart, freeze) = if cluster {
+        (Kind::PrimaryKill, Kind::PrimaryFreeze)
+    } else {
+        (Kind::RedisRestart, Kind::RedisFreeze)
+    };
     let q = total_s / 4.0;
     let mut v = vec![(q * 0.25, Kind::NodeKill), (q * 0.6, Kind::Rolling)];
     let pairs = ((total_s / 60.0 / 20.0 * 3.0).round() as usize).clamp(1, 12);
     let span = total_s - q;
     for i in 0..pairs {
         let at = q + span * i as f64 / pairs as f64;
-        v.push((at + span / pairs as f64 * 0.1, Kind::RedisRestart));
-        v.push((at + span / pairs as f64 * 0.5, Kind::RedisFreeze));
+        v.push((at + span / pairs as f64 * 0.1, restart));
+        v.push((at + span / pairs as f64 * 0.5, freeze));
     }
     v
 }
@@ -493,23 +639,99 @@ fn degraded(port: u16) -> bool {
         .is_some_and(|h| h["redis"] == false && h["status"] == "degraded")
 }
 
+/// The soak's Redis: one server, or a cluster of three primaries with a
+/// replica each.
+enum Store {
+    Single(Redis),
+    Cluster(Cluster),
+}
+
+impl Store {
+    /// `--redis` for the hubs.
+    fn uri(&self) -> String {
+        match self {
+            Store::Single(r) => r.uri(),
+            Store::Cluster(c) => c.uri(),
+        }
+    }
+}
+
+/// The primary to fault: the one serving the hottest course's channel when
+/// it has a live replica to take over, else any primary that has one.
+fn victim(c: &Cluster, hottest: &str) -> Option<(cluster_util::NodeLine, u16)> {
+    let lines = c.nodes_now();
+    let live_replica = |id: &str| {
+        lines
+            .iter()
+            .filter(|l| l.primary_id.as_deref() == Some(id))
+            .find(|l| cluster_util::cli(l.port, &["PING"]) == "PONG")
+            .map(|l| l.port)
+    };
+    let hot = c.owner(&format!("seats:{hottest}"));
+    let mut primaries: Vec<_> = lines.iter().filter(|l| l.primary).cloned().collect();
+    primaries.sort_by_key(|l| l.id != hot.id);
+    primaries
+        .into_iter()
+        .find_map(|p| live_replica(&p.id).map(|r| (p, r)))
+}
+
+/// A cluster node's process id (`INFO server`).
+fn node_pid(port: u16) -> Option<i32> {
+    cluster_util::cli(port, &["INFO", "server"])
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("process_id:")?.parse().ok())
+}
+
+/// `primary_kill` and `primary_freeze`: SIGKILL (left dead for the rest of
+/// the run) or SIGSTOP for `freeze` then SIGCONT; both wait for the replica's
+/// promotion.
+fn cluster_event(kind: Kind, c: &mut Cluster, hottest: &str, freeze: Duration) -> Value {
+    let t = Instant::now();
+    let Some((primary, replica)) = victim(c, hottest) else {
+        return json!({"skipped": "no primary has a live replica"});
+    };
+    let owns_hottest = c.owner(&format!("seats:{hottest}")).id == primary.id;
+    // When the replica reports itself primary (ms from the fault).
+    let promoted = || {
+        crate::common::wait_for(Duration::from_secs(30), || {
+            let role = cluster_util::cli(replica, &["ROLE"]);
+            (role.lines().next().map(str::trim) == Some("master"))
+                .then(|| t.elapsed().as_millis() as u64)
+        })
+    };
+    if kind == Kind::PrimaryKill {
+        c.kill(primary.port);
+        let ms = promoted();
+        return json!({"killed": primary.port, "owned_hottest": owns_hottest,
+                      "promoted": replica, "promoted_ms": ms});
+    }
+    let pid = node_pid(primary.port).unwrap_or(0);
+    // SAFETY: kill(2) on a redis-server of this run's cluster.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let ms = promoted();
+    let rest = freeze.saturating_sub(t.elapsed());
+    std::thread::sleep(rest);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    json!({"frozen": primary.port, "owned_hottest": owns_hottest, "frozen_ms": t.elapsed().as_millis() as u64,
+           "promoted": replica, "promoted_ms": ms})
+}
+
 /// Runs one event; returns the moment the fault was over and notes.
 fn run_event(
     kind: Kind,
     hubs: &mut [Hub],
-    redis: &mut Redis,
+    store: &mut Store,
+    hottest: &str,
     freeze: Duration,
 ) -> (Instant, Value) {
     let t = Instant::now();
-    match kind {
-        Kind::NodeKill => {
+    let notes = match (kind, store) {
+        (Kind::NodeKill, _) => {
             let up = hubs[0].restart(libc::SIGKILL);
-            (
-                Instant::now(),
-                json!({"ready_again": up, "restart_ms": t.elapsed().as_millis() as u64}),
-            )
+            json!({"ready_again": up, "restart_ms": t.elapsed().as_millis() as u64})
         }
-        Kind::Rolling => {
+        (Kind::Rolling, _) => {
             let mut up = true;
             for (i, hub) in hubs.iter_mut().enumerate() {
                 if i > 0 {
@@ -518,19 +740,16 @@ fn run_event(
                 }
                 up &= hub.restart(libc::SIGTERM);
             }
-            (
-                Instant::now(),
-                json!({"ready_again": up, "drain_and_restart_ms": t.elapsed().as_millis() as u64}),
-            )
+            json!({"ready_again": up, "drain_and_restart_ms": t.elapsed().as_millis() as u64})
         }
-        Kind::RedisRestart => {
+        (Kind::PrimaryKill | Kind::PrimaryFreeze, Store::Cluster(c)) => {
+            cluster_event(kind, c, hottest, freeze)
+        }
+        (Kind::RedisRestart, Store::Single(redis)) => {
             redis.restart();
-            (
-                Instant::now(),
-                json!({"redis_down_ms": t.elapsed().as_millis() as u64}),
-            )
+            json!({"redis_down_ms": t.elapsed().as_millis() as u64})
         }
-        Kind::RedisFreeze => {
+        (Kind::RedisFreeze, Store::Single(redis)) => {
             redis.signal(libc::SIGSTOP);
             let mut noticed = None;
             let mut answered = 0u32;
@@ -546,13 +765,12 @@ fn run_event(
                 std::thread::sleep(Duration::from_millis(200));
             }
             redis.signal(libc::SIGCONT);
-            (
-                Instant::now(),
-                json!({"frozen_ms": freeze.as_millis() as u64, "noticed_ms": noticed,
-                       "metrics_answered": answered, "metrics_unanswered": unanswered}),
-            )
+            json!({"frozen_ms": freeze.as_millis() as u64, "noticed_ms": noticed,
+                   "metrics_answered": answered, "metrics_unanswered": unanswered})
         }
-    }
+        (k, _) => json!({"skipped": format!("{} needs the other Redis setup", k.name())}),
+    };
+    (Instant::now(), notes)
 }
 
 /// After an event: pauses the storm, tells the steady viewers the last
@@ -621,14 +839,20 @@ fn converge(
 
 /// `soak [--minutes M]`.
 pub fn run(o: &Opts) -> Outcome {
-    let mut out = Outcome::new("soak");
+    let mut out = Outcome::new(if o.cluster { "soak_cluster" } else { "soak" });
     let total_s = o.minutes * 60.0;
     let dir = work_dir();
     let _ = std::fs::create_dir_all(&dir);
-    let mut redis = Redis::start(&dir.join(format!("redis-{}", std::process::id())));
-    let flags: Vec<String> = vec![
+    let mut store = if o.cluster {
+        Store::Cluster(Cluster::start())
+    } else {
+        Store::Single(Redis::start(
+            &dir.join(format!("redis-{}", std::process::id())),
+        ))
+    };
+    let mut flags: Vec<String> = vec![
         "--redis".into(),
-        format!("redis://127.0.0.1:{}", redis.port),
+        store.uri(),
         "--tick-ms".into(),
         o.tick_ms.to_string(),
         "--drain-ms".into(),
@@ -638,6 +862,9 @@ pub fn run(o: &Opts) -> Outcome {
         "--accept-burst".into(),
         "5000".into(),
     ];
+    if o.cluster {
+        flags.extend(["--redis-mode".into(), "cluster".into()]);
+    }
     // `--nodes N`: N hubs behind the shipped HAProxy configuration.
     let nodes = if std::env::args().any(|a| a == "--nodes") {
         o.nodes.max(1)
@@ -675,8 +902,11 @@ pub fn run(o: &Opts) -> Outcome {
     // Where viewers connect: the proxy, or the one hub.
     let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
     let courses = crate::course_names(o.courses);
-    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
-    publisher.seed();
+    let mut publisher: Box<dyn Sink> = match &store {
+        Store::Single(r) => Box::new(Publisher::connect(r.port, courses.clone(), o.sections)),
+        Store::Cluster(c) => Box::new(ClusterPub::connect(&c.uri(), courses.clone(), o.sections)),
+    };
+    publisher.seed(o.sections);
     let max_secs = total_s + 600.0;
     let mut f = crate::fleet(o, port, &courses, o.skew, false, max_secs);
     let open = crate::wait_open(o, &mut f, o.clients, "soak");
@@ -700,7 +930,11 @@ pub fn run(o: &Opts) -> Outcome {
     }]);
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
-    let others = Arc::new(Mutex::new(vec![("redis".to_string(), redis.pid())]));
+    let redis_pid = |s: &Store| match s {
+        Store::Single(r) => vec![("redis".to_string(), r.pid())],
+        Store::Cluster(_) => Vec::new(),
+    };
+    let others = Arc::new(Mutex::new(redis_pid(&store)));
     let samples = sampler(
         hubs.iter().map(|h| (h.port, Arc::clone(&h.pid))).collect(),
         Arc::clone(&others),
@@ -723,7 +957,7 @@ pub fn run(o: &Opts) -> Outcome {
     let mut stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
     let freeze = Duration::from_secs(if o.minutes >= 5.0 { 15 } else { 10 });
     let mut events = Vec::new();
-    for (at, kind) in schedule(total_s) {
+    for (at, kind) in schedule(total_s, o.cluster) {
         while t0.elapsed().as_secs_f64() < at {
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -737,8 +971,8 @@ pub fn run(o: &Opts) -> Outcome {
             ),
         );
         let started = t0.elapsed().as_secs_f64();
-        let (over, notes) = run_event(kind, &mut hubs, &mut redis, freeze);
-        others.lock().unwrap_or_else(|e| e.into_inner())[0].1 = redis.pid();
+        let (over, notes) = run_event(kind, &mut hubs, &mut store, &courses[0], freeze);
+        *others.lock().unwrap_or_else(|e| e.into_inner()) = redis_pid(&store);
         let (correct, recovered) = converge(&mut f, &pub_tx, over, open as usize);
         progress(
             o,
@@ -792,7 +1026,7 @@ pub fn run(o: &Opts) -> Outcome {
     out.row(
         "load",
         format!(
-            "{nodes} hub(s){}; {open} steady viewers over {} courses x {} sections; storm bursts at {}/s ({} snapshots in all); churn {} in-process (a third dropped) + {churn_upgrades} dropped by loadgen; {STUCK} slow consumers; {admin_sessions} admin sessions",
+            "{nodes} hub(s){}; {open} steady viewers over {} courses x {} sections; storm bursts at {}/s ({} snapshots in all); churn {} in-process + {churn_upgrades} by loadgen (a third of each dropped without a close); {STUCK} slow consumers; {admin_sessions} admin sessions",
             if nodes > 1 { " behind HAProxy" } else { "" },
             o.courses, o.sections, o.rate, published, churn_in_process
         ),
