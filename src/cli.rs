@@ -81,7 +81,7 @@ pub struct HubArgs {
     #[command(flatten)]
     pub redis: crate::redis::RedisFlags,
     /// Shard threads (default: usable cores, at most 128).
-    #[arg(long, env = "SEATBOARD_SHARDS", value_parser = clap::value_parser!(u16).range(1..=crate::hub::ShardSet::MAX as i64))]
+    #[arg(long, env = "SEATBOARD_SHARDS", value_parser = clap::value_parser!(u16).range(1..=crate::shard_set::ShardSet::MAX as i64))]
     pub shards: Option<u16>,
     /// io driver.
     #[arg(long, env = "SEATBOARD_DRIVER", value_enum, default_value = "auto")]

@@ -9,7 +9,7 @@
 //!   to shards only through [`channels`].
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
-//! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`]: shared plumbing.
+//! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`], [`shard_set`]: shared plumbing.
 
 pub mod analytics;
 pub mod auth;
@@ -27,3 +27,4 @@ pub mod presence;
 pub mod publisher;
 pub mod redis;
 pub mod shard;
+pub mod shard_set;

@@ -33,25 +33,10 @@ pub fn start(node: Arc<Node>) -> std::io::Result<Hub> {
 /// Every 10 s: SCAN `<state-prefix>*` (on every primary), publish the sorted course codes.
 fn courses_loop(node: Arc<Node>, mut link: Commands, prefix: String) {
     loop {
-        match scan_courses(&mut link, &prefix) {
+        match crate::ingest::scan::scan_courses(&mut link, &prefix) {
             Ok(courses) => node.set_courses(&courses),
             Err(e) => tracing::debug!(error = %e, "course list not refreshed"),
         }
         std::thread::sleep(COURSES_EVERY);
     }
-}
-
-/// The sorted, valid course codes that have a state hash.
-pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, String> {
-    let keys = link.scan(prefix, None)?;
-    let mut courses: Vec<String> = keys
-        .iter()
-        .filter_map(|k| std::str::from_utf8(k).ok())
-        .filter_map(|k| k.strip_prefix(prefix))
-        .filter(|c| shards::snapshot::valid_course(c))
-        .map(str::to_owned)
-        .collect();
-    courses.sort();
-    courses.dedup();
-    Ok(courses)
 }

@@ -3,9 +3,8 @@
 
 pub mod listener;
 pub mod sd_notify;
-pub mod shard_set;
 
-pub use shard_set::ShardSet;
+pub use crate::shard_set::ShardSet;
 
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;

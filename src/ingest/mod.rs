@@ -6,7 +6,7 @@ mod admin;
 pub mod any;
 pub mod bus;
 pub mod redis;
-mod scan;
+pub mod scan;
 pub mod sharded;
 pub mod source;
 

@@ -8,13 +8,28 @@ use crate::redis::commands::Commands;
 /// Every valid course code with a state hash (`SCAN MATCH <state-prefix>*`);
 /// empty, logged, when the scan fails (the next rescan tries again).
 pub fn state_courses(link: &mut Commands, state_prefix: &str) -> Vec<String> {
-    match crate::cmd::serve::scan_courses(link, state_prefix) {
+    match scan_courses(link, state_prefix) {
         Ok(courses) => courses,
         Err(e) => {
             tracing::debug!(error = %e, "course scan failed");
             Vec::new()
         }
     }
+}
+
+/// The sorted, valid course codes that have a state hash.
+pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, String> {
+    let keys = link.scan(prefix, None)?;
+    let mut courses: Vec<String> = keys
+        .iter()
+        .filter_map(|k| std::str::from_utf8(k).ok())
+        .filter_map(|k| k.strip_prefix(prefix))
+        .filter(|c| shards::snapshot::valid_course(c))
+        .map(str::to_owned)
+        .collect();
+    courses.sort();
+    courses.dedup();
+    Ok(courses)
 }
 
 /// The state hashes of `courses` (one payload per section each), in order,
