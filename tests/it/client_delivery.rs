@@ -4,71 +4,12 @@
 //! (`node --test tests/client/`).
 
 use crate::common;
+use crate::page_delivery::{fetch, gunzip};
 use common::*;
-use flate2::read::GzDecoder;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::time::Duration;
 
 /// The module's budget on the wire.
 const GZIP_BUDGET: usize = 12 * 1024;
-
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One request with extra header lines; the body kept as bytes.
-fn fetch(port: u16, method: &str, path: &str, extra: &[&str]) -> Raw {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
-    for h in extra {
-        req.push_str(h);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).unwrap();
-    let split = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("end of head");
-    let head = String::from_utf8_lossy(&buf[..split]).to_string();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|s| s.parse().ok())
-        .expect("status line");
-    let headers = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    Raw {
-        status,
-        headers,
-        body: buf[split + 4..].to_vec(),
-    }
-}
-
-fn gunzip(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    GzDecoder::new(b).read_to_end(&mut out).expect("valid gzip");
-    out
-}
 
 #[test]
 fn client_module_and_declarations_are_served_for_any_origin() {

@@ -11,14 +11,15 @@ use std::time::Duration;
 /// The page budget for a phone: the board page with its script, uncompressed.
 const PAGE_BUDGET: usize = 40 * 1024;
 
-struct Raw {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
+/// A response read whole off the socket.
+pub(crate) struct Raw {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) body: Vec<u8>,
 }
 
 impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -27,7 +28,7 @@ impl Raw {
 }
 
 /// One request with extra header lines; the body kept as bytes.
-fn fetch(port: u16, method: &str, path: &str, extra: &[&str]) -> Raw {
+pub(crate) fn fetch(port: u16, method: &str, path: &str, extra: &[&str]) -> Raw {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n");
@@ -61,7 +62,8 @@ fn fetch(port: u16, method: &str, path: &str, extra: &[&str]) -> Raw {
     }
 }
 
-fn gunzip(b: &[u8]) -> Vec<u8> {
+/// The inflated body of a gzip answer.
+pub(crate) fn gunzip(b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     GzDecoder::new(b).read_to_end(&mut out).expect("valid gzip");
     out
