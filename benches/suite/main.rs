@@ -603,6 +603,21 @@ fn idle(o: &Opts) -> Outcome {
     out
 }
 
+/// Each thread's growth from `th0` to `th1` (CPU µs or wake-ups), divided by `n`
+/// (connections, reconnections).
+pub(crate) fn per_each(
+    th0: &BTreeMap<String, u64>,
+    th1: &BTreeMap<String, u64>,
+    n: u64,
+) -> BTreeMap<String, f64> {
+    th1.iter()
+        .map(|(k, v)| {
+            let d = v.saturating_sub(th0.get(k).copied().unwrap_or(0));
+            (k.clone(), d as f64 / n.max(1) as f64)
+        })
+        .collect()
+}
+
 /// The server CPU of the connect phase, per connection and by thread.
 fn connect_rows(
     out: &mut Outcome,
@@ -613,13 +628,7 @@ fn connect_rows(
 ) {
     let cpu = b.cpu_us.saturating_sub(a.cpu_us);
     let per = cpu as f64 / open.max(1) as f64;
-    let by_thread: BTreeMap<String, f64> = th1
-        .iter()
-        .map(|(k, v)| {
-            let d = v.saturating_sub(th0.get(k).copied().unwrap_or(0));
-            (k.clone(), d as f64 / open.max(1) as f64)
-        })
-        .collect();
+    let by_thread = per_each(th0, th1, open);
     out.row(
         "connect_cpu_us_per_conn",
         format!(

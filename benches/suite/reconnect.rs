@@ -201,13 +201,7 @@ fn rows(
     );
     let cpu = u1.cpu_us.saturating_sub(u0.cpu_us);
     let per = cpu as f64 / n.max(1) as f64;
-    let by_thread: BTreeMap<String, f64> = th1
-        .iter()
-        .map(|(k, v)| {
-            let d = v.saturating_sub(th0.get(k).copied().unwrap_or(0));
-            (k.clone(), d as f64 / n.max(1) as f64)
-        })
-        .collect();
+    let by_thread = crate::per_each(th0, th1, n);
     out.row(
         &key("cpu_us_per_reconnect"),
         format!(
