@@ -8,12 +8,24 @@ use std::net::SocketAddr;
 /// Pending connections the kernel may queue per listener.
 const BACKLOG: i32 = 4096;
 
+/// Kernel send buffer of every accepted connection (the kernel doubles it for
+/// its bookkeeping). Pinned rather than autotuned (up to `tcp_wmem`'s 4 MiB),
+/// so a client that stops reading costs a bounded amount of kernel memory
+/// besides its send queue, and its queue fills — and it is closed 4001 — in
+/// seconds.
+pub const SEND_BUFFER_BYTES: usize = 64 * 1024;
+
+/// A listening socket. Accepted sockets inherit its `TCP_NODELAY` (every
+/// frame is written whole, at once) and its pinned send buffer
+/// ([`SEND_BUFFER_BYTES`]), so a new connection costs no `setsockopt` of its own.
 fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     s.set_reuse_address(true)?;
     if reuse_port {
         s.set_reuse_port(true)?;
     }
+    s.set_tcp_nodelay(true)?;
+    s.set_send_buffer_size(SEND_BUFFER_BYTES)?;
     s.set_nonblocking(true)?;
     Ok(s)
 }
@@ -142,4 +154,26 @@ fn holders(port: u16) -> Vec<(u32, String)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepted_sockets_inherit_nodelay_and_the_pinned_send_buffer() {
+        let listeners = bind("127.0.0.1:0".parse().expect("addr"), 1).expect("bind");
+        let listener = &listeners[0];
+        listener.set_nonblocking(false).expect("blocking");
+        let _client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        let (accepted, _) = listener.accept().expect("accept");
+        let sock = socket2::SockRef::from(&accepted);
+        assert!(sock.tcp_nodelay().expect("TCP_NODELAY"));
+        // The kernel reports twice what was set (its bookkeeping share).
+        assert_eq!(
+            sock.send_buffer_size().expect("SO_SNDBUF"),
+            2 * SEND_BUFFER_BYTES
+        );
+    }
 }

@@ -22,6 +22,11 @@ pub const ROSTER_LIMIT: usize = 1000;
 /// them a left member simply expires after the TTL, like a dead node's.
 pub const UNREMOVED_MAX: usize = 10_000;
 
+/// How long a new member waits to be written, so that the members who arrive
+/// together (a reconnect storm, a window opening) share one write: well inside
+/// a presence tick, so a count never misses them.
+pub const JOIN_WINDOW_MS: u64 = 20;
+
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, String>;
 
@@ -83,6 +88,9 @@ pub struct Worker<P: PresenceStore> {
     /// Members who left while their removal failed (bounded by
     /// [`UNREMOVED_MAX`]): removed again with the next refresh.
     unremoved: HashSet<(Arc<str>, Arc<str>)>,
+    /// New members not written yet, and when they are (see [`JOIN_WINDOW_MS`]).
+    adds: Vec<(Arc<str>, Arc<str>)>,
+    adds_due_ms: Option<u64>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
@@ -110,6 +118,8 @@ impl<P: PresenceStore> Worker<P> {
             extra: Vec::new(),
             dirty: false,
             unremoved: HashSet::new(),
+            adds: Vec::new(),
+            adds_due_ms: None,
         }
     }
 
@@ -125,10 +135,13 @@ impl<P: PresenceStore> Worker<P> {
 
     /// Handles one command; false on shutdown.
     pub fn command(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
+        if matches!(cmd, PresenceCmd::Join { .. } | PresenceCmd::Batch(_)) {
+            return self.commands([cmd], now_ms);
+        }
+        // Whatever else comes is handled after the members that came before it.
+        self.add_all(now_ms);
         match cmd {
-            cmd @ (PresenceCmd::Join { .. } | PresenceCmd::Batch(_)) => {
-                return self.commands([cmd], now_ms)
-            }
+            PresenceCmd::Join { .. } | PresenceCmd::Batch(_) => {}
             PresenceCmd::Leave { course, user } => {
                 let key = (course, user);
                 if let Some(n) = self.members.get_mut(&key) {
@@ -177,30 +190,29 @@ impl<P: PresenceStore> Worker<P> {
     }
 
     /// Handles commands that arrived together, in their order: the members
-    /// they add go to the store in one round trip (a reconnect storm's joins
-    /// cost one write, not one each); false on shutdown.
+    /// they add wait up to [`JOIN_WINDOW_MS`] and go to the store in one round
+    /// trip with every other member that arrived meanwhile (a reconnect
+    /// storm's joins cost one write, not one each); false on shutdown.
     pub fn commands(&mut self, cmds: impl IntoIterator<Item = PresenceCmd>, now_ms: u64) -> bool {
-        let mut adds: Vec<(Arc<str>, Arc<str>)> = Vec::new();
         for cmd in cmds {
             let ok = match cmd {
-                PresenceCmd::Batch(inner) => {
-                    inner.into_iter().all(|c| self.one(c, &mut adds, now_ms))
-                }
-                cmd => self.one(cmd, &mut adds, now_ms),
+                PresenceCmd::Batch(inner) => inner.into_iter().all(|c| self.one(c, now_ms)),
+                cmd => self.one(cmd, now_ms),
             };
             if !ok {
                 return false;
             }
         }
-        self.add_all(&mut adds, now_ms);
+        if !self.adds.is_empty() && self.adds_due_ms.is_none() {
+            self.adds_due_ms = Some(now_ms + JOIN_WINDOW_MS);
+        }
         true
     }
 
     /// One command of a batch: a join counts its member and, if new, waits in
-    /// `adds`; anything else first writes the adds before it.
-    fn one(&mut self, cmd: PresenceCmd, adds: &mut Vec<(Arc<str>, Arc<str>)>, now_ms: u64) -> bool {
+    /// `adds`; anything else is handled after the adds before it are written.
+    fn one(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
         let PresenceCmd::Join { course, user } = cmd else {
-            self.add_all(adds, now_ms);
             return self.command(cmd, now_ms);
         };
         let n = self
@@ -211,20 +223,21 @@ impl<P: PresenceStore> Worker<P> {
         if *n == 1 {
             self.unremoved
                 .remove(&(Arc::clone(&course), Arc::clone(&user)));
-            adds.push((course, user));
+            self.adds.push((course, user));
         }
         true
     }
 
-    /// Writes the members `adds` holds (one ZADD each, pipelined) and empties it.
-    fn add_all(&mut self, adds: &mut Vec<(Arc<str>, Arc<str>)>, now_ms: u64) {
+    /// Writes the new members waiting (one ZADD each, pipelined).
+    fn add_all(&mut self, now_ms: u64) {
+        self.adds_due_ms = None;
         let expiry = self.expiry(now_ms);
-        let written = match adds.as_slice() {
+        let written = match self.adds.as_slice() {
             [] => return,
             [(course, user)] => self.store.add(course, user, expiry),
             many => self.store.refresh(many, expiry),
         };
-        adds.clear();
+        self.adds.clear();
         if let Err(e) = written {
             self.failed("add", e);
         }
@@ -233,6 +246,9 @@ impl<P: PresenceStore> Worker<P> {
     /// Re-scores every member of this node, and removes again the members
     /// whose removal failed.
     fn refresh(&mut self, now_ms: u64) {
+        // Every member is re-scored below, the waiting ones too.
+        self.adds.clear();
+        self.adds_due_ms = None;
         let members: Vec<(Arc<str>, Arc<str>)> = self.members.keys().cloned().collect();
         let expiry = self.expiry(now_ms);
         if !members.is_empty() {
@@ -277,9 +293,10 @@ impl<P: PresenceStore> Worker<P> {
         }
     }
 
-    /// Runs what is due at `now_ms`: the re-score of every member each TTL/2
-    /// (sooner, at the next count tick, after a failed write), and the count
-    /// each presence tick.
+    /// Runs what is due at `now_ms`: the write of the members waiting (see
+    /// [`JOIN_WINDOW_MS`]), the re-score of every member each TTL/2 (sooner,
+    /// at the next count tick, after a failed write), and the count each
+    /// presence tick (after the waiting members are written).
     pub fn handle_timeout(&mut self, now_ms: u64) {
         // A wall clock stepped back must not stall the ticks.
         let (tick, every) = (self.timing.tick_ms, self.timing.refresh_ms());
@@ -290,6 +307,9 @@ impl<P: PresenceStore> Worker<P> {
             self.next_refresh_ms = now_ms + every;
             self.refresh(now_ms);
         }
+        if count_due || self.adds_due_ms.is_some_and(|at| now_ms >= at) {
+            self.add_all(now_ms);
+        }
         if count_due {
             self.next_count_ms = now_ms + tick;
             self.count(now_ms);
@@ -298,7 +318,8 @@ impl<P: PresenceStore> Worker<P> {
 
     /// When [`Worker::handle_timeout`] is next due (Unix ms).
     pub fn poll_timeout(&self) -> u64 {
-        self.next_count_ms.min(self.next_refresh_ms)
+        let due = self.next_count_ms.min(self.next_refresh_ms);
+        self.adds_due_ms.map_or(due, |at| at.min(due))
     }
 }
 
@@ -463,16 +484,21 @@ mod tests {
     fn a_member_is_added_once_and_removed_when_its_last_shard_leaves() {
         let mut r = rig();
         // The same user watching from two shards: each shard reports its own
-        // first join, the store sees one member.
+        // first join, the store sees one member. Members that arrive within
+        // the join window are written together when it ends.
         r.join("C", "u1", T0 + 1);
         r.join("C", "u1", T0 + 2);
         r.join("C", "u2", T0 + 3);
+        assert!(r.log().is_empty(), "the window is still open");
+        let due = T0 + 1 + JOIN_WINDOW_MS;
+        assert_eq!(r.w.poll_timeout(), due);
+        r.w.handle_timeout(due);
+        assert_eq!(r.log(), [format!("refresh 2 {}", due + TTL)]);
+        r.join("C", "u3", T0 + 30);
+        r.w.handle_timeout(r.w.poll_timeout());
         assert_eq!(
             r.log(),
-            [
-                format!("add C u1 {}", T0 + 1 + TTL),
-                format!("add C u2 {}", T0 + 3 + TTL)
-            ]
+            [format!("add C u3 {}", T0 + 30 + JOIN_WINDOW_MS + TTL)]
         );
         r.leave("C", "u1", T0 + 4);
         assert!(r.log().is_empty(), "u1 still watches from the other shard");
@@ -504,13 +530,9 @@ mod tests {
             join("E", "u3"),
         ];
         assert!(r.w.commands(batch, T0));
-        assert_eq!(
-            r.log(),
-            [
-                format!("refresh 2 {}", T0 + TTL),
-                format!("add E u3 {}", T0 + TTL)
-            ]
-        );
+        assert_eq!(r.log(), [format!("refresh 2 {}", T0 + TTL)]);
+        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
+        assert_eq!(r.log(), [format!("add E u3 {}", T0 + JOIN_WINDOW_MS + TTL)]);
         // u1 still watches from its other shard: no remove yet.
         assert!(r.w.command(
             PresenceCmd::Leave {
@@ -523,10 +545,27 @@ mod tests {
     }
 
     #[test]
+    fn a_count_tick_writes_the_members_waiting_before_it_counts() {
+        let mut r = rig();
+        r.join("C", "u1", T0 + TICK - 5);
+        assert_eq!(r.w.poll_timeout(), T0 + TICK, "the tick comes first");
+        r.w.handle_timeout(T0 + TICK);
+        assert_eq!(
+            r.log(),
+            [
+                format!("add C u1 {}", T0 + TICK + TTL),
+                format!("count 1 {}", T0 + TICK)
+            ]
+        );
+        assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+    }
+
+    #[test]
     fn counts_every_tick_and_rescores_every_half_ttl() {
         let mut r = rig();
         r.join("C", "u1", T0);
         r.join("D", "u2", T0);
+        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
         r.log();
         assert_eq!(r.w.poll_timeout(), T0 + TICK);
         let mut now = T0;
@@ -571,6 +610,7 @@ mod tests {
         let mut r = rig();
         r.calls.lock().unwrap().down = true;
         r.join("C", "u1", T0);
+        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
         r.log();
         r.calls.lock().unwrap().down = false;
         // The next tick re-scores everything (not TTL/2 later), then counts.

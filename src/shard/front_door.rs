@@ -44,7 +44,6 @@ enum HeadOutcome {
 
 /// One accepted connection: its head, then an answer or the upgrade.
 async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
-    R::set_nodelay(&stream);
     let (head, rest) = match read_head::<R>(&mut stream).await {
         HeadOutcome::Head(h, rest) => (h, rest),
         HeadOutcome::Refused(why, resp) => {

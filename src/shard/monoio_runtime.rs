@@ -81,10 +81,6 @@ impl Runtime for Monoio {
         stream.as_raw_fd()
     }
 
-    fn set_nodelay(stream: &TcpStream) {
-        let _ = stream.set_nodelay(true);
-    }
-
     async fn read(stream: &mut TcpStream, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         stream.read(buf).await
     }

@@ -5,7 +5,7 @@
 use super::handshake::{Accepted, Upgrade};
 use super::runtime::Runtime;
 use super::writing::{self, ConnIo, ConnSocket};
-use super::{sockopt, ShardCtx};
+use super::ShardCtx;
 use crate::clock;
 use shards::{ConnId, Reading};
 use std::io::ErrorKind;
@@ -26,7 +26,6 @@ pub(super) async fn start<R: Runtime>(
     accepted: Accepted,
     rest: Vec<u8>,
 ) {
-    sockopt::pin_send_buffer(R::fd(&stream));
     let Accepted { upgrade, response } = accepted;
     if R::write_all(&mut stream, response).await.is_err() {
         return;
@@ -71,7 +70,7 @@ fn register<R: Runtime>(
     let fd = R::fd(&socket.0);
     let io = Rc::new(ConnIo::new(fd, socket, upgrade.slot));
     if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
-        io.registered.set(ring.register(id.index(), fd));
+        ring.register(id.index(), fd);
     }
     ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
@@ -82,10 +81,8 @@ fn register<R: Runtime>(
 /// its [`super::handshake::Slot`] go with the last [`ConnIo`] right after.
 fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
     io.finished.set(true);
-    if io.registered.replace(false) {
-        if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
-            ring.unregister(id.index());
-        }
+    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
+        ring.unregister(id.index());
     }
     ctx.conns.borrow_mut().remove(&id);
     ctx.shard.borrow_mut().disconnect(id);

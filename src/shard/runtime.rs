@@ -29,8 +29,6 @@ pub trait Runtime: 'static {
     async fn accept(listener: &Self::Listener) -> io::Result<Self::Stream>;
     /// The socket of a connection.
     fn fd(stream: &Self::Stream) -> RawFd;
-    /// Turns Nagle off (every frame is written whole, at once).
-    fn set_nodelay(stream: &Self::Stream);
     /// Reads into `buf` from its start, up to its capacity: `buf[..n]` holds
     /// what came (the request head, before the upgrade).
     async fn read(stream: &mut Self::Stream, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>);

@@ -7,10 +7,14 @@
 //! returns: nothing stays in flight between flushes. Connections' sockets
 //! are registered with the ring (a fixed-file table indexed by the core's
 //! connection slot), so a send does not look its socket up and take a
-//! reference to it each time.
+//! reference to it each time. The table's changes (a connection arrived, one
+//! left) are queued and go to the kernel as operations of the next
+//! submission, so a round's arrivals and departures cost no system call of
+//! their own.
 
 use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
+use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -19,6 +23,12 @@ const BATCH: u32 = 1024;
 
 /// The most sockets registered at once (fewer if the open-file limit is lower).
 const MAX_FIXED: u32 = 1 << 16;
+
+/// `user_data` of a table change (its index below it); a send's is its index.
+const CHANGE: u64 = 1 << 63;
+
+/// The "no socket" entry of the kernel's table.
+const EMPTY: RawFd = -1;
 
 /// The ring, and the sends queued into it since the last submission.
 pub struct SendRing<T> {
@@ -29,6 +39,14 @@ pub struct SendRing<T> {
     results: Vec<Option<i32>>,
     /// Slots in the ring's table of registered sockets (0: none).
     fixed: u32,
+    /// Table changes not yet submitted, by slot: the socket to put there
+    /// (or [`EMPTY`]); the latest change of a slot wins.
+    changes: HashMap<u32, RawFd>,
+    /// The slots and entries of the changes in the current submission (the
+    /// kernel reads each entry from here: never grown past its capacity).
+    submitted: Vec<(u32, RawFd)>,
+    /// Slots whose socket the kernel's table holds.
+    live: Vec<bool>,
 }
 
 impl<T> SendRing<T> {
@@ -62,31 +80,101 @@ impl<T> SendRing<T> {
             queued: Vec::with_capacity(BATCH as usize),
             results: Vec::with_capacity(BATCH as usize),
             fixed,
+            changes: HashMap::new(),
+            submitted: Vec::with_capacity(BATCH as usize),
+            live: Vec::new(),
         })
     }
 
-    /// Registers socket `fd` in table slot `slot`, so sends to it skip the
-    /// lookup; false when the table has no such slot (its sends then name
-    /// `fd`). The socket stays open while registered: [`unregister`](Self::unregister) it first.
-    pub fn register(&mut self, slot: u32, fd: RawFd) -> bool {
-        slot < self.fixed
-            && self
-                .ring
-                .submitter()
-                .register_files_update(slot, &[fd])
-                .is_ok()
+    /// Queues the registration of socket `fd` in table slot `slot` (with the
+    /// next submission), so sends to it then skip the lookup; until then, and
+    /// where the table has no such slot, its sends name `fd`. The socket must
+    /// stay open until it is [`unregister`](Self::unregister)ed.
+    pub fn register(&mut self, slot: u32, fd: RawFd) {
+        if slot < self.fixed {
+            self.changes.insert(slot, fd);
+        }
     }
 
-    /// Empties table slot `slot`, releasing the ring's hold on its socket.
+    /// Empties table slot `slot` (with the next submission: the ring's hold
+    /// keeps the socket open until then, so its close follows within the
+    /// round); a registration not yet submitted is dropped.
     pub fn unregister(&mut self, slot: u32) {
-        if let Err(e) = self.ring.submitter().register_files_update(slot, &[-1]) {
-            tracing::warn!(error = %e, slot, "a registered socket could not be released");
+        if self.is_live(slot) {
+            self.changes.insert(slot, EMPTY);
+        } else {
+            self.changes.remove(&slot);
         }
+    }
+
+    /// The table slot a send to the connection in `slot` names: `Some` once its
+    /// registration went in and while no change of the slot waits.
+    pub fn fixed_slot(&self, slot: u32) -> Option<u32> {
+        (self.is_live(slot) && !self.changes.contains_key(&slot)).then_some(slot)
+    }
+
+    fn is_live(&self, slot: u32) -> bool {
+        self.live.get(slot as usize).copied().unwrap_or(false)
     }
 
     /// True when the next [`push`](Self::push) must wait for a [`submit`](Self::submit).
     pub fn is_full(&self) -> bool {
         self.queued.len() >= BATCH as usize
+    }
+
+    /// Submits the table changes queued since the last submission, if any
+    /// (once per round: a submission with sends carries them anyway).
+    pub fn submit_changes(&mut self) {
+        if !self.changes.is_empty() && self.queued.is_empty() {
+            self.submit(|_, _, _| {});
+        }
+    }
+
+    /// Moves as many queued table changes into the submission queue as it
+    /// has room for (the rest wait for the next submission).
+    fn push_changes(&mut self) {
+        self.submitted.clear();
+        let room = (BATCH as usize).saturating_sub(self.queued.len());
+        let take: Vec<u32> = self.changes.keys().copied().take(room).collect();
+        for slot in take {
+            if let Some(fd) = self.changes.remove(&slot) {
+                self.submitted.push((slot, fd));
+            }
+        }
+        for (j, (slot, fd)) in self.submitted.iter().enumerate() {
+            let update = opcode::FilesUpdate::new(fd, 1)
+                .offset(*slot as i32)
+                .build()
+                .user_data(CHANGE | j as u64);
+            // SAFETY: the kernel reads the entry from `submitted`, which is
+            // not touched (nor grown: its capacity is the ring's size) until
+            // `submit` has reaped every completion of this submission.
+            let pushed = unsafe { self.ring.submission().push(&update) };
+            debug_assert!(pushed.is_ok(), "room was counted");
+        }
+    }
+
+    /// Records what a submitted table change came to; a change the kernel
+    /// did not make leaves the slot's sends naming their socket.
+    fn settle_change(&mut self, j: usize, result: Option<i32>) {
+        let Some(&(slot, fd)) = self.submitted.get(j) else {
+            return;
+        };
+        let i = slot as usize;
+        if self.live.len() <= i {
+            self.live.resize(i + 1, false);
+        }
+        match result {
+            Some(1) => self.live[i] = fd != EMPTY,
+            Some(e) if fd == EMPTY => {
+                tracing::warn!(error = %io::Error::from_raw_os_error(-e), slot, "a registered socket could not be released")
+            }
+            Some(_) => self.live[i] = false,
+            // Not completed (the submission failed): try again next time.
+            None => {
+                self.changes.entry(slot).or_insert(fd);
+            }
+        }
     }
 
     /// Queues a non-blocking send of `frame` on socket `fd` (by its table
@@ -117,18 +205,22 @@ impl<T> SendRing<T> {
     /// Submits the queued sends, waits until each has completed, and hands
     /// each frame and tag back with the bytes the socket took (`WouldBlock`
     /// when its send buffer was full), in the order they were queued; returns
-    /// how many sends went in (0: nothing was queued, no system call).
+    /// how many sends went in (0: nothing was queued, no system call). The
+    /// queued table changes go in with them.
     pub fn submit(&mut self, mut done: impl FnMut(T, Bytes, io::Result<usize>)) -> usize {
         let n = self.queued.len();
-        if n == 0 {
+        if n == 0 && self.changes.is_empty() {
             return 0;
         }
+        self.push_changes();
+        let mut change_results = vec![None; self.submitted.len()];
+        let all = n + self.submitted.len();
         self.results.clear();
         self.results.resize_with(n, || None);
         let mut reaped = 0;
         let mut failed = None;
-        while reaped < n {
-            match self.ring.submit_and_wait(n - reaped) {
+        while reaped < all {
+            match self.ring.submit_and_wait(all - reaped) {
                 Ok(_) => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN)) => {}
                 Err(e) => {
@@ -137,12 +229,20 @@ impl<T> SendRing<T> {
                 }
             }
             for cqe in self.ring.completion() {
-                let i = cqe.user_data() as usize;
-                if let Some(slot) = self.results.get_mut(i) {
+                let data = cqe.user_data();
+                let slot = if data & CHANGE != 0 {
+                    change_results.get_mut((data & !CHANGE) as usize)
+                } else {
+                    self.results.get_mut(data as usize)
+                };
+                if let Some(slot) = slot {
                     *slot = Some(cqe.result());
                     reaped += 1;
                 }
             }
+        }
+        for (j, r) in change_results.into_iter().enumerate() {
+            self.settle_change(j, r);
         }
         if let Some(e) = failed {
             // The kernel refused the submission itself (not a send): sends
@@ -253,21 +353,73 @@ mod tests {
         let mut ring = ring::<()>();
         assert!(ring.fixed > 0, "a table of registered sockets");
         let (mut rx, tx) = pair();
-        assert!(ring.register(7, tx.as_raw_fd()));
-        assert!(!ring.register(ring.fixed, tx.as_raw_fd()), "past the table");
+        ring.register(7, tx.as_raw_fd());
+        ring.register(ring.fixed, tx.as_raw_fd());
+        assert_eq!(ring.fixed_slot(7), None, "not in before a submission");
+        // The registration goes in with the next submission's sends.
+        let mut res = None;
+        ring.push(tx.as_raw_fd(), None, Bytes::from_static(b"fd "), ());
+        ring.submit(|_, _, r| res = Some(r.map_err(|e| e.kind())));
+        assert_eq!(res, Some(Ok(3)));
+        assert_eq!(ring.fixed_slot(7), Some(7));
+        assert_eq!(ring.fixed_slot(ring.fixed), None, "past the table");
         // By slot: the fd passed alongside is not used (-1 would fail).
         ring.push(-1, Some(7), Bytes::from_static(b"fixed"), ());
-        let mut res = None;
         ring.submit(|_, _, r| res = Some(r.map_err(|e| e.kind())));
         assert_eq!(res, Some(Ok(5)));
-        let mut got = [0u8; 5];
+        let mut got = [0u8; 8];
         rx.read_exact(&mut got).expect("read");
-        assert_eq!(&got, b"fixed");
-        // Released, then closed: the peer sees the end of the stream.
+        assert_eq!(&got, b"fd fixed");
+        // Released and closed: the ring's hold keeps the socket open (no
+        // end of stream) until the release is submitted.
         ring.unregister(7);
+        assert_eq!(ring.fixed_slot(7), None);
         drop(tx);
+        rx.set_nonblocking(true).expect("nonblocking");
+        let held = rx.read(&mut got).map_err(|e| e.kind());
+        assert_eq!(held, Err(io::ErrorKind::WouldBlock));
+        ring.submit_changes();
+        rx.set_nonblocking(false).expect("blocking");
         rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
             .expect("timeout");
         assert_eq!(rx.read(&mut got).expect("eof"), 0);
+    }
+
+    #[test]
+    fn a_registration_released_before_its_submission_never_reaches_the_kernel() {
+        let mut ring = ring::<()>();
+        let (mut rx, tx) = pair();
+        ring.register(3, tx.as_raw_fd());
+        ring.unregister(3);
+        assert!(ring.changes.is_empty());
+        assert_eq!(ring.submit(|_, _, _| {}), 0, "nothing to submit");
+        drop(tx);
+        let mut got = [0u8; 1];
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        assert_eq!(rx.read(&mut got).expect("eof"), 0, "closed at once");
+        assert_eq!(ring.fixed_slot(3), None);
+    }
+
+    #[test]
+    fn more_table_changes_than_the_ring_holds_go_in_over_several_submissions() {
+        let mut ring = ring::<()>();
+        let (_rx, tx) = pair();
+        let slots = BATCH + 10;
+        for slot in 0..slots {
+            ring.register(slot, tx.as_raw_fd());
+        }
+        ring.submit_changes();
+        let live = (0..slots).filter(|s| ring.fixed_slot(*s).is_some()).count();
+        assert_eq!(live, BATCH as usize);
+        ring.submit_changes();
+        assert!((0..slots).all(|s| ring.fixed_slot(s) == Some(s)));
+        for slot in 0..slots {
+            ring.unregister(slot);
+        }
+        ring.submit_changes();
+        ring.submit_changes();
+        assert!(ring.changes.is_empty());
+        assert!((0..slots).all(|s| ring.fixed_slot(s).is_none()));
     }
 }

@@ -1,34 +1,10 @@
 //! The few socket system calls the shard makes itself, beside its runtime's:
-//! non-blocking `send`/`recv` on a raw descriptor, the pinned send buffer,
-//! the kernel's count of unsent bytes, and the reset-on-close option.
+//! non-blocking `send`/`recv` on a raw descriptor, the kernel's count of
+//! unsent bytes, and the reset-on-close option. (`TCP_NODELAY` and the pinned
+//! send buffer are the listener's, inherited by every accepted socket.)
 
 use std::io::{self, ErrorKind};
 use std::os::fd::RawFd;
-
-/// Kernel send buffer of an upgraded connection (the kernel doubles it for its
-/// bookkeeping). Pinned rather than autotuned (up to `tcp_wmem`'s 4 MiB), so a
-/// client that stops reading costs a bounded amount of kernel memory besides
-/// its send queue, and its queue fills — and it is closed 4001 — in seconds.
-const SO_SNDBUF_BYTES: libc::c_int = 64 * 1024;
-
-/// Pins the kernel send buffer of socket `fd` (see [`SO_SNDBUF_BYTES`]).
-pub fn pin_send_buffer(fd: RawFd) {
-    let size = SO_SNDBUF_BYTES;
-    // SAFETY: the fd is this connection's open socket for the whole call, and
-    // the option value points to a live c_int of the length passed.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
-        tracing::debug!(error = %io::Error::last_os_error(), "SO_SNDBUF not set");
-    }
-}
 
 /// One non-blocking `recv(2)` on socket `fd`.
 pub fn recv_now(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {

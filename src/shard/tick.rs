@@ -27,7 +27,8 @@ pub(super) async fn tick_loop<R: Runtime>(ctx: Rc<ShardCtx>) {
 }
 
 /// One turn of the loop, without the sleep: feeds the inbox and the time into
-/// the renderer, flushes, publishes metrics, and returns the next deadline (ms).
+/// the renderer, flushes, submits the send ring's table changes of the round,
+/// publishes metrics, and returns the next deadline (ms).
 fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
     let drain_ms = ctx.node.args.drain_ms;
     let now = clock::now_ms();
@@ -63,6 +64,9 @@ fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
         }
     }
     ctx.flush();
+    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
+        ring.submit_changes();
+    }
     ctx.send_presence_round();
     ctx.publish_metrics();
     purge_freed_memory(ctx, now);

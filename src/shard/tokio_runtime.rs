@@ -58,10 +58,6 @@ impl Runtime for Tokio {
         stream.as_raw_fd()
     }
 
-    fn set_nodelay(stream: &TcpStream) {
-        let _ = stream.set_nodelay(true);
-    }
-
     async fn read(stream: &mut TcpStream, mut buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>) {
         buf.resize(buf.capacity().max(1), 0);
         let res = stream.read(&mut buf).await;

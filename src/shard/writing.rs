@@ -57,9 +57,6 @@ pub struct ConnIo {
     pub reader_waiting: Cell<Option<Waker>>,
     /// Set just before the socket is released, so no one touches a reused fd.
     pub finished: Cell<bool>,
-    /// The socket is registered with the shard's send ring (in the slot of
-    /// its connection's index), and must be released from it at the end.
-    pub registered: Cell<bool>,
     /// The socket, for writes from the flush step and a forced shutdown.
     pub fd: RawFd,
     /// The socket as the shell holds it, to start a writer task.
@@ -76,7 +73,6 @@ impl ConnIo {
             write_side: Cell::new(WriteSide::Direct),
             reader_waiting: Default::default(),
             finished: Default::default(),
-            registered: Default::default(),
             fd,
             socket,
             _slot: slot,
@@ -226,7 +222,7 @@ fn write_batched(ctx: &Rc<ShardCtx>, shard: &mut Shard, conns: &ConnTable, ring:
                     written += sent(ctx, shard, tag, frame, res, &mut again);
                 });
             }
-            let slot = io.registered.get().then(|| id.index());
+            let slot = ring.fixed_slot(id.index());
             ring.push(io.fd, slot, frame, (id, Rc::clone(io)));
         }
         let went = ring.submit(|tag, frame, res| {
