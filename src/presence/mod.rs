@@ -22,9 +22,9 @@ pub const ROSTER_LIMIT: usize = 1000;
 /// them a left member simply expires after the TTL, like a dead node's.
 pub const UNREMOVED_MAX: usize = 10_000;
 
-/// How long a new member waits to be written, so that the members who arrive
-/// together (a reconnect storm, a window opening) share one write: well inside
-/// a presence tick, so a count never misses them.
+/// How long a new member (or a member who left) waits to be written, so that
+/// the members who come and go together (a reconnect storm, a window opening)
+/// share one write: well inside a presence tick, so a count never misses them.
 pub const JOIN_WINDOW_MS: u64 = 20;
 
 /// Errors from a store (Redis down); the worker counts and retries.
@@ -88,9 +88,12 @@ pub struct Worker<P: PresenceStore> {
     /// Members who left while their removal failed (bounded by
     /// [`UNREMOVED_MAX`]): removed again with the next refresh.
     unremoved: HashSet<(Arc<str>, Arc<str>)>,
-    /// New members not written yet, and when they are (see [`JOIN_WINDOW_MS`]).
-    adds: Vec<(Arc<str>, Arc<str>)>,
-    adds_due_ms: Option<u64>,
+    /// New members not written yet, members gone whose removal is not
+    /// written yet (never both for one member), and when they are written
+    /// (see [`JOIN_WINDOW_MS`]).
+    adds: HashSet<(Arc<str>, Arc<str>)>,
+    removes: HashSet<(Arc<str>, Arc<str>)>,
+    writes_due_ms: Option<u64>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
@@ -118,8 +121,9 @@ impl<P: PresenceStore> Worker<P> {
             extra: Vec::new(),
             dirty: false,
             unremoved: HashSet::new(),
-            adds: Vec::new(),
-            adds_due_ms: None,
+            adds: HashSet::new(),
+            removes: HashSet::new(),
+            writes_due_ms: None,
         }
     }
 
@@ -135,28 +139,16 @@ impl<P: PresenceStore> Worker<P> {
 
     /// Handles one command; false on shutdown.
     pub fn command(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
-        if matches!(cmd, PresenceCmd::Join { .. } | PresenceCmd::Batch(_)) {
+        if matches!(
+            cmd,
+            PresenceCmd::Join { .. } | PresenceCmd::Leave { .. } | PresenceCmd::Batch(_)
+        ) {
             return self.commands([cmd], now_ms);
         }
         // Whatever else comes is handled after the members that came before it.
-        self.add_all(now_ms);
+        self.write_all(now_ms);
         match cmd {
-            PresenceCmd::Join { .. } | PresenceCmd::Batch(_) => {}
-            PresenceCmd::Leave { course, user } => {
-                let key = (course, user);
-                if let Some(n) = self.members.get_mut(&key) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.members.remove(&key);
-                        if let Err(e) = self.store.remove(&key.0, &key.1) {
-                            self.failed("remove", e);
-                            if self.unremoved.len() < UNREMOVED_MAX {
-                                self.unremoved.insert(key);
-                            }
-                        }
-                    }
-                }
-            }
+            PresenceCmd::Join { .. } | PresenceCmd::Leave { .. } | PresenceCmd::Batch(_) => {}
             PresenceCmd::Roster {
                 shard,
                 conn,
@@ -203,43 +195,72 @@ impl<P: PresenceStore> Worker<P> {
                 return false;
             }
         }
-        if !self.adds.is_empty() && self.adds_due_ms.is_none() {
-            self.adds_due_ms = Some(now_ms + JOIN_WINDOW_MS);
+        let waiting = !self.adds.is_empty() || !self.removes.is_empty();
+        if waiting && self.writes_due_ms.is_none() {
+            self.writes_due_ms = Some(now_ms + JOIN_WINDOW_MS);
         }
         true
     }
 
-    /// One command of a batch: a join counts its member and, if new, waits in
-    /// `adds`; anything else is handled after the adds before it are written.
+    /// One command of a batch: a member's first join waits in `adds`, its
+    /// last leave in `removes` (each cancelling the other: a member who left
+    /// and came back within the window costs no write); anything else is
+    /// handled after the writes before it.
     fn one(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
-        let PresenceCmd::Join { course, user } = cmd else {
-            return self.command(cmd, now_ms);
-        };
-        let n = self
-            .members
-            .entry((Arc::clone(&course), Arc::clone(&user)))
-            .or_insert(0);
-        *n += 1;
-        if *n == 1 {
-            self.unremoved
-                .remove(&(Arc::clone(&course), Arc::clone(&user)));
-            self.adds.push((course, user));
+        match cmd {
+            PresenceCmd::Join { course, user } => {
+                let key = (course, user);
+                let n = self.members.entry(key.clone()).or_insert(0);
+                *n += 1;
+                if *n == 1 {
+                    self.unremoved.remove(&key);
+                    if !self.removes.remove(&key) {
+                        self.adds.insert(key);
+                    }
+                }
+            }
+            PresenceCmd::Leave { course, user } => {
+                let key = (course, user);
+                if let Some(n) = self.members.get_mut(&key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.members.remove(&key);
+                        if !self.adds.remove(&key) {
+                            self.removes.insert(key);
+                        }
+                    }
+                }
+            }
+            cmd => return self.command(cmd, now_ms),
         }
         true
     }
 
-    /// Writes the new members waiting (one ZADD each, pipelined).
-    fn add_all(&mut self, now_ms: u64) {
-        self.adds_due_ms = None;
-        let expiry = self.expiry(now_ms);
-        let written = match self.adds.as_slice() {
-            [] => return,
-            [(course, user)] => self.store.add(course, user, expiry),
-            many => self.store.refresh(many, expiry),
-        };
-        self.adds.clear();
-        if let Err(e) = written {
-            self.failed("add", e);
+    /// Writes the members waiting: the new ones (one ZADD each) and the
+    /// removals (one ZREM each), pipelined.
+    fn write_all(&mut self, now_ms: u64) {
+        self.writes_due_ms = None;
+        if !self.adds.is_empty() {
+            let adds: Vec<(Arc<str>, Arc<str>)> = self.adds.drain().collect();
+            let written = match adds.as_slice() {
+                [(course, user)] => self.store.add(course, user, self.expiry(now_ms)),
+                many => self.store.refresh(many, self.expiry(now_ms)),
+            };
+            if let Err(e) = written {
+                self.failed("add", e);
+            }
+        }
+        if !self.removes.is_empty() {
+            let gone: Vec<(Arc<str>, Arc<str>)> = self.removes.drain().collect();
+            let written = match gone.as_slice() {
+                [(course, user)] => self.store.remove(course, user),
+                many => self.store.remove_all(many),
+            };
+            if let Err(e) = written {
+                self.failed("remove", e);
+                let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
+                self.unremoved.extend(gone.into_iter().take(room));
+            }
         }
     }
 
@@ -248,7 +269,7 @@ impl<P: PresenceStore> Worker<P> {
     fn refresh(&mut self, now_ms: u64) {
         // Every member is re-scored below, the waiting ones too.
         self.adds.clear();
-        self.adds_due_ms = None;
+        self.write_all(now_ms);
         let members: Vec<(Arc<str>, Arc<str>)> = self.members.keys().cloned().collect();
         let expiry = self.expiry(now_ms);
         if !members.is_empty() {
@@ -307,8 +328,8 @@ impl<P: PresenceStore> Worker<P> {
             self.next_refresh_ms = now_ms + every;
             self.refresh(now_ms);
         }
-        if count_due || self.adds_due_ms.is_some_and(|at| now_ms >= at) {
-            self.add_all(now_ms);
+        if count_due || self.writes_due_ms.is_some_and(|at| now_ms >= at) {
+            self.write_all(now_ms);
         }
         if count_due {
             self.next_count_ms = now_ms + tick;
@@ -319,7 +340,7 @@ impl<P: PresenceStore> Worker<P> {
     /// When [`Worker::handle_timeout`] is next due (Unix ms).
     pub fn poll_timeout(&self) -> u64 {
         let due = self.next_count_ms.min(self.next_refresh_ms);
-        self.adds_due_ms.map_or(due, |at| at.min(due))
+        self.writes_due_ms.map_or(due, |at| at.min(due))
     }
 }
 
@@ -500,48 +521,63 @@ mod tests {
             r.log(),
             [format!("add C u3 {}", T0 + 30 + JOIN_WINDOW_MS + TTL)]
         );
-        r.leave("C", "u1", T0 + 4);
-        assert!(r.log().is_empty(), "u1 still watches from the other shard");
-        r.leave("C", "u1", T0 + 5);
+        r.leave("C", "u1", T0 + 60);
+        assert_eq!(
+            r.w.poll_timeout(),
+            T0 + TICK,
+            "u1 still watches from the other shard"
+        );
+        r.leave("C", "u1", T0 + 70);
+        assert!(r.log().is_empty(), "the window is still open");
+        r.w.handle_timeout(r.w.poll_timeout());
         assert_eq!(r.log(), ["remove C u1"]);
         // A leave that was never joined changes nothing.
-        r.leave("C", "ghost", T0 + 6);
-        assert!(r.log().is_empty());
+        r.leave("C", "ghost", T0 + 100);
+        assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing to write");
     }
 
     #[test]
-    fn joins_that_arrive_together_are_written_in_one_round_trip_in_order() {
+    fn members_who_come_and_go_in_one_window_share_one_write() {
         let mut r = rig();
         let join = |c: &str, u: &str| PresenceCmd::Join {
             course: c.into(),
             user: u.into(),
         };
-        let leave = PresenceCmd::Leave {
-            course: "C".into(),
-            user: "u1".into(),
+        let leave = |c: &str, u: &str| PresenceCmd::Leave {
+            course: c.into(),
+            user: u.into(),
         };
         // u1 twice (two shards) is one member; a shard's batch is handled in
-        // place; the leave is written after the adds before it, and the join
-        // after it goes in a write of its own.
+        // place; u1 leaving one shard keeps it; u4 joins and leaves within
+        // the window and is never written.
         let batch = [
             join("C", "u1"),
-            PresenceCmd::Batch(vec![join("C", "u1"), join("D", "u2")]),
-            leave,
+            PresenceCmd::Batch(vec![join("C", "u1"), join("D", "u2"), join("F", "u4")]),
+            leave("C", "u1"),
             join("E", "u3"),
+            leave("F", "u4"),
         ];
         assert!(r.w.commands(batch, T0));
-        assert_eq!(r.log(), [format!("refresh 2 {}", T0 + TTL)]);
+        assert!(r.log().is_empty(), "the window is still open");
         r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
-        assert_eq!(r.log(), [format!("add E u3 {}", T0 + JOIN_WINDOW_MS + TTL)]);
-        // u1 still watches from its other shard: no remove yet.
-        assert!(r.w.command(
-            PresenceCmd::Leave {
-                course: "C".into(),
-                user: "u1".into()
-            },
-            T0 + 1
-        ));
-        assert_eq!(r.log(), ["remove C u1"]);
+        assert_eq!(
+            r.log(),
+            [format!("refresh 3 {}", T0 + JOIN_WINDOW_MS + TTL)]
+        );
+        // Leaving (u1's last shard, u2) and one coming back (u3, who left
+        // and returned inside the window): two removals in one write.
+        let later = T0 + 100;
+        let batch = [
+            leave("C", "u1"),
+            leave("D", "u2"),
+            leave("E", "u3"),
+            join("E", "u3"),
+        ];
+        assert!(r.w.commands(batch, later));
+        r.w.handle_timeout(later + JOIN_WINDOW_MS);
+        let mut log = r.log();
+        log.sort();
+        assert_eq!(log, ["remove C u1", "remove D u2"]);
     }
 
     #[test]
@@ -633,11 +669,13 @@ mod tests {
         let mut r = rig();
         r.join("C", "u1", T0);
         r.join("C", "u2", T0);
+        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
         r.calls.lock().unwrap().down = true;
-        r.leave("C", "u1", T0 + 1);
-        r.leave("C", "u2", T0 + 1);
+        r.leave("C", "u1", T0 + 100);
+        r.leave("C", "u2", T0 + 100);
+        r.w.handle_timeout(T0 + 100 + JOIN_WINDOW_MS);
         // u2 comes back before the store does: only u1 is removed later.
-        r.join("C", "u2", T0 + 2);
+        r.join("C", "u2", T0 + 200);
         r.w.handle_timeout(T0 + TICK);
         r.log();
         r.calls.lock().unwrap().down = false;
