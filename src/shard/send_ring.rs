@@ -110,7 +110,8 @@ impl<T> SendRing<T> {
     /// The table slot a send to the connection in `slot` names: `Some` once its
     /// registration went in and while no change of the slot waits.
     pub fn fixed_slot(&self, slot: u32) -> Option<u32> {
-        (self.is_live(slot) && !self.changes.contains_key(&slot)).then_some(slot)
+        let waits = !self.changes.is_empty() && self.changes.contains_key(&slot);
+        (self.is_live(slot) && !waits).then_some(slot)
     }
 
     fn is_live(&self, slot: u32) -> bool {
