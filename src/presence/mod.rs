@@ -22,10 +22,12 @@ pub const ROSTER_LIMIT: usize = 1000;
 /// them a left member simply expires after the TTL, like a dead node's.
 pub const UNREMOVED_MAX: usize = 10_000;
 
-/// How long a new member (or a member who left) waits to be written, so that
-/// the members who come and go together (a reconnect storm, a window opening)
-/// share one write: well inside a presence tick, so a count never misses them.
-pub const JOIN_WINDOW_MS: u64 = 20;
+/// How long the removal of a member who left waits to be written, so that the
+/// members who leave together (a node's viewers all sent elsewhere, a
+/// reconnect storm) share one write, and one who comes back within it costs
+/// none: well inside a presence tick, and every count writes them first, so
+/// no count sees a member who left. (A new member is written at once.)
+pub const LEAVE_WINDOW_MS: u64 = 20;
 
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, String>;
@@ -88,9 +90,9 @@ pub struct Worker<P: PresenceStore> {
     /// Members who left while their removal failed (bounded by
     /// [`UNREMOVED_MAX`]): removed again with the next refresh.
     unremoved: HashSet<(Arc<str>, Arc<str>)>,
-    /// New members not written yet, members gone whose removal is not
-    /// written yet (never both for one member), and when they are written
-    /// (see [`JOIN_WINDOW_MS`]).
+    /// New members not written yet (within one batch of commands), members
+    /// gone whose removal is not written yet (never both for one member), and
+    /// when the removals are written (see [`LEAVE_WINDOW_MS`]).
     adds: HashSet<(Arc<str>, Arc<str>)>,
     removes: HashSet<(Arc<str>, Arc<str>)>,
     writes_due_ms: Option<u64>,
@@ -182,9 +184,9 @@ impl<P: PresenceStore> Worker<P> {
     }
 
     /// Handles commands that arrived together, in their order: the members
-    /// they add wait up to [`JOIN_WINDOW_MS`] and go to the store in one round
-    /// trip with every other member that arrived meanwhile (a reconnect
-    /// storm's joins cost one write, not one each); false on shutdown.
+    /// they add go to the store in one round trip (a reconnect storm's joins
+    /// cost one write, not one each), the removals wait up to
+    /// [`LEAVE_WINDOW_MS`] for the others; false on shutdown.
     pub fn commands(&mut self, cmds: impl IntoIterator<Item = PresenceCmd>, now_ms: u64) -> bool {
         for cmd in cmds {
             let ok = match cmd {
@@ -195,9 +197,9 @@ impl<P: PresenceStore> Worker<P> {
                 return false;
             }
         }
-        let waiting = !self.adds.is_empty() || !self.removes.is_empty();
-        if waiting && self.writes_due_ms.is_none() {
-            self.writes_due_ms = Some(now_ms + JOIN_WINDOW_MS);
+        self.write_adds(now_ms);
+        if !self.removes.is_empty() && self.writes_due_ms.is_none() {
+            self.writes_due_ms = Some(now_ms + LEAVE_WINDOW_MS);
         }
         true
     }
@@ -239,7 +241,12 @@ impl<P: PresenceStore> Worker<P> {
     /// Writes the members waiting: the new ones (one ZADD each) and the
     /// removals (one ZREM each), pipelined.
     fn write_all(&mut self, now_ms: u64) {
-        self.writes_due_ms = None;
+        self.write_adds(now_ms);
+        self.write_removes();
+    }
+
+    /// Writes the new members waiting (one ZADD each, pipelined).
+    fn write_adds(&mut self, now_ms: u64) {
         if !self.adds.is_empty() {
             let adds: Vec<(Arc<str>, Arc<str>)> = self.adds.drain().collect();
             let written = match adds.as_slice() {
@@ -250,6 +257,11 @@ impl<P: PresenceStore> Worker<P> {
                 self.failed("add", e);
             }
         }
+    }
+
+    /// Writes the removals waiting (one ZREM each, pipelined).
+    fn write_removes(&mut self) {
+        self.writes_due_ms = None;
         if !self.removes.is_empty() {
             let gone: Vec<(Arc<str>, Arc<str>)> = self.removes.drain().collect();
             let written = match gone.as_slice() {
@@ -314,10 +326,10 @@ impl<P: PresenceStore> Worker<P> {
         }
     }
 
-    /// Runs what is due at `now_ms`: the write of the members waiting (see
-    /// [`JOIN_WINDOW_MS`]), the re-score of every member each TTL/2 (sooner,
+    /// Runs what is due at `now_ms`: the write of the removals waiting (see
+    /// [`LEAVE_WINDOW_MS`]), the re-score of every member each TTL/2 (sooner,
     /// at the next count tick, after a failed write), and the count each
-    /// presence tick (after the waiting members are written).
+    /// presence tick (after the waiting removals are written).
     pub fn handle_timeout(&mut self, now_ms: u64) {
         // A wall clock stepped back must not stall the ticks.
         let (tick, every) = (self.timing.tick_ms, self.timing.refresh_ms());
@@ -505,31 +517,28 @@ mod tests {
     fn a_member_is_added_once_and_removed_when_its_last_shard_leaves() {
         let mut r = rig();
         // The same user watching from two shards: each shard reports its own
-        // first join, the store sees one member. Members that arrive within
-        // the join window are written together when it ends.
+        // first join, the store sees one member, written at once.
         r.join("C", "u1", T0 + 1);
         r.join("C", "u1", T0 + 2);
         r.join("C", "u2", T0 + 3);
-        assert!(r.log().is_empty(), "the window is still open");
-        let due = T0 + 1 + JOIN_WINDOW_MS;
-        assert_eq!(r.w.poll_timeout(), due);
-        r.w.handle_timeout(due);
-        assert_eq!(r.log(), [format!("refresh 2 {}", due + TTL)]);
-        r.join("C", "u3", T0 + 30);
-        r.w.handle_timeout(r.w.poll_timeout());
         assert_eq!(
             r.log(),
-            [format!("add C u3 {}", T0 + 30 + JOIN_WINDOW_MS + TTL)]
+            [
+                format!("add C u1 {}", T0 + 1 + TTL),
+                format!("add C u2 {}", T0 + 3 + TTL)
+            ]
         );
-        r.leave("C", "u1", T0 + 60);
+        r.leave("C", "u1", T0 + 4);
         assert_eq!(
             r.w.poll_timeout(),
             T0 + TICK,
             "u1 still watches from the other shard"
         );
-        r.leave("C", "u1", T0 + 70);
+        // The last leave waits out the window, then is written.
+        r.leave("C", "u1", T0 + 5);
         assert!(r.log().is_empty(), "the window is still open");
-        r.w.handle_timeout(r.w.poll_timeout());
+        assert_eq!(r.w.poll_timeout(), T0 + 5 + LEAVE_WINDOW_MS);
+        r.w.handle_timeout(T0 + 5 + LEAVE_WINDOW_MS);
         assert_eq!(r.log(), ["remove C u1"]);
         // A leave that was never joined changes nothing.
         r.leave("C", "ghost", T0 + 100);
@@ -537,7 +546,7 @@ mod tests {
     }
 
     #[test]
-    fn members_who_come_and_go_in_one_window_share_one_write() {
+    fn members_who_come_and_go_together_share_one_write() {
         let mut r = rig();
         let join = |c: &str, u: &str| PresenceCmd::Join {
             course: c.into(),
@@ -549,7 +558,7 @@ mod tests {
         };
         // u1 twice (two shards) is one member; a shard's batch is handled in
         // place; u1 leaving one shard keeps it; u4 joins and leaves within
-        // the window and is never written.
+        // the same batch and is never written.
         let batch = [
             join("C", "u1"),
             PresenceCmd::Batch(vec![join("C", "u1"), join("D", "u2"), join("F", "u4")]),
@@ -558,40 +567,33 @@ mod tests {
             leave("F", "u4"),
         ];
         assert!(r.w.commands(batch, T0));
-        assert!(r.log().is_empty(), "the window is still open");
-        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
-        assert_eq!(
-            r.log(),
-            [format!("refresh 3 {}", T0 + JOIN_WINDOW_MS + TTL)]
-        );
-        // Leaving (u1's last shard, u2) and one coming back (u3, who left
-        // and returned inside the window): two removals in one write.
+        assert_eq!(r.log(), [format!("refresh 3 {}", T0 + TTL)]);
+        assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing waits");
+        // Leaving (u1's last shard, u2) over the window, and one coming back
+        // (u3, who left and returned inside it): two removals in one write.
         let later = T0 + 100;
-        let batch = [
-            leave("C", "u1"),
-            leave("D", "u2"),
-            leave("E", "u3"),
-            join("E", "u3"),
-        ];
-        assert!(r.w.commands(batch, later));
-        r.w.handle_timeout(later + JOIN_WINDOW_MS);
+        assert!(r.w.commands([leave("C", "u1"), leave("D", "u2")], later));
+        assert!(r.w.commands([leave("E", "u3")], later + 5));
+        assert!(r.w.commands([join("E", "u3")], later + 10));
+        assert!(r.log().is_empty(), "the window is still open");
+        r.w.handle_timeout(later + LEAVE_WINDOW_MS);
         let mut log = r.log();
         log.sort();
         assert_eq!(log, ["remove C u1", "remove D u2"]);
     }
 
     #[test]
-    fn a_count_tick_writes_the_members_waiting_before_it_counts() {
+    fn a_count_tick_writes_the_removals_waiting_before_it_counts() {
         let mut r = rig();
-        r.join("C", "u1", T0 + TICK - 5);
+        r.join("C", "u1", T0);
+        r.join("C", "u2", T0);
+        r.log();
+        r.leave("C", "u1", T0 + TICK - 5);
         assert_eq!(r.w.poll_timeout(), T0 + TICK, "the tick comes first");
         r.w.handle_timeout(T0 + TICK);
         assert_eq!(
             r.log(),
-            [
-                format!("add C u1 {}", T0 + TICK + TTL),
-                format!("count 1 {}", T0 + TICK)
-            ]
+            ["remove C u1".to_string(), format!("count 1 {}", T0 + TICK)]
         );
         assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
     }
@@ -601,7 +603,6 @@ mod tests {
         let mut r = rig();
         r.join("C", "u1", T0);
         r.join("D", "u2", T0);
-        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
         r.log();
         assert_eq!(r.w.poll_timeout(), T0 + TICK);
         let mut now = T0;
@@ -646,7 +647,6 @@ mod tests {
         let mut r = rig();
         r.calls.lock().unwrap().down = true;
         r.join("C", "u1", T0);
-        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
         r.log();
         r.calls.lock().unwrap().down = false;
         // The next tick re-scores everything (not TTL/2 later), then counts.
@@ -669,11 +669,10 @@ mod tests {
         let mut r = rig();
         r.join("C", "u1", T0);
         r.join("C", "u2", T0);
-        r.w.handle_timeout(T0 + JOIN_WINDOW_MS);
         r.calls.lock().unwrap().down = true;
         r.leave("C", "u1", T0 + 100);
         r.leave("C", "u2", T0 + 100);
-        r.w.handle_timeout(T0 + 100 + JOIN_WINDOW_MS);
+        r.w.handle_timeout(T0 + 100 + LEAVE_WINDOW_MS);
         // u2 comes back before the store does: only u1 is removed later.
         r.join("C", "u2", T0 + 200);
         r.w.handle_timeout(T0 + TICK);
