@@ -1,5 +1,5 @@
-//! The publishing side: `Publisher::publish()` returns in microseconds whatever
-//! Redis does (stopped, or accepting TCP and never answering), delivers when
+//! The publishing side: `Publisher::publish()` never waits on Redis, whatever
+//! Redis does (stopped, or accepting TCP and never answering); it delivers when
 //! Redis is there; `seatboard publish` and `seatboard simulate` write the state
 //! hash and the channel so a watcher sees them.
 
@@ -36,6 +36,12 @@ fn snap(i: u64) -> Snapshot {
     )
 }
 
+/// The slowest a `publish()` may take. Any wait on Redis takes at least the
+/// connect timeout (500 ms); a fifth of it leaves room for a loaded box
+/// descheduling the test thread, which alone took a call past 6 ms.
+const NOT_WAITING: Duration =
+    Duration::from_millis(seatboard::redis::CONNECT_TIMEOUT.as_millis() as u64 / 5);
+
 /// Publishes `n` snapshots; returns the slowest single call.
 fn slowest_publish(p: &Publisher, n: u64) -> Duration {
     (0..n)
@@ -55,7 +61,7 @@ fn publish_never_blocks_while_redis_is_stopped() {
     let p = Publisher::start(config(redis.uri())).expect("publisher");
     let slowest = slowest_publish(&p, 5000);
     println!("Redis stopped: slowest publish() {slowest:?}");
-    assert!(slowest < Duration::from_millis(5), "{slowest:?}");
+    assert!(slowest < NOT_WAITING, "{slowest:?}");
     assert!(p.flush(T));
     assert_eq!(p.published(), 0);
     assert_eq!(p.dropped(), 5000, "every snapshot dropped and counted");
@@ -77,7 +83,7 @@ fn publish_never_blocks_while_redis_is_black_holed() {
         std::thread::sleep(Duration::from_millis(5));
     }
     println!("Redis black-holed: {n} publish() calls, slowest {slowest:?}");
-    assert!(slowest < Duration::from_millis(5), "{slowest:?}");
+    assert!(slowest < NOT_WAITING, "{slowest:?}");
     assert_eq!(p.published(), 0);
     assert!(
         p.dropped() >= n - 64 - 256,
