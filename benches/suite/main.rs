@@ -618,6 +618,15 @@ pub(crate) fn per_each(
         .collect()
 }
 
+/// A [`per_each`] share as a table cell: `thread value, …` (values rounded).
+pub(crate) fn by_thread_text(by_thread: &BTreeMap<String, f64>) -> String {
+    by_thread
+        .iter()
+        .map(|(k, v)| format!("{k} {v:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The server CPU of the connect phase, per connection and by thread.
 fn connect_rows(
     out: &mut Outcome,
@@ -634,11 +643,7 @@ fn connect_rows(
         format!(
             "{per:.0} µs of server CPU per connection ({:.2} s over the {secs:.1} s connect phase; by thread {})",
             cpu as f64 / 1e6,
-            by_thread
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.0}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            by_thread_text(&by_thread)
         ),
         json!({"per_conn_us": per, "total_s": cpu as f64 / 1e6, "secs": secs, "by_thread_us": by_thread}),
     );

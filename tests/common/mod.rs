@@ -199,6 +199,18 @@ pub fn bin() -> String {
     std::env::var("SEATBOARD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_seatboard").to_string())
 }
 
+/// `seatboard publish` of one section (`taken` of `total` seats) into the
+/// Redis at `uri`, as the selection API would; panics unless it exits 0.
+pub fn publish_section(uri: &str, course: &str, section: &str, total: &str, taken: &str) {
+    let st = seatboard_command()
+        .args(["publish", "--redis", uri, "--course", course])
+        .args(["--section", section, "--total", total, "--taken", taken])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("seatboard publish");
+    assert!(st.success(), "publish {course} {section} {taken}/{total}");
+}
+
 /// A command running the binary under test, through `SEATBOARD_BIN_WRAPPER`
 /// (e.g. `qemu-aarch64-static -L /usr/aarch64-linux-gnu`) when set.
 pub fn seatboard_command() -> Command {

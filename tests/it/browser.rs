@@ -266,13 +266,7 @@ fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
     let redis = Redis::start();
     let uri = redis.uri();
     let publish = |course: &str, section: &str, total: &str, taken: &str| {
-        let st = seatboard_command()
-            .args(["publish", "--redis", &uri, "--course", course])
-            .args(["--section", section, "--total", total, "--taken", taken])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .expect("seatboard publish");
-        assert!(st.success(), "publish {course} {section} {taken}/{total}");
+        publish_section(&uri, course, section, total, taken)
     };
     publish("CS101", "1", "10", "4");
     publish("CS101", "3", "2", "2");
@@ -512,13 +506,7 @@ pub(crate) fn run_sse_page(
         if let Some(args) = line.strip_prefix("PUBLISH ") {
             let a: Vec<&str> = args.split_whitespace().collect();
             assert_eq!(a.len(), 4, "bad request from the page script: {line}");
-            let st = seatboard_command()
-                .args(["publish", "--redis", redis_uri, "--course", a[0]])
-                .args(["--section", a[1], "--total", a[2], "--taken", a[3]])
-                .stdout(std::process::Stdio::null())
-                .status()
-                .expect("seatboard publish");
-            assert!(st.success(), "publish {args}");
+            publish_section(redis_uri, a[0], a[1], a[2], a[3]);
             let _ = writeln!(to_page, "OK");
         }
     }
@@ -535,13 +523,7 @@ fn event_source_on_another_origin_gets_live_frames() {
     const SECRET: &str = "sse-test-secret-of-at-least-32-bytes!!";
     let redis = Redis::start();
     let uri = redis.uri();
-    let st = seatboard_command()
-        .args(["publish", "--redis", &uri, "--course", "CS101"])
-        .args(["--section", "1", "--total", "10", "--taken", "4"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("seatboard publish");
-    assert!(st.success());
+    publish_section(&uri, "CS101", "1", "10", "4");
     let host_port = free_port();
     let host_origin = format!("http://127.0.0.1:{host_port}");
     let sb = Seatboard::start_env(

@@ -102,13 +102,7 @@ fn event_source_through_haproxy_stays_open_through_a_quiet_spell() {
     const SECRET: &str = "sse-test-secret-of-at-least-32-bytes!!";
     let redis = Redis::start();
     let uri = redis.uri();
-    let st = Command::new(bin())
-        .args(["publish", "--redis", &uri, "--course", "CS101"])
-        .args(["--section", "1", "--total", "10", "--taken", "4"])
-        .stdout(Stdio::null())
-        .status()
-        .expect("seatboard publish");
-    assert!(st.success());
+    publish_section(&uri, "CS101", "1", "10", "4");
     let host_port = free_port();
     let host_origin = format!("http://127.0.0.1:{host_port}");
     let node = Seatboard::start_env(
