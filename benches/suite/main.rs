@@ -521,6 +521,8 @@ fn idle(o: &Opts) -> Outcome {
     wakeups_row(&mut out, "wakeups_per_s_no_connection", &per_thread, quiet);
     let before = server.usage();
     let th0 = procs::cpu_by_thread(server.pid());
+    let frames0 = server.metric("seatboard_frames_sent_total");
+    let cw0 = procs::wakeups(server.pid());
     let courses = course_names(o.courses);
     let t_connect = Instant::now();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 600.0);
@@ -534,6 +536,8 @@ fn idle(o: &Opts) -> Outcome {
     );
     let connected = server.usage();
     let th1 = procs::cpu_by_thread(server.pid());
+    let frames = server.metric("seatboard_frames_sent_total") - frames0;
+    let cw1 = procs::wakeups(server.pid());
     let connect_secs = t_connect.elapsed().as_secs_f64();
     let open = wait_open(o, &mut f, o.clients, "idle");
     connect_rows(
@@ -542,6 +546,26 @@ fn idle(o: &Opts) -> Outcome {
         (&th0, &th1),
         open,
         connect_secs,
+    );
+    let per = frames / open.max(1) as f64;
+    out.row(
+        "connect_frames_per_conn",
+        format!("{per:.2} frames queued per connection in the connect phase ({frames:.0})"),
+        json!(per),
+    );
+    let switches = per_each(&cw0, &cw1, open);
+    let total: f64 = switches.values().sum();
+    out.row(
+        "connect_switches_per_conn",
+        format!(
+            "{total:.2} context switches per connection in the connect phase (by thread {})",
+            switches
+                .iter()
+                .map(|(k, v)| format!("{k} {v:.2}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        json!({"per_conn": total, "by_thread": switches}),
     );
     out.check(answered, "not every client had its watch answer");
     std::thread::sleep(Duration::from_secs(3));

@@ -96,6 +96,35 @@ impl SendQueue {
         }
         Some(f)
     }
+
+    /// The next bytes to write: the head frame, joined with the frames behind
+    /// it while the whole stays within `max` bytes, so that frames queued
+    /// together (a watch answer and its count, a `101`'s `hello`) go out in
+    /// one send and one segment. A lone frame, or one larger than `max`, is
+    /// handed over as it is, uncopied.
+    pub fn pop_joined(&mut self, max: usize) -> Option<Bytes> {
+        let first = self.pop()?;
+        let mut total = first.len();
+        let joins = self
+            .frames
+            .iter()
+            .take_while(|f| {
+                total += f.len();
+                total <= max
+            })
+            .count();
+        if joins == 0 {
+            return Some(first);
+        }
+        let mut joined = Vec::with_capacity(total.min(max));
+        joined.extend_from_slice(&first);
+        for _ in 0..joins {
+            if let Some(f) = self.pop() {
+                joined.extend_from_slice(&f);
+            }
+        }
+        Some(joined.into())
+    }
 }
 
 #[cfg(test)]
@@ -117,5 +146,48 @@ mod tests {
         assert_eq!(q.push(Bytes::from(vec![0; 1]), 8), Push::Full);
         q.push_always(Bytes::from(vec![0; 2]));
         assert_eq!(q.bytes(), 102);
+    }
+
+    #[test]
+    fn frames_are_joined_up_to_the_limit_in_order() {
+        let mut q = SendQueue::new(1 << 20);
+        for (i, len) in [(1u8, 3), (2, 4), (3, 5), (4, 1)] {
+            q.push_always(Bytes::from(vec![i; len]));
+        }
+        let joined = q.pop_joined(10).expect("a write");
+        assert_eq!(
+            &joined[..],
+            &[1, 1, 1, 2, 2, 2, 2][..],
+            "3 + 4 fit, + 5 does not"
+        );
+        assert_eq!(q.bytes(), 6);
+        assert_eq!(
+            &q.pop_joined(10).expect("a write")[..],
+            &[3, 3, 3, 3, 3, 4][..]
+        );
+        assert_eq!(q.bytes(), 0);
+        assert_eq!(q.pop_joined(10), None);
+    }
+
+    #[test]
+    fn a_frame_past_the_limit_goes_alone_and_uncopied() {
+        let mut q = SendQueue::new(1 << 20);
+        let big = Bytes::from(vec![7u8; 64]);
+        q.push_always(big.clone());
+        q.push_always(Bytes::from_static(b"x"));
+        let first = q.pop_joined(16).expect("a write");
+        assert_eq!(first.as_ptr(), big.as_ptr(), "handed over as queued");
+        assert_eq!(&q.pop_joined(16).expect("a write")[..], b"x");
+    }
+
+    #[test]
+    fn joining_drains_like_popping_one_by_one() {
+        let mut q = SendQueue::new(4);
+        q.push(Bytes::from(vec![0; 3]), 1);
+        assert_eq!(q.push(Bytes::from(vec![0; 3]), 2), Push::Full);
+        assert_eq!(q.full_since(), Some(2));
+        q.push_always(Bytes::from(vec![0; 1]));
+        assert_eq!(q.pop_joined(100).map(|b| b.len()), Some(4));
+        assert_eq!(q.full_since(), None, "drained: the clock stops");
     }
 }

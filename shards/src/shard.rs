@@ -29,6 +29,11 @@ use std::sync::Arc;
 mod admin_feed;
 pub use admin_feed::{AdminMsg, ADMIN_QUEUE_BYTES};
 
+/// The most bytes [`Shard::poll_write`] joins into one write: a few full
+/// frames and counts, small enough that copying them costs less than the
+/// send each would take.
+pub const JOIN_MAX: usize = 16 * 1024;
+
 /// Courses one connection may watch.
 pub const MAX_COURSES_PER_CONN: usize = 32;
 
@@ -1092,6 +1097,13 @@ impl Shard {
     /// The next frame to write to `id`.
     pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
         self.conn_mut(id)?.queue.pop()
+    }
+
+    /// The next bytes to write to `id` in one send: its queued frames joined
+    /// up to [`JOIN_MAX`] bytes (a larger frame goes alone), so frames queued
+    /// in one round share a system call and a segment.
+    pub fn poll_write(&mut self, id: ConnId) -> Option<Bytes> {
+        self.conn_mut(id)?.queue.pop_joined(JOIN_MAX)
     }
 
     /// Where connection `id` is in its life (`None`: unknown or gone).

@@ -16,23 +16,23 @@ use std::sync::Arc;
 /// an idle connection waits for readability and holds no read buffer).
 const READ_MAX: usize = 4096;
 
-/// Sends the `101`, registers the connection with the shard, and hands it to
-/// a reader task of its own, so nothing of the handshake stays alive for the
-/// connection's life but its slot (in its [`ConnIo`]). Frames are written by
-/// the shard's flush step, or by a writer task only while the socket is full.
+/// Registers the connection with the shard, sends the `101` (or the SSE
+/// response head) together with what the shard queued for it (the `hello`,
+/// an SSE stream's boards) in one send, and hands it to a reader task of its
+/// own, so nothing of the handshake stays alive for the connection's life but
+/// its slot (in its [`ConnIo`]). Frames are written by the shard's flush
+/// step, or by a writer task only while the socket is full.
 pub(super) async fn start<R: Runtime>(
     ctx: Rc<ShardCtx>,
-    mut stream: R::Stream,
+    stream: R::Stream,
     accepted: Accepted,
     rest: Vec<u8>,
 ) {
     let Accepted { upgrade, response } = accepted;
-    if R::write_all(&mut stream, response).await.is_err() {
-        return;
-    }
     let socket = Rc::new(ConnSocket::<R>(stream));
     let sse = upgrade.sse.is_some();
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
+    writing::write_first(&ctx, &io, id, response);
     // An SSE stream's request is all it sends: what follows is ignored.
     let reading = sse || feed(&ctx, id, &rest);
     drop(rest);
@@ -46,7 +46,8 @@ pub(super) async fn start<R: Runtime>(
     });
 }
 
-/// Registers an upgraded connection (its `101` sent) with the shard.
+/// Registers an upgraded connection with the shard; nothing is written to
+/// it until [`writing::write_first`] puts the `101` in front.
 fn register<R: Runtime>(
     ctx: &Rc<ShardCtx>,
     upgrade: Upgrade,
@@ -68,7 +69,7 @@ fn register<R: Runtime>(
         ),
     };
     let fd = R::fd(&socket.0);
-    let io = Rc::new(ConnIo::new(fd, socket, upgrade.slot));
+    let io = Rc::new(ConnIo::upgrading(fd, socket, upgrade.slot));
     if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
         ring.register(id.index(), fd);
     }

@@ -9,8 +9,9 @@
 //! connection slot), so a send does not look its socket up and take a
 //! reference to it each time. The table's changes (a connection arrived, one
 //! left) are queued and go to the kernel as operations of the next
-//! submission, so a round's arrivals and departures cost no system call of
-//! their own.
+//! submission with sends; only a release forces one at the end of its round
+//! (the table's hold keeps the socket open), so arrivals cost no system call
+//! of their own and a round's departures one.
 
 use bytes::Bytes;
 use io_uring::{opcode, types, IoUring};
@@ -123,10 +124,14 @@ impl<T> SendRing<T> {
         self.queued.len() >= BATCH as usize
     }
 
-    /// Submits the table changes queued since the last submission, if any
-    /// (once per round: a submission with sends carries them anyway).
+    /// Submits the table changes queued since the last submission if one of
+    /// them releases a socket (once per round: the table's hold keeps a
+    /// closed connection's socket open until its release is in). Registrations
+    /// alone wait for the next submission with sends, which carries them at
+    /// no cost of their own: a connection's sends name its socket until then.
     pub fn submit_changes(&mut self) {
-        if !self.changes.is_empty() && self.queued.is_empty() {
+        let releases = self.changes.values().any(|&fd| fd == EMPTY);
+        if releases && self.queued.is_empty() {
             self.submit(|_, _, _| {});
         }
     }
@@ -387,6 +392,37 @@ mod tests {
     }
 
     #[test]
+    fn registrations_wait_for_sends_and_a_release_goes_in_with_the_round() {
+        let mut ring = ring::<()>();
+        let (mut rx, tx) = pair();
+        let (_rx2, tx2) = pair();
+        ring.register(1, tx.as_raw_fd());
+        ring.submit_changes();
+        assert_eq!(
+            ring.fixed_slot(1),
+            None,
+            "no submission for a registration alone"
+        );
+        assert_eq!(ring.changes.len(), 1);
+        ring.push(tx2.as_raw_fd(), None, Bytes::from_static(b"x"), ());
+        ring.submit(|_, _, _| {});
+        assert_eq!(ring.fixed_slot(1), Some(1), "carried by the next sends");
+        ring.register(2, tx2.as_raw_fd());
+        ring.unregister(1);
+        drop(tx);
+        ring.submit_changes();
+        assert!(
+            ring.changes.is_empty(),
+            "the release took the registration along"
+        );
+        assert_eq!(ring.fixed_slot(2), Some(2));
+        let mut got = [0u8; 1];
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        assert_eq!(rx.read(&mut got).expect("eof"), 0, "released: closed");
+    }
+
+    #[test]
     fn a_registration_released_before_its_submission_never_reaches_the_kernel() {
         let mut ring = ring::<()>();
         let (mut rx, tx) = pair();
@@ -410,10 +446,10 @@ mod tests {
         for slot in 0..slots {
             ring.register(slot, tx.as_raw_fd());
         }
-        ring.submit_changes();
+        ring.submit(|_, _, _| {});
         let live = (0..slots).filter(|s| ring.fixed_slot(*s).is_some()).count();
         assert_eq!(live, BATCH as usize);
-        ring.submit_changes();
+        ring.submit(|_, _, _| {});
         assert!((0..slots).all(|s| ring.fixed_slot(s) == Some(s)));
         for slot in 0..slots {
             ring.unregister(slot);

@@ -27,7 +27,7 @@ pub(super) async fn tick_loop<R: Runtime>(ctx: Rc<ShardCtx>) {
 }
 
 /// One turn of the loop, without the sleep: feeds the inbox and the time into
-/// the renderer, flushes, submits the send ring's table changes of the round,
+/// the renderer, flushes, submits the send ring's releases of the round,
 /// publishes metrics, and returns the next deadline (ms).
 fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
     let drain_ms = ctx.node.args.drain_ms;

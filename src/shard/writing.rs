@@ -22,6 +22,9 @@ use std::task::{Poll, Waker};
 /// queue is empty), so an idle connection holds no writer at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteSide {
+    /// Just upgraded: the `101` has not been written, so neither is anything
+    /// else (see [`write_first`]).
+    Upgrading,
     /// Nothing in flight: the flush step writes queued frames with `send(2)`.
     Direct,
     /// A writer task waits for the socket to take the rest.
@@ -67,10 +70,11 @@ pub struct ConnIo {
 }
 
 impl ConnIo {
-    /// The shell's half of a just-upgraded connection on socket `fd`.
-    pub fn new(fd: RawFd, socket: Rc<dyn Socket>, slot: handshake::Slot) -> Self {
+    /// The shell's half of a just-upgraded connection on socket `fd`, its
+    /// `101` not written yet.
+    pub fn upgrading(fd: RawFd, socket: Rc<dyn Socket>, slot: handshake::Slot) -> Self {
         ConnIo {
-            write_side: Cell::new(WriteSide::Direct),
+            write_side: Cell::new(WriteSide::Upgrading),
             reader_waiting: Default::default(),
             finished: Default::default(),
             fd,
@@ -165,6 +169,29 @@ pub(super) fn write_ready(ctx: &Rc<ShardCtx>, shard: &mut Shard) {
     }
 }
 
+/// The first write of a just-registered connection: `head` (the `101`, or
+/// an SSE stream's response head) and what the shard queued for it since
+/// (its `hello`, an SSE stream's boards, up to [`shards::shard::JOIN_MAX`]) in one
+/// non-blocking send; the rest of the queue follows as from the flush step,
+/// and what the socket does not take goes to a writer task.
+pub(super) fn write_first(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, head: Vec<u8>) {
+    let mut shard = ctx.shard.borrow_mut();
+    let mut first = head;
+    let head_len = first.len();
+    if let Some(frames) = shard.poll_write(id) {
+        first.extend_from_slice(&frames);
+    }
+    io.write_side.set(WriteSide::Direct);
+    let res = sockopt::send_now(io.fd, &first);
+    let (n, whole) = settle(ctx, io, id, first.into(), res);
+    ctx.metrics()
+        .bytes_out
+        .fetch_add(n.saturating_sub(head_len) as u64, Relaxed);
+    if whole {
+        write_queued(ctx, &mut shard, io, id);
+    }
+}
+
 /// Writes `id`'s queued frames at once, with non-blocking `send(2)`, while
 /// the socket takes them whole (the common case: the flush step that queued a
 /// frame also puts it on the wire, and no task wakes). The first frame the
@@ -176,7 +203,7 @@ fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo>, id: Conn
         return;
     }
     let mut written = 0;
-    while let Some(frame) = shard.poll_transmit(id) {
+    while let Some(frame) = shard.poll_write(id) {
         let res = sockopt::send_now(io.fd, &frame);
         let (n, whole) = settle(ctx, io, id, frame, res);
         written += n;
@@ -212,7 +239,7 @@ fn write_batched(ctx: &Rc<ShardCtx>, shard: &mut Shard, conns: &ConnTable, ring:
             if io.write_side.get() != WriteSide::Direct {
                 continue;
             }
-            let Some(frame) = shard.poll_transmit(id) else {
+            let Some(frame) = shard.poll_write(id) else {
                 io.after_queue_empty(shard.phase(id));
                 continue;
             };
@@ -333,7 +360,7 @@ async fn write_loop<R: Runtime>(
 /// to the flush step (and the task ends).
 fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Bytes> {
     let mut shard = ctx.shard.borrow_mut();
-    let next = shard.poll_transmit(id);
+    let next = shard.poll_write(id);
     if next.is_none() {
         io.write_side.set(WriteSide::Direct);
         io.after_queue_empty(shard.phase(id));
