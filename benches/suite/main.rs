@@ -498,11 +498,7 @@ fn wakeups_row(out: &mut Outcome, key: &str, per_thread: &[(String, f64)], secs:
         key,
         format!(
             "{total:.2}/s over {secs:.0} s ({})",
-            per_thread
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            by_thread_text(per_thread.iter().map(|(k, v)| (k, v)), 2)
         ),
         json!({"total": total, "threads": per_thread.iter().cloned().collect::<BTreeMap<_, _>>()}),
     );
@@ -559,11 +555,7 @@ fn idle(o: &Opts) -> Outcome {
         "connect_switches_per_conn",
         format!(
             "{total:.2} context switches per connection in the connect phase (by thread {})",
-            switches
-                .iter()
-                .map(|(k, v)| format!("{k} {v:.2}"))
-                .collect::<Vec<_>>()
-                .join(", ")
+            by_thread_text(&switches, 2)
         ),
         json!({"per_conn": total, "by_thread": switches}),
     );
@@ -642,11 +634,14 @@ pub(crate) fn per_each(
         .collect()
 }
 
-/// A [`per_each`] share as a table cell: `thread value, …` (values rounded).
-pub(crate) fn by_thread_text(by_thread: &BTreeMap<String, f64>) -> String {
+/// Values by thread as a table cell: `thread value, …`, to `places` decimals.
+pub(crate) fn by_thread_text<'a>(
+    by_thread: impl IntoIterator<Item = (&'a String, &'a f64)>,
+    places: usize,
+) -> String {
     by_thread
-        .iter()
-        .map(|(k, v)| format!("{k} {v:.0}"))
+        .into_iter()
+        .map(|(k, v)| format!("{k} {v:.places$}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -667,7 +662,7 @@ fn connect_rows(
         format!(
             "{per:.0} µs of server CPU per connection ({:.2} s over the {secs:.1} s connect phase; by thread {})",
             cpu as f64 / 1e6,
-            by_thread_text(&by_thread)
+            by_thread_text(&by_thread, 0)
         ),
         json!({"per_conn_us": per, "total_s": cpu as f64 / 1e6, "secs": secs, "by_thread_us": by_thread}),
     );

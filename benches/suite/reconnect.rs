@@ -207,7 +207,7 @@ fn rows(
         format!(
             "{per:.0} µs of server CPU per reconnection ({:.2} s over {secs:.2} s; by thread {})",
             cpu as f64 / 1e6,
-            crate::by_thread_text(&by_thread)
+            crate::by_thread_text(&by_thread, 0)
         ),
         json!({"per_conn_us": per, "total_s": cpu as f64 / 1e6, "by_thread_us": by_thread}),
     );

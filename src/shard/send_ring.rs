@@ -43,6 +43,8 @@ pub struct SendRing<T> {
     /// Table changes not yet submitted, by slot: the socket to put there
     /// (or [`EMPTY`]); the latest change of a slot wins.
     changes: HashMap<u32, RawFd>,
+    /// Of `changes`, the releases ([`EMPTY`]): only they force a submission.
+    releases: usize,
     /// The slots and entries of the changes in the current submission (the
     /// kernel reads each entry from here: never grown past its capacity).
     submitted: Vec<(u32, RawFd)>,
@@ -82,6 +84,7 @@ impl<T> SendRing<T> {
             results: Vec::with_capacity(BATCH as usize),
             fixed,
             changes: HashMap::new(),
+            releases: 0,
             submitted: Vec::with_capacity(BATCH as usize),
             live: Vec::new(),
         })
@@ -93,7 +96,7 @@ impl<T> SendRing<T> {
     /// stay open until it is [`unregister`](Self::unregister)ed.
     pub fn register(&mut self, slot: u32, fd: RawFd) {
         if slot < self.fixed {
-            self.changes.insert(slot, fd);
+            self.set_change(slot, fd);
         }
     }
 
@@ -102,9 +105,9 @@ impl<T> SendRing<T> {
     /// round); a registration not yet submitted is dropped.
     pub fn unregister(&mut self, slot: u32) {
         if self.is_live(slot) {
-            self.changes.insert(slot, EMPTY);
+            self.set_change(slot, EMPTY);
         } else {
-            self.changes.remove(&slot);
+            self.take_change(slot);
         }
     }
 
@@ -126,14 +129,26 @@ impl<T> SendRing<T> {
 
     /// Submits the table changes queued since the last submission if one of
     /// them releases a socket (once per round: the table's hold keeps a
-    /// closed connection's socket open until its release is in). Registrations
-    /// alone wait for the next submission with sends, which carries them at
-    /// no cost of their own: a connection's sends name its socket until then.
+    /// closed connection's socket open until its release is in; see
+    /// [`submit`](Self::submit)).
     pub fn submit_changes(&mut self) {
-        let releases = self.changes.values().any(|&fd| fd == EMPTY);
-        if releases && self.queued.is_empty() {
+        if self.queued.is_empty() {
             self.submit(|_, _, _| {});
         }
+    }
+
+    /// Queues `fd` (or [`EMPTY`]) for table slot `slot`, replacing a change
+    /// of the slot not yet submitted.
+    fn set_change(&mut self, slot: u32, fd: RawFd) {
+        let old = self.changes.insert(slot, fd);
+        self.releases = self.releases + usize::from(fd == EMPTY) - usize::from(old == Some(EMPTY));
+    }
+
+    /// Takes slot `slot`'s change not yet submitted, if any.
+    fn take_change(&mut self, slot: u32) -> Option<RawFd> {
+        let fd = self.changes.remove(&slot)?;
+        self.releases -= usize::from(fd == EMPTY);
+        Some(fd)
     }
 
     /// Moves as many queued table changes into the submission queue as it
@@ -143,7 +158,7 @@ impl<T> SendRing<T> {
         let room = (BATCH as usize).saturating_sub(self.queued.len());
         let take: Vec<u32> = self.changes.keys().copied().take(room).collect();
         for slot in take {
-            if let Some(fd) = self.changes.remove(&slot) {
+            if let Some(fd) = self.take_change(slot) {
                 self.submitted.push((slot, fd));
             }
         }
@@ -178,7 +193,9 @@ impl<T> SendRing<T> {
             Some(_) => self.live[i] = false,
             // Not completed (the submission failed): try again next time.
             None => {
-                self.changes.entry(slot).or_insert(fd);
+                if !self.changes.contains_key(&slot) {
+                    self.set_change(slot, fd);
+                }
             }
         }
     }
@@ -211,11 +228,14 @@ impl<T> SendRing<T> {
     /// Submits the queued sends, waits until each has completed, and hands
     /// each frame and tag back with the bytes the socket took (`WouldBlock`
     /// when its send buffer was full), in the order they were queued; returns
-    /// how many sends went in (0: nothing was queued, no system call). The
-    /// queued table changes go in with them.
+    /// how many sends went in (0: nothing was queued). The queued table
+    /// changes go in with them. Without sends, only a release makes a
+    /// submission: registrations alone wait for the next sends, which carry
+    /// them at no cost of their own (a connection's sends name its socket
+    /// until then).
     pub fn submit(&mut self, mut done: impl FnMut(T, Bytes, io::Result<usize>)) -> usize {
         let n = self.queued.len();
-        if n == 0 && self.changes.is_empty() {
+        if n == 0 && self.releases == 0 {
             return 0;
         }
         self.push_changes();
@@ -403,6 +423,8 @@ mod tests {
             None,
             "no submission for a registration alone"
         );
+        ring.submit(|_, _, _| {});
+        assert_eq!(ring.fixed_slot(1), None, "nor for a flush without sends");
         assert_eq!(ring.changes.len(), 1);
         ring.push(tx2.as_raw_fd(), None, Bytes::from_static(b"x"), ());
         ring.submit(|_, _, _| {});
@@ -446,10 +468,16 @@ mod tests {
         for slot in 0..slots {
             ring.register(slot, tx.as_raw_fd());
         }
-        ring.submit(|_, _, _| {});
+        // Registrations go in with sends, as many as the ring has room for.
+        let (_rx2, other) = pair();
+        let send = |ring: &mut SendRing<()>| {
+            ring.push(other.as_raw_fd(), None, Bytes::from_static(b"x"), ());
+            ring.submit(|_, _, _| {});
+        };
+        send(&mut ring);
         let live = (0..slots).filter(|s| ring.fixed_slot(*s).is_some()).count();
-        assert_eq!(live, BATCH as usize);
-        ring.submit(|_, _, _| {});
+        assert_eq!(live, BATCH as usize - 1, "one entry is the send");
+        send(&mut ring);
         assert!((0..slots).all(|s| ring.fixed_slot(s) == Some(s)));
         for slot in 0..slots {
             ring.unregister(slot);
