@@ -90,3 +90,154 @@ pub fn run(cfg: Config) {
     }
     drop(socks);
 }
+
+/// What the connect floor does.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ConnectConfig {
+    /// Port to listen on (127.0.0.1).
+    pub port: u16,
+    /// Stop by itself after this many seconds.
+    pub max_secs: u64,
+}
+
+/// One connection of the connect floor: what it sent that is not answered yet.
+#[derive(Default)]
+struct FloorConn {
+    buf: Vec<u8>,
+    upgraded: bool,
+}
+
+/// Runs the connect floor: the least a server can do for the load
+/// generator's connect sequence, on one epoll loop with no runtime, no
+/// presence and no Redis. It accepts, answers a request head with a canned
+/// `101` and the `hello` in one `write(2)`, and a watch with the course's
+/// (empty) full frame and its count in another: the two writes, two reads
+/// and one accept a connection cannot do without. Its CPU per connection is
+/// what `idle` reports the server's connect phase against.
+pub fn run_connect(cfg: ConnectConfig) {
+    let listener = TcpListener::bind(("127.0.0.1", cfg.port)).expect("connect floor: bind");
+    listener
+        .set_nonblocking(true)
+        .expect("connect floor: nonblocking");
+    let lfd = listener.as_raw_fd();
+    // SAFETY: epoll_create1 has no preconditions; the result is checked.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    assert!(ep >= 0, "connect floor: epoll_create1");
+    watch_fd(ep, lfd);
+    println!("{{\"listening\":true}}");
+    let _ = std::io::stdout().flush();
+    let hello = shards::server_msg::hello("u0", shards::Role::Student, 200, "floor");
+    let mut first = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n".to_vec();
+    first.extend_from_slice(&hello);
+    let end = Instant::now() + Duration::from_secs(cfg.max_secs);
+    let mut conns: Vec<Option<FloorConn>> = Vec::new();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 512];
+    let mut chunk = [0u8; 4096];
+    while Instant::now() < end {
+        // SAFETY: `events` is a live buffer of `events.len()` entries.
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 100) };
+        for ev in events.iter().take(n.max(0) as usize) {
+            let fd = ev.u64 as i32;
+            if fd == lfd {
+                loop {
+                    // SAFETY: accepting on a listening socket we own; null
+                    // address pointers are allowed.
+                    let c = unsafe {
+                        libc::accept4(
+                            lfd,
+                            std::ptr::null_mut(),
+                            std::ptr::null_mut(),
+                            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                        )
+                    };
+                    if c < 0 {
+                        break;
+                    }
+                    watch_fd(ep, c);
+                    let i = c as usize;
+                    if conns.len() <= i {
+                        conns.resize_with(i + 1, || None);
+                    }
+                    conns[i] = Some(FloorConn::default());
+                }
+                continue;
+            }
+            // SAFETY: `fd` is a socket this loop accepted and has not closed;
+            // the buffer is a live slice of its length.
+            let got = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+            let Some(Some(conn)) = conns.get_mut(fd as usize) else {
+                continue;
+            };
+            if got == 0 {
+                conns[fd as usize] = None;
+                // SAFETY: closing a socket this loop owns, once.
+                unsafe { libc::close(fd) };
+                continue;
+            }
+            if got < 0 {
+                continue;
+            }
+            conn.buf.extend_from_slice(&chunk[..got as usize]);
+            if !conn.upgraded {
+                let Some(end) = conn.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    continue;
+                };
+                conn.buf.drain(..end + 4);
+                conn.upgraded = true;
+                write_fd(fd, &first);
+            }
+            while let Some((payload, used)) = client_message(&conn.buf) {
+                conn.buf.drain(..used);
+                if let Some(course) = watched_course(&payload) {
+                    let mut answer = shards::server_msg::frame(
+                        &course,
+                        true,
+                        std::iter::empty::<&std::sync::Arc<shards::Snapshot>>(),
+                    )
+                    .to_vec();
+                    answer.extend_from_slice(&shards::server_msg::presence(&course, 1));
+                    write_fd(fd, &answer);
+                }
+            }
+        }
+    }
+}
+
+/// Adds `fd` to the epoll set, readable, level-triggered.
+fn watch_fd(ep: i32, fd: i32) {
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: fd as u64,
+    };
+    // SAFETY: both descriptors are open; `ev` is a live event.
+    unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) };
+}
+
+/// One non-blocking `write(2)` of `bytes` (a few hundred bytes to an empty
+/// socket buffer: it does not come back short).
+fn write_fd(fd: i32, bytes: &[u8]) {
+    // SAFETY: `fd` is an open socket; the buffer is a live slice of its length.
+    unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+/// The first whole masked client frame in `buf`: its unmasked payload and
+/// the bytes it takes (short frames only: the load generator's watch).
+fn client_message(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
+    let len = usize::from(*buf.get(1)? & 0x7f);
+    if len > 125 || buf.len() < 6 + len {
+        return None;
+    }
+    let mask = &buf[2..6];
+    let payload = buf[6..6 + len]
+        .iter()
+        .enumerate()
+        .map(|(i, b)| b ^ mask[i % 4])
+        .collect();
+    Some((payload, 6 + len))
+}
+
+/// The course of a `{"op":"watch","course":"…"}` message.
+fn watched_course(payload: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    (v["op"] == "watch").then(|| v["course"].as_str().map(str::to_owned))?
+}

@@ -85,7 +85,7 @@ struct Opts {
     rate_set: bool,
     /// Floor: the frame's size on the wire.
     frame_bytes: usize,
-    /// Storm, fanout: skip the floor run (compare runs one floor for all).
+    /// Storm, fanout, idle: skip the floor run (compare runs one floor for all).
     no_floor: bool,
     /// Handshake: the token algorithm (`hs256`, `rs256`, `es256`, `eddsa`, `all`).
     alg: Option<String>,
@@ -148,7 +148,7 @@ const USAGE: &str =
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
-[--no-floor (storm, fanout: skip the floor run)] \
+[--no-floor (storm, fanout, idle: skip the floor run)] \
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
@@ -536,7 +536,7 @@ fn idle(o: &Opts) -> Outcome {
     let cw1 = procs::wakeups(server.pid());
     let connect_secs = t_connect.elapsed().as_secs_f64();
     let open = wait_open(o, &mut f, o.clients, "idle");
-    connect_rows(
+    let connect_cpu = connect_rows(
         &mut out,
         (before, connected),
         (&th0, &th1),
@@ -616,7 +616,65 @@ fn idle(o: &Opts) -> Outcome {
     );
     out.check(open as usize == o.clients, "not every client connected");
     machine_row(&mut out, k0, k1);
+    drop(server);
+    if !o.no_floor && !o.no_watch && o.transport == "ws" {
+        connect_floor_rows(&mut out, o, &courses, connect_cpu);
+    }
     out
+}
+
+/// The connect floor in the same run (see `floor::run_connect`): as many
+/// clients at the same rate, each answered with the least a server can do;
+/// the server's connect CPU per connection as a ratio to it.
+fn connect_floor_rows(out: &mut Outcome, o: &Opts, courses: &[String], ours_us: f64) {
+    use std::io::BufRead;
+    let port = procs::free_port();
+    let cfg = floor::ConnectConfig {
+        port,
+        max_secs: o.seconds as u64 + 600,
+    };
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .arg("__connect_floor")
+        .arg(serde_json::to_string(&cfg).expect("json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn connect floor");
+    let mut line = String::new();
+    if let Some(so) = child.stdout.take() {
+        let _ = std::io::BufReader::new(so).read_line(&mut line);
+    }
+    let pid = child.id();
+    progress(o, "[idle] the connect floor".into());
+    let (u0, w0) = (procs::usage(pid), procs::wakeups(pid));
+    let mut f = fleet(o, port, courses, o.skew, false, o.seconds + 600.0);
+    let answered =
+        reconnect::wait_answered(&mut f, o.clients as u64, true, Duration::from_secs(120));
+    let (u1, w1) = (procs::usage(pid), procs::wakeups(pid));
+    let switches: f64 = per_each(&w0, &w1, o.clients as u64).values().sum();
+    drop(f.report());
+    let _ = child.kill();
+    let _ = child.wait();
+    let floor_us = u1.cpu_us.saturating_sub(u0.cpu_us) as f64 / o.clients.max(1) as f64;
+    out.row(
+        "connect_floor_cpu_us_per_conn",
+        format!("{floor_us:.0} µs per connection (one epoll loop: accept, 101 + hello in one write, the watch answer and count in another)"),
+        json!(floor_us),
+    );
+    out.row(
+        "connect_floor_switches_per_conn",
+        format!("{switches:.2} context switches per connection in the connect floor"),
+        json!(switches),
+    );
+    let ratio = ours_us / floor_us.max(1e-9);
+    out.row(
+        "connect_ratio_to_floor",
+        format!("{ratio:.2}x the connect floor's CPU per connection"),
+        json!(ratio),
+    );
+    out.check(
+        answered,
+        "connect floor: not every client had its watch answer",
+    );
 }
 
 /// Each thread's growth from `th0` to `th1` (CPU µs or wake-ups), divided by `n`
@@ -653,7 +711,7 @@ fn connect_rows(
     (th0, th1): (&BTreeMap<String, u64>, &BTreeMap<String, u64>),
     open: u64,
     secs: f64,
-) {
+) -> f64 {
     let cpu = b.cpu_us.saturating_sub(a.cpu_us);
     let per = cpu as f64 / open.max(1) as f64;
     let by_thread = per_each(th0, th1, open);
@@ -666,6 +724,7 @@ fn connect_rows(
         ),
         json!({"per_conn_us": per, "total_s": cpu as f64 / 1e6, "secs": secs, "by_thread_us": by_thread}),
     );
+    per
 }
 
 fn storm(o: &Opts) -> Outcome {
@@ -1468,6 +1527,12 @@ fn main() {
         let cfg: floor::Config =
             serde_json::from_str(args.get(1).expect("config")).expect("floor config");
         floor::run(cfg);
+        return;
+    }
+    if args.first().map(String::as_str) == Some("__connect_floor") {
+        let cfg: floor::ConnectConfig =
+            serde_json::from_str(args.get(1).expect("config")).expect("connect floor config");
+        floor::run_connect(cfg);
         return;
     }
     if args.first().map(String::as_str) == Some("__loadgen") {
