@@ -168,13 +168,17 @@ pub fn run_connect(cfg: ConnectConfig) {
             let Some(Some(conn)) = conns.get_mut(fd as usize) else {
                 continue;
             };
-            if got == 0 {
+            let again =
+                got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock;
+            if again {
+                continue;
+            }
+            if got <= 0 {
+                // The peer closed or reset: forget it (level-triggered epoll
+                // would report an errored socket forever).
                 conns[fd as usize] = None;
                 // SAFETY: closing a socket this loop owns, once.
                 unsafe { libc::close(fd) };
-                continue;
-            }
-            if got < 0 {
                 continue;
             }
             conn.buf.extend_from_slice(&chunk[..got as usize]);
