@@ -43,6 +43,23 @@ pub fn frame_of_size(wire_bytes: usize) -> Vec<u8> {
     shards::ws_codec::text_frame(&text).to_vec()
 }
 
+/// Starts this bench binary again as a floor child (`mode`: `__floor` or
+/// `__connect_floor`, see `main`) with `cfg`, and returns once it listens.
+pub fn spawn(mode: &str, cfg: &impl Serialize) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .arg(mode)
+        .arg(serde_json::to_string(cfg).expect("json"))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn floor");
+    let mut line = String::new();
+    if let Some(so) = child.stdout.take() {
+        let _ = std::io::BufReader::new(so).read_line(&mut line);
+    }
+    child
+}
+
 /// Runs the floor child: accept, then write until killed or `max_secs`.
 pub fn run(cfg: Config) {
     let listener = TcpListener::bind(("127.0.0.1", cfg.port)).expect("floor: bind");

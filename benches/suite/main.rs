@@ -627,22 +627,12 @@ fn idle(o: &Opts) -> Outcome {
 /// clients at the same rate, each answered with the least a server can do;
 /// the server's connect CPU per connection as a ratio to it.
 fn connect_floor_rows(out: &mut Outcome, o: &Opts, courses: &[String], ours_us: f64) {
-    use std::io::BufRead;
     let port = procs::free_port();
     let cfg = floor::ConnectConfig {
         port,
         max_secs: o.seconds as u64 + 600,
     };
-    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .arg("__connect_floor")
-        .arg(serde_json::to_string(&cfg).expect("json"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn connect floor");
-    let mut line = String::new();
-    if let Some(so) = child.stdout.take() {
-        let _ = std::io::BufReader::new(so).read_line(&mut line);
-    }
+    let mut child = floor::spawn("__connect_floor", &cfg);
     let pid = child.id();
     progress(o, "[idle] the connect floor".into());
     let (u0, w0) = (procs::usage(pid), procs::wakeups(pid));
@@ -1122,7 +1112,6 @@ fn wire_row(out: &mut Outcome, server: &Server, m0: &Value, m1: &Value, frames: 
 /// loop to `o.clients` loopback connections, one `o.frame_bytes` frame each per
 /// `interval`.
 fn floor_scenario(o: &Opts, interval: Duration) -> Outcome {
-    use std::io::BufRead;
     let mut out = Outcome::new("floor");
     let port = procs::free_port();
     let cfg = floor::Config {
@@ -1132,16 +1121,7 @@ fn floor_scenario(o: &Opts, interval: Duration) -> Outcome {
         frame: floor::frame_of_size(o.frame_bytes),
         max_secs: o.seconds as u64 + 600,
     };
-    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .arg("__floor")
-        .arg(serde_json::to_string(&cfg).expect("json"))
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn floor");
-    let mut line = String::new();
-    if let Some(so) = child.stdout.take() {
-        let _ = std::io::BufReader::new(so).read_line(&mut line);
-    }
+    let mut child = floor::spawn("__floor", &cfg);
     let pid = child.id();
     let courses = vec!["HOT".to_string()];
     let mut f = fleet(o, port, &courses, 0.0, false, o.seconds + 600.0);

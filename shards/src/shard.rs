@@ -3,7 +3,7 @@
 //!
 //! It owns no socket and reads no clock. The shell calls the `handle_*` methods,
 //! then drains [`Shard::poll_action`], [`Shard::poll_ready`] and
-//! [`Shard::poll_transmit`], and sleeps until [`Shard::poll_timeout`].
+//! [`Shard::poll_write`], and sleeps until [`Shard::poll_timeout`].
 
 use crate::client_op::{ClientOp, OpError};
 use crate::conn::{Conn, ConnId, Role};
@@ -1094,7 +1094,8 @@ impl Shard {
         Some(id)
     }
 
-    /// The next frame to write to `id`.
+    /// The next frame to write to `id`, alone (what [`Shard::poll_write`]
+    /// joins; tests and benches read frames one by one with it).
     pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
         self.conn_mut(id)?.queue.pop()
     }
