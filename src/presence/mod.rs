@@ -26,7 +26,8 @@ pub const UNREMOVED_MAX: usize = 10_000;
 /// members who leave together (a node's viewers all sent elsewhere, a
 /// reconnect storm) share one write, and one who comes back within it costs
 /// none: well inside a presence tick, and every count writes them first, so
-/// no count sees a member who left. (A new member is written at once.)
+/// no count sees a member who left. (A new member is written as soon as the
+/// commands that came with it, see [`GATHER_MS`], are handled.)
 pub const LEAVE_WINDOW_MS: u64 = 20;
 
 /// Errors from a store (Redis down); the worker counts and retries.
@@ -359,6 +360,12 @@ impl<P: PresenceStore> Worker<P> {
 /// The most commands handled as one batch (the counts are not held back long).
 const BATCH_MAX: usize = 4096;
 
+/// How long the worker lets commands gather after the first one of a quiet
+/// spell: the joins and leaves of the shards' rounds in that time queue up
+/// without waking the thread (or making a shard wake it) for each, and go to
+/// the store in one write. Far inside a presence tick, like [`LEAVE_WINDOW_MS`].
+pub const GATHER_MS: u64 = 10;
+
 /// Runs the presence worker until `Shutdown`: commands as they come, and
 /// what is due whenever its time has come (a stream of commands cannot hold
 /// back the counts).
@@ -367,6 +374,9 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
         let wait = w.poll_timeout().saturating_sub(clock::unix_ms());
         match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
+                if !matches!(cmd, PresenceCmd::Shutdown) {
+                    std::thread::sleep(Duration::from_millis(GATHER_MS));
+                }
                 // What else is queued goes with it: one store write for all.
                 let queued = std::iter::from_fn(|| commands.try_recv().ok()).take(BATCH_MAX);
                 if !w.commands(std::iter::once(cmd).chain(queued), clock::unix_ms()) {
