@@ -185,8 +185,13 @@ pub fn run_connect(cfg: ConnectConfig) {
             let Some(Some(conn)) = conns.get_mut(fd as usize) else {
                 continue;
             };
-            let again =
-                got < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock;
+            // Nothing there yet, or a signal cut the read short: the
+            // level-triggered set reports the socket again.
+            let again = got < 0
+                && matches!(
+                    std::io::Error::last_os_error().kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                );
             if again {
                 continue;
             }
