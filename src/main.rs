@@ -7,6 +7,7 @@ use seatboard::cmd::demo;
 use seatboard::hub as runtime;
 use seatboard::logging::{init as logging, usage};
 use seatboard::node::Node;
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -50,7 +51,7 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Err(e) => return usage(&e),
     };
     if let Err(e) = auth.start() {
-        eprintln!("error: cannot start: {e}");
+        seatboard::logging::line(&format!("error: cannot start: {e}"));
         return ExitCode::from(1);
     }
     let node = Arc::new(Node::new(args, shards.len(), auth));
@@ -63,7 +64,7 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         Ok(h) => h,
         Err(e) => {
             tracing::error!("cannot start: {e}");
-            eprintln!("error: cannot start: {e}");
+            seatboard::logging::line(&format!("error: cannot start: {e}"));
             return ExitCode::from(1);
         }
     };
@@ -74,7 +75,11 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
         format!("http://{addr}/")
     };
     if demo_mode {
-        println!("seatboard demo running: open {shown}  (admin: {shown}admin)");
+        // Not `println!`: a closed stdout must not stop the node.
+        let _ = writeln!(
+            std::io::stdout(),
+            "seatboard demo running: open {shown}  (admin: {shown}admin)"
+        );
     } else {
         tracing::info!(listen = %addr, shards = shards.len(), "seatboard serving");
         let stop = {
@@ -97,6 +102,13 @@ fn hub(args: HubArgs, demo_mode: bool) -> ExitCode {
 fn main() -> ExitCode {
     seatboard::shard::allocator::purge_promptly();
     let cli = Cli::parse();
+    let code = run(cli);
+    // The last lines (`drained`, a refusal) reach stderr before the exit.
+    seatboard::logging::flush(std::time::Duration::from_millis(500));
+    code
+}
+
+fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(args) => hub(args, false),
         Command::Demo(mut args) => {

@@ -456,6 +456,16 @@ const FAMILIES: &[Family] = &[
         }),
     ),
     counter(
+        "seatboard_log_dropped_total",
+        "Log lines dropped because stderr stopped taking them (a closed or stalled log reader, a full disk).",
+        Samples::One(|_| Num::U(crate::logging::dropped())),
+    ),
+    gauge(
+        "seatboard_thread_failed",
+        "1 once a long-lived thread of the node panicked: the node reports itself failed and exits.",
+        Samples::One(|_| Num::U(crate::hub::failure::failed().is_some() as u64)),
+    ),
+    counter(
         "seatboard_pin_failures_total",
         "Shards whose thread could not be pinned to a core.",
         Samples::One(|m| load(&m.pin_failures)),

@@ -40,7 +40,7 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
             match report::run(&mut con, &key, r, &mut out) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    crate::logging::line(&format!("error: {e}"));
                     ExitCode::from(1)
                 }
             }
@@ -49,7 +49,7 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
                 if let Err(e) = signal_hook::flag::register(sig, std::sync::Arc::clone(&stop)) {
-                    eprintln!("error: cannot install signal handlers: {e}");
+                    crate::logging::line(&format!("error: cannot install signal handlers: {e}"));
                     return ExitCode::from(1);
                 }
             }

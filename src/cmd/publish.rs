@@ -14,17 +14,19 @@ use std::process::ExitCode;
 /// `--version` it carries none, so hubs apply it by arrival order) and writes it.
 pub fn run(args: PublishArgs) -> ExitCode {
     if !valid_course(&args.course) {
-        eprintln!(
+        crate::logging::line(&format!(
             "error: invalid value '{}' for '--course': 1-64 of [A-Za-z0-9_.-]",
             args.course
-        );
+        ));
         return ExitCode::from(2);
     }
     if let Some(info) = &args.seat_info {
         match serde_json::from_str::<serde_json::Value>(info) {
             Ok(v) if v.is_object() => {}
             _ => {
-                eprintln!("error: invalid value '{info}' for '--seat-info': not a JSON object");
+                crate::logging::line(&format!(
+                    "error: invalid value '{info}' for '--seat-info': not a JSON object"
+                ));
                 return ExitCode::from(2);
             }
         }
@@ -42,7 +44,7 @@ pub fn run(args: PublishArgs) -> ExitCode {
     let redis = match Redis::from_flags(&t.redis) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::logging::line(&format!("error: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -50,7 +52,7 @@ pub fn run(args: PublishArgs) -> ExitCode {
     match write(&mut link, &t.channel_prefix, &t.state_prefix, &[snap]) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: publish failed: {e}");
+            crate::logging::line(&format!("error: publish failed: {e}"));
             ExitCode::from(1)
         }
     }

@@ -47,7 +47,7 @@ pub fn run(args: SimulateArgs) -> ExitCode {
     }) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::logging::line(&format!("error: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -82,13 +82,13 @@ pub fn run(args: SimulateArgs) -> ExitCode {
         if Instant::now() >= next_progress {
             next_progress += PROGRESS_EVERY;
             let secs = start.elapsed().as_secs_f64();
-            eprintln!(
+            crate::logging::line(&format!(
                 "simulate: {:.0} s, {} published, {} dropped, {:.1}/s",
                 secs,
                 publisher.published(),
                 publisher.dropped(),
                 publisher.published() as f64 / secs
-            );
+            ));
         }
     }
     publisher.flush(Duration::from_secs(5));

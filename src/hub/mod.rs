@@ -1,6 +1,7 @@
 //! Starting a node: the listeners, the ingest and presence threads, one pinned
 //! monoio runtime per shard, and the signal loop that drains and exits.
 
+pub mod failure;
 pub mod listener;
 pub mod sd_notify;
 
@@ -24,6 +25,12 @@ use std::time::{Duration, Instant};
 
 /// How often shards are probed when systemd's watchdog is off.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// How long a failed node waits for its connections to close before it exits.
+const FAIL_GRACE: Duration = Duration::from_secs(5);
+
+/// The exit code of a node that failed (EX_SOFTWARE): systemd restarts it.
+pub const EXIT_FAILED: i32 = 70;
 
 /// A started node: what `main` needs to wait on it.
 pub struct Hub {
@@ -60,6 +67,7 @@ where
         for sig in [SIGTERM, SIGINT] {
             signal_hook::low_level::pipe::register(sig, tx.try_clone()?)?;
         }
+        failure::install(tx);
         rx
     };
     let listeners = listener::bind(args.listen, n)?;
@@ -250,7 +258,30 @@ impl Hub {
                 next_probe
             };
             self.sleep_until_signal(wait);
+            if let Some(thread) = failure::failed() {
+                return self.fail(thread);
+            }
         }
+    }
+
+    /// A long-lived thread panicked: refuse new viewers, close the ones left
+    /// (they reconnect to a healthy node), and exit 70 for systemd to restart.
+    fn fail(&self, thread: &str) -> i32 {
+        tracing::error!(
+            thread,
+            "a long-lived thread panicked: the node reports itself failed, closes its connections and exits"
+        );
+        self.node.draining.store(true, Relaxed);
+        sd_notify::notify("STOPPING=1\nSTATUS=failed: a thread panicked");
+        for i in &self.inboxes {
+            i.control(Control::CloseAll);
+        }
+        let t = Instant::now();
+        while self.node.open.load(Relaxed) > 0 && t.elapsed() < FAIL_GRACE {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.stop_threads();
+        EXIT_FAILED
     }
 
     /// Sleeps up to `wait`, or until SIGTERM/SIGINT arrives.

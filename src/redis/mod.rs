@@ -116,7 +116,10 @@ pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, 
 impl Redis {
     /// Checks the flags; the error names the flag (for a usage error, exit 2).
     pub fn from_flags(f: &RedisFlags) -> Result<Arc<Redis>, String> {
-        let bad = |why: String| format!("invalid value '{}' for '--redis': {why}", f.redis);
+        let bad = |why: String| {
+            let msg = format!("invalid value '{}' for '--redis': {why}", f.redis);
+            config::redact(&msg, &f.redis)
+        };
         let mut seeds = Vec::new();
         for uri in f.redis.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let info = uri.into_connection_info().map_err(|e| bad(e.to_string()))?;

@@ -101,11 +101,21 @@ pub fn page(node: &Node, page: &str) -> Response {
                 Some((None, _)) => (up, ",\"redis_mode\":\"standalone\"".to_string()),
                 None => (up, String::new()),
             };
+            // A node whose long-lived thread panicked is failed, whatever else holds.
+            let failed = crate::hub::failure::failed();
+            let (code, status) = match failed {
+                Some(_) => (503, "failed"),
+                None if up => (200, "ok"),
+                None => (200, "degraded"),
+            };
+            let extra = match failed {
+                Some(thread) => format!("{extra},\"failed_thread\":\"{thread}\""),
+                None => extra,
+            };
             Response::json(
-                200,
+                code,
                 format!(
-                    "{{\"status\":\"{}\",\"redis\":{redis},\"shards\":{},\"connections\":{},\"draining\":{},\"auth\":\"{}\"{extra}}}",
-                    if up { "ok" } else { "degraded" },
+                    "{{\"status\":\"{status}\",\"redis\":{redis},\"shards\":{},\"connections\":{},\"draining\":{},\"auth\":\"{}\"{extra}}}",
                     node.shards,
                     node.metrics.connections(),
                     node.draining(),
@@ -113,6 +123,7 @@ pub fn page(node: &Node, page: &str) -> Response {
                 ),
             )
         }
+        "/readyz" if crate::hub::failure::failed().is_some() => Response::text(503, "failed"),
         "/readyz" if node.draining() => {
             Response::text(503, "draining").header("Retry-After: 5".into())
         }

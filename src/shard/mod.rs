@@ -109,6 +109,7 @@ impl ShardCtx {
         while let Some(action) = shard.poll_action() {
             match action {
                 Action::Interest { course, watching } => {
+                    crate::hub::failure::trip(&course);
                     let gate = watching.then(|| shard.gate(&course)).flatten();
                     let _ = self.ingest.send(IngestCmd::Interest {
                         shard: self.index,

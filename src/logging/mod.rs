@@ -1,16 +1,23 @@
 //! Process setup shared by every subcommand: logging to stderr and usage errors.
+//! Nothing here panics or blocks when stderr stops taking writes.
 
+mod sink;
+
+pub use sink::{dropped, flush};
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Logs to stderr at `level` (an EnvFilter directive such as `info`), with
 /// terminal colour codes only when stderr is a terminal and `NO_COLOR` is unset
-/// (a file or journald gets plain text).
+/// (a file or journald gets plain text). Lines go through the writer thread
+/// of [`sink`]: a stalled or closed stderr drops lines, it never stops a thread.
 pub fn init(level: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+    sink::start();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(sink::Sink)
         .with_ansi(colour(
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
@@ -28,8 +35,15 @@ fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
 
 /// A usage error: the first stderr line names the flag, exit 2.
 pub fn usage(msg: &str) -> ExitCode {
-    eprintln!("error: {msg}");
+    line(&format!("error: {msg}"));
     ExitCode::from(2)
+}
+
+/// Writes one line to stderr after the log lines queued before it, dropping
+/// it (counted) if stderr refuses it: `eprintln!` would panic instead.
+pub fn line(msg: &str) {
+    flush(Duration::from_millis(200));
+    sink::write_now(format!("{msg}\n").as_bytes());
 }
 
 #[cfg(test)]
