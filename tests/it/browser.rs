@@ -547,3 +547,32 @@ fn event_source_on_another_origin_gets_live_frames() {
         "sse.png",
     );
 }
+
+/// A publisher's `seat_info` may hold anything: the board draws every section
+/// and each room as text, even a room whose `toString` is not a function.
+#[test]
+fn board_draws_any_seat_info_as_text() {
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let rooms = [
+        r#"{"toString":"B12"}"#,
+        r#"["A","B"]"#,
+        "42",
+        r#""C3""#,
+        "null",
+    ];
+    for (i, room) in rooms.iter().enumerate() {
+        let n = (i + 1).to_string();
+        let st = seatboard_command()
+            .args(["publish", "--redis", &uri, "--course", "ODD101"])
+            .args(["--section", &n, "--total", "10", "--taken"])
+            .arg((10 - i - 1).to_string())
+            .args(["--seat-info", &format!(r#"{{"room":{room}}}"#)])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .expect("seatboard publish");
+        assert!(st.success(), "publish ODD101 {n} with room {room}");
+    }
+    let sb = Seatboard::start(&["serve", "--auth", "none", "--redis", &uri]);
+    run_script("seat_info.mjs", sb.port, "seat_info.png");
+}

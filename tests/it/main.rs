@@ -46,6 +46,7 @@ mod haproxy_limits;
 mod jwks;
 mod listener;
 mod log_colour;
+mod log_reader_gone;
 mod metrics;
 mod monitoring;
 mod package;
