@@ -30,7 +30,7 @@ export interface ConnectOptions {
 export interface StatusDetail {
   status: Status;
   /** Why the client is reconnecting: the server's drain hint, a backoff after a failure, or an attempt under way. */
-  reason?: "drain" | "backoff" | "connecting";
+  reason?: "drain" | "backoff" | "connecting" | "pagehide";
   /** How long until the next attempt. */
   delay_ms?: number;
 }

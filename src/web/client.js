@@ -113,9 +113,29 @@ export class SeatClient extends EventTarget {
     this._timer = null;
     this._syncTimer = null;
     this._gen = 0;
-    this._wake = () => { if (!this._conn && this.status !== "closed") this._open(); };
+    this._wake = () => { if (!this._conn && !this._hidden && this.status !== "closed") this._open(); };
     this._visible = () => { if (env.document && env.document.visibilityState === "visible") this._wake(); };
-    if (env.window) env.window.addEventListener("online", this._wake);
+    // In the back/forward cache: closed with 1000, no retry, values kept.
+    this._hidden = false;
+    this._pagehide = () => {
+      if (this.status === "closed") return;
+      this._hidden = true;
+      this._env.clearTimeout(this._timer);
+      this._timer = null;
+      this.retryAt = null;
+      this._drop();
+      this._setStatus("reconnecting", { reason: "pagehide" });
+    };
+    this._pageshow = (ev) => {
+      if (!this._hidden && !(ev && ev.persisted)) return;
+      this._hidden = false;
+      if (!this._conn) this._open();
+    };
+    if (env.window) {
+      env.window.addEventListener("online", this._wake);
+      env.window.addEventListener("pagehide", this._pagehide);
+      env.window.addEventListener("pageshow", this._pageshow);
+    }
     if (env.document) env.document.addEventListener("visibilitychange", this._visible);
     this._timer = env.setTimeout(() => this._open(), 0);
   }
@@ -157,7 +177,11 @@ export class SeatClient extends EventTarget {
     this._drop();
     this._env.clearTimeout(this._timer);
     this._env.clearTimeout(this._syncTimer);
-    if (this._env.window) this._env.window.removeEventListener("online", this._wake);
+    if (this._env.window) {
+      for (const [t, f] of [["online", this._wake], ["pagehide", this._pagehide], ["pageshow", this._pageshow]]) {
+        this._env.window.removeEventListener(t, f);
+      }
+    }
     if (this._env.document) this._env.document.removeEventListener("visibilitychange", this._visible);
     if (this._onClose) this._onClose();
     this._setStatus("closed", {});
@@ -185,7 +209,7 @@ export class SeatClient extends EventTarget {
   }
 
   async _open() {
-    if (this.status === "closed") return;
+    if (this.status === "closed" || this._hidden) return;
     this._env.clearTimeout(this._timer);
     this._timer = null;
     this.retryAt = null;
@@ -242,6 +266,7 @@ export class SeatClient extends EventTarget {
 
   // Schedules the next attempt: at the drain hint's time, else after a backoff.
   _retry() {
+    if (this._hidden) return;
     const now = this._env.now();
     let delay, reason;
     if (this._hint !== null) {

@@ -452,3 +452,31 @@ test('an online event before the first attempt opens no second connection', asyn
   assert.equal(env.sockets.length, 1);
   assert.ok(!env.sockets[0].closedByClient);
 });
+
+test('pagehide closes with 1000 and schedules nothing; pageshow persisted reconnects and watches again', async () => {
+  const env = fakeEnv({ random: () => 0.5 });
+  const c = await live(env, { transport: 'websocket' });
+  c.watch('CS101');
+  await env.advance(0);
+  env.sockets[0].message(frame('CS101', [sec(1, 30, 10, 1)], true));
+  const statuses = record(c, 'status');
+  env.window.dispatchEvent(Object.assign(new Event('pagehide'), { persisted: true }));
+  await env.advance(0);
+  assert.equal(env.sockets[0].closeCode, 1000, 'closed with 1000');
+  assert.equal(c.status, 'reconnecting', 'says it is reconnecting');
+  assert.equal(statuses.at(-1).reason, 'pagehide');
+  assert.equal(c.state('CS101').get(1).seats_taken, 10, 'keeps its last values');
+  await env.advance(120000);
+  assert.equal(env.sockets.length, 1, 'no reconnect while in the cache');
+  env.window.dispatchEvent(new Event('online'));
+  env.document.dispatchEvent(new Event('visibilitychange'));
+  await env.advance(0);
+  assert.equal(env.sockets.length, 1, 'online or visible: still nothing while hidden');
+  env.window.dispatchEvent(Object.assign(new Event('pageshow'), { persisted: true }));
+  await env.advance(0);
+  assert.equal(env.sockets.length, 2, 'pageshow persisted: at once');
+  env.sockets[1].open();
+  await env.advance(0);
+  assert.deepEqual(env.sockets[1].watched(), ['CS101'], 'watches again');
+  assert.equal(c.status, 'live');
+});

@@ -40,7 +40,7 @@ export function fakeEnv({ random = Math.random } = {}) {
       env.sockets.push(this);
     }
     send(m) { this.sent.push(JSON.parse(m)); }
-    close() { this.readyState = 3; this.closedByClient = true; }
+    close(code) { this.readyState = 3; this.closedByClient = true; this.closeCode = code; }
     // Test side: the server opens, says hello, sends a message, closes.
     open(hello = { type: 'hello', user: 'u1', role: 'student', tick_ms: 200, node: 'n1' }) {
       this.readyState = 1;

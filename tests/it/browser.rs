@@ -44,6 +44,14 @@ fn csp_guard_catches_a_violation() {
     assert!(status.success(), "csp_selftest.mjs failed");
 }
 
+/// The back/forward cache on: the board leaves for another page and comes
+/// back from the cache, live again within 2 s (tests/browser/bfcache.mjs).
+#[test]
+fn board_comes_back_from_the_back_forward_cache_live() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    run_script("bfcache.mjs", sb.port, "bfcache.png");
+}
+
 #[test]
 fn board_page_shows_live_seats() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);

@@ -447,3 +447,87 @@ fn a_reader_that_stops_is_closed_after_its_buffer_stays_full() {
         .then_some(()))
     .is_some());
 }
+
+/// The server's side of the client socket whose local port is `client`,
+/// as a `socket:[inode]` link target, while the kernel lists it.
+fn server_socket(server: u16, client: u16) -> Option<String> {
+    loopback_tcp()
+        .into_iter()
+        .find(|r| r.local_port == server && r.remote_port == client)
+        .map(|r| format!("socket:[{}]", r.inode))
+}
+
+/// Whether `pid` holds a descriptor pointing at `target`.
+fn holds(pid: i32, target: &str) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|d| {
+        d.flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|t| t.to_string_lossy() == target))
+    })
+}
+
+/// Opens a stream next to a WebSocket watcher of the same course, closes it
+/// the way `close` does, and checks that everything it held is released
+/// within a second of the close: the count, `/metrics`, presence, the socket.
+fn a_closed_stream_is_released_at_once(close: impl FnOnce(Sse)) {
+    let redis = Redis::start();
+    let sb = serve(&redis, &["--shards", "1"]);
+    let mut ws = RawWs::hello(sb.port, "wsuser");
+    ws.text(r#"{"op":"watch","course":"CS101"}"#);
+    ws.next_of_type("frame", T).expect("ws watch answer");
+    let mut s = Sse::open(sb.port, "/sse?course=CS101&user=sseuser", "");
+    s.until(T, |e| {
+        e.json()["type"] == "presence" && e.json()["viewers"] == 2
+    })
+    .expect("SSE sees two viewers");
+    // Bytes a client sends on the stream are read and dropped.
+    s.stream.write_all(&[b'x'; 64 * 1024]).unwrap();
+    let client = s.stream.local_addr().unwrap().port();
+    let socket = server_socket(sb.port, client).expect("the stream's server socket");
+    assert!(holds(sb.pid(), &socket), "{socket} not held");
+    let closed = Instant::now();
+    close(s);
+    let within = Duration::from_secs(1);
+    let released = wait_for(within, || {
+        let m = sb.metrics();
+        (healthz_json(sb.port)["connections"] == 1
+            && metric_value(&m, "seatboard_connections_by_transport{transport=\"sse\"}") == 0.0
+            && !holds(sb.pid(), &socket))
+        .then_some(())
+    });
+    assert!(
+        released.is_some(),
+        "not released {:?} after the close: {} {socket} held: {}",
+        closed.elapsed(),
+        healthz_json(sb.port),
+        holds(sb.pid(), &socket)
+    );
+    let one = |v: &Value| v["type"] == "presence" && v["viewers"] == 1;
+    let left = loop {
+        match ws.next_of_type("presence", T) {
+            Some(v) if one(&v) => break closed.elapsed(),
+            Some(_) => {}
+            None => panic!("the stream's member never left"),
+        }
+    };
+    assert!(
+        left < Duration::from_secs(2),
+        "presence dropped after {left:?}"
+    );
+}
+
+#[test]
+fn a_stream_closed_with_fin_is_released_within_a_second() {
+    a_closed_stream_is_released_at_once(|s| {
+        s.stream.shutdown(std::net::Shutdown::Both).unwrap();
+        drop(s);
+    });
+}
+
+#[test]
+fn a_stream_closed_with_rst_is_released_within_a_second() {
+    a_closed_stream_is_released_at_once(|s| {
+        let sock = Socket::from(s.stream);
+        sock.set_linger(Some(Duration::ZERO)).unwrap();
+        drop(sock);
+    });
+}
