@@ -330,6 +330,9 @@ pub struct AnalyticsArgs {
     /// Bucket length (ms); buckets are aligned to wall-clock multiples of it.
     #[arg(long, env = "SEATBOARD_BUCKET_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub bucket_ms: u64,
+    /// Courses beginning with this are a rehearsal's (`seatboard rehearse`) and not counted.
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
+    pub rehearsal_prefix: String,
     /// Approximate stream length cap (`XADD MAXLEN ~`).
     #[arg(long, env = "SEATBOARD_ANALYTICS_MAX_LEN", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_len: u64,
