@@ -125,7 +125,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
     };
     let sse = (args.viewers as f64 * args.sse_share).round() as usize;
     let mut workers = Workers::start(&cfg, sse);
-    let (series, latency_iv) = drive(&args, &mut workers, &publisher, &stop, &names);
+    let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
     publisher.flush(Duration::from_secs(5));
     let tick = workers.sum("tick_ms").max(200);
     let settle = Instant::now() + Duration::from_millis(2 * tick);
@@ -133,7 +133,6 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         workers.poll();
         std::thread::sleep(Duration::from_millis(20));
     }
-    let feed = latency_iv;
     finish(&args, workers, &publisher, &feed, series, link, &names)
 }
 
