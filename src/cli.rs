@@ -37,6 +37,74 @@ pub enum Command {
     Analytics(AnalyticsArgs),
     /// Print an HS256 token signed with --jwt-secret (for trials and load tests).
     Token(crate::cmd::token::TokenArgs),
+    /// Rehearse a selection window against a running deployment before it opens.
+    Rehearse(RehearseArgs),
+}
+
+/// `seatboard rehearse` (contract section 9).
+#[derive(Args, Debug, Clone)]
+pub struct RehearseArgs {
+    /// The deployment as browsers reach it (`http://seats.example.edu`, or one node).
+    #[arg(long, env = "SEATBOARD_REHEARSE_TARGET")]
+    pub target: String,
+    /// Redis and prefixes, as for `serve`.
+    #[command(flatten)]
+    pub redis: RedisTarget,
+    /// Presence sorted-set prefix (the rehearsal's presence keys are deleted at the end).
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
+    pub presence_prefix: String,
+    /// Viewers to connect.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub viewers: u32,
+    /// New viewers per second while ramping.
+    #[arg(long, default_value_t = 500.0, value_parser = positive_f64)]
+    pub connect_rate: f64,
+    /// Share of viewers on /sse instead of WebSocket (0..1).
+    #[arg(long, default_value_t = 0.0, value_parser = share)]
+    pub sse_share: f64,
+    /// Rehearsal courses.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub courses: u32,
+    /// Zipf skew of viewers and publishes over the courses.
+    #[arg(long, default_value_t = 1.1, value_parser = non_negative_f64)]
+    pub hot_skew: f64,
+    /// Snapshots per second published through Redis after the ramp.
+    #[arg(long, default_value_t = 2000.0, value_parser = positive_f64)]
+    pub publish_rate: f64,
+    /// Seconds of publishing after the ramp.
+    #[arg(long, default_value_t = 60.0, value_parser = positive_f64)]
+    pub duration: f64,
+    /// Course code prefix of the rehearsal's courses.
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
+    pub rehearsal_prefix: String,
+    /// HS256 secret to mint the viewers' tokens with.
+    #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+    /// Tokens, one per line, used in turn.
+    #[arg(long)]
+    pub token_file: Option<std::path::PathBuf>,
+    /// Local addresses to spread viewers over (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub source_addrs: Vec<std::net::IpAddr>,
+    /// Target: publish-to-screen p99 in ms.
+    #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
+    pub p99_ms: f64,
+    /// Target: share of refused upgrades (0..1).
+    #[arg(long, default_value_t = 0.01, value_parser = share)]
+    pub max_refused: f64,
+    /// The figures as JSON.
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// A self-contained HTML report.
+    #[arg(long)]
+    pub report: Option<std::path::PathBuf>,
+}
+
+fn share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a share between 0 and 1")),
+    }
 }
 
 /// Which io driver a shard runs.
@@ -262,6 +330,9 @@ pub struct AnalyticsArgs {
     /// Bucket length (ms); buckets are aligned to wall-clock multiples of it.
     #[arg(long, env = "SEATBOARD_BUCKET_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub bucket_ms: u64,
+    /// Courses beginning with this are a rehearsal's (`seatboard rehearse`) and not counted.
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
+    pub rehearsal_prefix: String,
     /// Approximate stream length cap (`XADD MAXLEN ~`).
     #[arg(long, env = "SEATBOARD_ANALYTICS_MAX_LEN", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_len: u64,

@@ -9,6 +9,7 @@
 //!   to shards only through [`channels`].
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
+//! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
 //! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`], [`shard_set`]: shared plumbing.
 
 pub mod analytics;
@@ -26,5 +27,6 @@ pub mod node;
 pub mod presence;
 pub mod publisher;
 pub mod redis;
+pub mod rehearse;
 pub mod shard;
 pub mod shard_set;

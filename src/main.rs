@@ -125,5 +125,9 @@ fn run(cli: Cli) -> ExitCode {
         },
         Command::Analytics(args) => seatboard::analytics::main(args),
         Command::Token(args) => seatboard::cmd::token::run(args),
+        Command::Rehearse(args) => match logging(&args.redis.log_level) {
+            Ok(()) => seatboard::rehearse::run(args),
+            Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
+        },
     }
 }

@@ -19,13 +19,13 @@ mod common;
 mod fleet;
 mod floor;
 mod handshake;
-mod hist;
+use seatboard::rehearse::hist;
 mod ingest;
 #[path = "../../tests/jwt_util/mod.rs"]
 mod jwt_util;
 #[path = "../../tests/lb/mod.rs"]
 mod lb;
-mod loadgen;
+use seatboard::rehearse::viewers as loadgen;
 mod procs;
 mod publish;
 mod reconnect;
@@ -363,6 +363,7 @@ fn fleet(o: &Opts, port: u16, courses: &[String], skew: f64, churn: bool, max_se
             watch: !o.no_watch,
             deflate: o.compression == "on",
             sse: o.transport == "sse",
+            ..loadgen::Config::default()
         })
         .collect();
     Fleet::start(configs)

@@ -927,6 +927,7 @@ pub fn run(o: &Opts) -> Outcome {
         deflate: false,
         tokens_file: None,
         sse: false,
+        ..loadgen::Config::default()
     }]);
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();

@@ -218,7 +218,8 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
     let mut lp = Loop {
         args,
         key,
-        buckets: Buckets::new(args.bucket_ms, clock::unix_ms()),
+        buckets: Buckets::new(args.bucket_ms, clock::unix_ms())
+            .with_rehearsal_prefix(args.rehearsal_prefix.clone()),
         pending: None,
         rejected: 0,
         last_reject_log: None,

@@ -69,6 +69,8 @@ pub struct Buckets {
     updates: HashMap<String, u64>,
     seats: HashMap<String, BTreeMap<u32, Seats>>,
     lost: bool,
+    /// Courses beginning with it are a rehearsal's and not counted (section 7).
+    rehearsal_prefix: String,
 }
 
 /// Why a closed bucket wrote nothing (for the log).
@@ -92,7 +94,18 @@ impl Buckets {
             updates: HashMap::new(),
             seats: HashMap::new(),
             lost: false,
+            rehearsal_prefix: String::new(),
         }
+    }
+
+    /// Leaves out courses beginning with `prefix` (`seatboard rehearse`'s).
+    pub fn with_rehearsal_prefix(mut self, prefix: String) -> Self {
+        self.rehearsal_prefix = prefix;
+        self
+    }
+
+    fn rehearsal(&self, course: &str) -> bool {
+        !self.rehearsal_prefix.is_empty() && course.starts_with(&self.rehearsal_prefix)
     }
 
     /// Bucket length in ms.
@@ -118,6 +131,9 @@ impl Buckets {
     /// Counts one published snapshot into the bucket in flight and keeps its
     /// seats unless an equal or newer version of that section was seen before.
     pub fn on_snapshot(&mut self, snap: &Snapshot) {
+        if self.rehearsal(&snap.course) {
+            return;
+        }
         match self.updates.get_mut(&*snap.course) {
             Some(n) => *n += 1,
             None => {
@@ -173,7 +189,10 @@ impl Buckets {
         for (course, n) in &updates {
             rows.entry(course.as_str()).or_default().0 += n;
         }
-        for (course, v) in viewers.iter().filter(|(_, v)| **v > 0) {
+        for (course, v) in viewers
+            .iter()
+            .filter(|(c, v)| **v > 0 && !self.rehearsal(c))
+        {
             rows.entry(course.as_str()).or_default().1 += v;
         }
         if rows.is_empty() {
@@ -310,6 +329,14 @@ mod tests {
 
     #[test]
     fn stale_versions_count_but_do_not_replace_seats() {
+        let mut b = Buckets::new(1000, 0).with_rehearsal_prefix("REHEARSAL-".into());
+        b.on_snapshot(&snap("REHEARSAL-0001", 1, 5, 10, Some(3)));
+        let v = HashMap::from([("REHEARSAL-0001".to_string(), 4u64)]);
+        assert_eq!(
+            b.close(2000, &v).0,
+            Closed::Idle,
+            "a rehearsal course is not counted"
+        );
         let mut b = Buckets::new(1000, 0);
         b.on_snapshot(&snap("A", 0, 10, 20, Some(5)));
         b.on_snapshot(&snap("A", 0, 3, 20, Some(4)));

@@ -43,6 +43,7 @@ impl Viewers {
             deflate: true,
             tokens_file: None,
             sse: false,
+            ..loadgen::Config::default()
         };
         let (tx, cmd_rx) = mpsc::channel::<String>();
         let (out_tx, rx) = mpsc::channel::<Value>();

@@ -7,16 +7,11 @@
 mod cluster_util;
 #[path = "../common/mod.rs"]
 mod common;
-#[path = "../../benches/suite/hist.rs"]
-#[allow(dead_code)]
-mod hist;
+use seatboard::rehearse::viewers as loadgen;
 #[path = "../jwt_util/mod.rs"]
 mod jwt_util;
 #[path = "../lb/mod.rs"]
 mod lb;
-#[path = "../../benches/suite/loadgen.rs"]
-#[allow(dead_code)]
-mod loadgen;
 #[path = "../../benches/suite/publish.rs"]
 #[allow(dead_code)]
 mod publish;
@@ -60,6 +55,7 @@ mod redis_presence;
 mod redis_publisher;
 mod redis_reconnect;
 mod redis_tls;
+mod rehearse;
 mod security;
 mod slow_consumer;
 mod sse;

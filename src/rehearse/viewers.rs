@@ -1,9 +1,13 @@
-//! The load-generator process: one mio (epoll) loop on one thread driving
-//! thousands of hand-rolled WebSocket clients. The runner starts several of
-//! these (the bench binary re-executed as `__loadgen <json>`), each under the
-//! per-process open-file limit, and talks to them over stdin/stdout:
+//! The viewers: one mio (epoll) loop on one thread driving thousands of
+//! hand-rolled WebSocket (or SSE) clients, each watching one to
+//! `max_courses` courses. `seatboard rehearse` runs several of them (threads,
+//! and child processes past one process's open files); the bench suite runs
+//! the same loop (its binary re-executed as `__loadgen <json>`). Each is
+//! driven by command lines and answers with JSON values (stdin/stdout for a
+//! child process):
 //!
-//! - stdout, every 500 ms: `{"p":{counters}}` (progress);
+//! - every 500 ms: `{"p":{counters},"r":[[status,n]],"l":{histogram}}`
+//!   (progress: counters, refusals by status so far, latency since the last);
 //! - stdin `mark`: answers `{"mark":{counters}}` at once (window boundaries);
 //! - stdin `report`: answers `{"report":{...}}` and exits.
 //!
@@ -32,7 +36,8 @@
 //! its board (merged from the watch answer and later frames) holds, for every
 //! section, at least the version of the reference that was current when it
 //! lost it; after `blind`, until it holds the next reference. Each blind
-//! interval is reported as (start, end) in Unix ms. Clients bind before connect to `127.0.0.<2..2+sources>` with
+//! interval is reported as (start, end) in Unix ms. Clients bind before connect
+//! to one of `source_addrs` (else `127.0.0.<2..2+sources>`, else nothing) with
 //! `IP_BIND_ADDRESS_NO_PORT`, so ports are picked per destination 4-tuple and
 //! far more than 28k connections fit.
 //!
@@ -40,15 +45,17 @@
 //! epoch) into each snapshot's `seat_info.t` (passed through untouched by the
 //! server); a client takes `now - t` for every section of a non-`full` frame
 //! whose version is newer than what it holds. Both ends read the same
-//! `CLOCK_REALTIME` on one machine.
+//! `CLOCK_REALTIME` on one machine. With `version_ts` (the rehearsal), a
+//! section without `seat_info.t` takes its publish time from its version,
+//! `ts * 1000 + k` (ms since the epoch, then a counter).
 
-use crate::hist::Hist;
+use super::hist::Hist;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -56,8 +63,35 @@ use std::time::{Duration, Instant};
 /// What one load-generator process does.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Config {
-    /// Server port on 127.0.0.1.
+    /// Server port.
     pub port: u16,
+    /// Server address (127.0.0.1 unless given).
+    #[serde(default = "loopback")]
+    pub host: IpAddr,
+    /// The `Host` header (default `127.0.0.1:<port>`).
+    #[serde(default)]
+    pub host_header: Option<String>,
+    /// Path before `/ws` and `/sse` (empty, or `/seats` without the slash after).
+    #[serde(default)]
+    pub base_path: String,
+    /// Local addresses to bind before connect, in turn (overrides `sources`).
+    #[serde(default)]
+    pub source_addrs: Vec<IpAddr>,
+    /// The deployment runs `--auth none`: the user goes in `?user=`, no token.
+    #[serde(default)]
+    pub auth_none: bool,
+    /// Each viewer watches 1..=max_courses distinct courses.
+    #[serde(default = "one")]
+    pub max_courses: u32,
+    /// Latency from a section's version (`ts * 1000 + k`) when it has no `seat_info.t`.
+    #[serde(default)]
+    pub version_ts: bool,
+    /// User ids are `<user_prefix><child>-<n>`.
+    #[serde(default = "lg")]
+    pub user_prefix: String,
+    /// On the report, every open WebSocket says goodbye (close 1000 and a FIN).
+    #[serde(default)]
+    pub goodbye: bool,
     /// This process's index (user ids, seeds).
     pub child: u32,
     /// Connections to hold (ignored in churn mode).
@@ -113,6 +147,50 @@ fn yes() -> bool {
     true
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn lg() -> String {
+    "lg".into()
+}
+
+fn loopback() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::LOCALHOST)
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            port: 0,
+            host: loopback(),
+            host_header: None,
+            base_path: String::new(),
+            source_addrs: Vec::new(),
+            auth_none: false,
+            max_courses: 1,
+            version_ts: false,
+            user_prefix: lg(),
+            goodbye: false,
+            child: 0,
+            clients: 0,
+            courses: Vec::new(),
+            skew: 0.0,
+            connect_rate: 1.0,
+            inflight: 256,
+            churn: false,
+            secret: String::new(),
+            seed: 1,
+            max_secs: 60,
+            sources: 0,
+            watch: true,
+            deflate: false,
+            tokens_file: None,
+            sse: false,
+        }
+    }
+}
+
 #[derive(Deserialize)]
 struct Msg<'a> {
     #[serde(rename = "type", borrow)]
@@ -125,6 +203,8 @@ struct Msg<'a> {
     sections: Vec<Sec>,
     #[serde(default)]
     after_ms: Option<u64>,
+    #[serde(default)]
+    tick_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -155,19 +235,23 @@ struct Conn {
     phase: Phase,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
-    course: u32,
+    /// The courses watched (indices into `Config::courses`).
+    courses: Vec<u32>,
     user: u64,
+    /// When the connect started.
+    started_at: Instant,
     /// When the upgrade succeeded.
     opened_at: Option<Instant>,
     /// A `reconnect` hint: come back at this moment.
     hint_at: Option<Instant>,
-    /// Merged state: (section, version, seats_taken), sorted by section.
-    board: Vec<(u32, u64, u32)>,
+    /// Per watched course, the merged state: (section, version,
+    /// seats_taken), sorted by section.
+    boards: Vec<Vec<(u32, u64, u32)>>,
 }
 
 /// One simulated browser tab, across its connections.
 struct Viewer {
-    course: u32,
+    courses: Vec<u32>,
     /// Backoff exponent, as the page's `attempt`.
     attempt: u32,
     /// Blind since (Unix ms), after `arm` or `blind`.
@@ -205,6 +289,8 @@ struct Counters {
     blind: u64,
     /// Blind intervals that ended (board true again).
     recovered: u64,
+    /// The largest `tick_ms` a `hello` named.
+    tick_ms: u64,
     /// Milliseconds spent outside `epoll_wait` (working, or runnable and
     /// waiting for a core): near the wall time, the process is not keeping up.
     busy_ms: u64,
@@ -259,10 +345,14 @@ struct Gen {
     free: Vec<usize>,
     c: Counters,
     lat: Hist,
+    /// Latency since the last progress value.
+    lat_iv: Hist,
+    /// Connect to upgrade (or SSE head), µs.
+    connect: Hist,
     rng: fastrand::Rng,
     cdf: Vec<f64>,
     /// Clients still to open (retries included) and when each may start.
-    pending: Vec<(Instant, u64, u32)>,
+    pending: Vec<(Instant, u64)>,
     /// Per user (not in churn mode).
     viewers: Vec<Viewer>,
     /// Reference boards: per course, per section, the version to reach.
@@ -294,15 +384,17 @@ struct Gen {
 const SCRATCH: usize = 256 * 1024;
 
 impl Gen {
-    fn new(cfg: Config) -> Gen {
+    fn new(cfg: Config) -> std::io::Result<Gen> {
         let rng = fastrand::Rng::with_seed(cfg.seed);
         let cdf = zipf_cdf(cfg.courses.len().max(1), cfg.skew);
-        Gen {
-            poll: Poll::new().expect("epoll"),
+        Ok(Gen {
+            poll: Poll::new()?,
             conns: Vec::new(),
             free: Vec::new(),
             c: Counters::default(),
             lat: Hist::default(),
+            lat_iv: Hist::default(),
+            connect: Hist::default(),
             rng,
             cdf,
             pending: Vec::new(),
@@ -326,16 +418,32 @@ impl Gen {
             tokens: cfg
                 .tokens_file
                 .as_deref()
-                .map(|f| std::fs::read_to_string(f).expect("tokens file"))
-                .map(|t| t.lines().map(str::to_owned).collect())
+                .and_then(|f| std::fs::read_to_string(f).ok())
+                .map(|t| {
+                    t.lines()
+                        .map(str::trim)
+                        .filter(|l| !l.is_empty())
+                        .map(str::to_owned)
+                        .collect()
+                })
                 .unwrap_or_default(),
             cfg,
-        }
+        })
     }
 
-    fn open(&mut self, user: u64, course: u32) {
-        let src = Ipv4Addr::new(127, 0, 0, 2 + (user % self.cfg.sources.max(1) as u64) as u8);
-        let sock = match connect_from(src, self.cfg.port, self.cfg.churn) {
+    /// The local address a user's connections bind to, if any.
+    fn source(&self, user: u64) -> Option<IpAddr> {
+        let n = self.cfg.source_addrs.len() as u64;
+        if n > 0 {
+            return Some(self.cfg.source_addrs[(user % n) as usize]);
+        }
+        let k = self.cfg.sources as u64;
+        (k > 0).then(|| IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (user % k) as u8)))
+    }
+
+    fn open(&mut self, user: u64, courses: Vec<u32>) {
+        let dst = SocketAddr::new(self.cfg.host, self.cfg.port);
+        let sock = match connect_from(self.source(user), dst, self.cfg.churn) {
             Ok(s) => s,
             Err(_) => {
                 self.c.failed += 1;
@@ -369,11 +477,12 @@ impl Gen {
             phase: Phase::Connecting,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
-            course,
+            boards: vec![Vec::new(); courses.len()],
+            courses,
             user,
+            started_at: Instant::now(),
             opened_at: None,
             hint_at: None,
-            board: Vec::new(),
         });
     }
 
@@ -417,7 +526,7 @@ impl Gen {
             }
         };
         self.pending
-            .push((now + Duration::from_millis(delay), user, v.course));
+            .push((now + Duration::from_millis(delay), user));
     }
 
     /// A viewer's connection went away (closed, refused, failed).
@@ -450,17 +559,19 @@ impl Gen {
         let Some(since) = v.blind_since else {
             return;
         };
-        if v.need > self.refs.len() || conn.board.is_empty() {
+        if v.need > self.refs.len() || conn.boards.iter().all(Vec::is_empty) {
             return;
         }
         if v.need > 0 {
-            let want = &self.refs[v.need - 1][conn.course as usize];
-            let ok = want.iter().enumerate().all(|(s, &ver)| {
-                ver == 0
-                    || conn
-                        .board
-                        .binary_search_by_key(&(s as u32), |e| e.0)
-                        .is_ok_and(|i| conn.board[i].1 >= ver)
+            let refs = &self.refs[v.need - 1];
+            let ok = conn.courses.iter().zip(&conn.boards).all(|(&c, board)| {
+                let want = refs.get(c as usize).map_or(&[][..], Vec::as_slice);
+                want.iter().enumerate().all(|(s, &ver)| {
+                    ver == 0
+                        || board
+                            .binary_search_by_key(&(s as u32), |e| e.0)
+                            .is_ok_and(|i| board[i].1 >= ver)
+                })
             });
             if !ok {
                 return;
@@ -524,30 +635,53 @@ impl Gen {
                 return;
             }
             conn.phase = Phase::Handshake;
-            let user = format!("lg{}-{}", self.cfg.child, conn.user);
-            let token = match self.tokens.len() {
-                0 => seatboard::auth::mint(
-                    self.cfg.secret.as_bytes(),
-                    &user,
-                    shards::Role::Student,
-                    self.exp,
-                ),
-                n => self.tokens[conn.user as usize % n].clone(),
+            let user = format!("{}{}-{}", self.cfg.user_prefix, self.cfg.child, conn.user);
+            let (auth, query_user) = if self.cfg.auth_none {
+                (String::new(), format!("user={user}"))
+            } else {
+                let token = match self.tokens.len() {
+                    0 => crate::auth::mint(
+                        self.cfg.secret.as_bytes(),
+                        &user,
+                        shards::Role::Student,
+                        self.exp,
+                    ),
+                    n => self.tokens[conn.user as usize % n].clone(),
+                };
+                (format!("Authorization: Bearer {token}\r\n"), String::new())
             };
+            let host = self
+                .cfg
+                .host_header
+                .clone()
+                .unwrap_or_else(|| format!("127.0.0.1:{}", self.cfg.port));
+            let base = &self.cfg.base_path;
             let offer = if self.cfg.deflate {
                 "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
             } else {
                 ""
             };
             let req = if self.cfg.sse {
+                let mut q: Vec<String> = conn
+                    .courses
+                    .iter()
+                    .map(|&c| format!("course={}", self.cfg.courses[c as usize]))
+                    .collect();
+                if !query_user.is_empty() {
+                    q.push(query_user);
+                }
                 format!(
-                    "GET /sse?course={} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAccept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n",
-                    self.cfg.courses[conn.course as usize], self.cfg.port
+                    "GET {base}/sse?{} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n{auth}\r\n",
+                    q.join("&")
                 )
             } else {
+                let q = if query_user.is_empty() {
+                    String::new()
+                } else {
+                    format!("?{query_user}")
+                };
                 format!(
-                    "GET /ws HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nAuthorization: Bearer {token}\r\n{offer}\r\n",
-                    self.cfg.port
+                    "GET {base}/ws{q} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}{offer}\r\n"
                 )
             };
             conn.wbuf.extend_from_slice(req.as_bytes());
@@ -632,6 +766,10 @@ impl Gen {
                     break 'outer false;
                 }
                 self.c.upgrades += 1;
+                if let Some(c) = self.conns[idx].as_ref() {
+                    self.connect
+                        .record(c.started_at.elapsed().as_micros() as u64);
+                }
                 let sec = self.started.elapsed().as_secs() as usize;
                 if self.per_second.len() <= sec {
                     self.per_second.resize(sec + 1, 0);
@@ -650,14 +788,19 @@ impl Gen {
                 }
                 self.c.connecting -= 1;
                 self.c.open += 1;
-                let conn = self.conns[idx].as_mut().expect("conn");
+                let Some(conn) = self.conns[idx].as_mut() else {
+                    break 'outer false;
+                };
                 conn.phase = Phase::Open;
                 conn.opened_at = Some(Instant::now());
                 if self.cfg.watch && !self.cfg.sse {
-                    let course = &self.cfg.courses[conn.course as usize];
-                    let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
-                    let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
-                    conn.wbuf.extend_from_slice(&frame);
+                    for &c in &conn.courses {
+                        let course = &self.cfg.courses[c as usize];
+                        let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
+                        let frame =
+                            shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
+                        conn.wbuf.extend_from_slice(&frame);
+                    }
                     flush(conn);
                 }
             }
@@ -767,19 +910,29 @@ impl Gen {
                 self.c.errors += 1;
                 return;
             }
+            "hello" => {
+                self.c.tick_ms = self.c.tick_ms.max(msg.tick_ms.unwrap_or(0));
+                return;
+            }
             _ => return,
         }
         let Some(conn) = self.conns[idx].as_mut() else {
             return;
         };
-        if msg.course != Some(self.cfg.courses[conn.course as usize].as_str()) {
+        let courses = &self.cfg.courses;
+        let Some(k) = conn
+            .courses
+            .iter()
+            .position(|&c| msg.course == Some(courses[c as usize].as_str()))
+        else {
             self.c.errors += 1;
             return;
-        }
+        };
+        let board = &mut conn.boards[k];
         self.c.frames += 1;
         if msg.full {
             self.c.full_frames += 1;
-            conn.board.clear();
+            board.clear();
         }
         let now = now_us();
         let survivor = self
@@ -795,8 +948,16 @@ impl Gen {
             }
             self.phases.get_mut(&self.phase)
         };
+        let lat_iv = &mut self.lat_iv;
+        let version_ts = self.cfg.version_ts;
+        let sent_at = |s: &Sec| {
+            s.seat_info.as_ref().and_then(|i| i.t).or_else(|| {
+                (version_ts && s.version.is_some()).then(|| s.version.unwrap_or(0) / 1000 * 1000)
+            })
+        };
         let mut record = |lat: &mut Hist, d: u64| {
             lat.record(d);
+            lat_iv.record(d);
             if let Some(h) = phase.as_mut() {
                 h.record(d);
             }
@@ -804,24 +965,24 @@ impl Gen {
         for s in &msg.sections {
             self.c.sections += 1;
             let v = s.version.unwrap_or(0);
-            match conn.board.binary_search_by_key(&s.section, |e| e.0) {
+            match board.binary_search_by_key(&s.section, |e| e.0) {
                 Ok(i) => {
-                    if v > conn.board[i].1 || (v == 0 && conn.board[i].1 == 0) {
+                    if v > board[i].1 || (v == 0 && board[i].1 == 0) {
                         if !msg.full {
-                            if let Some(t) = s.seat_info.as_ref().and_then(|i| i.t) {
+                            if let Some(t) = sent_at(s) {
                                 record(&mut self.lat, now.saturating_sub(t));
                             }
                         }
-                        conn.board[i] = (s.section, v, s.seats_taken);
+                        board[i] = (s.section, v, s.seats_taken);
                     }
                 }
                 Err(i) => {
                     if !msg.full {
-                        if let Some(t) = s.seat_info.as_ref().and_then(|i| i.t) {
+                        if let Some(t) = sent_at(s) {
                             record(&mut self.lat, now.saturating_sub(t));
                         }
                     }
-                    conn.board.insert(i, (s.section, v, s.seats_taken));
+                    board.insert(i, (s.section, v, s.seats_taken));
                 }
             }
         }
@@ -907,9 +1068,14 @@ impl Gen {
                 return;
             }
             if self.pending[i].0 <= now {
-                let (_, user, course) = self.pending.swap_remove(i);
+                let (_, user) = self.pending.swap_remove(i);
+                let courses = self
+                    .viewers
+                    .get(user as usize)
+                    .map(|v| v.courses.clone())
+                    .unwrap_or_default();
                 self.c.reconnects += 1;
-                self.open(user, course);
+                self.open(user, courses);
             } else {
                 i += 1;
             }
@@ -920,32 +1086,67 @@ impl Gen {
             && self.opened < allowed
             && (self.c.connecting as usize) < self.cfg.inflight
         {
-            let course = zipf_pick(&self.cdf, &mut self.rng) as u32;
+            let courses = self.pick_courses();
             let user = self.next_user;
             self.next_user += 1;
             self.opened += 1.0;
             if !self.cfg.churn {
                 self.viewers.push(Viewer {
-                    course,
+                    courses: courses.clone(),
                     attempt: 0,
                     blind_since: None,
                     need: 0,
                     moved: false,
                 });
             }
-            self.open(user, course);
+            self.open(user, courses);
         }
     }
 
+    /// 1..=max_courses distinct courses, each Zipf-drawn.
+    fn pick_courses(&mut self) -> Vec<u32> {
+        let want = self.rng.u32(1..=self.cfg.max_courses.max(1)) as usize;
+        let want = want.min(self.cfg.courses.len().max(1));
+        let mut out = Vec::with_capacity(want);
+        for _ in 0..want * 8 {
+            let c = zipf_pick(&self.cdf, &mut self.rng) as u32;
+            if !out.contains(&c) {
+                out.push(c);
+            }
+            if out.len() == want {
+                break;
+            }
+        }
+        out
+    }
+
     fn counters_json(&self) -> serde_json::Value {
-        serde_json::to_value(&self.c).expect("counters")
+        serde_json::to_value(&self.c).unwrap_or_default()
+    }
+
+    /// A progress value: counters, refusals so far, latency since the last one.
+    fn progress(&mut self) -> serde_json::Value {
+        let refusals: Vec<[u64; 2]> = self.refusals.iter().map(|(&s, &n)| [s as u64, n]).collect();
+        let lat = std::mem::take(&mut self.lat_iv).to_json();
+        serde_json::json!({ "p": self.counters_json(), "r": refusals, "l": lat })
+    }
+
+    /// Every open WebSocket sends a close 1000 and a FIN.
+    fn goodbye(&mut self) {
+        for c in self.conns.iter_mut().flatten() {
+            if c.phase == Phase::Open && !self.cfg.sse {
+                say_goodbye(c);
+            }
+        }
     }
 
     fn report(&self) -> serde_json::Value {
         let mut digests: HashMap<(u32, u64), u64> = HashMap::new();
         for c in self.conns.iter().flatten() {
             if c.phase == Phase::Open {
-                *digests.entry((c.course, digest(&c.board))).or_default() += 1;
+                for (&course, board) in c.courses.iter().zip(&c.boards) {
+                    *digests.entry((course, digest(board))).or_default() += 1;
+                }
             }
         }
         let digests: Vec<[u64; 3]> = digests
@@ -971,6 +1172,7 @@ impl Gen {
             "close_codes": close_codes,
             "counters": self.counters_json(),
             "latency": self.lat.to_json(),
+            "connect": self.connect.to_json(),
             "digests": digests,
             "refusals": refusals,
             "first_refusal_ms": self.first_refusal_ms,
@@ -1062,9 +1264,13 @@ fn parse_status(head: &[u8]) -> u16 {
 
 /// A nonblocking socket bound to `src` (port chosen at connect), connecting to
 /// 127.0.0.1:`port`. `rst`: close with RST (SO_LINGER 0) so no TIME_WAIT piles up.
-fn connect_from(src: Ipv4Addr, port: u16, rst: bool) -> std::io::Result<std::net::TcpStream> {
+fn connect_from(
+    src: Option<IpAddr>,
+    dst: SocketAddr,
+    rst: bool,
+) -> std::io::Result<std::net::TcpStream> {
     use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    let s = Socket::new(Domain::for_address(dst), Type::STREAM, Some(Protocol::TCP))?;
     let one: libc::c_int = 1;
     // SAFETY: setsockopt on a socket we own, with a c_int option value.
     unsafe {
@@ -1080,10 +1286,11 @@ fn connect_from(src: Ipv4Addr, port: u16, rst: bool) -> std::io::Result<std::net
     if rst {
         s.set_linger(Some(Duration::ZERO))?;
     }
-    s.bind(&SockAddr::from(SocketAddr::V4(SocketAddrV4::new(src, 0))))?;
+    if let Some(src) = src {
+        s.bind(&SockAddr::from(SocketAddr::new(src, 0)))?;
+    }
     s.set_nonblocking(true)?;
-    let dst = SockAddr::from(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)));
-    match s.connect(&dst) {
+    match s.connect(&SockAddr::from(dst)) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
         Err(e) => return Err(e),
@@ -1097,7 +1304,7 @@ fn emit(v: serde_json::Value) {
     let _ = out.flush();
 }
 
-/// The child's main: runs until `report`, stdin EOF or `max_secs`.
+/// A child process's main: runs until `report`, stdin EOF or `max_secs`.
 pub fn run(cfg: Config) {
     let (tx, rx) = mpsc::channel::<String>();
     std::thread::spawn(move || {
@@ -1125,7 +1332,13 @@ pub fn run(cfg: Config) {
 /// answers and progress to `out`; returns after the report.
 pub fn run_with(cfg: Config, rx: mpsc::Receiver<String>, mut out: impl FnMut(serde_json::Value)) {
     let deadline = Instant::now() + Duration::from_secs(cfg.max_secs);
-    let mut g = Gen::new(cfg);
+    let mut g = match Gen::new(cfg) {
+        Ok(g) => g,
+        Err(e) => {
+            out(serde_json::json!({ "report": { "error": e.to_string() } }));
+            return;
+        }
+    };
     let mut events = Events::with_capacity(4096);
     let mut next_progress = Instant::now();
     let mut busy_us = 0u128;
@@ -1135,7 +1348,8 @@ pub fn run_with(cfg: Config, rx: mpsc::Receiver<String>, mut out: impl FnMut(ser
         g.c.busy_ms = (busy_us / 1000) as u64;
         if let Err(e) = g.poll.poll(&mut events, Some(Duration::from_millis(10))) {
             if e.kind() != ErrorKind::Interrupted {
-                panic!("epoll: {e}");
+                out(serde_json::json!({ "report": { "error": e.to_string() } }));
+                return;
             }
         }
         awake = Instant::now();
@@ -1150,7 +1364,7 @@ pub fn run_with(cfg: Config, rx: mpsc::Receiver<String>, mut out: impl FnMut(ser
         let now = Instant::now();
         if now >= next_progress {
             next_progress = now + Duration::from_millis(500);
-            out(serde_json::json!({ "p": g.counters_json() }));
+            out(g.progress());
         }
         let mut stop = now >= deadline;
         while let Ok(cmd) = rx.try_recv() {
@@ -1162,6 +1376,9 @@ pub fn run_with(cfg: Config, rx: mpsc::Receiver<String>, mut out: impl FnMut(ser
         }
         if stop {
             out(serde_json::json!({ "report": g.report() }));
+            if g.cfg.goodbye {
+                g.goodbye();
+            }
             return;
         }
     }

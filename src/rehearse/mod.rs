@@ -1,0 +1,20 @@
+//! `seatboard rehearse`: a selection window rehearsed against a running
+//! deployment (contract section 9). The viewers' client lives here, one copy,
+//! shared with the bench suite's load generator.
+//!
+//! - [`viewers`]: the WebSocket and SSE viewers (one epoll loop per thread).
+//! - `run.rs` (flags to verdict), `feed.rs` (the publisher), `verdict.rs`
+//!   (figures, targets, JSON), `report.rs` (the HTML report), `cleanup.rs`
+//!   (Redis), `workers.rs` (threads).
+//! - [`hist`]: the mergeable latency histogram their figures are kept in.
+
+mod cleanup;
+mod feed;
+pub mod hist;
+mod report;
+mod run;
+mod verdict;
+pub mod viewers;
+mod workers;
+
+pub use run::run;

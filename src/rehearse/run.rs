@@ -1,0 +1,286 @@
+//! The rehearsal from flags to verdict: check the flags, clean the courses,
+//! ramp the viewers, publish for the duration, wait two ticks, check every
+//! board, close the viewers, clean up, and say what fell short.
+
+use super::cleanup;
+use super::feed::Feed;
+use super::hist::Hist;
+use super::verdict::{Figures, Second};
+use super::viewers::Config;
+use super::workers::{raise_nofile, Workers};
+use crate::cli::RehearseArgs;
+use crate::clock;
+use crate::logging::{line, usage};
+use crate::publisher::{Publisher, PublisherConfig};
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
+use std::net::ToSocketAddrs;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Where `--target` points: the address, the `Host` header, the path before `/ws`.
+fn target(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        format!("invalid value '{url}' for '--target': an http:// URL (the load balancer's plain-HTTP port, or a node)")
+    })?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let with_port = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:80")
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("invalid value '{url}' for '--target': {host} does not resolve"))?;
+    Ok((
+        addr,
+        host.to_string(),
+        path.trim_end_matches('/').to_string(),
+    ))
+}
+
+/// The flags checked as the contract asks: the first stderr line names the flag.
+fn check(args: &RehearseArgs) -> Result<(), String> {
+    let p = &args.rehearsal_prefix;
+    if p.is_empty()
+        || p.len() > 56
+        || !p
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+    {
+        return Err(format!(
+            "invalid value '{p}' for '--rehearsal-prefix': 1-56 of [A-Za-z0-9_.-]"
+        ));
+    }
+    if let Some(s) = args.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
+        crate::auth::check_secret(s.as_bytes()).map_err(|e| format!("--jwt-secret: {e}"))?;
+    }
+    if let Some(f) = &args.token_file {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| format!("--token-file {}: {e}", f.display()))?;
+        if text.lines().all(|l| l.trim().is_empty()) {
+            return Err(format!("--token-file {}: no token in it", f.display()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `seatboard rehearse`.
+pub fn run(args: RehearseArgs) -> ExitCode {
+    let (addr, host, base) = match target(&args.target).and_then(|t| check(&args).map(|()| t)) {
+        Ok(t) => t,
+        Err(e) => return usage(&e),
+    };
+    let redis = match Redis::from_flags(&args.redis.redis) {
+        Ok(r) => r,
+        Err(e) => return usage(&e),
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
+    let names: Vec<String> = (0..args.courses)
+        .map(|i| format!("{}{i:04}", args.rehearsal_prefix))
+        .collect();
+    let mut link = Commands::new(&redis, "rehearse");
+    let (state, presence) = (&args.redis.state_prefix, &args.presence_prefix);
+    if let Err(e) = cleanup::delete(&mut link, &names, state, presence) {
+        line(&format!("error: Redis: {e}"));
+        return ExitCode::from(1);
+    }
+    let publisher = match Publisher::start(PublisherConfig {
+        redis: args.redis.redis.clone(),
+        channel_prefix: args.redis.channel_prefix.clone(),
+        state_prefix: state.clone(),
+        queue: (args.publish_rate as usize).clamp(1024, 1 << 20),
+    }) {
+        Ok(p) => p,
+        Err(e) => return usage(&e),
+    };
+    raise_nofile();
+    let cfg = Config {
+        port: addr.port(),
+        host: addr.ip(),
+        host_header: Some(host),
+        base_path: base,
+        source_addrs: args.source_addrs.clone(),
+        auth_none: args.jwt_secret.as_deref().is_none_or(str::is_empty)
+            && args.token_file.is_none(),
+        max_courses: 3,
+        version_ts: true,
+        user_prefix: "rehearsal-".into(),
+        goodbye: true,
+        clients: args.viewers as usize,
+        courses: names.clone(),
+        skew: args.hot_skew,
+        connect_rate: args.connect_rate,
+        inflight: 512,
+        secret: args.jwt_secret.clone().unwrap_or_default(),
+        seed: fastrand::u64(..),
+        max_secs: (args.viewers as f64 / args.connect_rate + args.duration) as u64 + 120,
+        tokens_file: args.token_file.as_ref().map(|p| p.display().to_string()),
+        ..Config::default()
+    };
+    let sse = (args.viewers as f64 * args.sse_share).round() as usize;
+    let mut workers = Workers::start(&cfg, sse);
+    let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
+    publisher.flush(Duration::from_secs(5));
+    let tick = workers.sum("tick_ms").max(200);
+    let settle = Instant::now() + Duration::from_millis(2 * tick);
+    while Instant::now() < settle {
+        workers.poll();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    finish(&args, workers, &publisher, &feed, series, link, &names)
+}
+
+/// The ramp and the publishing, one second of the series at a time.
+fn drive(
+    args: &RehearseArgs,
+    workers: &mut Workers,
+    publisher: &Publisher,
+    stop: &AtomicBool,
+    names: &[String],
+) -> (Vec<Second>, Feed) {
+    let mut feed = Feed::new(names, args.hot_skew);
+    let start = Instant::now();
+    let ramp_end = Duration::from_secs_f64(args.viewers as f64 / args.connect_rate);
+    let mut publishing: Option<Instant> = None;
+    let mut series = Vec::new();
+    let mut next_second = start + Duration::from_secs(1);
+    let (mut last_up, mut last_ref, mut last_pub) = (0, 0, 0);
+    let interval = Duration::from_secs_f64(1.0 / args.publish_rate);
+    let mut next_pub = start;
+    while !stop.load(Ordering::Relaxed) {
+        workers.poll();
+        let now = Instant::now();
+        let open = workers.sum("open");
+        if publishing.is_none()
+            && (now - start >= ramp_end && open >= u64::from(args.viewers)
+                || now - start >= ramp_end * 2 + Duration::from_secs(10))
+        {
+            publishing = Some(now);
+            next_pub = now;
+        }
+        if let Some(p0) = publishing {
+            if now - p0 >= Duration::from_secs_f64(args.duration) {
+                break;
+            }
+            let mut burst = 0;
+            while next_pub <= now && burst < 10_000 {
+                feed.publish_one(publisher, clock::unix_ms());
+                next_pub += interval;
+                burst += 1;
+            }
+        }
+        if now >= next_second {
+            next_second += Duration::from_secs(1);
+            let h: Hist = workers.take_interval();
+            let (up, rf, pb) = (workers.sum("upgrades"), workers.sum("refused"), feed.sent);
+            series.push(Second {
+                t: series.len() as u64 + 1,
+                viewers: open,
+                connects: up - last_up.min(up),
+                refused: rf - last_ref.min(rf),
+                published: pb - last_pub.min(pb),
+                p50_ms: h.quantile(0.5) as f64 / 1e3,
+                p99_ms: h.quantile(0.99) as f64 / 1e3,
+            });
+            (last_up, last_ref, last_pub) = (up, rf, pb);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (series, feed)
+}
+
+/// Board check, close, cleanup, verdict.
+fn finish(
+    args: &RehearseArgs,
+    workers: Workers,
+    publisher: &Publisher,
+    feed: &Feed,
+    series: Vec<Second>,
+    mut link: Commands,
+    names: &[String],
+) -> ExitCode {
+    let refused = workers.refusals();
+    let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
+    let reports = workers.reports();
+    let (mut latency, mut connect) = (Hist::default(), Hist::default());
+    let mut boards = (0u64, 0u64);
+    for r in &reports {
+        latency.merge_json(&r["latency"]);
+        connect.merge_json(&r["connect"]);
+        for d in r["digests"].as_array().into_iter().flatten() {
+            let (c, dig, n) = (
+                d[0].as_u64().unwrap_or(0),
+                d[1].as_u64().unwrap_or(0),
+                d[2].as_u64().unwrap_or(0),
+            );
+            boards.0 += n;
+            if (c as usize) < names.len() && feed.expected(c as usize) == dig {
+                boards.1 += n;
+            }
+        }
+    }
+    // The nodes take their viewers' presence out as the sockets close.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut left = u64::MAX;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        left = cleanup::delete(
+            &mut link,
+            names,
+            &args.redis.state_prefix,
+            &args.presence_prefix,
+        )
+        .unwrap_or(u64::MAX);
+        if left == 0 {
+            break;
+        }
+    }
+    let figures = Figures {
+        viewers: peak,
+        asked: u64::from(args.viewers),
+        refused,
+        connect,
+        latency,
+        boards,
+        published: publisher.published(),
+        dropped: publisher.dropped(),
+        left,
+        series,
+    };
+    let mut short = figures.short(args.p99_ms, args.max_refused);
+    if !short.is_empty() && boards.0 == 0 && peak == 0 {
+        short.push("no viewer connected: is --target right?".into());
+    }
+    if let Some(path) = &args.json {
+        let text = figures.to_json(&short, serde_json::Value::Null).to_string();
+        if let Err(e) = std::fs::write(path, text) {
+            line(&format!("warning: --json {}: {e}", path.display()));
+        }
+    }
+    if let Some(path) = &args.report {
+        let verdict = match short.as_slice() {
+            [] => "pass: every target held and every board was correct".to_string(),
+            s => format!("fail: {}", s.join("; ")),
+        };
+        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, &verdict)) {
+            line(&format!("warning: --report {}: {e}", path.display()));
+        }
+    }
+    if short.is_empty() {
+        line(&format!(
+            "rehearse: pass: {} viewers, {} published, p99 {:.0} ms, every board correct",
+            figures.viewers,
+            figures.published,
+            figures.latency.quantile(0.99) as f64 / 1e3
+        ));
+        return ExitCode::SUCCESS;
+    }
+    line(&format!("rehearse: fail: {}", short.join("; ")));
+    ExitCode::from(1)
+}

@@ -1,0 +1,142 @@
+//! The figures of a rehearsal, its verdict against the targets, and its JSON
+//! (contract section 9).
+
+use super::hist::Hist;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// One second of the run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Second {
+    /// Seconds since the start.
+    pub t: u64,
+    /// Viewers open.
+    pub viewers: u64,
+    /// Upgrades in this second.
+    pub connects: u64,
+    /// Refusals in this second.
+    pub refused: u64,
+    /// Snapshots published in this second.
+    pub published: u64,
+    /// Publish-to-screen latency p50 in this second (ms).
+    pub p50_ms: f64,
+    /// And p99.
+    pub p99_ms: f64,
+}
+
+/// Everything the verdict is drawn from.
+pub struct Figures {
+    /// Viewers open at the peak.
+    pub viewers: u64,
+    /// Viewers asked for.
+    pub asked: u64,
+    /// Refusals by status.
+    pub refused: BTreeMap<u64, u64>,
+    /// Connect to upgrade (µs).
+    pub connect: Hist,
+    /// Publish to screen (µs).
+    pub latency: Hist,
+    /// Boards checked, and how many were true.
+    pub boards: (u64, u64),
+    /// Snapshots published.
+    pub published: u64,
+    /// Snapshots the publisher dropped.
+    pub dropped: u64,
+    /// Keys of the rehearsal left in Redis.
+    pub left: u64,
+    /// Per second.
+    pub series: Vec<Second>,
+}
+
+fn ms(h: &Hist) -> Value {
+    json!({"p50": h.quantile(0.5) as f64 / 1e3, "p99": h.quantile(0.99) as f64 / 1e3, "max": h.max() as f64 / 1e3})
+}
+
+impl Figures {
+    /// Fraction of boards true (1 when none were checked and none were expected).
+    pub fn correct(&self) -> f64 {
+        if self.boards.0 == 0 {
+            return if self.asked == 0 { 1.0 } else { 0.0 };
+        }
+        self.boards.1 as f64 / self.boards.0 as f64
+    }
+
+    /// What fell short of `p99_ms` and `max_refused`, as sentences.
+    pub fn short(&self, p99_ms: f64, max_refused: f64) -> Vec<String> {
+        let mut out = Vec::new();
+        let refused: u64 = self.refused.values().sum();
+        let attempts = refused + self.viewers.max(1);
+        let share = refused as f64 / attempts as f64;
+        if share > max_refused {
+            let by: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(s, n)| format!("{n} x {s}"))
+                .collect();
+            out.push(format!(
+                "refusals: {:.1} % of upgrades were refused ({}), over --max-refused {:.1} %",
+                share * 100.0,
+                by.join(", "),
+                max_refused * 100.0
+            ));
+        }
+        if self.viewers < self.asked {
+            out.push(format!(
+                "viewers: only {} of {} connected",
+                self.viewers, self.asked
+            ));
+        }
+        let p99 = self.latency.quantile(0.99) as f64 / 1e3;
+        if p99 > p99_ms {
+            out.push(format!(
+                "latency: publish-to-screen p99 {p99:.0} ms, over --p99-ms {p99_ms:.0}"
+            ));
+        }
+        if self.latency.total() == 0 && self.published > 0 {
+            out.push("latency: no published snapshot reached a screen".into());
+        }
+        if self.boards.1 < self.boards.0 || self.boards.0 == 0 {
+            out.push(format!(
+                "boards: {} of {} viewers' boards showed the last published state",
+                self.boards.1, self.boards.0
+            ));
+        }
+        if self.dropped > 0 {
+            out.push(format!(
+                "redis: {} snapshots could not be written to Redis",
+                self.dropped
+            ));
+        }
+        if self.left > 0 {
+            out.push(format!(
+                "cleanup: {} keys of the rehearsal are still in Redis",
+                self.left
+            ));
+        }
+        out
+    }
+
+    /// The JSON of section 9.
+    pub fn to_json(&self, short: &[String], nodes: Value) -> Value {
+        let refused: serde_json::Map<String, Value> = self
+            .refused
+            .iter()
+            .map(|(s, n)| (s.to_string(), json!(n)))
+            .collect();
+        json!({
+            "viewers": self.viewers,
+            "refused": refused,
+            "connect_ms": ms(&self.connect),
+            "latency_ms": ms(&self.latency),
+            "correct": self.correct(),
+            "boards": {"checked": self.boards.0, "correct": self.boards.1},
+            "published": self.published,
+            "dropped": self.dropped,
+            "left_in_redis": self.left,
+            "verdict": if short.is_empty() { "pass" } else { "fail" },
+            "short": short,
+            "series": self.series,
+            "nodes": nodes,
+        })
+    }
+}

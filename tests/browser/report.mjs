@@ -1,0 +1,41 @@
+// The rehearsal's HTML report in Chromium:
+//   node report.mjs <file:///path/report.html> <screenshotPath>
+// Checks: every plot is drawn with data (a polyline with a point per second,
+// some of them above the axis), and the page makes no request but itself.
+import { chromium } from 'playwright-core';
+
+const [url, shot] = process.argv.slice(2);
+const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'];
+const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+let code = 1;
+try {
+  const page = await browser.newPage({ viewport: { width: 800, height: 1000 } });
+  const requests = [];
+  page.on('request', (r) => requests.push(r.url()));
+  await page.goto(url, { waitUntil: 'load', timeout: 15_000 });
+  const plots = await page.$$eval('svg.plot', (svgs) => svgs.map((s) => ({
+    points: Number(s.dataset.points),
+    lines: [...s.querySelectorAll('polyline')].map((p) => ({
+      n: p.points.numberOfItems,
+      raised: [...Array(p.points.numberOfItems).keys()].some((i) => p.points.getItem(i).y < 160),
+      width: p.getBBox().width,
+    })),
+  })));
+  if (plots.length !== 4) throw new Error(`${plots.length} plots, want 4`);
+  for (const [i, p] of plots.entries()) {
+    if (!(p.points >= 2)) throw new Error(`plot ${i}: ${p.points} points`);
+    for (const l of p.lines) if (l.n !== p.points || !(l.width > 100)) throw new Error(`plot ${i}: a line not drawn: ${JSON.stringify(l)}`);
+    if (!p.lines.some((l) => l.raised)) throw new Error(`plot ${i}: no data above the axis`);
+  }
+  const elsewhere = requests.filter((r) => r !== url);
+  if (elsewhere.length) throw new Error(`requests elsewhere: ${elsewhere.join(', ')}`);
+  await page.screenshot({ path: shot, fullPage: true });
+  console.log(`report: OK (${plots.map((p) => p.points).join(', ')} points)`);
+  code = 0;
+} catch (e) {
+  console.error(`report: FAIL: ${e.message}`);
+} finally {
+  await browser.close();
+}
+process.exit(code);

@@ -1,0 +1,224 @@
+//! `seatboard rehearse` against a real deployment on loopback: HAProxy (the
+//! shipped config) in front of two nodes and a real redis-server (section 9).
+
+use crate::common::{seatboard_command, Redis, Seatboard};
+use crate::lb;
+use serde_json::Value;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+const SECRET: &str = "rehearse-test-secret-rehearse-test-secret-0123";
+
+/// Redis, two nodes (the second with `second` flags added) and HAProxy.
+struct Deployment {
+    redis: Redis,
+    _nodes: Vec<Seatboard>,
+    _proxy: lb::Haproxy,
+    lb_port: u16,
+}
+
+fn deployment(second: &[&str]) -> Deployment {
+    deployment_with(&[], second)
+}
+
+/// As [`deployment`], with flags added to the first node too.
+fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
+    let redis = Redis::start();
+    let uri = redis.uri();
+    let base = vec![
+        "serve",
+        "--redis",
+        &uri,
+        "--jwt-secret",
+        SECRET,
+        "--shards",
+        "1",
+    ];
+    let (mut one, mut two) = (base.clone(), base.clone());
+    one.extend_from_slice(first);
+    two.extend_from_slice(second);
+    let nodes = vec![Seatboard::start(&one), Seatboard::start(&two)];
+    let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
+    let lb_port = lb::free_port();
+    let cfg = lb::render(&lb::shipped(), &lb::Bind::Plain(lb_port), &ports, 5000);
+    let dir = std::env::temp_dir().join(format!(
+        "seatboard-rehearse-{}-{lb_port}",
+        std::process::id()
+    ));
+    let proxy = lb::Haproxy::start(&dir, lb_port, &cfg, 1);
+    assert!(
+        proxy.wait_ready("/readyz", Duration::from_secs(20)),
+        "haproxy never saw a node up"
+    );
+    Deployment {
+        redis,
+        _nodes: nodes,
+        _proxy: proxy,
+        lb_port,
+    }
+}
+
+fn rehearse(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Output {
+    seatboard_command()
+        .args([
+            "rehearse",
+            "--target",
+            &format!("http://127.0.0.1:{}", d.lb_port),
+        ])
+        .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
+        .args([
+            "--viewers",
+            "300",
+            "--connect-rate",
+            "600",
+            "--courses",
+            "30",
+        ])
+        .args([
+            "--publish-rate",
+            "300",
+            "--duration",
+            "3",
+            "--sse-share",
+            "0.2",
+        ])
+        .arg("--json")
+        .arg(json)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rehearse")
+}
+
+fn last_line(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn read_json(p: &std::path::Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).expect("json written")).expect("json")
+}
+
+fn temp(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("seatboard-rehearse-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
+    let d = deployment(&[]);
+    let json = temp("pass.json");
+    let report = temp("pass.html");
+    let report_arg = report.to_string_lossy().into_owned();
+    let out = rehearse(&d, &["--report", &report_arg], &json);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing on stdout when it is not a terminal"
+    );
+    let j = read_json(&json);
+    assert_eq!(j["verdict"], "pass");
+    assert_eq!(j["correct"], 1.0);
+    assert_eq!(j["viewers"], 300);
+    assert!(j["published"].as_u64().unwrap_or(0) > 0, "{j}");
+    assert!(j["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0, "{j}");
+    for k in [
+        "t",
+        "viewers",
+        "connects",
+        "refused",
+        "published",
+        "p50_ms",
+        "p99_ms",
+    ] {
+        assert!(j["series"][0].get(k).is_some(), "series lacks {k}");
+    }
+    assert_eq!(
+        d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]),
+        "",
+        "rehearsal keys left in Redis"
+    );
+    report_draws_in_chromium(&report);
+}
+
+/// The HTML report opened in Chromium draws every plot with data and loads
+/// nothing else (tests/browser/report.mjs; screenshot in target/browser/).
+fn report_draws_in_chromium(report: &std::path::Path) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_dir = root.join("target/browser");
+    std::fs::create_dir_all(&out_dir).expect("target/browser");
+    let status = std::process::Command::new("node")
+        .arg(root.join("tests/browser/report.mjs"))
+        .arg(format!("file://{}", report.display()))
+        .arg(out_dir.join("rehearsal-report.png"))
+        .status()
+        .expect("node must be installed");
+    assert!(status.success(), "report.mjs failed");
+}
+
+#[test]
+fn a_node_capped_by_max_connections_fails_and_names_the_refusals() {
+    // HAProxy retries a refused upgrade on the other node (`retry-on 503`),
+    // so a browser sees a refusal only when the fleet as a whole is short:
+    // one node capped at 20, the other at 200, for 300 viewers.
+    let d = deployment_with(&["--max-connections", "200"], &["--max-connections", "20"]);
+    let json = temp("capped.json");
+    let out = rehearse(&d, &[], &json);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = last_line(&out);
+    assert!(
+        last.contains("refus") && last.contains("503"),
+        "last line: {last}"
+    );
+    let j = read_json(&json);
+    assert_eq!(j["verdict"], "fail");
+    assert!(j["refused"]["503"].as_u64().unwrap_or(0) > 0, "{j}");
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+}
+
+#[test]
+fn bad_flags_exit_2_naming_the_flag() {
+    for (args, flag) in [
+        (vec!["--viewers", "0"], "--viewers"),
+        (vec!["--sse-share", "1.5"], "--sse-share"),
+        (
+            vec!["--rehearsal-prefix", "bad prefix"],
+            "--rehearsal-prefix",
+        ),
+        (vec!["--jwt-secret", "short"], "--jwt-secret"),
+        (vec!["--max-refused", "x"], "--max-refused"),
+    ] {
+        let out = seatboard_command()
+            .args(["rehearse", "--target", "http://127.0.0.1:9"])
+            .args(&args)
+            .output()
+            .expect("run rehearse");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains(flag), "{args:?}: first line {first}");
+    }
+    let out = seatboard_command()
+        .args(["rehearse", "--target", "ftp://x"])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .contains("--target"));
+}
