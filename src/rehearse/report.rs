@@ -5,8 +5,11 @@
 use super::verdict::Second;
 use std::fmt::Write as _;
 
-/// One plot: its title and the series it draws (label, colour, value).
-type Plot<'a> = (&'a str, Vec<(&'a str, &'a str, fn(&Second) -> f64)>);
+/// One line of a plot: its label, colour, and value in a second.
+type Line<'a> = (&'a str, &'a str, fn(&Second) -> f64);
+
+/// One plot: its title and the lines it draws.
+type Plot<'a> = (&'a str, Vec<Line<'a>>);
 
 /// The whole page for `series`, headed by the verdict line.
 pub fn html(series: &[Second], verdict: &str) -> String {
@@ -50,12 +53,7 @@ pub fn html(series: &[Second], verdict: &str) -> String {
 }
 
 /// One SVG chart of `lines` over time, with its largest value on the axis.
-fn plot(
-    out: &mut String,
-    title: &str,
-    lines: &[(&str, &str, fn(&Second) -> f64)],
-    series: &[Second],
-) {
+fn plot(out: &mut String, title: &str, lines: &[Line], series: &[Second]) {
     const W: f64 = 720.0;
     const H: f64 = 180.0;
     let t_max = series.last().map_or(1, |s| s.t.max(1)) as f64;
