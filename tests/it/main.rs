@@ -62,6 +62,7 @@ mod redis_tls;
 mod security;
 mod slow_consumer;
 mod sse;
+mod state_cas;
 mod storm;
 mod syscall_filter;
 mod systemd;
