@@ -170,3 +170,35 @@ fn noscript_after_flush_and_restart_loses_no_queued_snapshot() {
     assert_eq!(stored(&r)["version"].as_u64(), Some(3));
     assert_eq!((p.published(), p.dropped()), (3, 0));
 }
+
+/// `seatboard publish` of CS101 section 1 into a cluster (the script on the
+/// hash's slot owner, then SPUBLISH); true on exit 0.
+fn cluster_publish(c: &crate::cluster_util::Cluster, taken: u32, version: u64) -> bool {
+    publish(&c.uri(), taken, Some(version))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn cluster_state_hash_never_goes_backwards() {
+    let c = crate::cluster_util::Cluster::primaries_only();
+    let owner = c.owner("seatstate:CS101").port;
+    let read = || -> Value {
+        serde_json::from_str(&c.cli(owner, &["HGET", "seatstate:CS101", "1"])).expect("JSON")
+    };
+    assert!(cluster_publish(&c, 40, 18));
+    assert!(cluster_publish(&c, 39, 17));
+    assert_eq!(read()["version"].as_u64(), Some(18));
+    // The owner lost the script: loaded again, nothing lost.
+    c.cli(owner, &["SCRIPT", "FLUSH"]);
+    let mut versions: Vec<u64> = (19..=40).collect();
+    fastrand::shuffle(&mut versions);
+    let children: Vec<_> = versions
+        .iter()
+        .map(|&v| publish(&c.uri(), v as u32, Some(v)).spawn().expect("spawn"))
+        .collect();
+    for mut ch in children {
+        assert!(ch.wait().expect("wait").success());
+    }
+    assert_eq!(read()["version"].as_u64(), Some(40));
+}
