@@ -202,3 +202,37 @@ fn cluster_state_hash_never_goes_backwards() {
     }
     assert_eq!(read()["version"].as_u64(), Some(40));
 }
+
+#[test]
+fn a_node_keeps_the_newer_version_over_an_older_state_entry_and_counts_it() {
+    let r = Redis::start();
+    let sb = serve(&r, &[]);
+    assert_eq!(sb.metric("seatboard_state_stale_total"), 0.0);
+    let mut ws = client(&sb, "user=alice");
+    watch(&mut ws, "CS101");
+    run(publish(&r.uri(), 40, Some(20)));
+    wait_for(T, || {
+        let f = next_of_type(&mut ws, "frame", Duration::from_millis(500))?;
+        (section(&f, 1)?["version"].as_u64() == Some(20)).then_some(())
+    })
+    .expect("version 20 on the board");
+    // An out-of-order publisher with a plain HSET, then a reread (reconnect).
+    r.cli(&[
+        "HSET",
+        "seatstate:CS101",
+        "1",
+        r#"{"course":"CS101","section":1,"total_seats":40,"seats_taken":39,"version":10}"#,
+    ]);
+    r.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    wait_for(T, || {
+        (sb.metric("seatboard_state_stale_total") >= 1.0).then_some(())
+    })
+    .expect("the stale entry counted");
+    // A new viewer on this node still sees the newer version.
+    let mut ws2 = client(&sb, "user=bob");
+    let f = watch(&mut ws2, "CS101");
+    assert_eq!(
+        section(&f, 1).expect("section 1")["version"].as_u64(),
+        Some(20)
+    );
+}
