@@ -51,6 +51,7 @@ mod monitoring;
 mod package;
 mod page_delivery;
 mod pinning;
+mod publishing_docs;
 mod redis_cluster;
 mod redis_cluster_tls;
 mod redis_freeze;
