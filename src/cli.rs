@@ -28,11 +28,13 @@ pub enum Command {
     Serve(HubArgs),
     /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis).
     Demo(HubArgs),
-    /// Publish one snapshot the way the selection API should (state hash + PUBLISH in one pipeline).
+    /// Publish one snapshot the way the selection API should (state hash compare-and-set + PUBLISH in one pipeline).
     #[command(disable_version_flag = true)]
     Publish(PublishArgs),
     /// Publish a synthetic selection window into Redis (R snapshots/s over N courses, Zipf-skewed).
     Simulate(SimulateArgs),
+    /// Print the state hash's compare-and-set Lua script (its SHA1 on stderr), to run with EVALSHA.
+    PublishScript,
     /// The analytics worker: per-bucket history of updates and viewers into a Redis stream.
     Analytics(AnalyticsArgs),
     /// Print an HS256 token signed with --jwt-secret (for trials and load tests).

@@ -25,6 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod presence;
+pub mod publish;
 pub mod publisher;
 pub mod redis;
 pub mod rehearse;

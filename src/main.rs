@@ -123,6 +123,7 @@ fn run(cli: Cli) -> ExitCode {
             Ok(()) => seatboard::cmd::simulate::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
+        Command::PublishScript => seatboard::cmd::publish_script::run(),
         Command::Analytics(args) => seatboard::analytics::main(args),
         Command::Token(args) => seatboard::cmd::token::run(args),
         Command::Rehearse(args) => match logging(&args.redis.log_level) {

@@ -215,6 +215,8 @@ pub struct Metrics {
     pub ingest_rejected: [AtomicU64; 4],
     /// Duplicates dropped (same section and version seen twice).
     pub ingest_duplicates: AtomicU64,
+    /// State hash entries read older than the version held (an out-of-order publisher).
+    pub state_stale: AtomicU64,
     /// 1 while the source (Redis or the embedded bus) is connected.
     pub redis_connected: AtomicU64,
     /// Reconnects to Redis.
@@ -255,6 +257,7 @@ impl Metrics {
             ingest_messages: AtomicU64::new(0),
             ingest_rejected: Default::default(),
             ingest_duplicates: AtomicU64::new(0),
+            state_stale: AtomicU64::new(0),
             redis_connected: AtomicU64::new(0),
             redis_reconnects: AtomicU64::new(0),
             subscriptions: AtomicU64::new(0),
@@ -589,6 +592,11 @@ const FAMILIES: &[Family] = &[
         "seatboard_ingest_duplicates_total",
         "Snapshots seen twice (overlapping subscriptions) or stale.",
         Samples::One(|m| load(&m.ingest_duplicates)),
+    ),
+    counter(
+        "seatboard_state_stale_total",
+        "State hash entries read older than the version this node held (kept the newer): a publisher writing the hash out of order.",
+        Samples::One(|m| load(&m.state_stale)),
     ),
     gauge(
         "seatboard_redis_connected",

@@ -1,11 +1,13 @@
 //! The selection API's half of the contract as a library type: `publish()` never
 //! blocks and never fails the caller. Snapshots go through a bounded queue to a
-//! background thread that writes the state hash and PUBLISHes in one pipeline
+//! background thread that writes the state hash (by the compare-and-set script
+//! of `publish::script`, so it never goes backwards) and PUBLISHes in one pipeline
 //! (in a cluster: the hashes first, then `SPUBLISH`, or `PUBLISH` with
 //! `--pubsub classic`); when the queue is full, or Redis is down or
 //! black-holed, snapshots are dropped and counted instead of holding up a seat
 //! reservation.
 
+use crate::publish::script;
 use crate::redis::commands::Commands;
 use crate::redis::{Mode, PubSubMode, Redis, RedisFlags};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
@@ -114,18 +116,17 @@ impl Drop for Publisher {
     }
 }
 
-/// Appends HSET state + PUBLISH for one snapshot to a pipeline.
+/// Appends the state hash's compare-and-set + PUBLISH for one snapshot to a
+/// pipeline (`full_text`: `EVAL` instead of `EVALSHA`, after a `NOSCRIPT`).
 pub fn add_to_pipeline(
     p: &mut ::redis::Pipeline,
     channel_prefix: &str,
     state_prefix: &str,
     s: &Snapshot,
+    full_text: bool,
 ) {
     let payload = s.to_payload();
-    p.cmd("HSET")
-        .arg(format!("{state_prefix}{}", s.course))
-        .arg(s.section)
-        .arg(&payload)
+    p.add_command(script::cmd(state_prefix, s, &payload, full_text))
         .ignore();
     p.cmd("PUBLISH")
         .arg(format!("{channel_prefix}{}", s.course))
@@ -133,20 +134,42 @@ pub fn add_to_pipeline(
         .ignore();
 }
 
-/// Writes snapshots the way the contract asks: standalone, hash and PUBLISH
-/// in one pipeline; in a cluster, every hash first (pipelined per primary),
-/// then `SPUBLISH` (or `PUBLISH` with `--pubsub classic`), so a node that
-/// subscribes and then reads the hash can never miss a snapshot.
+/// Writes snapshots the way the contract asks: the state hash by the
+/// compare-and-set script, then the channel. A batch that failed because the
+/// server lost the script (restart, failover, `SCRIPT FLUSH`) is written again
+/// with the script's full text, which loads it; the compare-and-set makes the
+/// second write of a snapshot harmless.
 pub fn write(
     link: &mut Commands,
     channel_prefix: &str,
     state_prefix: &str,
     batch: &[Snapshot],
 ) -> Result<(), String> {
+    match write_once(link, channel_prefix, state_prefix, batch, false) {
+        Err(e) if script::is_noscript(&e) => {
+            tracing::debug!("state script not loaded on the server: loading it");
+            link.retry_now();
+            write_once(link, channel_prefix, state_prefix, batch, true)
+        }
+        r => r,
+    }
+}
+
+/// One try of [`write`]: standalone, script and PUBLISH in one pipeline; in a
+/// cluster, every script call first (pipelined per primary, on the hash's slot
+/// owner), then `SPUBLISH` (or `PUBLISH` with `--pubsub classic`), so a node
+/// that subscribes and then reads the hash can never miss a snapshot.
+fn write_once(
+    link: &mut Commands,
+    channel_prefix: &str,
+    state_prefix: &str,
+    batch: &[Snapshot],
+    full_text: bool,
+) -> Result<(), String> {
     if link.mode()? == Mode::Standalone {
         let mut p = ::redis::pipe();
         for s in batch {
-            add_to_pipeline(&mut p, channel_prefix, state_prefix, s);
+            add_to_pipeline(&mut p, channel_prefix, state_prefix, s, full_text);
         }
         return link.raw_pipeline::<()>(&p);
     }
@@ -158,13 +181,7 @@ pub fn write(
     let hashes: Vec<::redis::Cmd> = batch
         .iter()
         .zip(&payloads)
-        .map(|(s, p)| {
-            let mut c = ::redis::cmd("HSET");
-            c.arg(format!("{state_prefix}{}", s.course))
-                .arg(s.section)
-                .arg(p);
-            c
-        })
+        .map(|(s, p)| script::cmd(state_prefix, s, p, full_text))
         .collect();
     link.exec(&hashes)?;
     let pubs: Vec<::redis::Cmd> = batch

@@ -41,6 +41,9 @@ fi
 
 # The metrics test parses /metrics with the reference Python parser.
 python3 -c 'import prometheus_client' 2>/dev/null || python3 -m pip install -q prometheus-client
+# redis-py and node-redis run docs/publishing.md's examples (tests/it/publishing_docs.rs).
+python3 -c 'import redis' 2>/dev/null || python3 -m pip install -q redis
+(cd docs/publishing && npm ci --no-audit --no-fund --loglevel=error)
 
 # playwright-core drives the system Chromium (it downloads no browser); axe-core
 # is the accessibility checker the browser tests inject. npm ci again whenever a

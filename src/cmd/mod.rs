@@ -1,8 +1,9 @@
-//! The subcommands' wiring: what `serve`, `demo`, `publish`, `simulate` and
-//! `token` start (the `analytics` worker lives in [`crate::analytics`]).
+//! The subcommands' wiring: what `serve`, `demo`, `publish`, `publish-script`,
+//! `simulate` and `token` start (the `analytics` worker lives in [`crate::analytics`]).
 
 pub mod demo;
 pub mod publish;
+pub mod publish_script;
 pub mod serve;
 pub mod simulate;
 pub mod simulator;

@@ -258,6 +258,10 @@ impl<S: Source> Ingest<S> {
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
                 Ok(s) => {
+                    if self.older_than_held(&s) {
+                        // An out-of-order publisher wrote the hash: the newer stays.
+                        self.metrics.state_stale.fetch_add(1, Relaxed);
+                    }
                     self.accept(Arc::new(s), false);
                 }
                 Err(r) => self.rejected(r, course, now_ms),
@@ -284,6 +288,18 @@ impl<S: Source> Ingest<S> {
         if self.reject_log.1 <= REJECT_LOGS_PER_SEC {
             tracing::warn!(reason = r.label(), course, "snapshot rejected");
         }
+    }
+
+    /// Whether a state hash entry carries a lower version than the one this
+    /// node already holds for that section (equal is the normal case: the hash
+    /// holds what the channel brought).
+    fn older_than_held(&self, s: &Snapshot) -> bool {
+        let held = self
+            .boards
+            .get(&s.course)
+            .and_then(|b| b.sections.get(&s.section))
+            .and_then(|h| h.version);
+        matches!((s.version, held), (Some(v), Some(h)) if v < h)
     }
 
     /// Applies a snapshot to the node board and routes it; false if it was

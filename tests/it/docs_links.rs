@@ -24,7 +24,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
-            walk(&path, out);
+            // Installed packages (docs/publishing's node-redis) are not our docs.
+            if path.file_name().is_some_and(|n| n != "node_modules") {
+                walk(&path, out);
+            }
         } else if path.extension().is_some_and(|e| e == "md") {
             out.push(path);
         }

@@ -1,0 +1,3 @@
+//! Publishing helpers shared by `seatboard publish`, `simulate` and the `Publisher`.
+
+pub mod script;

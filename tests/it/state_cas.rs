@@ -1,0 +1,238 @@
+//! The state hash never goes backwards (PROTOCOL section 2): `seatboard
+//! publish` and the `Publisher` write it with the compare-and-set script, so
+//! out-of-order publishers leave the newest version, equal versions are not
+//! rewritten, entries without a version or not JSON are replaced, and a server
+//! that lost the script (`SCRIPT FLUSH`, restart) gets it again without losing
+//! a queued snapshot.
+
+use crate::common::*;
+use crate::redis_util::*;
+use seatboard::publisher::{Publisher, PublisherConfig};
+use serde_json::Value;
+use shards::Snapshot;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+/// `seatboard publish` of CS101 section 1 with `taken` seats and `version`.
+fn publish(uri: &str, taken: u32, version: Option<u64>) -> Command {
+    let mut c = seatboard_command();
+    c.args([
+        "publish",
+        "--redis",
+        uri,
+        "--course",
+        "CS101",
+        "--section",
+        "1",
+    ])
+    .args(["--total", "40", "--taken", &taken.to_string()])
+    .stdout(Stdio::null());
+    if let Some(v) = version {
+        c.args(["--version", &v.to_string()]);
+    }
+    c
+}
+
+fn run(mut c: Command) {
+    assert!(c.status().expect("seatboard publish").success());
+}
+
+/// The stored entry of CS101 section 1, parsed.
+fn stored(r: &Redis) -> Value {
+    serde_json::from_str(&r.cli(&["HGET", "seatstate:CS101", "1"])).expect("stored JSON")
+}
+
+#[test]
+fn out_of_order_publishers_leave_the_newest_version() {
+    let r = Redis::start();
+    let uri = r.uri();
+    run(publish(&uri, 40, Some(18)));
+    run(publish(&uri, 39, Some(17)));
+    let v = stored(&r);
+    assert_eq!(
+        (v["version"].as_u64(), v["seats_taken"].as_u64()),
+        (Some(18), Some(40))
+    );
+    // Equal version: kept, not rewritten.
+    run(publish(&uri, 1, Some(18)));
+    assert_eq!(stored(&r)["seats_taken"].as_u64(), Some(40));
+    // Forty shuffled concurrent publishers of versions 1..40.
+    r.cli(&["DEL", "seatstate:CS101"]);
+    let mut versions: Vec<u64> = (1..=40).collect();
+    fastrand::shuffle(&mut versions);
+    let children: Vec<_> = versions
+        .iter()
+        .map(|&v| publish(&uri, v as u32, Some(v)).spawn().expect("spawn"))
+        .collect();
+    for mut c in children {
+        assert!(c.wait().expect("wait").success());
+    }
+    assert_eq!(stored(&r)["version"].as_u64(), Some(40));
+    // A new viewer on a freshly started node sees version 40.
+    let sb = serve(&r, &[]);
+    let mut ws = client(&sb, "user=alice");
+    let f = watch(&mut ws, "CS101");
+    let s1 = section(&f, 1).expect("section 1");
+    assert_eq!(
+        (s1["version"].as_u64(), s1["seats_taken"].as_u64()),
+        (Some(40), Some(40))
+    );
+}
+
+#[test]
+fn entries_without_an_integer_version_or_not_json_are_replaced() {
+    let r = Redis::start();
+    let uri = r.uri();
+    for old in [
+        "not json",
+        "[1,2]",
+        r#"{"seats_taken":3}"#,
+        r#"{"version":"99"}"#,
+        r#"{"version":99.5}"#,
+    ] {
+        r.cli(&["HSET", "seatstate:CS101", "1", old]);
+        run(publish(&uri, 7, Some(5)));
+        assert_eq!(stored(&r)["version"].as_u64(), Some(5), "over {old}");
+    }
+    // The Go field name counts as a version.
+    r.cli(&["HSET", "seatstate:CS101", "1", r#"{"Version":9}"#]);
+    run(publish(&uri, 7, Some(5)));
+    assert_eq!(stored(&r)["Version"].as_u64(), Some(9));
+    // Without a version: always replaces.
+    run(publish(&uri, 8, None));
+    let v = stored(&r);
+    assert_eq!(
+        (v["seats_taken"].as_u64(), v.get("version")),
+        (Some(8), None)
+    );
+    // Exact at 2^53.
+    r.cli(&[
+        "HSET",
+        "seatstate:CS101",
+        "1",
+        r#"{"version":9007199254740992}"#,
+    ]);
+    run(publish(&uri, 7, Some(9007199254740991)));
+    assert_eq!(stored(&r)["version"].as_u64(), Some(9007199254740992));
+}
+
+#[test]
+fn publish_script_prints_the_script_and_its_sha1() {
+    let r = Redis::start();
+    let out = seatboard_command()
+        .arg("publish-script")
+        .output()
+        .expect("run");
+    assert!(out.status.success());
+    let sha = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    assert_eq!(r.cli(&["SCRIPT", "LOAD", &text]), sha);
+    assert_eq!(text, seatboard::publish::script::SOURCE);
+}
+
+fn snap(version: u64) -> Snapshot {
+    Snapshot::build(
+        "CS101".into(),
+        1,
+        40,
+        version as u32,
+        None,
+        Some(version),
+        None,
+    )
+}
+
+#[test]
+fn noscript_after_flush_and_restart_loses_no_queued_snapshot() {
+    let mut r = Redis::start();
+    let p = Publisher::start(PublisherConfig {
+        redis: seatboard::redis::RedisFlags::new(&r.uri()),
+        channel_prefix: "seats:".into(),
+        state_prefix: "seatstate:".into(),
+        queue: 64,
+    })
+    .expect("publisher");
+    assert!(p.publish(snap(1)));
+    assert!(p.flush(T));
+    assert_eq!(stored(&r)["version"].as_u64(), Some(1));
+    r.cli(&["SCRIPT", "FLUSH"]);
+    assert!(p.publish(snap(2)));
+    assert!(p.flush(T));
+    assert_eq!((p.published(), p.dropped()), (2, 0));
+    assert_eq!(stored(&r)["version"].as_u64(), Some(2));
+    r.kill();
+    r.restart();
+    wait_for(T, || (r.cli(&["PING"]) == "PONG").then_some(())).expect("redis back");
+    assert!(p.publish(snap(3)));
+    assert!(p.flush(T));
+    assert_eq!(stored(&r)["version"].as_u64(), Some(3));
+    assert_eq!((p.published(), p.dropped()), (3, 0));
+}
+
+/// `seatboard publish` of CS101 section 1 into a cluster (the script on the
+/// hash's slot owner, then SPUBLISH); true on exit 0.
+fn cluster_publish(c: &crate::cluster_util::Cluster, taken: u32, version: u64) -> bool {
+    publish(&c.uri(), taken, Some(version))
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn cluster_state_hash_never_goes_backwards() {
+    let c = crate::cluster_util::Cluster::primaries_only();
+    let owner = c.owner("seatstate:CS101").port;
+    let read = || -> Value {
+        serde_json::from_str(&c.cli(owner, &["HGET", "seatstate:CS101", "1"])).expect("JSON")
+    };
+    assert!(cluster_publish(&c, 40, 18));
+    assert!(cluster_publish(&c, 39, 17));
+    assert_eq!(read()["version"].as_u64(), Some(18));
+    // The owner lost the script: loaded again, nothing lost.
+    c.cli(owner, &["SCRIPT", "FLUSH"]);
+    let mut versions: Vec<u64> = (19..=40).collect();
+    fastrand::shuffle(&mut versions);
+    let children: Vec<_> = versions
+        .iter()
+        .map(|&v| publish(&c.uri(), v as u32, Some(v)).spawn().expect("spawn"))
+        .collect();
+    for mut ch in children {
+        assert!(ch.wait().expect("wait").success());
+    }
+    assert_eq!(read()["version"].as_u64(), Some(40));
+}
+
+#[test]
+fn a_node_keeps_the_newer_version_over_an_older_state_entry_and_counts_it() {
+    let r = Redis::start();
+    let sb = serve(&r, &[]);
+    assert_eq!(sb.metric("seatboard_state_stale_total"), 0.0);
+    let mut ws = client(&sb, "user=alice");
+    watch(&mut ws, "CS101");
+    run(publish(&r.uri(), 40, Some(20)));
+    wait_for(T, || {
+        let f = next_of_type(&mut ws, "frame", Duration::from_millis(500))?;
+        (section(&f, 1)?["version"].as_u64() == Some(20)).then_some(())
+    })
+    .expect("version 20 on the board");
+    // An out-of-order publisher with a plain HSET, then a reread (reconnect).
+    r.cli(&[
+        "HSET",
+        "seatstate:CS101",
+        "1",
+        r#"{"course":"CS101","section":1,"total_seats":40,"seats_taken":39,"version":10}"#,
+    ]);
+    r.cli(&["CLIENT", "KILL", "TYPE", "pubsub"]);
+    wait_for(T, || {
+        (sb.metric("seatboard_state_stale_total") >= 1.0).then_some(())
+    })
+    .expect("the stale entry counted");
+    // A new viewer on this node still sees the newer version.
+    let mut ws2 = client(&sb, "user=bob");
+    let f = watch(&mut ws2, "CS101");
+    assert_eq!(
+        section(&f, 1).expect("section 1")["version"].as_u64(),
+        Some(20)
+    );
+}
