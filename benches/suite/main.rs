@@ -28,6 +28,7 @@ mod lb;
 use seatboard::rehearse::viewers as loadgen;
 mod procs;
 mod publish;
+mod publish_cost;
 mod reconnect;
 mod redis_proc;
 mod soak;
@@ -1391,6 +1392,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "fanout" => fanout(o),
         "floor" => floor_scenario(o, fanout_interval(o)),
         "ingest" => ingest::run(o.snapshots, o.courses, o.sections, o.skew),
+        "publish_cost" => publish_cost::run(o),
         "handshake" => handshake::run(o),
         "compare" => compare(o),
         "fleet" => fleet::run(o, o.haproxy_procs),
@@ -1414,6 +1416,13 @@ fn smoke() -> i32 {
     };
     let plan: Vec<(&str, Opts)> = vec![
         ("ingest", base.clone()),
+        (
+            "publish_cost",
+            Opts {
+                snapshots: 2_000,
+                ..base.clone()
+            },
+        ),
         ("idle", base.clone()),
         (
             "storm",
