@@ -1,6 +1,6 @@
 //! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
 //!
-//! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `handshake`, `compare`,
+//! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `publish_cost`, `handshake`, `compare`,
 //! `fleet`, `reconnect`.
 //! Each prints a table and writes `target/bench/<scenario>.json`. Run without
 //! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
