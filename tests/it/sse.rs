@@ -232,14 +232,21 @@ fn a_stream_has_the_contract_headers_then_hello_full_frames_and_presence() {
     assert_eq!(section(&live, 3).expect("section 3")["seats_taken"], 40);
 }
 
-#[test]
-fn a_live_frame_is_the_same_json_as_the_websocket_frame_and_presence_is_shared() {
+/// A one-shard node on its own Redis, with `wsuser` watching CS101 over a
+/// WebSocket (its watch answer read) and `sseuser` on an SSE stream of it.
+fn ws_and_sse_watching_cs101() -> (Redis, Seatboard, RawWs, Sse) {
     let redis = Redis::start();
     let sb = serve(&redis, &["--shards", "1"]);
     let mut ws = RawWs::hello(sb.port, "wsuser");
     ws.text(r#"{"op":"watch","course":"CS101"}"#);
     ws.next_of_type("frame", T).expect("ws watch answer");
-    let mut s = Sse::open(sb.port, "/sse?course=CS101&user=sseuser", "");
+    let s = Sse::open(sb.port, "/sse?course=CS101&user=sseuser", "");
+    (redis, sb, ws, s)
+}
+
+#[test]
+fn a_live_frame_is_the_same_json_as_the_websocket_frame_and_presence_is_shared() {
+    let (redis, _sb, mut ws, mut s) = ws_and_sse_watching_cs101();
     s.until(T, |e| e.event == "frame")
         .expect("sse watch answer");
     // Both users are counted on both transports.
@@ -469,12 +476,7 @@ fn holds(pid: i32, target: &str) -> bool {
 /// the way `close` does, and checks that everything it held is released
 /// within a second of the close: the count, `/metrics`, presence, the socket.
 fn a_closed_stream_is_released_at_once(close: impl FnOnce(Sse)) {
-    let redis = Redis::start();
-    let sb = serve(&redis, &["--shards", "1"]);
-    let mut ws = RawWs::hello(sb.port, "wsuser");
-    ws.text(r#"{"op":"watch","course":"CS101"}"#);
-    ws.next_of_type("frame", T).expect("ws watch answer");
-    let mut s = Sse::open(sb.port, "/sse?course=CS101&user=sseuser", "");
+    let (_redis, sb, mut ws, mut s) = ws_and_sse_watching_cs101();
     s.until(T, |e| {
         e.json()["type"] == "presence" && e.json()["viewers"] == 2
     })
