@@ -1,13 +1,16 @@
-//! The bench's selection-API stand-in: writes `HSET <state-prefix>C <section>
-//! <json>` + `PUBLISH <channel-prefix>C <json>` pipelined over one plain RESP
-//! connection, as `seatboard publish` does (in a cluster: the hashes first,
-//! pipelined per slot owner, then `SPUBLISH` the same way), and remembers the
-//! last state it published so the runner can check what clients ended up with.
+//! The bench's selection-API stand-in: writes the state hash with the
+//! contract's compare-and-set script (`EVALSHA <sha> 1 <state-prefix>C
+//! <section> <json> <version>`) + `PUBLISH <channel-prefix>C <json>` pipelined
+//! over one plain RESP connection, as `seatboard publish` does (in a cluster:
+//! the hashes first, pipelined per slot owner, then `SPUBLISH` the same way),
+//! and remembers the last state it published so the runner can check what
+//! clients ended up with.
 //!
 //! Every snapshot carries `seat_info.t`, its publish time in µs since the Unix
 //! epoch (and the contract's `ts` in ms), for end-to-end latency.
 
 use crate::loadgen::{digest, now_us, zipf_cdf, zipf_pick};
+use seatboard::publish::script;
 use seatboard::redis::commands::Commands;
 use seatboard::redis::slots::SlotMap;
 use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
@@ -33,7 +36,7 @@ impl Node {
         let out = TcpStream::connect(("127.0.0.1", port)).expect("connect redis");
         out.set_nodelay(true).expect("nodelay");
         let replies = BufReader::new(out.try_clone().expect("clone"));
-        Node {
+        let mut n = Node {
             port,
             out,
             replies,
@@ -41,8 +44,26 @@ impl Node {
             first_n: 0,
             second: Vec::new(),
             second_n: 0,
+        };
+        load_script(&mut n.out, &mut n.replies).expect("SCRIPT LOAD");
+        n
+    }
+}
+
+/// `SCRIPT LOAD`s the compare-and-set, so `EVALSHA` finds it (again after a
+/// restart: [`Publisher::flush`] calls this on every reconnect).
+fn load_script(out: &mut TcpStream, replies: &mut BufReader<TcpStream>) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    command(&mut buf, &[b"SCRIPT", b"LOAD", script::SOURCE.as_bytes()]);
+    out.write_all(&buf)?;
+    let mut line = String::new();
+    for _ in 0..2 {
+        line.clear();
+        if replies.read_line(&mut line)? == 0 || line.starts_with('-') {
+            return Err(std::io::Error::other(format!("SCRIPT LOAD: {line}")));
         }
     }
+    Ok(())
 }
 
 /// Publishes snapshots and tracks the final state.
@@ -132,8 +153,17 @@ impl Publisher {
         let key = format!("seatstate:{name}");
         let chan = format!("seats:{name}");
         let section = section.to_string();
+        let version = version.to_string();
         let (h, p) = (self.node_of(key.as_bytes()), self.node_of(chan.as_bytes()));
-        let hset: [&[u8]; 4] = [b"HSET", key.as_bytes(), section.as_bytes(), json.as_bytes()];
+        let hset: [&[u8]; 7] = [
+            b"EVALSHA",
+            script::sha1_hex().as_bytes(),
+            b"1",
+            key.as_bytes(),
+            section.as_bytes(),
+            json.as_bytes(),
+            version.as_bytes(),
+        ];
         if self.cluster.is_some() {
             let n = &mut self.nodes[h];
             command(&mut n.first, &hset);
@@ -180,6 +210,8 @@ impl Publisher {
                         if let Ok(r) = out.try_clone() {
                             n.replies = BufReader::new(r);
                             n.out = out;
+                            // A restarted Redis has lost the script.
+                            let _ = load_script(&mut n.out, &mut n.replies);
                         }
                     }
                 }
@@ -274,8 +306,8 @@ fn try_flush(
         if replies.read_line(&mut line)? == 0 {
             return Err(Error::new(ErrorKind::UnexpectedEof, "redis closed"));
         }
-        if line.starts_with("-LOADING") {
-            return Err(Error::other("redis loading"));
+        if line.starts_with("-LOADING") || line.starts_with("-NOSCRIPT") {
+            return Err(Error::other(line.trim_end().to_string()));
         }
         assert!(!line.starts_with('-'), "redis error: {line}");
     }
