@@ -99,7 +99,11 @@ impl Target {
         let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
         let host = uri.host().unwrap_or_default();
         let port = authority.strip_prefix(host).unwrap_or(authority);
-        if !port.is_empty() && port.strip_prefix(':').and_then(|p| p.parse::<u16>().ok()).is_none()
+        if !port.is_empty()
+            && port
+                .strip_prefix(':')
+                .and_then(|p| p.parse::<u16>().ok())
+                .is_none()
         {
             return Err(bad("bad port"));
         }
