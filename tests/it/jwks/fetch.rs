@@ -2,9 +2,10 @@
 //! loopback that misbehave: a redirect is not followed, a body that never
 //! ends is cut at the cap, a provider that drips its answer is cut at the 5 s
 //! deadline of the whole fetch. Each case: the fetch counts as an error,
-//! nothing is held, the node stays up.
+//! nothing is held, the node stays up. And a proxy named in the environment
+//! is never used.
 
-use super::{auth_state, dir, serve, status};
+use super::{auth_state, dir, serve, status, url, wait_auth_ok};
 use crate::common::*;
 use crate::jwt_util::{jwks, JwksServer, Key, Kind};
 use serde_json::json;
@@ -182,4 +183,44 @@ fn a_provider_that_drips_is_cut_at_5_s() {
         "cut after {took:?}"
     );
     refused(&sb, &key);
+}
+
+#[test]
+fn a_proxy_in_the_environment_is_not_used() {
+    let d = dir("proxy");
+    let key = Key::new(&d, Kind::P256, "k");
+    let provider = JwksServer::start(&jwks(&[&key]));
+    let proxy = Provider::start(|_| (0, false));
+    let p = format!("http://127.0.0.1:{}", proxy.port);
+    let redis = format!("redis://127.0.0.1:{}", free_port());
+    let mut env = vec![("NO_PROXY", ""), ("no_proxy", "")];
+    for name in [
+        "ALL_PROXY",
+        "all_proxy",
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+    ] {
+        env.push((name, &p));
+    }
+    let sb = Seatboard::start_env(
+        &[
+            "serve",
+            "--redis",
+            &redis,
+            "--shards",
+            "1",
+            "--jwks-url",
+            &url(&provider),
+        ],
+        &env,
+    );
+    wait_auth_ok(&sb);
+    assert_eq!(status(sb.port, &key.token("ES256", "s", json!({}))), 101);
+    assert!(provider.hits() >= 1);
+    assert!(
+        proxy.outcomes.try_recv().is_err(),
+        "the proxy got a request"
+    );
 }
