@@ -177,9 +177,10 @@ fn a_provider_that_drips_is_cut_at_5_s() {
         cut,
         "the node closed the connection ({sent} bytes in {took:?})"
     );
-    // Closed at 5 s; seen on the next write or the one after (200 ms apart).
+    // Closed 5 s after the fetch began (the accept here is a little later);
+    // seen on the next write or the one after (200 ms apart).
     assert!(
-        took >= Duration::from_millis(4500) && took <= Duration::from_secs(8),
+        took >= Duration::from_secs(4) && took <= Duration::from_secs(8),
         "cut after {took:?}"
     );
     refused(&sb, &key);
