@@ -86,31 +86,36 @@ struct Tls {
 }
 
 pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
     let mut roots = rustls::RootCertStore::empty();
-    match ca_pem {
-        Some(pem) => {
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
-                roots
-                    .add(cert)
-                    .map_err(|e| format!("unusable certificate: {e}"))?;
-            }
-            if roots.is_empty() {
-                return Err("no certificate in the file".into());
-            }
-        }
-        None => {
-            let found = rustls_native_certs::load_native_certs();
-            for cert in found.certs {
-                let _ = roots.add(cert);
-            }
-        }
-    }
+    roots.add_parsable_certificates(trust_roots(ca_pem)?);
     Ok(rustls::ClientConfig::builder()
         .with_root_certificates(roots)
         .with_no_client_auth())
+}
+
+/// The certificates a TLS client trusts: every one of `ca_pem` (each checked
+/// as a trust anchor), or the system's roots without it.
+pub(crate) fn trust_roots(
+    ca_pem: Option<&[u8]>,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let Some(pem) = ca_pem else {
+        return Ok(rustls_native_certs::load_native_certs().certs);
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    let mut certs = Vec::new();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
+        roots
+            .add(cert.clone())
+            .map_err(|e| format!("unusable certificate: {e}"))?;
+        certs.push(cert);
+    }
+    if certs.is_empty() {
+        return Err("no certificate in the file".into());
+    }
+    Ok(certs)
 }
 
 impl Redis {

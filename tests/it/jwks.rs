@@ -17,6 +17,8 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::time::Duration;
 
+mod fetch;
+
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("seatboard-jwks-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
