@@ -88,6 +88,10 @@ pub struct RehearseArgs {
     /// Local addresses to spread viewers over (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub source_addrs: Vec<std::net::IpAddr>,
+    /// Nodes whose `/metrics` to watch over the run (CPU, RSS, Redis), as
+    /// http:// URLs (comma-separated; default: what answers at --target).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<String>,
     /// Target: publish-to-screen p99 in ms.
     #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
     pub p99_ms: f64,

@@ -5,12 +5,14 @@
 //! - [`viewers`]: the WebSocket and SSE viewers (one epoll loop per thread).
 //! - `run.rs` (flags to verdict), `feed.rs` (the publisher), `verdict.rs`
 //!   (figures, targets, JSON), `report.rs` (the HTML report), `cleanup.rs`
-//!   (Redis), `workers.rs` (threads).
+//!   (Redis), `workers.rs` (threads), `nodes.rs` (each node's `/metrics`
+//!   scraped once a second: CPU, RSS, its Redis connection).
 //! - [`hist`]: the mergeable latency histogram their figures are kept in.
 
 mod cleanup;
 mod feed;
 pub mod hist;
+mod nodes;
 mod report;
 mod run;
 mod verdict;

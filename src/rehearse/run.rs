@@ -5,6 +5,7 @@
 use super::cleanup;
 use super::feed::Feed;
 use super::hist::Hist;
+use super::nodes::{Endpoint, Watch};
 use super::verdict::{Figures, Second};
 use super::viewers::Config;
 use super::workers::{raise_nofile, Workers};
@@ -22,8 +23,13 @@ use std::time::{Duration, Instant};
 
 /// Where `--target` points: the address, the `Host` header, the path before `/ws`.
 fn target(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
+    endpoint(url, "--target")
+}
+
+/// Where an http:// URL given as `flag` points: address, `Host`, path.
+fn endpoint(url: &str, flag: &str) -> Result<(std::net::SocketAddr, String, String), String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("invalid value '{url}' for '--target': an http:// URL (the load balancer's plain-HTTP port, or a node)")
+        format!("invalid value '{url}' for '{flag}': an http:// URL (the load balancer's plain-HTTP port, or a node)")
     })?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let with_port = if host.contains(':') {
@@ -35,12 +41,37 @@ fn target(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("invalid value '{url}' for '--target': {host} does not resolve"))?;
+        .ok_or_else(|| format!("invalid value '{url}' for '{flag}': {host} does not resolve"))?;
     Ok((
         addr,
         host.to_string(),
         path.trim_end_matches('/').to_string(),
     ))
+}
+
+/// The nodes to watch: `--nodes`, else the target.
+fn endpoints(args: &RehearseArgs) -> Result<Vec<Endpoint>, String> {
+    let urls = if args.nodes.is_empty() {
+        vec![args.target.clone()]
+    } else {
+        args.nodes.clone()
+    };
+    let flag = if args.nodes.is_empty() {
+        "--target"
+    } else {
+        "--nodes"
+    };
+    urls.into_iter()
+        .map(|url| {
+            let (addr, host, base) = endpoint(&url, flag)?;
+            Ok(Endpoint {
+                url: url.trim_end_matches('/').to_string(),
+                addr,
+                host,
+                base,
+            })
+        })
+        .collect()
 }
 
 /// The flags checked as the contract asks: the first stderr line names the flag.
@@ -71,7 +102,10 @@ fn check(args: &RehearseArgs) -> Result<(), String> {
 
 /// Runs `seatboard rehearse`.
 pub fn run(args: RehearseArgs) -> ExitCode {
-    let (addr, host, base) = match target(&args.target).and_then(|t| check(&args).map(|()| t)) {
+    let checked = target(&args.target)
+        .and_then(|t| check(&args).map(|()| t))
+        .and_then(|t| endpoints(&args).map(|e| (t, e)));
+    let ((addr, host, base), endpoints) = match checked {
         Ok(t) => t,
         Err(e) => return usage(&e),
     };
@@ -124,6 +158,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         ..Config::default()
     };
     let sse = (args.viewers as f64 * args.sse_share).round() as usize;
+    let watch = Watch::start(endpoints, Instant::now());
     let mut workers = Workers::start(&cfg, sse);
     let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
     publisher.flush(Duration::from_secs(5));
@@ -133,7 +168,23 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         workers.poll();
         std::thread::sleep(Duration::from_millis(20));
     }
-    finish(&args, workers, &publisher, &feed, series, link, &names)
+    let run = Run {
+        workers,
+        publisher: &publisher,
+        feed: &feed,
+        series,
+        watch,
+    };
+    finish(&args, run, link, &names)
+}
+
+/// What the run left for the verdict.
+struct Run<'a> {
+    workers: Workers,
+    publisher: &'a Publisher,
+    feed: &'a Feed,
+    series: Vec<Second>,
+    watch: Watch,
 }
 
 /// The ramp and the publishing, one second of the series at a time.
@@ -196,15 +247,15 @@ fn drive(
 }
 
 /// Board check, close, cleanup, verdict.
-fn finish(
-    args: &RehearseArgs,
-    workers: Workers,
-    publisher: &Publisher,
-    feed: &Feed,
-    series: Vec<Second>,
-    mut link: Commands,
-    names: &[String],
-) -> ExitCode {
+fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -> ExitCode {
+    let Run {
+        workers,
+        publisher,
+        feed,
+        series,
+        watch,
+    } = run;
+    let nodes = watch.finish();
     let refused = workers.refusals();
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
     let reports = workers.reports();
@@ -254,11 +305,13 @@ fn finish(
         series,
     };
     let mut short = figures.short(args.p99_ms, args.max_refused);
+    short.extend(nodes.iter().filter_map(|n| n.short()));
     if !short.is_empty() && boards.0 == 0 && peak == 0 {
         short.push("no viewer connected: is --target right?".into());
     }
     if let Some(path) = &args.json {
-        let text = figures.to_json(&short, serde_json::Value::Null).to_string();
+        let nodes_json: Vec<serde_json::Value> = nodes.iter().map(|n| n.to_json()).collect();
+        let text = figures.to_json(&short, nodes_json.into()).to_string();
         if let Err(e) = std::fs::write(path, text) {
             line(&format!("warning: --json {}: {e}", path.display()));
         }
@@ -268,7 +321,8 @@ fn finish(
             [] => "pass: every target held and every board was correct".to_string(),
             s => format!("fail: {}", s.join("; ")),
         };
-        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, &verdict)) {
+        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, &nodes, &verdict))
+        {
             line(&format!("warning: --report {}: {e}", path.display()));
         }
     }

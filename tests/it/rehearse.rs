@@ -12,7 +12,7 @@ const SECRET: &str = "rehearse-test-secret-rehearse-test-secret-0123";
 /// Redis, two nodes (the second with `second` flags added) and HAProxy.
 struct Deployment {
     redis: Redis,
-    _nodes: Vec<Seatboard>,
+    nodes: Vec<Seatboard>,
     _proxy: lb::Haproxy,
     lb_port: u16,
 }
@@ -52,7 +52,7 @@ fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
     );
     Deployment {
         redis,
-        _nodes: nodes,
+        nodes,
         _proxy: proxy,
         lb_port,
     }
@@ -113,7 +113,8 @@ fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
     let json = temp("pass.json");
     let report = temp("pass.html");
     let report_arg = report.to_string_lossy().into_owned();
-    let out = rehearse(&d, &["--report", &report_arg], &json);
+    let nodes = node_urls(&d);
+    let out = rehearse(&d, &["--report", &report_arg, "--nodes", &nodes], &json);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -146,7 +147,37 @@ fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
         "",
         "rehearsal keys left in Redis"
     );
+    nodes_have_cpu_and_rss(&j, 2);
     report_draws_in_chromium(&report);
+}
+
+/// `--nodes` for the deployment: each node's own URL.
+fn node_urls(d: &Deployment) -> String {
+    let urls: Vec<String> = d
+        .nodes
+        .iter()
+        .map(|n| format!("http://127.0.0.1:{}", n.port))
+        .collect();
+    urls.join(",")
+}
+
+/// The JSON's `nodes`: `want` of them, each with a CPU and RSS series of
+/// one point a second, the nodes busy (CPU above 0) and resident (RSS).
+fn nodes_have_cpu_and_rss(j: &Value, want: usize) {
+    let nodes = j["nodes"].as_array().expect("nodes in the JSON");
+    assert_eq!(nodes.len(), want, "{}", j["nodes"]);
+    let mut busy = false;
+    for n in nodes {
+        let series = n["series"].as_array().expect("a node's series");
+        assert!(series.len() >= 3, "a point a second: {n}");
+        for p in series {
+            assert!(p["t"].as_f64().is_some(), "{p}");
+            assert!(p["rss_bytes"].as_u64().unwrap_or(0) > 1 << 20, "{p}");
+            busy |= p["cpu_pct"].as_f64().unwrap_or(0.0) > 0.0;
+        }
+        assert_eq!(n["redis_reconnects"], 0, "{n}");
+    }
+    assert!(busy, "no node used any CPU: {}", j["nodes"]);
 }
 
 /// The HTML report opened in Chromium draws every plot with data and loads
@@ -187,6 +218,12 @@ fn a_node_capped_by_max_connections_fails_and_names_the_refusals() {
     assert_eq!(j["verdict"], "fail");
     assert!(j["refused"]["503"].as_u64().unwrap_or(0) > 0, "{j}");
     assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+    // No --nodes: what answers /metrics at the target (through HAProxy).
+    let answered = j["nodes"].as_array().map_or(0, Vec::len);
+    assert!(
+        answered >= 1,
+        "nothing answered /metrics at the target: {j}"
+    );
 }
 
 #[test]
