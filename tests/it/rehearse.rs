@@ -1,10 +1,11 @@
 //! `seatboard rehearse` against a real deployment on loopback: HAProxy (the
 //! shipped config) in front of two nodes and a real redis-server (section 9).
 
-use crate::common::{seatboard_command, Redis, Seatboard};
+use crate::common::{metric_value, seatboard_command, wait_for, Redis, Seatboard};
 use crate::lb;
+use crate::redis_util::cut::CutProxy;
 use serde_json::Value;
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 const SECRET: &str = "rehearse-test-secret-rehearse-test-secret-0123";
@@ -25,18 +26,27 @@ fn deployment(second: &[&str]) -> Deployment {
 fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
     let redis = Redis::start();
     let uri = redis.uri();
-    let base = vec![
+    deployment_on(redis, [&uri, &uri], first, second)
+}
+
+/// `serve` on `uri` with the test's secret, one shard, and `extra`.
+fn node_args<'a>(uri: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
         "serve",
         "--redis",
-        &uri,
+        uri,
         "--jwt-secret",
         SECRET,
         "--shards",
         "1",
     ];
-    let (mut one, mut two) = (base.clone(), base.clone());
-    one.extend_from_slice(first);
-    two.extend_from_slice(second);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// As [`deployment_with`], each node reaching Redis at its own URI.
+fn deployment_on(redis: Redis, uris: [&str; 2], first: &[&str], second: &[&str]) -> Deployment {
+    let (one, two) = (node_args(uris[0], first), node_args(uris[1], second));
     let nodes = vec![Seatboard::start(&one), Seatboard::start(&two)];
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let lb_port = lb::free_port();
@@ -59,36 +69,42 @@ fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
 }
 
 fn rehearse(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Output {
-    seatboard_command()
-        .args([
-            "rehearse",
-            "--target",
-            &format!("http://127.0.0.1:{}", d.lb_port),
-        ])
-        .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
-        .args([
-            "--viewers",
-            "300",
-            "--connect-rate",
-            "600",
-            "--courses",
-            "30",
-        ])
-        .args([
-            "--publish-rate",
-            "300",
-            "--duration",
-            "3",
-            "--sse-share",
-            "0.2",
-        ])
-        .arg("--json")
-        .arg(json)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    rehearse_command(d, extra, json)
         .output()
         .expect("run rehearse")
+}
+
+/// The rehearsal of [`rehearse`], not started yet.
+fn rehearse_command(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Command {
+    let mut c = seatboard_command();
+    c.args([
+        "rehearse",
+        "--target",
+        &format!("http://127.0.0.1:{}", d.lb_port),
+    ])
+    .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
+    .args([
+        "--viewers",
+        "300",
+        "--connect-rate",
+        "600",
+        "--courses",
+        "30",
+    ])
+    .args([
+        "--publish-rate",
+        "300",
+        "--duration",
+        "3",
+        "--sse-share",
+        "0.2",
+    ])
+    .arg("--json")
+    .arg(json)
+    .args(extra)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
 }
 
 fn last_line(o: &Output) -> String {
@@ -223,6 +239,60 @@ fn a_node_capped_by_max_connections_fails_and_names_the_refusals() {
     assert!(
         answered >= 1,
         "nothing answered /metrics at the target: {j}"
+    );
+}
+
+#[test]
+fn a_node_whose_redis_link_is_cut_every_second_fails_and_is_named() {
+    // The second node reaches Redis through a forwarder the test shuts every
+    // second: its pub/sub subscription (and every other link) drops and
+    // comes back through the forwarder, over and over.
+    let redis = Redis::start();
+    let cutter = CutProxy::start(redis.port);
+    let (direct, cut) = (redis.uri(), cutter.uri());
+    let d = deployment_on(redis, [&direct, &cut], &[], &[]);
+    let flapping = format!("http://127.0.0.1:{}", d.nodes[1].port);
+    wait_for(Duration::from_secs(10), || {
+        (metric_value(&d.nodes[1].metrics(), "seatboard_redis_connected") == 1.0).then_some(())
+    })
+    .expect("the second node reached Redis through the forwarder");
+    let json = temp("cut.json");
+    let nodes = node_urls(&d);
+    let mut child = rehearse_command(&d, &["--nodes", &nodes], &json)
+        .spawn()
+        .expect("start rehearse");
+    let mut cuts = 0;
+    let exited = loop {
+        cuts += usize::from(cutter.cut() > 0);
+        // A cut a second until the rehearsal is over.
+        if let Some(status) = wait_for(Duration::from_secs(1), || child.try_wait().ok().flatten()) {
+            break status;
+        }
+        assert!(cuts < 60, "the rehearsal did not stop by itself");
+    };
+    let out = child.wait_with_output().expect("rehearse output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        cuts >= 3,
+        "only {cuts} cuts during the run; stderr: {stderr}"
+    );
+    assert_eq!(exited.code(), Some(1), "stderr: {stderr}");
+    let last = last_line(&out);
+    assert!(
+        last.contains(&format!("redis: node {flapping} lost its Redis connection")),
+        "last line: {last}"
+    );
+    let steady = format!("http://127.0.0.1:{} ", d.nodes[0].port);
+    assert!(!last.contains(&steady), "the steady node named: {last}");
+    let j = read_json(&json);
+    assert_eq!(j["verdict"], "fail");
+    let node = j["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["url"] == flapping.as_str()))
+        .expect("the flapping node in the JSON");
+    assert!(
+        node["redis_reconnects"].as_u64().unwrap_or(0) >= 1,
+        "{node}"
     );
 }
 
