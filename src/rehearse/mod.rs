@@ -6,13 +6,15 @@
 //! - `run.rs` (flags to verdict), `feed.rs` (the publisher), `verdict.rs`
 //!   (figures, targets, JSON), `report.rs` (the HTML report), `cleanup.rs`
 //!   (Redis), `workers.rs` (threads), `nodes.rs` (each node's `/metrics`
-//!   scraped once a second: CPU, RSS, its Redis connection).
+//!   scraped once a second: CPU, RSS, its Redis connection), `progress.rs`
+//!   (the status line on a terminal).
 //! - [`hist`]: the mergeable latency histogram their figures are kept in.
 
 mod cleanup;
 mod feed;
 pub mod hist;
 mod nodes;
+mod progress;
 mod report;
 mod run;
 mod verdict;

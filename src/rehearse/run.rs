@@ -6,6 +6,7 @@ use super::cleanup;
 use super::feed::Feed;
 use super::hist::Hist;
 use super::nodes::{Endpoint, Watch};
+use super::progress::{Progress, Status};
 use super::verdict::{Figures, Second};
 use super::viewers::Config;
 use super::workers::{raise_nofile, Workers};
@@ -187,6 +188,44 @@ struct Run<'a> {
     watch: Watch,
 }
 
+/// The per-second series as it is taken, and the status line it feeds.
+struct Meter {
+    series: Vec<Second>,
+    last: (u64, u64, u64),
+    progress: Progress,
+    asked: u64,
+}
+
+impl Meter {
+    /// One second ended: its row of the series, and the status line.
+    fn second(&mut self, workers: &mut Workers, feed: &Feed, open: u64, publishing: bool) {
+        let h: Hist = workers.take_interval();
+        let (up, rf, pb) = (workers.sum("upgrades"), workers.sum("refused"), feed.sent);
+        let (last_up, last_ref, last_pub) = self.last;
+        let row = Second {
+            t: self.series.len() as u64 + 1,
+            viewers: open,
+            connects: up - last_up.min(up),
+            refused: rf - last_ref.min(rf),
+            published: pb - last_pub.min(pb),
+            p50_ms: h.quantile(0.5) as f64 / 1e3,
+            p99_ms: h.quantile(0.99) as f64 / 1e3,
+        };
+        self.progress.second(&h);
+        self.progress.show(&Status {
+            t: row.t,
+            phase: if publishing { "publishing" } else { "ramping" },
+            viewers: (open, self.asked),
+            connects: up,
+            refused: workers.refusals(),
+            published_per_s: row.published,
+            latency_ms: self.progress.recent_ms(),
+        });
+        self.series.push(row);
+        self.last = (up, rf, pb);
+    }
+}
+
 /// The ramp and the publishing, one second of the series at a time.
 fn drive(
     args: &RehearseArgs,
@@ -199,9 +238,13 @@ fn drive(
     let start = Instant::now();
     let ramp_end = Duration::from_secs_f64(args.viewers as f64 / args.connect_rate);
     let mut publishing: Option<Instant> = None;
-    let mut series = Vec::new();
+    let mut meter = Meter {
+        series: Vec::new(),
+        last: (0, 0, 0),
+        progress: Progress::new(),
+        asked: u64::from(args.viewers),
+    };
     let mut next_second = start + Duration::from_secs(1);
-    let (mut last_up, mut last_ref, mut last_pub) = (0, 0, 0);
     let interval = Duration::from_secs_f64(1.0 / args.publish_rate);
     let mut next_pub = start;
     while !stop.load(Ordering::Relaxed) {
@@ -228,22 +271,12 @@ fn drive(
         }
         if now >= next_second {
             next_second += Duration::from_secs(1);
-            let h: Hist = workers.take_interval();
-            let (up, rf, pb) = (workers.sum("upgrades"), workers.sum("refused"), feed.sent);
-            series.push(Second {
-                t: series.len() as u64 + 1,
-                viewers: open,
-                connects: up - last_up.min(up),
-                refused: rf - last_ref.min(rf),
-                published: pb - last_pub.min(pb),
-                p50_ms: h.quantile(0.5) as f64 / 1e3,
-                p99_ms: h.quantile(0.99) as f64 / 1e3,
-            });
-            (last_up, last_ref, last_pub) = (up, rf, pb);
+            meter.second(workers, &feed, open, publishing.is_some());
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    (series, feed)
+    meter.progress.done();
+    (meter.series, feed)
 }
 
 /// Board check, close, cleanup, verdict.
