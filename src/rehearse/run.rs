@@ -9,7 +9,7 @@ use super::nodes::{Endpoint, Watch};
 use super::progress::{Progress, Status};
 use super::verdict::{Figures, Second};
 use super::viewers::Config;
-use super::workers::{raise_nofile, Workers};
+use super::workers::{per_process, raise_nofile, Workers};
 use crate::cli::RehearseArgs;
 use crate::clock;
 use crate::logging::{line, usage};
@@ -134,7 +134,10 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return usage(&e),
     };
-    raise_nofile();
+    let nofile = raise_nofile();
+    let per_process = args
+        .viewers_per_process
+        .map_or_else(|| per_process(nofile), |n| n as usize);
     let cfg = Config {
         port: addr.port(),
         host: addr.ip(),
@@ -160,7 +163,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
     };
     let sse = (args.viewers as f64 * args.sse_share).round() as usize;
     let watch = Watch::start(endpoints, Instant::now());
-    let mut workers = Workers::start(&cfg, sse);
+    let mut workers = Workers::start(&cfg, sse, per_process);
     let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
     publisher.flush(Duration::from_secs(5));
     let tick = workers.sum("tick_ms").max(200);
@@ -175,6 +178,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         feed: &feed,
         series,
         watch,
+        interrupted: stop.load(Ordering::Relaxed),
     };
     finish(&args, run, link, &names)
 }
@@ -186,6 +190,8 @@ struct Run<'a> {
     feed: &'a Feed,
     series: Vec<Second>,
     watch: Watch,
+    /// SIGINT stopped it before the end of `--duration`.
+    interrupted: bool,
 }
 
 /// The per-second series as it is taken, and the status line it feeds.
@@ -287,9 +293,11 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
         feed,
         series,
         watch,
+        interrupted,
     } = run;
     let nodes = watch.finish();
     let refused = workers.refusals();
+    let processes = workers.processes();
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
     let reports = workers.reports();
     let (mut latency, mut connect) = (Hist::default(), Hist::default());
@@ -339,12 +347,17 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     };
     let mut short = figures.short(args.p99_ms, args.max_refused);
     short.extend(nodes.iter().filter_map(|n| n.short()));
+    if interrupted {
+        short.push("interrupted: SIGINT stopped the rehearsal before the end of --duration".into());
+    }
     if !short.is_empty() && boards.0 == 0 && peak == 0 {
         short.push("no viewer connected: is --target right?".into());
     }
     if let Some(path) = &args.json {
         let nodes_json: Vec<serde_json::Value> = nodes.iter().map(|n| n.to_json()).collect();
-        let text = figures.to_json(&short, nodes_json.into()).to_string();
+        let mut j = figures.to_json(&short, nodes_json.into());
+        j["processes"] = processes.into();
+        let text = j.to_string();
         if let Err(e) = std::fs::write(path, text) {
             line(&format!("warning: --json {}: {e}", path.display()));
         }

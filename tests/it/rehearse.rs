@@ -74,8 +74,25 @@ fn rehearse(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Output {
         .expect("run rehearse")
 }
 
-/// The rehearsal of [`rehearse`], not started yet.
+/// The rehearsal of [`rehearse`], not started yet: 300 viewers (a fifth on
+/// SSE) over 30 courses, 300 snapshots/s for 3 s; `extra` flags and values
+/// in pairs, each replacing the default of the same flag.
 fn rehearse_command(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Command {
+    let mut flags: Vec<(&str, &str)> = vec![
+        ("--viewers", "300"),
+        ("--connect-rate", "600"),
+        ("--courses", "30"),
+        ("--publish-rate", "300"),
+        ("--duration", "3"),
+        ("--sse-share", "0.2"),
+    ];
+    for pair in extra.chunks(2) {
+        let (flag, value) = (pair[0], pair.get(1).copied().unwrap_or(""));
+        match flags.iter_mut().find(|(f, _)| *f == flag) {
+            Some(default) => default.1 = value,
+            None => flags.push((flag, value)),
+        }
+    }
     let mut c = seatboard_command();
     c.args([
         "rehearse",
@@ -83,25 +100,9 @@ fn rehearse_command(d: &Deployment, extra: &[&str], json: &std::path::Path) -> C
         &format!("http://127.0.0.1:{}", d.lb_port),
     ])
     .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
-    .args([
-        "--viewers",
-        "300",
-        "--connect-rate",
-        "600",
-        "--courses",
-        "30",
-    ])
-    .args([
-        "--publish-rate",
-        "300",
-        "--duration",
-        "3",
-        "--sse-share",
-        "0.2",
-    ])
+    .args(flags.iter().flat_map(|(f, v)| [*f, *v]))
     .arg("--json")
     .arg(json)
-    .args(extra)
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     c
@@ -294,6 +295,111 @@ fn a_node_whose_redis_link_is_cut_every_second_fails_and_is_named() {
         node["redis_reconnects"].as_u64().unwrap_or(0) >= 1,
         "{node}"
     );
+}
+
+/// The pids of processes whose parent is `pid` and whose command line holds `word`.
+fn children_running(pid: u32, word: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // The parent pid is the second field after the `)` of the name.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(word)
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Whether process `pid` still runs with `word` in its command line.
+fn still_running(pid: u32, word: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+}
+
+#[test]
+fn viewers_past_one_process_limit_run_in_child_processes_every_board_correct() {
+    // Each process may hold 100 viewers: 240 WebSocket viewers in three
+    // processes of 80, 60 SSE viewers in a fourth.
+    let d = deployment(&[]);
+    let json = temp("children.json");
+    let child = rehearse_command(&d, &["--viewers-per-process", "100"], &json)
+        .spawn()
+        .expect("start rehearse");
+    let pid = child.id();
+    let seen = wait_for(Duration::from_secs(20), || {
+        Some(children_running(pid, "__rehearse-viewers")).filter(|c| c.len() == 4)
+    });
+    let out = child.wait_with_output().expect("rehearse output");
+    let seen = seen.expect("four viewer processes never ran at once");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = read_json(&json);
+    assert_eq!(j["processes"], 4, "{j}");
+    assert_eq!(j["viewers"], 300);
+    assert_eq!(j["correct"], 1.0, "{j}");
+    assert!(j["boards"]["checked"].as_u64().unwrap_or(0) >= 300, "{j}");
+    assert!(j["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0, "{j}");
+    for c in seen {
+        assert!(
+            !still_running(c, "__rehearse-viewers"),
+            "viewer process {c} outlived the rehearsal"
+        );
+    }
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+}
+
+#[test]
+fn sigint_closes_the_viewers_cleans_up_and_fails_as_interrupted() {
+    let d = deployment(&[]);
+    let json = temp("sigint.json");
+    let mut child = rehearse_command(
+        &d,
+        &["--viewers-per-process", "100", "--duration", "600"],
+        &json,
+    )
+    .spawn()
+    .expect("start rehearse");
+    let pid = child.id();
+    let seen = wait_for(Duration::from_secs(20), || {
+        let publishing = !d
+            .redis
+            .cli(&["--scan", "--pattern", "seatstate:REHEARSAL-*"])
+            .is_empty();
+        let kids = children_running(pid, "__rehearse-viewers");
+        (publishing && kids.len() == 4).then_some(kids)
+    })
+    .expect("the rehearsal never published with its four viewer processes");
+    // SAFETY: kill(2) on the rehearsal this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let exited = wait_for(Duration::from_secs(30), || child.try_wait().ok().flatten())
+        .expect("the rehearsal did not stop after SIGINT");
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(
+        exited.code(),
+        Some(1),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = last_line(&out);
+    assert!(last.contains("interrupted: SIGINT"), "last line: {last}");
+    for c in seen {
+        assert!(
+            !still_running(c, "__rehearse-viewers"),
+            "viewer process {c} left running"
+        );
+    }
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
 }
 
 #[test]
