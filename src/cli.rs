@@ -41,6 +41,9 @@ pub enum Command {
     Token(crate::cmd::token::TokenArgs),
     /// Rehearse a selection window against a running deployment before it opens.
     Rehearse(RehearseArgs),
+    /// One share of a rehearsal's viewers in a process of its own (`rehearse` starts it).
+    #[command(name = "__rehearse-viewers", hide = true)]
+    RehearseViewers,
 }
 
 /// `seatboard rehearse` (contract section 9).
@@ -88,12 +91,20 @@ pub struct RehearseArgs {
     /// Local addresses to spread viewers over (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub source_addrs: Vec<std::net::IpAddr>,
+    /// Nodes whose `/metrics` to watch over the run (CPU, RSS, Redis), as
+    /// http:// URLs (comma-separated; default: what answers at --target).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<String>,
     /// Target: publish-to-screen p99 in ms.
     #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
     pub p99_ms: f64,
     /// Target: share of refused upgrades (0..1).
     #[arg(long, default_value_t = 0.01, value_parser = share)]
     pub max_refused: f64,
+    /// Viewers one process holds at most (default: its open-file limit less
+    /// a reserve); past it, viewers run in child processes.
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub viewers_per_process: Option<u32>,
     /// The figures as JSON.
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,

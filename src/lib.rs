@@ -10,7 +10,8 @@
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
 //! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
-//! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`], [`shard_set`]: shared plumbing.
+//! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`], [`process_stats`],
+//!   [`shard_set`]: shared plumbing.
 
 pub mod analytics;
 pub mod auth;
@@ -25,6 +26,7 @@ pub mod logging;
 pub mod metrics;
 pub mod node;
 pub mod presence;
+pub mod process_stats;
 pub mod publish;
 pub mod publisher;
 pub mod redis;

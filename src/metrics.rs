@@ -484,6 +484,16 @@ const FAMILIES: &[Family] = &[
         Samples::One(|m| Num::F(m.started_unix_s)),
     ),
     counter(
+        "process_cpu_seconds_total",
+        "Total user and system CPU time of the process, in seconds.",
+        Samples::One(|_| Num::F(crate::process_stats::cpu_seconds())),
+    ),
+    gauge(
+        "process_resident_memory_bytes",
+        "Resident memory of the process, in bytes.",
+        Samples::One(|_| Num::U(crate::process_stats::resident_bytes())),
+    ),
+    counter(
         "seatboard_handshakes_accepted_total",
         "WebSocket upgrades accepted.",
         Samples::One(|m| load(&m.handshakes_accepted)),

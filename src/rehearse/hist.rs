@@ -71,6 +71,18 @@ impl Hist {
         self.max
     }
 
+    /// Adds `other`'s counts into this one.
+    pub fn merge(&mut self, other: &Hist) {
+        if self.counts.len() < other.counts.len() {
+            self.counts.resize(other.counts.len(), 0);
+        }
+        for (a, b) in self.counts.iter_mut().zip(&other.counts) {
+            *a += b;
+        }
+        self.total += other.total;
+        self.max = self.max.max(other.max);
+    }
+
     /// Sparse form for the report: `[[bucket, count], ...]` plus the max.
     pub fn to_json(&self) -> serde_json::Value {
         let pairs: Vec<[u64; 2]> = self

@@ -5,16 +5,23 @@
 //! - [`viewers`]: the WebSocket and SSE viewers (one epoll loop per thread).
 //! - `run.rs` (flags to verdict), `feed.rs` (the publisher), `verdict.rs`
 //!   (figures, targets, JSON), `report.rs` (the HTML report), `cleanup.rs`
-//!   (Redis), `workers.rs` (threads).
+//!   (Redis), `workers.rs` (viewer loops on threads, or `children.rs`: child
+//!   processes past one process's open files), `nodes.rs` (each node's `/metrics`
+//!   scraped once a second: CPU, RSS, its Redis connection), `progress.rs`
+//!   (the status line on a terminal).
 //! - [`hist`]: the mergeable latency histogram their figures are kept in.
 
+mod children;
 mod cleanup;
 mod feed;
 pub mod hist;
+mod nodes;
+mod progress;
 mod report;
 mod run;
 mod verdict;
 pub mod viewers;
 mod workers;
 
+pub use children::main as child_main;
 pub use run::run;

@@ -1,19 +1,26 @@
 //! The `--report` file: one self-contained HTML page (inline SVG, no script,
-//! nothing loaded from elsewhere) that plots the run's per-second series, so
-//! an operator sees at once whether the window would hold.
+//! nothing loaded from elsewhere) that plots the run's per-second series and
+//! each node's CPU and RSS, so an operator sees at once whether the window
+//! would hold.
 
+use super::nodes::Node;
 use super::verdict::Second;
 use std::fmt::Write as _;
 
-/// One line of a plot: its label, colour, and value in a second.
-type Line<'a> = (&'a str, &'a str, fn(&Second) -> f64);
+/// One line of a plot: its label, colour, and points (seconds, value).
+type Line = (String, &'static str, Vec<(f64, f64)>);
 
-/// One plot: its title and the lines it draws.
-type Plot<'a> = (&'a str, Vec<Line<'a>>);
+/// One line of the run's series: its label, colour, and value in a second.
+type SeriesLine<'a> = (&'a str, &'static str, fn(&Second) -> f64);
 
-/// The whole page for `series`, headed by the verdict line.
-pub fn html(series: &[Second], verdict: &str) -> String {
-    let plots: [Plot; 4] = [
+/// Colours of the nodes' lines, in turn.
+const NODE_COLOURS: [&str; 6] = [
+    "#1f6feb", "#bc4c00", "#2da44e", "#8250df", "#cf222e", "#6e7781",
+];
+
+/// The run's plots: title and lines.
+fn series_plots(series: &[Second]) -> Vec<(String, Vec<Line>)> {
+    let plots: [(&str, Vec<SeriesLine>); 4] = [
         (
             "Viewers",
             vec![("viewers", "#1f6feb", |s| s.viewers as f64)],
@@ -37,6 +44,57 @@ pub fn html(series: &[Second], verdict: &str) -> String {
             ],
         ),
     ];
+    plots
+        .into_iter()
+        .map(|(title, lines)| {
+            let lines = lines
+                .into_iter()
+                .map(|(l, c, f)| {
+                    let pts = series.iter().map(|s| (s.t as f64, f(s))).collect();
+                    (l.to_string(), c, pts)
+                })
+                .collect();
+            (title.to_string(), lines)
+        })
+        .collect()
+}
+
+/// The nodes' plots (none when no node's `/metrics` answered).
+fn node_plots(nodes: &[Node]) -> Vec<(String, Vec<Line>)> {
+    let nodes: Vec<&Node> = nodes.iter().filter(|n| !n.series.is_empty()).collect();
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    let lines = |f: fn(&super::nodes::Point) -> f64| -> Vec<Line> {
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let pts = n.series.iter().map(|p| (p.t, f(p))).collect();
+                (node_label(n, &nodes), NODE_COLOURS[i % 6], pts)
+            })
+            .collect()
+    };
+    vec![
+        ("Node CPU (% of a core)".into(), lines(|p| p.cpu_pct)),
+        (
+            "Node RSS (MiB)".into(),
+            lines(|p| p.rss_bytes as f64 / (1 << 20) as f64),
+        ),
+    ]
+}
+
+/// A node's URL, with its start time when several processes answered there.
+fn node_label(n: &Node, all: &[&Node]) -> String {
+    if all.iter().filter(|m| m.url == n.url).count() > 1 {
+        format!("{} (started {:.0})", n.url, n.started)
+    } else {
+        n.url.clone()
+    }
+}
+
+/// The whole page for `series` and `nodes`, headed by the verdict line.
+pub fn html(series: &[Second], nodes: &[Node], verdict: &str) -> String {
     let mut out = String::with_capacity(16 * 1024);
     out.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatboard rehearsal</title>");
     out.push_str("<style>body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}svg{display:block;margin:4px 0 20px;background:#f6f8fa}</style></head><body>");
@@ -45,51 +103,51 @@ pub fn html(series: &[Second], verdict: &str) -> String {
         "<h1>seatboard rehearsal</h1><p id=\"verdict\">{}</p>",
         escape(verdict)
     );
-    for (title, lines) in &plots {
-        plot(&mut out, title, lines, series);
+    let t_max = series.last().map_or(1, |s| s.t.max(1)) as f64;
+    for (title, lines) in series_plots(series).iter().chain(&node_plots(nodes)) {
+        plot(&mut out, title, lines, t_max);
     }
     out.push_str("</body></html>\n");
     out
 }
 
-/// One SVG chart of `lines` over time, with its largest value on the axis.
-fn plot(out: &mut String, title: &str, lines: &[Line], series: &[Second]) {
+/// One SVG chart of `lines` over `t_max` seconds, with its largest value on the axis.
+fn plot(out: &mut String, title: &str, lines: &[Line], t_max: f64) {
     const W: f64 = 720.0;
     const H: f64 = 180.0;
-    let t_max = series.last().map_or(1, |s| s.t.max(1)) as f64;
+    let t_max = lines
+        .iter()
+        .flat_map(|l| l.2.iter().map(|p| p.0))
+        .fold(t_max, f64::max)
+        .max(1.0);
     let y_max = lines
         .iter()
-        .flat_map(|(_, _, f)| series.iter().map(f))
+        .flat_map(|l| l.2.iter().map(|p| p.1))
         .fold(0.0_f64, f64::max)
         .max(1.0);
     let legend: Vec<String> = lines
         .iter()
-        .map(|(l, c, _)| format!("<span style=\"color:{c}\">{l}</span>"))
+        .map(|(l, c, _)| format!("<span style=\"color:{c}\">{}</span>", escape(l)))
         .collect();
     let _ = write!(out, "<h2>{} ({})</h2>", escape(title), legend.join(", "));
+    let longest = lines.iter().map(|l| l.2.len()).max().unwrap_or(0);
     let _ = write!(
         out,
-        "<svg class=\"plot\" data-points=\"{}\" width=\"{W}\" height=\"{}\" viewBox=\"0 0 {W} {}\" role=\"img\" aria-label=\"{}\">",
-        series.len(),
+        "<svg class=\"plot\" data-points=\"{longest}\" width=\"{W}\" height=\"{}\" viewBox=\"0 0 {W} {}\" role=\"img\" aria-label=\"{}\">",
         H + 20.0,
         H + 20.0,
         escape(title)
     );
     let _ = write!(out, "<text x=\"4\" y=\"12\" font-size=\"11\">{y_max:.0}</text><text x=\"4\" y=\"{}\" font-size=\"11\">0 s</text><text x=\"{}\" y=\"{}\" font-size=\"11\">{t_max:.0} s</text>", H + 16.0, W - 40.0, H + 16.0);
-    for (label, colour, f) in lines {
-        let points: Vec<String> = series
+    for (label, colour, points) in lines {
+        let points: Vec<String> = points
             .iter()
-            .map(|s| {
-                format!(
-                    "{:.1},{:.1}",
-                    s.t as f64 / t_max * W,
-                    H - f(s) / y_max * (H - 16.0)
-                )
-            })
+            .map(|(t, y)| format!("{:.1},{:.1}", t / t_max * W, H - y / y_max * (H - 16.0)))
             .collect();
         let _ = write!(
             out,
-            "<polyline data-series=\"{label}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+            "<polyline data-series=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\" points=\"{}\"/>",
+            escape(label),
             points.join(" ")
         );
     }
@@ -106,6 +164,7 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rehearse::nodes::{Node, Point};
 
     fn second(t: u64) -> Second {
         Second {
@@ -122,7 +181,7 @@ mod tests {
     #[test]
     fn every_plot_draws_every_second_and_loads_nothing() {
         let series: Vec<Second> = (0..30).map(second).collect();
-        let page = html(&series, "pass: <every> board correct");
+        let page = html(&series, &[], "pass: <every> board correct");
         assert_eq!(
             page.matches("<svg class=\"plot\" data-points=\"30\"")
                 .count(),
@@ -143,5 +202,40 @@ mod tests {
         for outside in ["src=", "href=", "http", "<script", "url("] {
             assert!(!page.contains(outside), "the page loads {outside}");
         }
+    }
+
+    #[test]
+    fn each_node_has_a_line_in_the_cpu_and_rss_plots() {
+        let series: Vec<Second> = (1..=10).map(second).collect();
+        let points = |k: f64| -> Vec<Point> {
+            (1..=8)
+                .map(|t| Point {
+                    t: t as f64,
+                    cpu_pct: k * t as f64,
+                    rss_bytes: 50 << 20,
+                })
+                .collect()
+        };
+        let nodes = [
+            Node::with_series("http://127.0.0.1:1", 1.0, points(5.0)),
+            Node::with_series("http://127.0.0.1:1", 2.0, points(7.0)),
+            Node::with_series("http://127.0.0.1:2", 3.0, Vec::new()),
+        ];
+        let page = html(&series, &nodes, "pass");
+        assert_eq!(page.matches("<svg class=\"plot\"").count(), 6);
+        for title in ["Node CPU (% of a core)", "Node RSS (MiB)"] {
+            let at = page.find(&format!("aria-label=\"{title}\"")).expect(title);
+            let svg = &page[at..at + page[at..].find("</svg>").expect("closed")];
+            assert_eq!(
+                svg.matches("<polyline").count(),
+                2,
+                "{title}: one line a node that answered"
+            );
+            assert!(
+                svg.contains("(started 2)"),
+                "{title}: two processes at one URL told apart"
+            );
+        }
+        assert!(page.contains("data-points=\"8\""));
     }
 }

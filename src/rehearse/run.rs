@@ -5,9 +5,11 @@
 use super::cleanup;
 use super::feed::Feed;
 use super::hist::Hist;
+use super::nodes::{Endpoint, Watch};
+use super::progress::{Progress, Status};
 use super::verdict::{Figures, Second};
 use super::viewers::Config;
-use super::workers::{raise_nofile, Workers};
+use super::workers::{per_process, raise_nofile, Workers};
 use crate::cli::RehearseArgs;
 use crate::clock;
 use crate::logging::{line, usage};
@@ -22,8 +24,13 @@ use std::time::{Duration, Instant};
 
 /// Where `--target` points: the address, the `Host` header, the path before `/ws`.
 fn target(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
+    endpoint(url, "--target")
+}
+
+/// Where an http:// URL given as `flag` points: address, `Host`, path.
+fn endpoint(url: &str, flag: &str) -> Result<(std::net::SocketAddr, String, String), String> {
     let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("invalid value '{url}' for '--target': an http:// URL (the load balancer's plain-HTTP port, or a node)")
+        format!("invalid value '{url}' for '{flag}': an http:// URL (the load balancer's plain-HTTP port, or a node)")
     })?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let with_port = if host.contains(':') {
@@ -35,12 +42,37 @@ fn target(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("invalid value '{url}' for '--target': {host} does not resolve"))?;
+        .ok_or_else(|| format!("invalid value '{url}' for '{flag}': {host} does not resolve"))?;
     Ok((
         addr,
         host.to_string(),
         path.trim_end_matches('/').to_string(),
     ))
+}
+
+/// The nodes to watch: `--nodes`, else the target.
+fn endpoints(args: &RehearseArgs) -> Result<Vec<Endpoint>, String> {
+    let urls = if args.nodes.is_empty() {
+        vec![args.target.clone()]
+    } else {
+        args.nodes.clone()
+    };
+    let flag = if args.nodes.is_empty() {
+        "--target"
+    } else {
+        "--nodes"
+    };
+    urls.into_iter()
+        .map(|url| {
+            let (addr, host, base) = endpoint(&url, flag)?;
+            Ok(Endpoint {
+                url: url.trim_end_matches('/').to_string(),
+                addr,
+                host,
+                base,
+            })
+        })
+        .collect()
 }
 
 /// The flags checked as the contract asks: the first stderr line names the flag.
@@ -71,7 +103,10 @@ fn check(args: &RehearseArgs) -> Result<(), String> {
 
 /// Runs `seatboard rehearse`.
 pub fn run(args: RehearseArgs) -> ExitCode {
-    let (addr, host, base) = match target(&args.target).and_then(|t| check(&args).map(|()| t)) {
+    let checked = target(&args.target)
+        .and_then(|t| check(&args).map(|()| t))
+        .and_then(|t| endpoints(&args).map(|e| (t, e)));
+    let ((addr, host, base), endpoints) = match checked {
         Ok(t) => t,
         Err(e) => return usage(&e),
     };
@@ -99,7 +134,10 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return usage(&e),
     };
-    raise_nofile();
+    let nofile = raise_nofile();
+    let per_process = args
+        .viewers_per_process
+        .map_or_else(|| per_process(nofile), |n| n as usize);
     let cfg = Config {
         port: addr.port(),
         host: addr.ip(),
@@ -124,7 +162,8 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         ..Config::default()
     };
     let sse = (args.viewers as f64 * args.sse_share).round() as usize;
-    let mut workers = Workers::start(&cfg, sse);
+    let watch = Watch::start(endpoints, Instant::now());
+    let mut workers = Workers::start(&cfg, sse, per_process);
     let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
     publisher.flush(Duration::from_secs(5));
     let tick = workers.sum("tick_ms").max(200);
@@ -133,7 +172,64 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         workers.poll();
         std::thread::sleep(Duration::from_millis(20));
     }
-    finish(&args, workers, &publisher, &feed, series, link, &names)
+    let run = Run {
+        workers,
+        publisher: &publisher,
+        feed: &feed,
+        series,
+        watch,
+        interrupted: stop.load(Ordering::Relaxed),
+    };
+    finish(&args, run, link, &names)
+}
+
+/// What the run left for the verdict.
+struct Run<'a> {
+    workers: Workers,
+    publisher: &'a Publisher,
+    feed: &'a Feed,
+    series: Vec<Second>,
+    watch: Watch,
+    /// SIGINT stopped it before the end of `--duration`.
+    interrupted: bool,
+}
+
+/// The per-second series as it is taken, and the status line it feeds.
+struct Meter {
+    series: Vec<Second>,
+    last: (u64, u64, u64),
+    progress: Progress,
+    asked: u64,
+}
+
+impl Meter {
+    /// One second ended: its row of the series, and the status line.
+    fn second(&mut self, workers: &mut Workers, feed: &Feed, open: u64, publishing: bool) {
+        let h: Hist = workers.take_interval();
+        let (up, rf, pb) = (workers.sum("upgrades"), workers.sum("refused"), feed.sent);
+        let (last_up, last_ref, last_pub) = self.last;
+        let row = Second {
+            t: self.series.len() as u64 + 1,
+            viewers: open,
+            connects: up - last_up.min(up),
+            refused: rf - last_ref.min(rf),
+            published: pb - last_pub.min(pb),
+            p50_ms: h.quantile(0.5) as f64 / 1e3,
+            p99_ms: h.quantile(0.99) as f64 / 1e3,
+        };
+        self.progress.second(&h);
+        self.progress.show(&Status {
+            t: row.t,
+            phase: if publishing { "publishing" } else { "ramping" },
+            viewers: (open, self.asked),
+            connects: up,
+            refused: workers.refusals(),
+            published_per_s: row.published,
+            latency_ms: self.progress.recent_ms(),
+        });
+        self.series.push(row);
+        self.last = (up, rf, pb);
+    }
 }
 
 /// The ramp and the publishing, one second of the series at a time.
@@ -148,9 +244,13 @@ fn drive(
     let start = Instant::now();
     let ramp_end = Duration::from_secs_f64(args.viewers as f64 / args.connect_rate);
     let mut publishing: Option<Instant> = None;
-    let mut series = Vec::new();
+    let mut meter = Meter {
+        series: Vec::new(),
+        last: (0, 0, 0),
+        progress: Progress::new(),
+        asked: u64::from(args.viewers),
+    };
     let mut next_second = start + Duration::from_secs(1);
-    let (mut last_up, mut last_ref, mut last_pub) = (0, 0, 0);
     let interval = Duration::from_secs_f64(1.0 / args.publish_rate);
     let mut next_pub = start;
     while !stop.load(Ordering::Relaxed) {
@@ -177,35 +277,27 @@ fn drive(
         }
         if now >= next_second {
             next_second += Duration::from_secs(1);
-            let h: Hist = workers.take_interval();
-            let (up, rf, pb) = (workers.sum("upgrades"), workers.sum("refused"), feed.sent);
-            series.push(Second {
-                t: series.len() as u64 + 1,
-                viewers: open,
-                connects: up - last_up.min(up),
-                refused: rf - last_ref.min(rf),
-                published: pb - last_pub.min(pb),
-                p50_ms: h.quantile(0.5) as f64 / 1e3,
-                p99_ms: h.quantile(0.99) as f64 / 1e3,
-            });
-            (last_up, last_ref, last_pub) = (up, rf, pb);
+            meter.second(workers, &feed, open, publishing.is_some());
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    (series, feed)
+    meter.progress.done();
+    (meter.series, feed)
 }
 
 /// Board check, close, cleanup, verdict.
-fn finish(
-    args: &RehearseArgs,
-    workers: Workers,
-    publisher: &Publisher,
-    feed: &Feed,
-    series: Vec<Second>,
-    mut link: Commands,
-    names: &[String],
-) -> ExitCode {
+fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -> ExitCode {
+    let Run {
+        workers,
+        publisher,
+        feed,
+        series,
+        watch,
+        interrupted,
+    } = run;
+    let nodes = watch.finish();
     let refused = workers.refusals();
+    let processes = workers.processes();
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
     let reports = workers.reports();
     let (mut latency, mut connect) = (Hist::default(), Hist::default());
@@ -254,11 +346,18 @@ fn finish(
         series,
     };
     let mut short = figures.short(args.p99_ms, args.max_refused);
+    short.extend(nodes.iter().filter_map(|n| n.short()));
+    if interrupted {
+        short.push("interrupted: SIGINT stopped the rehearsal before the end of --duration".into());
+    }
     if !short.is_empty() && boards.0 == 0 && peak == 0 {
         short.push("no viewer connected: is --target right?".into());
     }
     if let Some(path) = &args.json {
-        let text = figures.to_json(&short, serde_json::Value::Null).to_string();
+        let nodes_json: Vec<serde_json::Value> = nodes.iter().map(|n| n.to_json()).collect();
+        let mut j = figures.to_json(&short, nodes_json.into());
+        j["processes"] = processes.into();
+        let text = j.to_string();
         if let Err(e) = std::fs::write(path, text) {
             line(&format!("warning: --json {}: {e}", path.display()));
         }
@@ -268,7 +367,8 @@ fn finish(
             [] => "pass: every target held and every board was correct".to_string(),
             s => format!("fail: {}", s.join("; ")),
         };
-        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, &verdict)) {
+        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, &nodes, &verdict))
+        {
             line(&format!("warning: --report {}: {e}", path.display()));
         }
     }

@@ -616,76 +616,12 @@ impl Gen {
         let Some(conn) = self.conns[idx].as_mut() else {
             return;
         };
-        if conn.phase == Phase::Connecting {
-            let user = conn.user;
-            // A connect refused or failed (the node is down and nothing
-            // proxies it) is retried like any lost connection.
-            let failed = match conn.sock.take_error() {
-                Ok(None) => match conn.sock.peer_addr() {
-                    Ok(_) => false,
-                    Err(e) if e.kind() == ErrorKind::NotConnected => return,
-                    Err(_) => true,
-                },
-                _ => true,
-            };
-            if failed {
-                self.c.failed += 1;
-                self.close(idx);
-                self.retry(user, None, None, None, None);
-                return;
-            }
-            conn.phase = Phase::Handshake;
-            let user = format!("{}{}-{}", self.cfg.user_prefix, self.cfg.child, conn.user);
-            let (auth, query_user) = if self.cfg.auth_none {
-                (String::new(), format!("user={user}"))
-            } else {
-                let token = match self.tokens.len() {
-                    0 => crate::auth::mint(
-                        self.cfg.secret.as_bytes(),
-                        &user,
-                        shards::Role::Student,
-                        self.exp,
-                    ),
-                    n => self.tokens[conn.user as usize % n].clone(),
-                };
-                (format!("Authorization: Bearer {token}\r\n"), String::new())
-            };
-            let host = self
-                .cfg
-                .host_header
-                .clone()
-                .unwrap_or_else(|| format!("127.0.0.1:{}", self.cfg.port));
-            let base = &self.cfg.base_path;
-            let offer = if self.cfg.deflate {
-                "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
-            } else {
-                ""
-            };
-            let req = if self.cfg.sse {
-                let mut q: Vec<String> = conn
-                    .courses
-                    .iter()
-                    .map(|&c| format!("course={}", self.cfg.courses[c as usize]))
-                    .collect();
-                if !query_user.is_empty() {
-                    q.push(query_user);
-                }
-                format!(
-                    "GET {base}/sse?{} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n{auth}\r\n",
-                    q.join("&")
-                )
-            } else {
-                let q = if query_user.is_empty() {
-                    String::new()
-                } else {
-                    format!("?{query_user}")
-                };
-                format!(
-                    "GET {base}/ws{q} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}{offer}\r\n"
-                )
-            };
-            conn.wbuf.extend_from_slice(req.as_bytes());
+        if conn.phase == Phase::Connecting && !self.connected(idx) {
+            return;
         }
+        let Some(conn) = self.conns[idx].as_mut() else {
+            return;
+        };
         if !conn.wbuf.is_empty() {
             match conn.sock.write(&conn.wbuf) {
                 Ok(n) => {
@@ -698,6 +634,96 @@ impl Gen {
                 }
             }
         }
+        self.read(idx, closed);
+    }
+
+    /// A connect that finished (or failed): queues the upgrade request;
+    /// false when the connection is not (yet) usable.
+    fn connected(&mut self, idx: usize) -> bool {
+        let Some(conn) = self.conns[idx].as_mut() else {
+            return false;
+        };
+        let user = conn.user;
+        // A connect refused or failed (the node is down and nothing
+        // proxies it) is retried like any lost connection.
+        let failed = match conn.sock.take_error() {
+            Ok(None) => match conn.sock.peer_addr() {
+                Ok(_) => false,
+                Err(e) if e.kind() == ErrorKind::NotConnected => return false,
+                Err(_) => true,
+            },
+            _ => true,
+        };
+        if failed {
+            self.c.failed += 1;
+            self.close(idx);
+            self.retry(user, None, None, None, None);
+            return false;
+        }
+        conn.phase = Phase::Handshake;
+        let courses = std::mem::take(&mut conn.courses);
+        let req = self.upgrade_request(user, &courses);
+        if let Some(conn) = self.conns[idx].as_mut() {
+            conn.courses = courses;
+            conn.wbuf.extend_from_slice(req.as_bytes());
+        }
+        true
+    }
+
+    /// The request head of viewer `user` watching `courses`: a WebSocket
+    /// upgrade, or `GET /sse?course=...`, with its token or `?user=`.
+    fn upgrade_request(&self, user: u64, courses: &[u32]) -> String {
+        let name = format!("{}{}-{}", self.cfg.user_prefix, self.cfg.child, user);
+        let (auth, query_user) = if self.cfg.auth_none {
+            (String::new(), format!("user={name}"))
+        } else {
+            let token = match self.tokens.len() {
+                0 => crate::auth::mint(
+                    self.cfg.secret.as_bytes(),
+                    &name,
+                    shards::Role::Student,
+                    self.exp,
+                ),
+                n => self.tokens[user as usize % n].clone(),
+            };
+            (format!("Authorization: Bearer {token}\r\n"), String::new())
+        };
+        let host = self
+            .cfg
+            .host_header
+            .clone()
+            .unwrap_or_else(|| format!("127.0.0.1:{}", self.cfg.port));
+        let base = &self.cfg.base_path;
+        if self.cfg.sse {
+            let mut q: Vec<String> = courses
+                .iter()
+                .map(|&c| format!("course={}", self.cfg.courses[c as usize]))
+                .collect();
+            if !query_user.is_empty() {
+                q.push(query_user);
+            }
+            return format!(
+                "GET {base}/sse?{} HTTP/1.1\r\nHost: {host}\r\nAccept: text/event-stream\r\n{auth}\r\n",
+                q.join("&")
+            );
+        }
+        let offer = if self.cfg.deflate {
+            "Sec-WebSocket-Extensions: permessage-deflate; client_max_window_bits\r\n"
+        } else {
+            ""
+        };
+        let q = if query_user.is_empty() {
+            String::new()
+        } else {
+            format!("?{query_user}")
+        };
+        format!(
+            "GET {base}/ws{q} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}{offer}\r\n"
+        )
+    }
+
+    /// Reads what connection `idx` has (to its end when `closed`).
+    fn read(&mut self, idx: usize, closed: bool) {
         loop {
             let Some(conn) = self.conns[idx].as_mut() else {
                 return;
@@ -758,109 +784,18 @@ impl Gen {
                 let Some(end) = find_head_end(&rbuf) else {
                     break 'outer true;
                 };
-                let status = parse_status(&rbuf[..end]);
                 pos = end;
-                if status != if self.cfg.sse { 200 } else { 101 } {
-                    let ra = retry_after(&rbuf[..end]);
-                    self.refused(idx, status, ra);
+                if !self.on_head(idx, &rbuf[..end]) {
                     break 'outer false;
-                }
-                self.c.upgrades += 1;
-                if let Some(c) = self.conns[idx].as_ref() {
-                    self.connect
-                        .record(c.started_at.elapsed().as_micros() as u64);
-                }
-                let sec = self.started.elapsed().as_secs() as usize;
-                if self.per_second.len() <= sec {
-                    self.per_second.resize(sec + 1, 0);
-                }
-                self.per_second[sec] += 1;
-                if self.cfg.churn {
-                    // Two of three leave with a close frame and a FIN, the
-                    // third drops the socket (RST, SO_LINGER 0).
-                    if self.c.upgrades % 3 != 0 {
-                        if let Some(conn) = self.conns[idx].as_mut() {
-                            say_goodbye(conn);
-                        }
-                    }
-                    self.close(idx);
-                    break 'outer false;
-                }
-                self.c.connecting -= 1;
-                self.c.open += 1;
-                let Some(conn) = self.conns[idx].as_mut() else {
-                    break 'outer false;
-                };
-                conn.phase = Phase::Open;
-                conn.opened_at = Some(Instant::now());
-                if self.cfg.watch && !self.cfg.sse {
-                    for &c in &conn.courses {
-                        let course = &self.cfg.courses[c as usize];
-                        let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
-                        let frame =
-                            shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
-                        conn.wbuf.extend_from_slice(&frame);
-                    }
-                    flush(conn);
                 }
             }
             if self.cfg.sse {
                 pos += self.sse_events(idx, &rbuf[pos..]);
                 break 'outer true;
             }
-            loop {
-                let avail = &rbuf[pos..];
-                if avail.len() < 2 {
-                    break 'outer true;
-                }
-                let op = avail[0] & 0x0f;
-                let rsv1 = avail[0] & 0x40 != 0;
-                let (len, hdr) = match avail[1] & 0x7f {
-                    126 if avail.len() >= 4 => {
-                        (u16::from_be_bytes([avail[2], avail[3]]) as usize, 4)
-                    }
-                    127 if avail.len() >= 10 => {
-                        let mut b = [0u8; 8];
-                        b.copy_from_slice(&avail[2..10]);
-                        (u64::from_be_bytes(b) as usize, 10)
-                    }
-                    126 | 127 => break 'outer true,
-                    n => (n as usize, 2),
-                };
-                if avail.len() < hdr + len {
-                    break 'outer true;
-                }
-                let payload = &avail[hdr..hdr + len];
-                match op {
-                    1 | 0 if rsv1 => {
-                        self.c.compressed += 1;
-                        match inflate(&mut self.inflater, payload, &mut self.inflated) {
-                            Some(()) => {
-                                let text = std::mem::take(&mut self.inflated);
-                                self.on_text(idx, &text);
-                                self.inflated = text;
-                            }
-                            None => self.c.errors += 1,
-                        }
-                    }
-                    1 | 0 => self.on_text(idx, payload),
-                    9 => {
-                        let pong = shards::ws_codec::client_frame(true, 10, payload, mask());
-                        if let Some(c) = self.conns[idx].as_mut() {
-                            c.wbuf.extend_from_slice(&pong);
-                            flush(c);
-                        }
-                    }
-                    8 => {
-                        let code = (payload.len() >= 2)
-                            .then(|| u16::from_be_bytes([payload[0], payload[1]]));
-                        self.fail_io(idx, code);
-                        break 'outer false;
-                    }
-                    _ => {}
-                }
-                pos += hdr + len;
-            }
+            let (used, alive) = self.ws_frames(idx, &rbuf[pos..]);
+            pos += used;
+            alive
         };
         if alive {
             rbuf.drain(..pos);
@@ -869,6 +804,111 @@ impl Gen {
             }
         }
         alive
+    }
+
+    /// The answer's head to the upgrade (or SSE request): refused, a churn
+    /// viewer leaving, or open and watching; false if the connection went away.
+    fn on_head(&mut self, idx: usize, head: &[u8]) -> bool {
+        let status = parse_status(head);
+        if status != if self.cfg.sse { 200 } else { 101 } {
+            self.refused(idx, status, retry_after(head));
+            return false;
+        }
+        self.c.upgrades += 1;
+        if let Some(c) = self.conns[idx].as_ref() {
+            self.connect
+                .record(c.started_at.elapsed().as_micros() as u64);
+        }
+        let sec = self.started.elapsed().as_secs() as usize;
+        if self.per_second.len() <= sec {
+            self.per_second.resize(sec + 1, 0);
+        }
+        self.per_second[sec] += 1;
+        if self.cfg.churn {
+            // Two of three leave with a close frame and a FIN, the
+            // third drops the socket (RST, SO_LINGER 0).
+            if self.c.upgrades % 3 != 0 {
+                if let Some(conn) = self.conns[idx].as_mut() {
+                    say_goodbye(conn);
+                }
+            }
+            self.close(idx);
+            return false;
+        }
+        self.c.connecting -= 1;
+        self.c.open += 1;
+        let Some(conn) = self.conns[idx].as_mut() else {
+            return false;
+        };
+        conn.phase = Phase::Open;
+        conn.opened_at = Some(Instant::now());
+        if self.cfg.watch && !self.cfg.sse {
+            for &c in &conn.courses {
+                let course = &self.cfg.courses[c as usize];
+                let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
+                let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
+                conn.wbuf.extend_from_slice(&frame);
+            }
+            flush(conn);
+        }
+        true
+    }
+
+    /// Handles the whole WebSocket frames in `buf`: the bytes consumed, and
+    /// false if the connection went away (a close frame).
+    fn ws_frames(&mut self, idx: usize, buf: &[u8]) -> (usize, bool) {
+        let mut pos = 0;
+        loop {
+            let avail = &buf[pos..];
+            if avail.len() < 2 {
+                return (pos, true);
+            }
+            let op = avail[0] & 0x0f;
+            let rsv1 = avail[0] & 0x40 != 0;
+            let (len, hdr) = match avail[1] & 0x7f {
+                126 if avail.len() >= 4 => (u16::from_be_bytes([avail[2], avail[3]]) as usize, 4),
+                127 if avail.len() >= 10 => {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&avail[2..10]);
+                    (u64::from_be_bytes(b) as usize, 10)
+                }
+                126 | 127 => return (pos, true),
+                n => (n as usize, 2),
+            };
+            if avail.len() < hdr + len {
+                return (pos, true);
+            }
+            let payload = &avail[hdr..hdr + len];
+            match op {
+                1 | 0 if rsv1 => {
+                    self.c.compressed += 1;
+                    match inflate(&mut self.inflater, payload, &mut self.inflated) {
+                        Some(()) => {
+                            let text = std::mem::take(&mut self.inflated);
+                            self.on_text(idx, &text);
+                            self.inflated = text;
+                        }
+                        None => self.c.errors += 1,
+                    }
+                }
+                1 | 0 => self.on_text(idx, payload),
+                9 => {
+                    let pong = shards::ws_codec::client_frame(true, 10, payload, mask());
+                    if let Some(c) = self.conns[idx].as_mut() {
+                        c.wbuf.extend_from_slice(&pong);
+                        flush(c);
+                    }
+                }
+                8 => {
+                    let code =
+                        (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
+                    self.fail_io(idx, code);
+                    return (pos, false);
+                }
+                _ => {}
+            }
+            pos += hdr + len;
+        }
     }
 
     /// Handles the whole events in `buf` (`event: T\ndata: JSON\n\n`, and
@@ -916,6 +956,12 @@ impl Gen {
             }
             _ => return,
         }
+        self.on_frame(idx, &msg);
+    }
+
+    /// A `frame` merged into the viewer's board of its course, each newer
+    /// section of a live (not `full`) frame timed from its publish time.
+    fn on_frame(&mut self, idx: usize, msg: &Msg) {
         let Some(conn) = self.conns[idx].as_mut() else {
             return;
         };

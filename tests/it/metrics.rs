@@ -95,6 +95,13 @@ fn metrics_parse_and_move() {
         );
     }
 
+    assert_eq!(before["__type__process_cpu_seconds"], "counter");
+    assert_eq!(before["__type__process_resident_memory_bytes"], "gauge");
+    assert!(
+        num(&before, "process_resident_memory_bytes") > 1e6,
+        "RSS of a running node"
+    );
+    let cpu_before = num(&before, "process_cpu_seconds_total");
     let mut ws = ws_connect(sb.port, "/ws?user=m1").expect("connect");
     send_json(&mut ws, json!({"op":"watch","course":"ART150"}));
     next_of_type(&mut ws, "frame", Duration::from_secs(5)).expect("answer");
@@ -141,6 +148,11 @@ fn metrics_parse_and_move() {
         })
         .sum();
     assert!(ticks > 0.0, "render passes are timed");
+    let cpu_after = num(&after, "process_cpu_seconds_total");
+    assert!(
+        cpu_after > 0.0 && cpu_after >= cpu_before,
+        "CPU seconds {cpu_before} then {cpu_after}"
+    );
     drop(ws);
     let closed = wait_for(Duration::from_secs(5), || {
         let m = parse(&sb.metrics());

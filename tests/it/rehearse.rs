@@ -1,10 +1,11 @@
 //! `seatboard rehearse` against a real deployment on loopback: HAProxy (the
 //! shipped config) in front of two nodes and a real redis-server (section 9).
 
-use crate::common::{seatboard_command, Redis, Seatboard};
+use crate::common::{metric_value, seatboard_command, wait_for, Redis, Seatboard};
 use crate::lb;
+use crate::redis_util::cut::CutProxy;
 use serde_json::Value;
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 const SECRET: &str = "rehearse-test-secret-rehearse-test-secret-0123";
@@ -12,7 +13,7 @@ const SECRET: &str = "rehearse-test-secret-rehearse-test-secret-0123";
 /// Redis, two nodes (the second with `second` flags added) and HAProxy.
 struct Deployment {
     redis: Redis,
-    _nodes: Vec<Seatboard>,
+    nodes: Vec<Seatboard>,
     _proxy: lb::Haproxy,
     lb_port: u16,
 }
@@ -25,18 +26,27 @@ fn deployment(second: &[&str]) -> Deployment {
 fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
     let redis = Redis::start();
     let uri = redis.uri();
-    let base = vec![
+    deployment_on(redis, [&uri, &uri], first, second)
+}
+
+/// `serve` on `uri` with the test's secret, one shard, and `extra`.
+fn node_args<'a>(uri: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
         "serve",
         "--redis",
-        &uri,
+        uri,
         "--jwt-secret",
         SECRET,
         "--shards",
         "1",
     ];
-    let (mut one, mut two) = (base.clone(), base.clone());
-    one.extend_from_slice(first);
-    two.extend_from_slice(second);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// As [`deployment_with`], each node reaching Redis at its own URI.
+fn deployment_on(redis: Redis, uris: [&str; 2], first: &[&str], second: &[&str]) -> Deployment {
+    let (one, two) = (node_args(uris[0], first), node_args(uris[1], second));
     let nodes = vec![Seatboard::start(&one), Seatboard::start(&two)];
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let lb_port = lb::free_port();
@@ -52,43 +62,50 @@ fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
     );
     Deployment {
         redis,
-        _nodes: nodes,
+        nodes,
         _proxy: proxy,
         lb_port,
     }
 }
 
 fn rehearse(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Output {
-    seatboard_command()
-        .args([
-            "rehearse",
-            "--target",
-            &format!("http://127.0.0.1:{}", d.lb_port),
-        ])
-        .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
-        .args([
-            "--viewers",
-            "300",
-            "--connect-rate",
-            "600",
-            "--courses",
-            "30",
-        ])
-        .args([
-            "--publish-rate",
-            "300",
-            "--duration",
-            "3",
-            "--sse-share",
-            "0.2",
-        ])
-        .arg("--json")
-        .arg(json)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+    rehearse_command(d, extra, json)
         .output()
         .expect("run rehearse")
+}
+
+/// The rehearsal of [`rehearse`], not started yet: 300 viewers (a fifth on
+/// SSE) over 30 courses, 300 snapshots/s for 3 s; `extra` flags and values
+/// in pairs, each replacing the default of the same flag.
+fn rehearse_command(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Command {
+    let mut flags: Vec<(&str, &str)> = vec![
+        ("--viewers", "300"),
+        ("--connect-rate", "600"),
+        ("--courses", "30"),
+        ("--publish-rate", "300"),
+        ("--duration", "3"),
+        ("--sse-share", "0.2"),
+    ];
+    for pair in extra.chunks(2) {
+        let (flag, value) = (pair[0], pair.get(1).copied().unwrap_or(""));
+        match flags.iter_mut().find(|(f, _)| *f == flag) {
+            Some(default) => default.1 = value,
+            None => flags.push((flag, value)),
+        }
+    }
+    let mut c = seatboard_command();
+    c.args([
+        "rehearse",
+        "--target",
+        &format!("http://127.0.0.1:{}", d.lb_port),
+    ])
+    .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
+    .args(flags.iter().flat_map(|(f, v)| [*f, *v]))
+    .arg("--json")
+    .arg(json)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c
 }
 
 fn last_line(o: &Output) -> String {
@@ -113,7 +130,8 @@ fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
     let json = temp("pass.json");
     let report = temp("pass.html");
     let report_arg = report.to_string_lossy().into_owned();
-    let out = rehearse(&d, &["--report", &report_arg], &json);
+    let nodes = node_urls(&d);
+    let out = rehearse(&d, &["--report", &report_arg, "--nodes", &nodes], &json);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -146,7 +164,37 @@ fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
         "",
         "rehearsal keys left in Redis"
     );
+    nodes_have_cpu_and_rss(&j, 2);
     report_draws_in_chromium(&report);
+}
+
+/// `--nodes` for the deployment: each node's own URL.
+fn node_urls(d: &Deployment) -> String {
+    let urls: Vec<String> = d
+        .nodes
+        .iter()
+        .map(|n| format!("http://127.0.0.1:{}", n.port))
+        .collect();
+    urls.join(",")
+}
+
+/// The JSON's `nodes`: `want` of them, each with a CPU and RSS series of
+/// one point a second, the nodes busy (CPU above 0) and resident (RSS).
+fn nodes_have_cpu_and_rss(j: &Value, want: usize) {
+    let nodes = j["nodes"].as_array().expect("nodes in the JSON");
+    assert_eq!(nodes.len(), want, "{}", j["nodes"]);
+    let mut busy = false;
+    for n in nodes {
+        let series = n["series"].as_array().expect("a node's series");
+        assert!(series.len() >= 3, "a point a second: {n}");
+        for p in series {
+            assert!(p["t"].as_f64().is_some(), "{p}");
+            assert!(p["rss_bytes"].as_u64().unwrap_or(0) > 1 << 20, "{p}");
+            busy |= p["cpu_pct"].as_f64().unwrap_or(0.0) > 0.0;
+        }
+        assert_eq!(n["redis_reconnects"], 0, "{n}");
+    }
+    assert!(busy, "no node used any CPU: {}", j["nodes"]);
 }
 
 /// The HTML report opened in Chromium draws every plot with data and loads
@@ -186,6 +234,171 @@ fn a_node_capped_by_max_connections_fails_and_names_the_refusals() {
     let j = read_json(&json);
     assert_eq!(j["verdict"], "fail");
     assert!(j["refused"]["503"].as_u64().unwrap_or(0) > 0, "{j}");
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+    // No --nodes: what answers /metrics at the target (through HAProxy).
+    let answered = j["nodes"].as_array().map_or(0, Vec::len);
+    assert!(
+        answered >= 1,
+        "nothing answered /metrics at the target: {j}"
+    );
+}
+
+#[test]
+fn a_node_whose_redis_link_is_cut_every_second_fails_and_is_named() {
+    // The second node reaches Redis through a forwarder the test shuts every
+    // second: its pub/sub subscription (and every other link) drops and
+    // comes back through the forwarder, over and over.
+    let redis = Redis::start();
+    let cutter = CutProxy::start(redis.port);
+    let (direct, cut) = (redis.uri(), cutter.uri());
+    let d = deployment_on(redis, [&direct, &cut], &[], &[]);
+    let flapping = format!("http://127.0.0.1:{}", d.nodes[1].port);
+    wait_for(Duration::from_secs(10), || {
+        (metric_value(&d.nodes[1].metrics(), "seatboard_redis_connected") == 1.0).then_some(())
+    })
+    .expect("the second node reached Redis through the forwarder");
+    let json = temp("cut.json");
+    let nodes = node_urls(&d);
+    let mut child = rehearse_command(&d, &["--nodes", &nodes], &json)
+        .spawn()
+        .expect("start rehearse");
+    let mut cuts = 0;
+    let exited = loop {
+        cuts += usize::from(cutter.cut() > 0);
+        // A cut a second until the rehearsal is over.
+        if let Some(status) = wait_for(Duration::from_secs(1), || child.try_wait().ok().flatten()) {
+            break status;
+        }
+        assert!(cuts < 60, "the rehearsal did not stop by itself");
+    };
+    let out = child.wait_with_output().expect("rehearse output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        cuts >= 3,
+        "only {cuts} cuts during the run; stderr: {stderr}"
+    );
+    assert_eq!(exited.code(), Some(1), "stderr: {stderr}");
+    let last = last_line(&out);
+    assert!(
+        last.contains(&format!("redis: node {flapping} lost its Redis connection")),
+        "last line: {last}"
+    );
+    let steady = format!("http://127.0.0.1:{} ", d.nodes[0].port);
+    assert!(!last.contains(&steady), "the steady node named: {last}");
+    let j = read_json(&json);
+    assert_eq!(j["verdict"], "fail");
+    let node = j["nodes"]
+        .as_array()
+        .and_then(|n| n.iter().find(|n| n["url"] == flapping.as_str()))
+        .expect("the flapping node in the JSON");
+    assert!(
+        node["redis_reconnects"].as_u64().unwrap_or(0) >= 1,
+        "{node}"
+    );
+}
+
+/// The pids of processes whose parent is `pid` and whose command line holds `word`.
+fn children_running(pid: u32, word: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // The parent pid is the second field after the `)` of the name.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<u32>().ok());
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            ppid == Some(pid) && String::from_utf8_lossy(&cmdline).contains(word)
+        })
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Whether process `pid` still runs with `word` in its command line.
+fn still_running(pid: u32, word: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(word))
+}
+
+#[test]
+fn viewers_past_one_process_limit_run_in_child_processes_every_board_correct() {
+    // Each process may hold 100 viewers: 240 WebSocket viewers in three
+    // processes of 80, 60 SSE viewers in a fourth.
+    let d = deployment(&[]);
+    let json = temp("children.json");
+    let child = rehearse_command(&d, &["--viewers-per-process", "100"], &json)
+        .spawn()
+        .expect("start rehearse");
+    let pid = child.id();
+    let seen = wait_for(Duration::from_secs(20), || {
+        Some(children_running(pid, "__rehearse-viewers")).filter(|c| c.len() == 4)
+    });
+    let out = child.wait_with_output().expect("rehearse output");
+    let seen = seen.expect("four viewer processes never ran at once");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = read_json(&json);
+    assert_eq!(j["processes"], 4, "{j}");
+    assert_eq!(j["viewers"], 300);
+    assert_eq!(j["correct"], 1.0, "{j}");
+    assert!(j["boards"]["checked"].as_u64().unwrap_or(0) >= 300, "{j}");
+    assert!(j["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0, "{j}");
+    for c in seen {
+        assert!(
+            !still_running(c, "__rehearse-viewers"),
+            "viewer process {c} outlived the rehearsal"
+        );
+    }
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+}
+
+#[test]
+fn sigint_closes_the_viewers_cleans_up_and_fails_as_interrupted() {
+    let d = deployment(&[]);
+    let json = temp("sigint.json");
+    let mut child = rehearse_command(
+        &d,
+        &["--viewers-per-process", "100", "--duration", "600"],
+        &json,
+    )
+    .spawn()
+    .expect("start rehearse");
+    let pid = child.id();
+    let seen = wait_for(Duration::from_secs(20), || {
+        let publishing = !d
+            .redis
+            .cli(&["--scan", "--pattern", "seatstate:REHEARSAL-*"])
+            .is_empty();
+        let kids = children_running(pid, "__rehearse-viewers");
+        (publishing && kids.len() == 4).then_some(kids)
+    })
+    .expect("the rehearsal never published with its four viewer processes");
+    // SAFETY: kill(2) on the rehearsal this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let exited = wait_for(Duration::from_secs(30), || child.try_wait().ok().flatten())
+        .expect("the rehearsal did not stop after SIGINT");
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(
+        exited.code(),
+        Some(1),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = last_line(&out);
+    assert!(last.contains("interrupted: SIGINT"), "last line: {last}");
+    for c in seen {
+        assert!(
+            !still_running(c, "__rehearse-viewers"),
+            "viewer process {c} left running"
+        );
+    }
     assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
 }
 

@@ -2,6 +2,8 @@
 //! Redis, watching a course, publishing raw payloads, reading until a condition.
 #![allow(dead_code)]
 
+pub mod cut;
+
 use crate::common::*;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};

@@ -1,0 +1,323 @@
+//! The nodes watched while the rehearsal runs: each `--nodes` URL (else the
+//! `--target`) has its `/metrics` scraped once a second on a thread of its
+//! own, for the node's CPU (% of a core) and RSS over the run, and whether it
+//! kept its Redis connection (`seatboard_redis_connected`,
+//! `seatboard_redis_reconnects_total`). Answers at one URL from different
+//! processes (a load balancer in front) are told apart by
+//! `process_start_time_seconds`, each its own series.
+
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One scrape of one node.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scrape {
+    /// `process_start_time_seconds`: which process answered.
+    pub started: f64,
+    /// `process_cpu_seconds_total`.
+    pub cpu_s: f64,
+    /// `process_resident_memory_bytes`.
+    pub rss: f64,
+    /// `seatboard_redis_connected` (1 while the pub/sub source is up).
+    pub redis_up: f64,
+    /// `seatboard_redis_reconnects_total`.
+    pub reconnects: f64,
+}
+
+/// One second of a node's series.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Point {
+    /// Seconds since the rehearsal started.
+    pub t: f64,
+    /// CPU since the scrape before, in % of one core.
+    pub cpu_pct: f64,
+    /// Resident memory.
+    pub rss_bytes: u64,
+}
+
+/// Everything seen of one node process.
+#[derive(Debug, Clone)]
+pub struct Node {
+    /// Where it answered.
+    pub url: String,
+    /// Its `process_start_time_seconds`.
+    pub started: f64,
+    /// Per second.
+    pub series: Vec<Point>,
+    /// Scrapes in which it had no Redis connection.
+    pub redis_down: u64,
+    /// Scrapes taken.
+    pub scrapes: u64,
+    /// Reconnects to Redis between its first and last scrape.
+    pub reconnects: u64,
+    first: Scrape,
+    last: (Instant, Scrape),
+}
+
+impl Node {
+    fn new(url: &str, at: Instant, s: Scrape) -> Node {
+        Node {
+            url: url.to_string(),
+            started: s.started,
+            series: Vec::new(),
+            redis_down: u64::from(s.redis_up < 1.0),
+            scrapes: 1,
+            reconnects: 0,
+            first: s,
+            last: (at, s),
+        }
+    }
+
+    /// Adds a scrape taken `t` seconds into the run at `at`.
+    fn add(&mut self, t: f64, at: Instant, s: Scrape) {
+        let dt = at.duration_since(self.last.0).as_secs_f64();
+        if dt > 0.0 {
+            let cpu = (s.cpu_s - self.last.1.cpu_s).max(0.0) / dt * 100.0;
+            self.series.push(Point {
+                t,
+                cpu_pct: (cpu * 10.0).round() / 10.0,
+                rss_bytes: s.rss as u64,
+            });
+        }
+        self.scrapes += 1;
+        self.redis_down += u64::from(s.redis_up < 1.0);
+        self.reconnects = (s.reconnects - self.first.reconnects).max(0.0) as u64;
+        self.last = (at, s);
+    }
+
+    /// A node with `series` and nothing else (for the report's tests).
+    #[cfg(test)]
+    pub fn with_series(url: &str, started: f64, series: Vec<Point>) -> Node {
+        let s = Scrape {
+            started,
+            cpu_s: 0.0,
+            rss: 0.0,
+            redis_up: 1.0,
+            reconnects: 0.0,
+        };
+        Node {
+            series,
+            ..Node::new(url, Instant::now(), s)
+        }
+    }
+
+    /// What this node fell short of, if anything.
+    pub fn short(&self) -> Option<String> {
+        if self.reconnects == 0 && self.redis_down == 0 {
+            return None;
+        }
+        Some(format!(
+            "redis: node {} lost its Redis connection during the run ({} reconnects, no Redis in {} of {} scrapes of /metrics)",
+            self.url, self.reconnects, self.redis_down, self.scrapes
+        ))
+    }
+
+    /// The node in the JSON's `nodes`.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "url": self.url,
+            "started": self.started,
+            "series": self.series,
+            "redis_reconnects": self.reconnects,
+            "redis_down_scrapes": self.redis_down,
+            "scrapes": self.scrapes,
+        })
+    }
+}
+
+/// The values of a `/metrics` exposition that the rehearsal reads, or `None`
+/// when it is not one (no `process_start_time_seconds`).
+pub fn parse(text: &str) -> Option<Scrape> {
+    let mut s = Scrape {
+        started: f64::NAN,
+        cpu_s: 0.0,
+        rss: 0.0,
+        redis_up: 1.0,
+        reconnects: 0.0,
+    };
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, value)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        match name {
+            "process_start_time_seconds" => s.started = v,
+            "process_cpu_seconds_total" => s.cpu_s = v,
+            "process_resident_memory_bytes" => s.rss = v,
+            "seatboard_redis_connected" => s.redis_up = v,
+            "seatboard_redis_reconnects_total" => s.reconnects = v,
+            _ => {}
+        }
+    }
+    (!s.started.is_nan()).then_some(s)
+}
+
+/// Where one URL's `/metrics` is: the address, the `Host` header, the path.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    /// The URL as given.
+    pub url: String,
+    /// Where to connect.
+    pub addr: SocketAddr,
+    /// The `Host` header.
+    pub host: String,
+    /// The path before `/metrics`.
+    pub base: String,
+}
+
+/// One `GET /metrics`, within about two seconds.
+fn scrape(e: &Endpoint) -> Option<Scrape> {
+    let mut sock = TcpStream::connect_timeout(&e.addr, Duration::from_secs(1)).ok()?;
+    sock.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let req = format!(
+        "GET {}/metrics HTTP/1.1\r\nHost: {}\r\nUser-Agent: seatboard-rehearse\r\nConnection: close\r\n\r\n",
+        e.base, e.host
+    );
+    sock.write_all(req.as_bytes()).ok()?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    while buf.len() < 4 << 20 {
+        match sock.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then_some(())?;
+    parse(body)
+}
+
+/// The scraping thread and what it saw.
+pub struct Watch {
+    nodes: Arc<Mutex<Vec<Node>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Files one scrape of `url` into `nodes`.
+fn file(nodes: &Mutex<Vec<Node>>, url: &str, start: Instant, s: Scrape) {
+    let now = Instant::now();
+    let t = now.duration_since(start).as_secs_f64();
+    let t = (t * 10.0).round() / 10.0;
+    let Ok(mut nodes) = nodes.lock() else {
+        return;
+    };
+    match nodes
+        .iter_mut()
+        .find(|n| n.url == url && n.started == s.started)
+    {
+        Some(n) => n.add(t, now, s),
+        None => nodes.push(Node::new(url, now, s)),
+    }
+}
+
+impl Watch {
+    /// Scrapes every endpoint once now (the baseline), then once a second.
+    pub fn start(endpoints: Vec<Endpoint>, start: Instant) -> Watch {
+        let nodes = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        for e in &endpoints {
+            if let Some(s) = scrape(e) {
+                file(&nodes, &e.url, start, s);
+            }
+        }
+        let (n, st) = (Arc::clone(&nodes), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("rehearse-nodes".into())
+            .spawn(move || {
+                let mut next = Instant::now() + Duration::from_secs(1);
+                while !st.load(Ordering::Relaxed) {
+                    if Instant::now() < next {
+                        std::thread::sleep(Duration::from_millis(50));
+                        continue;
+                    }
+                    next += Duration::from_secs(1);
+                    for e in &endpoints {
+                        if let Some(s) = scrape(e) {
+                            file(&n, &e.url, start, s);
+                        }
+                    }
+                }
+                // The last scrape, so what happened up to the end is seen.
+                for e in &endpoints {
+                    if let Some(s) = scrape(e) {
+                        file(&n, &e.url, start, s);
+                    }
+                }
+            })
+            .ok();
+        Watch {
+            nodes,
+            stop,
+            thread,
+        }
+    }
+
+    /// Stops the thread after one last scrape; every node seen.
+    pub fn finish(mut self) -> Vec<Node> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.nodes.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "# HELP process_start_time_seconds x\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1764420000.5\nprocess_cpu_seconds_total 12.5\nprocess_resident_memory_bytes 52428800\nseatboard_redis_connected 1\nseatboard_redis_reconnects_total 2\nseatboard_connections{shard=\"0\"} 7\n";
+
+    #[test]
+    fn an_exposition_gives_the_figures_and_anything_else_none() {
+        let s = parse(TEXT).expect("parsed");
+        assert_eq!(
+            s,
+            Scrape {
+                started: 1764420000.5,
+                cpu_s: 12.5,
+                rss: 52428800.0,
+                redis_up: 1.0,
+                reconnects: 2.0
+            }
+        );
+        assert_eq!(parse("<html>not metrics</html>"), None);
+    }
+
+    #[test]
+    fn cpu_is_a_share_of_a_core_and_a_lost_redis_is_named() {
+        let t0 = Instant::now();
+        let s = parse(TEXT).expect("parsed");
+        let mut n = Node::new("http://n1", t0, s);
+        assert_eq!(n.short(), None);
+        let later = Scrape {
+            cpu_s: s.cpu_s + 0.5,
+            ..s
+        };
+        n.add(1.0, t0 + Duration::from_secs(1), later);
+        assert_eq!(n.series[0].cpu_pct, 50.0);
+        assert_eq!(n.series[0].rss_bytes, 52428800);
+        assert_eq!(n.short(), None);
+        let cut = Scrape {
+            redis_up: 0.0,
+            reconnects: s.reconnects + 3.0,
+            ..later
+        };
+        n.add(2.0, t0 + Duration::from_secs(2), cut);
+        let why = n.short().expect("named");
+        assert!(
+            why.contains("http://n1") && why.contains("3 reconnects"),
+            "{why}"
+        );
+        assert!(why.contains("1 of 3 scrapes"), "{why}");
+    }
+}
