@@ -90,10 +90,15 @@ def rss_bytes(pids):
 
 
 def window(pids, secs):
-    """CPU seconds used by `pids` over `secs`, and their RSS at the end."""
+    """CPU seconds used by `pids` over `secs`, and their largest summed RSS
+    (sampled every half second)."""
     c0 = cpu_s(pids)
-    time.sleep(secs)
-    return cpu_s(pids) - c0, rss_bytes(pids)
+    end = time.time() + secs
+    rss = 0
+    while time.time() < end:
+        time.sleep(min(0.5, max(end - time.time(), 0)))
+        rss = max(rss, rss_bytes(pids))
+    return cpu_s(pids) - c0, rss
 
 
 def wait_for(pred, secs, what):
@@ -122,7 +127,6 @@ def fanout_round(suite, clients, secs):
 
     wait_for(progress, 300, "the fan-out's steady window")
     pids = viewers()
-    frames0 = None
     cpu, rss = window(pids, secs)
     proc.wait(timeout=600)
     log.seek(0)
@@ -130,7 +134,6 @@ def fanout_round(suite, clients, secs):
     m = re.search(r"frames_per_s\s+(\d+)", text)
     if not m or proc.returncode != 0:
         sys.exit(f"loadgen_cost: fanout with {suite} failed:\n{text[-2000:]}")
-    del frames0
     frames = float(m.group(1)) * secs
     return cpu / frames, rss / clients, cpu / secs
 
@@ -173,15 +176,16 @@ def rehearse_round(binary, clients, secs):
         proc = subprocess.Popen(
             [binary, "rehearse", "--target", f"http://127.0.0.1:{sport}", "--redis", f"redis://127.0.0.1:{rport}",
              "--viewers", str(clients), "--connect-rate", "2000", "--courses", "1", "--publish-rate", "5",
-             "--duration", str(secs + 4), "--p99-ms", "100000", "--json", out],
+             "--duration", str(int(ramp) + secs + 10), "--p99-ms", "100000", "--json", out],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        time.sleep(ramp + 2)
+        wait_for(lambda: metric(sport, "seatboard_connections") >= clients, 120 + ramp, "every viewer connected")
+        time.sleep(2)
         pids = children_of(proc.pid)
-        m0 = metrics_frames(sport)
+        m0 = metric(sport, "seatboard_frames_sent_total")
         cpu, rss = window(pids, secs)
-        frames = metrics_frames(sport) - m0
+        frames = metric(sport, "seatboard_frames_sent_total") - m0
         proc.wait(timeout=600)
         with open(out) as f:
             report = json.load(f)
@@ -195,19 +199,23 @@ def rehearse_round(binary, clients, secs):
         redis.wait(timeout=60)
 
 
-def metrics_frames(port):
-    """Frames the node wrote (its frames-sent counter summed over shards)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        body = b""
-        while True:
-            b = s.recv(65536)
-            if not b:
-                break
-            body += b
+def metric(port, name):
+    """Metric `name` of the node's /metrics, summed over its labels (0 while
+    the node does not answer)."""
+    body = b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            while True:
+                b = s.recv(65536)
+                if not b:
+                    break
+                body += b
+    except OSError:
+        return 0.0
     total = 0.0
     for line in body.decode(errors="replace").splitlines():
-        if line.startswith("seatboard_frames_sent_total"):
+        if line.startswith(name + " ") or line.startswith(name + "{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
 
