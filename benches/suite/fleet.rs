@@ -14,10 +14,12 @@
 
 use crate::hist::Hist;
 use crate::lb::{self, Bind, Haproxy};
+use crate::measure::{counter, progress};
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
-use crate::{counter, course_names, progress, Opts, Outcome};
+use crate::setup::course_names;
+use crate::{Opts, Outcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -495,8 +497,8 @@ pub fn run_event(
     let lb_pids = rig.lb.pids();
     let rig_redis_pid = rig.redis.pid();
     let node_pids: Vec<u32> = rig.nodes.iter().map(|n| n.pid()).collect();
-    let mut f = crate::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
-    let open = crate::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));
+    let mut f = crate::setup::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
+    let open = crate::setup::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));
     if (open as usize) < o.clients {
         problems.push(format!("only {open} of {} viewers connected", o.clients));
     }
@@ -651,7 +653,7 @@ pub fn run_event(
     } else {
         None
     };
-    let p = crate::correctness(&reports, &publisher, o.clients);
+    let p = crate::measure::correctness(&reports, &publisher, o.clients);
     let final_correct = p.0 as f64 / p.1.max(1) as f64;
     let refused = counter(&m1, "refused_retry_after") - counter(&m0, "refused_retry_after");
     let refused_all = counter(&m1, "refused") - counter(&m0, "refused");

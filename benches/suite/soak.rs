@@ -25,10 +25,11 @@
 
 use crate::cluster_util::{self, Cluster};
 use crate::loadgen::{self, now_us, zipf_cdf, zipf_pick};
+use crate::measure::progress;
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
-use crate::{progress, Opts, Outcome};
+use crate::{Opts, Outcome};
 use seatboard::redis::commands::Commands;
 use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
 use serde_json::{json, Value};
@@ -901,15 +902,15 @@ pub fn run(o: &Opts) -> Outcome {
     });
     // Where viewers connect: the proxy, or the one hub.
     let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
-    let courses = crate::course_names(o.courses);
+    let courses = crate::setup::course_names(o.courses);
     let mut publisher: Box<dyn Sink> = match &store {
         Store::Single(r) => Box::new(Publisher::connect(r.port, courses.clone(), o.sections)),
         Store::Cluster(c) => Box::new(ClusterPub::connect(&c.uri(), courses.clone(), o.sections)),
     };
     publisher.seed(o.sections);
     let max_secs = total_s + 600.0;
-    let mut f = crate::fleet(o, port, &courses, o.skew, false, max_secs);
-    let open = crate::wait_open(o, &mut f, o.clients, "soak");
+    let mut f = crate::setup::fleet(o, port, &courses, o.skew, false, max_secs);
+    let open = crate::setup::wait_open(o, &mut f, o.clients, "soak");
     let churn = Fleet::start(vec![loadgen::Config {
         port,
         child: 90,
