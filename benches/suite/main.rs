@@ -12,10 +12,6 @@
 //! from /proc. All traffic goes to 127.0.0.0/8 and every run is bounded in
 //! connections and time.
 
-#[path = "../../tests/cluster_util/mod.rs"]
-mod cluster_util;
-#[path = "../../tests/common/mod.rs"]
-mod common;
 mod compare;
 mod fanout;
 mod fleet;
@@ -25,16 +21,11 @@ mod handshake;
 use seatboard::rehearse::hist;
 mod idle;
 mod ingest;
-#[path = "../../tests/jwt_util/mod.rs"]
-mod jwt_util;
-#[path = "../../tests/lb/mod.rs"]
-mod lb;
 use seatboard::rehearse::viewers as loadgen;
 mod measure;
 mod opts;
 mod outcome;
 mod procs;
-mod publish;
 mod publish_cost;
 mod reconnect;
 mod redis_proc;
@@ -47,6 +38,7 @@ mod transports;
 
 use opts::{Opts, USAGE};
 use outcome::Outcome;
+use testkit::{cluster_util, common, jwt_util, lb, publish};
 
 /// Runs `scenario` with `o`.
 fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
