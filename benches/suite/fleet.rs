@@ -14,10 +14,12 @@
 
 use crate::hist::Hist;
 use crate::lb::{self, Bind, Haproxy};
+use crate::measure::{counter, progress};
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
-use crate::{counter, course_names, progress, Opts, Outcome};
+use crate::setup::course_names;
+use crate::{Opts, Outcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -314,65 +316,136 @@ fn storm_through(
 ) -> (u64, f64, Value) {
     let cdf = crate::loadgen::zipf_cdf(p.courses.len(), o.skew);
     let mut rng = fastrand::Rng::with_seed(7);
-    let sections = o.sections;
-    let t0 = Instant::now();
-    let mut sent = 0u64;
-    let mut started = false;
-    let mut done_at: Option<Instant> = None;
-    let mut event_at: Option<Instant> = None;
-    let mut end_at: Option<Instant> = None;
-    let mut paused = false;
-    let mut last_closed = (0u64, Instant::now());
-    let mut send_ref = false;
-    let mut next_ref = Instant::now();
-    let mut next_progress = Instant::now() + Duration::from_secs(1);
-    let mut mark_at_event = None;
+    let mut st = StormLoop::new();
     f.command("lat before");
     loop {
-        let el = t0.elapsed().as_secs_f64();
-        let due = (o.rate * el) as u64;
-        // Never catch up after a stall (Redis down): the window moves on.
-        if due > sent + (o.rate * 0.25) as u64 {
-            sent = due;
-        }
-        let t = crate::loadgen::now_us();
-        while sent < due {
-            let c = crate::loadgen::zipf_pick(&cdf, &mut rng);
-            p.queue(c, rng.u32(0..sections), t);
-            sent += 1;
-        }
-        p.flush();
+        let el = st.publish_due(o, p, &cdf, &mut rng);
         let now = Instant::now();
-        if !started && el >= before_s {
-            started = true;
-            mark_at_event = Some(f.mark());
-            event_at = Some(now);
+        if !st.started && el >= before_s {
+            st.started = true;
+            st.mark_at_event = Some(f.mark());
+            st.event_at = Some(now);
             start_event();
         }
+        st.answer(f, rx, ack, now);
+        st.reference(f, p, now);
+        st.show_progress(o, f, p, el, now);
+        st.check_over(o, f, now, max_wait);
+        if let Some(e) = st.end_at {
+            if now.duration_since(e).as_secs_f64() >= after_s {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    (
+        p.published,
+        st.t0.elapsed().as_secs_f64(),
+        st.mark_at_event.unwrap_or(Value::Null),
+    )
+}
+
+/// The storm loop's state from one pass to the next.
+struct StormLoop {
+    t0: Instant,
+    sent: u64,
+    started: bool,
+    done_at: Option<Instant>,
+    event_at: Option<Instant>,
+    end_at: Option<Instant>,
+    paused: bool,
+    last_closed: (u64, Instant),
+    send_ref: bool,
+    next_ref: Instant,
+    next_progress: Instant,
+    mark_at_event: Option<Value>,
+}
+
+impl StormLoop {
+    /// The state as the storm starts.
+    fn new() -> StormLoop {
+        StormLoop {
+            t0: Instant::now(),
+            sent: 0,
+            started: false,
+            done_at: None,
+            event_at: None,
+            end_at: None,
+            paused: false,
+            last_closed: (0, Instant::now()),
+            send_ref: false,
+            next_ref: Instant::now(),
+            next_progress: Instant::now() + Duration::from_secs(1),
+            mark_at_event: None,
+        }
+    }
+
+    /// Publishes the snapshots due by now at `--rate`; returns the seconds
+    /// since the start.
+    fn publish_due(
+        &mut self,
+        o: &Opts,
+        p: &mut Publisher,
+        cdf: &[f64],
+        rng: &mut fastrand::Rng,
+    ) -> f64 {
+        let el = self.t0.elapsed().as_secs_f64();
+        let due = (o.rate * el) as u64;
+        // Never catch up after a stall (Redis down): the window moves on.
+        if due > self.sent + (o.rate * 0.25) as u64 {
+            self.sent = due;
+        }
+        let t = crate::loadgen::now_us();
+        while self.sent < due {
+            let c = crate::loadgen::zipf_pick(cdf, rng);
+            p.queue(c, rng.u32(0..o.sections), t);
+            self.sent += 1;
+        }
+        p.flush();
+        el
+    }
+
+    /// Does what the event thread asked.
+    fn answer(
+        &mut self,
+        f: &mut Fleet,
+        rx: &mpsc::Receiver<Ask>,
+        ack: &mpsc::Sender<()>,
+        now: Instant,
+    ) {
         while let Ok(a) = rx.try_recv() {
             match a {
                 Ask::Cmd(c) => {
                     f.command(&c);
                     let _ = ack.send(());
                 }
-                Ask::Pause => paused = true,
+                Ask::Pause => self.paused = true,
                 Ask::Resume => {
-                    paused = false;
-                    send_ref = true;
+                    self.paused = false;
+                    self.send_ref = true;
                 }
-                Ask::Done => done_at = Some(now),
+                Ask::Done => self.done_at = Some(now),
             }
         }
-        if (!paused && now >= next_ref) || send_ref {
-            send_ref = false;
-            next_ref = now + Duration::from_millis(500);
+    }
+
+    /// Sends the load generators the reference board every 500 ms (not
+    /// while paused) and right after a resume.
+    fn reference(&mut self, f: &mut Fleet, p: &Publisher, now: Instant) {
+        if (!self.paused && now >= self.next_ref) || self.send_ref {
+            self.send_ref = false;
+            self.next_ref = now + Duration::from_millis(500);
             f.command(&format!(
                 "ref {}",
                 serde_json::to_string(&p.versions()).expect("ref json")
             ));
         }
-        if now >= next_progress {
-            next_progress += Duration::from_secs(1);
+    }
+
+    /// A progress line each second.
+    fn show_progress(&mut self, o: &Opts, f: &mut Fleet, p: &Publisher, el: f64, now: Instant) {
+        if now >= self.next_progress {
+            self.next_progress += Duration::from_secs(1);
             progress(
                 o,
                 format!(
@@ -387,38 +460,32 @@ fn storm_through(
                 ),
             );
         }
-        if let (Some(d), None) = (done_at, end_at) {
-            let ev = event_at.unwrap_or(d);
-            // Over when every child reports no blind viewer, some recovered,
-            // and no connection closed for 2 s (children may report late on a
-            // busy machine); and a few seconds of "during" at least, for the
-            // survivors' latency.
-            let closed = f.sum("closed_by_server");
-            let quiet =
-                f.progress.iter().all(|p| p["blind"].as_u64() == Some(0)) && f.sum("recovered") > 0;
-            if closed != last_closed.0 || !quiet {
-                last_closed = (closed, now);
-            }
-            let recovered = quiet
-                && now.duration_since(last_closed.1) >= Duration::from_secs(2)
-                && now.duration_since(ev).as_secs_f64() >= o.min_during_s;
-            if recovered || now.duration_since(ev.max(d)) >= max_wait {
-                end_at = Some(now);
-                f.command("lat after");
-            }
-        }
-        if let Some(e) = end_at {
-            if now.duration_since(e).as_secs_f64() >= after_s {
-                break;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(1));
     }
-    (
-        p.published,
-        t0.elapsed().as_secs_f64(),
-        mark_at_event.unwrap_or(Value::Null),
-    )
+
+    /// Once the event is done: the end of the recovery, when it comes.
+    fn check_over(&mut self, o: &Opts, f: &mut Fleet, now: Instant, max_wait: Duration) {
+        let (Some(d), None) = (self.done_at, self.end_at) else {
+            return;
+        };
+        let ev = self.event_at.unwrap_or(d);
+        // Over when every child reports no blind viewer, some recovered,
+        // and no connection closed for 2 s (children may report late on a
+        // busy machine); and a few seconds of "during" at least, for the
+        // survivors' latency.
+        let closed = f.sum("closed_by_server");
+        let quiet =
+            f.progress.iter().all(|p| p["blind"].as_u64() == Some(0)) && f.sum("recovered") > 0;
+        if closed != self.last_closed.0 || !quiet {
+            self.last_closed = (closed, now);
+        }
+        let recovered = quiet
+            && now.duration_since(self.last_closed.1) >= Duration::from_secs(2)
+            && now.duration_since(ev).as_secs_f64() >= o.min_during_s;
+        if recovered || now.duration_since(ev.max(d)) >= max_wait {
+            self.end_at = Some(now);
+            f.command("lat after");
+        }
+    }
 }
 
 /// What HAProxy answered other than a 101, from its request logs
@@ -480,6 +547,69 @@ fn p99_and_max(v: &mut [u64]) -> (Option<u64>, Option<u64>) {
     (Some(v[i]), v.last().copied())
 }
 
+/// The storm's CPU before the event, by role (% of one core), the
+/// machine's idle share then, and how busy each load generator was.
+struct BeforeEvent {
+    cpu: BTreeMap<String, f64>,
+    idle: f64,
+    loadgen_busy: f64,
+}
+
+/// What the storm around the event measured.
+struct StormRun {
+    published: u64,
+    secs: f64,
+    m0: Value,
+    m1: Value,
+    k0: (u64, u64),
+    k1: (u64, u64),
+    before: BeforeEvent,
+    moments: Moments,
+}
+
+/// The load generators' reports of one event, merged.
+#[derive(Default)]
+struct Tally {
+    before: Hist,
+    during: Hist,
+    intervals: Vec<(u64, u64)>,
+    still_blind: Vec<u64>,
+    close_codes: BTreeMap<u64, u64>,
+    statuses: BTreeMap<u64, u64>,
+}
+
+/// How the viewers recovered: the 99th percentile and all (none while one
+/// is still blind), the longest blind interval, and how many were affected.
+struct Recovery {
+    p99: Option<u64>,
+    all: Option<u64>,
+    max_blind: Option<u64>,
+    affected: usize,
+}
+
+/// Everything one event measured, for its JSON, rows and problems.
+struct Measured {
+    storm: StormRun,
+    tally: Tally,
+    rec: Recovery,
+    open: u64,
+    /// Snapshots published in the storm, the seeding not counted.
+    published: u64,
+    rate: f64,
+    correct: (u64, u64),
+    final_correct: f64,
+    refused: u64,
+    refused_all: u64,
+    disconnected: u64,
+    b99: f64,
+    d99: f64,
+    node_refused: Option<u64>,
+    lb_answers: BTreeMap<String, u64>,
+    lb_retried: u64,
+    haproxy_processes: usize,
+    nodes: usize,
+}
+
 /// One event in its own run.
 pub fn run_event(
     o: &Opts,
@@ -495,49 +625,116 @@ pub fn run_event(
     let lb_pids = rig.lb.pids();
     let rig_redis_pid = rig.redis.pid();
     let node_pids: Vec<u32> = rig.nodes.iter().map(|n| n.pid()).collect();
-    let mut f = crate::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
-    let open = crate::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));
+    let mut f = crate::setup::fleet(o, lb_port, &courses, o.skew, false, 3600.0);
+    let open = crate::setup::wait_open(o, &mut f, o.clients, &format!("fleet {event}"));
     if (open as usize) < o.clients {
         problems.push(format!("only {open} of {} viewers connected", o.clients));
     }
     std::thread::sleep(Duration::from_secs(2));
-    let (tx, rx) = mpsc::channel();
-    let (ack_tx, ack_rx) = mpsc::channel();
-    let mut handle = None;
-    let mut rig_slot = Some((rig, ack_rx));
-    // Who used the CPU in the storm before the event: the share each role
-    // takes of the 2 cores shows what bounds the size that can be driven.
-    let mut roles: Vec<(&str, Vec<u32>)> = vec![
-        ("haproxy", lb_pids.clone()),
-        ("nodes", node_pids.clone()),
-        ("loadgen", f.pids()),
-        ("redis", vec![rig_redis_pid]),
+    let roles = roles(&lb_pids, &node_pids, f.pids(), rig_redis_pid);
+    let (storm, rig) = storm_with_event(o, event, rig, &mut publisher, &mut f, roles);
+    // What the nodes refused with 503 (HAProxy retried those on another node;
+    // only the last of its tries reaches a viewer). A restarted node starts
+    // counting at 0 again, so not for `rolling`.
+    let node_refused = (event != "rolling").then(|| {
+        rig.nodes
+            .iter()
+            .zip(&storm.moments.node_refused_start)
+            .map(|(n, &start)| n.refused_503().saturating_sub(start))
+            .sum::<u64>()
+    });
+    settle(o, &mut f);
+    let reports = f.report();
+    let (lb_answers, lb_retried) = haproxy_answers(&rig.lb, lb_pids.len());
+    drop(rig);
+    let tally = tally(&reports);
+    let rec = recovery(event, &tally, &storm.moments);
+    let correct = crate::measure::correctness(&reports, &publisher, o.clients);
+    let (m0, m1) = (&storm.m0, &storm.m1);
+    let delta = |k: &str| counter(m1, k) - counter(m0, k);
+    let seeded = (o.courses as u64) * o.sections as u64;
+    let m = Measured {
+        open,
+        published: storm.published.saturating_sub(seeded),
+        rate: storm.published.saturating_sub(seeded) as f64 / storm.secs.max(1e-3),
+        correct,
+        final_correct: correct.0 as f64 / correct.1.max(1) as f64,
+        refused: delta("refused_retry_after"),
+        refused_all: delta("refused"),
+        disconnected: delta("closed_by_server"),
+        b99: pct(&tally.before, 0.99),
+        d99: pct(&tally.during, 0.99),
+        node_refused,
+        lb_answers,
+        lb_retried,
+        haproxy_processes: lb_pids.len(),
+        nodes: node_pids.len(),
+        storm,
+        tally,
+        rec,
+    };
+    problems.extend(event_problems(event, &m));
+    (event_json(o, &m), event_rows(o, event, &m), problems)
+}
+
+/// Who uses the CPU in the storm: the share each role takes of the 2 cores
+/// shows what bounds the size that can be driven.
+fn roles(
+    lb_pids: &[u32],
+    node_pids: &[u32],
+    loadgen_pids: Vec<u32>,
+    redis_pid: u32,
+) -> Vec<(&'static str, Vec<u32>)> {
+    vec![
+        ("haproxy", lb_pids.to_vec()),
+        ("nodes", node_pids.to_vec()),
+        ("loadgen", loadgen_pids),
+        ("redis", vec![redis_pid]),
         ("runner", vec![std::process::id()]),
         // Loopback TCP work the kernel defers to its softirq threads under
         // load is this rig's traffic too.
         ("ksoftirqd", ksoftirqd_pids()),
-    ];
-    let cpu = |roles: &[(&str, Vec<u32>)]| -> Vec<u64> {
-        roles
-            .iter()
-            .map(|(_, pids)| pids.iter().map(|&p| procs::usage(p).cpu_us).sum())
-            .collect()
-    };
-    let c0 = (cpu(&roles), Instant::now());
+    ]
+}
+
+/// Each role's CPU so far (µs), in the order of `roles`.
+fn role_cpu(roles: &[(&str, Vec<u32>)]) -> Vec<u64> {
+    roles
+        .iter()
+        .map(|(_, pids)| pids.iter().map(|&p| procs::usage(p).cpu_us).sum())
+        .collect()
+}
+
+/// The storm through the event: the event runs on its own thread (with the
+/// rig) from `o.before_s` on while this one publishes; returns what was
+/// measured and the rig back.
+fn storm_with_event(
+    o: &Opts,
+    event: &str,
+    rig: Rig,
+    publisher: &mut Publisher,
+    f: &mut Fleet,
+    roles: Vec<(&'static str, Vec<u32>)>,
+) -> (StormRun, Rig) {
+    let (tx, rx) = mpsc::channel();
+    let (ack_tx, ack_rx) = mpsc::channel();
+    let mut handle = None;
+    let mut rig_slot = Some((rig, ack_rx));
+    let c0 = (role_cpu(&roles), Instant::now());
     let mut at_event = None;
     let k0 = procs::machine_ticks();
     let m0 = f.mark();
     let (published, secs, m_event) = storm_through(
         o,
-        &mut publisher,
-        &mut f,
+        publisher,
+        f,
         &rx,
         &ack_tx,
         o.before_s,
         o.after_s,
         Duration::from_secs_f64(o.max_wait_s),
         || {
-            at_event = Some((cpu(&roles), Instant::now(), procs::machine_ticks()));
+            at_event = Some((role_cpu(&roles), Instant::now(), procs::machine_ticks()));
             if let Some((r, ack)) = rig_slot.take() {
                 handle = Some(event_thread(
                     event.to_string(),
@@ -552,42 +749,65 @@ pub fn run_event(
     let k1 = procs::machine_ticks();
     let m1 = f.mark();
     let (rig, moments) = handle.expect("event ran").join().expect("event thread");
-    let mut loadgen_busy_before = f64::NAN;
-    let (cpu_before, idle_before) = match at_event {
-        Some((c1, t1, kb)) => {
-            let secs = t1.duration_since(c0.1).as_secs_f64().max(1e-3);
-            let busy = counter(&m_event, "busy_ms").saturating_sub(counter(&m0, "busy_ms"));
-            loadgen_busy_before = busy as f64 / 10.0 / secs / f.pids().len().max(1) as f64;
-            let mut shares: BTreeMap<String, f64> = roles
-                .drain(..)
-                .zip(c1.iter().zip(&c0.0))
-                .map(|((name, _), (b, a))| {
-                    let pct = b.saturating_sub(*a) as f64 / 1e6 / secs * 100.0;
-                    (name.to_string(), (pct * 10.0).round() / 10.0)
-                })
-                .collect();
-            // The rest of the machine's busy time: other processes on the
-            // shared box (their builds and tests), the kernel's own threads.
-            let idle = procs::idle_pct(k0, kb);
-            let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
-            let ours: f64 = shares.values().sum();
-            let others = ((100.0 - idle) * cores - ours).max(0.0);
-            shares.insert("others".into(), (others * 10.0).round() / 10.0);
-            (shares, idle)
-        }
-        None => (BTreeMap::new(), f64::NAN),
+    let before = before_event(roles, c0, at_event, k0, (&m0, &m_event), f.pids().len());
+    let run = StormRun {
+        published,
+        secs,
+        m0,
+        m1,
+        k0,
+        k1,
+        before,
+        moments,
     };
-    // What the nodes refused with 503 (HAProxy retried those on another node;
-    // only the last of its tries reaches a viewer). A restarted node starts
-    // counting at 0 again, so not for `rolling`.
-    let node_refused = (event != "rolling").then(|| {
-        rig.nodes
-            .iter()
-            .zip(&moments.node_refused_start)
-            .map(|(n, &start)| n.refused_503().saturating_sub(start))
-            .sum::<u64>()
-    });
-    // Settle: until no frame arrived for 2 s (at least 5 ticks; at most 60 s).
+    (run, rig)
+}
+
+/// The storm before the event: each role's share of a core from `c0` to the
+/// event (`at_event`), the rest of the machine's busy time as `others`, the
+/// machine's idle share, and how busy each of the `loadgens` was.
+fn before_event(
+    roles: Vec<(&str, Vec<u32>)>,
+    c0: (Vec<u64>, Instant),
+    at_event: Option<(Vec<u64>, Instant, (u64, u64))>,
+    k0: (u64, u64),
+    (m0, m_event): (&Value, &Value),
+    loadgens: usize,
+) -> BeforeEvent {
+    let Some((c1, t1, kb)) = at_event else {
+        return BeforeEvent {
+            cpu: BTreeMap::new(),
+            idle: f64::NAN,
+            loadgen_busy: f64::NAN,
+        };
+    };
+    let secs = t1.duration_since(c0.1).as_secs_f64().max(1e-3);
+    let busy = counter(m_event, "busy_ms").saturating_sub(counter(m0, "busy_ms"));
+    let loadgen_busy = busy as f64 / 10.0 / secs / loadgens.max(1) as f64;
+    let mut shares: BTreeMap<String, f64> = roles
+        .into_iter()
+        .zip(c1.iter().zip(&c0.0))
+        .map(|((name, _), (b, a))| {
+            let pct = b.saturating_sub(*a) as f64 / 1e6 / secs * 100.0;
+            (name.to_string(), (pct * 10.0).round() / 10.0)
+        })
+        .collect();
+    // The rest of the machine's busy time: other processes on the
+    // shared box (their builds and tests), the kernel's own threads.
+    let idle = procs::idle_pct(k0, kb);
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()) as f64;
+    let ours: f64 = shares.values().sum();
+    let others = ((100.0 - idle) * cores - ours).max(0.0);
+    shares.insert("others".into(), (others * 10.0).round() / 10.0);
+    BeforeEvent {
+        cpu: shares,
+        idle,
+        loadgen_busy,
+    }
+}
+
+/// Settle: until no frame arrived for 2 s (at least 5 ticks; at most 60 s).
+fn settle(o: &Opts, f: &mut Fleet) {
     std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1000)));
     let settle = Instant::now();
     let mut frames = (counter(&f.mark(), "frames"), Instant::now());
@@ -600,36 +820,39 @@ pub fn run_event(
             break;
         }
     }
-    let reports = f.report();
-    let (lb_answers, lb_retried) = haproxy_answers(&rig.lb, lb_pids.len());
-    drop(rig);
+}
 
-    let mut before = Hist::default();
-    let mut during = Hist::default();
-    let mut intervals: Vec<(u64, u64)> = Vec::new();
-    let mut still_blind: Vec<u64> = Vec::new();
-    let mut close_codes: std::collections::BTreeMap<u64, u64> = Default::default();
-    let mut statuses: std::collections::BTreeMap<u64, u64> = Default::default();
-    for r in &reports {
-        before.merge_json(&r["phases"]["before"]);
-        during.merge_json(&r["phases"]["during"]);
+/// The load generators' reports merged: survivors' latency before and
+/// during, blind intervals, viewers still blind, close codes and refusals.
+fn tally(reports: &[Value]) -> Tally {
+    let mut t = Tally::default();
+    for r in reports {
+        t.before.merge_json(&r["phases"]["before"]);
+        t.during.merge_json(&r["phases"]["during"]);
         for iv in r["intervals"].as_array().into_iter().flatten() {
-            intervals.push((iv[0].as_u64().unwrap_or(0), iv[1].as_u64().unwrap_or(0)));
+            t.intervals
+                .push((iv[0].as_u64().unwrap_or(0), iv[1].as_u64().unwrap_or(0)));
         }
         for b in r["still_blind"].as_array().into_iter().flatten() {
-            still_blind.push(b.as_u64().unwrap_or(0));
+            t.still_blind.push(b.as_u64().unwrap_or(0));
         }
         for c in r["close_codes"].as_array().into_iter().flatten() {
-            *close_codes.entry(c[0].as_u64().unwrap_or(0)).or_default() +=
+            *t.close_codes.entry(c[0].as_u64().unwrap_or(0)).or_default() +=
                 c[1].as_u64().unwrap_or(0);
         }
         for c in r["refusals"].as_array().into_iter().flatten() {
-            *statuses.entry(c[0].as_u64().unwrap_or(0)).or_default() += c[1].as_u64().unwrap_or(0);
+            *t.statuses.entry(c[0].as_u64().unwrap_or(0)).or_default() +=
+                c[1].as_u64().unwrap_or(0);
         }
     }
-    // Recovery times: from the kill, from Redis answering again, or (rolling:
-    // a sequence of drains) from each viewer's own disconnect.
-    let mut rec: Vec<u64> = intervals
+    t
+}
+
+/// Recovery times: from the kill, from Redis answering again, or (rolling:
+/// a sequence of drains) from each viewer's own disconnect.
+fn recovery(event: &str, t: &Tally, moments: &Moments) -> Recovery {
+    let mut rec: Vec<u64> = t
+        .intervals
         .iter()
         .map(|&(s, e)| match event {
             "kill" => e.saturating_sub(moments.start),
@@ -637,88 +860,96 @@ pub fn run_event(
             _ => e.saturating_sub(s),
         })
         .collect();
-    let mut blind: Vec<u64> = intervals
+    let mut blind: Vec<u64> = t
+        .intervals
         .iter()
         .map(|&(s, e)| e.saturating_sub(s))
         .collect();
     let end_ms = now_ms();
-    blind.extend(still_blind.iter().map(|&s| end_ms.saturating_sub(s)));
-    let (rec_p99, rec_all) = p99_and_max(&mut rec);
+    blind.extend(t.still_blind.iter().map(|&s| end_ms.saturating_sub(s)));
+    let (p99, all) = p99_and_max(&mut rec);
     let (_, max_blind) = p99_and_max(&mut blind);
-    let affected = intervals.len() + still_blind.len();
-    let rec_all = if still_blind.is_empty() {
-        rec_all
-    } else {
-        None
-    };
-    let p = crate::correctness(&reports, &publisher, o.clients);
-    let final_correct = p.0 as f64 / p.1.max(1) as f64;
-    let refused = counter(&m1, "refused_retry_after") - counter(&m0, "refused_retry_after");
-    let refused_all = counter(&m1, "refused") - counter(&m0, "refused");
-    let disconnected = counter(&m1, "closed_by_server") - counter(&m0, "closed_by_server");
-    let (b99, d99) = (pct(&before, 0.99), pct(&during, 0.99));
+    Recovery {
+        p99,
+        all: if t.still_blind.is_empty() { all } else { None },
+        max_blind,
+        affected: t.intervals.len() + t.still_blind.len(),
+    }
+}
+
+/// The event's JSON (`target/bench/fleet.json` under its name).
+fn event_json(o: &Opts, m: &Measured) -> Value {
     let ms = |v: Option<u64>| v.map(Value::from).unwrap_or(Value::Null);
-    let seeded = (o.courses as u64) * o.sections as u64;
-    let rate = published.saturating_sub(seeded) as f64 / secs.max(1e-3);
-    let j = json!({
-        "recovered_p99_ms": ms(rec_p99),
-        "recovered_all_ms": ms(rec_all),
-        "final_correct": final_correct,
-        "refused": refused,
-        "survivors_p99_ms_before": b99,
-        "survivors_p99_ms_during": d99,
-        "max_blind_ms": ms(max_blind),
-        "affected": affected,
-        "still_blind": still_blind.len(),
-        "disconnected": disconnected,
-        "refused_any_status": refused_all,
-        "refused_by_nodes": node_refused,
-        "refusal_statuses": statuses,
-        "haproxy_answers": lb_answers,
-        "haproxy_retried": lb_retried,
-        "close_codes": close_codes,
+    let (s, t, moments) = (&m.storm, &m.tally, &m.storm.moments);
+    json!({
+        "recovered_p99_ms": ms(m.rec.p99),
+        "recovered_all_ms": ms(m.rec.all),
+        "final_correct": m.final_correct,
+        "refused": m.refused,
+        "survivors_p99_ms_before": m.b99,
+        "survivors_p99_ms_during": m.d99,
+        "max_blind_ms": ms(m.rec.max_blind),
+        "affected": m.rec.affected,
+        "still_blind": t.still_blind.len(),
+        "disconnected": m.disconnected,
+        "refused_any_status": m.refused_all,
+        "refused_by_nodes": m.node_refused,
+        "refusal_statuses": t.statuses,
+        "haproxy_answers": m.lb_answers,
+        "haproxy_retried": m.lb_retried,
+        "close_codes": t.close_codes,
         "viewers": o.clients,
-        "open_before": open,
-        "published": published.saturating_sub(seeded),
-        "publish_rate": rate,
-        "storm_seconds": secs,
+        "open_before": m.open,
+        "published": m.published,
+        "publish_rate": m.rate,
+        "storm_seconds": s.secs,
         "event_ms": moments.end.saturating_sub(moments.start),
         "event_unix_ms": moments.start,
         "redis_up_after_ms": moments.redis_up.map(|u| u - moments.start),
-        "survivors_samples_before": before.total(),
-        "survivors_samples_during": during.total(),
+        "survivors_samples_before": t.before.total(),
+        "survivors_samples_during": t.during.total(),
         "notes": moments.notes,
-        "haproxy_processes": lb_pids.len(),
-        "nodes": node_pids.len(),
-        "machine_idle_pct": procs::idle_pct(k0, k1),
-        "machine_idle_pct_before": idle_before,
-        "cpu_pct_of_a_core_before": cpu_before,
-        "loadgen_busy_pct_before": loadgen_busy_before,
-    });
+        "haproxy_processes": m.haproxy_processes,
+        "nodes": m.nodes,
+        "machine_idle_pct": procs::idle_pct(s.k0, s.k1),
+        "machine_idle_pct_before": s.before.idle,
+        "cpu_pct_of_a_core_before": s.before.cpu,
+        "loadgen_busy_pct_before": s.before.loadgen_busy,
+    })
+}
+
+/// The event's rows of the table.
+fn event_rows(o: &Opts, event: &str, m: &Measured) -> Vec<(String, String)> {
     let show = |v: Option<u64>| v.map_or("-".to_string(), |x| format!("{x} ms"));
-    let rows = vec![
+    let (s, t) = (&m.storm, &m.tally);
+    let (secs, rate, refused, refused_all) = (s.secs, m.rate, m.refused, m.refused_all);
+    let (statuses, lb_answers, lb_retried) = (&t.statuses, &m.lb_answers, m.lb_retried);
+    let (b99, d99, affected, disconnected) = (m.b99, m.d99, m.rec.affected, m.disconnected);
+    let (idle_before, cpu_before) = (s.before.idle, &s.before.cpu);
+    let loadgen_busy_before = s.before.loadgen_busy;
+    vec![
         (
             format!("{event}: storm"),
             format!(
                 "{} snapshots in {secs:.0} s ({rate:.0}/s achieved; {:.0}/s asked, no catching up after a stall)",
-                published.saturating_sub(seeded),
+                m.published,
                 o.rate
             ),
         ),
         (
             format!("{event}: affected"),
-            format!("{affected} blind intervals ({} still blind at the end); {disconnected} connections closed", still_blind.len()),
+            format!("{affected} blind intervals ({} still blind at the end); {disconnected} connections closed", t.still_blind.len()),
         ),
         (
             format!("{event}: recovered"),
-            format!("99 % after {}, 100 % after {}", show(rec_p99), show(rec_all)),
+            format!("99 % after {}, 100 % after {}", show(m.rec.p99), show(m.rec.all)),
         ),
-        (format!("{event}: max_blind"), show(max_blind)),
+        (format!("{event}: max_blind"), show(m.rec.max_blind)),
         (
             format!("{event}: refused"),
             format!(
                 "{refused} with 503 + Retry-After reached viewers ({refused_all} refusals in all: {statuses:?}); the nodes refused {} with 503 (HAProxy retried them on another node)",
-                node_refused.map_or("(not counted: nodes restart)".to_string(), |n| n.to_string())
+                m.node_refused.map_or("(not counted: nodes restart)".to_string(), |n| n.to_string())
             ),
         ),
         (
@@ -727,36 +958,41 @@ pub fn run_event(
         ),
         (
             format!("{event}: survivors_p99"),
-            format!("before {b99:.1} ms, during {d99:.1} ms ({} / {} samples)", before.total(), during.total()),
+            format!("before {b99:.1} ms, during {d99:.1} ms ({} / {} samples)", t.before.total(), t.during.total()),
         ),
         (
             format!("{event}: final_correct"),
-            format!("{}/{} ({:.2} %)", p.0, p.1, final_correct * 100.0),
+            format!("{}/{} ({:.2} %)", m.correct.0, m.correct.1, m.final_correct * 100.0),
         ),
         (
             format!("{event}: machine_idle"),
             format!(
                 "{:.1} % (storm before the event: {idle_before:.1} %; CPU there, % of one core: {cpu_before:?}; each load generator outside epoll_wait {loadgen_busy_before:.0} % of the time)",
-                procs::idle_pct(k0, k1)
+                procs::idle_pct(s.k0, s.k1)
             ),
         ),
-    ];
-    if !still_blind.is_empty() {
+    ]
+}
+
+/// The event's problems: viewers still blind, boards not true, nobody affected.
+fn event_problems(event: &str, m: &Measured) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !m.tally.still_blind.is_empty() {
         problems.push(format!(
             "{event}: {} viewers never saw a true board again",
-            still_blind.len()
+            m.tally.still_blind.len()
         ));
     }
-    if final_correct < 1.0 {
+    if m.final_correct < 1.0 {
         problems.push(format!(
             "{event}: final state correct for {:.2} %",
-            final_correct * 100.0
+            m.final_correct * 100.0
         ));
     }
-    if affected == 0 {
+    if m.rec.affected == 0 {
         problems.push(format!("{event}: no viewer was affected"));
     }
-    (j, rows, problems)
+    problems
 }
 
 /// `fleet [--event E]`: each event in its own run.

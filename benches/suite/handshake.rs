@@ -7,10 +7,10 @@
 //! provider's cost, not the server's), up to 1,000 users per algorithm.
 
 use super::jwt_util::{Key, Kind};
+use super::measure::{counter, cpu_pct, machine_row, watch};
 use super::procs::{self, Redis, Server};
-use super::{
-    counter, course_names, cpu_pct, fleet, machine_row, server_flags, watch, Opts, Outcome,
-};
+use super::setup::{course_names, fleet, server_flags};
+use super::{Opts, Outcome};
 use serde_json::{json, Value};
 use std::time::Instant;
 

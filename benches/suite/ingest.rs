@@ -48,53 +48,9 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
     let mut ingest = Ingest::new(Quiet, outlets, Arc::clone(&metrics), None, 750, 0);
     let names: Vec<String> = (0..courses).map(|i| format!("C{i:04}")).collect();
-    // Every course watched by one shard; the hottest tenth by both.
-    for (i, c) in names.iter().enumerate() {
-        let mut on = vec![i % SHARDS];
-        if i < courses / 10 {
-            on = (0..SHARDS).collect();
-        }
-        for shard in on {
-            ingest.command(
-                IngestCmd::Interest {
-                    shard,
-                    course: c.as_str().into(),
-                    watching: true,
-                    gate: None,
-                },
-                0,
-            );
-        }
-    }
-    let drain = |inboxes: &[Arc<Inbox>]| -> u64 {
-        let mut k = 0;
-        for i in inboxes {
-            while let Some(b) = i.try_snapshots() {
-                k += b.len() as u64;
-            }
-            while i.try_control().is_some() {}
-        }
-        k
-    };
+    watch_all(&mut ingest, &names);
     drain(&inboxes);
-
-    // Messages as a Redis source hands them over, versions rising per section.
-    let cdf = zipf_cdf(courses, skew);
-    let mut rng = fastrand::Rng::with_seed(11);
-    let mut versions = vec![0u64; courses * sections as usize];
-    let mut msgs: Vec<(String, Vec<u8>)> = Vec::with_capacity(n);
-    for _ in 0..n {
-        let c = zipf_pick(&cdf, &mut rng);
-        let s = rng.u32(0..sections);
-        let v = &mut versions[c * sections as usize + s as usize];
-        *v += 1;
-        let name = &names[c];
-        let payload = format!(
-            "{{\"course\":\"{name}\",\"section\":{s},\"total_seats\":60,\"seats_taken\":{},\"seat_info\":{{\"room\":\"R{s}\",\"t\":1764420000123456}},\"version\":{v},\"ts\":1764420000123}}",
-            *v % 61
-        );
-        msgs.push((name.clone(), payload.into_bytes()));
-    }
+    let msgs = messages(n, &names, sections, skew);
     let bytes: usize = msgs.iter().map(|m| m.1.len()).sum();
 
     // Parse alone.
@@ -152,4 +108,61 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     out.check(accepted == n as u64, "not every snapshot was accepted");
     out.check(routed >= n as u64, "not every snapshot reached a shard");
     out
+}
+
+/// Every course watched by one shard; the hottest tenth by both.
+fn watch_all(ingest: &mut Ingest<Quiet>, names: &[String]) {
+    let courses = names.len();
+    for (i, c) in names.iter().enumerate() {
+        let mut on = vec![i % SHARDS];
+        if i < courses / 10 {
+            on = (0..SHARDS).collect();
+        }
+        for shard in on {
+            ingest.command(
+                IngestCmd::Interest {
+                    shard,
+                    course: c.as_str().into(),
+                    watching: true,
+                    gate: None,
+                },
+                0,
+            );
+        }
+    }
+}
+
+/// Empties the shard inboxes; returns the snapshots they held.
+fn drain(inboxes: &[Arc<Inbox>]) -> u64 {
+    let mut k = 0;
+    for i in inboxes {
+        while let Some(b) = i.try_snapshots() {
+            k += b.len() as u64;
+        }
+        while i.try_control().is_some() {}
+    }
+    k
+}
+
+/// `n` messages as a Redis source hands them over (course, payload), over
+/// `names` by Zipf `skew`, versions rising per section.
+fn messages(n: usize, names: &[String], sections: u32, skew: f64) -> Vec<(String, Vec<u8>)> {
+    let courses = names.len();
+    let cdf = zipf_cdf(courses, skew);
+    let mut rng = fastrand::Rng::with_seed(11);
+    let mut versions = vec![0u64; courses * sections as usize];
+    let mut msgs: Vec<(String, Vec<u8>)> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let c = zipf_pick(&cdf, &mut rng);
+        let s = rng.u32(0..sections);
+        let v = &mut versions[c * sections as usize + s as usize];
+        *v += 1;
+        let name = &names[c];
+        let payload = format!(
+            "{{\"course\":\"{name}\",\"section\":{s},\"total_seats\":60,\"seats_taken\":{},\"seat_info\":{{\"room\":\"R{s}\",\"t\":1764420000123456}},\"version\":{v},\"ts\":1764420000123}}",
+            *v % 61
+        );
+        msgs.push((name.clone(), payload.into_bytes()));
+    }
+    msgs
 }

@@ -12,9 +12,11 @@
 //! CPU per reconnection (drop to the last board true), refusals by status, and
 //! the server's RSS before the drop and after every viewer is back.
 
+use crate::measure::{counter, progress};
 use crate::procs::{self, Fleet, Redis, Server};
 use crate::publish::Publisher;
-use crate::{counter, course_names, fleet, progress, Opts, Outcome};
+use crate::setup::{course_names, fleet};
+use crate::{Opts, Outcome};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -128,7 +130,7 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
     std::thread::sleep(Duration::from_secs(3));
     let u2 = server.usage();
     let reports = f.report();
-    let (ok, total) = crate::correctness(&reports, &publisher, o.clients);
+    let (ok, total) = crate::measure::correctness(&reports, &publisher, o.clients);
     rows(
         out,
         &key,
@@ -201,13 +203,13 @@ fn rows(
     );
     let cpu = u1.cpu_us.saturating_sub(u0.cpu_us);
     let per = cpu as f64 / n.max(1) as f64;
-    let by_thread = crate::per_each(th0, th1, n);
+    let by_thread = crate::measure::per_each(th0, th1, n);
     out.row(
         &key("cpu_us_per_reconnect"),
         format!(
             "{per:.0} µs of server CPU per reconnection ({:.2} s over {secs:.2} s; by thread {})",
             cpu as f64 / 1e6,
-            crate::by_thread_text(&by_thread, 0)
+            crate::measure::by_thread_text(&by_thread, 0)
         ),
         json!({"per_conn_us": per, "total_s": cpu as f64 / 1e6, "by_thread_us": by_thread}),
     );

@@ -25,10 +25,11 @@
 
 use crate::cluster_util::{self, Cluster};
 use crate::loadgen::{self, now_us, zipf_cdf, zipf_pick};
+use crate::measure::progress;
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
-use crate::{progress, Opts, Outcome};
+use crate::{Opts, Outcome};
 use seatboard::redis::commands::Commands;
 use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
 use serde_json::{json, Value};
@@ -843,13 +844,71 @@ pub fn run(o: &Opts) -> Outcome {
     let total_s = o.minutes * 60.0;
     let dir = work_dir();
     let _ = std::fs::create_dir_all(&dir);
-    let mut store = if o.cluster {
+    let mut store = start_store(o, &dir);
+    let flags = hub_flags(o, &store);
+    // `--nodes N`: N hubs behind the shipped HAProxy configuration.
+    let nodes = if std::env::args().any(|a| a == "--nodes") {
+        o.nodes.max(1)
+    } else {
+        1
+    };
+    let mut hubs: Vec<Hub> = (0..nodes)
+        .map(|i| {
+            let log = dir.join(format!("hub-{}-{}.log", std::process::id(), i + 1));
+            Hub::start(crate::lb::stable_port(), flags.clone(), log)
+        })
+        .collect();
+    let proxy = (nodes > 1).then(|| start_proxy(o, &dir, &hubs));
+    // Where viewers connect: the proxy, or the one hub.
+    let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
+    let courses = crate::setup::course_names(o.courses);
+    let mut publisher: Box<dyn Sink> = match &store {
+        Store::Single(r) => Box::new(Publisher::connect(r.port, courses.clone(), o.sections)),
+        Store::Cluster(c) => Box::new(ClusterPub::connect(&c.uri(), courses.clone(), o.sections)),
+    };
+    publisher.seed(o.sections);
+    let max_secs = total_s + 600.0;
+    let mut f = crate::setup::fleet(o, port, &courses, o.skew, false, max_secs);
+    let open = crate::setup::wait_open(o, &mut f, o.clients, "soak");
+    let churn = churn_fleet(o, port, &courses, max_secs);
+    let bg = Background::start(o, publisher, &hubs, &store, port, &courses);
+    let mut stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
+    let viewers = Viewers {
+        port,
+        courses: &courses,
+        open,
+    };
+    let events = run_schedule(o, &bg, &mut f, &mut hubs, &mut store, &viewers, &mut stuck);
+    while bg.t0.elapsed().as_secs_f64() < total_s {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let fin = bg.finish();
+    let churn_reports = churn.report();
+    let reports = f.report();
+    drop(stuck);
+    drop(proxy);
+    let logs: Vec<PathBuf> = hubs.iter().map(|h| h.log.clone()).collect();
+    drop(hubs);
+    let s = summarize(o, nodes, open, fin, &churn_reports, &reports, &logs);
+    rows(&mut out, o, &s, &events);
+    checks(&mut out, o, &s, &events);
+    drop(store);
+    out
+}
+
+/// The soak's Redis: one server, or (`--cluster`) a cluster.
+fn start_store(o: &Opts, dir: &Path) -> Store {
+    if o.cluster {
         Store::Cluster(Cluster::start())
     } else {
         Store::Single(Redis::start(
             &dir.join(format!("redis-{}", std::process::id())),
         ))
-    };
+    }
+}
+
+/// The hubs' flags on `store`.
+fn hub_flags(o: &Opts, store: &Store) -> Vec<String> {
     let mut flags: Vec<String> = vec![
         "--redis".into(),
         store.uri(),
@@ -865,56 +924,42 @@ pub fn run(o: &Opts) -> Outcome {
     if o.cluster {
         flags.extend(["--redis-mode".into(), "cluster".into()]);
     }
-    // `--nodes N`: N hubs behind the shipped HAProxy configuration.
-    let nodes = if std::env::args().any(|a| a == "--nodes") {
-        o.nodes.max(1)
-    } else {
-        1
-    };
-    let mut hubs: Vec<Hub> = (0..nodes)
-        .map(|i| {
-            let log = dir.join(format!("hub-{}-{}.log", std::process::id(), i + 1));
-            Hub::start(crate::lb::stable_port(), flags.clone(), log)
-        })
-        .collect();
-    let proxy = (nodes > 1).then(|| {
-        let port = crate::lb::free_port();
-        let ports: Vec<u16> = hubs.iter().map(|h| h.port).collect();
-        let cfg = crate::lb::render(
-            &crate::lb::shipped(),
-            &crate::lb::Bind::Plain(port),
-            &ports,
-            9000,
-        );
-        let cfg = cfg.replacen("global\n", "global\n    nbthread 1\n", 1);
-        let lb = crate::lb::Haproxy::start(
-            &dir,
-            port,
-            &crate::lb::log_to_stdout(&cfg),
-            o.haproxy_procs.max(1),
-        );
-        assert!(
-            lb.wait_ready("/readyz", Duration::from_secs(20)),
-            "haproxy never saw a hub up"
-        );
-        lb
-    });
-    // Where viewers connect: the proxy, or the one hub.
-    let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
-    let courses = crate::course_names(o.courses);
-    let mut publisher: Box<dyn Sink> = match &store {
-        Store::Single(r) => Box::new(Publisher::connect(r.port, courses.clone(), o.sections)),
-        Store::Cluster(c) => Box::new(ClusterPub::connect(&c.uri(), courses.clone(), o.sections)),
-    };
-    publisher.seed(o.sections);
-    let max_secs = total_s + 600.0;
-    let mut f = crate::fleet(o, port, &courses, o.skew, false, max_secs);
-    let open = crate::wait_open(o, &mut f, o.clients, "soak");
-    let churn = Fleet::start(vec![loadgen::Config {
+    flags
+}
+
+/// The shipped HAProxy configuration in front of `hubs` (one thread per
+/// process), once it sees a hub up.
+fn start_proxy(o: &Opts, dir: &Path, hubs: &[Hub]) -> crate::lb::Haproxy {
+    let port = crate::lb::free_port();
+    let ports: Vec<u16> = hubs.iter().map(|h| h.port).collect();
+    let cfg = crate::lb::render(
+        &crate::lb::shipped(),
+        &crate::lb::Bind::Plain(port),
+        &ports,
+        9000,
+    );
+    let cfg = cfg.replacen("global\n", "global\n    nbthread 1\n", 1);
+    let lb = crate::lb::Haproxy::start(
+        dir,
+        port,
+        &crate::lb::log_to_stdout(&cfg),
+        o.haproxy_procs.max(1),
+    );
+    assert!(
+        lb.wait_ready("/readyz", Duration::from_secs(20)),
+        "haproxy never saw a hub up"
+    );
+    lb
+}
+
+/// The load generator's churning viewers (100 connects/s, a third dropped
+/// without a close).
+fn churn_fleet(o: &Opts, port: u16, courses: &[String], max_secs: f64) -> Fleet {
+    Fleet::start(vec![loadgen::Config {
         port,
         child: 90,
         clients: 0,
-        courses: courses.clone(),
+        courses: courses.to_vec(),
         skew: o.skew,
         connect_rate: 100.0,
         inflight: 32,
@@ -928,37 +973,123 @@ pub fn run(o: &Opts) -> Outcome {
         tokens_file: None,
         sse: false,
         ..loadgen::Config::default()
-    }]);
-    let stop = Arc::new(AtomicBool::new(false));
-    let t0 = Instant::now();
-    let redis_pid = |s: &Store| match s {
+    }])
+}
+
+/// The soak's Redis process to sample (none for a cluster).
+fn redis_pid(s: &Store) -> Vec<(String, u32)> {
+    match s {
         Store::Single(r) => vec![("redis".to_string(), r.pid())],
         Store::Cluster(_) => Vec::new(),
-    };
-    let others = Arc::new(Mutex::new(redis_pid(&store)));
-    let samples = sampler(
-        hubs.iter().map(|h| (h.port, Arc::clone(&h.pid))).collect(),
-        Arc::clone(&others),
-        Arc::clone(&stop),
-        t0,
-    );
-    let cycle = Duration::from_secs_f64((total_s / 4.0).min(120.0));
-    let (pub_tx, pub_rx) = mpsc::channel();
-    let pub_thread = storm_thread(publisher, o.rate, o.skew, o.sections, cycle, pub_rx);
-    let admins = admin(
-        port,
-        Duration::from_secs_f64((total_s / 8.0).min(60.0)),
-        Arc::clone(&stop),
-    );
-    let churned = churner(
-        port,
-        courses[..courses.len().min(50)].to_vec(),
-        Arc::clone(&stop),
-    );
-    let mut stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
+    }
+}
+
+/// What runs all through the soak: the sampler, the storm, the admin and
+/// the in-process churner.
+struct Background {
+    stop: Arc<AtomicBool>,
+    t0: Instant,
+    others: Arc<Mutex<Vec<(String, u32)>>>,
+    samples: std::thread::JoinHandle<Vec<Value>>,
+    pub_tx: mpsc::Sender<Ask>,
+    pub_thread: std::thread::JoinHandle<u64>,
+    admins: std::thread::JoinHandle<u64>,
+    churned: std::thread::JoinHandle<u64>,
+}
+
+/// What the background threads counted, once stopped.
+struct Finished {
+    published: u64,
+    samples: Vec<Value>,
+    admin_sessions: u64,
+    churn_in_process: u64,
+}
+
+impl Background {
+    /// Starts the background threads on `port`; the storm publishes through
+    /// `publisher`.
+    fn start(
+        o: &Opts,
+        publisher: Box<dyn Sink>,
+        hubs: &[Hub],
+        store: &Store,
+        port: u16,
+        courses: &[String],
+    ) -> Background {
+        let total_s = o.minutes * 60.0;
+        let stop = Arc::new(AtomicBool::new(false));
+        let t0 = Instant::now();
+        let others = Arc::new(Mutex::new(redis_pid(store)));
+        let samples = sampler(
+            hubs.iter().map(|h| (h.port, Arc::clone(&h.pid))).collect(),
+            Arc::clone(&others),
+            Arc::clone(&stop),
+            t0,
+        );
+        let cycle = Duration::from_secs_f64((total_s / 4.0).min(120.0));
+        let (pub_tx, pub_rx) = mpsc::channel();
+        let pub_thread = storm_thread(publisher, o.rate, o.skew, o.sections, cycle, pub_rx);
+        let admins = admin(
+            port,
+            Duration::from_secs_f64((total_s / 8.0).min(60.0)),
+            Arc::clone(&stop),
+        );
+        let churned = churner(
+            port,
+            courses[..courses.len().min(50)].to_vec(),
+            Arc::clone(&stop),
+        );
+        Background {
+            stop,
+            t0,
+            others,
+            samples,
+            pub_tx,
+            pub_thread,
+            admins,
+            churned,
+        }
+    }
+
+    /// Stops the threads and collects their counts.
+    fn finish(self) -> Finished {
+        self.stop.store(true, Relaxed);
+        let _ = self.pub_tx.send(Ask::Stop);
+        let published = self.pub_thread.join().unwrap_or(0);
+        let samples = self.samples.join().unwrap_or_default();
+        let admin_sessions = self.admins.join().unwrap_or(0);
+        let churn_in_process = self.churned.join().unwrap_or(0);
+        Finished {
+            published,
+            samples,
+            admin_sessions,
+            churn_in_process,
+        }
+    }
+}
+
+/// Where the steady viewers connect, what they watch and how many are open.
+struct Viewers<'a> {
+    port: u16,
+    courses: &'a [String],
+    open: u64,
+}
+
+/// The events on their schedule, each followed by the check that every
+/// steady viewer's board converges; returns each event's JSON.
+fn run_schedule(
+    o: &Opts,
+    bg: &Background,
+    f: &mut Fleet,
+    hubs: &mut [Hub],
+    store: &mut Store,
+    v: &Viewers,
+    stuck: &mut Vec<TcpStream>,
+) -> Vec<Value> {
+    let (t0, courses) = (bg.t0, v.courses);
     let freeze = Duration::from_secs(if o.minutes >= 5.0 { 15 } else { 10 });
     let mut events = Vec::new();
-    for (at, kind) in schedule(total_s, o.cluster) {
+    for (at, kind) in schedule(o.minutes * 60.0, o.cluster) {
         while t0.elapsed().as_secs_f64() < at {
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -972,9 +1103,9 @@ pub fn run(o: &Opts) -> Outcome {
             ),
         );
         let started = t0.elapsed().as_secs_f64();
-        let (over, notes) = run_event(kind, &mut hubs, &mut store, &courses[0], freeze);
-        *others.lock().unwrap_or_else(|e| e.into_inner()) = redis_pid(&store);
-        let (correct, recovered) = converge(&mut f, &pub_tx, over, open as usize);
+        let (over, notes) = run_event(kind, hubs, store, &courses[0], freeze);
+        *bg.others.lock().unwrap_or_else(|e| e.into_inner()) = redis_pid(store);
+        let (correct, recovered) = converge(f, &bg.pub_tx, over, v.open as usize);
         progress(
             o,
             format!(
@@ -987,24 +1118,37 @@ pub fn run(o: &Opts) -> Outcome {
                            "recovered_all_ms": recovered, "notes": notes}),
         );
         // Slow consumers again (a restarted hub dropped the old ones).
-        drop(std::mem::take(&mut stuck));
-        stuck = crate::stuck::open(port, STUCK, &courses[..3.min(courses.len())]);
+        drop(std::mem::take(stuck));
+        *stuck = crate::stuck::open(v.port, STUCK, &courses[..3.min(courses.len())]);
     }
-    while t0.elapsed().as_secs_f64() < total_s {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    stop.store(true, Relaxed);
-    let _ = pub_tx.send(Ask::Stop);
-    let published = pub_thread.join().unwrap_or(0);
-    let samples = samples.join().unwrap_or_default();
-    let admin_sessions = admins.join().unwrap_or(0);
-    let churn_in_process = churned.join().unwrap_or(0);
-    let churn_reports = churn.report();
-    let reports = f.report();
-    drop(stuck);
-    drop(proxy);
-    let logs: Vec<PathBuf> = hubs.iter().map(|h| h.log.clone()).collect();
-    drop(hubs);
+    events
+}
+
+/// What the soak measured, for its rows and checks.
+struct Summary {
+    nodes: usize,
+    open: u64,
+    fin: Finished,
+    panics: usize,
+    log_bytes_per_min: f64,
+    rss_growth_pct: f64,
+    fd_growth: i64,
+    thread_growth: i64,
+    same_process: bool,
+    churn_upgrades: u64,
+    closed_by_server: u64,
+}
+
+/// Reads the hubs' `logs` and sums up the run.
+fn summarize(
+    o: &Opts,
+    nodes: usize,
+    open: u64,
+    fin: Finished,
+    churn_reports: &[Value],
+    reports: &[Value],
+    logs: &[PathBuf],
+) -> Summary {
     let logs: Vec<String> = logs
         .iter()
         .map(|l| std::fs::read_to_string(l).unwrap_or_default())
@@ -1013,7 +1157,8 @@ pub fn run(o: &Opts) -> Outcome {
     // Per hub: each has its own log (and disk) in production.
     let log_bytes_per_min =
         logs.iter().map(|l| l.len()).max().unwrap_or(0) as f64 / o.minutes.max(1e-3);
-    let (rss_growth_pct, fd_growth, thread_growth, same_process) = growth(&samples, total_s, nodes);
+    let (rss_growth_pct, fd_growth, thread_growth, same_process) =
+        growth(&fin.samples, o.minutes * 60.0, nodes);
     let churn_upgrades: u64 = churn_reports
         .iter()
         .map(|r| r["counters"]["upgrades"].as_u64().unwrap_or(0))
@@ -1022,7 +1167,26 @@ pub fn run(o: &Opts) -> Outcome {
         .iter()
         .map(|r| r["counters"]["closed_by_server"].as_u64().unwrap_or(0))
         .sum();
+    Summary {
+        nodes,
+        open,
+        fin,
+        panics,
+        log_bytes_per_min,
+        rss_growth_pct,
+        fd_growth,
+        thread_growth,
+        same_process,
+        churn_upgrades,
+        closed_by_server,
+    }
+}
 
+/// The soak's rows: the load, each event, growth, panics and log volume.
+fn rows(out: &mut Outcome, o: &Opts, s: &Summary, events: &[Value]) {
+    let (nodes, open, published) = (s.nodes, s.open, s.fin.published);
+    let (churn_in_process, churn_upgrades) = (s.fin.churn_in_process, s.churn_upgrades);
+    let (admin_sessions, closed_by_server) = (s.fin.admin_sessions, s.closed_by_server);
     out.row("minutes", format!("{}", o.minutes), json!(o.minutes));
     out.row(
         "load",
@@ -1036,7 +1200,7 @@ pub fn run(o: &Opts) -> Outcome {
                "churn_loadgen": churn_upgrades, "stuck": STUCK, "admin_sessions": admin_sessions,
                "closed_by_server": closed_by_server}),
     );
-    for e in &events {
+    for e in events {
         out.rows.push((
             format!(
                 "event {} at {} s",
@@ -1052,53 +1216,60 @@ pub fn run(o: &Opts) -> Outcome {
     out.json["events"] = json!(events);
     out.row(
         "rss_growth_pct",
-        format!("{rss_growth_pct:.1} % (median of the last quarter against the second's)"),
-        json!(rss_growth_pct),
+        format!(
+            "{:.1} % (median of the last quarter against the second's)",
+            s.rss_growth_pct
+        ),
+        json!(s.rss_growth_pct),
     );
     out.row(
         "fd_growth",
-        format!("{fd_growth} (own descriptors, beyond open connections)"),
-        json!(fd_growth),
+        format!("{} (own descriptors, beyond open connections)", s.fd_growth),
+        json!(s.fd_growth),
     );
     out.row(
         "thread_growth",
-        thread_growth.to_string(),
-        json!(thread_growth),
+        s.thread_growth.to_string(),
+        json!(s.thread_growth),
     );
-    out.row("panics", panics.to_string(), json!(panics));
+    out.row("panics", s.panics.to_string(), json!(s.panics));
     out.row(
         "log_bytes_per_min",
-        format!("{log_bytes_per_min:.0} B/min at --log-level info"),
-        json!(log_bytes_per_min),
+        format!("{:.0} B/min at --log-level info", s.log_bytes_per_min),
+        json!(s.log_bytes_per_min),
     );
-    out.json["samples"] = json!(samples);
+    out.json["samples"] = json!(s.fin.samples);
+}
+
+/// The soak's checks: every viewer connected, one process throughout, every
+/// board true after each event, no panic, no growth, modest logs.
+fn checks(out: &mut Outcome, o: &Opts, s: &Summary, events: &[Value]) {
     out.check(
-        open as usize == o.clients,
+        s.open as usize == o.clients,
         "not every steady viewer connected",
     );
     // A short run (the suite's smoke) has quarters too short to say anything
     // about growth, and its warm-up restarts may reach into the second quarter.
     let judged = o.minutes >= 10.0;
     out.check(
-        !judged || same_process,
+        !judged || s.same_process,
         "the hub was restarted after the warm-up (growth figures span two processes)",
     );
-    for e in &events {
+    for e in events {
         out.check(
             e["final_correct"].as_f64() == Some(1.0),
             &format!("{} at {} s: boards not all true", e["kind"], e["at_s"]),
         );
     }
-    out.check(panics == 0, "the hub panicked");
+    out.check(s.panics == 0, "the hub panicked");
     out.check(
-        !judged || (rss_growth_pct.is_finite() && rss_growth_pct <= 10.0),
+        !judged || (s.rss_growth_pct.is_finite() && s.rss_growth_pct <= 10.0),
         "RSS grew more than 10 %",
     );
-    out.check(!judged || fd_growth <= 0, "open fds grew");
-    out.check(!judged || thread_growth <= 0, "threads grew");
+    out.check(!judged || s.fd_growth <= 0, "open fds grew");
+    out.check(!judged || s.thread_growth <= 0, "threads grew");
     out.check(
-        log_bytes_per_min < 100.0 * 1024.0,
+        s.log_bytes_per_min < 100.0 * 1024.0,
         "logs over 100 KB a minute",
     );
-    out
 }

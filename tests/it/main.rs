@@ -1,20 +1,11 @@
 //! Every integration test of the seatboard binary, one module per area (run
 //! one area with `cargo test --test it front_door::`). One test binary links
-//! the crate and its dependencies once; the shared fixtures (`tests/common`,
-//! `tests/raw`, ...) are modules of it.
+//! the crate and its dependencies once. The fixtures it shares with the bench
+//! suite are the `testkit` crate (`testkit/src/`); its own (`tests/raw`,
+//! `tests/redis_util`, `tests/tls_util`) are modules of it.
 
-#[path = "../cluster_util/mod.rs"]
-mod cluster_util;
-#[path = "../common/mod.rs"]
-mod common;
 use seatboard::rehearse::viewers as loadgen;
-#[path = "../jwt_util/mod.rs"]
-mod jwt_util;
-#[path = "../lb/mod.rs"]
-mod lb;
-#[path = "../../benches/suite/publish.rs"]
-#[allow(dead_code)]
-mod publish;
+use testkit::{cluster_util, common, jwt_util, lb, publish};
 #[path = "../raw/mod.rs"]
 mod raw;
 #[path = "../redis_util/mod.rs"]
@@ -38,6 +29,7 @@ mod environments;
 mod fleet;
 mod front_door;
 mod haproxy_limits;
+mod harness;
 mod jwks;
 mod listener;
 mod log_colour;

@@ -1,4 +1,4 @@
-//! The bench's selection-API stand-in: writes the state hash with the
+//! The selection-API stand-in of the bench suite and the tests: writes the state hash with the
 //! contract's compare-and-set script (`EVALSHA <sha> 1 <state-prefix>C
 //! <section> <json> <version>`) + `PUBLISH <channel-prefix>C <json>` pipelined
 //! over one plain RESP connection, as `seatboard publish` does (in a cluster:
@@ -9,11 +9,11 @@
 //! Every snapshot carries `seat_info.t`, its publish time in µs since the Unix
 //! epoch (and the contract's `ts` in ms), for end-to-end latency.
 
-use crate::loadgen::{digest, now_us, zipf_cdf, zipf_pick};
 use seatboard::publish::script;
 use seatboard::redis::commands::Commands;
 use seatboard::redis::slots::SlotMap;
 use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
+use seatboard::rehearse::viewers::{digest, now_us, zipf_cdf, zipf_pick};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! HAProxy processes owned by a test or bench, running the shipped
 //! `systemd/haproxy/seatboard.cfg` with only its `bind` and `server` lines,
-//! `maxconn` and the root-only lines replaced. Shared by `tests/it/fleet.rs`,
-//! `tests/it/browser.rs` and the `fleet` bench (included with `#[path]`).
+//! `maxconn` and the root-only lines replaced. Used by `tests/it/fleet.rs`,
+//! `tests/it/browser.rs` and the `fleet` and `soak` benches.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 /// The shipped configuration.
 pub fn shipped() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/haproxy/seatboard.cfg");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace root")
+        .join("systemd/haproxy/seatboard.cfg");
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 

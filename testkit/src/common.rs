@@ -194,9 +194,22 @@ pub struct Seatboard {
 }
 
 /// The binary under test: `SEATBOARD_BIN` if set (e.g. a cross-built arm64
-/// binary), else the one cargo built.
+/// binary), else the one cargo built with the running test or bench binary
+/// (`target/<profile>/seatboard`, beside its `deps/`).
 pub fn bin() -> String {
-    std::env::var("SEATBOARD_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_seatboard").to_string())
+    std::env::var("SEATBOARD_BIN").unwrap_or_else(|_| built_bin().display().to_string())
+}
+
+/// The `seatboard` cargo built in the profile of the running binary (a test
+/// or bench in `target/<profile>/deps/`); what `CARGO_BIN_EXE_seatboard`
+/// names in the tests themselves.
+pub fn built_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("a test binary in target/<profile>/deps");
+    profile.join(format!("seatboard{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// `seatboard publish` of one section (`taken` of `total` seats) into the
