@@ -3,163 +3,36 @@
 //! ring), through a writer task only while the socket is full, and the end of
 //! the write side (FIN after the close frame, or a cut when the grace is over).
 
-use super::runtime::Runtime;
-use super::send_ring::SendRing;
-use super::{handshake, sockopt, ShardCtx};
+use super::host::Host;
+use super::io::{ConnIo, ConnTable, Socket, WriteSide};
+use super::sends::{Sends, ShardSends};
+use super::shell::Shell;
+use crate::shard::runtime::sys;
+use crate::shard::runtime::Runtime;
 use bytes::{Buf, Bytes};
-use shards::phase::Phase;
 use shards::{ConnId, Shard};
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::io::ErrorKind;
-use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
-use std::task::{Poll, Waker};
-
-/// Who writes a connection's socket now. Only one writer at a time: the
-/// shard's flush step writes at once while the socket takes whole frames, a
-/// writer task takes over only when it does not (and hands back when the
-/// queue is empty), so an idle connection holds no writer at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteSide {
-    /// Just upgraded: the `101` has not been written, so neither is anything
-    /// else (see [`write_first`]).
-    Upgrading,
-    /// Nothing in flight: the flush step writes queued frames with `send(2)`.
-    Direct,
-    /// A writer task waits for the socket to take the rest.
-    Task,
-    /// The close frame went out (and the write side was shut down), or a
-    /// write failed: nothing more is written.
-    Done,
-}
-
-/// A connection's socket as its shell holds it, so the runtime-free flush
-/// step can start that runtime's writer task when the socket is full.
-pub trait Socket {
-    /// Spawns a writer task that writes `rest` (what the socket did not take
-    /// at once), then the connection's queue, and ends when the queue is empty.
-    fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes);
-}
+use std::task::Poll;
 
 /// An upgraded connection's socket on runtime `R`.
 pub struct ConnSocket<R: Runtime>(pub R::Stream);
 
 impl<R: Runtime> Socket for ConnSocket<R> {
-    fn spawn_writer(self: Rc<Self>, ctx: Rc<ShardCtx>, io: Rc<ConnIo>, id: ConnId, rest: Bytes) {
-        R::spawn(write_loop::<R>(ctx, io, id, self, rest));
+    fn spawn_writer(self: Rc<Self>, host: Rc<dyn Host>, io: Rc<ConnIo>, id: ConnId, rest: Bytes) {
+        R::spawn(write_loop::<R>(host, io, id, self, rest));
     }
 }
-
-/// The shell's half of one WebSocket connection, shared by its reader task,
-/// the flush step and (while the socket is full) its writer task.
-pub struct ConnIo {
-    /// Who writes the socket now.
-    pub write_side: Cell<WriteSide>,
-    /// The reader task, waiting (after its last read) for the writer task to end.
-    pub reader_waiting: Cell<Option<Waker>>,
-    /// Set just before the socket is released, so no one touches a reused fd.
-    pub finished: Cell<bool>,
-    /// The socket, for writes from the flush step and a forced shutdown.
-    pub fd: RawFd,
-    /// The socket as the shell holds it, to start a writer task.
-    pub socket: Rc<dyn Socket>,
-    /// The connection's place in the node's and its user's caps, given back
-    /// when the connection is gone.
-    _slot: handshake::Slot,
-}
-
-impl ConnIo {
-    /// The shell's half of a just-upgraded connection on socket `fd`, its
-    /// `101` not written yet.
-    pub fn upgrading(fd: RawFd, socket: Rc<dyn Socket>, slot: handshake::Slot) -> Self {
-        ConnIo {
-            write_side: Cell::new(WriteSide::Upgrading),
-            reader_waiting: Default::default(),
-            finished: Default::default(),
-            fd,
-            socket,
-            _slot: slot,
-        }
-    }
-
-    /// Called when the queue was written out, with the connection's phase in
-    /// the core: once it is closing, the close frame was the last one queued,
-    /// so the write side is shut down (FIN after the close frame, RFC 6455
-    /// section 7.1.1) and nothing more is written.
-    fn after_queue_empty(&self, phase: Option<Phase>) {
-        let closing = phase.is_some_and(|p| !p.is_open());
-        if closing && !self.finished.get() {
-            self.write_side.set(WriteSide::Done);
-            // SAFETY: `finished` is false, so the socket behind `fd` is still
-            // owned by this connection; shutdown does not close the descriptor.
-            unsafe { libc::shutdown(self.fd, libc::SHUT_WR) };
-        }
-    }
-
-    /// Cuts the socket (the shard's close grace is over), unless it is already
-    /// released. If the kernel still holds bytes the peer has not taken (a
-    /// slow consumer), the close that follows resets the connection: a FIN
-    /// would queue behind them, and the orphaned socket would keep up to its
-    /// send buffer for minutes while the peer advertises no window.
-    pub fn cut(&self) {
-        if self.finished.get() {
-            return;
-        }
-        // `finished` is false, so the socket behind `fd` is still owned by
-        // this connection.
-        if sockopt::unsent_bytes(self.fd).is_some_and(|n| n > 0) {
-            sockopt::reset_on_close(self.fd);
-        }
-        // SAFETY: as above; shutdown does not close the descriptor.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
-    }
-}
-
-/// The shell's half of every live connection, by the slot number the core
-/// gave it (dense: the core reuses the slots of closed connections), so a
-/// lookup is an index and an entry costs 16 bytes.
-#[derive(Default)]
-pub struct ConnTable(Vec<Option<(ConnId, Rc<ConnIo>)>>);
-
-impl ConnTable {
-    /// The connection `id`, if it is live.
-    pub fn get(&self, id: &ConnId) -> Option<&Rc<ConnIo>> {
-        match self.0.get(id.index() as usize) {
-            Some(Some((live, io))) if live == id => Some(io),
-            _ => None,
-        }
-    }
-
-    /// Adds a just-registered connection.
-    pub fn insert(&mut self, id: ConnId, io: Rc<ConnIo>) {
-        let i = id.index() as usize;
-        if self.0.len() <= i {
-            self.0.resize_with(i + 1, || None);
-        }
-        self.0[i] = Some((id, io));
-    }
-
-    /// Forgets a connection (a stale id is ignored).
-    pub fn remove(&mut self, id: &ConnId) {
-        if let Some(slot) = self.0.get_mut(id.index() as usize) {
-            if slot.as_ref().is_some_and(|(live, _)| live == id) {
-                *slot = None;
-            }
-        }
-    }
-}
-
-/// A shard's batched sends, each tagged with its connection.
-pub type ShardSends = SendRing<(ConnId, Rc<ConnIo>)>;
 
 /// The flush step's writes: every connection the shard made ready gets its
 /// queued frames written, batched through the send ring where there is one.
-pub(super) fn write_ready(ctx: &Rc<ShardCtx>, shard: &mut Shard) {
-    let conns = ctx.conns.borrow();
-    match ctx.send_ring.borrow_mut().as_mut() {
-        Some(ring) => write_batched(ctx, shard, &conns, ring),
-        None => {
+pub fn write_ready<H: Shell>(ctx: &Rc<H>, shard: &mut Shard) {
+    let conns = ctx.conns().borrow();
+    match &mut *ctx.sends().borrow_mut() {
+        Sends::Ring(ring) => write_batched(ctx, shard, &conns, ring),
+        Sends::Direct => {
             while let Some(id) = shard.poll_ready() {
                 if let Some(io) = conns.get(&id) {
                     write_queued(ctx, shard, io, id);
@@ -174,15 +47,15 @@ pub(super) fn write_ready(ctx: &Rc<ShardCtx>, shard: &mut Shard) {
 /// (its `hello`, an SSE stream's boards, up to [`shards::shard::JOIN_MAX`]) in one
 /// non-blocking send; the rest of the queue follows as from the flush step,
 /// and what the socket does not take goes to a writer task.
-pub(super) fn write_first(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, head: Vec<u8>) {
-    let mut shard = ctx.shard.borrow_mut();
+pub(super) fn write_first<H: Shell>(ctx: &Rc<H>, io: &Rc<ConnIo>, id: ConnId, head: Vec<u8>) {
+    let mut shard = ctx.core().borrow_mut();
     let mut first = head;
     let head_len = first.len();
     if let Some(frames) = shard.poll_write(id) {
         first.extend_from_slice(&frames);
     }
     io.write_side.set(WriteSide::Direct);
-    let res = sockopt::send_now(io.fd, &first);
+    let res = sys::send_now(io.fd, &first);
     let (n, whole) = settle(ctx, io, id, first.into(), res);
     ctx.metrics()
         .bytes_out
@@ -198,13 +71,13 @@ pub(super) fn write_first(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, head:
 /// socket does not take whole goes, with what it did not take, to a writer
 /// task that waits for room and empties the queue. Nothing happens here while
 /// such a task holds the socket, or after a write failed.
-fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo>, id: ConnId) {
+fn write_queued<H: Shell>(ctx: &Rc<H>, shard: &mut Shard, io: &Rc<ConnIo>, id: ConnId) {
     if io.write_side.get() != WriteSide::Direct {
         return;
     }
     let mut written = 0;
     while let Some(frame) = shard.poll_write(id) {
-        let res = sockopt::send_now(io.fd, &frame);
+        let res = sys::send_now(io.fd, &frame);
         let (n, whole) = settle(ctx, io, id, frame, res);
         written += n;
         if !whole {
@@ -222,7 +95,12 @@ fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo>, id: Conn
 /// (submitted whenever the ring fills, and at the end); a connection whose
 /// frame went whole and that has more queued gets its next one in the next
 /// batch. What a socket does not take goes to a writer task, as there.
-fn write_batched(ctx: &Rc<ShardCtx>, shard: &mut Shard, conns: &ConnTable, ring: &mut ShardSends) {
+fn write_batched<H: Shell>(
+    ctx: &Rc<H>,
+    shard: &mut Shard,
+    conns: &ConnTable,
+    ring: &mut ShardSends,
+) {
     let (mut round, mut again): (Vec<ConnId>, Vec<ConnId>) = Default::default();
     let (mut written, mut batches) = (0, 0);
     let mut first = true;
@@ -271,8 +149,8 @@ fn write_batched(ctx: &Rc<ShardCtx>, shard: &mut Shard, conns: &ConnTable, ring:
 }
 
 /// What one batched send came to, for its connection: the bytes written.
-fn sent(
-    ctx: &Rc<ShardCtx>,
+fn sent<H: Shell>(
+    ctx: &Rc<H>,
     shard: &Shard,
     (id, io): (ConnId, Rc<ConnIo>),
     frame: Bytes,
@@ -293,8 +171,8 @@ fn sent(
 /// What a non-blocking send of `frame` came to, for either way of writing:
 /// the bytes written, and whether the frame went whole. If not, its rest went
 /// to a writer task, or (the send failed) nothing more is written.
-fn settle(
-    ctx: &Rc<ShardCtx>,
+fn settle<H: Shell>(
+    ctx: &Rc<H>,
     io: &Rc<ConnIo>,
     id: ConnId,
     frame: Bytes,
@@ -318,9 +196,10 @@ fn settle(
 }
 
 /// Starts the shell's writer task with the part of a frame the socket did not take.
-fn hand_to_writer(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) {
+fn hand_to_writer<H: Shell>(ctx: &Rc<H>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) {
     io.write_side.set(WriteSide::Task);
-    Rc::clone(&io.socket).spawn_writer(Rc::clone(ctx), Rc::clone(io), id, rest);
+    let host: Rc<dyn Host> = Rc::clone(ctx) as Rc<dyn Host>;
+    Rc::clone(&io.socket).spawn_writer(host, Rc::clone(io), id, rest);
 }
 
 /// A connection's writer while its socket is full: waits for room, writes
@@ -328,12 +207,13 @@ fn hand_to_writer(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) 
 /// queue, and ends when the queue is empty. The flush step does not write this
 /// socket meanwhile, so the task is its only writer.
 async fn write_loop<R: Runtime>(
-    ctx: Rc<ShardCtx>,
+    host: Rc<dyn Host>,
     io: Rc<ConnIo>,
     id: ConnId,
     socket: Rc<ConnSocket<R>>,
     mut frame: Bytes,
 ) {
+    let (core, metrics) = (host.core(), host.metrics());
     loop {
         while !frame.is_empty() {
             if R::writable(&socket.0).await.is_err() {
@@ -342,13 +222,13 @@ async fn write_loop<R: Runtime>(
             match R::try_send(&socket.0, &frame) {
                 Ok(n) => {
                     frame.advance(n);
-                    ctx.metrics().bytes_out.fetch_add(n as u64, Relaxed);
+                    metrics.bytes_out.fetch_add(n as u64, Relaxed);
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(_) => return writer_failed(&io),
             }
         }
-        match writer_next(&ctx, &io, id) {
+        match writer_next(core, &io, id) {
             Some(f) => frame = f,
             None => return,
         }
@@ -358,8 +238,8 @@ async fn write_loop<R: Runtime>(
 /// The writer task's next frame, after it wrote the previous one: the head of
 /// the queue, or `None` when the queue is empty, which hands the socket back
 /// to the flush step (and the task ends).
-fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Bytes> {
-    let mut shard = ctx.shard.borrow_mut();
+fn writer_next(core: &RefCell<Shard>, io: &ConnIo, id: ConnId) -> Option<Bytes> {
+    let mut shard = core.borrow_mut();
     let next = shard.poll_write(id);
     if next.is_none() {
         io.write_side.set(WriteSide::Direct);
