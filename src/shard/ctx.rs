@@ -2,7 +2,7 @@
 //! per thread ([`ShardCtx::new`]), and the flush step that carries out what the
 //! core asked for.
 
-use super::conn::{self, ConnTable, Host, Sends, Shell};
+use super::conn::{ConnTable, Host, Sends, Shell};
 use super::notify::LocalNotify;
 use crate::channels::wake::IngestTx;
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
@@ -96,7 +96,9 @@ impl ShardCtx {
         while let Some(action) = shard.poll_action() {
             self.act(&shard, action);
         }
-        conn::write_ready(self, &mut shard);
+        let conns = self.conns.borrow();
+        self.sends.borrow_mut().flush(self, &mut shard, &conns);
+        drop(conns);
         drop(shard);
         self.kick.notify();
     }

@@ -78,9 +78,9 @@ impl ConnIo {
         let closing = phase.is_some_and(|p| !p.is_open());
         if closing && !self.finished.get() {
             self.write_side.set(WriteSide::Done);
-            // SAFETY: `finished` is false, so the socket behind `fd` is still
-            // owned by this connection; shutdown does not close the descriptor.
-            unsafe { libc::shutdown(self.fd, libc::SHUT_WR) };
+            // `finished` is false, so the socket behind `fd` is still owned
+            // by this connection.
+            sockopt::shutdown_write(self.fd);
         }
     }
 
@@ -98,8 +98,7 @@ impl ConnIo {
         if sockopt::unsent_bytes(self.fd).is_some_and(|n| n > 0) {
             sockopt::reset_on_close(self.fd);
         }
-        // SAFETY: as above; shutdown does not close the descriptor.
-        unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+        sockopt::shutdown_both(self.fd);
     }
 }
 

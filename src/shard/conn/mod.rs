@@ -19,4 +19,3 @@ pub use io::ConnTable;
 pub use sends::Sends;
 pub use shell::Shell;
 pub use upgrade::{Slot, Upgrade};
-pub use writing::write_ready;

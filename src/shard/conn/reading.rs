@@ -33,7 +33,7 @@ pub async fn start<R: Runtime, H: Shell>(
     let socket = Rc::new(ConnSocket::<R>(stream));
     let sse = upgrade.sse.is_some();
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
-    writing::write_first(&ctx, &io, id, response);
+    ctx.sends().borrow().write_first(&ctx, &io, id, response);
     // An SSE stream's request is all it sends: what follows is ignored.
     let reading = sse || feed(&ctx, id, &rest);
     drop(rest);
@@ -48,7 +48,7 @@ pub async fn start<R: Runtime, H: Shell>(
 }
 
 /// Registers an upgraded connection with the shard; nothing is written to
-/// it until [`writing::write_first`] puts the `101` in front.
+/// it until [`super::Sends::write_first`] puts the `101` in front.
 fn register<R: Runtime, H: Shell>(
     ctx: &Rc<H>,
     upgrade: Upgrade,
@@ -71,7 +71,7 @@ fn register<R: Runtime, H: Shell>(
     };
     let fd = R::fd(&socket.0);
     let io = Rc::new(ConnIo::upgrading(fd, socket, upgrade.slot));
-    ctx.sends().borrow_mut().register(id, fd);
+    ctx.sends().borrow_mut().register(id, &io);
     ctx.conns().borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
     (id, io)

@@ -34,3 +34,17 @@ pub fn reset_on_close(fd: RawFd) {
         )
     };
 }
+
+/// Shuts down the writing half of socket `fd` (a FIN after what was sent).
+pub fn shutdown_write(fd: RawFd) {
+    // SAFETY: `fd` is an open socket owned by the caller; shutdown does not
+    // close the descriptor.
+    unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+}
+
+/// Shuts down both halves of socket `fd`: the reader sees its end, and
+/// nothing more is sent.
+pub fn shutdown_both(fd: RawFd) {
+    // SAFETY: as for `shutdown_write`.
+    unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+}

@@ -155,9 +155,8 @@ async fn respond<R: Runtime>(mut stream: R::Stream, resp: Response, head_only: b
     let write = R::write_all(&mut stream, resp.encode(head_only));
     let taken = match runtime::until::<R, _>(deadline, write).await {
         Ok(Ok(())) => {
-            // SAFETY: the socket behind the fd is owned by `stream`, alive for
-            // the call; shutdown does not close the descriptor.
-            unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+            // The socket behind the fd is owned by `stream`, alive for the call.
+            sockopt::shutdown_write(fd);
             taken_by::<R>(fd, deadline).await
         }
         Ok(Err(_)) => true,
