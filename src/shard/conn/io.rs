@@ -12,10 +12,12 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::task::Waker;
 
-/// Who writes a connection's socket now. Only one writer at a time: the
-/// shard's flush step writes at once while the socket takes whole frames, a
-/// writer task takes over only when it does not (and hands back when the
-/// queue is empty), so an idle connection holds no writer at all.
+/// The write side of a connection, from its upgrade to the release of its
+/// socket: who writes the socket now, and whether it may be touched at all.
+/// Only one writer at a time: the shard's flush step writes at once while the
+/// socket takes whole frames, a writer task takes over only when it does not
+/// (and hands back when the queue is empty), so an idle connection holds no
+/// writer at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteSide {
     /// Just upgraded: the `101` has not been written, so neither is anything
@@ -28,6 +30,9 @@ pub enum WriteSide {
     /// The close frame went out (and the write side was shut down), or a
     /// write failed: nothing more is written.
     Done,
+    /// Reader and writer ended and the socket is about to be released:
+    /// nothing touches its descriptor again (the kernel may reuse it).
+    Released,
 }
 
 /// A connection's socket as its shell holds it, so the runtime-free flush
@@ -41,16 +46,17 @@ pub trait Socket {
 /// The shell's half of one WebSocket connection, shared by its reader task,
 /// the flush step and (while the socket is full) its writer task.
 pub struct ConnIo {
-    /// Who writes the socket now.
-    pub write_side: Cell<WriteSide>,
-    /// The reader task, waiting (after its last read) for the writer task to end.
-    pub reader_waiting: Cell<Option<Waker>>,
-    /// Set just before the socket is released, so no one touches a reused fd.
-    pub finished: Cell<bool>,
-    /// The socket, for writes from the flush step and a forced shutdown.
-    pub fd: RawFd,
+    /// Who writes the socket now, or that it is released.
+    pub(super) write_side: Cell<WriteSide>,
+    /// The reader task, waiting (after its last read) for the writer task to
+    /// end: set only in [`WriteSide::Task`]. (Not a field of that state: the
+    /// waker beside the state's tag would make it 24 bytes instead of 1, and
+    /// this struct 72 instead of 64.)
+    pub(super) reader_waiting: Cell<Option<Waker>>,
+    /// The socket, for the shard's sends and a forced shutdown.
+    pub(super) fd: RawFd,
     /// The socket as the shell holds it, to start a writer task.
-    pub socket: Rc<dyn Socket>,
+    pub(super) socket: Rc<dyn Socket>,
     /// The connection's place in the node's and its user's caps, given back
     /// when the connection is gone.
     _slot: Slot,
@@ -59,11 +65,10 @@ pub struct ConnIo {
 impl ConnIo {
     /// The shell's half of a just-upgraded connection on socket `fd`, its
     /// `101` not written yet.
-    pub fn upgrading(fd: RawFd, socket: Rc<dyn Socket>, slot: Slot) -> Self {
+    pub(super) fn upgrading(fd: RawFd, socket: Rc<dyn Socket>, slot: Slot) -> Self {
         ConnIo {
             write_side: Cell::new(WriteSide::Upgrading),
             reader_waiting: Default::default(),
-            finished: Default::default(),
             fd,
             socket,
             _slot: slot,
@@ -74,12 +79,12 @@ impl ConnIo {
     /// the core: once it is closing, the close frame was the last one queued,
     /// so the write side is shut down (FIN after the close frame, RFC 6455
     /// section 7.1.1) and nothing more is written.
-    pub fn after_queue_empty(&self, phase: Option<Phase>) {
+    pub(super) fn after_queue_empty(&self, phase: Option<Phase>) {
         let closing = phase.is_some_and(|p| !p.is_open());
-        if closing && !self.finished.get() {
+        if closing && !self.released() {
             self.write_side.set(WriteSide::Done);
-            // `finished` is false, so the socket behind `fd` is still owned
-            // by this connection.
+            // Not released, so the socket behind `fd` is still owned by this
+            // connection.
             sockopt::shutdown_write(self.fd);
         }
     }
@@ -90,15 +95,25 @@ impl ConnIo {
     /// would queue behind them, and the orphaned socket would keep up to its
     /// send buffer for minutes while the peer advertises no window.
     pub fn cut(&self) {
-        if self.finished.get() {
+        if self.released() {
             return;
         }
-        // `finished` is false, so the socket behind `fd` is still owned by
-        // this connection.
+        // Not released, so the socket behind `fd` is still owned by this
+        // connection.
         if sockopt::unsent_bytes(self.fd).is_some_and(|n| n > 0) {
             sockopt::reset_on_close(self.fd);
         }
         sockopt::shutdown_both(self.fd);
+    }
+
+    /// Marks the socket released (reader and writer ended; it closes with the
+    /// last reference to this half): nothing touches its descriptor after.
+    pub(super) fn release(&self) {
+        self.write_side.set(WriteSide::Released);
+    }
+
+    fn released(&self) -> bool {
+        self.write_side.get() == WriteSide::Released
     }
 }
 
@@ -133,5 +148,19 @@ impl ConnTable {
                 *slot = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An idle connection's cost: the write side's states fit one byte, and
+    /// the shell's half of a connection stays at 64 bytes (80 with its `Rc`,
+    /// one of the allocator's size classes).
+    #[test]
+    fn the_shell_half_of_a_connection_stays_small() {
+        assert_eq!(std::mem::size_of::<WriteSide>(), 1);
+        assert_eq!(std::mem::size_of::<ConnIo>(), 64);
     }
 }

@@ -80,7 +80,7 @@ fn register<R: Runtime, H: Shell>(
 /// Forgets a connection whose reader and writer both ended; its socket and
 /// its [`super::Slot`] go with the last [`ConnIo`] right after.
 fn finish<H: Shell>(ctx: &Rc<H>, io: &ConnIo, id: ConnId) {
-    io.finished.set(true);
+    io.release();
     ctx.sends().borrow_mut().release(id);
     ctx.conns().borrow_mut().remove(&id);
     ctx.core().borrow_mut().disconnect(id);
