@@ -1,7 +1,6 @@
 //! Starting a node: the listeners, the ingest and presence threads, one pinned
 //! monoio runtime per shard, and the signal loop that drains and exits.
 
-pub mod failure;
 pub mod listener;
 pub mod sd_notify;
 
@@ -9,6 +8,7 @@ pub use crate::shard_set::ShardSet;
 
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
+use crate::failure;
 use crate::ingest::source::Source;
 use crate::ingest::{self, Ingest};
 use crate::node::Node;

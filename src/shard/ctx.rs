@@ -108,7 +108,7 @@ impl ShardCtx {
     fn act(&self, shard: &Shard, action: Action) {
         match action {
             Action::Interest { course, watching } => {
-                crate::hub::failure::trip(&course);
+                crate::failure::trip(&course);
                 let gate = watching.then(|| shard.gate(&course)).flatten();
                 let _ = self.ingest.send(IngestCmd::Interest {
                     shard: self.index,

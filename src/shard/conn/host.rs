@@ -5,7 +5,7 @@ use crate::metrics::ShardMetrics;
 use shards::Shard;
 use std::cell::RefCell;
 
-/// The shard as a connection's writer task sees it.
+/// The shard as a connection's writes see it (the sends and the writer task).
 pub trait Host: 'static {
     /// The core.
     fn core(&self) -> &RefCell<Shard>;

@@ -4,9 +4,9 @@
 //! not take whole goes, with what it did not take, to the connection's writer
 //! task (`writing.rs`).
 
+use super::host::Host;
 use super::io::{ConnIo, ConnTable, WriteSide};
 use super::send_ring::SendRing;
-use super::shell::Shell;
 use super::writing::hand_to_writer;
 use crate::shard::runtime::sys;
 use bytes::Bytes;
@@ -67,7 +67,7 @@ impl Sends {
 
     /// The flush step's writes: every connection the shard made ready gets
     /// its queued frames written, batched through the ring where there is one.
-    pub fn flush<H: Shell>(&mut self, ctx: &Rc<H>, shard: &mut Shard, conns: &ConnTable) {
+    pub fn flush<H: Host>(&mut self, ctx: &Rc<H>, shard: &mut Shard, conns: &ConnTable) {
         match self {
             Sends::Ring(ring) => write_batched(ctx, shard, conns, ring),
             Sends::Direct => {
@@ -85,7 +85,7 @@ impl Sends {
     /// (its `hello`, an SSE stream's boards, up to [`shards::shard::JOIN_MAX`]) in one
     /// non-blocking send; the rest of the queue follows as from the flush step,
     /// and what the socket does not take goes to a writer task.
-    pub fn write_first<H: Shell>(&self, ctx: &Rc<H>, io: &Rc<ConnIo>, id: ConnId, head: Vec<u8>) {
+    pub fn write_first<H: Host>(&self, ctx: &Rc<H>, io: &Rc<ConnIo>, id: ConnId, head: Vec<u8>) {
         let mut shard = ctx.core().borrow_mut();
         let mut first = head;
         let head_len = first.len();
@@ -110,7 +110,7 @@ impl Sends {
 /// socket does not take whole goes, with what it did not take, to a writer
 /// task that waits for room and empties the queue. Nothing happens here while
 /// such a task holds the socket, or after a write failed.
-fn write_queued<H: Shell>(ctx: &Rc<H>, shard: &mut Shard, io: &Rc<ConnIo>, id: ConnId) {
+fn write_queued<H: Host>(ctx: &Rc<H>, shard: &mut Shard, io: &Rc<ConnIo>, id: ConnId) {
     if io.write_side.get() != WriteSide::Direct {
         return;
     }
@@ -134,7 +134,7 @@ fn write_queued<H: Shell>(ctx: &Rc<H>, shard: &mut Shard, io: &Rc<ConnIo>, id: C
 /// (submitted whenever the ring fills, and at the end); a connection whose
 /// frame went whole and that has more queued gets its next one in the next
 /// batch. What a socket does not take goes to a writer task, as there.
-fn write_batched<H: Shell>(
+fn write_batched<H: Host>(
     ctx: &Rc<H>,
     shard: &mut Shard,
     conns: &ConnTable,
@@ -188,7 +188,7 @@ fn write_batched<H: Shell>(
 }
 
 /// What one batched send came to, for its connection: the bytes written.
-fn sent<H: Shell>(
+fn sent<H: Host>(
     ctx: &Rc<H>,
     shard: &Shard,
     (id, io): (ConnId, Rc<ConnIo>),
@@ -210,7 +210,7 @@ fn sent<H: Shell>(
 /// What a non-blocking send of `frame` came to, for either way of writing:
 /// the bytes written, and whether the frame went whole. If not, its rest went
 /// to a writer task, or (the send failed) nothing more is written.
-fn settle<H: Shell>(
+fn settle<H: Host>(
     ctx: &Rc<H>,
     io: &Rc<ConnIo>,
     id: ConnId,

@@ -1,4 +1,4 @@
-//! The shard as a connection's reader and the flush step see it: the
+//! The shard as a connection's registration, reader and end see it: the
 //! [`Host`] plus the table of live connections, the sends, and the flush.
 
 use super::host::Host;
@@ -7,8 +7,7 @@ use super::sends::Sends;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-/// What registering, feeding, flushing and finishing a connection need of
-/// its shard.
+/// What registering, feeding and finishing a connection need of its shard.
 pub trait Shell: Host {
     /// The shell's half of every live connection.
     fn conns(&self) -> &RefCell<ConnTable>;

@@ -6,7 +6,6 @@
 
 use super::host::Host;
 use super::io::{ConnIo, Socket, WriteSide};
-use super::shell::Shell;
 use crate::shard::runtime::Runtime;
 use bytes::{Buf, Bytes};
 use shards::{ConnId, Shard};
@@ -26,7 +25,7 @@ impl<R: Runtime> Socket for ConnSocket<R> {
 }
 
 /// Starts the shell's writer task with the part of a frame the socket did not take.
-pub(super) fn hand_to_writer<H: Shell>(ctx: &Rc<H>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) {
+pub(super) fn hand_to_writer<H: Host>(ctx: &Rc<H>, io: &Rc<ConnIo>, id: ConnId, rest: Bytes) {
     io.write_side.set(WriteSide::Task);
     let host: Rc<dyn Host> = Rc::clone(ctx) as Rc<dyn Host>;
     Rc::clone(&io.socket).spawn_writer(host, Rc::clone(io), id, rest);
