@@ -32,7 +32,8 @@ pub trait Runtime: 'static {
     fn sleep_until(at: Instant) -> impl Future<Output = ()>;
     /// The next accepted connection.
     async fn accept(listener: &Self::Listener) -> io::Result<Self::Stream>;
-    /// The socket of a connection.
+    /// The socket of a connection, for the shard's sends and socket options
+    /// (`conn/sends.rs`, `conn/sockopt.rs`); no loop writes to it itself.
     fn fd(stream: &Self::Stream) -> RawFd;
     /// Reads into `buf` from its start, up to its capacity: `buf[..n]` holds
     /// what came (the request head, before the upgrade).
