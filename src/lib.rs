@@ -10,8 +10,8 @@
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
 //! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
-//! - [`auth`], [`cli`], [`clock`], [`logging`], [`metrics`], [`process_stats`],
-//!   [`shard_set`]: shared plumbing.
+//! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
+//!   [`process_stats`], [`shard_set`]: shared plumbing.
 
 pub mod analytics;
 pub mod auth;
@@ -19,6 +19,7 @@ pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod failure;
 pub mod history;
 pub mod hub;
 pub mod ingest;

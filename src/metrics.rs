@@ -466,7 +466,7 @@ const FAMILIES: &[Family] = &[
     gauge(
         "seatboard_thread_failed",
         "1 once a long-lived thread of the node panicked: the node reports itself failed and exits.",
-        Samples::One(|_| Num::U(crate::hub::failure::failed().is_some() as u64)),
+        Samples::One(|_| Num::U(crate::failure::failed().is_some() as u64)),
     ),
     counter(
         "seatboard_pin_failures_total",

@@ -1,7 +1,6 @@
 //! Starting a node: the listeners, the ingest and presence threads, one pinned
 //! monoio runtime per shard, and the signal loop that drains and exits.
 
-pub mod failure;
 pub mod listener;
 pub mod sd_notify;
 
@@ -9,16 +8,13 @@ pub use crate::shard_set::ShardSet;
 
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
+use crate::failure;
 use crate::ingest::source::Source;
 use crate::ingest::{self, Ingest};
 use crate::node::Node;
 use crate::presence::{self, PresenceStore, PresenceTiming, Worker};
-use crate::shard::{self, ShardCtx};
+use crate::shard;
 use crossbeam_channel::unbounded;
-use shards::rate::TokenBucket;
-use shards::{Shard, ShardConfig};
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,14 +115,7 @@ where
             .spawn(move || {
                 let (node, inbox, ingest, presence) = ctx_parts;
                 pin(&node, index, core);
-                let driver = node.args.driver;
-                let ctx = shard_ctx(index, node, inbox, ingest, presence);
-                #[cfg(feature = "tokio-shell")]
-                if driver == crate::cli::Driver::Tokio {
-                    shard::tokio_runtime::run(ctx, listener, ready);
-                    return;
-                }
-                shard::monoio_runtime::run(ctx, listener, driver, ready);
+                shard::run(index, node, inbox, ingest, presence, listener, ready);
             })?;
     }
     drop(ready_tx);
@@ -172,41 +161,6 @@ fn pin(node: &Node, index: usize, core: Option<core_affinity::CoreId>) {
             tracing::warn!(shard = index, "shard not pinned: no usable core list");
         }
     }
-}
-
-/// One shard's state, before any runtime-specific task runs on it.
-fn shard_ctx(
-    index: usize,
-    node: Arc<Node>,
-    inbox: Arc<Inbox>,
-    ingest: crate::channels::wake::IngestTx,
-    presence: crossbeam_channel::Sender<PresenceCmd>,
-) -> Rc<ShardCtx> {
-    let share = node.shards as f64;
-    Rc::new(ShardCtx {
-        index,
-        shard: RefCell::new(Shard::new(ShardConfig {
-            tick_ms: node.args.tick_ms,
-            node: node.id.clone(),
-            seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
-            ..ShardConfig::default()
-        })),
-        bucket: RefCell::new(TokenBucket::new(
-            node.args.accept_rate as f64 / share,
-            (node.args.accept_burst as f64 / share).ceil(),
-            clock::now_ms(),
-        )),
-        node,
-        inbox,
-        ingest,
-        presence,
-        presence_round: RefCell::default(),
-        conns: RefCell::default(),
-        kick: Default::default(),
-        next_purge_ms: Default::default(),
-        rendered_at_purge: Default::default(),
-        send_ring: RefCell::default(),
-    })
 }
 
 impl Hub {

@@ -131,7 +131,7 @@ impl<S: Source> Ingest<S> {
                 watching,
                 gate,
             } => {
-                crate::hub::failure::trip(&course);
+                crate::failure::trip(&course);
                 if watching {
                     self.interest_on(shard, course, gate, now_ms)
                 } else {

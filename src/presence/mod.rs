@@ -212,7 +212,7 @@ impl<P: PresenceStore> Worker<P> {
     fn one(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
         match cmd {
             PresenceCmd::Join { course, user } => {
-                crate::hub::failure::trip(&course);
+                crate::failure::trip(&course);
                 let key = (course, user);
                 let n = self.members.entry(key.clone()).or_insert(0);
                 *n += 1;

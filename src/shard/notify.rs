@@ -1,9 +1,8 @@
-//! A single-threaded wake-up flag: one task waits, any code on the same thread notifies.
+//! A single-threaded wake-up flag: one task waits (polling it), any code on
+//! the same thread notifies.
 
 use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 /// Remembers one notification until the waiter takes it.
 #[derive(Default)]
@@ -26,11 +25,6 @@ impl LocalNotify {
         self.notified.replace(false)
     }
 
-    /// Waits for the next notification (or returns at once if one is pending).
-    pub fn notified(&self) -> Notified<'_> {
-        Notified(self)
-    }
-
     /// Registers `cx`'s waker; true if a notification is already pending.
     pub fn poll_take(&self, cx: &mut Context<'_>) -> bool {
         if self.take() {
@@ -38,19 +32,5 @@ impl LocalNotify {
         }
         *self.waker.borrow_mut() = Some(cx.waker().clone());
         false
-    }
-}
-
-/// Future of [`LocalNotify::notified`].
-pub struct Notified<'a>(&'a LocalNotify);
-
-impl Future for Notified<'_> {
-    type Output = ();
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0.poll_take(cx) {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
     }
 }

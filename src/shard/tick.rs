@@ -2,8 +2,8 @@
 //! core, flushes, publishes the metrics, returns freed memory to the OS, and
 //! sleeps until the core's next deadline, new mail or a kick.
 
+use super::ctx::ShardCtx;
 use super::runtime::Runtime;
-use super::ShardCtx;
 use crate::channels::Control;
 use crate::clock;
 use shards::ws_codec::close;
@@ -27,7 +27,7 @@ pub(super) async fn tick_loop<R: Runtime>(ctx: Rc<ShardCtx>) {
 }
 
 /// One turn of the loop, without the sleep: feeds the inbox and the time into
-/// the renderer, flushes, submits the send ring's releases of the round,
+/// the renderer, flushes, submits the round's changes to the sends,
 /// publishes metrics, and returns the next deadline (ms).
 fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
     let drain_ms = ctx.node.args.drain_ms;
@@ -64,9 +64,7 @@ fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
         }
     }
     ctx.flush();
-    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
-        ring.submit_changes();
-    }
+    ctx.sends.borrow_mut().submit_changes();
     ctx.send_presence_round();
     ctx.publish_metrics();
     purge_freed_memory(ctx, now);

@@ -1,14 +1,14 @@
 //! The front door of a shard: accepting connections, reading a request head
 //! under its deadline, routing it (pages, JSON, the WebSocket handshake), and
-//! writing the plain HTTP answers. An upgrade goes on to `reading.rs`.
+//! writing the plain HTTP answers. An upgrade goes on to `conn/reading.rs`.
 
 use super::handshake::{self, Accepted};
-use super::http::{self, Route};
-use super::reading;
 use super::response::Response;
-use super::runtime::{self, Runtime};
-use super::{sockopt, ShardCtx};
+use super::routes::{self, Route};
 use crate::metrics::Refusal;
+use crate::shard::conn::{reading, sockopt};
+use crate::shard::ctx::ShardCtx;
+use crate::shard::runtime::{self, Runtime};
 use shards::http_head::{self, HeadError, RequestHead, MAX_HEAD};
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 
 /// Accepts connections until the listener fails.
-pub(super) async fn accept_loop<R: Runtime>(ctx: Rc<ShardCtx>, listener: R::Listener) {
+pub async fn accept_loop<R: Runtime>(ctx: Rc<ShardCtx>, listener: R::Listener) {
     super::pages::prepare();
     loop {
         match R::accept(&listener).await {
@@ -57,9 +57,9 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
     };
     match route_head(&ctx, &head) {
         Next::Respond(resp, head_only) => respond::<R>(stream, resp, head_only).await,
-        Next::Upgrade(accepted) => {
+        Next::Upgrade(Accepted { upgrade, response }) => {
             drop(head);
-            reading::start::<R>(ctx, stream, accepted, rest).await
+            reading::start::<R, _>(ctx, stream, upgrade, response, rest).await
         }
     }
 }
@@ -111,10 +111,10 @@ enum Next {
 /// Routes a parsed head: pages, method checks, and the handshake's refusals.
 fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
     let head_only = head.method == "HEAD";
-    match http::route(&head.path) {
+    match routes::route(&head.path) {
         Route::NotFound => Next::Respond(Response::text(404, "not found"), head_only),
         Route::Page(p) if head.method == "GET" || head_only => {
-            Next::Respond(http::answer(&ctx.node, p, head), head_only)
+            Next::Respond(routes::answer(&ctx.node, p, head), head_only)
         }
         Route::Ws { admin } if head.method == "GET" => match handshake::check(ctx, head, admin) {
             Err(resp) => Next::Respond(resp, false),
@@ -155,9 +155,8 @@ async fn respond<R: Runtime>(mut stream: R::Stream, resp: Response, head_only: b
     let write = R::write_all(&mut stream, resp.encode(head_only));
     let taken = match runtime::until::<R, _>(deadline, write).await {
         Ok(Ok(())) => {
-            // SAFETY: the socket behind the fd is owned by `stream`, alive for
-            // the call; shutdown does not close the descriptor.
-            unsafe { libc::shutdown(fd, libc::SHUT_WR) };
+            // The socket behind the fd is owned by `stream`, alive for the call.
+            sockopt::shutdown_write(fd);
             taken_by::<R>(fd, deadline).await
         }
         Ok(Err(_)) => true,

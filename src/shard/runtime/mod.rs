@@ -1,8 +1,13 @@
 //! What a shard's loops need of an async runtime, so that one set of loops
-//! (`front_door.rs`, `reading.rs`, `writing.rs`, `tick.rs`) runs on every
-//! runtime: monoio on io_uring or epoll (`monoio_runtime.rs`) and tokio
-//! (`tokio_runtime.rs`, feature `tokio-shell`). Everything here is local to
-//! the shard thread, so nothing needs to be `Send`.
+//! (`http/front_door.rs`, `conn/reading.rs`, `conn/writing.rs`, `tick.rs`)
+//! runs on every runtime: monoio on io_uring or epoll (`monoio_runtime.rs`)
+//! and tokio (`tokio_runtime.rs`, feature `tokio-shell`). Everything here is
+//! local to the shard thread, so nothing needs to be `Send`.
+
+pub mod monoio_runtime;
+pub mod sys;
+#[cfg(feature = "tokio-shell")]
+pub mod tokio_runtime;
 
 use std::future::Future;
 use std::io;
@@ -27,7 +32,8 @@ pub trait Runtime: 'static {
     fn sleep_until(at: Instant) -> impl Future<Output = ()>;
     /// The next accepted connection.
     async fn accept(listener: &Self::Listener) -> io::Result<Self::Stream>;
-    /// The socket of a connection.
+    /// The socket of a connection, for the shard's sends and socket options
+    /// (`conn/sends.rs`, `conn/sockopt.rs`); no loop writes to it itself.
     fn fd(stream: &Self::Stream) -> RawFd;
     /// Reads into `buf` from its start, up to its capacity: `buf[..n]` holds
     /// what came (the request head, before the upgrade).

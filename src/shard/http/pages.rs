@@ -11,21 +11,21 @@ use std::sync::LazyLock;
 
 /// The student board (`/`).
 pub static BOARD: LazyLock<EmbeddedPage> =
-    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/index.html"), Kind::Page));
+    LazyLock::new(|| EmbeddedPage::new(include_str!("../../web/index.html"), Kind::Page));
 /// The admin dashboard (`/admin`).
 pub static ADMIN: LazyLock<EmbeddedPage> =
-    LazyLock::new(|| EmbeddedPage::new(include_str!("../web/admin.html"), Kind::Page));
+    LazyLock::new(|| EmbeddedPage::new(include_str!("../../web/admin.html"), Kind::Page));
 /// The browser client module and its elements (`/client.js`), for any origin.
 pub static CLIENT_JS: LazyLock<EmbeddedPage> = LazyLock::new(|| {
     EmbeddedPage::new(
-        include_str!("../web/client.js"),
+        include_str!("../../web/client.js"),
         Kind::Script("text/javascript; charset=utf-8"),
     )
 });
 /// The client's TypeScript declarations (`/client.d.ts`).
 pub static CLIENT_DTS: LazyLock<EmbeddedPage> = LazyLock::new(|| {
     EmbeddedPage::new(
-        include_str!("../web/client.d.ts"),
+        include_str!("../../web/client.d.ts"),
         Kind::Script("application/typescript; charset=utf-8"),
     )
 });

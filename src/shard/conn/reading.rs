@@ -2,11 +2,12 @@
 //! registration with the core, the reader task that hands what the socket
 //! holds to the core, and the end (once its reader and any writer are done).
 
-use super::handshake::{Accepted, Upgrade};
-use super::runtime::Runtime;
-use super::writing::{self, ConnIo, ConnSocket};
-use super::ShardCtx;
+use super::io::ConnIo;
+use super::shell::Shell;
+use super::upgrade::Upgrade;
+use super::writing::{self, ConnSocket};
 use crate::clock;
+use crate::shard::runtime::Runtime;
 use shards::{ConnId, Reading};
 use std::io::ErrorKind;
 use std::rc::Rc;
@@ -22,23 +23,23 @@ const READ_MAX: usize = 4096;
 /// own, so nothing of the handshake stays alive for the connection's life but
 /// its slot (in its [`ConnIo`]). Frames are written by the shard's flush
 /// step, or by a writer task only while the socket is full.
-pub(super) async fn start<R: Runtime>(
-    ctx: Rc<ShardCtx>,
+pub async fn start<R: Runtime, H: Shell>(
+    ctx: Rc<H>,
     stream: R::Stream,
-    accepted: Accepted,
+    upgrade: Upgrade,
+    response: Vec<u8>,
     rest: Vec<u8>,
 ) {
-    let Accepted { upgrade, response } = accepted;
     let socket = Rc::new(ConnSocket::<R>(stream));
     let sse = upgrade.sse.is_some();
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
-    writing::write_first(&ctx, &io, id, response);
+    ctx.sends().borrow().write_first(&ctx, &io, id, response);
     // An SSE stream's request is all it sends: what follows is ignored.
     let reading = sse || feed(&ctx, id, &rest);
     drop(rest);
     R::spawn(async move {
         if reading {
-            read_loop::<R>(&ctx, id, &socket.0, sse).await;
+            read_loop::<R, H>(&ctx, id, &socket.0, sse).await;
         }
         drop(socket);
         writing::writer_gone(&io).await;
@@ -47,20 +48,20 @@ pub(super) async fn start<R: Runtime>(
 }
 
 /// Registers an upgraded connection with the shard; nothing is written to
-/// it until [`writing::write_first`] puts the `101` in front.
-fn register<R: Runtime>(
-    ctx: &Rc<ShardCtx>,
+/// it until [`super::Sends::write_first`] puts the `101` in front.
+fn register<R: Runtime, H: Shell>(
+    ctx: &Rc<H>,
     upgrade: Upgrade,
     socket: Rc<ConnSocket<R>>,
 ) -> (ConnId, Rc<ConnIo>) {
     let user = Arc::clone(upgrade.slot.user());
     let id = match &upgrade.sse {
         Some(courses) => {
-            ctx.shard
+            ctx.core()
                 .borrow_mut()
                 .connect_sse(user, upgrade.role, courses, clock::now_ms())
         }
-        None => ctx.shard.borrow_mut().connect(
+        None => ctx.core().borrow_mut().connect(
             user,
             upgrade.role,
             upgrade.admin_feed,
@@ -70,30 +71,31 @@ fn register<R: Runtime>(
     };
     let fd = R::fd(&socket.0);
     let io = Rc::new(ConnIo::upgrading(fd, socket, upgrade.slot));
-    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
-        ring.register(id.index(), fd);
-    }
-    ctx.conns.borrow_mut().insert(id, Rc::clone(&io));
+    ctx.sends().borrow_mut().register(id, &io);
+    ctx.conns().borrow_mut().insert(id, Rc::clone(&io));
     ctx.flush();
     (id, io)
 }
 
 /// Forgets a connection whose reader and writer both ended; its socket and
-/// its [`super::handshake::Slot`] go with the last [`ConnIo`] right after.
-fn finish(ctx: &Rc<ShardCtx>, io: &ConnIo, id: ConnId) {
-    io.finished.set(true);
-    if let Some(ring) = ctx.send_ring.borrow_mut().as_mut() {
-        ring.unregister(id.index());
-    }
-    ctx.conns.borrow_mut().remove(&id);
-    ctx.shard.borrow_mut().disconnect(id);
+/// its [`super::Slot`] go with the last [`ConnIo`] right after.
+fn finish<H: Shell>(ctx: &Rc<H>, io: &ConnIo, id: ConnId) {
+    io.release();
+    ctx.sends().borrow_mut().release(id);
+    ctx.conns().borrow_mut().remove(&id);
+    ctx.core().borrow_mut().disconnect(id);
     ctx.flush();
 }
 
 /// Waits for the socket to be readable and reads what it holds, until the
 /// peer or the shard ends it. The wait holds no buffer. An SSE stream's
 /// reads (`discard`) only watch for the peer's close.
-async fn read_loop<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream, discard: bool) {
+async fn read_loop<R: Runtime, H: Shell>(
+    ctx: &Rc<H>,
+    id: ConnId,
+    stream: &R::Stream,
+    discard: bool,
+) {
     loop {
         if R::readable(stream).await.is_err() {
             return;
@@ -101,7 +103,7 @@ async fn read_loop<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Strea
         let more = if discard {
             discard_step::<R>(stream)
         } else {
-            read_step::<R>(ctx, id, stream)
+            read_step::<R, H>(ctx, id, stream)
         };
         if !more {
             return;
@@ -123,7 +125,7 @@ fn discard_step<R: Runtime>(stream: &R::Stream) -> bool {
 /// the stack and hands it to the shard, so no buffer lives between reads;
 /// false when reading stops (the peer closed, the read failed, or the shard
 /// wants no more).
-fn read_step<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream) -> bool {
+fn read_step<R: Runtime, H: Shell>(ctx: &Rc<H>, id: ConnId, stream: &R::Stream) -> bool {
     let mut buf = [0u8; READ_MAX];
     match R::try_recv(stream, &mut buf) {
         Ok(0) => false,
@@ -134,9 +136,9 @@ fn read_step<R: Runtime>(ctx: &Rc<ShardCtx>, id: ConnId, stream: &R::Stream) -> 
 
 /// Gives bytes read from the socket to the shard and runs what it decided;
 /// false when the shard wants no more reads.
-fn feed(ctx: &Rc<ShardCtx>, id: ConnId, data: &[u8]) -> bool {
+fn feed<H: Shell>(ctx: &Rc<H>, id: ConnId, data: &[u8]) -> bool {
     let reading = ctx
-        .shard
+        .core()
         .borrow_mut()
         .handle_read(id, data, clock::now_ms());
     ctx.flush();

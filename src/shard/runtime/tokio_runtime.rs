@@ -3,31 +3,24 @@
 //! [`Runtime`] over its sockets, tasks and timer. The loops themselves are
 //! runtime-free.
 
-use super::runtime::Runtime;
-use super::{Ready, ShardCtx};
+use super::Runtime;
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::rc::Rc;
 use std::time::Instant;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Runs one shard on its own tokio current-thread runtime until it ends.
-pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, ready: Ready) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
+/// Builds a tokio current-thread runtime and a `LocalSet` and runs `task`
+/// on them until it ends; `Err` says why no runtime could be built.
+pub fn block_on(task: impl Future<Output = ()>) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            let _ = ready.send(Err(format!("tokio runtime failed: {e}")));
-            return;
-        }
-    };
-    let local = tokio::task::LocalSet::new();
-    local.block_on(&rt, super::serve::<Tokio>(ctx, listener, "tokio", ready));
+        .map_err(|e| format!("tokio runtime failed: {e}"))?;
+    tokio::task::LocalSet::new().block_on(&rt, task);
+    Ok(())
 }
 
 /// tokio's current-thread runtime, its tasks local to the shard thread.

@@ -2,10 +2,11 @@
 //! the same checks as a WebSocket upgrade, and the `200` that starts a
 //! close-delimited `text/event-stream`.
 
-use super::handshake::{self, Accepted, Upgrade};
+use super::handshake::{self, Accepted};
 use super::response::Response;
-use super::ShardCtx;
 use crate::metrics::Refusal;
+use crate::shard::conn::Upgrade;
+use crate::shard::ctx::ShardCtx;
 use shards::http_head::{percent_decode, RequestHead};
 use shards::shard::MAX_COURSES_PER_CONN;
 use shards::snapshot::valid_course;

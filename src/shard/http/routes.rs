@@ -102,7 +102,7 @@ pub fn page(node: &Node, page: &str) -> Response {
                 None => (up, String::new()),
             };
             // A node whose long-lived thread panicked is failed, whatever else holds.
-            let failed = crate::hub::failure::failed();
+            let failed = crate::failure::failed();
             let (code, status) = match failed {
                 Some(_) => (503, "failed"),
                 None if up => (200, "ok"),
@@ -123,7 +123,7 @@ pub fn page(node: &Node, page: &str) -> Response {
                 ),
             )
         }
-        "/readyz" if crate::hub::failure::failed().is_some() => Response::text(503, "failed"),
+        "/readyz" if crate::failure::failed().is_some() => Response::text(503, "failed"),
         "/readyz" if node.draining() => {
             Response::text(503, "draining").header("Retry-After: 5".into())
         }

@@ -1,21 +1,43 @@
 //! The shard's runtime on monoio (`--driver uring|epoll|auto`): building it
-//! (io_uring, with the batched send ring, or epoll) and [`Runtime`] over its
-//! sockets, tasks and timer. The loops themselves are runtime-free.
+//! (io_uring or epoll) and [`Runtime`] over its sockets, tasks and timer. The
+//! loops themselves are runtime-free.
 
-use super::runtime::Runtime;
-use super::{sockopt, Ready, ShardCtx};
+use super::{sys, Runtime};
 use crate::cli::Driver;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
-use std::rc::Rc;
 use std::time::Instant;
 
-/// Runs one shard on a monoio runtime until it ends: io_uring for `uring`
-/// (and for `auto` where the kernel allows it), else epoll.
-pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, driver: Driver, ready: Ready) {
+/// Which monoio driver a shard's runtime was built on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Built {
+    /// io_uring: the shard can batch its sends through a ring of its own.
+    IoUring,
+    /// epoll.
+    Epoll,
+}
+
+impl Built {
+    /// The driver's name, as `/metrics` and the log give it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Built::IoUring => "io_uring",
+            Built::Epoll => "epoll",
+        }
+    }
+}
+
+/// Builds shard `shard`'s monoio runtime (io_uring for `uring`, and for
+/// `auto` where the kernel allows it, else epoll) and runs the future `make`
+/// gives for it until it ends; `Err` says why no runtime could be built.
+pub fn block_on<F: Future<Output = ()>>(
+    driver: Driver,
+    shard: usize,
+    make: impl FnOnce(Built) -> F,
+) -> Result<(), String> {
     #[cfg(target_os = "linux")]
     if driver != Driver::Epoll {
         match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
@@ -24,20 +46,12 @@ pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, driver: Driver, r
             .build()
         {
             Ok(mut rt) => {
-                match super::send_ring::SendRing::new() {
-                    Ok(ring) => *ctx.send_ring.borrow_mut() = Some(ring),
-                    Err(e) => {
-                        tracing::warn!(error = %e, shard = ctx.index, "no io_uring for batched sends: one send(2) per frame")
-                    }
-                }
-                return rt.block_on(super::serve::<Monoio>(ctx, listener, "io_uring", ready));
+                rt.block_on(make(Built::IoUring));
+                return Ok(());
             }
-            Err(e) if driver == Driver::Uring => {
-                let _ = ready.send(Err(format!("io_uring unavailable: {e}")));
-                return;
-            }
+            Err(e) if driver == Driver::Uring => return Err(format!("io_uring unavailable: {e}")),
             Err(e) => {
-                if ctx.index == 0 {
+                if shard == 0 {
                     tracing::warn!(error = %e, "io_uring unavailable, falling back to epoll");
                 }
             }
@@ -47,10 +61,11 @@ pub fn run(ctx: Rc<ShardCtx>, listener: std::net::TcpListener, driver: Driver, r
         .enable_timer()
         .build()
     {
-        Ok(mut rt) => rt.block_on(super::serve::<Monoio>(ctx, listener, "epoll", ready)),
-        Err(e) => {
-            let _ = ready.send(Err(format!("epoll runtime failed: {e}")));
+        Ok(mut rt) => {
+            rt.block_on(make(Built::Epoll));
+            Ok(())
         }
+        Err(e) => Err(format!("epoll runtime failed: {e}")),
     }
 }
 
@@ -100,10 +115,10 @@ impl Runtime for Monoio {
     }
 
     fn try_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-        sockopt::recv_now(stream.as_raw_fd(), buf)
+        sys::recv_now(stream.as_raw_fd(), buf)
     }
 
     fn try_send(stream: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-        sockopt::send_now(stream.as_raw_fd(), buf)
+        sys::send_now(stream.as_raw_fd(), buf)
     }
 }

@@ -121,8 +121,8 @@ mod tests {
     #[test]
     fn the_embedded_pages_have_inline_code_to_hash() {
         for page in [
-            include_str!("../web/index.html"),
-            include_str!("../web/admin.html"),
+            include_str!("../../web/index.html"),
+            include_str!("../../web/admin.html"),
         ] {
             assert!(!inline_blocks(page, "script").is_empty());
             assert_eq!(

@@ -2,53 +2,17 @@
 //! before the upgrade.
 
 use super::response::Response;
-use super::ShardCtx;
 use crate::auth::Denied;
 use crate::cli::Compression;
 use crate::clock;
 use crate::metrics::Refusal;
 use crate::node::Node;
+use crate::shard::conn::{Slot, Upgrade};
+use crate::shard::ctx::ShardCtx;
 use shards::http_head::{RequestHead, UpgradeError};
 use shards::Role;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-
-/// A connection's place under the node's `max-connections` and the user's
-/// `max-conns-per-user`: taken by the handshake, given back when dropped,
-/// however the connection ends.
-pub struct Slot {
-    node: Arc<Node>,
-    user: Arc<str>,
-}
-
-impl Slot {
-    /// The user holding the slot.
-    pub fn user(&self) -> &Arc<str> {
-        &self.user
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.node.open.fetch_sub(1, Relaxed);
-        self.node.users.release(&self.user);
-    }
-}
-
-/// What an accepted upgrade brings to the connection's life.
-pub struct Upgrade {
-    /// The connection's slot, held until the connection is gone.
-    pub slot: Slot,
-    /// The token's role.
-    pub role: Role,
-    /// Connected on `/ws/admin`.
-    pub admin_feed: bool,
-    /// Negotiated permessage-deflate (section 4a).
-    pub deflate: bool,
-    /// A Server-Sent Events stream watching these courses (section 4c), not
-    /// a WebSocket.
-    pub sse: Option<Vec<String>>,
-}
 
 /// An upgrade that passed every check.
 pub struct Accepted {
@@ -179,10 +143,7 @@ pub fn admit(
             Response::text(429, "too many connections for this user"),
         ));
     }
-    let slot = Slot {
-        node: Arc::clone(&ctx.node),
-        user: identity.user.into(),
-    };
+    let slot = Slot::held(Arc::clone(&ctx.node), identity.user.into());
     Ok((slot, identity.role))
 }
 

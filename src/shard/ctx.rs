@@ -1,0 +1,209 @@
+//! The shard's context: everything one shard thread's tasks share, built once
+//! per thread ([`ShardCtx::new`]), and the flush step that carries out what the
+//! core asked for.
+
+use super::conn::{ConnTable, Host, Sends, Shell};
+use super::notify::LocalNotify;
+use crate::channels::wake::IngestTx;
+use crate::channels::{Inbox, IngestCmd, PresenceCmd};
+use crate::clock;
+use crate::metrics::ShardMetrics;
+use crate::node::Node;
+use crossbeam_channel::Sender;
+use shards::rate::TokenBucket;
+use shards::{Action, Shard, ShardConfig};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// Everything one shard thread's tasks share.
+pub struct ShardCtx {
+    /// Shard number.
+    pub index: usize,
+    /// Node-wide state.
+    pub node: Arc<Node>,
+    /// The renderer.
+    pub shard: RefCell<Shard>,
+    /// Messages from ingest and presence.
+    pub inbox: Arc<Inbox>,
+    /// To the ingest thread.
+    pub ingest: IngestTx,
+    /// To the presence worker.
+    pub presence: Sender<PresenceCmd>,
+    /// This round's joins and leaves, sent as one batch by the tick step.
+    pub presence_round: RefCell<Vec<PresenceCmd>>,
+    /// Live connections, looked up for every frame queued.
+    pub conns: RefCell<ConnTable>,
+    /// Wakes the tick loop to recompute its deadline.
+    pub kick: LocalNotify,
+    /// When the shard next returns freed memory to the OS (ms).
+    pub next_purge_ms: Cell<u64>,
+    /// Frames rendered as of the last return of freed memory.
+    pub rendered_at_purge: Cell<u64>,
+    /// This shard's share of the node's accept rate.
+    pub bucket: RefCell<TokenBucket>,
+    /// How this shard puts frames on the wire (set once its runtime is built).
+    pub sends: RefCell<Sends>,
+}
+
+impl ShardCtx {
+    /// Shard `index`'s state, before any runtime-specific task runs on it:
+    /// its core, its share of the accept rate, and direct sends (a runtime on
+    /// io_uring swaps in its send ring).
+    pub fn new(
+        index: usize,
+        node: Arc<Node>,
+        inbox: Arc<Inbox>,
+        ingest: IngestTx,
+        presence: Sender<PresenceCmd>,
+    ) -> Self {
+        let share = node.shards as f64;
+        ShardCtx {
+            index,
+            shard: RefCell::new(Shard::new(ShardConfig {
+                tick_ms: node.args.tick_ms,
+                node: node.id.clone(),
+                seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
+                ..ShardConfig::default()
+            })),
+            bucket: RefCell::new(TokenBucket::new(
+                node.args.accept_rate as f64 / share,
+                (node.args.accept_burst as f64 / share).ceil(),
+                clock::now_ms(),
+            )),
+            node,
+            inbox,
+            ingest,
+            presence,
+            presence_round: RefCell::default(),
+            conns: RefCell::default(),
+            kick: Default::default(),
+            next_purge_ms: Default::default(),
+            rendered_at_purge: Default::default(),
+            sends: RefCell::new(Sends::Direct),
+        }
+    }
+
+    /// This shard's metrics.
+    pub fn metrics(&self) -> &ShardMetrics {
+        &self.node.metrics.shards[self.index]
+    }
+
+    /// Carries out what the shard asked for and writes the frames it queued.
+    pub fn flush(self: &Rc<Self>) {
+        let mut shard = self.shard.borrow_mut();
+        while let Some(action) = shard.poll_action() {
+            self.act(&shard, action);
+        }
+        let conns = self.conns.borrow();
+        self.sends.borrow_mut().flush(self, &mut shard, &conns);
+        drop(conns);
+        drop(shard);
+        self.kick.notify();
+    }
+
+    /// Carries out one of the core's actions (the frames it queued go out
+    /// after all of them, in [`flush`](Self::flush)).
+    fn act(&self, shard: &Shard, action: Action) {
+        match action {
+            Action::Interest { course, watching } => {
+                crate::failure::trip(&course);
+                let gate = watching.then(|| shard.gate(&course)).flatten();
+                let _ = self.ingest.send(IngestCmd::Interest {
+                    shard: self.index,
+                    course,
+                    watching,
+                    gate,
+                });
+            }
+            Action::PresenceJoin { course, user } => {
+                let cmd = PresenceCmd::Join { course, user };
+                self.presence_round.borrow_mut().push(cmd);
+            }
+            Action::PresenceLeave { course, user } => {
+                let cmd = PresenceCmd::Leave { course, user };
+                self.presence_round.borrow_mut().push(cmd);
+            }
+            Action::Roster { conn, course } => {
+                let _ = self.presence.send(PresenceCmd::Roster {
+                    shard: self.index,
+                    conn,
+                    course,
+                });
+            }
+            Action::AdminFeed { connected } => {
+                let _ = self.ingest.send(IngestCmd::AdminFeed {
+                    shard: self.index,
+                    connected,
+                });
+            }
+            // The close frame is queued behind the data; it goes out in the
+            // flush, and the write side ends after it (the core's phase says so).
+            Action::Close { code, .. } => self.node.metrics.close(code),
+            Action::Cut { conn } => {
+                if let Some(io) = self.conns.borrow().get(&conn) {
+                    io.cut();
+                }
+            }
+        }
+    }
+
+    /// Sends this round's joins and leaves to the presence worker, as one
+    /// message (the flush step that queued them kicked the tick step).
+    pub fn send_presence_round(&self) {
+        let mut round = self.presence_round.borrow_mut();
+        let cmd = match round.len() {
+            0 => return,
+            1 => round.pop(),
+            _ => Some(PresenceCmd::Batch(std::mem::take(&mut *round))),
+        };
+        if let Some(cmd) = cmd {
+            let _ = self.presence.send(cmd);
+        }
+    }
+
+    /// Copies the shard's counters into the node's metrics.
+    pub fn publish_metrics(&self) {
+        let shard = self.shard.borrow();
+        let s = shard.stats();
+        let m = self.metrics();
+        m.connections.store(shard.connections() as u64, Relaxed);
+        m.sse_connections
+            .store(shard.sse_connections() as u64, Relaxed);
+        m.courses.store(shard.courses() as u64, Relaxed);
+        m.frames_queued.store(s.frames_queued, Relaxed);
+        m.frames_dropped.store(s.frames_dropped, Relaxed);
+        m.resyncs.store(s.resyncs, Relaxed);
+        m.frames_rendered.store(s.frames_rendered, Relaxed);
+        m.ws_payload_bytes.store(s.payload_bytes, Relaxed);
+        m.slow_consumer_closes
+            .store(s.slow_consumer_closes, Relaxed);
+        m.idle_closes.store(s.idle_closes, Relaxed);
+        m.client_errors.store(s.client_errors, Relaxed);
+    }
+}
+
+impl Host for ShardCtx {
+    fn core(&self) -> &RefCell<Shard> {
+        &self.shard
+    }
+
+    fn metrics(&self) -> &ShardMetrics {
+        ShardCtx::metrics(self)
+    }
+}
+
+impl Shell for ShardCtx {
+    fn conns(&self) -> &RefCell<ConnTable> {
+        &self.conns
+    }
+
+    fn sends(&self) -> &RefCell<Sends> {
+        &self.sends
+    }
+
+    fn flush(self: &Rc<Self>) {
+        ShardCtx::flush(self)
+    }
+}
