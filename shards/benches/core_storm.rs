@@ -49,7 +49,7 @@ fn drain(shard: &mut Shard) -> u64 {
     let mut frames = 0;
     while shard.poll_action().is_some() {}
     while let Some(id) = shard.poll_ready() {
-        while shard.poll_transmit(id).is_some() {
+        while shard.poll_frame(id).is_some() {
             frames += 1;
         }
     }

@@ -3,7 +3,7 @@
 //!
 //! It owns no socket and reads no clock. The shell calls the `handle_*` methods,
 //! then drains [`Shard::poll_action`], [`Shard::poll_ready`] and
-//! [`Shard::poll_write`], and sleeps until [`Shard::poll_timeout`].
+//! [`Shard::poll_transmit`], and sleeps until [`Shard::poll_timeout`].
 //!
 //! The type, its configuration, actions and counters are here; its methods
 //! are in `shard/` by concern: `connect` (arrival, departure), `read` (client
@@ -39,7 +39,7 @@ mod watch;
 
 pub use admin_feed::{AdminMsg, ADMIN_QUEUE_BYTES};
 
-/// The most bytes [`Shard::poll_write`] joins into one write: a few full
+/// The most bytes [`Shard::poll_transmit`] joins into one write: a few full
 /// frames and counts, small enough that copying them costs less than the
 /// send each would take.
 pub const JOIN_MAX: usize = 16 * 1024;

@@ -48,7 +48,7 @@ fn reference_decode(frame: &[u8]) -> (bool, String) {
 }
 
 fn pop(s: &mut Shard, id: ConnId) -> Vec<Bytes> {
-    std::iter::from_fn(|| s.poll_transmit(id)).collect()
+    std::iter::from_fn(|| s.poll_frame(id)).collect()
 }
 
 fn watcher(s: &mut Shard, user: &str, deflate: bool) -> ConnId {

@@ -22,7 +22,7 @@ enum Out {
 }
 
 fn pop_all(s: &mut Shard, id: ConnId) -> Vec<Out> {
-    std::iter::from_fn(|| s.poll_transmit(id))
+    std::iter::from_fn(|| s.poll_frame(id))
         .map(|f| {
             let p = &f[2..];
             assert!(f[1] < 126, "short frames only here");

@@ -81,12 +81,12 @@ fn a_rewatch_that_found_the_queue_full_is_healed_by_a_full_frame() {
         shard.handle_text(id, r#"{"op":"watch","course":"CS101"}"#, now);
     }
     // Now the client reads everything.
-    while shard.poll_transmit(id).is_some() {}
+    while shard.poll_frame(id).is_some() {}
     // The last answers did not fit: the next tick brings the full frame they owed.
     now += 1000;
     shard.handle_timeout(now);
     let mut got_full = false;
-    while let Some(f) = shard.poll_transmit(id) {
+    while let Some(f) = shard.poll_frame(id) {
         let text = String::from_utf8_lossy(&f);
         if text.contains("\"type\":\"frame\"") {
             assert!(text.contains("\"full\":true"), "{text}");

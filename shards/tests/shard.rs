@@ -162,7 +162,7 @@ fn decode(f: &[u8]) -> Out {
 }
 
 fn pop_raw(s: &mut Shard, id: ConnId) -> Vec<Bytes> {
-    std::iter::from_fn(|| s.poll_transmit(id)).collect()
+    std::iter::from_fn(|| s.poll_frame(id)).collect()
 }
 
 /// Pops every queued frame of `id`, decoded.
@@ -1754,7 +1754,7 @@ fn stale_conn_id_does_nothing() {
     s.close(old, 1000, "");
     s.deliver(old, text_frame("{}"));
     s.disconnect(old);
-    assert!(s.poll_transmit(old).is_none());
+    assert!(s.poll_frame(old).is_none());
     assert_eq!(s.queued_bytes(old), 0);
     assert_eq!(s.user(old), None);
     assert!(actions(&mut s).is_empty());
@@ -2035,7 +2035,7 @@ impl Sim {
 
     fn read(&mut self, i: usize) {
         let c = &mut self.clients[i];
-        for b in std::iter::from_fn(|| self.s.poll_transmit(c.id)) {
+        for b in std::iter::from_fn(|| self.s.poll_frame(c.id)) {
             merge(&mut c.boards, &decode(&b));
         }
         self.ready.remove(&c.id);

@@ -178,7 +178,7 @@ pub(super) fn write_first(ctx: &Rc<ShardCtx>, io: &Rc<ConnIo>, id: ConnId, head:
     let mut shard = ctx.shard.borrow_mut();
     let mut first = head;
     let head_len = first.len();
-    if let Some(frames) = shard.poll_write(id) {
+    if let Some(frames) = shard.poll_transmit(id) {
         first.extend_from_slice(&frames);
     }
     io.write_side.set(WriteSide::Direct);
@@ -203,7 +203,7 @@ fn write_queued(ctx: &Rc<ShardCtx>, shard: &mut Shard, io: &Rc<ConnIo>, id: Conn
         return;
     }
     let mut written = 0;
-    while let Some(frame) = shard.poll_write(id) {
+    while let Some(frame) = shard.poll_transmit(id) {
         let res = sockopt::send_now(io.fd, &frame);
         let (n, whole) = settle(ctx, io, id, frame, res);
         written += n;
@@ -239,7 +239,7 @@ fn write_batched(ctx: &Rc<ShardCtx>, shard: &mut Shard, conns: &ConnTable, ring:
             if io.write_side.get() != WriteSide::Direct {
                 continue;
             }
-            let Some(frame) = shard.poll_write(id) else {
+            let Some(frame) = shard.poll_transmit(id) else {
                 io.after_queue_empty(shard.phase(id));
                 continue;
             };
@@ -360,7 +360,7 @@ async fn write_loop<R: Runtime>(
 /// to the flush step (and the task ends).
 fn writer_next(ctx: &ShardCtx, io: &ConnIo, id: ConnId) -> Option<Bytes> {
     let mut shard = ctx.shard.borrow_mut();
-    let next = shard.poll_write(id);
+    let next = shard.poll_transmit(id);
     if next.is_none() {
         io.write_side.set(WriteSide::Direct);
         io.after_queue_empty(shard.phase(id));

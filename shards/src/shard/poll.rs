@@ -30,16 +30,19 @@ impl Shard {
         Some(id)
     }
 
-    /// The next frame to write to `id`, alone (what [`Shard::poll_write`]
-    /// joins; tests and benches read frames one by one with it).
+    /// The next bytes the shell writes to `id` in one send (as quinn-proto's
+    /// `poll_transmit`): its queued frames joined up to [`JOIN_MAX`] bytes (a
+    /// larger frame goes alone), so frames queued in one round share a system
+    /// call and a segment.
     pub fn poll_transmit(&mut self, id: ConnId) -> Option<Bytes> {
-        self.conn_mut(id)?.queue.pop()
+        self.conn_mut(id)?.queue.pop_joined(JOIN_MAX)
     }
 
-    /// The next bytes to write to `id` in one send: its queued frames joined
-    /// up to [`JOIN_MAX`] bytes (a larger frame goes alone), so frames queued
-    /// in one round share a system call and a segment.
-    pub fn poll_write(&mut self, id: ConnId) -> Option<Bytes> {
-        self.conn_mut(id)?.queue.pop_joined(JOIN_MAX)
+    /// The next frame to write to `id`, alone (what [`Shard::poll_transmit`]
+    /// joins): tests and benches read frames one by one with it (feature
+    /// `test-util`).
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn poll_frame(&mut self, id: ConnId) -> Option<Bytes> {
+        self.conn_mut(id)?.queue.pop()
     }
 }

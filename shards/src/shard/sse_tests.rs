@@ -20,7 +20,7 @@ fn snap(section: u32, taken: u32, version: u64) -> Arc<Snapshot> {
 }
 
 fn drain(shard: &mut Shard, id: ConnId) -> Vec<Bytes> {
-    std::iter::from_fn(|| shard.poll_transmit(id)).collect()
+    std::iter::from_fn(|| shard.poll_frame(id)).collect()
 }
 
 #[test]

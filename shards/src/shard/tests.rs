@@ -34,7 +34,7 @@ fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
     shard.handle_seed("C", &[snap(1, 3, None), snap(2, 4, None)], 0);
     shard.handle_timeout(0);
     let mut frames = Vec::new();
-    while let Some(f) = shard.poll_transmit(id) {
+    while let Some(f) = shard.poll_frame(id) {
         frames.push(String::from_utf8_lossy(&f).into_owned());
     }
     let answer = frames
@@ -55,28 +55,28 @@ fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
 fn a_watch_answer_and_its_count_are_one_write_and_a_big_frame_goes_alone() {
     let mut shard = Shard::new(ShardConfig::default());
     let id = shard.connect("u", Role::Student, false, false, 0);
-    let hello = shard.poll_write(id).expect("hello");
+    let hello = shard.poll_transmit(id).expect("hello");
     assert!(String::from_utf8_lossy(&hello).contains("\"type\":\"hello\""));
     shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
     shard.handle_seed("C", &[snap(1, 3, None)], 0);
-    let write = shard.poll_write(id).expect("the watch answer");
+    let write = shard.poll_transmit(id).expect("the watch answer");
     // Two whole frames, back to back: the full board, then the count.
     let count = server_msg::presence("C", 1);
     let (board, rest) = write.split_at(write.len() - count.len());
     assert_eq!(rest, &count[..]);
     let board = server_frame_payload(board).expect("one whole frame");
     assert!(String::from_utf8_lossy(board).contains("\"full\":true"));
-    assert_eq!(shard.poll_write(id), None, "one write for both");
+    assert_eq!(shard.poll_transmit(id), None, "one write for both");
     // A frame past the join limit is handed over alone.
     let big: Vec<Arc<Snapshot>> = (1..=400).map(|s| snap(s, 1, None)).collect();
     shard.handle_seed("C", &big, 0);
     let other = shard.connect("v", Role::Student, false, false, 0);
-    assert!(shard.poll_write(other).is_some(), "hello");
+    assert!(shard.poll_transmit(other).is_some(), "hello");
     shard.handle_text(other, r#"{"op":"watch","course":"C"}"#, 0);
-    let board = shard.poll_write(other).expect("the big board");
+    let board = shard.poll_transmit(other).expect("the big board");
     assert!(board.len() > JOIN_MAX, "{}", board.len());
     assert_eq!(
-        shard.poll_write(other).expect("its count"),
+        shard.poll_transmit(other).expect("its count"),
         server_msg::presence("C", 2)
     );
 }
@@ -97,7 +97,7 @@ fn a_healed_viewer_gets_the_count_it_missed() {
     }
     shard.handle_presence("C", 7);
     let mut before = Vec::new();
-    while let Some(f) = shard.poll_transmit(id) {
+    while let Some(f) = shard.poll_frame(id) {
         before.push(String::from_utf8_lossy(&f).into_owned());
     }
     assert!(
@@ -106,7 +106,7 @@ fn a_healed_viewer_gets_the_count_it_missed() {
     );
     shard.handle_timeout(10_000);
     let mut after = Vec::new();
-    while let Some(f) = shard.poll_transmit(id) {
+    while let Some(f) = shard.poll_frame(id) {
         after.push(String::from_utf8_lossy(&f).into_owned());
     }
     assert!(
