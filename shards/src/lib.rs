@@ -32,7 +32,7 @@ pub mod sse;
 mod timer;
 pub mod ws_codec;
 
-pub use conn::{ConnId, Role};
+pub use conn::{ConnId, Role, Transport, WsOptions};
 pub use gate::Gate;
 pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -7,7 +7,7 @@ use super::runtime::Runtime;
 use super::writing::{self, ConnIo, ConnSocket};
 use super::ShardCtx;
 use crate::clock;
-use shards::{ConnId, Reading};
+use shards::{ConnId, Reading, WsOptions};
 use std::io::ErrorKind;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -63,8 +63,10 @@ fn register<R: Runtime>(
         None => ctx.shard.borrow_mut().connect(
             user,
             upgrade.role,
-            upgrade.admin_feed,
-            upgrade.deflate,
+            WsOptions {
+                admin_feed: upgrade.admin_feed,
+                deflate: upgrade.deflate,
+            },
             clock::now_ms(),
         ),
     };

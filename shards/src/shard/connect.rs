@@ -2,24 +2,27 @@
 //! stream) and its departure once the socket is gone.
 
 use super::{Action, Shard, ADMIN_QUEUE_BYTES, SWEEP_MS};
-use crate::conn::{Conn, ConnId, Role};
+use crate::conn::{Conn, ConnId, Role, Transport, WsOptions};
 use crate::server_msg;
 use crate::timer::Timer;
 use std::sync::Arc;
 
 impl Shard {
-    /// Registers an upgraded connection and queues its `hello`. `deflate`: it
-    /// negotiated permessage-deflate (section 4a), so its course frames and
-    /// other text messages of 256 B or more go compressed.
+    /// Registers an upgraded WebSocket and queues its `hello`. With
+    /// [`WsOptions::deflate`] (it negotiated permessage-deflate, section 4a)
+    /// its course frames and other text messages of 256 B or more go
+    /// compressed; with [`WsOptions::admin_feed`] it gets the admin aggregates.
     pub fn connect(
         &mut self,
         user: impl Into<Arc<str>>,
         role: Role,
-        admin_feed: bool,
-        deflate: bool,
+        ws: WsOptions,
         now_ms: u64,
     ) -> ConnId {
-        self.connect_as(user.into(), role, admin_feed, deflate, false, now_ms)
+        let transport = Transport::WebSocket {
+            deflate: ws.deflate,
+        };
+        self.connect_as(user.into(), role, ws.admin_feed, transport, now_ms)
     }
 
     /// Registers a Server-Sent Events stream (section 4c) watching `courses`
@@ -33,7 +36,7 @@ impl Shard {
         courses: &[String],
         now_ms: u64,
     ) -> ConnId {
-        let id = self.connect_as(user.into(), role, false, false, true, now_ms);
+        let id = self.connect_as(user.into(), role, false, Transport::Sse, now_ms);
         for course in courses {
             // Refusals (too many courses) were answered 400 before the stream.
             let _ = self.watch(id, course, now_ms);
@@ -46,8 +49,7 @@ impl Shard {
         user: Arc<str>,
         role: Role,
         admin_feed: bool,
-        deflate: bool,
-        sse: bool,
+        transport: Transport,
         now_ms: u64,
     ) -> ConnId {
         self.now_ms = self.now_ms.max(now_ms);
@@ -60,19 +62,18 @@ impl Shard {
         };
         // A random generation: a stale handle never matches the slot's next tenant.
         let gen = self.rand() as u32 | 1;
-        let mut conn = Conn::new(
+        let conn = Conn::new(
             gen,
             Arc::clone(&user),
             role,
             admin_feed,
-            deflate,
+            transport,
             self.queue_limit(admin_feed),
             now_ms,
         );
-        conn.sse = sse;
         self.conns[idx as usize] = Some(conn);
         self.live += 1;
-        self.live_sse += usize::from(sse);
+        self.live_sse += usize::from(transport.is_sse());
         let id = ConnId { idx, gen };
         let hello = server_msg::hello(&user, role, self.cfg.tick_ms, &self.cfg.node);
         self.send_always(id, hello);
@@ -116,7 +117,7 @@ impl Shard {
         if let Some(conn) = self.conns[id.idx as usize].take() {
             self.free.push(id.idx);
             self.live -= 1;
-            self.live_sse -= usize::from(conn.sse);
+            self.live_sse -= usize::from(conn.transport.is_sse());
             if self.live == 0 {
                 self.timers.stop(Timer::Sweep);
             }

@@ -70,7 +70,7 @@ impl Shard {
         // Wrapped once, for the first SSE viewer, and shared by the rest.
         let mut as_sse: Option<Bytes> = None;
         for id in targets {
-            if self.conn(id).is_some_and(|c| c.sse) && as_sse.is_none() {
+            if self.conn(id).is_some_and(|c| c.transport.is_sse()) && as_sse.is_none() {
                 as_sse = sse::event(&msg);
             }
             self.send_bounded_as(id, &msg, &msg, as_sse.as_ref());

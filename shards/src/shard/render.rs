@@ -79,19 +79,19 @@ impl Shard {
                 continue;
             };
             let (plain, frame) = match (&delta, &full, v.owes_full) {
-                (_, Some(full), true) if conn.sse => (full, c.full_frame_sse()),
-                (_, Some(full), true) if conn.deflate => {
+                (_, Some(full), true) if conn.transport.is_sse() => (full, c.full_frame_sse()),
+                (_, Some(full), true) if conn.transport.deflates() => {
                     (full, c.full_frame_deflated(&mut self.deflater))
                 }
                 (_, Some(full), true) => (full, full.clone()),
                 (_, None, true) => continue,
-                (Some(d), _, false) if conn.sse => (
+                (Some(d), _, false) if conn.transport.is_sse() => (
                     d,
                     delta_sse
                         .get_or_insert_with(|| sse::event(d).unwrap_or_default())
                         .clone(),
                 ),
-                (Some(d), _, false) if conn.deflate => (
+                (Some(d), _, false) if conn.transport.deflates() => (
                     d,
                     delta_deflated
                         .get_or_insert_with(|| deflated_frame(&mut self.deflater, d))
@@ -111,7 +111,7 @@ impl Shard {
                         owed -= 1;
                         self.stats.resyncs += 1;
                         // A healed viewer may have missed a count too.
-                        let presence = if conn.sse {
+                        let presence = if conn.transport.is_sse() {
                             c.presence_sse()
                         } else {
                             presence.clone()
@@ -160,10 +160,16 @@ impl Shard {
             {
                 self.stats.slow_consumer_closes += 1;
                 self.close(id, close::SLOW_CONSUMER, "slow consumer");
-            } else if !c.sse && now_ms >= c.last_rx_ms + cfg.idle_ms {
+            } else if !c.transport.is_sse() && now_ms >= c.last_rx_ms + cfg.idle_ms {
                 self.stats.idle_closes += 1;
                 self.close(id, close::NORMAL, "idle");
-            } else if now_ms >= c.last_ping_ms + if c.sse { SSE_KEEPALIVE_MS } else { cfg.ping_ms }
+            } else if now_ms
+                >= c.last_ping_ms
+                    + if c.transport.is_sse() {
+                        SSE_KEEPALIVE_MS
+                    } else {
+                        cfg.ping_ms
+                    }
             {
                 if let Some(c) = self.conn_mut(id) {
                     c.last_ping_ms = now_ms;

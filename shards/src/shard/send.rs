@@ -3,7 +3,7 @@
 //! ready list that tells the shell whom to write to.
 
 use super::Shard;
-use crate::conn::{Conn, ConnId};
+use crate::conn::{Conn, ConnId, Transport};
 use crate::sse;
 use crate::ws_codec::{deflated_frame, server_frame_payload};
 use bytes::Bytes;
@@ -11,12 +11,10 @@ use bytes::Bytes;
 /// `plain`, `deflated` or `sse` as connection `c` takes it: `None` for a
 /// control frame on a Server-Sent Events stream (which has no counterpart).
 fn encoded_for(c: &Conn, plain: &Bytes, deflated: &Bytes, sse: Option<&Bytes>) -> Option<Bytes> {
-    if c.sse {
-        sse.cloned().or_else(|| sse::event(plain))
-    } else if c.deflate {
-        Some(deflated.clone())
-    } else {
-        Some(plain.clone())
+    match c.transport {
+        Transport::Sse => sse.cloned().or_else(|| sse::event(plain)),
+        Transport::WebSocket { deflate: true } => Some(deflated.clone()),
+        Transport::WebSocket { deflate: false } => Some(plain.clone()),
     }
 }
 
@@ -81,12 +79,12 @@ impl Shard {
         sse: Option<&Bytes>,
     ) {
         if let Some(c) = self.conn(id) {
-            let len = match (c.sse, sse) {
-                (true, Some(e)) => e.len(),
+            let len = match (c.transport, sse) {
+                (Transport::Sse, Some(e)) => e.len(),
                 // An event is its JSON plus at most 32 bytes of field names.
-                (true, None) => plain.len() + 32,
-                (false, _) if c.deflate => deflated.len(),
-                (false, _) => plain.len(),
+                (Transport::Sse, None) => plain.len() + 32,
+                (Transport::WebSocket { deflate: true }, _) => deflated.len(),
+                (Transport::WebSocket { deflate: false }, _) => plain.len(),
             };
             if c.queue.within_bound(len) {
                 self.send_always_as(id, plain, deflated, sse);
@@ -97,7 +95,7 @@ impl Shard {
     /// Delivers a reply built outside (a roster, a pong) to one connection.
     pub fn deliver(&mut self, id: ConnId, frame: Bytes) {
         let deflated = match self.conn(id) {
-            Some(c) if c.deflate => deflated_frame(&mut self.deflater, &frame),
+            Some(c) if c.transport.deflates() => deflated_frame(&mut self.deflater, &frame),
             _ => frame.clone(),
         };
         self.send_bounded_as(id, &frame, &deflated, None);

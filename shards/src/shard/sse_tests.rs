@@ -1,7 +1,7 @@
 //! Unit tests of Server-Sent Events streams on a shard.
 
 use super::*;
-use crate::conn::Role;
+use crate::conn::{Role, WsOptions};
 use crate::snapshot::Snapshot;
 use crate::sse;
 use crate::ws_codec::server_frame_payload;
@@ -26,7 +26,7 @@ fn drain(shard: &mut Shard, id: ConnId) -> Vec<Bytes> {
 #[test]
 fn sse_viewers_share_one_event_per_render_with_the_websocket_json() {
     let mut shard = Shard::new(ShardConfig::default());
-    let ws = shard.connect("w", Role::Student, false, false, 0);
+    let ws = shard.connect("w", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(ws, r#"{"op":"watch","course":"C"}"#, 0);
     let a = shard.connect_sse("a", Role::Student, &["C".into()], 0);
     let b = shard.connect_sse("b", Role::Student, &["C".into()], 0);

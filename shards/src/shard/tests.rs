@@ -1,7 +1,7 @@
 //! Unit tests of the shard: seeds racing snapshots, joined writes, healing.
 
 use super::*;
-use crate::conn::Role;
+use crate::conn::{Role, WsOptions};
 use crate::server_msg;
 use crate::snapshot::Snapshot;
 use crate::ws_codec::server_frame_payload;
@@ -21,7 +21,7 @@ fn snap(section: u32, taken: u32, version: Option<u64>) -> Arc<Snapshot> {
 #[test]
 fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
     let mut shard = Shard::new(ShardConfig::default());
-    let id = shard.connect("u", Role::Student, false, false, 0);
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
     // A live unversioned snapshot overtakes the seed (data drained first).
     shard.handle_snapshot(&snap(1, 9, None));
@@ -54,7 +54,7 @@ fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
 #[test]
 fn a_watch_answer_and_its_count_are_one_write_and_a_big_frame_goes_alone() {
     let mut shard = Shard::new(ShardConfig::default());
-    let id = shard.connect("u", Role::Student, false, false, 0);
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     let hello = shard.poll_transmit(id).expect("hello");
     assert!(String::from_utf8_lossy(&hello).contains("\"type\":\"hello\""));
     shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
@@ -70,7 +70,7 @@ fn a_watch_answer_and_its_count_are_one_write_and_a_big_frame_goes_alone() {
     // A frame past the join limit is handed over alone.
     let big: Vec<Arc<Snapshot>> = (1..=400).map(|s| snap(s, 1, None)).collect();
     shard.handle_seed("C", &big, 0);
-    let other = shard.connect("v", Role::Student, false, false, 0);
+    let other = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
     assert!(shard.poll_transmit(other).is_some(), "hello");
     shard.handle_text(other, r#"{"op":"watch","course":"C"}"#, 0);
     let board = shard.poll_transmit(other).expect("the big board");
@@ -87,7 +87,7 @@ fn a_healed_viewer_gets_the_count_it_missed() {
         send_queue_bytes: 200,
         ..ShardConfig::default()
     });
-    let id = shard.connect("u", Role::Student, false, false, 0);
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
     shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
     // Stuck: the queue fills with frames, the next count does not fit.

@@ -3,7 +3,7 @@
 
 use super::{Action, Shard, MAX_COURSES_PER_CONN};
 use crate::client_op::OpError;
-use crate::conn::ConnId;
+use crate::conn::{ConnId, Transport};
 use crate::course::{Course, Viewer};
 use crate::server_msg;
 use std::cmp::Reverse;
@@ -73,15 +73,15 @@ impl Shard {
             return;
         };
         let plain = c.full_frame();
-        let (deflate, sse) = self.conns[id.idx as usize]
+        let transport = self.conns[id.idx as usize]
             .as_ref()
-            .map_or((false, false), |conn| (conn.deflate, conn.sse));
-        let frame = if sse {
-            c.full_frame_sse()
-        } else if deflate {
-            c.full_frame_deflated(&mut self.deflater)
-        } else {
-            plain.clone()
+            .map_or(Transport::WebSocket { deflate: false }, |conn| {
+                conn.transport
+            });
+        let frame = match transport {
+            Transport::Sse => c.full_frame_sse(),
+            Transport::WebSocket { deflate: true } => c.full_frame_deflated(&mut self.deflater),
+            Transport::WebSocket { deflate: false } => plain.clone(),
         };
         let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
         let presence = server_msg::presence(course, viewers);
