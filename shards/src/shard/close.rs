@@ -4,7 +4,7 @@
 use super::{Action, Shard, CLOSE_GRACE_MS};
 use crate::conn::ConnId;
 use crate::server_msg;
-use crate::sse;
+use crate::sse_event;
 use crate::timer::Timer;
 use crate::ws_codec::{close, close_frame};
 use std::sync::Arc;
@@ -76,7 +76,7 @@ impl Shard {
             if self.conn(id).is_some_and(|c| c.phase.is_open()) {
                 let after = self.rand() % 5001;
                 let hint = server_msg::reconnect(after);
-                let as_sse = sse::reconnect(after, &hint);
+                let as_sse = sse_event::reconnect(after, &hint);
                 self.send_always_as(id, &hint, &hint, as_sse.as_ref());
                 self.close(id, close::RESTART, "draining");
             }

@@ -7,7 +7,7 @@ use crate::conn::ConnId;
 use crate::gate::Gate;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
-use crate::sse;
+use crate::sse_event;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -71,7 +71,7 @@ impl Shard {
         let mut as_sse: Option<Bytes> = None;
         for id in targets {
             if self.conn(id).is_some_and(|c| c.transport.is_sse()) && as_sse.is_none() {
-                as_sse = sse::event(&msg);
+                as_sse = sse_event::event(&msg);
             }
             self.send_bounded_as(id, &msg, &msg, as_sse.as_ref());
         }

@@ -7,7 +7,7 @@ use super::{Shard, SSE_KEEPALIVE_MS, SWEEP_MS};
 use crate::conn::ConnId;
 use crate::gate::Gate;
 use crate::send_queue::Push;
-use crate::sse;
+use crate::sse_event;
 use crate::timer::Timer;
 use crate::ws_codec::{close, deflated_frame, ping_frame};
 use bytes::Bytes;
@@ -88,7 +88,7 @@ impl Shard {
                 (Some(d), _, false) if conn.transport.is_sse() => (
                     d,
                     delta_sse
-                        .get_or_insert_with(|| sse::event(d).unwrap_or_default())
+                        .get_or_insert_with(|| sse_event::event(d).unwrap_or_default())
                         .clone(),
                 ),
                 (Some(d), _, false) if conn.transport.deflates() => (
@@ -175,7 +175,7 @@ impl Shard {
                     c.last_ping_ms = now_ms;
                 }
                 let ping = ping_frame(b"");
-                let keepalive = Bytes::from_static(sse::KEEPALIVE);
+                let keepalive = Bytes::from_static(sse_event::KEEPALIVE);
                 self.send_bounded_as(id, &ping, &ping, Some(&keepalive));
             }
         }

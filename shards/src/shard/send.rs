@@ -4,7 +4,7 @@
 
 use super::Shard;
 use crate::conn::{Conn, ConnId, Transport};
-use crate::sse;
+use crate::sse_event;
 use crate::ws_codec::{deflated_frame, server_frame_payload};
 use bytes::Bytes;
 
@@ -12,7 +12,7 @@ use bytes::Bytes;
 /// control frame on a Server-Sent Events stream (which has no counterpart).
 fn encoded_for(c: &Conn, plain: &Bytes, deflated: &Bytes, sse: Option<&Bytes>) -> Option<Bytes> {
     match c.transport {
-        Transport::Sse => sse.cloned().or_else(|| sse::event(plain)),
+        Transport::Sse => sse.cloned().or_else(|| sse_event::event(plain)),
         Transport::WebSocket { deflate: true } => Some(deflated.clone()),
         Transport::WebSocket { deflate: false } => Some(plain.clone()),
     }

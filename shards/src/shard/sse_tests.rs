@@ -3,7 +3,7 @@
 use super::*;
 use crate::conn::{Role, WsOptions};
 use crate::snapshot::Snapshot;
-use crate::sse;
+use crate::sse_event;
 use crate::ws_codec::server_frame_payload;
 use bytes::Bytes;
 
@@ -88,7 +88,7 @@ fn a_stream_that_missed_a_frame_heals_with_a_full_one_and_gets_comments_not_ping
         for e in drain(&mut shard, id) {
             assert_eq!(
                 &e[..],
-                sse::KEEPALIVE,
+                sse_event::KEEPALIVE,
                 "only comments while nothing changes"
             );
             comments += 1;
