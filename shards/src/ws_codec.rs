@@ -120,112 +120,155 @@ impl Decoder {
     /// Decodes the next event, `Ok(None)` when more bytes are needed.
     pub fn next_event(&mut self) -> Result<Option<WsEvent>, Violation> {
         loop {
-            let buf = &self.input;
-            if buf.len() < 2 {
+            let Some(head) = self.frame_head()? else {
                 return Ok(None);
-            }
-            let (b0, b1) = (buf[0], buf[1]);
-            let fin = b0 & 0x80 != 0;
-            let opcode = b0 & 0x0f;
-            // RSV2/RSV3 are never negotiated; RSV1 only marks the first frame of a
-            // data message on a connection that negotiated permessage-deflate.
-            let rsv1 = b0 & RSV1 != 0;
-            if b0 & 0x30 != 0 || (rsv1 && (!self.deflate || !matches!(opcode, OP_TEXT | OP_BINARY)))
-            {
-                return Err(Violation(close::PROTOCOL));
-            }
-            if b1 & 0x80 == 0 {
-                return Err(Violation(close::PROTOCOL));
-            }
-            let control = opcode >= 0x8;
-            match opcode {
-                OP_CONT | OP_TEXT | OP_BINARY | OP_CLOSE | OP_PING | OP_PONG => {}
-                _ => return Err(Violation(close::PROTOCOL)),
-            }
-            let len7 = (b1 & 0x7f) as usize;
-            if control && (!fin || len7 > 125) {
-                return Err(Violation(close::PROTOCOL));
-            }
-            match opcode {
-                OP_CONT if !self.in_message => return Err(Violation(close::PROTOCOL)),
-                OP_TEXT | OP_BINARY if self.in_message => return Err(Violation(close::PROTOCOL)),
-                OP_BINARY => return Err(Violation(close::UNSUPPORTED)),
-                _ => {}
-            }
-            let (len, ext) = match len7 {
-                126 => {
-                    if buf.len() < 4 {
-                        return Ok(None);
-                    }
-                    (u16::from_be_bytes([buf[2], buf[3]]) as u64, 2)
-                }
-                127 => {
-                    if buf.len() < 10 {
-                        return Ok(None);
-                    }
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&buf[2..10]);
-                    let v = u64::from_be_bytes(b);
-                    if v >> 63 != 0 {
-                        return Err(Violation(close::PROTOCOL));
-                    }
-                    (v, 8)
-                }
-                n => (n as u64, 0),
             };
-            let compressed = if opcode == OP_CONT {
-                self.compressed
-            } else {
-                rsv1
-            };
-            let wire_limit = MAX_MESSAGE + if compressed { DEFLATE_SLACK } else { 0 };
-            if !control && self.message.len() as u64 + len > wire_limit as u64 {
-                return Err(Violation(close::TOO_BIG));
-            }
-            let len = len as usize;
-            let header = 2 + ext + 4;
-            if buf.len() < header + len {
-                return Ok(None);
-            }
-            let mut mask = [0u8; 4];
-            mask.copy_from_slice(&buf[2 + ext..header]);
-            let mut payload: Vec<u8> = self.input.drain(..header + len).skip(header).collect();
+            let mut payload: Vec<u8> = self
+                .input
+                .drain(..head.header + head.len)
+                .skip(head.header)
+                .collect();
             for (i, b) in payload.iter_mut().enumerate() {
-                *b ^= mask[i & 3];
+                *b ^= head.mask[i & 3];
             }
-            match opcode {
+            match head.opcode {
                 OP_PING => return Ok(Some(WsEvent::Ping(payload))),
                 OP_PONG => return Ok(Some(WsEvent::Pong)),
                 OP_CLOSE => return decode_close(&payload).map(Some),
                 _ => {}
             }
-            // A data frame (text start or continuation).
-            if opcode == OP_TEXT && fin {
-                return text_message(payload, compressed).map(Some);
-            }
-            self.in_message = true;
-            self.compressed = compressed;
-            self.message.extend_from_slice(&payload);
-            // Fail fast on bytes that can never become valid UTF-8 (compressed
-            // bytes are checked once inflated).
-            if !compressed {
-                match std::str::from_utf8(&self.message[self.utf8_checked..]) {
-                    Ok(_) => self.utf8_checked = self.message.len(),
-                    Err(e) if e.error_len().is_some() => {
-                        return Err(Violation(close::INVALID_DATA))
-                    }
-                    Err(e) => self.utf8_checked += e.valid_up_to(),
-                }
-            }
-            if fin {
-                self.in_message = false;
-                self.compressed = false;
-                self.utf8_checked = 0;
-                let message = std::mem::take(&mut self.message);
-                return text_message(message, compressed).map(Some);
+            if let Some(message) = self.data_frame(&head, payload)? {
+                return Ok(Some(message));
             }
         }
     }
+
+    /// The head of the next frame once it and its payload are all buffered
+    /// (`Ok(None)` before), checked against the frame rules and the message
+    /// limit.
+    fn frame_head(&self) -> Result<Option<FrameHead>, Violation> {
+        let buf = &self.input;
+        if buf.len() < 2 {
+            return Ok(None);
+        }
+        let (b0, b1) = (buf[0], buf[1]);
+        let fin = b0 & 0x80 != 0;
+        let opcode = b0 & 0x0f;
+        // RSV2/RSV3 are never negotiated; RSV1 only marks the first frame of a
+        // data message on a connection that negotiated permessage-deflate.
+        let rsv1 = b0 & RSV1 != 0;
+        if b0 & 0x30 != 0 || (rsv1 && (!self.deflate || !matches!(opcode, OP_TEXT | OP_BINARY))) {
+            return Err(Violation(close::PROTOCOL));
+        }
+        if b1 & 0x80 == 0 {
+            return Err(Violation(close::PROTOCOL));
+        }
+        let control = opcode >= 0x8;
+        match opcode {
+            OP_CONT | OP_TEXT | OP_BINARY | OP_CLOSE | OP_PING | OP_PONG => {}
+            _ => return Err(Violation(close::PROTOCOL)),
+        }
+        let len7 = (b1 & 0x7f) as usize;
+        if control && (!fin || len7 > 125) {
+            return Err(Violation(close::PROTOCOL));
+        }
+        match opcode {
+            OP_CONT if !self.in_message => return Err(Violation(close::PROTOCOL)),
+            OP_TEXT | OP_BINARY if self.in_message => return Err(Violation(close::PROTOCOL)),
+            OP_BINARY => return Err(Violation(close::UNSUPPORTED)),
+            _ => {}
+        }
+        let (len, ext) = match len7 {
+            126 => {
+                if buf.len() < 4 {
+                    return Ok(None);
+                }
+                (u16::from_be_bytes([buf[2], buf[3]]) as u64, 2)
+            }
+            127 => {
+                if buf.len() < 10 {
+                    return Ok(None);
+                }
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf[2..10]);
+                let v = u64::from_be_bytes(b);
+                if v >> 63 != 0 {
+                    return Err(Violation(close::PROTOCOL));
+                }
+                (v, 8)
+            }
+            n => (n as u64, 0),
+        };
+        let compressed = if opcode == OP_CONT {
+            self.compressed
+        } else {
+            rsv1
+        };
+        let wire_limit = MAX_MESSAGE + if compressed { DEFLATE_SLACK } else { 0 };
+        if !control && self.message.len() as u64 + len > wire_limit as u64 {
+            return Err(Violation(close::TOO_BIG));
+        }
+        let len = len as usize;
+        let header = 2 + ext + 4;
+        if buf.len() < header + len {
+            return Ok(None);
+        }
+        let mut mask = [0u8; 4];
+        mask.copy_from_slice(&buf[2 + ext..header]);
+        Ok(Some(FrameHead {
+            fin,
+            opcode,
+            compressed,
+            header,
+            len,
+            mask,
+        }))
+    }
+
+    /// A data frame (text start or continuation): the whole message once its
+    /// last frame is in, `Ok(None)` while it is still being assembled.
+    fn data_frame(
+        &mut self,
+        head: &FrameHead,
+        payload: Vec<u8>,
+    ) -> Result<Option<WsEvent>, Violation> {
+        let compressed = head.compressed;
+        if head.opcode == OP_TEXT && head.fin {
+            return text_message(payload, compressed).map(Some);
+        }
+        self.in_message = true;
+        self.compressed = compressed;
+        self.message.extend_from_slice(&payload);
+        // Fail fast on bytes that can never become valid UTF-8 (compressed
+        // bytes are checked once inflated).
+        if !compressed {
+            match std::str::from_utf8(&self.message[self.utf8_checked..]) {
+                Ok(_) => self.utf8_checked = self.message.len(),
+                Err(e) if e.error_len().is_some() => return Err(Violation(close::INVALID_DATA)),
+                Err(e) => self.utf8_checked += e.valid_up_to(),
+            }
+        }
+        if !head.fin {
+            return Ok(None);
+        }
+        self.in_message = false;
+        self.compressed = false;
+        self.utf8_checked = 0;
+        let message = std::mem::take(&mut self.message);
+        text_message(message, compressed).map(Some)
+    }
+}
+
+/// A client frame's head, checked, with its whole payload buffered behind it.
+struct FrameHead {
+    fin: bool,
+    opcode: u8,
+    /// Part of a permessage-deflate message (RSV1 on its first frame).
+    compressed: bool,
+    /// Bytes before the payload (with the length extension and the mask).
+    header: usize,
+    len: usize,
+    mask: [u8; 4],
 }
 
 /// A whole text message's payload, inflated first if it was compressed.
