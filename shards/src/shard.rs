@@ -238,6 +238,7 @@ impl Shard {
         self.draining
     }
 
+    /// The next jitter value.
     fn rand(&mut self) -> u64 {
         // xorshift64*: deterministic for tests, good enough for jitter.
         self.rng ^= self.rng >> 12;
@@ -246,6 +247,7 @@ impl Shard {
         self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
+    /// The live connection `id`, if its generation still matches.
     fn conn(&self, id: ConnId) -> Option<&Conn> {
         self.conns
             .get(id.idx as usize)?
@@ -253,6 +255,7 @@ impl Shard {
             .filter(|c| c.gen == id.gen)
     }
 
+    /// [`Shard::conn`], mutable.
     fn conn_mut(&mut self, id: ConnId) -> Option<&mut Conn> {
         self.conns
             .get_mut(id.idx as usize)?
@@ -260,6 +263,7 @@ impl Shard {
             .filter(|c| c.gen == id.gen)
     }
 
+    /// Every live connection's handle.
     fn live_ids(&self) -> impl Iterator<Item = ConnId> + '_ {
         self.conns.iter().enumerate().filter_map(|(i, c)| {
             c.as_ref().map(|c| ConnId {

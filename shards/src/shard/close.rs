@@ -62,11 +62,12 @@ impl Shard {
     }
 
     /// Runs the cut timer until the next close grace ends (or stops it).
-    pub(super) fn arm_cut(&mut self) {
+    fn arm_cut(&mut self) {
         let next = self.cuts.front().map(|c| c.0);
         self.timers.set_or_stop(Timer::Cut, next);
     }
 
+    /// Hints and closes every connection whose drain moment came.
     pub(super) fn drain_due(&mut self, now_ms: u64) {
         while let Some(&(at, id)) = self.drain_schedule.last() {
             if at > now_ms {

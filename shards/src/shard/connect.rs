@@ -44,7 +44,8 @@ impl Shard {
         id
     }
 
-    pub(super) fn connect_as(
+    /// Registers a connection of either transport and queues its `hello`.
+    fn connect_as(
         &mut self,
         user: Arc<str>,
         role: Role,
@@ -99,7 +100,7 @@ impl Shard {
 
     /// The bytes a connection may have queued: 4 MiB for an admin feed (a full
     /// aggregate of thousands of courses must fit), else the viewers' bound.
-    pub(super) fn queue_limit(&self, admin_feed: bool) -> usize {
+    fn queue_limit(&self, admin_feed: bool) -> usize {
         if admin_feed {
             ADMIN_QUEUE_BYTES
         } else {

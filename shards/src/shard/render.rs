@@ -53,7 +53,9 @@ impl Shard {
         }
     }
 
-    pub(super) fn render(&mut self, name: &Arc<str>, now_ms: u64) {
+    /// Renders one due course: its delta to every viewer, a full frame to
+    /// the viewers owed one (with the count they may have missed).
+    fn render(&mut self, name: &Arc<str>, now_ms: u64) {
         let Some(c) = self.courses.get_mut(name) else {
             return;
         };
@@ -145,7 +147,8 @@ impl Shard {
         c.owed = owed;
     }
 
-    pub(super) fn sweep(&mut self, now_ms: u64) {
+    /// Pings (or keepalive comments), idle closes and slow-consumer closes.
+    fn sweep(&mut self, now_ms: u64) {
         self.admin_heal();
         let cfg = self.cfg.clone();
         let ids: Vec<ConnId> = self.live_ids().collect();

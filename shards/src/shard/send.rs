@@ -24,6 +24,7 @@ pub(super) fn payload_len(frame: &[u8]) -> u64 {
 }
 
 impl Shard {
+    /// Lists `id` in the ready list, once.
     pub(super) fn mark_ready(&mut self, id: ConnId) {
         if let Some(c) = self.conn_mut(id) {
             if !c.in_ready {

@@ -10,6 +10,8 @@ use std::cmp::Reverse;
 use std::sync::Arc;
 
 impl Shard {
+    /// Adds `id` to a course's viewers (creating the course here, which
+    /// declares interest) and answers it once the course is seeded.
     pub(super) fn watch(&mut self, id: ConnId, course: &str, now_ms: u64) -> Result<(), OpError> {
         let conn = self.conn(id).ok_or(OpError::Forbidden)?;
         if conn.watch_pos(course).is_some() {
@@ -104,7 +106,7 @@ impl Shard {
 
     /// A frame for `id` did not fit: it is owed a full frame of `course` at the
     /// next render, and its queue counts as full from `now_ms`.
-    pub(super) fn mark_owed(&mut self, id: ConnId, course: &str, now_ms: u64) {
+    fn mark_owed(&mut self, id: ConnId, course: &str, now_ms: u64) {
         let Some(conn) = self.conn_mut(id) else {
             return;
         };
@@ -126,7 +128,8 @@ impl Shard {
         self.schedule(&name);
     }
 
-    pub(super) fn clear_owed(&mut self, id: ConnId, course: &str) {
+    /// `id` no longer owes a full frame of `course` (a watch answer replaces it).
+    fn clear_owed(&mut self, id: ConnId, course: &str) {
         let Some(pos) = self.conn(id).and_then(|c| c.watch_pos(course)) else {
             return;
         };
@@ -141,6 +144,7 @@ impl Shard {
         }
     }
 
+    /// Removes `id` from a course's viewers; the last one leaving forgets it.
     pub(super) fn unwatch(&mut self, id: ConnId, course: &str) {
         let Some(conn) = self.conn_mut(id) else {
             return;
