@@ -12,7 +12,7 @@
 //! Arguments: viewers (2500, one shard's half of the 5,000-viewer storm) and
 //! simulated seconds (5). Prints wall time per snapshot and per delivered frame.
 
-use shards::{Role, Shard, ShardConfig, Snapshot};
+use shards::{Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -49,7 +49,7 @@ fn drain(shard: &mut Shard) -> u64 {
     let mut frames = 0;
     while shard.poll_action().is_some() {}
     while let Some(id) = shard.poll_ready() {
-        while shard.poll_transmit(id).is_some() {
+        while shard.poll_frame(id).is_some() {
             frames += 1;
         }
     }
@@ -98,7 +98,7 @@ fn main() {
     let mut shard = Shard::new(ShardConfig::default());
     let mut ids = Vec::with_capacity(viewers);
     for i in 0..viewers {
-        let id = shard.connect(format!("u{i}"), Role::Student, false, false, 0);
+        let id = shard.connect(format!("u{i}"), Role::Student, WsOptions::VIEWER, 0);
         let course = &names[zipf(&cdf, &mut rng)];
         shard.handle_text(id, &format!(r#"{{"op":"watch","course":"{course}"}}"#), 0);
         ids.push(id);

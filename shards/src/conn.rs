@@ -41,12 +41,66 @@ impl Role {
     }
 }
 
+/// How a connection's messages go on the wire: decides the form every frame
+/// is queued in, and whether it is pinged and read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// A WebSocket; `deflate`: it negotiated permessage-deflate (section 4a),
+    /// so its text frames of 256 B or more go compressed.
+    WebSocket { deflate: bool },
+    /// A Server-Sent Events stream (`/sse`): gets events instead of frames,
+    /// keepalive comments instead of pings, and reads nothing.
+    Sse,
+}
+
+impl Transport {
+    /// A Server-Sent Events stream.
+    pub fn is_sse(self) -> bool {
+        self == Transport::Sse
+    }
+
+    /// A WebSocket that negotiated permessage-deflate.
+    pub fn deflates(self) -> bool {
+        self == Transport::WebSocket { deflate: true }
+    }
+}
+
+/// What a WebSocket's upgrade settled, for [`crate::Shard::connect`]: call
+/// sites name the endpoint and the extension instead of passing bare flags.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WsOptions {
+    /// Opened on `/ws/admin`: it receives the admin aggregates.
+    pub admin_feed: bool,
+    /// Negotiated permessage-deflate.
+    pub deflate: bool,
+}
+
+impl WsOptions {
+    /// A connection on `/ws` (a viewer, whatever its role), uncompressed.
+    pub const VIEWER: WsOptions = WsOptions {
+        admin_feed: false,
+        deflate: false,
+    };
+
+    /// An admin feed on `/ws/admin`, uncompressed.
+    pub const ADMIN_FEED: WsOptions = WsOptions {
+        admin_feed: true,
+        deflate: false,
+    };
+
+    /// The same, with permessage-deflate negotiated (`true`) or not.
+    pub const fn with_deflate(self, deflate: bool) -> WsOptions {
+        WsOptions { deflate, ..self }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub gen: u32,
     pub user: Arc<str>,
     pub role: Role,
-    /// Connected on `/ws/admin`: receives admin aggregates.
+    /// Connected on `/ws/admin`: receives admin aggregates (which endpoint it
+    /// opened, whatever its transport).
     pub admin_feed: bool,
     /// Watched courses and this connection's index in each course's viewer list.
     pub watched: Vec<(Arc<str>, u32)>,
@@ -56,13 +110,11 @@ pub(crate) struct Conn {
     pub last_ping_ms: u64,
     /// Open, closing (our close frame queued: nothing else goes out) or cut.
     pub phase: Phase,
-    /// Sitting in the shard's ready list.
+    /// Sitting in the shard's ready list (state, kept here so a connection
+    /// is listed once).
     pub in_ready: bool,
-    /// Negotiated permessage-deflate: text frames of 256 B or more go compressed.
-    pub deflate: bool,
-    /// A Server-Sent Events stream (`/sse`): gets events instead of frames,
-    /// keepalive comments instead of pings, and reads nothing.
-    pub sse: bool,
+    /// WebSocket (with or without permessage-deflate) or SSE stream.
+    pub transport: Transport,
     /// Client frames not yet decoded, and the message being assembled.
     pub decoder: Decoder,
     /// The 20-messages-per-second window.
@@ -77,7 +129,7 @@ impl Conn {
         user: Arc<str>,
         role: Role,
         admin_feed: bool,
-        deflate: bool,
+        transport: Transport,
         queue_bound: usize,
         now_ms: u64,
     ) -> Self {
@@ -92,9 +144,8 @@ impl Conn {
             last_ping_ms: now_ms,
             phase: Phase::Open,
             in_ready: false,
-            deflate,
-            sse: false,
-            decoder: if deflate {
+            transport,
+            decoder: if transport.deflates() {
                 Decoder::with_deflate()
             } else {
                 Decoder::new()

@@ -7,7 +7,7 @@ use crate::gate::Gate;
 use crate::rate::FramePacer;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
-use crate::sse;
+use crate::sse_event;
 use crate::ws_codec::deflated_frame;
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
@@ -136,7 +136,7 @@ impl Course {
         if let Some(f) = &self.full_sse {
             return f.clone();
         }
-        let f = sse::event(&self.full_frame()).unwrap_or_default();
+        let f = sse_event::event(&self.full_frame()).unwrap_or_default();
         self.full_sse = Some(f.clone());
         f
     }
@@ -144,7 +144,7 @@ impl Course {
     /// The current count as a Server-Sent Event, wrapped once per count.
     pub fn presence_sse(&mut self) -> Option<Bytes> {
         if self.presence_sse.is_none() {
-            self.presence_sse = self.presence_msg.as_deref().and_then(sse::event);
+            self.presence_sse = self.presence_msg.as_deref().and_then(sse_event::event);
         }
         self.presence_sse.clone()
     }

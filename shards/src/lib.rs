@@ -5,7 +5,7 @@
 //! - [`server_msg`]: every message the server sends, encoded once here.
 //! - [`snapshot`]: the Redis payload, parsed and validated; the version rule.
 //! - [`ws_codec`]: RFC 6455 frames in and out.
-//! - [`sse`]: the same messages as Server-Sent Events.
+//! - [`sse_event`]: the same messages as Server-Sent Events.
 //! - [`deflate`]: permessage-deflate, negotiated, compressed once per render.
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
 //! - [`origin`]: which pages may open a WebSocket with which token.
@@ -28,11 +28,11 @@ mod send_queue;
 pub mod server_msg;
 pub mod shard;
 pub mod snapshot;
-pub mod sse;
+pub mod sse_event;
 mod timer;
 pub mod ws_codec;
 
-pub use conn::{ConnId, Role};
+pub use conn::{ConnId, Role, Transport, WsOptions};
 pub use gate::Gate;
 pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use flate2::{Decompress, FlushDecompress};
 use shards::ws_codec::server_frame_payload;
-use shards::{ConnId, Role, Shard, ShardConfig, Snapshot};
+use shards::{ConnId, Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::sync::Arc;
 
 fn snap(section: u32, taken: u32, version: u64) -> Arc<Snapshot> {
@@ -48,11 +48,16 @@ fn reference_decode(frame: &[u8]) -> (bool, String) {
 }
 
 fn pop(s: &mut Shard, id: ConnId) -> Vec<Bytes> {
-    std::iter::from_fn(|| s.poll_transmit(id)).collect()
+    std::iter::from_fn(|| s.poll_frame(id)).collect()
 }
 
 fn watcher(s: &mut Shard, user: &str, deflate: bool) -> ConnId {
-    let id = s.connect(user, Role::Student, false, deflate, 0);
+    let id = s.connect(
+        user,
+        Role::Student,
+        WsOptions::VIEWER.with_deflate(deflate),
+        0,
+    );
     s.handle_text(id, r#"{"op":"watch","course":"CS101"}"#, 0);
     id
 }
@@ -116,8 +121,18 @@ fn course_frames_are_compressed_once_and_shared() {
 #[test]
 fn admin_frames_compressed_once_and_pongs_never() {
     let mut s = Shard::new(ShardConfig::default());
-    let admin = s.connect("adm", Role::Admin, true, true, 0);
-    let other = s.connect("adm2", Role::Admin, true, true, 0);
+    let admin = s.connect(
+        "adm",
+        Role::Admin,
+        WsOptions::ADMIN_FEED.with_deflate(true),
+        0,
+    );
+    let other = s.connect(
+        "adm2",
+        Role::Admin,
+        WsOptions::ADMIN_FEED.with_deflate(true),
+        0,
+    );
     pop(&mut s, admin);
     pop(&mut s, other);
     let body: Vec<String> = (0..20)
@@ -135,7 +150,12 @@ fn admin_frames_compressed_once_and_pongs_never() {
     assert_eq!(fa[0].as_ptr(), fo[0].as_ptr());
     assert_eq!(reference_decode(&fa[0]), (true, text.clone()));
     // A newcomer gets the latest aggregate, compressed too.
-    let late = s.connect("adm3", Role::Admin, true, true, 0);
+    let late = s.connect(
+        "adm3",
+        Role::Admin,
+        WsOptions::ADMIN_FEED.with_deflate(true),
+        0,
+    );
     let fl = pop(&mut s, late);
     assert_eq!(fl[1].as_ptr(), fa[0].as_ptr());
     // Control frames are never compressed.

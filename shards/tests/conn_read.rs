@@ -6,7 +6,7 @@
 use serde_json::Value;
 use shards::shard::CLOSE_GRACE_MS;
 use shards::ws_codec::client_frame;
-use shards::{Action, ConnId, Reading, Role, Shard, ShardConfig};
+use shards::{Action, ConnId, Reading, Role, Shard, ShardConfig, WsOptions};
 
 const M: [u8; 4] = [0x11, 0x22, 0x33, 0x44];
 
@@ -22,7 +22,7 @@ enum Out {
 }
 
 fn pop_all(s: &mut Shard, id: ConnId) -> Vec<Out> {
-    std::iter::from_fn(|| s.poll_transmit(id))
+    std::iter::from_fn(|| s.poll_frame(id))
         .map(|f| {
             let p = &f[2..];
             assert!(f[1] < 126, "short frames only here");
@@ -52,7 +52,7 @@ fn closes(s: &mut Shard) -> Vec<u16> {
 
 fn setup() -> (Shard, ConnId) {
     let mut s = Shard::new(ShardConfig::default());
-    let id = s.connect("u1", Role::Student, false, false, 0);
+    let id = s.connect("u1", Role::Student, WsOptions::VIEWER, 0);
     let hello = pop_all(&mut s, id);
     assert!(matches!(&hello[..], [Out::Json(v)] if v["type"] == "hello"));
     actions(&mut s);
@@ -211,7 +211,7 @@ fn a_peer_close_is_echoed_with_its_code() {
 #[test]
 fn the_close_grace_cuts_a_socket_still_open_3s_after_the_close() {
     let (mut s, id) = setup();
-    let other = s.connect("u2", Role::Student, false, false, 0);
+    let other = s.connect("u2", Role::Student, WsOptions::VIEWER, 0);
     s.handle_timeout(1_000);
     actions(&mut s);
     // Our close at 2 s: the cut is due at 5 s exactly.
@@ -267,7 +267,7 @@ fn deflated_text(s: &str) -> Vec<u8> {
 fn compressed_messages_are_read_only_on_a_connection_that_negotiated_deflate() {
     let watch = deflated_text(r#"{"op":"watch","course":"CS101"}"#);
     let mut s = Shard::new(ShardConfig::default());
-    let id = s.connect("u1", Role::Student, false, true, 0);
+    let id = s.connect("u1", Role::Student, WsOptions::VIEWER.with_deflate(true), 0);
     actions(&mut s);
     assert_eq!(s.handle_read(id, &watch, 1), Reading::More);
     assert!(actions(&mut s).contains(&Action::Interest {

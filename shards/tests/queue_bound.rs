@@ -2,7 +2,7 @@
 //! it sends itself (re-watches, mistakes): the answers respect the bound, the
 //! connection is counted as a slow consumer and closed 4001.
 
-use shards::{Action, Role, Shard, ShardConfig, Snapshot};
+use shards::{Action, Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::sync::Arc;
 
 fn seeded_shard() -> (Shard, Vec<Arc<Snapshot>>) {
@@ -28,7 +28,7 @@ fn seeded_shard() -> (Shard, Vec<Arc<Snapshot>>) {
 fn rewatch_and_error_spam_from_a_stuck_client_stays_bounded() {
     let (mut shard, sections) = seeded_shard();
     let limit = shard.config().send_queue_bytes;
-    let stuck = shard.connect("stuck", Role::Student, false, false, 0);
+    let stuck = shard.connect("stuck", Role::Student, WsOptions::VIEWER, 0);
     let mut now = 0;
     shard.handle_text(stuck, r#"{"op":"watch","course":"CS101"}"#, now);
     shard.handle_seed("CS101", &sections, now);
@@ -71,7 +71,7 @@ fn rewatch_and_error_spam_from_a_stuck_client_stays_bounded() {
 #[test]
 fn a_rewatch_that_found_the_queue_full_is_healed_by_a_full_frame() {
     let (mut shard, sections) = seeded_shard();
-    let id = shard.connect("u", Role::Student, false, false, 0);
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(id, r#"{"op":"watch","course":"CS101"}"#, 0);
     shard.handle_seed("CS101", &sections, 0);
     // Fill the queue with re-watch answers, never reading.
@@ -81,12 +81,12 @@ fn a_rewatch_that_found_the_queue_full_is_healed_by_a_full_frame() {
         shard.handle_text(id, r#"{"op":"watch","course":"CS101"}"#, now);
     }
     // Now the client reads everything.
-    while shard.poll_transmit(id).is_some() {}
+    while shard.poll_frame(id).is_some() {}
     // The last answers did not fit: the next tick brings the full frame they owed.
     now += 1000;
     shard.handle_timeout(now);
     let mut got_full = false;
-    while let Some(f) = shard.poll_transmit(id) {
+    while let Some(f) = shard.poll_frame(id) {
         let text = String::from_utf8_lossy(&f);
         if text.contains("\"type\":\"frame\"") {
             assert!(text.contains("\"full\":true"), "{text}");

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use shards::ws_codec::text_frame;
-use shards::{Action, ConnId, Gate, Role, Shard, ShardConfig, Snapshot};
+use shards::{Action, ConnId, Gate, Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ fn admin_text(full: bool, n: usize, pad: usize) -> String {
 #[test]
 fn a_new_admin_gets_the_full_aggregate_and_the_others_the_delta() {
     let mut s = Shard::new(cfg());
-    let old = s.connect("boss", Role::Admin, true, false, 0);
+    let old = s.connect("boss", Role::Admin, WsOptions::ADMIN_FEED, 0);
     pop_all(&mut s, old);
     // Before the node's first aggregate arrives, the feed waits for it.
     s.handle_admin(&admin_msg(&admin_text(true, 3, 4), None));
@@ -46,7 +46,7 @@ fn a_new_admin_gets_the_full_aggregate_and_the_others_the_delta() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].json()["full"], false);
     // A newcomer gets the latest full at once, then deltas like the others.
-    let new = s.connect("boss2", Role::Admin, true, false, 0);
+    let new = s.connect("boss2", Role::Admin, WsOptions::ADMIN_FEED, 0);
     let got = pop_all(&mut s, new);
     assert_eq!(got[0].json()["type"], "hello");
     assert_eq!(got[1].json()["full"], true);
@@ -69,7 +69,7 @@ fn a_new_admin_gets_the_full_aggregate_and_the_others_the_delta() {
 fn an_admin_message_is_never_dropped_for_its_size_and_a_full_one_heals_an_overflow() {
     // 10,000 courses: far past the viewers' 64 KiB bound.
     let mut s = Shard::new(cfg());
-    let admin = s.connect("boss", Role::Admin, true, false, 0);
+    let admin = s.connect("boss", Role::Admin, WsOptions::ADMIN_FEED, 0);
     pop_all(&mut s, admin);
     let big = admin_text(true, 10_000, 8);
     assert!(big.len() > 64 * 1024);
@@ -162,7 +162,7 @@ fn decode(f: &[u8]) -> Out {
 }
 
 fn pop_raw(s: &mut Shard, id: ConnId) -> Vec<Bytes> {
-    std::iter::from_fn(|| s.poll_transmit(id)).collect()
+    std::iter::from_fn(|| s.poll_frame(id)).collect()
 }
 
 /// Pops every queued frame of `id`, decoded.
@@ -211,7 +211,7 @@ fn unwatch(s: &mut Shard, id: ConnId, course: &str, now: u64) {
 
 /// Connects and throws the hello away.
 fn join(s: &mut Shard, user: &str, now: u64) -> ConnId {
-    let id = s.connect(user, Role::Student, false, false, now);
+    let id = s.connect(user, Role::Student, WsOptions::VIEWER, now);
     let hello = pop_all(s, id);
     assert_eq!(hello.len(), 1);
     assert!(hello[0].is_type("hello"));
@@ -341,7 +341,7 @@ fn run_to(s: &mut Shard, now: &mut u64, until: u64) {
 #[test]
 fn connect_queues_hello() {
     let mut s = Shard::new(cfg());
-    let id = s.connect("u1", Role::Student, false, false, 0);
+    let id = s.connect("u1", Role::Student, WsOptions::VIEWER, 0);
     assert_eq!(s.connections(), 1);
     assert_eq!(drain_ready(&mut s), vec![id]);
     let out = pop_all(&mut s, id);
@@ -354,7 +354,7 @@ fn connect_queues_hello() {
     assert_eq!(s.queued_bytes(id), 0);
     assert_eq!(s.user(id), Some("u1"));
 
-    let admin = s.connect("boss", Role::Admin, false, false, 0);
+    let admin = s.connect("boss", Role::Admin, WsOptions::VIEWER, 0);
     let out = pop_all(&mut s, admin);
     assert_eq!(out[0].json()["role"], "admin");
     assert_eq!(out[0].json()["user"], "boss");
@@ -368,7 +368,7 @@ fn hello_escapes_user_and_node() {
         ..ShardConfig::default()
     });
     let nasty = "a\"b\\c\n\u{1}é";
-    let id = s.connect(nasty, Role::Student, false, false, 0);
+    let id = s.connect(nasty, Role::Student, WsOptions::VIEWER, 0);
     let out = pop_all(&mut s, id);
     assert_eq!(out.len(), 1);
     let v = out[0].json();
@@ -1265,7 +1265,7 @@ fn sorted(mut v: Vec<Action>) -> Vec<Action> {
 #[test]
 fn admin_roster_becomes_an_action_and_reply_is_delivered() {
     let mut s = Shard::new(cfg());
-    let admin = s.connect("boss", Role::Admin, false, false, 0);
+    let admin = s.connect("boss", Role::Admin, WsOptions::VIEWER, 0);
     pop_all(&mut s, admin);
     s.handle_text(admin, r#"{"op":"roster","course":"CS101"}"#, 1);
     assert_eq!(
@@ -1551,11 +1551,11 @@ fn presence_goes_to_viewers_only_when_it_changes() {
 fn admin_feed_lifecycle_and_admin_frames() {
     let mut s = Shard::new(cfg());
     let student = join(&mut s, "st", 0);
-    let admin_plain = s.connect("boss", Role::Admin, false, false, 0);
+    let admin_plain = s.connect("boss", Role::Admin, WsOptions::VIEWER, 0);
     assert!(actions(&mut s).is_empty());
-    let f1 = s.connect("boss", Role::Admin, true, false, 0);
+    let f1 = s.connect("boss", Role::Admin, WsOptions::ADMIN_FEED, 0);
     assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: true }]);
-    let f2 = s.connect("boss2", Role::Admin, true, false, 0);
+    let f2 = s.connect("boss2", Role::Admin, WsOptions::ADMIN_FEED, 0);
     assert!(actions(&mut s).is_empty(), "only the first feed announces");
     for id in [admin_plain, f1, f2] {
         pop_all(&mut s, id);
@@ -1590,7 +1590,7 @@ fn admin_feed_lifecycle_and_admin_frames() {
         vec![Action::AdminFeed { connected: false }]
     );
     // And again from scratch.
-    let f3 = s.connect("boss", Role::Admin, true, false, 0);
+    let f3 = s.connect("boss", Role::Admin, WsOptions::ADMIN_FEED, 0);
     assert_eq!(actions(&mut s), vec![Action::AdminFeed { connected: true }]);
     s.disconnect(f3);
     assert_eq!(
@@ -1743,7 +1743,7 @@ fn stale_conn_id_does_nothing() {
         ]
     );
     assert_eq!(s.connections(), 0);
-    let new = s.connect("u2", Role::Admin, false, false, 1);
+    let new = s.connect("u2", Role::Admin, WsOptions::VIEWER, 1);
     assert_ne!(old, new);
     let hello = s.queued_bytes(new);
     // Everything through the stale handle is ignored, even with the slot reused.
@@ -1754,7 +1754,7 @@ fn stale_conn_id_does_nothing() {
     s.close(old, 1000, "");
     s.deliver(old, text_frame("{}"));
     s.disconnect(old);
-    assert!(s.poll_transmit(old).is_none());
+    assert!(s.poll_frame(old).is_none());
     assert_eq!(s.queued_bytes(old), 0);
     assert_eq!(s.user(old), None);
     assert!(actions(&mut s).is_empty());
@@ -2009,7 +2009,7 @@ impl Sim {
                 // Clients 0 and 2 share a user: presence is per user.
                 let user = format!("u{}", i % 2);
                 Client {
-                    id: s.connect(user.as_str(), Role::Student, false, false, 0),
+                    id: s.connect(user.as_str(), Role::Student, WsOptions::VIEWER, 0),
                     user,
                     stuck: false,
                     watched: BTreeSet::new(),
@@ -2035,7 +2035,7 @@ impl Sim {
 
     fn read(&mut self, i: usize) {
         let c = &mut self.clients[i];
-        for b in std::iter::from_fn(|| self.s.poll_transmit(c.id)) {
+        for b in std::iter::from_fn(|| self.s.poll_frame(c.id)) {
             merge(&mut c.boards, &decode(&b));
         }
         self.ready.remove(&c.id);
@@ -2119,7 +2119,7 @@ impl Sim {
                 self.ready.remove(&c.id);
                 c.id = self
                     .s
-                    .connect(c.user.as_str(), Role::Student, false, false, self.now);
+                    .connect(c.user.as_str(), Role::Student, WsOptions::VIEWER, self.now);
                 c.watched.clear();
                 c.boards.clear();
             }

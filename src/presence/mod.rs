@@ -726,8 +726,7 @@ mod tests {
         let conn = shards::Shard::new(Default::default()).connect(
             "admin",
             shards::Role::Admin,
-            false,
-            false,
+            shards::WsOptions::VIEWER,
             0,
         );
         let ask = |r: &mut Rig| {

@@ -71,7 +71,7 @@ impl Shard {
                 continue;
             }
             let Some(delta) = &msg.delta else { continue };
-            let deflate = self.conn(id).is_some_and(|c| c.deflate);
+            let deflate = self.conn(id).is_some_and(|c| c.transport.deflates());
             let frame = if deflate {
                 delta_deflated
                     .get_or_insert_with(|| deflated_frame(&mut self.deflater, delta))
@@ -92,7 +92,7 @@ impl Shard {
             return;
         };
         let Some(conn) = self.conn(id) else { return };
-        let frame = if conn.deflate {
+        let frame = if conn.transport.deflates() {
             let d = deflated.unwrap_or_else(|| deflated_frame(&mut self.deflater, &plain));
             self.admin.full = Some((plain.clone(), Some(d.clone())));
             d

@@ -8,7 +8,7 @@ use super::upgrade::Upgrade;
 use super::writing::{self, ConnSocket};
 use crate::clock;
 use crate::shard::runtime::Runtime;
-use shards::{ConnId, Reading};
+use shards::{ConnId, Reading, WsOptions};
 use std::io::ErrorKind;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -64,8 +64,10 @@ fn register<R: Runtime, H: Shell>(
         None => ctx.core().borrow_mut().connect(
             user,
             upgrade.role,
-            upgrade.admin_feed,
-            upgrade.deflate,
+            WsOptions {
+                admin_feed: upgrade.admin_feed,
+                deflate: upgrade.deflate,
+            },
             clock::now_ms(),
         ),
     };

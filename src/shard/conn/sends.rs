@@ -89,7 +89,7 @@ impl Sends {
         let mut shard = ctx.core().borrow_mut();
         let mut first = head;
         let head_len = first.len();
-        if let Some(frames) = shard.poll_write(id) {
+        if let Some(frames) = shard.poll_transmit(id) {
             first.extend_from_slice(&frames);
         }
         io.write_side.set(WriteSide::Direct);
@@ -115,7 +115,7 @@ fn write_queued<H: Host>(ctx: &Rc<H>, shard: &mut Shard, io: &Rc<ConnIo>, id: Co
         return;
     }
     let mut written = 0;
-    while let Some(frame) = shard.poll_write(id) {
+    while let Some(frame) = shard.poll_transmit(id) {
         let res = sys::send_now(io.fd, &frame);
         let (n, whole) = settle(ctx, io, id, frame, res);
         written += n;
@@ -156,7 +156,7 @@ fn write_batched<H: Host>(
             if io.write_side.get() != WriteSide::Direct {
                 continue;
             }
-            let Some(frame) = shard.poll_write(id) else {
+            let Some(frame) = shard.poll_transmit(id) else {
                 io.after_queue_empty(shard.phase(id));
                 continue;
             };

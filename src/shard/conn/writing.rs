@@ -69,7 +69,7 @@ async fn write_loop<R: Runtime>(
 /// to the flush step (and the task ends).
 fn writer_next(core: &RefCell<Shard>, io: &ConnIo, id: ConnId) -> Option<Bytes> {
     let mut shard = core.borrow_mut();
-    let next = shard.poll_write(id);
+    let next = shard.poll_transmit(id);
     if next.is_none() {
         io.write_side.set(WriteSide::Direct);
         io.after_queue_empty(shard.phase(id));

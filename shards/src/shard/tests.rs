@@ -1,0 +1,120 @@
+//! Unit tests of the shard: seeds racing snapshots, joined writes, healing.
+
+use super::*;
+use crate::conn::{Role, WsOptions};
+use crate::server_msg;
+use crate::snapshot::Snapshot;
+use crate::ws_codec::server_frame_payload;
+
+fn snap(section: u32, taken: u32, version: Option<u64>) -> Arc<Snapshot> {
+    Arc::new(Snapshot::build(
+        "C".into(),
+        section,
+        50,
+        taken,
+        None,
+        version,
+        None,
+    ))
+}
+
+#[test]
+fn snapshot_before_seed_neither_hangs_nor_loses_to_the_older_seed() {
+    let mut shard = Shard::new(ShardConfig::default());
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    // A live unversioned snapshot overtakes the seed (data drained first).
+    shard.handle_snapshot(&snap(1, 9, None));
+    shard.handle_timeout(0);
+    assert_eq!(
+        shard.poll_timeout(),
+        Some(1_000),
+        "nothing to render before the seed"
+    );
+    shard.handle_seed("C", &[snap(1, 3, None), snap(2, 4, None)], 0);
+    shard.handle_timeout(0);
+    let mut frames = Vec::new();
+    while let Some(f) = shard.poll_frame(id) {
+        frames.push(String::from_utf8_lossy(&f).into_owned());
+    }
+    let answer = frames
+        .iter()
+        .find(|f| f.contains("\"full\":true"))
+        .expect("watch answer");
+    assert!(
+        answer.contains(r#"{"section":1,"total_seats":50,"seats_taken":9}"#),
+        "{answer}"
+    );
+    assert!(
+        answer.contains(r#"{"section":2,"total_seats":50,"seats_taken":4}"#),
+        "{answer}"
+    );
+}
+
+#[test]
+fn a_watch_answer_and_its_count_are_one_write_and_a_big_frame_goes_alone() {
+    let mut shard = Shard::new(ShardConfig::default());
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    let hello = shard.poll_transmit(id).expect("hello");
+    assert!(String::from_utf8_lossy(&hello).contains("\"type\":\"hello\""));
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    let write = shard.poll_transmit(id).expect("the watch answer");
+    // Two whole frames, back to back: the full board, then the count.
+    let count = server_msg::presence("C", 1);
+    let (board, rest) = write.split_at(write.len() - count.len());
+    assert_eq!(rest, &count[..]);
+    let board = server_frame_payload(board).expect("one whole frame");
+    assert!(String::from_utf8_lossy(board).contains("\"full\":true"));
+    assert_eq!(shard.poll_transmit(id), None, "one write for both");
+    // A frame past the join limit is handed over alone.
+    let big: Vec<Arc<Snapshot>> = (1..=400).map(|s| snap(s, 1, None)).collect();
+    shard.handle_seed("C", &big, 0);
+    let other = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    assert!(shard.poll_transmit(other).is_some(), "hello");
+    shard.handle_text(other, r#"{"op":"watch","course":"C"}"#, 0);
+    let board = shard.poll_transmit(other).expect("the big board");
+    assert!(board.len() > JOIN_MAX, "{}", board.len());
+    assert_eq!(
+        shard.poll_transmit(other).expect("its count"),
+        server_msg::presence("C", 2)
+    );
+}
+
+#[test]
+fn a_healed_viewer_gets_the_count_it_missed() {
+    let mut shard = Shard::new(ShardConfig {
+        send_queue_bytes: 200,
+        ..ShardConfig::default()
+    });
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+    // Stuck: the queue fills with frames, the next count does not fit.
+    for v in 2..10u64 {
+        shard.handle_snapshot(&snap(1, v as u32, Some(v)));
+        shard.handle_timeout(v * 200);
+    }
+    shard.handle_presence("C", 7);
+    let mut before = Vec::new();
+    while let Some(f) = shard.poll_frame(id) {
+        before.push(String::from_utf8_lossy(&f).into_owned());
+    }
+    assert!(
+        !before.iter().any(|f| f.contains("\"viewers\":7")),
+        "the count was dropped"
+    );
+    shard.handle_timeout(10_000);
+    let mut after = Vec::new();
+    while let Some(f) = shard.poll_frame(id) {
+        after.push(String::from_utf8_lossy(&f).into_owned());
+    }
+    assert!(
+        after.iter().any(|f| f.contains("\"full\":true")),
+        "{after:?}"
+    );
+    assert!(
+        after.iter().any(|f| f.contains("\"viewers\":7")),
+        "{after:?}"
+    );
+}

@@ -1,0 +1,199 @@
+//! Watching and unwatching courses: the viewer lists, the watch answer, and
+//! the full frames owed to viewers whose queue had no room.
+
+use super::{Action, Shard, MAX_COURSES_PER_CONN};
+use crate::client_op::OpError;
+use crate::conn::{ConnId, Transport};
+use crate::course::{Course, Viewer};
+use crate::server_msg;
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+impl Shard {
+    /// Adds `id` to a course's viewers (creating the course here, which
+    /// declares interest) and answers it once the course is seeded.
+    pub(super) fn watch(&mut self, id: ConnId, course: &str, now_ms: u64) -> Result<(), OpError> {
+        let conn = self.conn(id).ok_or(OpError::Forbidden)?;
+        if conn.watch_pos(course).is_some() {
+            // Watching again re-answers with the whole board, nothing else.
+            let c = self.courses.get(course).filter(|c| c.seeded);
+            if let Some(c) = c {
+                let name = Arc::clone(&c.name);
+                self.answer_watch(id, &name, now_ms);
+            }
+            return Ok(());
+        }
+        if conn.watched.len() >= MAX_COURSES_PER_CONN {
+            return Err(OpError::TooManyCourses);
+        }
+        let user = Arc::clone(&conn.user);
+        let name: Arc<str> = match self.courses.get_key_value(course) {
+            Some((k, _)) => Arc::clone(k),
+            None => {
+                let name: Arc<str> = course.into();
+                self.courses
+                    .insert(Arc::clone(&name), Course::new(Arc::clone(&name)));
+                self.actions.push_back(Action::Interest {
+                    course: Arc::clone(&name),
+                    watching: true,
+                });
+                name
+            }
+        };
+        let Some(c) = self.courses.get_mut(&name) else {
+            return Ok(());
+        };
+        let pos = c.viewers.len() as u32;
+        c.viewers.push(Viewer {
+            conn: id,
+            owes_full: false,
+        });
+        let n = c.users.entry(Arc::clone(&user)).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            self.actions.push_back(Action::PresenceJoin {
+                course: Arc::clone(&name),
+                user,
+            });
+        }
+        let seeded = c.seeded;
+        if !seeded {
+            c.awaiting_seed.push(id);
+        }
+        if let Some(conn) = self.conn_mut(id) {
+            conn.watched.push((Arc::clone(&name), pos));
+        }
+        if seeded {
+            self.answer_watch(id, &name, now_ms);
+        }
+        Ok(())
+    }
+
+    /// The answer to a watch: the whole board and the viewer count.
+    pub(super) fn answer_watch(&mut self, id: ConnId, course: &str, now_ms: u64) {
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
+        let plain = c.full_frame();
+        let transport = self.conns[id.idx as usize]
+            .as_ref()
+            .map_or(Transport::WebSocket { deflate: false }, |conn| {
+                conn.transport
+            });
+        let frame = match transport {
+            Transport::Sse => c.full_frame_sse(),
+            Transport::WebSocket { deflate: true } => c.full_frame_deflated(&mut self.deflater),
+            Transport::WebSocket { deflate: false } => plain.clone(),
+        };
+        let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
+        let presence = server_msg::presence(course, viewers);
+        // The answer replaces what came before; if the queue has no room for it
+        // (a client that asks but never reads), a full frame is owed instead, so
+        // what a client sends itself never grows its queue past the bound.
+        self.clear_owed(id, course);
+        if self.fits(id, frame.len()) {
+            self.send_always_as(id, &plain, &frame, Some(&frame));
+            self.send_always_bounded(id, presence);
+        } else {
+            self.mark_owed(id, course, now_ms);
+        }
+    }
+
+    /// Whether `len` more bytes may be queued to `id` (an empty queue takes anything).
+    pub(super) fn fits(&self, id: ConnId, len: usize) -> bool {
+        self.conn(id).is_some_and(|c| c.queue.fits(len))
+    }
+
+    /// A frame for `id` did not fit: it is owed a full frame of `course` at the
+    /// next render, and its queue counts as full from `now_ms`.
+    fn mark_owed(&mut self, id: ConnId, course: &str, now_ms: u64) {
+        let Some(conn) = self.conn_mut(id) else {
+            return;
+        };
+        conn.queue.refused(now_ms);
+        let Some(pos) = conn.watch_pos(course) else {
+            return;
+        };
+        let vpos = conn.watched[pos].1 as usize;
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
+        if let Some(v) = c.viewers.get_mut(vpos) {
+            if !v.owes_full {
+                v.owes_full = true;
+                c.owed += 1;
+            }
+        }
+        let name = Arc::clone(&c.name);
+        self.schedule(&name);
+    }
+
+    /// `id` no longer owes a full frame of `course` (a watch answer replaces it).
+    fn clear_owed(&mut self, id: ConnId, course: &str) {
+        let Some(pos) = self.conn(id).and_then(|c| c.watch_pos(course)) else {
+            return;
+        };
+        let vpos = self.conn(id).map(|c| c.watched[pos].1 as usize);
+        if let (Some(vpos), Some(c)) = (vpos, self.courses.get_mut(course)) {
+            if let Some(v) = c.viewers.get_mut(vpos) {
+                if v.owes_full {
+                    v.owes_full = false;
+                    c.owed -= 1;
+                }
+            }
+        }
+    }
+
+    /// Removes `id` from a course's viewers; the last one leaving forgets it.
+    pub(super) fn unwatch(&mut self, id: ConnId, course: &str) {
+        let Some(conn) = self.conn_mut(id) else {
+            return;
+        };
+        let Some(wpos) = conn.watch_pos(course) else {
+            return;
+        };
+        let (name, vpos) = conn.watched.swap_remove(wpos);
+        let user = Arc::clone(&conn.user);
+        let Some(c) = self.courses.get_mut(&name) else {
+            return;
+        };
+        let vpos = vpos as usize;
+        let removed = c.viewers.swap_remove(vpos);
+        if removed.owes_full {
+            c.owed -= 1;
+        }
+        c.awaiting_seed.retain(|w| *w != id);
+        // The viewer moved into `vpos` must learn its new index.
+        let moved = c.viewers.get(vpos).map(|v| v.conn);
+        if let Some(n) = c.users.get_mut(&user) {
+            *n -= 1;
+            if *n == 0 {
+                c.users.remove(&user);
+                self.actions.push_back(Action::PresenceLeave {
+                    course: Arc::clone(&name),
+                    user,
+                });
+            }
+        }
+        let empty = c.viewers.is_empty();
+        if let Some(m) = moved {
+            if let Some(mc) = self.conn_mut(m) {
+                if let Some(w) = mc.watched.iter_mut().find(|(c, _)| *c == name) {
+                    w.1 = vpos as u32;
+                }
+            }
+        }
+        if empty {
+            if let Some(c) = self.courses.remove(&name) {
+                if c.scheduled {
+                    // Rare (the last viewer left): keeps one entry per scheduled course.
+                    self.scheduled.retain(|Reverse((_, s))| *s != name);
+                }
+            }
+            self.actions.push_back(Action::Interest {
+                course: name,
+                watching: false,
+            });
+        }
+    }
+}
