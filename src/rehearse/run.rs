@@ -489,3 +489,40 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     line(&format!("rehearse: fail: {}", short.join("; ")));
     ExitCode::from(1)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_http_or_https_with_their_default_ports_and_tls_names() {
+        let u = endpoint("http://127.0.0.1/seats/", "--target").expect("http");
+        assert_eq!(
+            (u.addr.port(), u.host.as_str(), u.base.as_str()),
+            (80, "127.0.0.1", "/seats")
+        );
+        assert!(u.tls.is_none());
+        let u = endpoint("https://localhost", "--target").expect("https");
+        assert_eq!(
+            (u.addr.port(), u.host.as_str(), u.name.as_str()),
+            (443, "localhost", "localhost")
+        );
+        assert!(u.tls.is_some());
+        let u = endpoint("https://localhost:8443/x", "--target").expect("port");
+        assert_eq!(
+            (u.addr.port(), u.host.as_str(), u.name.as_str()),
+            (8443, "localhost:8443", "localhost")
+        );
+        assert_eq!(u.base, "/x");
+        let u = endpoint("https://[::1]:9443", "--nodes").expect("v6");
+        assert_eq!((u.addr.port(), u.name.as_str()), (9443, "::1"));
+        for bad in [
+            "ftp://x",
+            "seats.example.edu",
+            "https://no-such-host.invalid",
+        ] {
+            let e = endpoint(bad, "--target").err().unwrap_or_default();
+            assert!(e.contains("'--target'"), "{bad}: {e}");
+        }
+    }
+}

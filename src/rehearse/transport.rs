@@ -254,3 +254,30 @@ fn read_tls(tls: &mut ClientConnection, sock: &mut TcpStream, buf: &mut [u8]) ->
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_plain_http_port_is_named_and_a_closed_one_left_to_the_run() {
+        let tls = Tls::new("localhost").expect("tls");
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let server = std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut hello = [0u8; 512];
+                let _ = s.read(&mut hello);
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+            }
+        });
+        let why = tls
+            .check(addr, Duration::from_secs(5))
+            .expect_err("not TLS");
+        assert!(why.contains("is it an https port?"), "{why}");
+        let _ = server.join();
+        // Nothing listens there any more: not a TLS failure.
+        assert_eq!(tls.check(addr, Duration::from_secs(1)), Ok(false));
+    }
+}
