@@ -280,4 +280,55 @@ mod tests {
         // Nothing listens there any more: not a TLS failure.
         assert_eq!(tls.check(addr, Duration::from_secs(1)), Ok(false));
     }
+
+    #[test]
+    fn viewers_whose_handshake_fails_count_it_and_say_why() {
+        // A plain HTTP server where the viewers expect TLS: every handshake
+        // fails in the non-blocking loop, and the report says why.
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        std::thread::spawn(move || {
+            for mut s in listener.incoming().flatten() {
+                let mut hello = [0u8; 512];
+                let _ = s.read(&mut hello);
+                let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
+            }
+        });
+        let cfg = crate::rehearse::viewers::Config {
+            port,
+            clients: 3,
+            courses: vec!["C".into()],
+            connect_rate: 100.0,
+            auth_none: true,
+            tls: Some("localhost".into()),
+            ..Default::default()
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (out_tx, out_rx) = std::sync::mpsc::channel();
+        let run = std::thread::spawn(move || {
+            crate::rehearse::viewers::run_with(cfg, rx, |v| drop(out_tx.send(v)))
+        });
+        let end = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < end {
+            let Ok(v) = out_rx.recv_timeout(Duration::from_secs(1)) else {
+                continue;
+            };
+            if v["p"]["tls_failed"].as_u64().unwrap_or(0) >= 3 {
+                break;
+            }
+        }
+        let _ = tx.send("report".into());
+        let report = out_rx
+            .iter()
+            .find_map(|v| v.get("report").cloned())
+            .expect("a report");
+        let _ = run.join();
+        assert!(
+            report["counters"]["tls_failed"].as_u64().unwrap_or(0) >= 3,
+            "{report}"
+        );
+        assert_eq!(report["counters"]["open"], 0, "{report}");
+        let why = report["tls_error"].as_str().unwrap_or("");
+        assert!(why.contains("corrupt message"), "{why}");
+    }
 }
