@@ -2,7 +2,8 @@
 //! deployment (contract section 9). The viewers' client lives here, one copy,
 //! shared with the bench suite's load generator.
 //!
-//! - [`viewers`]: the WebSocket and SSE viewers (one epoll loop per thread).
+//! - [`viewers`]: the WebSocket and SSE viewers (one epoll loop per thread),
+//!   over `transport.rs` (plain TCP, or rustls for an `https://` target).
 //! - `run.rs` (flags to verdict), `feed.rs` (the publisher), `verdict.rs`
 //!   (figures, targets, JSON), `report.rs` (the HTML report), `cleanup.rs`
 //!   (Redis), `workers.rs` (viewer loops on threads, or `children.rs`: child
@@ -19,6 +20,7 @@ mod nodes;
 mod progress;
 mod report;
 mod run;
+mod transport;
 mod verdict;
 pub mod viewers;
 mod workers;

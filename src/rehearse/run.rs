@@ -1,12 +1,16 @@
 //! The rehearsal from flags to verdict: check the flags, clean the courses,
 //! ramp the viewers, publish for the duration, wait two ticks, check every
-//! board, close the viewers, clean up, and say what fell short.
+//! board, close the viewers, clean up, and say what fell short. An
+//! `https://` target's certificate is checked first: one that does not
+//! verify fails the rehearsal at once (exit 1, named), before anything is
+//! written to Redis.
 
 use super::cleanup;
 use super::feed::Feed;
 use super::hist::Hist;
 use super::nodes::{Endpoint, Watch};
 use super::progress::{Progress, Status};
+use super::transport::Tls;
 use super::verdict::{Figures, Second};
 use super::viewers::Config;
 use super::workers::{per_process, raise_nofile, Workers};
@@ -22,32 +26,64 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Where `--target` points: the address, the `Host` header, the path before `/ws`.
-fn target(url: &str) -> Result<(std::net::SocketAddr, String, String), String> {
-    endpoint(url, "--target")
+/// Where an http:// or https:// URL points.
+struct Url {
+    addr: std::net::SocketAddr,
+    /// The `Host` header (the authority as given).
+    host: String,
+    /// The path before `/ws`, `/sse`, `/metrics`.
+    base: String,
+    /// The host without its port (SNI and the certificate's name).
+    name: String,
+    /// TLS, for https://.
+    tls: Option<Tls>,
 }
 
-/// Where an http:// URL given as `flag` points: address, `Host`, path.
-fn endpoint(url: &str, flag: &str) -> Result<(std::net::SocketAddr, String, String), String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        format!("invalid value '{url}' for '{flag}': an http:// URL (the load balancer's plain-HTTP port, or a node)")
-    })?;
+/// The host of an authority without its port (`[::1]:443` gives `[::1]`).
+fn host_name(authority: &str) -> &str {
+    if authority.starts_with('[') {
+        return authority.find(']').map_or(authority, |i| &authority[..=i]);
+    }
+    authority.split(':').next().unwrap_or(authority)
+}
+
+/// Where an http:// or https:// URL given as `flag` points.
+fn endpoint(url: &str, flag: &str) -> Result<Url, String> {
+    let bad = |why: &str| format!("invalid value '{url}' for '{flag}': {why}");
+    let (rest, https) =
+        match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+            (Some(r), _) => (r, true),
+            (None, Some(r)) => (r, false),
+            _ => return Err(bad(
+                "an http:// or https:// URL (the load balancer as browsers reach it, or a node)",
+            )),
+        };
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let with_port = if host.contains(':') {
+    let name = host_name(host);
+    let with_port = if host.len() > name.len() {
         host.to_string()
     } else {
-        format!("{host}:80")
+        format!("{host}:{}", if https { 443 } else { 80 })
     };
     let addr = with_port
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| format!("invalid value '{url}' for '{flag}': {host} does not resolve"))?;
-    Ok((
+        .ok_or_else(|| bad(&format!("{host} does not resolve")))?;
+    let tls = https
+        .then(|| Tls::new(name))
+        .transpose()
+        .map_err(|e| bad(&e))?;
+    Ok(Url {
         addr,
-        host.to_string(),
-        path.trim_end_matches('/').to_string(),
-    ))
+        host: host.to_string(),
+        base: path.trim_end_matches('/').to_string(),
+        name: name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+        tls,
+    })
 }
 
 /// The nodes to watch: `--nodes`, else the target.
@@ -64,12 +100,13 @@ fn endpoints(args: &RehearseArgs) -> Result<Vec<Endpoint>, String> {
     };
     urls.into_iter()
         .map(|url| {
-            let (addr, host, base) = endpoint(&url, flag)?;
+            let u = endpoint(&url, flag)?;
             Ok(Endpoint {
                 url: url.trim_end_matches('/').to_string(),
-                addr,
-                host,
-                base,
+                addr: u.addr,
+                host: u.host,
+                base: u.base,
+                tls: u.tls,
             })
         })
         .collect()
@@ -101,12 +138,57 @@ fn check(args: &RehearseArgs) -> Result<(), String> {
     Ok(())
 }
 
+/// The TLS handshake with an https:// target and each https:// node: what
+/// did not verify, as sentences (a target that answers no TCP connect is
+/// left to the run, which says so).
+fn preflight(target: &Url, url: &str, endpoints: &[Endpoint]) -> Vec<String> {
+    let mut checks = vec![(url.trim_end_matches('/'), target.addr, target.tls.as_ref())];
+    checks.extend(
+        endpoints
+            .iter()
+            .map(|e| (e.url.as_str(), e.addr, e.tls.as_ref())),
+    );
+    checks.dedup_by_key(|c| c.0);
+    checks
+        .into_iter()
+        .filter_map(|(url, addr, tls)| {
+            let why = tls?.check(addr, Duration::from_secs(5)).err()?;
+            Some(format!("tls: {url}: {why}"))
+        })
+        .collect()
+}
+
+/// A rehearsal that cannot start (the target's certificate): the verdict at
+/// once, in the JSON too when asked.
+fn refuse(args: &RehearseArgs, short: &[String]) -> ExitCode {
+    if let Some(path) = &args.json {
+        let none = Figures {
+            viewers: 0,
+            asked: u64::from(args.viewers),
+            refused: Default::default(),
+            connect: Hist::default(),
+            latency: Hist::default(),
+            boards: (0, 0),
+            published: 0,
+            dropped: 0,
+            left: 0,
+            series: Vec::new(),
+        };
+        let j = none.to_json(short, serde_json::json!([]));
+        if let Err(e) = std::fs::write(path, j.to_string()) {
+            line(&format!("warning: --json {}: {e}", path.display()));
+        }
+    }
+    line(&format!("rehearse: fail: {}", short.join("; ")));
+    ExitCode::from(1)
+}
+
 /// Runs `seatboard rehearse`.
 pub fn run(args: RehearseArgs) -> ExitCode {
-    let checked = target(&args.target)
+    let checked = endpoint(&args.target, "--target")
         .and_then(|t| check(&args).map(|()| t))
         .and_then(|t| endpoints(&args).map(|e| (t, e)));
-    let ((addr, host, base), endpoints) = match checked {
+    let (target, endpoints) = match checked {
         Ok(t) => t,
         Err(e) => return usage(&e),
     };
@@ -114,6 +196,17 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return usage(&e),
     };
+    let untrusted = preflight(&target, &args.target, &endpoints);
+    if !untrusted.is_empty() {
+        return refuse(&args, &untrusted);
+    }
+    let Url {
+        addr,
+        host,
+        base,
+        name,
+        tls,
+    } = target;
     let stop = Arc::new(AtomicBool::new(false));
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
     let names: Vec<String> = (0..args.courses)
@@ -159,6 +252,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         seed: fastrand::u64(..),
         max_secs: (args.viewers as f64 / args.connect_rate + args.duration) as u64 + 120,
         tokens_file: args.token_file.as_ref().map(|p| p.display().to_string()),
+        tls: tls.map(|_| name),
         ..Config::default()
     };
     let sse = (args.viewers as f64 * args.sse_share).round() as usize;
@@ -299,6 +393,7 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     let refused = workers.refusals();
     let processes = workers.processes();
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
+    let tls_failed = workers.sum("tls_failed");
     let reports = workers.reports();
     let (mut latency, mut connect) = (Hist::default(), Hist::default());
     let mut boards = (0u64, 0u64);
@@ -346,6 +441,16 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
         series,
     };
     let mut short = figures.short(args.p99_ms, args.max_refused);
+    if tls_failed > 0 {
+        let why = reports
+            .iter()
+            .find_map(|r| r["tls_error"].as_str())
+            .unwrap_or("unknown");
+        short.push(format!(
+            "tls: {tls_failed} viewers' TLS sessions with {} failed ({why})",
+            args.target
+        ));
+    }
     short.extend(nodes.iter().filter_map(|n| n.short()));
     if interrupted {
         short.push("interrupted: SIGINT stopped the rehearsal before the end of --duration".into());
@@ -383,4 +488,41 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     }
     line(&format!("rehearse: fail: {}", short.join("; ")));
     ExitCode::from(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_are_http_or_https_with_their_default_ports_and_tls_names() {
+        let u = endpoint("http://127.0.0.1/seats/", "--target").expect("http");
+        assert_eq!(
+            (u.addr.port(), u.host.as_str(), u.base.as_str()),
+            (80, "127.0.0.1", "/seats")
+        );
+        assert!(u.tls.is_none());
+        let u = endpoint("https://localhost", "--target").expect("https");
+        assert_eq!(
+            (u.addr.port(), u.host.as_str(), u.name.as_str()),
+            (443, "localhost", "localhost")
+        );
+        assert!(u.tls.is_some());
+        let u = endpoint("https://localhost:8443/x", "--target").expect("port");
+        assert_eq!(
+            (u.addr.port(), u.host.as_str(), u.name.as_str()),
+            (8443, "localhost:8443", "localhost")
+        );
+        assert_eq!(u.base, "/x");
+        let u = endpoint("https://[::1]:9443", "--nodes").expect("v6");
+        assert_eq!((u.addr.port(), u.name.as_str()), (9443, "::1"));
+        for bad in [
+            "ftp://x",
+            "seats.example.edu",
+            "https://no-such-host.invalid",
+        ] {
+            let e = endpoint(bad, "--target").err().unwrap_or_default();
+            assert!(e.contains("'--target'"), "{bad}: {e}");
+        }
+    }
 }

@@ -24,6 +24,11 @@
 //! It also stops by itself after `max_secs` (printing its report), and when
 //! stdin closes.
 //!
+//! With `tls` (an `https://` target) each connection is TLS over the same
+//! non-blocking socket (`transport.rs`): the handshake runs in the loop, the
+//! WebSocket upgrade or SSE request goes out once it is done. A failed
+//! handshake counts in `tls_failed` and the report's `tls_error` says why.
+//!
 //! Reconnects, like the board page (`src/web/index.html`): a viewer whose
 //! connection closes, or whose upgrade is refused or fails, opens again after
 //! the server's `reconnect` hint (`after_ms`) if it got one, 250-1500 ms after
@@ -50,11 +55,12 @@
 //! `ts * 1000 + k` (ms since the epoch, then a counter).
 
 use super::hist::Hist;
+use super::transport::{tls_error, Tls, Transport};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::mpsc;
@@ -129,6 +135,10 @@ pub struct Config {
     /// WebSockets: the course is in the query, events are read instead of frames.
     #[serde(default)]
     pub sse: bool,
+    /// An `https://` target: TLS with this server name (SNI and the name its
+    /// certificate must hold); `None`, plain TCP.
+    #[serde(default)]
+    pub tls: Option<String>,
 }
 
 /// The page's reconnect timing (`src/web/index.html`).
@@ -187,6 +197,7 @@ impl Default for Config {
             deflate: false,
             tokens_file: None,
             sse: false,
+            tls: None,
         }
     }
 }
@@ -231,7 +242,7 @@ enum Phase {
 }
 
 struct Conn {
-    sock: TcpStream,
+    io: Transport,
     phase: Phase,
     rbuf: Vec<u8>,
     wbuf: Vec<u8>,
@@ -291,6 +302,8 @@ struct Counters {
     recovered: u64,
     /// The largest `tick_ms` a `hello` named.
     tick_ms: u64,
+    /// Connections whose TLS handshake (or a later record) failed.
+    tls_failed: u64,
     /// Milliseconds spent outside `epoll_wait` (working, or runnable and
     /// waiting for a core): near the wall time, the process is not keeping up.
     busy_ms: u64,
@@ -379,6 +392,10 @@ struct Gen {
     exp: u64,
     /// The lines of `tokens_file`.
     tokens: Vec<String>,
+    /// TLS to an `https://` target.
+    tls: Option<Tls>,
+    /// The first TLS failure, in words.
+    tls_error: Option<String>,
 }
 
 const SCRATCH: usize = 256 * 1024;
@@ -387,7 +404,14 @@ impl Gen {
     fn new(cfg: Config) -> std::io::Result<Gen> {
         let rng = fastrand::Rng::with_seed(cfg.seed);
         let cdf = zipf_cdf(cfg.courses.len().max(1), cfg.skew);
+        let tls = match cfg.tls.as_deref().map(Tls::new) {
+            Some(Err(e)) => return Err(std::io::Error::other(e)),
+            Some(Ok(t)) => Some(t),
+            None => None,
+        };
         Ok(Gen {
+            tls,
+            tls_error: None,
             poll: Poll::new()?,
             conns: Vec::new(),
             free: Vec::new(),
@@ -451,7 +475,18 @@ impl Gen {
                 return;
             }
         };
-        let mut sock = TcpStream::from_std(sock);
+        let sock = TcpStream::from_std(sock);
+        let mut io = match self.tls.as_ref().map(Tls::connection) {
+            None => Transport::plain(sock),
+            Some(Ok(conn)) => Transport::tls(sock, conn),
+            Some(Err(e)) => {
+                self.c.failed += 1;
+                self.c.tls_failed += 1;
+                self.tls_error.get_or_insert_with(|| e.to_string());
+                self.retry(user, None, None, None, None);
+                return;
+            }
+        };
         let idx = self.free.pop().unwrap_or_else(|| {
             self.conns.push(None);
             self.conns.len() - 1
@@ -460,7 +495,7 @@ impl Gen {
             .poll
             .registry()
             .register(
-                &mut sock,
+                &mut io.sock,
                 Token(idx),
                 Interest::READABLE | Interest::WRITABLE,
             )
@@ -473,7 +508,7 @@ impl Gen {
         }
         self.c.connecting += 1;
         self.conns[idx] = Some(Conn {
-            sock,
+            io,
             phase: Phase::Connecting,
             rbuf: Vec::new(),
             wbuf: Vec::new(),
@@ -585,7 +620,7 @@ impl Gen {
 
     fn close(&mut self, idx: usize) {
         if let Some(mut c) = self.conns[idx].take() {
-            let _ = self.poll.registry().deregister(&mut c.sock);
+            let _ = self.poll.registry().deregister(&mut c.io.sock);
             match c.phase {
                 Phase::Open => self.c.open -= 1,
                 _ => self.c.connecting -= 1,
@@ -622,17 +657,9 @@ impl Gen {
         let Some(conn) = self.conns[idx].as_mut() else {
             return;
         };
-        if !conn.wbuf.is_empty() {
-            match conn.sock.write(&conn.wbuf) {
-                Ok(n) => {
-                    conn.wbuf.drain(..n);
-                }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {}
-                Err(_) => {
-                    self.fail_io(idx, None);
-                    return;
-                }
-            }
+        if conn.io.wants_write(&conn.wbuf) && conn.io.send(&mut conn.wbuf).is_err() {
+            self.fail_io(idx, None);
+            return;
         }
         self.read(idx, closed);
     }
@@ -646,8 +673,8 @@ impl Gen {
         let user = conn.user;
         // A connect refused or failed (the node is down and nothing
         // proxies it) is retried like any lost connection.
-        let failed = match conn.sock.take_error() {
-            Ok(None) => match conn.sock.peer_addr() {
+        let failed = match conn.io.sock.take_error() {
+            Ok(None) => match conn.io.sock.peer_addr() {
                 Ok(_) => false,
                 Err(e) if e.kind() == ErrorKind::NotConnected => return false,
                 Err(_) => true,
@@ -728,7 +755,7 @@ impl Gen {
             let Some(conn) = self.conns[idx].as_mut() else {
                 return;
             };
-            let n = match conn.sock.read(&mut self.scratch) {
+            let n = match conn.io.read(&mut self.scratch) {
                 Ok(0) => {
                     self.fail_io(idx, None);
                     return;
@@ -736,7 +763,11 @@ impl Gen {
                 Ok(n) => n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => {
+                Err(e) => {
+                    if let Some(why) = tls_error(&e) {
+                        self.c.tls_failed += 1;
+                        self.tls_error.get_or_insert_with(|| why.to_string());
+                    }
                     self.fail_io(idx, None);
                     return;
                 }
@@ -1092,7 +1123,7 @@ impl Gen {
             // SAFETY: setsockopt on a socket we own, with a `linger` value.
             unsafe {
                 libc::setsockopt(
-                    c.sock.as_raw_fd(),
+                    c.io.sock.as_raw_fd(),
                     libc::SOL_SOCKET,
                     libc::SO_LINGER,
                     &linger as *const libc::linger as *const libc::c_void,
@@ -1222,6 +1253,7 @@ impl Gen {
             "digests": digests,
             "refusals": refusals,
             "first_refusal_ms": self.first_refusal_ms,
+            "tls_error": self.tls_error,
             "per_second": self.per_second,
         })
     }
@@ -1259,9 +1291,7 @@ fn flush(conn: &mut Conn) {
     if conn.wbuf.is_empty() || conn.phase == Phase::Connecting {
         return;
     }
-    if let Ok(n) = conn.sock.write(&conn.wbuf) {
-        conn.wbuf.drain(..n);
-    }
+    let _ = conn.io.send(&mut conn.wbuf);
 }
 
 /// A client close frame (1000) and a FIN instead of the churn socket's RST.
@@ -1276,14 +1306,14 @@ fn say_goodbye(conn: &mut Conn) {
     // SAFETY: setsockopt on the connection's own socket, with a linger value.
     unsafe {
         libc::setsockopt(
-            conn.sock.as_raw_fd(),
+            conn.io.sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_LINGER,
             &off as *const libc::linger as *const libc::c_void,
             std::mem::size_of::<libc::linger>() as libc::socklen_t,
         );
     }
-    let _ = conn.sock.shutdown(std::net::Shutdown::Write);
+    conn.io.shutdown();
 }
 
 fn find_head_end(buf: &[u8]) -> Option<usize> {

@@ -1,9 +1,12 @@
 //! `seatboard rehearse` against a real deployment on loopback: HAProxy (the
-//! shipped config) in front of two nodes and a real redis-server (section 9).
+//! shipped config) in front of two nodes and a real redis-server (section 9),
+//! over plain HTTP and over HTTPS (HAProxy terminating TLS with a test CA's
+//! certificate).
 
 use crate::common::{metric_value, seatboard_command, wait_for, Redis, Seatboard};
 use crate::lb;
 use crate::redis_util::cut::CutProxy;
+use crate::tls_util::make_certs;
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -16,6 +19,8 @@ struct Deployment {
     nodes: Vec<Seatboard>,
     _proxy: lb::Haproxy,
     lb_port: u16,
+    /// HAProxy's TLS port, when it has one ([`deployment_behind_tls`]).
+    tls_port: Option<u16>,
 }
 
 fn deployment(second: &[&str]) -> Deployment {
@@ -46,11 +51,43 @@ fn node_args<'a>(uri: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 
 /// As [`deployment_with`], each node reaching Redis at its own URI.
 fn deployment_on(redis: Redis, uris: [&str; 2], first: &[&str], second: &[&str]) -> Deployment {
+    deployment_tls(redis, uris, first, second, None)
+}
+
+/// Two plain nodes on a real Redis, HAProxy with a plain port and a TLS port
+/// serving `pem` (certificate and key): the deployment as browsers reach it
+/// over https://.
+fn deployment_behind_tls(pem: &std::path::Path) -> Deployment {
+    let redis = Redis::start();
+    let uri = redis.uri();
+    deployment_tls(redis, [&uri, &uri], &[], &[], Some(pem))
+}
+
+/// As [`deployment_on`], HAProxy also terminating TLS with `pem` on a
+/// second port when given (the plain port stays for the readiness check).
+fn deployment_tls(
+    redis: Redis,
+    uris: [&str; 2],
+    first: &[&str],
+    second: &[&str],
+    pem: Option<&std::path::Path>,
+) -> Deployment {
     let (one, two) = (node_args(uris[0], first), node_args(uris[1], second));
     let nodes = vec![Seatboard::start(&one), Seatboard::start(&two)];
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let lb_port = lb::free_port();
-    let cfg = lb::render(&lb::shipped(), &lb::Bind::Plain(lb_port), &ports, 5000);
+    let mut cfg = lb::render(&lb::shipped(), &lb::Bind::Plain(lb_port), &ports, 5000);
+    let tls_port = pem.map(|pem| {
+        let port = lb::free_port();
+        let plain = format!("bind 127.0.0.1:{lb_port}\n");
+        let both = format!(
+            "{plain}    bind 127.0.0.1:{port} ssl crt {} alpn http/1.1\n",
+            pem.display()
+        );
+        assert!(cfg.contains(&plain), "{cfg}");
+        cfg = cfg.replacen(&plain, &both, 1);
+        port
+    });
     let dir = std::env::temp_dir().join(format!(
         "seatboard-rehearse-{}-{lb_port}",
         std::process::id()
@@ -65,6 +102,7 @@ fn deployment_on(redis: Redis, uris: [&str; 2], first: &[&str], second: &[&str])
         nodes,
         _proxy: proxy,
         lb_port,
+        tls_port,
     }
 }
 
@@ -78,6 +116,17 @@ fn rehearse(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Output {
 /// SSE) over 30 courses, 300 snapshots/s for 3 s; `extra` flags and values
 /// in pairs, each replacing the default of the same flag.
 fn rehearse_command(d: &Deployment, extra: &[&str], json: &std::path::Path) -> Command {
+    let target = format!("http://127.0.0.1:{}", d.lb_port);
+    rehearse_command_at(d, &target, extra, json)
+}
+
+/// [`rehearse_command`] against `target`.
+fn rehearse_command_at(
+    d: &Deployment,
+    target: &str,
+    extra: &[&str],
+    json: &std::path::Path,
+) -> Command {
     let mut flags: Vec<(&str, &str)> = vec![
         ("--viewers", "300"),
         ("--connect-rate", "600"),
@@ -94,17 +143,13 @@ fn rehearse_command(d: &Deployment, extra: &[&str], json: &std::path::Path) -> C
         }
     }
     let mut c = seatboard_command();
-    c.args([
-        "rehearse",
-        "--target",
-        &format!("http://127.0.0.1:{}", d.lb_port),
-    ])
-    .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
-    .args(flags.iter().flat_map(|(f, v)| [*f, *v]))
-    .arg("--json")
-    .arg(json)
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    c.args(["rehearse", "--target", target])
+        .args(["--redis", &d.redis.uri(), "--jwt-secret", SECRET])
+        .args(flags.iter().flat_map(|(f, v)| [*f, *v]))
+        .arg("--json")
+        .arg(json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     c
 }
 
@@ -434,4 +479,122 @@ fn bad_flags_exit_2_naming_the_flag() {
         .next()
         .unwrap_or("")
         .contains("--target"));
+}
+
+/// Makes a test CA and a server certificate it signed (for localhost and
+/// 127.0.0.1) in `dir`; the CA's PEM, and the certificate with its key as
+/// one PEM, the form HAProxy's `crt` wants.
+fn ca_and_server_pem(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    make_certs(dir);
+    let mut both = std::fs::read(dir.join("server.crt")).expect("server.crt");
+    both.extend(std::fs::read(dir.join("server.key")).expect("server.key"));
+    let pem = dir.join("haproxy.pem");
+    std::fs::write(&pem, both).expect("haproxy.pem");
+    (dir.join("ca.pem"), pem)
+}
+
+#[test]
+fn a_deployment_behind_tls_passes_over_https_with_every_board_correct() {
+    let (ca, pem) = ca_and_server_pem(&temp("tls-certs"));
+    let d = deployment_behind_tls(&pem);
+    let port = d.tls_port.expect("a TLS port");
+    let target = format!("https://localhost:{port}");
+    let json = temp("tls-pass.json");
+    // No --nodes: /metrics is scraped at the target, over TLS too.
+    let child = rehearse_command_at(
+        &d,
+        &target,
+        &["--sse-share", "0.3", "--duration", "4"],
+        &json,
+    )
+    .env("SSL_CERT_FILE", &ca)
+    .env_remove("SSL_CERT_DIR")
+    .spawn()
+    .expect("start rehearse");
+    // Both kinds of viewer come through TLS: the nodes hold the 90 SSE
+    // streams and 210 WebSockets at once.
+    let sse = r#"seatboard_connections_by_transport{transport="sse"}"#;
+    let ws = r#"seatboard_connections_by_transport{transport="websocket"}"#;
+    let held = wait_for(Duration::from_secs(20), || {
+        let sum = |m: &str| -> f64 { d.nodes.iter().map(|n| metric_value(&n.metrics(), m)).sum() };
+        (sum(sse) == 90.0 && sum(ws) == 210.0).then_some(())
+    });
+    let out = child.wait_with_output().expect("rehearse output");
+    assert!(
+        held.is_some(),
+        "the nodes never held 90 SSE and 210 WebSocket viewers; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = read_json(&json);
+    assert_eq!(j["verdict"], "pass", "{j}");
+    assert_eq!(j["correct"], 1.0, "{j}");
+    assert_eq!(j["viewers"], 300, "{j}");
+    assert!(j["boards"]["checked"].as_u64().unwrap_or(0) >= 300, "{j}");
+    assert!(j["latency_ms"]["p99"].as_f64().unwrap_or(0.0) > 0.0, "{j}");
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+    // The nodes' CPU and RSS, read from /metrics over https:// through
+    // HAProxy: whichever node answered each scrape has its own series.
+    let nodes = j["nodes"].as_array().expect("nodes in the JSON");
+    assert!(!nodes.is_empty(), "nothing answered /metrics over TLS: {j}");
+    let points: Vec<&Value> = nodes
+        .iter()
+        .flat_map(|n| n["series"].as_array().into_iter().flatten())
+        .collect();
+    assert!(points.len() >= 3, "a point a second: {}", j["nodes"]);
+    for n in nodes {
+        assert_eq!(n["url"], target.as_str(), "{n}");
+    }
+    for p in &points {
+        assert!(p["rss_bytes"].as_u64().unwrap_or(0) > 1 << 20, "{p}");
+    }
+    assert!(
+        points
+            .iter()
+            .any(|p| p["cpu_pct"].as_f64().unwrap_or(0.0) > 0.0),
+        "no node used any CPU: {}",
+        j["nodes"]
+    );
+}
+
+#[test]
+fn an_https_target_whose_certificate_does_not_verify_fails_naming_it() {
+    let (_, pem) = ca_and_server_pem(&temp("tls-served"));
+    // SSL_CERT_FILE trusts another certificate only (a self-signed one),
+    // not the test CA that signed the target's.
+    let other_dir = temp("tls-other");
+    lb::self_signed_pem(&other_dir);
+    let other_ca = other_dir.join("cert.pem");
+    let d = deployment_behind_tls(&pem);
+    let port = d.tls_port.expect("a TLS port");
+    let target = format!("https://localhost:{port}");
+    let json = temp("tls-untrusted.json");
+    let out = rehearse_command_at(&d, &target, &[], &json)
+        .env("SSL_CERT_FILE", &other_ca)
+        .env_remove("SSL_CERT_DIR")
+        .output()
+        .expect("run rehearse");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let last = last_line(&out);
+    assert!(
+        last.contains(&format!("tls: {target}: its certificate does not verify"))
+            && last.contains("UnknownIssuer")
+            && last.contains("SSL_CERT_FILE"),
+        "last line: {last}"
+    );
+    let j = read_json(&json);
+    assert_eq!(j["verdict"], "fail");
+    assert!(
+        j["short"][0].as_str().unwrap_or("").contains("certificate"),
+        "{j}"
+    );
+    // Refused before anything was written: nothing published, nothing left.
+    assert_eq!(j["published"], 0, "{j}");
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
 }
