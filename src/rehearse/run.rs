@@ -112,17 +112,35 @@ fn endpoints(args: &RehearseArgs) -> Result<Vec<Endpoint>, String> {
         .collect()
 }
 
+/// The rehearsal's course codes: `<prefix><run>-0000`, ... where `<run>` is
+/// the start second in base 36 (five characters, a new one every second for
+/// 700 days). Nodes keep a course's board in memory while it is watched, and
+/// a second rehearsal soon after a first would otherwise meet the first
+/// one's sections there, which its own hashes no longer hold.
+fn course_names(prefix: &str, courses: u32, unix_ms: u64) -> Vec<String> {
+    let mut s = unix_ms / 1000;
+    let mut run = [b'0'; 5];
+    for c in run.iter_mut().rev() {
+        *c = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"[(s % 36) as usize];
+        s /= 36;
+    }
+    let run = String::from_utf8_lossy(&run).into_owned();
+    (0..courses)
+        .map(|i| format!("{prefix}{run}-{i:04}"))
+        .collect()
+}
+
 /// The flags checked as the contract asks: the first stderr line names the flag.
 fn check(args: &RehearseArgs) -> Result<(), String> {
     let p = &args.rehearsal_prefix;
     if p.is_empty()
-        || p.len() > 56
+        || p.len() > 53
         || !p
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
     {
         return Err(format!(
-            "invalid value '{p}' for '--rehearsal-prefix': 1-56 of [A-Za-z0-9_.-]"
+            "invalid value '{p}' for '--rehearsal-prefix': 1-53 of [A-Za-z0-9_.-]"
         ));
     }
     if let Some(s) = args.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
@@ -209,9 +227,11 @@ pub fn run(args: RehearseArgs) -> ExitCode {
     } = target;
     let stop = Arc::new(AtomicBool::new(false));
     let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
-    let names: Vec<String> = (0..args.courses)
-        .map(|i| format!("{}{i:04}", args.rehearsal_prefix))
-        .collect();
+    let names = course_names(
+        &args.rehearsal_prefix,
+        args.courses,
+        crate::clock::unix_ms(),
+    );
     let mut link = Commands::new(&redis, "rehearse");
     let (state, presence) = (&args.redis.state_prefix, &args.presence_prefix);
     if let Err(e) = cleanup::delete(&mut link, &names, state, presence) {
@@ -493,6 +513,25 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn course_names_carry_the_prefix_and_the_start_second_and_fit_the_contract() {
+        let a = course_names("REHEARSAL-", 3, 1_764_420_000_123);
+        assert_eq!(a.len(), 3);
+        assert!(
+            a[0].starts_with("REHEARSAL-") && a[0].ends_with("-0000"),
+            "{a:?}"
+        );
+        assert_eq!(a[0].len(), "REHEARSAL-".len() + 5 + 1 + 4);
+        let b = course_names("REHEARSAL-", 3, 1_764_420_001_000);
+        assert_ne!(
+            a[0], b[0],
+            "a rehearsal a second later has courses of its own"
+        );
+        let long = "X".repeat(53);
+        let c = course_names(&long, 100_000, 0);
+        assert!(c.iter().all(|n| n.len() <= 64), "{}", c[99_999]);
+    }
 
     #[test]
     fn targets_are_http_or_https_with_their_default_ports_and_tls_names() {

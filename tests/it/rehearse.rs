@@ -211,6 +211,17 @@ fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
     );
     nodes_have_cpu_and_rss(&j, 2);
     report_draws_in_chromium(&report);
+    // Operators rehearse more than once: the same nodes, which still hold
+    // the first run's boards in memory, pass again.
+    let again = temp("pass-again.json");
+    let out = rehearse(&d, &[], &again);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a second rehearsal: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(read_json(&again)["correct"], 1.0);
 }
 
 /// `--nodes` for the deployment: each node's own URL.
