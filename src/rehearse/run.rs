@@ -8,7 +8,7 @@
 use super::cleanup;
 use super::feed::Feed;
 use super::hist::Hist;
-use super::nodes::{Endpoint, Watch};
+use super::nodes::{Endpoint, Node, Watch};
 use super::progress::{Progress, Status};
 use super::transport::Tls;
 use super::verdict::{Figures, Second};
@@ -399,6 +399,79 @@ fn drive(
     (meter.series, feed)
 }
 
+/// The viewers' reports merged: latency, connect time, and the boards
+/// checked and found correct against the last state `feed` published.
+fn merge_reports(
+    reports: &[serde_json::Value],
+    feed: &Feed,
+    names: &[String],
+) -> (Hist, Hist, (u64, u64)) {
+    let (mut latency, mut connect) = (Hist::default(), Hist::default());
+    let mut boards = (0u64, 0u64);
+    for r in reports {
+        latency.merge_json(&r["latency"]);
+        connect.merge_json(&r["connect"]);
+        for d in r["digests"].as_array().into_iter().flatten() {
+            let (c, dig, n) = (
+                d[0].as_u64().unwrap_or(0),
+                d[1].as_u64().unwrap_or(0),
+                d[2].as_u64().unwrap_or(0),
+            );
+            boards.0 += n;
+            if (c as usize) < names.len() && feed.expected(c as usize) == dig {
+                boards.1 += n;
+            }
+        }
+    }
+    (latency, connect, boards)
+}
+
+/// Deletes the rehearsal's keys, again for up to 3 s while the nodes take
+/// their viewers' presence out as the sockets close; the keys left.
+fn delete_when_presence_left(args: &RehearseArgs, link: &mut Commands, names: &[String]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut left = u64::MAX;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        left = cleanup::delete(link, names, &args.redis.state_prefix, &args.presence_prefix)
+            .unwrap_or(u64::MAX);
+        if left == 0 {
+            break;
+        }
+    }
+    left
+}
+
+/// `--json` and `--report`, where asked for; a file that cannot be written
+/// is a warning, not a verdict.
+fn write_outputs(
+    args: &RehearseArgs,
+    figures: &Figures,
+    short: &[String],
+    nodes: &[Node],
+    processes: usize,
+) {
+    if let Some(path) = &args.json {
+        let nodes_json: Vec<serde_json::Value> = nodes.iter().map(|n| n.to_json()).collect();
+        let mut j = figures.to_json(short, nodes_json.into());
+        j["processes"] = processes.into();
+        let text = j.to_string();
+        if let Err(e) = std::fs::write(path, text) {
+            line(&format!("warning: --json {}: {e}", path.display()));
+        }
+    }
+    if let Some(path) = &args.report {
+        let verdict = match short {
+            [] => "pass: every target held and every board was correct".to_string(),
+            s => format!("fail: {}", s.join("; ")),
+        };
+        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, nodes, &verdict))
+        {
+            line(&format!("warning: --report {}: {e}", path.display()));
+        }
+    }
+}
+
 /// Board check, close, cleanup, verdict.
 fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -> ExitCode {
     let Run {
@@ -415,39 +488,8 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
     let tls_failed = workers.sum("tls_failed");
     let reports = workers.reports();
-    let (mut latency, mut connect) = (Hist::default(), Hist::default());
-    let mut boards = (0u64, 0u64);
-    for r in &reports {
-        latency.merge_json(&r["latency"]);
-        connect.merge_json(&r["connect"]);
-        for d in r["digests"].as_array().into_iter().flatten() {
-            let (c, dig, n) = (
-                d[0].as_u64().unwrap_or(0),
-                d[1].as_u64().unwrap_or(0),
-                d[2].as_u64().unwrap_or(0),
-            );
-            boards.0 += n;
-            if (c as usize) < names.len() && feed.expected(c as usize) == dig {
-                boards.1 += n;
-            }
-        }
-    }
-    // The nodes take their viewers' presence out as the sockets close.
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut left = u64::MAX;
-    while Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-        left = cleanup::delete(
-            &mut link,
-            names,
-            &args.redis.state_prefix,
-            &args.presence_prefix,
-        )
-        .unwrap_or(u64::MAX);
-        if left == 0 {
-            break;
-        }
-    }
+    let (latency, connect, boards) = merge_reports(&reports, &feed, names);
+    let left = delete_when_presence_left(args, &mut link, names);
     let figures = Figures {
         viewers: peak,
         asked: u64::from(args.viewers),
@@ -478,25 +520,7 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     if !short.is_empty() && boards.0 == 0 && peak == 0 {
         short.push("no viewer connected: is --target right?".into());
     }
-    if let Some(path) = &args.json {
-        let nodes_json: Vec<serde_json::Value> = nodes.iter().map(|n| n.to_json()).collect();
-        let mut j = figures.to_json(&short, nodes_json.into());
-        j["processes"] = processes.into();
-        let text = j.to_string();
-        if let Err(e) = std::fs::write(path, text) {
-            line(&format!("warning: --json {}: {e}", path.display()));
-        }
-    }
-    if let Some(path) = &args.report {
-        let verdict = match short.as_slice() {
-            [] => "pass: every target held and every board was correct".to_string(),
-            s => format!("fail: {}", s.join("; ")),
-        };
-        if let Err(e) = std::fs::write(path, super::report::html(&figures.series, &nodes, &verdict))
-        {
-            line(&format!("warning: --report {}: {e}", path.display()));
-        }
-    }
+    write_outputs(args, &figures, &short, &nodes, processes);
     if short.is_empty() {
         line(&format!(
             "rehearse: pass: {} viewers, {} published, p99 {:.0} ms, every board correct",
