@@ -488,7 +488,7 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
     let tls_failed = workers.sum("tls_failed");
     let reports = workers.reports();
-    let (latency, connect, boards) = merge_reports(&reports, &feed, names);
+    let (latency, connect, boards) = merge_reports(&reports, feed, names);
     let left = delete_when_presence_left(args, &mut link, names);
     let figures = Figures {
         viewers: peak,
