@@ -14,12 +14,29 @@ use tungstenite::{Message, WebSocket};
 /// The HS256 secret of tests that run `--auth jwt` (`serve` refuses one under 32 bytes).
 pub const TEST_SECRET: &str = "seatboard-test-secret-0123456789abcdef";
 
-/// A port nobody listens on right now.
+/// Where [`free_port`] hands out ports: below Linux's ephemeral range
+/// (32768-60999), so no test's outgoing connection takes a port as its
+/// source while a node restarting on that port is between two binds.
+const TEST_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port nobody listens on right now, and one no other caller in this
+/// process was given (ports go round [`TEST_PORTS`], from a start that
+/// differs between processes).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(TEST_PORTS.end - TEST_PORTS.start);
+    if NEXT.load(Relaxed) == u32::MAX {
+        let seed = std::process::id().wrapping_mul(7919) % span;
+        let _ = NEXT.compare_exchange(u32::MAX, seed, Relaxed, Relaxed);
+    }
+    for _ in 0..span {
+        let p = TEST_PORTS.start + (NEXT.fetch_add(1, Relaxed) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+    panic!("no free port in {TEST_PORTS:?}")
 }
 
 /// Polls `f` until it returns `Some` or `timeout` passes.
