@@ -131,6 +131,13 @@ fn watching(out: &mut Outcome, o: &Opts, server: &Server, mut f: Fleet, before: 
         format!("{per_conn:.0} B per connection"),
         json!(per_conn),
     );
+    let per_conn_end =
+        (end.rss_kib.saturating_sub(before.rss_kib) * 1024) as f64 / open.max(1) as f64;
+    out.row(
+        "rss_end_per_conn_bytes",
+        format!("{per_conn_end:.0} B per connection at the end of the window (past two pings and pongs with --seconds 70)"),
+        json!(per_conn_end),
+    );
     out.row(
         "idle_cpu_pct_core",
         format!("{cpu:.2}% of one core over {window:.0} s"),

@@ -16,9 +16,10 @@ pub type ControlWindow = Window<MAX_CONTROL_PER_SEC>;
 /// Exact sliding one-second window over a connection's last `N` events.
 #[derive(Debug, Default)]
 pub struct Window<const N: usize> {
-    /// The first event's time: most connections send one `watch` (and a pong
-    /// now and then) and nothing else, so the ring is only allocated from the
-    /// second event on.
+    /// The first event's time since the window last started over: most
+    /// connections send one `watch` (and a pong every ping interval) and
+    /// nothing else, so the ring is only allocated for a second event within
+    /// a second of the one before, and given back once a second passes quiet.
     first_ms: u64,
     /// Arrival times (ms) of the last `N` events, a ring.
     times: Option<Box<[u64; N]>>,
@@ -29,7 +30,9 @@ pub struct Window<const N: usize> {
 impl<const N: usize> Window<N> {
     /// Records an event at `now_ms`; false when it makes more than `N` in the last second.
     pub fn admit(&mut self, now_ms: u64) -> bool {
-        if self.seen == 0 {
+        if self.seen == 0 || now_ms >= self.last_ms().saturating_add(1000) {
+            // Nothing before a quiet second counts again: start over.
+            self.times = None;
             self.first_ms = now_ms;
             self.seen = 1;
             self.next = 1 % N as u16;
@@ -49,6 +52,14 @@ impl<const N: usize> Window<N> {
         self.next = ((next + 1) % N) as u16;
         self.seen = self.seen.saturating_add(1);
         !(full && now_ms < oldest + 1000)
+    }
+
+    /// The last event's time (with at least one seen).
+    fn last_ms(&self) -> u64 {
+        match &self.times {
+            None => self.first_ms,
+            Some(t) => t[(usize::from(self.next) + N - 1) % N],
+        }
     }
 }
 
@@ -156,6 +167,26 @@ mod tests {
             assert!(w.admit(5 + i), "message {i}");
         }
         assert!(!w.admit(100), "21 within a second");
+    }
+
+    #[test]
+    fn events_a_second_apart_allocate_nothing_and_a_quiet_second_frees_the_ring() {
+        let mut w = ControlWindow::default();
+        // A pong every ping interval.
+        assert!((0..10u64).all(|i| w.admit(1_000 + i * 30_000)));
+        assert!(w.times.is_none());
+        // A burst takes the ring and is still counted exactly...
+        assert!((0..100u64).all(|i| w.admit(400_000 + i)));
+        assert!(!w.admit(400_500), "the 101st within a second");
+        assert!(w.times.is_some());
+        // ...until a second passes with nothing: the window starts over.
+        assert!(w.admit(401_500));
+        assert!(w.times.is_none());
+        assert!((1..100u64).all(|i| w.admit(401_500 + i)));
+        assert!(
+            !w.admit(401_600),
+            "the count started over with the quiet second"
+        );
     }
 
     #[test]

@@ -15,11 +15,17 @@ pub(crate) enum Push {
     Full,
 }
 
-/// The frames queued to one connection, within its bound.
+/// The frames queued to one connection, within its bound. The head frame
+/// sits inline and only the frames behind it take a ring, given back when it
+/// empties: most connections hold one frame or none, and an idle one then
+/// holds no allocation for its queue.
 #[derive(Debug)]
 pub(crate) struct SendQueue {
-    frames: VecDeque<Bytes>,
-    /// Bytes of `frames`.
+    /// The next frame to write; `None` only when the queue is empty.
+    head: Option<Bytes>,
+    /// The frames behind `head`, in order.
+    rest: VecDeque<Bytes>,
+    /// Bytes of `head` and `rest`.
     bytes: u32,
     /// The most bytes queued at once but for a single frame, which an empty
     /// queue always takes (a bound per connection, set when it is made).
@@ -32,7 +38,8 @@ impl SendQueue {
     /// An empty queue bounded at `bound` bytes.
     pub fn new(bound: usize) -> Self {
         SendQueue {
-            frames: VecDeque::new(),
+            head: None,
+            rest: VecDeque::new(),
             bytes: 0,
             bound: u32::try_from(bound).unwrap_or(u32::MAX),
             full_since: None,
@@ -41,7 +48,7 @@ impl SendQueue {
 
     /// Whether `len` more bytes may be queued: an empty queue takes anything.
     pub fn fits(&self, len: usize) -> bool {
-        self.frames.is_empty() || self.within_bound(len)
+        self.head.is_none() || self.within_bound(len)
     }
 
     /// Whether `len` more bytes stay within the bound, empty queue or not (for
@@ -65,7 +72,11 @@ impl SendQueue {
     /// were checked to fit).
     pub fn push_always(&mut self, frame: Bytes) {
         self.bytes = self.bytes.saturating_add(frame.len() as u32);
-        self.frames.push_back(frame);
+        if self.head.is_none() {
+            self.head = Some(frame);
+        } else {
+            self.rest.push_back(frame);
+        }
     }
 
     /// Notes a frame refused at `now_ms` without queueing anything.
@@ -84,15 +95,17 @@ impl SendQueue {
     }
 
     /// The next frame to write. An emptied queue stops the slow-consumer
-    /// clock and gives back its ring (most connections sit idle between ticks).
+    /// clock; an emptied ring is given back (most connections sit idle
+    /// between ticks).
     pub fn pop(&mut self) -> Option<Bytes> {
-        let f = self.frames.pop_front()?;
+        let f = self.head.take()?;
         self.bytes -= f.len() as u32;
-        if self.frames.is_empty() {
+        self.head = self.rest.pop_front();
+        if self.rest.is_empty() && self.rest.capacity() > 0 {
+            self.rest = VecDeque::new();
+        }
+        if self.head.is_none() {
             self.full_since = None;
-            if self.frames.capacity() > 4 {
-                self.frames = VecDeque::new();
-            }
         }
         Some(f)
     }
@@ -106,8 +119,9 @@ impl SendQueue {
         let first = self.pop()?;
         let mut total = first.len();
         let joins = self
-            .frames
+            .head
             .iter()
+            .chain(&self.rest)
             .take_while(|f| {
                 total += f.len();
                 total <= max
@@ -189,5 +203,20 @@ mod tests {
         q.push_always(Bytes::from(vec![0; 1]));
         assert_eq!(q.pop_joined(100).map(|b| b.len()), Some(4));
         assert_eq!(q.full_since(), None, "drained: the clock stops");
+    }
+
+    #[test]
+    fn one_frame_takes_no_ring_and_a_drained_ring_is_given_back() {
+        let mut q = SendQueue::new(1 << 20);
+        q.push_always(Bytes::from_static(b"a"));
+        assert_eq!(q.rest.capacity(), 0, "the head frame sits inline");
+        q.push_always(Bytes::from_static(b"b"));
+        q.push_always(Bytes::from_static(b"c"));
+        assert!(q.rest.capacity() > 0);
+        assert_eq!(q.pop().as_deref(), Some(&b"a"[..]));
+        assert_eq!(q.pop().as_deref(), Some(&b"b"[..]));
+        assert_eq!(q.rest.capacity(), 0, "the ring emptied: given back");
+        assert_eq!(q.pop().as_deref(), Some(&b"c"[..]));
+        assert_eq!((q.pop(), q.bytes()), (None, 0));
     }
 }

@@ -61,6 +61,9 @@ impl Shard {
             c.awaiting_seed.push(id);
         }
         if let Some(conn) = self.conn_mut(id) {
+            // Most connections watch one course: room for one, not the
+            // default four (an idle connection's bytes).
+            conn.watched.reserve_exact(1);
             conn.watched.push((Arc::clone(&name), pos));
         }
         if seeded {
