@@ -115,8 +115,9 @@ pub(crate) struct Conn {
     pub in_ready: bool,
     /// WebSocket (with or without permessage-deflate) or SSE stream.
     pub transport: Transport,
-    /// Client frames not yet decoded, and the message being assembled.
-    pub decoder: Decoder,
+    /// Client frames not yet decoded, and the message being assembled: only
+    /// while there are any (see [`Conn::decoder`]).
+    decoder: Option<Box<Decoder>>,
     /// The 20-messages-per-second window.
     pub window: MessageWindow,
     /// The 100-control-frames-per-second window (pings and pongs).
@@ -145,11 +146,7 @@ impl Conn {
             phase: Phase::Open,
             in_ready: false,
             transport,
-            decoder: if transport.deflates() {
-                Decoder::with_deflate()
-            } else {
-                Decoder::new()
-            },
+            decoder: None,
             window: MessageWindow::default(),
             control: ControlWindow::default(),
         }
@@ -163,7 +160,88 @@ impl Conn {
         self.queue.push(frame, now_ms)
     }
 
+    /// The connection's frame decoder, made on its first read since it was
+    /// last idle.
+    pub fn decoder(&mut self) -> &mut Decoder {
+        let deflate = self.transport.deflates();
+        self.decoder.get_or_insert_with(|| {
+            Box::new(if deflate {
+                Decoder::with_deflate()
+            } else {
+                Decoder::new()
+            })
+        })
+    }
+
+    /// Drops the decoder once it holds nothing: an idle connection (most of
+    /// them, between a `watch` and the next pong) keeps no decoder at all.
+    pub fn release_idle_decoder(&mut self) {
+        if self.decoder.as_ref().is_some_and(|d| d.is_idle()) {
+            self.decoder = None;
+        }
+    }
+
     pub fn watch_pos(&self, course: &str) -> Option<usize> {
         self.watched.iter().position(|(c, _)| &**c == course)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ws_codec::{client_frame, WsEvent};
+
+    #[test]
+    fn the_decoder_lives_only_while_it_holds_something() {
+        let mut c = Conn::new(
+            1,
+            "u".into(),
+            Role::Student,
+            false,
+            Transport::WebSocket { deflate: false },
+            1024,
+            0,
+        );
+        assert!(c.decoder.is_none(), "a new connection holds no decoder");
+        let first = client_frame(false, 0x1, b"{\"op\":", [1, 2, 3, 4]);
+        let last = client_frame(true, 0x0, b"1}", [5, 6, 7, 8]);
+        // Half a frame, then a whole frame that does not end its message.
+        c.decoder().feed(&first[..3]);
+        assert_eq!(c.decoder().next_event(), Ok(None));
+        c.release_idle_decoder();
+        assert!(c.decoder.is_some(), "kept: half a frame is buffered");
+        c.decoder().feed(&first[3..]);
+        assert_eq!(c.decoder().next_event(), Ok(None));
+        c.release_idle_decoder();
+        assert!(c.decoder.is_some(), "kept: a message is being assembled");
+        c.decoder().feed(&last);
+        assert_eq!(
+            c.decoder().next_event(),
+            Ok(Some(WsEvent::Text("{\"op\":1}".into())))
+        );
+        assert_eq!(c.decoder().next_event(), Ok(None));
+        c.release_idle_decoder();
+        assert!(c.decoder.is_none(), "dropped once it holds nothing");
+    }
+
+    #[test]
+    fn a_decoder_made_again_keeps_the_connection_s_deflate() {
+        let mut c = Conn::new(
+            1,
+            "u".into(),
+            Role::Student,
+            false,
+            Transport::WebSocket { deflate: true },
+            1024,
+            0,
+        );
+        // RSV1 is allowed only on a connection that negotiated deflate.
+        let mut frame = client_frame(true, 0x1, b"x", [0; 4]);
+        frame[0] |= 0x40;
+        c.decoder().feed(&frame);
+        assert_ne!(
+            c.decoder().next_event(),
+            Err(crate::ws_codec::Violation(crate::ws_codec::close::PROTOCOL))
+        );
     }
 }

@@ -107,14 +107,10 @@ impl Decoder {
         self.input.len() + self.message.len()
     }
 
-    /// Frees buffers after a burst so an idle connection holds nothing.
-    pub fn shrink(&mut self) {
-        if self.input.is_empty() {
-            self.input = Vec::new();
-        }
-        if !self.in_message {
-            self.message = Vec::new();
-        }
+    /// Holds nothing: no undecoded bytes and no partial message, so it is as
+    /// good as a new one (the connection may drop it until its next read).
+    pub fn is_idle(&self) -> bool {
+        self.input.is_empty() && !self.in_message
     }
 
     /// Decodes the next event, `Ok(None)` when more bytes are needed.

@@ -27,15 +27,15 @@ impl Shard {
         let Some(c) = self.conn_mut(id) else {
             return Reading::Stop;
         };
-        c.decoder.feed(data);
+        c.decoder().feed(data);
         loop {
             let Some(c) = self.conn_mut(id) else {
                 return Reading::Stop;
             };
-            let event = match c.decoder.next_event() {
+            let event = match c.decoder().next_event() {
                 Ok(Some(e)) => e,
                 Ok(None) => {
-                    c.decoder.shrink();
+                    c.release_idle_decoder();
                     return Reading::More;
                 }
                 Err(Violation(code)) => {
