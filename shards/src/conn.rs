@@ -191,17 +191,15 @@ mod tests {
     use super::*;
     use crate::ws_codec::{client_frame, WsEvent};
 
+    /// A student's WebSocket connection, with or without permessage-deflate.
+    fn ws_conn(deflate: bool) -> Conn {
+        let transport = Transport::WebSocket { deflate };
+        Conn::new(1, "u".into(), Role::Student, false, transport, 1024, 0)
+    }
+
     #[test]
     fn the_decoder_lives_only_while_it_holds_something() {
-        let mut c = Conn::new(
-            1,
-            "u".into(),
-            Role::Student,
-            false,
-            Transport::WebSocket { deflate: false },
-            1024,
-            0,
-        );
+        let mut c = ws_conn(false);
         assert!(c.decoder.is_none(), "a new connection holds no decoder");
         let first = client_frame(false, 0x1, b"{\"op\":", [1, 2, 3, 4]);
         let last = client_frame(true, 0x0, b"1}", [5, 6, 7, 8]);
@@ -226,15 +224,7 @@ mod tests {
 
     #[test]
     fn a_decoder_made_again_keeps_the_connection_s_deflate() {
-        let mut c = Conn::new(
-            1,
-            "u".into(),
-            Role::Student,
-            false,
-            Transport::WebSocket { deflate: true },
-            1024,
-            0,
-        );
+        let mut c = ws_conn(true);
         // RSV1 is allowed only on a connection that negotiated deflate.
         let mut frame = client_frame(true, 0x1, b"x", [0; 4]);
         frame[0] |= 0x40;
