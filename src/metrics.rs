@@ -34,6 +34,11 @@ impl Histogram {
         self.sum_us.fetch_add(us, Relaxed);
     }
 
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+    }
+
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cum = 0;
         let sep = if labels.is_empty() { "" } else { "," };
@@ -197,6 +202,11 @@ pub const CLOSE_CODES: [u16; 11] = [
 pub const DRIVERS: [&str; 3] = ["io_uring", "epoll", "tokio"];
 
 /// Picks one counter out of a shard's metrics.
+/// Bucket bounds for a course's time to seed (a few round trips to Redis).
+pub const SEED_BOUNDS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+];
+
 type ShardField = fn(&ShardMetrics) -> &AtomicU64;
 
 /// Everything `/metrics` shows.
@@ -232,6 +242,11 @@ pub struct Metrics {
     pub update_latency: Histogram,
     /// Presence pipeline round trips.
     pub presence_pipeline: Histogram,
+    /// A course's first watch to its state seeded.
+    pub seed: Histogram,
+    /// The round trip to Redis as last measured, per node (`None`: standalone;
+    /// a `None` time: no answer).
+    pub redis_rtt: std::sync::Mutex<Vec<(Option<String>, Option<f64>)>>,
     /// Presence pipeline errors.
     pub presence_errors: AtomicU64,
     /// 1 while draining.
@@ -265,6 +280,8 @@ impl Metrics {
             ingest_courses: AtomicU64::new(0),
             update_latency: Histogram::new(LATENCY_BOUNDS),
             presence_pipeline: Histogram::new(LATENCY_BOUNDS),
+            seed: Histogram::new(SEED_BOUNDS),
+            redis_rtt: std::sync::Mutex::new(vec![(None, None)]),
             presence_errors: AtomicU64::new(0),
             draining: AtomicU64::new(0),
             pin_failures: AtomicU64::new(0),
@@ -274,6 +291,11 @@ impl Metrics {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
         }
+    }
+
+    /// Records the round trips the state reader just measured.
+    pub fn set_redis_rtt(&self, rtt: Vec<(Option<String>, Option<f64>)>) {
+        *self.redis_rtt.lock().unwrap_or_else(|e| e.into_inner()) = rtt;
     }
 
     /// Counts a refusal.
@@ -343,6 +365,18 @@ impl Metrics {
                     }
                 }
                 Samples::Histogram(histogram) => histogram(self).render(&mut o, name, ""),
+                Samples::Nodes(values) => {
+                    for (node, n) in values(self) {
+                        match node {
+                            Some(node) => {
+                                let _ = writeln!(o, "{name}{{node=\"{node}\"}} {n}");
+                            }
+                            None => {
+                                let _ = writeln!(o, "{name} {n}");
+                            }
+                        }
+                    }
+                }
             }
         }
         o
@@ -367,6 +401,9 @@ impl std::fmt::Display for Num {
     }
 }
 
+/// One sample of a per-Redis-node family: the node (`None`: standalone) and its value.
+type NodeSample = (Option<String>, Num);
+
 /// Where one family's samples come from.
 enum Samples {
     /// One node-wide sample, no labels.
@@ -381,6 +418,9 @@ enum Samples {
     ShardHistogram(fn(&ShardMetrics) -> &Histogram),
     /// One node-wide histogram.
     Histogram(fn(&Metrics) -> &Histogram),
+    /// One sample per Redis node (label `node`), or one without a label for a
+    /// standalone Redis.
+    Nodes(fn(&Metrics) -> Vec<NodeSample>),
 }
 
 /// One metric family of `/metrics`: what it is called, its type and help
@@ -668,6 +708,21 @@ const FAMILIES: &[Family] = &[
         "seatboard_update_latency_seconds",
         "From a snapshot's ts to its arrival at the hub.",
         Samples::Histogram(|m| &m.update_latency),
+    ),
+    gauge(
+        "seatboard_redis_rtt_seconds",
+        "Round trip to Redis as the node last measured it (a PING every second), per node in a cluster; NaN while Redis does not answer.",
+        Samples::Nodes(|m| {
+            let rtt = m.redis_rtt.lock().unwrap_or_else(|e| e.into_inner());
+            rtt.iter()
+                .map(|(node, s)| (node.clone(), Num::F(s.unwrap_or(f64::NAN))))
+                .collect()
+        }),
+    ),
+    histogram(
+        "seatboard_seed_seconds",
+        "From a course's first watch on this node to its state hash read and seeded.",
+        Samples::Histogram(|m| &m.seed),
     ),
     histogram(
         "seatboard_presence_pipeline_seconds",

@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 /// loop otherwise sleeps until a message, the bucket's end or the source's
 /// next timed work (keepalive, reconnect), whichever comes first.
 const STOP_CHECK: Duration = Duration::from_millis(500);
+/// How often the courses with a state hash are rescanned (sharded pub/sub).
+const RESCAN: Duration = Duration::from_secs(5);
 /// Keys counted per ZCOUNT pipeline.
 const COUNT_BATCH: usize = 1000;
 /// At most one "rejected payload" log line this often.
@@ -225,14 +227,24 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
         last_reject_log: None,
         down_since: None,
     };
-    let mut source = AnySource::new(redis, &args.channel_prefix, &args.state_prefix);
+    let mut source = AnySource::new(redis, &args.channel_prefix);
     source.set_firehose(true);
     let mut cmd = Commands::new(redis, "analytics");
+    // Sharded pub/sub has no pattern form: every course with a state hash is
+    // subscribed, rescanned every few seconds.
+    let mut next_scan = Instant::now();
     let mut was_up = false;
     let mut announced = false;
     while !stop.load(Relaxed) {
+        if redis.sharded() && Instant::now() >= next_scan {
+            next_scan = Instant::now() + RESCAN;
+            if let Ok(courses) = crate::ingest::scan::scan_courses(&mut cmd, &args.state_prefix) {
+                source.cover(&courses);
+            }
+        }
         let wait = sleep_for(&lp.buckets, source.poll_timeout(), clock::unix_ms());
         let ev = source.poll(wait);
+        source.flush();
         let up = source.connected();
         if up && !was_up {
             match lp.down_since.take() {

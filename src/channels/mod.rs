@@ -75,6 +75,18 @@ pub enum IngestCmd {
     },
     /// Global viewer counts, for the admin aggregate.
     Viewers(Arc<Vec<(Arc<str>, u64)>>),
+    /// The state reader's answer to a read: the state hashes of `courses`, in
+    /// order (`None`: the read failed).
+    States {
+        /// The courses asked for.
+        courses: Vec<Arc<str>>,
+        /// One payload per section for each course, or `None`.
+        hashes: Option<Vec<Vec<Vec<u8>>>>,
+        /// The subscription epoch the read was asked in.
+        epoch: u64,
+    },
+    /// The state reader's answer to a discovery (`None`: it failed).
+    Discovered(Option<crate::ingest::reader::Discovery>),
     /// Stop the thread.
     Shutdown,
 }

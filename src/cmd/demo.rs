@@ -25,7 +25,8 @@ pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
         let s = window.next(clock::unix_ms());
         publisher.publish(&s.course, s.section, s.to_payload().into_bytes());
     }
-    let hub = runtime::start(Arc::clone(&node), source, MemoryPresence::default())?;
+    let states = source.states();
+    let hub = runtime::start(Arc::clone(&node), source, states, MemoryPresence::default())?;
     std::thread::Builder::new()
         .name("seatboard-simulator".into())
         .spawn(move || simulate(publisher, window, &node))?;

@@ -3,6 +3,7 @@
 
 use crate::hub::{self as runtime, Hub};
 use crate::ingest::any::AnySource;
+use crate::ingest::states::RedisStates;
 use crate::node::Node;
 use crate::presence::redis::RedisPresence;
 use crate::redis::commands::Commands;
@@ -18,11 +19,12 @@ pub fn start(node: Arc<Node>) -> std::io::Result<Hub> {
     let args = &node.args;
     let redis = Redis::from_flags(&args.redis).map_err(std::io::Error::other)?;
     *node.redis_health.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&redis.health));
-    let source = AnySource::new(&redis, &args.channel_prefix, &args.state_prefix);
+    let source = AnySource::new(&redis, &args.channel_prefix);
+    let states = RedisStates::new(&redis, &args.state_prefix);
     let store = RedisPresence::new(&redis, &args.presence_prefix);
     let link = Commands::new(&redis, "course list");
     let prefix = args.state_prefix.clone();
-    let hub = runtime::start(Arc::clone(&node), source, store)?;
+    let hub = runtime::start(Arc::clone(&node), source, states, store)?;
     let n = Arc::clone(&node);
     std::thread::Builder::new()
         .name("seatboard-courses".into())

@@ -10,7 +10,8 @@ use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::failure;
 use crate::ingest::source::Source;
-use crate::ingest::{self, Ingest};
+use crate::ingest::states::StateStore;
+use crate::ingest::{self, reader, Ingest};
 use crate::node::Node;
 use crate::presence::{self, PresenceStore, PresenceTiming, Worker};
 use crate::shard;
@@ -44,9 +45,10 @@ pub struct Hub {
 }
 
 /// Binds, starts every thread, and returns once all shards listen.
-pub fn start<S, P>(node: Arc<Node>, source: S, store: P) -> std::io::Result<Hub>
+pub fn start<S, T, P>(node: Arc<Node>, source: S, states: T, store: P) -> std::io::Result<Hub>
 where
     S: Source + 'static,
+    T: StateStore + 'static,
     P: PresenceStore + 'static,
 {
     let args = node.args.clone();
@@ -71,15 +73,21 @@ where
     let (ingest_tx, ingest_rx) = crate::channels::wake::channel()?;
     let (presence_tx, presence_rx) = unbounded();
 
+    let (read_tx, read_rx) = unbounded();
     let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
     let ingest = Ingest::new(
         source,
         outlets,
         Arc::clone(&node.metrics),
         Some(presence_tx.clone()),
+        read_tx,
         args.admin_tick_ms,
         clock::unix_ms(),
     );
+    let (reader_ingest, reader_metrics) = (ingest_tx.clone(), Arc::clone(&node.metrics));
+    std::thread::Builder::new()
+        .name("seatboard-states".into())
+        .spawn(move || reader::run(states, read_rx, reader_ingest, reader_metrics))?;
     std::thread::Builder::new()
         .name("seatboard-ingest".into())
         .spawn(move || ingest::run(ingest, ingest_rx))?;

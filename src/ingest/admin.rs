@@ -15,9 +15,6 @@ use std::sync::Arc;
 /// How often the state hashes are scanned for new courses while the firehose is on (ms).
 pub const RESCAN_MS: u64 = 5_000;
 
-/// State hashes read per pipeline when courses are discovered.
-const LOAD_BATCH: usize = 500;
-
 /// A course's admin entry as last sent, to tell what changed.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct Shown {
@@ -59,55 +56,6 @@ impl Shown {
 }
 
 impl<S: Source> Ingest<S> {
-    /// Adds every course with a state hash the node does not hold yet, and
-    /// reads its hash (when the firehose turns on, then every [`RESCAN_MS`]).
-    pub(super) fn discover(&mut self, now_ms: u64) {
-        self.next_scan_ms = now_ms + RESCAN_MS;
-        let mut new: Vec<Arc<str>> = Vec::new();
-        for c in self.source.known_courses() {
-            if !shards::snapshot::valid_course(&c) {
-                continue;
-            }
-            match self.boards.get_mut(c.as_str()) {
-                Some(b) => b.named = true,
-                None => {
-                    let c: Arc<str> = c.into();
-                    let board = Board {
-                        named: true,
-                        ..Board::default()
-                    };
-                    self.boards.insert(Arc::clone(&c), board);
-                    new.push(c);
-                }
-            }
-        }
-        for batch in new.chunks(LOAD_BATCH) {
-            self.load_batch(batch, now_ms);
-        }
-    }
-
-    /// Reads the state hashes of `courses` in one batch (pipelined).
-    fn load_batch(&mut self, courses: &[Arc<str>], now_ms: u64) {
-        let names: Vec<&str> = courses.iter().map(|c| &**c).collect();
-        let Some(states) = self.source.load_states(&names) else {
-            return;
-        };
-        let connected = self.source.connected();
-        for (course, payloads) in courses.iter().zip(states) {
-            for p in payloads {
-                match shards::Snapshot::parse(&p, Some(course)) {
-                    Ok(s) => {
-                        self.accept(Arc::new(s), false);
-                    }
-                    Err(r) => self.rejected(r, course, now_ms),
-                }
-            }
-            if let Some(b) = self.boards.get_mut(course) {
-                b.loaded = connected;
-            }
-        }
-    }
-
     /// The admin tick: rates over the tick just ended, then a message to every
     /// admin shard if any entry changed.
     pub(super) fn admin_tick(&mut self) {

@@ -19,8 +19,8 @@ pub enum AnySource {
     Pending {
         /// The deployment.
         redis: Arc<Redis>,
-        /// Channel and state prefixes.
-        prefixes: (String, String),
+        /// The channel prefix.
+        prefix: String,
         /// Courses asked for.
         courses: BTreeSet<String>,
         /// Whether an admin watches.
@@ -35,11 +35,11 @@ pub enum AnySource {
 }
 
 impl AnySource {
-    /// The source for `redis` with these prefixes (never fails: Redis may come later).
-    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, state_prefix: &str) -> AnySource {
+    /// The source for `redis` with this channel prefix (never fails: Redis may come later).
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> AnySource {
         let mut s = AnySource::Pending {
             redis: Arc::clone(redis),
-            prefixes: (channel_prefix.to_owned(), state_prefix.to_owned()),
+            prefix: channel_prefix.to_owned(),
             courses: BTreeSet::new(),
             firehose: false,
             backoff: Backoff::default(),
@@ -52,7 +52,7 @@ impl AnySource {
     fn settle(&mut self) -> bool {
         let AnySource::Pending {
             redis,
-            prefixes,
+            prefix,
             courses,
             firehose,
             backoff,
@@ -70,9 +70,9 @@ impl AnySource {
         }
         let (courses, firehose) = (std::mem::take(courses), *firehose);
         let mut real = if redis.sharded() {
-            AnySource::Sharded(ShardedSource::new(redis, &prefixes.0, &prefixes.1))
+            AnySource::Sharded(ShardedSource::new(redis, prefix))
         } else {
-            AnySource::Classic(RedisSource::new(redis, &prefixes.0, &prefixes.1))
+            AnySource::Classic(RedisSource::new(redis, prefix))
         };
         real.set_firehose(firehose);
         for c in &courses {
@@ -127,19 +127,27 @@ impl Source for AnySource {
         }
     }
 
-    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
+    fn cover(&mut self, courses: &[String]) {
         match self {
-            AnySource::Classic(s) => s.load_state(course),
-            AnySource::Sharded(s) => s.load_state(course),
-            AnySource::Pending { .. } => None,
+            AnySource::Classic(s) => s.cover(courses),
+            AnySource::Sharded(s) => s.cover(courses),
+            AnySource::Pending { .. } => {}
         }
     }
 
-    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
+    fn flush(&mut self) {
         match self {
-            AnySource::Classic(s) => s.load_states(courses),
-            AnySource::Sharded(s) => s.load_states(courses),
-            AnySource::Pending { .. } => None,
+            AnySource::Classic(s) => s.flush(),
+            AnySource::Sharded(s) => s.flush(),
+            AnySource::Pending { .. } => {}
+        }
+    }
+
+    fn subscribed(&self, course: &str) -> bool {
+        match self {
+            AnySource::Classic(s) => s.subscribed(course),
+            AnySource::Sharded(s) => s.subscribed(course),
+            AnySource::Pending { .. } => false,
         }
     }
 
@@ -156,14 +164,6 @@ impl Source for AnySource {
             AnySource::Classic(s) => s.wait_fds(fds),
             AnySource::Sharded(s) => s.wait_fds(fds),
             AnySource::Pending { .. } => {}
-        }
-    }
-
-    fn known_courses(&mut self) -> Vec<String> {
-        match self {
-            AnySource::Classic(s) => s.known_courses(),
-            AnySource::Sharded(s) => s.known_courses(),
-            AnySource::Pending { .. } => Vec::new(),
         }
     }
 

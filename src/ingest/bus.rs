@@ -2,6 +2,7 @@
 //! the selection API publishes into Redis (a state table plus a channel).
 
 use super::source::{Source, SourceEvent};
+use super::states::{RoundTrip, StateStore};
 use crate::channels::wake::Wake;
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,6 +35,40 @@ impl BusPublisher {
     }
 }
 
+/// The bus's state table as the state reader sees it.
+pub struct BusStates {
+    state: StateTable,
+}
+
+impl StateStore for BusStates {
+    fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        Some(
+            courses
+                .iter()
+                .map(|c| {
+                    state
+                        .get(&**c)
+                        .map(|m| m.values().cloned().collect())
+                        .unwrap_or_default()
+                })
+                .collect(),
+        )
+    }
+
+    fn scan(&mut self) -> Option<Vec<String>> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut courses: Vec<String> = state.keys().cloned().collect();
+        courses.sort();
+        Some(courses)
+    }
+
+    fn ping(&mut self) -> Vec<RoundTrip> {
+        // In-process: no distance to measure.
+        vec![(None, Some(0.0))]
+    }
+}
+
 /// The subscribing side, owned by the ingest thread.
 pub struct Bus {
     rx: Receiver<(String, Vec<u8>)>,
@@ -41,6 +76,15 @@ pub struct Bus {
     subscribed: HashSet<String>,
     firehose: bool,
     wake: Arc<Wake>,
+}
+
+impl Bus {
+    /// The state table, for the state reader.
+    pub fn states(&self) -> BusStates {
+        BusStates {
+            state: Arc::clone(&self.state),
+        }
+    }
 }
 
 /// A connected publisher/subscriber pair.
@@ -88,19 +132,8 @@ impl Source for Bus {
         self.firehose = on;
     }
 
-    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        Some(
-            state
-                .get(course)
-                .map(|m| m.values().cloned().collect())
-                .unwrap_or_default(),
-        )
-    }
-
-    fn known_courses(&mut self) -> Vec<String> {
-        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.keys().cloned().collect()
+    fn subscribed(&self, _course: &str) -> bool {
+        true
     }
 
     fn poll_timeout(&mut self) -> Option<Duration> {

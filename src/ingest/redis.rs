@@ -1,11 +1,14 @@
 //! The classic Redis `Source` of `serve`: one pub/sub connection owned by the
 //! ingest thread (SUBSCRIBE per watched course, or PSUBSCRIBE `<prefix>*` while
-//! admins watch), plus the command client for the state hashes. Used for a
-//! standalone Redis and for `--pubsub classic` in a cluster (any one node
-//! hears every PUBLISH there; on failure it moves to another node). Redis going
-//! away is routine: the source reports itself disconnected, reconnects with
-//! jittered backoff capped at 2 s, restores exactly the subscriptions it should
-//! hold and tells the router to reseed.
+//! admins watch). Used for a standalone Redis and for `--pubsub classic` in a
+//! cluster (any one node hears every PUBLISH there; on failure it moves to
+//! another node). Nothing here waits on Redis: the (un)subscriptions of one
+//! turn of the ingest loop are written as one command at its end
+//! ([`Source::flush`]), and each confirmation comes back as
+//! [`SourceEvent::Subscribed`]. Redis going away is routine: the source
+//! reports itself disconnected, reconnects with jittered backoff capped at
+//! 2 s, restores exactly the subscriptions it should hold and tells the
+//! router to reseed as they are confirmed.
 
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
@@ -14,29 +17,34 @@ use crate::redis::conn::{classify, packed, Fill, Frame, PubConn};
 use crate::redis::resp::Item;
 use crate::redis::{glob_escape, Mode, Redis};
 use shards::snapshot::MAX_PAYLOAD;
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Silence on the pub/sub connection after which a PING checks it is alive.
 pub const PING_AFTER: Duration = Duration::from_secs(5);
 /// How long a PING may go unanswered before the connection counts as dead.
 pub const PING_DEADLINE: Duration = Duration::from_secs(3);
-/// How long a (P)SUBSCRIBE confirmation may take.
-pub const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
 /// The longest wait between reconnect attempts of the pub/sub connection
 /// (under the contract's 2 s cap): a Redis that answers again after a freeze
 /// or a partition is found within it.
 pub const RECONNECT_CAP: Duration = Duration::from_millis(500);
-/// Channels per SUBSCRIBE command when resubscribing many.
-const SUBSCRIBE_BATCH: usize = 512;
+/// Channels per (UN)SUBSCRIBE command when many go at once.
+pub const SUBSCRIBE_BATCH: usize = 512;
 
 /// The live pub/sub connection.
 struct Sub {
     conn: PubConn,
-    /// Whether this connection holds the pattern subscription.
+    /// Whether this connection asked for the pattern subscription.
     pattern: bool,
+    /// Whether Redis confirmed it.
+    pattern_confirmed: bool,
+    /// SUBSCRIBE confirmations still to come, per course: a course counts as
+    /// subscribed only once the last one it was sent is confirmed.
+    unconfirmed: HashMap<String, u32>,
+    /// Courses whose channel is confirmed subscribed.
+    confirmed: HashSet<String>,
 }
 
 /// A payload frame turned into a source event (`None`: not one of ours).
@@ -54,50 +62,49 @@ pub fn message_event(channel_prefix: &str, channel: Vec<u8>, payload: Item) -> O
     }
 }
 
-/// The course's current state (HGETALL of its state hash), one payload per section.
-pub fn read_state(cmds: &mut Commands, state_prefix: &str, course: &str) -> Option<Vec<Vec<u8>>> {
-    let key = format!("{state_prefix}{course}");
-    match cmds.query::<Vec<Vec<u8>>>(::redis::cmd("HGETALL").arg(&key)) {
-        Ok(flat) => Some(flat.into_iter().skip(1).step_by(2).collect()),
-        Err(e) => {
-            tracing::debug!(error = %e, course, "state hash read failed");
-            None
-        }
+/// (UN)SUBSCRIBE commands for `channels`, [`SUBSCRIBE_BATCH`] channels each.
+pub fn batched(cmd: &str, channels: &[String], out: &mut Vec<u8>) {
+    for batch in channels.chunks(SUBSCRIBE_BATCH) {
+        out.extend(packed(cmd, batch));
     }
 }
 
 /// A `Source` on classic Redis pub/sub.
 pub struct RedisSource {
     redis: Arc<Redis>,
+    /// For the slot map of a cluster in classic mode (which node to use next).
     link: Commands,
     /// Index into the candidate nodes of the one used now.
     node: usize,
     channel_prefix: String,
     pattern: String,
-    state_prefix: String,
     sub: Option<Sub>,
     /// Per-course subscriptions wanted; always empty while the firehose is on.
     courses: BTreeSet<String>,
     firehose: bool,
+    /// Channels to (un)subscribe at the end of this turn.
+    to_sub: Vec<String>,
+    to_unsub: Vec<String>,
     pending: VecDeque<SourceEvent>,
     backoff: Backoff,
     ever_connected: bool,
 }
 
 impl RedisSource {
-    /// A source on `redis` with these prefixes; connects at once but an
+    /// A source on `redis` with this channel prefix; connects at once but an
     /// unreachable Redis is not an error (it keeps retrying).
-    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, state_prefix: &str) -> Self {
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> Self {
         let mut s = RedisSource {
             redis: Arc::clone(redis),
-            link: Commands::new(redis, "state reads"),
+            link: Commands::new(redis, "slot map"),
             node: 0,
             channel_prefix: channel_prefix.to_owned(),
             pattern: format!("{}*", glob_escape(channel_prefix)),
-            state_prefix: state_prefix.to_owned(),
             sub: None,
             courses: BTreeSet::new(),
             firehose: false,
+            to_sub: Vec::new(),
+            to_unsub: Vec::new(),
             pending: VecDeque::new(),
             backoff: Backoff::capped(RECONNECT_CAP),
             ever_connected: false,
@@ -116,6 +123,8 @@ impl RedisSource {
         if let Some(s) = self.sub.take() {
             tracing::warn!(reason = why, node = %format!("{}:{}", s.conn.addr.0, s.conn.addr.1), "Redis pub/sub connection lost; reconnecting");
         }
+        self.to_sub.clear();
+        self.to_unsub.clear();
         // Next attempt on the next node (a cluster in classic mode: any node
         // hears every PUBLISH; standalone: the same one again).
         self.node = self.node.wrapping_add(1);
@@ -125,8 +134,9 @@ impl RedisSource {
         self.backoff.failed();
     }
 
-    /// Connects, authenticates and restores every current subscription; on
-    /// success queues `Reconnected` so the router rereads the state hashes.
+    /// Connects, authenticates and writes every current subscription (their
+    /// confirmations come later); queues `Reconnected` so the router rereads
+    /// each course once it is confirmed again.
     fn connect(&mut self) -> bool {
         let nodes = self.redis.candidates();
         let Some(addr) = nodes.get(self.node % nodes.len().max(1)).cloned() else {
@@ -144,23 +154,17 @@ impl RedisSource {
         self.sub = Some(Sub {
             conn,
             pattern: false,
+            pattern_confirmed: false,
+            unconfirmed: HashMap::new(),
+            confirmed: HashSet::new(),
         });
-        let ok = if self.firehose {
-            let cmd = packed("PSUBSCRIBE", [self.pattern.as_str()]);
-            let ok = self.send(&cmd) && self.await_reply(b"psubscribe", 1);
-            if let Some(s) = &mut self.sub {
-                s.pattern = ok;
-            }
-            ok
+        if self.firehose {
+            self.to_unsub.clear();
         } else {
-            let channels: Vec<String> = self.courses.iter().map(|c| self.channel(c)).collect();
-            channels.chunks(SUBSCRIBE_BATCH).all(|batch| {
-                let cmd = packed("SUBSCRIBE", batch);
-                self.send(&cmd) && self.await_reply(b"subscribe", batch.len())
-            })
-        };
-        if !ok {
-            self.drop_sub("resubscribe failed");
+            self.to_sub = self.courses.iter().cloned().collect();
+        }
+        self.write_pending();
+        if self.sub.is_none() {
             return false;
         }
         self.backoff.reset();
@@ -168,27 +172,46 @@ impl RedisSource {
             tracing::info!(
                 courses = self.courses.len(),
                 firehose = self.firehose,
-                "Redis pub/sub connected; subscriptions restored"
+                "Redis pub/sub connected; restoring subscriptions"
             );
-            // The rereads that follow go at once, not after the state
-            // client's own backoff from the outage.
-            self.link.retry_now();
             self.pending.push_back(SourceEvent::Reconnected);
         }
         self.ever_connected = true;
         true
     }
 
-    fn send(&mut self, bytes: &[u8]) -> bool {
+    /// Writes this turn's (un)subscriptions as a few commands: the pattern
+    /// first when it is wanted, per-course channels, and the pattern's removal
+    /// last (so no publish falls between the two kinds of subscription).
+    fn write_pending(&mut self) {
+        let firehose = self.firehose;
+        let to_sub = std::mem::take(&mut self.to_sub);
+        let to_unsub = std::mem::take(&mut self.to_unsub);
+        let sub_channels: Vec<String> = to_sub.iter().map(|c| self.channel(c)).collect();
+        let unsub_channels: Vec<String> = to_unsub.iter().map(|c| self.channel(c)).collect();
         let Some(sub) = &mut self.sub else {
-            return false;
+            return;
         };
-        match sub.conn.send(bytes) {
-            Ok(()) => true,
-            Err(e) => {
-                self.drop_sub(&format!("write: {e}"));
-                false
-            }
+        let mut out = Vec::new();
+        if firehose && !sub.pattern {
+            out.extend(packed("PSUBSCRIBE", [self.pattern.as_str()]));
+            sub.pattern = true;
+        }
+        batched("SUBSCRIBE", &sub_channels, &mut out);
+        for c in to_sub {
+            *sub.unconfirmed.entry(c).or_default() += 1;
+        }
+        batched("UNSUBSCRIBE", &unsub_channels, &mut out);
+        if !firehose && sub.pattern {
+            out.extend(packed("PUNSUBSCRIBE", [self.pattern.as_str()]));
+            sub.pattern = false;
+            sub.pattern_confirmed = false;
+        }
+        if out.is_empty() {
+            return;
+        }
+        if let Err(e) = sub.conn.send(&out) {
+            self.drop_sub(&format!("write: {e}"));
         }
     }
 
@@ -225,48 +248,49 @@ impl RedisSource {
         }
     }
 
-    fn message(&self, channel: Vec<u8>, payload: Item) -> Option<SourceEvent> {
-        message_event(&self.channel_prefix, channel, payload)
+    /// A frame as the router's event, if it is one.
+    fn frame_event(&mut self, f: Frame) -> Option<SourceEvent> {
+        match f {
+            Frame::Message { channel, payload } => {
+                message_event(&self.channel_prefix, channel, payload)
+            }
+            Frame::Confirm(kind, channel) => self.confirmed(&kind, &channel),
+            Frame::Error(e) => {
+                tracing::error!(error = %e, "Redis refused a pub/sub command");
+                None
+            }
+            Frame::Other => None,
+        }
     }
 
-    /// Waits for `n` replies of `kind` (an empty kind: any non-error simple
-    /// reply), queueing messages that arrive meanwhile.
-    fn await_reply(&mut self, kind: &[u8], mut n: usize) -> bool {
-        let deadline = Instant::now() + CONFIRM_TIMEOUT;
-        while n > 0 {
-            match self.buffered_frame() {
-                Err(()) => return false,
-                Ok(Some(Frame::Message { channel, payload })) => {
-                    if let Some(ev) = self.message(channel, payload) {
-                        self.pending.push_back(ev);
-                    }
-                    continue;
-                }
-                Ok(Some(Frame::Confirm(k, _))) if k == kind => {
-                    n -= 1;
-                    continue;
-                }
-                Ok(Some(Frame::Error(e))) => {
-                    tracing::error!(error = %e, "Redis refused a pub/sub command");
-                    return false;
-                }
-                Ok(Some(Frame::Other)) if kind.is_empty() => {
-                    n -= 1;
-                    continue;
-                }
-                Ok(Some(_)) => continue,
-                Ok(None) => {}
+    /// A (P)SUBSCRIBE confirmation: the course (or every course) may be read now.
+    fn confirmed(&mut self, kind: &[u8], channel: &[u8]) -> Option<SourceEvent> {
+        let sub = self.sub.as_mut()?;
+        match kind {
+            b"psubscribe" if sub.pattern => {
+                sub.pattern_confirmed = true;
+                // The pattern covers every course: per-course confirmations no longer matter.
+                sub.confirmed.clear();
+                Some(SourceEvent::Subscribed(None))
             }
-            let now = Instant::now();
-            if now >= deadline {
-                self.drop_sub("no confirmation from Redis");
-                return false;
+            b"subscribe" => {
+                let course = std::str::from_utf8(channel)
+                    .ok()?
+                    .strip_prefix(self.channel_prefix.as_str())?;
+                let left = sub.unconfirmed.get_mut(course)?;
+                *left = left.saturating_sub(1);
+                if *left > 0 {
+                    return None;
+                }
+                sub.unconfirmed.remove(course);
+                if !self.courses.contains(course) {
+                    return None;
+                }
+                sub.confirmed.insert(course.to_owned());
+                Some(SourceEvent::Subscribed(Some(course.to_owned())))
             }
-            if !self.fill(deadline - now) {
-                return false;
-            }
+            _ => None,
         }
-        true
     }
 
     /// Pings a silent connection and gives up on one that stays silent.
@@ -291,36 +315,18 @@ impl Source for RedisSource {
             self.connect();
             return self.pending.pop_front();
         }
-        // The last admin left: per-course subscriptions were restored (by the
-        // router, right after `set_firehose(false)`), so the pattern can go
-        // without a gap in between.
-        if !self.firehose && self.sub.as_ref().is_some_and(|s| s.pattern) {
-            let cmd = packed("PUNSUBSCRIBE", [self.pattern.as_str()]);
-            if self.send(&cmd) {
-                if let Some(s) = &mut self.sub {
-                    s.pattern = false;
-                }
-            }
-        }
         self.keepalive();
-        let deadline = Instant::now() + timeout;
+        let deadline = std::time::Instant::now() + timeout;
         loop {
             match self.buffered_frame() {
                 Err(()) => return None,
-                Ok(Some(Frame::Message { channel, payload })) => {
-                    if let Some(ev) = self.message(channel, payload) {
-                        return Some(ev);
-                    }
-                    continue;
-                }
-                Ok(Some(Frame::Error(e))) => {
-                    tracing::warn!(error = %e, "Redis error on the pub/sub connection");
-                    continue;
-                }
-                Ok(Some(_)) => continue,
+                Ok(Some(f)) => match self.frame_event(f) {
+                    Some(ev) => return Some(ev),
+                    None => continue,
+                },
                 Ok(None) => {}
             }
-            let now = Instant::now();
+            let now = std::time::Instant::now();
             // A zero timeout only drains what is already buffered.
             if now >= deadline || !self.fill(deadline - now) {
                 return None;
@@ -336,18 +342,20 @@ impl Source for RedisSource {
         if self.firehose || !self.courses.insert(course.to_owned()) {
             return;
         }
-        let cmd = packed("SUBSCRIBE", [self.channel(course)]);
-        // Confirmed before returning: the state hash read that follows cannot
-        // miss a publish.
-        if self.send(&cmd) {
-            self.await_reply(b"subscribe", 1);
-        }
+        self.to_unsub.retain(|c| c != course);
+        self.to_sub.push(course.to_owned());
     }
 
     fn unsubscribe(&mut self, course: &str) {
         if self.courses.remove(course) {
-            let cmd = packed("UNSUBSCRIBE", [self.channel(course)]);
-            self.send(&cmd);
+            if let Some(s) = &mut self.sub {
+                s.confirmed.remove(course);
+            }
+            let before = self.to_sub.len();
+            self.to_sub.retain(|c| c != course);
+            if self.to_sub.len() == before {
+                self.to_unsub.push(course.to_owned());
+            }
         }
     }
 
@@ -356,50 +364,42 @@ impl Source for RedisSource {
             return;
         }
         self.firehose = on;
-        if !on {
-            // PUNSUBSCRIBE waits for the next poll (see there).
-            return;
+        if on {
+            // The pattern covers every course: the per-course subscriptions
+            // go after the PSUBSCRIBE on the same connection, so nothing falls
+            // between. (Confirmed ones stay counted until the pattern is.)
+            self.to_sub.clear();
+            let courses = std::mem::take(&mut self.courses);
+            self.to_unsub.extend(courses);
         }
-        if self.sub.as_ref().is_some_and(|s| !s.pattern) {
-            let cmd = packed("PSUBSCRIBE", [self.pattern.as_str()]);
-            if self.send(&cmd) {
-                if let Some(s) = &mut self.sub {
-                    s.pattern = true;
-                }
-            }
-        }
-        // The pattern covers every course: drop the per-course subscriptions
-        // (after the PSUBSCRIBE on the same connection, so nothing falls between).
-        let channels: Vec<String> = self.courses.iter().map(|c| self.channel(c)).collect();
-        self.courses.clear();
-        for batch in channels.chunks(SUBSCRIBE_BATCH) {
-            let cmd = packed("UNSUBSCRIBE", batch);
-            self.send(&cmd);
+        // Off: the router subscribes the watched courses again in this turn,
+        // and the pattern goes after them (see `write_pending`).
+    }
+
+    fn flush(&mut self) {
+        let pattern_change = self
+            .sub
+            .as_ref()
+            .is_some_and(|s| s.pattern != self.firehose);
+        if !self.to_sub.is_empty() || !self.to_unsub.is_empty() || pattern_change {
+            self.write_pending();
         }
     }
 
-    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
-        read_state(&mut self.link, &self.state_prefix, course)
-    }
-
-    fn known_courses(&mut self) -> Vec<String> {
-        super::scan::state_courses(&mut self.link, &self.state_prefix)
-    }
-
-    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
-        super::scan::read_states(&mut self.link, &self.state_prefix, courses)
+    fn subscribed(&self, course: &str) -> bool {
+        self.sub
+            .as_ref()
+            .is_some_and(|s| s.pattern_confirmed || s.confirmed.contains(course))
     }
 
     fn poll_timeout(&mut self) -> Option<Duration> {
         if !self.pending.is_empty() {
             return Some(Duration::ZERO);
         }
-        let firehose = self.firehose;
         let Some(sub) = self.sub.as_mut() else {
             return Some(self.backoff.wait());
         };
-        // A pattern to drop, or bytes already read: the next poll has work.
-        if (!firehose && sub.pattern) || sub.conn.buffered() {
+        if sub.conn.buffered() {
             return Some(Duration::ZERO);
         }
         Some(sub.conn.keepalive_due(PING_AFTER, PING_DEADLINE))

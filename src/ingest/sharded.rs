@@ -5,24 +5,23 @@
 //! a channel whose slot moved marks the slot map stale: it is reread, every
 //! channel that lost its place is subscribed again on its new owner, and the
 //! router is told to reread the state hashes. While an admin watches, every
-//! course with a state hash (SCAN on every primary, every 5 s) is subscribed.
+//! course with a state hash (found by the state reader's scan, handed over
+//! with [`Source::cover`]) is subscribed. `SSUBSCRIBE`s are written without
+//! waiting (one pipeline per primary per turn); each confirmation comes back
+//! as [`SourceEvent::Subscribed`].
 
-use super::redis::{message_event, read_state, CONFIRM_TIMEOUT, PING_AFTER, PING_DEADLINE};
+use super::redis::{message_event, PING_AFTER, PING_DEADLINE};
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::{Commands, MAP_REFRESH};
 use crate::redis::conn::{classify, packed, wait_readable, Fill, Frame, PubConn};
 use crate::redis::slots::{Addr, SlotMap};
 use crate::redis::Redis;
-use shards::snapshot::{valid_course, MAX_PAYLOAD};
+use shards::snapshot::MAX_PAYLOAD;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// How often the admin firehose looks for new courses.
-pub const RESCAN: Duration = Duration::from_secs(5);
 
 fn show(a: &Addr) -> String {
     format!("{}:{}", a.0, a.1)
@@ -31,9 +30,9 @@ fn show(a: &Addr) -> String {
 /// A `Source` on sharded pub/sub in a Redis Cluster.
 pub struct ShardedSource {
     redis: Arc<Redis>,
+    /// For the slot map (`CLUSTER SLOTS`).
     cmds: Commands,
     channel_prefix: String,
-    state_prefix: String,
     map: Option<SlotMap>,
     map_at: Instant,
     map_dirty: bool,
@@ -42,18 +41,22 @@ pub struct ShardedSource {
     conns: Vec<PubConn>,
     /// Where each subscribed course's channel is confirmed subscribed.
     placed: HashMap<String, Addr>,
+    /// Where each course's `SSUBSCRIBE` went, until it is confirmed.
+    sent: HashMap<String, Addr>,
     /// Courses the router asked for.
     wanted: BTreeSet<String>,
     firehose: bool,
     /// Courses with a state hash, subscribed while the firehose is on.
-    scanned: BTreeSet<String>,
-    next_scan: Instant,
+    covered: BTreeSet<String>,
     pending: VecDeque<SourceEvent>,
     backoff: Backoff,
     /// A channel lost its place: the router rereads state once all are placed again.
     moved: bool,
     /// Some wanted channel may have no place (checked at the next reconcile).
     need: bool,
+    /// The last reconcile could not place every wanted channel (a slot
+    /// without a reachable primary): the source counts as down.
+    stuck: bool,
     /// The firehose went off: channels nobody watches go at the next reconcile.
     prune: bool,
     rr: usize,
@@ -62,26 +65,26 @@ pub struct ShardedSource {
 impl ShardedSource {
     /// A source on the cluster `redis`; reads the slot map at once, but an
     /// unreachable cluster is not an error (it keeps retrying).
-    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, state_prefix: &str) -> Self {
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> Self {
         let mut s = ShardedSource {
             redis: Arc::clone(redis),
-            cmds: Commands::new(redis, "state reads"),
+            cmds: Commands::new(redis, "slot map"),
             channel_prefix: channel_prefix.to_owned(),
-            state_prefix: state_prefix.to_owned(),
             map: None,
             map_at: Instant::now(),
             map_dirty: true,
             up: false,
             conns: Vec::new(),
             placed: HashMap::new(),
+            sent: HashMap::new(),
             wanted: BTreeSet::new(),
             firehose: false,
-            scanned: BTreeSet::new(),
-            next_scan: Instant::now(),
+            covered: BTreeSet::new(),
             pending: VecDeque::new(),
             backoff: Backoff::capped(super::redis::RECONNECT_CAP),
             moved: false,
             need: true,
+            stuck: false,
             prune: false,
             rr: 0,
         };
@@ -105,10 +108,18 @@ impl ShardedSource {
     fn desired(&self) -> BTreeSet<String> {
         let mut d = self.wanted.clone();
         if self.firehose {
-            d.extend(self.scanned.iter().cloned());
+            d.extend(self.covered.iter().cloned());
             d.extend(self.placed.keys().cloned());
         }
         d
+    }
+
+    /// Courses wanted now with no subscription placed or on its way.
+    fn unplaced(&self) -> Vec<String> {
+        self.desired()
+            .into_iter()
+            .filter(|c| !self.placed.contains_key(c) && !self.sent.contains_key(c))
+            .collect()
     }
 
     fn conn_index(&self, addr: &Addr) -> Option<usize> {
@@ -120,6 +131,7 @@ impl ShardedSource {
         let c = self.conns.swap_remove(i);
         let before = self.placed.len();
         self.placed.retain(|_, a| *a != c.addr);
+        self.sent.retain(|_, a| *a != c.addr);
         let lost = before - self.placed.len();
         if lost > 0 {
             self.moved = true;
@@ -140,7 +152,16 @@ impl ShardedSource {
                 let addr = self.conns.get(i)?.addr.clone();
                 match kind.as_slice() {
                     b"ssubscribe" => {
-                        self.placed.insert(course, addr);
+                        if self.sent.get(&course) == Some(&addr) {
+                            self.sent.remove(&course);
+                        }
+                        if self.desired().contains(&course) {
+                            self.placed.insert(course.clone(), addr);
+                            return Some(SourceEvent::Subscribed(Some(course)));
+                        }
+                        // Dropped while on its way: it goes again.
+                        self.placed.insert(course.clone(), addr);
+                        self.unplace(&course);
                     }
                     b"sunsubscribe" if self.placed.get(&course) == Some(&addr) => {
                         // Not asked for (ours are forgotten before they are
@@ -159,6 +180,12 @@ impl ShardedSource {
                 if e.starts_with("MOVED") || e.starts_with("ASK") || e.starts_with("CLUSTERDOWN") {
                     self.map_dirty = true;
                 }
+                // An error names no channel: every unconfirmed SSUBSCRIBE on
+                // this connection goes again (a second one only confirms).
+                if let Some(addr) = self.conns.get(i).map(|c| c.addr.clone()) {
+                    self.sent.retain(|_, a| *a != addr);
+                    self.need = true;
+                }
                 tracing::warn!(error = %e, "Redis error on a shard pub/sub connection");
                 None
             }
@@ -166,11 +193,12 @@ impl ShardedSource {
         }
     }
 
-    /// Subscribes `courses` on their slots' owners, pipelined per primary,
-    /// and waits for the confirmations. True if every one got its place.
+    /// Writes `SSUBSCRIBE`s for `courses` to their slots' owners, one write
+    /// per primary, without waiting: each confirmation is an event. True if
+    /// every one went out.
     fn place(&mut self, courses: Vec<String>) -> bool {
         let Some(map) = self.map.clone() else {
-            return false;
+            return courses.is_empty();
         };
         let mut by_owner: HashMap<Addr, Vec<String>> = HashMap::new();
         let mut all = true;
@@ -205,64 +233,20 @@ impl ShardedSource {
                 all = false;
                 continue;
             }
-            all &= self.await_replies(i, courses.len());
+            for c in courses {
+                self.sent.insert(c, owner.clone());
+            }
         }
         all
     }
 
-    /// Waits for `n` replies on connection `i`, queueing messages meanwhile.
-    fn await_replies(&mut self, i: usize, mut n: usize) -> bool {
-        let deadline = Instant::now() + CONFIRM_TIMEOUT;
-        let mut ok = true;
-        while n > 0 {
-            match self.conns[i].next_frame() {
-                Err(e) => {
-                    self.lose(i, &format!("protocol: {e}"));
-                    return false;
-                }
-                Ok(Some(items)) => {
-                    let f = classify(items);
-                    let reply = match &f {
-                        Frame::Confirm(k, _) => k == b"ssubscribe",
-                        Frame::Error(_) => {
-                            ok = false;
-                            true
-                        }
-                        _ => false,
-                    };
-                    if reply {
-                        n -= 1;
-                    }
-                    if let Some(ev) = self.frame(i, f) {
-                        self.pending.push_back(ev);
-                    }
-                    continue;
-                }
-                Ok(None) => {}
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                self.lose(i, "no confirmation from Redis");
-                return false;
-            }
-            match self.conns[i].fill(deadline - now) {
-                Ok(Fill::Closed) => {
-                    self.lose(i, "closed by Redis");
-                    return false;
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    self.lose(i, &format!("read: {e}"));
-                    return false;
-                }
-            }
-        }
-        ok
-    }
-
     /// Unsubscribes `course` from wherever it is placed.
     fn unplace(&mut self, course: &str) {
-        let Some(addr) = self.placed.remove(course) else {
+        let Some(addr) = self
+            .placed
+            .remove(course)
+            .or_else(|| self.sent.remove(course))
+        else {
             return;
         };
         if let Some(i) = self.conn_index(&addr) {
@@ -288,15 +272,7 @@ impl ShardedSource {
                     self.moved = true;
                     self.need = true;
                 }
-                let primaries = m.primaries();
-                let up = primaries
-                    .iter()
-                    .filter(|p| {
-                        self.conn_index(p).is_some()
-                            || PubConn::open(&self.redis, p, MAX_PAYLOAD).is_ok()
-                    })
-                    .count();
-                self.redis.health.nodes_up.store(up as u64, Relaxed);
+                // (Primaries reachable are counted by the state reader's probe.)
                 self.map = Some(m);
                 self.map_at = Instant::now();
                 self.map_dirty = false;
@@ -312,7 +288,6 @@ impl ShardedSource {
                 if self.up {
                     tracing::warn!(error = %e, "Redis Cluster slot map unavailable");
                 }
-                self.redis.health.nodes_up.store(0, Relaxed);
                 self.up = false;
                 false
             }
@@ -320,11 +295,11 @@ impl ShardedSource {
     }
 
     /// Brings subscriptions in line with what is wanted and where slots live.
-    /// Cheap when nothing is flagged (it runs before every poll).
+    /// Cheap when nothing is flagged (it runs before every poll and at the
+    /// end of every turn).
     fn reconcile(&mut self) {
-        let rescan = self.firehose && Instant::now() >= self.next_scan;
         let stale = self.map_dirty || self.map.is_none() || self.map_at.elapsed() >= MAP_REFRESH;
-        if !(self.need || self.prune || stale || rescan) {
+        if !(self.need || self.prune || stale) {
             return;
         }
         if self.prune {
@@ -333,6 +308,7 @@ impl ShardedSource {
             let extra: Vec<String> = self
                 .placed
                 .keys()
+                .chain(self.sent.keys())
                 .filter(|c| !desired.contains(*c))
                 .cloned()
                 .collect();
@@ -340,30 +316,22 @@ impl ShardedSource {
                 self.unplace(&c);
             }
         }
-        if (stale || self.need || rescan) && self.backoff.ready() {
+        if (stale || self.need) && self.backoff.ready() {
             let mut ok = !stale || self.refresh_map();
-            if ok && rescan {
-                self.next_scan = Instant::now() + RESCAN;
-                self.scan();
-            }
-            let todo: Vec<String> = self
-                .desired()
-                .into_iter()
-                .filter(|c| !self.placed.contains_key(c))
-                .collect();
+            let todo = self.unplaced();
             if ok && !todo.is_empty() {
                 ok = self.place(todo);
             }
+            self.stuck = !ok;
             if ok {
                 self.need = false;
                 self.backoff.reset();
                 if self.moved {
                     self.moved = false;
                     tracing::info!(
-                        channels = self.placed.len(),
+                        channels = self.placed.len() + self.sent.len(),
                         "shard channels subscribed again on their owners"
                     );
-                    self.cmds.retry_now();
                     self.pending.push_back(SourceEvent::Reconnected);
                 }
             } else {
@@ -372,23 +340,8 @@ impl ShardedSource {
             }
         }
         // No connection to a primary that owns no subscribed channel.
-        let used: BTreeSet<&Addr> = self.placed.values().collect();
+        let used: BTreeSet<&Addr> = self.placed.values().chain(self.sent.values()).collect();
         self.conns.retain(|c| used.contains(&c.addr));
-    }
-
-    fn scan(&mut self) {
-        match self.cmds.scan(&self.state_prefix, None) {
-            Ok(keys) => {
-                self.scanned = keys
-                    .iter()
-                    .filter_map(|k| std::str::from_utf8(k).ok())
-                    .filter_map(|k| k.strip_prefix(self.state_prefix.as_str()))
-                    .filter(|c| valid_course(c))
-                    .map(str::to_owned)
-                    .collect();
-            }
-            Err(e) => tracing::debug!(error = %e, "course scan failed"),
-        }
     }
 
     /// The next event from what is buffered on any connection.
@@ -456,16 +409,8 @@ impl Source for ShardedSource {
 
     fn subscribe(&mut self, course: &str) {
         self.wanted.insert(course.to_owned());
-        if self.placed.contains_key(course) {
-            return;
-        }
-        // Confirmed before returning: the state hash read that follows cannot
-        // miss a publish.
-        if self.map.is_none() && self.backoff.ready() {
-            self.refresh_map();
-        }
-        if !self.place(vec![course.to_owned()]) {
-            self.map_dirty = true;
+        if !self.placed.contains_key(course) && !self.sent.contains_key(course) {
+            // Written at the end of this turn, with the others.
             self.need = true;
         }
     }
@@ -474,7 +419,7 @@ impl Source for ShardedSource {
         self.wanted.remove(course);
         if !self.firehose {
             self.unplace(course);
-            let used: BTreeSet<&Addr> = self.placed.values().collect();
+            let used: BTreeSet<&Addr> = self.placed.values().chain(self.sent.values()).collect();
             self.conns.retain(|c| used.contains(&c.addr));
         }
     }
@@ -485,34 +430,30 @@ impl Source for ShardedSource {
         }
         self.firehose = on;
         if on {
-            self.scan();
-            self.next_scan = Instant::now() + RESCAN;
-            let todo: Vec<String> = self
-                .desired()
-                .into_iter()
-                .filter(|c| !self.placed.contains_key(c))
-                .collect();
-            if !self.place(todo) {
-                self.map_dirty = true;
-                self.need = true;
-            }
+            self.need = true;
         } else {
             // Channels nobody watches go at the next poll, after the router
             // has asked again for the ones still watched.
+            self.covered.clear();
             self.prune = true;
         }
     }
 
-    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>> {
-        read_state(&mut self.cmds, &self.state_prefix, course)
+    fn cover(&mut self, courses: &[String]) {
+        if self.firehose {
+            self.covered = courses.iter().cloned().collect();
+            self.need = true;
+        }
     }
 
-    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
-        super::scan::read_states(&mut self.cmds, &self.state_prefix, courses)
+    fn flush(&mut self) {
+        if self.need {
+            self.reconcile();
+        }
     }
 
-    fn known_courses(&mut self) -> Vec<String> {
-        self.scanned.iter().cloned().collect()
+    fn subscribed(&self, course: &str) -> bool {
+        self.placed.contains_key(course)
     }
 
     fn poll_timeout(&mut self) -> Option<Duration> {
@@ -525,9 +466,6 @@ impl Source for ShardedSource {
         if self.need || self.map_dirty || self.map.is_none() {
             due = due.min(now + self.backoff.wait());
         }
-        if self.firehose {
-            due = due.min(self.next_scan);
-        }
         for c in &self.conns {
             due = due.min(now + c.keepalive_due(PING_AFTER, PING_DEADLINE));
         }
@@ -539,6 +477,6 @@ impl Source for ShardedSource {
     }
 
     fn connected(&self) -> bool {
-        self.up && !self.need
+        self.up && !self.stuck
     }
 }

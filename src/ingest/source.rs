@@ -1,4 +1,9 @@
 //! Where snapshots come from: Redis pub/sub in `serve`, the embedded bus in `demo`.
+//!
+//! A source never waits on Redis: subscriptions are written and their
+//! confirmations come back later as [`SourceEvent::Subscribed`], so the
+//! ingest thread keeps routing every other course's snapshots meanwhile. The
+//! state hashes are read elsewhere (`states.rs`, on the state reader thread).
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -18,7 +23,11 @@ pub enum SourceEvent {
         /// The channel's suffix.
         course: String,
     },
-    /// The connection came back: every subscription is restored, state must be reread.
+    /// A subscription is confirmed: that course's channel (`Some`), or the
+    /// pattern that covers every course (`None`). Its state may be read now.
+    Subscribed(Option<String>),
+    /// The connection came back (or channels lost their place): every course
+    /// must be read again once [`Source::subscribed`] says it is covered.
     Reconnected,
 }
 
@@ -26,27 +35,23 @@ pub enum SourceEvent {
 pub trait Source: Send {
     /// Waits up to `timeout` for the next event.
     fn poll(&mut self, timeout: Duration) -> Option<SourceEvent>;
-    /// Starts delivering `course` (SUBSCRIBE).
+    /// Starts delivering `course` (SUBSCRIBE, written without waiting for the
+    /// confirmation: that arrives as [`SourceEvent::Subscribed`]).
     fn subscribe(&mut self, course: &str);
     /// Stops delivering `course` (UNSUBSCRIBE).
     fn unsubscribe(&mut self, course: &str);
     /// Delivers every course (PSUBSCRIBE) or stops doing so.
     fn set_firehose(&mut self, on: bool);
-    /// The course's current state (HGETALL of its state hash), one payload per section.
-    /// `None` when the read failed: the router retries it rather than treat the
-    /// course as loaded.
-    fn load_state(&mut self, course: &str) -> Option<Vec<Vec<u8>>>;
-    /// The current state of several courses, in order (the state hashes of a
-    /// whole university when the admin firehose turns on: pipelined where the
-    /// source can). `None` when the read failed.
-    fn load_states(&mut self, courses: &[&str]) -> Option<Vec<Vec<Vec<u8>>>> {
-        courses.iter().map(|c| self.load_state(c)).collect()
-    }
-    /// Every course with a state hash (SCAN of `<state-prefix>*`), so the admin
-    /// aggregate covers the whole board, not only what changes next.
-    fn known_courses(&mut self) -> Vec<String> {
-        Vec::new()
-    }
+    /// Every course with a state hash, as the state reader last found them:
+    /// a source without a pattern form (sharded pub/sub) subscribes each of
+    /// them while the firehose is on.
+    fn cover(&mut self, _courses: &[String]) {}
+    /// Writes what this turn of the ingest loop asked for ((un)subscriptions
+    /// gathered into as few commands as possible), without waiting.
+    fn flush(&mut self) {}
+    /// Whether `course`'s channel is confirmed subscribed now, so a state read
+    /// cannot miss a publish (the contract's subscribe-then-read rule).
+    fn subscribed(&self, course: &str) -> bool;
     /// Whether the source is connected now.
     fn connected(&self) -> bool;
     /// How long the source may go unpolled while none of its sockets

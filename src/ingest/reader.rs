@@ -1,0 +1,142 @@
+//! The state reader thread: every Redis round trip the ingest thread would
+//! otherwise wait on (state hash reads after a subscription is confirmed, the
+//! admin firehose's scan, the round-trip probe) runs here. Requests that
+//! arrive while a pipeline is in flight are gathered into the next one, so
+//! seeding N courses takes a few round trips of batches, not N; answers go
+//! back to the ingest thread's mailbox.
+
+use super::states::StateStore;
+use crate::channels::wake::IngestTx;
+use crate::channels::IngestCmd;
+use crate::metrics::Metrics;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// State hashes read per pipeline: large enough that a window's opening is a
+/// few round trips, small enough that the first answers come back early.
+pub const READ_BATCH: usize = 512;
+
+/// How often the round trip to Redis is measured.
+pub const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// What the ingest thread asks the state reader.
+#[derive(Debug)]
+pub enum ReadRequest {
+    /// Read these courses' state hashes (each confirmed subscribed), answered
+    /// with [`IngestCmd::States`] carrying the same `epoch`.
+    States {
+        /// Courses to read.
+        courses: Vec<Arc<str>>,
+        /// The ingest thread's subscription epoch when it asked.
+        epoch: u64,
+    },
+    /// Find every course with a state hash and read those not in `have`,
+    /// answered with [`IngestCmd::Discovered`].
+    Discover {
+        /// Courses whose state the ingest thread holds already.
+        have: HashSet<Arc<str>>,
+    },
+    /// Stop the thread.
+    Shutdown,
+}
+
+/// What a discovery found: every course with a state hash, and the state of
+/// those the ingest thread did not hold.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    /// Every valid course code with a state hash.
+    pub courses: Vec<String>,
+    /// The state hashes read (course, one payload per section).
+    pub states: Vec<(Arc<str>, Vec<Vec<u8>>)>,
+}
+
+/// The requests gathered in one turn.
+#[derive(Default)]
+struct Turn {
+    /// Courses to read, by epoch (never mixed: an answer's epoch is exact).
+    reads: BTreeMap<u64, Vec<Arc<str>>>,
+    discover: Option<HashSet<Arc<str>>>,
+    stop: bool,
+}
+
+impl Turn {
+    fn add(&mut self, r: ReadRequest) {
+        match r {
+            ReadRequest::States { courses, epoch } => {
+                self.reads.entry(epoch).or_default().extend(courses)
+            }
+            ReadRequest::Discover { have } => self.discover = Some(have),
+            ReadRequest::Shutdown => self.stop = true,
+        }
+    }
+}
+
+/// Runs the state reader until `Shutdown` or until the ingest thread is gone.
+pub fn run<T: StateStore>(
+    mut store: T,
+    requests: Receiver<ReadRequest>,
+    ingest: IngestTx,
+    metrics: Arc<Metrics>,
+) {
+    let mut next_ping = Instant::now();
+    loop {
+        let wait = next_ping.saturating_duration_since(Instant::now());
+        let first = match requests.recv_timeout(wait) {
+            Ok(r) => Some(r),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        // Everything that queued while the last pipeline was in flight.
+        let mut turn = Turn::default();
+        for r in first.into_iter().chain(requests.try_iter()) {
+            turn.add(r);
+        }
+        for (epoch, courses) in turn.reads {
+            for batch in courses.chunks(READ_BATCH) {
+                let hashes = store.read(batch);
+                let done = IngestCmd::States {
+                    courses: batch.to_vec(),
+                    hashes,
+                    epoch,
+                };
+                if ingest.send(done).is_err() {
+                    return;
+                }
+            }
+        }
+        if let Some(have) = turn.discover {
+            if ingest
+                .send(IngestCmd::Discovered(discover(&mut store, &have)))
+                .is_err()
+            {
+                return;
+            }
+        }
+        if turn.stop {
+            return;
+        }
+        // Measured after the reads, so a probe never holds one up.
+        if Instant::now() >= next_ping {
+            metrics.set_redis_rtt(store.ping());
+            next_ping = Instant::now() + PING_EVERY;
+        }
+    }
+}
+
+/// Scans for courses with a state hash and reads those not in `have`.
+fn discover<T: StateStore>(store: &mut T, have: &HashSet<Arc<str>>) -> Option<Discovery> {
+    let courses = store.scan()?;
+    let new: Vec<Arc<str>> = courses
+        .iter()
+        .filter(|c| !have.contains(c.as_str()))
+        .map(|c| Arc::from(c.as_str()))
+        .collect();
+    let mut states = Vec::with_capacity(new.len());
+    for batch in new.chunks(READ_BATCH) {
+        let hashes = store.read(batch)?;
+        states.extend(batch.iter().cloned().zip(hashes));
+    }
+    Some(Discovery { courses, states })
+}

@@ -1,0 +1,286 @@
+//! Seeding: a newly watched course is subscribed, its subscription confirmed,
+//! its state hash read by the state reader, and only then are the shards that
+//! asked for it seeded; snapshots of every other course keep flowing
+//! meanwhile. A read that comes back after live snapshots never takes a
+//! section backwards (the version rule; gaps only where a live snapshot came
+//! first). Also the admin firehose's discovery, asked of the same reader.
+
+use super::reader::{Discovery, ReadRequest};
+use super::{Board, Ingest, Load};
+use crate::channels::Control;
+use crate::ingest::source::Source;
+use shards::{Gate, Snapshot};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+/// How long shards wait for a course's state read before they are seeded with
+/// what the node holds (a Redis that does not answer): the read still lands
+/// later, as ordinary snapshots.
+pub const SEED_PATIENCE_MS: u64 = 2_000;
+
+impl<S: Source> Ingest<S> {
+    pub(super) fn interest_on(
+        &mut self,
+        shard: usize,
+        course: Arc<str>,
+        gate: Option<Gate>,
+        now_ms: u64,
+    ) {
+        let firehose = self.firehose();
+        let connected = self.source.connected();
+        let board = self.boards.entry(Arc::clone(&course)).or_default();
+        let new_sub = board.shards == 0 && !firehose;
+        board.shards |= 1 << shard;
+        board.gates.retain(|(s, _)| *s != shard);
+        if let Some(g) = gate {
+            board.gates.push((shard, g));
+        }
+        let loaded = board.load == Load::Loaded;
+        if !loaded && connected {
+            // Answered once the state is read (or at the deadline).
+            board.awaiting |= 1 << shard;
+            board.watched_at.get_or_insert(now_ms);
+            self.seed_deadlines
+                .push_back((now_ms + SEED_PATIENCE_MS, Arc::clone(&course)));
+        }
+        if new_sub {
+            // Subscribe first; the read goes out once it is confirmed.
+            self.source.subscribe(&course);
+        }
+        if loaded || !connected {
+            // Redis down: the viewer gets what is held now, the rest when it is back.
+            self.seed_shards(&course, 1 << shard);
+        } else {
+            self.want_read(&course);
+        }
+    }
+
+    /// Asks for `course`'s state read if it needs one and its subscription is
+    /// confirmed (gathered into this turn's one request).
+    pub(super) fn want_read(&mut self, course: &str) {
+        if !self.source.subscribed(course) {
+            return;
+        }
+        let epoch = self.epoch;
+        let Some(name) = self
+            .boards
+            .get_key_value(course)
+            .map(|(k, _)| Arc::clone(k))
+        else {
+            return;
+        };
+        if let Some(b) = self.boards.get_mut(course) {
+            if b.load == Load::Unread && b.shards != 0 {
+                b.load = Load::Reading(epoch);
+                b.live.clear();
+                self.reads.push(name);
+            }
+        }
+    }
+
+    /// Asks for every read that is due (a pattern confirmed, the retry timer).
+    pub(super) fn want_all_reads(&mut self) {
+        let unread: Vec<Arc<str>> = self
+            .boards
+            .iter()
+            .filter(|(_, b)| b.load == Load::Unread && b.shards != 0)
+            .map(|(c, _)| Arc::clone(c))
+            .collect();
+        for c in unread {
+            self.want_read(&c);
+        }
+    }
+
+    /// The connection came back: every course is read again, each once its
+    /// subscription is confirmed (reads in flight no longer count).
+    pub(super) fn reread_all(&mut self) {
+        self.epoch += 1;
+        for b in self.boards.values_mut() {
+            b.load = Load::Unread;
+        }
+        self.want_all_reads();
+    }
+
+    /// The state reader's answer: merges each hash by the version rule, then
+    /// seeds the shards that waited for it.
+    pub(super) fn states_read(
+        &mut self,
+        courses: Vec<Arc<str>>,
+        hashes: Option<Vec<Vec<Vec<u8>>>>,
+        epoch: u64,
+        now_ms: u64,
+    ) {
+        let mut hashes = hashes.map(|h| h.into_iter());
+        for course in courses {
+            let payloads = hashes.as_mut().and_then(|h| h.next());
+            let current = self
+                .boards
+                .get(&course)
+                .is_some_and(|b| b.load == Load::Reading(epoch));
+            if let Some(p) = payloads {
+                self.merge_read(&course, p, now_ms);
+            }
+            let Some(b) = self.boards.get_mut(&course) else {
+                continue;
+            };
+            if !current {
+                // Asked before a reconnect: its data is merged, but the course
+                // is read again once subscribed again.
+                continue;
+            }
+            b.live.clear();
+            if hashes.is_none() {
+                // Failed: retried every second; waiting shards get what is held.
+                b.load = Load::Unread;
+            } else {
+                b.load = Load::Loaded;
+                if let Some(t) = b.watched_at.take() {
+                    self.metrics
+                        .seed
+                        .observe_us(now_ms.saturating_sub(t).saturating_mul(1000));
+                }
+            }
+            let mask = std::mem::take(&mut b.awaiting);
+            self.seed_shards(&course, mask);
+        }
+        // Seeds already sent need no deadline.
+        while let Some((_, c)) = self.seed_deadlines.front() {
+            if self.boards.get(c).is_some_and(|b| b.awaiting != 0) {
+                break;
+            }
+            self.seed_deadlines.pop_front();
+        }
+    }
+
+    /// One course's state hash merged into its board (routed as snapshots to
+    /// shards already seeded).
+    fn merge_read(&mut self, course: &Arc<str>, payloads: Vec<Vec<u8>>, now_ms: u64) {
+        for p in payloads {
+            match Snapshot::parse(&p, Some(course)) {
+                Ok(s) => {
+                    if self.older_than_held(&s) {
+                        // An out-of-order publisher wrote the hash: the newer stays.
+                        self.metrics.state_stale.fetch_add(1, Relaxed);
+                    }
+                    self.accept(Arc::new(s), false);
+                }
+                Err(r) => self.rejected(r, course, now_ms),
+            }
+        }
+    }
+
+    /// Whether a state hash entry carries a lower version than the one this
+    /// node already holds for that section (equal is the normal case: the hash
+    /// holds what the channel brought).
+    fn older_than_held(&self, s: &Snapshot) -> bool {
+        let held = self
+            .boards
+            .get(&s.course)
+            .and_then(|b| b.sections.get(&s.section))
+            .and_then(|h| h.version);
+        matches!((s.version, held), (Some(v), Some(h)) if v < h)
+    }
+
+    /// Sends the course's board to the shards in `mask` (their watch answers).
+    pub(super) fn seed_shards(&self, course: &Arc<str>, mut mask: u128) {
+        let Some(b) = self.boards.get(course) else {
+            return;
+        };
+        mask &= b.shards;
+        if mask == 0 {
+            return;
+        }
+        let sections: Vec<Arc<Snapshot>> = b.sections.values().cloned().collect();
+        while mask != 0 {
+            let i = mask.trailing_zeros() as usize;
+            mask &= mask - 1;
+            if let Some(o) = self.outlets.get(i) {
+                o.inbox().control(Control::Seed {
+                    course: Arc::clone(course),
+                    sections: sections.clone(),
+                });
+            }
+        }
+    }
+
+    /// Shards that waited past [`SEED_PATIENCE_MS`] get what is held.
+    pub(super) fn seeds_overdue(&mut self, now_ms: u64) {
+        while let Some((due, _)) = self.seed_deadlines.front() {
+            if *due > now_ms {
+                break;
+            }
+            let Some((_, course)) = self.seed_deadlines.pop_front() else {
+                break;
+            };
+            let Some(b) = self.boards.get_mut(&course) else {
+                continue;
+            };
+            let mask = std::mem::take(&mut b.awaiting);
+            if mask != 0 {
+                tracing::debug!(%course, "state read overdue: seeding with what is held");
+                self.seed_shards(&course, mask);
+            }
+        }
+    }
+
+    /// Asks the state reader for every course with a state hash the node does
+    /// not hold (when the firehose turns on, then every [`super::admin::RESCAN_MS`]).
+    pub(super) fn discover(&mut self, now_ms: u64) {
+        self.next_scan_ms = now_ms + super::admin::RESCAN_MS;
+        if self.discovering {
+            return;
+        }
+        let have: HashSet<Arc<str>> = self
+            .boards
+            .iter()
+            .filter(|(_, b)| b.load == Load::Loaded)
+            .map(|(c, _)| Arc::clone(c))
+            .collect();
+        self.discovering = self.reader.send(ReadRequest::Discover { have }).is_ok();
+    }
+
+    /// The discovery's answer: boards for every course found, their state
+    /// merged, the source told what to cover, waiting admins answered.
+    pub(super) fn discovered(&mut self, found: Option<Discovery>, now_ms: u64) {
+        self.discovering = false;
+        if let Some(d) = found.filter(|_| self.firehose()) {
+            for c in &d.courses {
+                match self.boards.get_mut(c.as_str()) {
+                    Some(b) => b.named = true,
+                    None => {
+                        let board = Board {
+                            named: true,
+                            ..Board::default()
+                        };
+                        self.boards.insert(Arc::from(c.as_str()), board);
+                    }
+                }
+            }
+            for (course, payloads) in d.states {
+                self.merge_read(&course, payloads, now_ms);
+                if let Some(b) = self.boards.get_mut(&course) {
+                    if b.load == Load::Unread && self.source.subscribed(&course) {
+                        b.load = Load::Loaded;
+                    }
+                }
+            }
+            self.source.cover(&d.courses);
+        }
+        let mut waiting = std::mem::take(&mut self.admin_waiting) & self.admin_shards;
+        while waiting != 0 {
+            let i = waiting.trailing_zeros() as usize;
+            waiting &= waiting - 1;
+            self.admin_answer(i);
+        }
+    }
+
+    /// Answers a new admin shard now, or once the discovery in flight is in.
+    pub(super) fn admin_answer_when_known(&mut self, shard: usize) {
+        if self.discovering {
+            self.admin_waiting |= 1 << shard;
+        } else {
+            self.admin_answer(shard);
+        }
+    }
+}
