@@ -2,7 +2,10 @@
 //! `--target`) has its `/metrics` scraped once a second on a thread of its
 //! own, for the node's CPU (% of a core) and RSS over the run, and whether it
 //! kept its Redis connection (`seatboard_redis_connected`,
-//! `seatboard_redis_reconnects_total`). Answers at one URL from different
+//! `seatboard_redis_reconnects_total`), and what its distance to Redis
+//! costs: the round trip it measures (`seatboard_redis_rtt_seconds`, the
+//! largest of a cluster's nodes) and its time to seed a course over the run
+//! (`seatboard_seed_seconds`). Answers at one URL from different
 //! processes (a load balancer in front) are told apart by
 //! `process_start_time_seconds`, each its own series. An `https://` URL is
 //! scraped over TLS (the viewers' roots and name rules, `transport.rs`).
@@ -16,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One scrape of one node.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Scrape {
     /// `process_start_time_seconds`: which process answered.
     pub started: f64,
@@ -28,6 +31,30 @@ pub struct Scrape {
     pub redis_up: f64,
     /// `seatboard_redis_reconnects_total`.
     pub reconnects: f64,
+    /// `seatboard_redis_rtt_seconds` (the largest sample; NaN: none answered).
+    pub rtt_s: f64,
+    /// `seatboard_seed_seconds` buckets: (upper bound, cumulative count).
+    pub seed: Vec<(f64, f64)>,
+}
+
+/// The `q` quantile (0..1) of the observations between two cumulative
+/// bucket sets, as the upper bound of the bucket it falls in (`None`: none).
+pub fn quantile(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<f64> {
+    let counts: Vec<(f64, f64)> = after
+        .iter()
+        .map(|(le, n)| {
+            let was = before.iter().find(|(b, _)| b == le).map_or(0.0, |b| b.1);
+            (*le, (n - was).max(0.0))
+        })
+        .collect();
+    let total = counts.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    counts
+        .iter()
+        .find(|(_, n)| *n >= (q * total).ceil().max(1.0))
+        .map(|(le, _)| *le)
 }
 
 /// One second of a node's series.
@@ -56,6 +83,8 @@ pub struct Node {
     pub scrapes: u64,
     /// Reconnects to Redis between its first and last scrape.
     pub reconnects: u64,
+    /// The largest round trip to Redis it reported.
+    pub rtt_max_s: f64,
     first: Scrape,
     last: (Instant, Scrape),
 }
@@ -69,7 +98,8 @@ impl Node {
             redis_down: u64::from(s.redis_up < 1.0),
             scrapes: 1,
             reconnects: 0,
-            first: s,
+            rtt_max_s: nan_max(f64::NAN, s.rtt_s),
+            first: s.clone(),
             last: (at, s),
         }
     }
@@ -88,7 +118,33 @@ impl Node {
         self.scrapes += 1;
         self.redis_down += u64::from(s.redis_up < 1.0);
         self.reconnects = (s.reconnects - self.first.reconnects).max(0.0) as u64;
+        self.rtt_max_s = nan_max(self.rtt_max_s, s.rtt_s);
         self.last = (at, s);
+    }
+
+    /// Courses seeded during the run, and their time to seed (p50, p99), in ms.
+    pub fn seed_ms(&self) -> (u64, Option<f64>, Option<f64>) {
+        let (a, b) = (&self.first.seed, &self.last.1.seed);
+        let total = b.last().map_or(0.0, |x| x.1) - a.last().map_or(0.0, |x| x.1);
+        let ms = |q| quantile(a, b, q).map(|s| s * 1e3);
+        (total.max(0.0) as u64, ms(0.5), ms(0.99))
+    }
+
+    /// The distance to Redis as one sentence of the report.
+    pub fn distance(&self) -> String {
+        let ms = |v: Option<f64>| {
+            v.filter(|x| x.is_finite())
+                .map_or("-".into(), |x| format!("{x:.1} ms"))
+        };
+        let (n, p50, p99) = self.seed_ms();
+        format!(
+            "{}: Redis round trip {} (largest {}); {n} courses seeded, p50 {}, p99 {} (bucket bounds)",
+            self.url,
+            ms(Some(self.last.1.rtt_s * 1e3)),
+            ms(Some(self.rtt_max_s * 1e3)),
+            ms(p50),
+            ms(p99)
+        )
     }
 
     /// A node with `series` and nothing else (for the report's tests).
@@ -100,6 +156,8 @@ impl Node {
             rss: 0.0,
             redis_up: 1.0,
             reconnects: 0.0,
+            rtt_s: f64::NAN,
+            seed: Vec::new(),
         };
         Node {
             series,
@@ -120,6 +178,8 @@ impl Node {
 
     /// The node in the JSON's `nodes`.
     pub fn to_json(&self) -> Value {
+        let finite_ms = |s: f64| s.is_finite().then(|| (s * 1e6).round() / 1e3);
+        let (seeded, p50, p99) = self.seed_ms();
         json!({
             "url": self.url,
             "started": self.started,
@@ -127,7 +187,18 @@ impl Node {
             "redis_reconnects": self.reconnects,
             "redis_down_scrapes": self.redis_down,
             "scrapes": self.scrapes,
+            "redis_rtt_ms": {"last": finite_ms(self.last.1.rtt_s), "max": finite_ms(self.rtt_max_s)},
+            "seed_ms": {"courses": seeded, "p50": p50, "p99": p99},
         })
+    }
+}
+
+/// The larger of two values, a NaN counting as absent.
+fn nan_max(a: f64, b: f64) -> f64 {
+    match (a.is_nan(), b.is_nan()) {
+        (true, _) => b,
+        (_, true) => a,
+        _ => a.max(b),
     }
 }
 
@@ -140,14 +211,34 @@ pub fn parse(text: &str) -> Option<Scrape> {
         rss: 0.0,
         redis_up: 1.0,
         reconnects: 0.0,
+        rtt_s: f64::NAN,
+        seed: Vec::new(),
     };
     for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name, value)) = line.split_once(' ') else {
+        let Some((name, value)) = line.rsplit_once(' ') else {
             continue;
         };
         let Ok(v) = value.trim().parse::<f64>() else {
             continue;
         };
+        if name.starts_with("seatboard_redis_rtt_seconds") {
+            s.rtt_s = nan_max(s.rtt_s, v);
+            continue;
+        }
+        if let Some(le) = name
+            .strip_prefix("seatboard_seed_seconds_bucket{le=\"")
+            .and_then(|r| r.strip_suffix("\"}"))
+        {
+            let le = if le == "+Inf" {
+                f64::INFINITY
+            } else {
+                le.parse().unwrap_or(f64::NAN)
+            };
+            if !le.is_nan() {
+                s.seed.push((le, v));
+            }
+            continue;
+        }
         match name {
             "process_start_time_seconds" => s.started = v,
             "process_cpu_seconds_total" => s.cpu_s = v,
@@ -291,7 +382,7 @@ impl Watch {
 mod tests {
     use super::*;
 
-    const TEXT: &str = "# HELP process_start_time_seconds x\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1764420000.5\nprocess_cpu_seconds_total 12.5\nprocess_resident_memory_bytes 52428800\nseatboard_redis_connected 1\nseatboard_redis_reconnects_total 2\nseatboard_connections{shard=\"0\"} 7\n";
+    const TEXT: &str = "# HELP process_start_time_seconds x\n# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds 1764420000.5\nprocess_cpu_seconds_total 12.5\nprocess_resident_memory_bytes 52428800\nseatboard_redis_connected 1\nseatboard_redis_reconnects_total 2\nseatboard_connections{shard=\"0\"} 7\nseatboard_redis_rtt_seconds{node=\"10.0.0.1:7000\"} 0.0021\nseatboard_redis_rtt_seconds{node=\"10.0.0.2:7000\"} 0.0042\nseatboard_seed_seconds_bucket{le=\"0.005\"} 10\nseatboard_seed_seconds_bucket{le=\"0.01\"} 18\nseatboard_seed_seconds_bucket{le=\"+Inf\"} 20\n";
 
     #[test]
     fn an_exposition_gives_the_figures_and_anything_else_none() {
@@ -303,7 +394,9 @@ mod tests {
                 cpu_s: 12.5,
                 rss: 52428800.0,
                 redis_up: 1.0,
-                reconnects: 2.0
+                reconnects: 2.0,
+                rtt_s: 0.0042,
+                seed: vec![(0.005, 10.0), (0.01, 18.0), (f64::INFINITY, 20.0)],
             }
         );
         assert_eq!(parse("<html>not metrics</html>"), None);
@@ -313,20 +406,20 @@ mod tests {
     fn cpu_is_a_share_of_a_core_and_a_lost_redis_is_named() {
         let t0 = Instant::now();
         let s = parse(TEXT).expect("parsed");
-        let mut n = Node::new("http://n1", t0, s);
+        let mut n = Node::new("http://n1", t0, s.clone());
         assert_eq!(n.short(), None);
         let later = Scrape {
             cpu_s: s.cpu_s + 0.5,
-            ..s
+            ..s.clone()
         };
-        n.add(1.0, t0 + Duration::from_secs(1), later);
+        n.add(1.0, t0 + Duration::from_secs(1), later.clone());
         assert_eq!(n.series[0].cpu_pct, 50.0);
         assert_eq!(n.series[0].rss_bytes, 52428800);
         assert_eq!(n.short(), None);
         let cut = Scrape {
             redis_up: 0.0,
             reconnects: s.reconnects + 3.0,
-            ..later
+            ..later.clone()
         };
         n.add(2.0, t0 + Duration::from_secs(2), cut);
         let why = n.short().expect("named");
@@ -335,5 +428,34 @@ mod tests {
             "{why}"
         );
         assert!(why.contains("1 of 3 scrapes"), "{why}");
+    }
+
+    #[test]
+    fn the_distance_to_redis_is_the_largest_round_trip_and_seeds_over_the_run() {
+        let t0 = Instant::now();
+        let s = parse(TEXT).expect("parsed");
+        let mut n = Node::new("http://n1", t0, s.clone());
+        // Over the run: 100 more seeds, 90 within 5 ms, 8 within 10 ms, 2 slower.
+        let later = Scrape {
+            rtt_s: 0.003,
+            seed: vec![(0.005, 100.0), (0.01, 116.0), (f64::INFINITY, 120.0)],
+            ..s.clone()
+        };
+        n.add(1.0, t0 + Duration::from_secs(1), later);
+        assert_eq!(n.seed_ms(), (100, Some(5.0), Some(f64::INFINITY)));
+        let j = n.to_json();
+        assert_eq!(j["redis_rtt_ms"]["max"], 4.2);
+        assert_eq!(j["redis_rtt_ms"]["last"], 3.0);
+        assert_eq!(j["seed_ms"]["courses"], 100);
+        let line = n.distance();
+        assert!(
+            line.contains("round trip 3.0 ms (largest 4.2 ms)"),
+            "{line}"
+        );
+        assert_eq!(
+            quantile(&[], &[(0.001, 0.0), (0.002, 0.0)], 0.99),
+            None,
+            "no seeds, no figure"
+        );
     }
 }

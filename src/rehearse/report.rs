@@ -103,6 +103,13 @@ pub fn html(series: &[Second], nodes: &[Node], verdict: &str) -> String {
         "<h1>seatboard rehearsal</h1><p id=\"verdict\">{}</p>",
         escape(verdict)
     );
+    if !nodes.is_empty() {
+        out.push_str("<h2>Distance to Redis</h2><ul id=\"distance\">");
+        for n in nodes {
+            let _ = write!(out, "<li>{}</li>", escape(&n.distance()));
+        }
+        out.push_str("</ul>");
+    }
     let t_max = series.last().map_or(1, |s| s.t.max(1)) as f64;
     for (title, lines) in series_plots(series).iter().chain(&node_plots(nodes)) {
         plot(&mut out, title, lines, t_max);

@@ -521,6 +521,10 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
         short.push("no viewer connected: is --target right?".into());
     }
     write_outputs(args, &figures, &short, &nodes, processes);
+    // What the distance to Redis costs each node, before the verdict line.
+    for n in &nodes {
+        line(&format!("rehearse: {}", n.distance()));
+    }
     if short.is_empty() {
         line(&format!(
             "rehearse: pass: {} viewers, {} published, p99 {:.0} ms, every board correct",
