@@ -2,11 +2,14 @@
 //! none, on free ports (`redis-server --cluster-enabled yes`, then `redis-cli
 //! --cluster create`), plain or TLS-only; with functions to find a key's owner,
 //! kill a primary and wait for its replica's promotion, and move a slot (at
-//! once, or in steps that leave it half-migrated).
+//! once, or in steps that leave it half-migrated); and a cluster whose
+//! nodes announce a delay proxy each (`ProxiedCluster`).
 #![allow(dead_code)]
 
 use crate::common::{free_port, spawn_redis, wait_for};
+use crate::delay_proxy::DelayProxy;
 use seatboard::redis::slots::key_slot;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,6 +31,8 @@ pub struct ClusterNode {
     /// Its client port.
     pub port: u16,
     child: Option<Child>,
+    /// Flags of its own (what it announces, in a [`ProxiedCluster`]).
+    extra: Vec<String>,
 }
 
 /// Three primaries, and a replica of each unless started with `primaries_only`.
@@ -102,20 +107,26 @@ impl Cluster {
     }
 
     fn launch(replicas: bool, tls: Option<PathBuf>) -> Cluster {
+        let nodes = (0..if replicas { 6 } else { 3 })
+            .map(|_| ClusterNode {
+                port: cluster_port(),
+                child: None,
+                extra: Vec::new(),
+            })
+            .collect();
+        Cluster::form(nodes, replicas, tls)
+    }
+
+    /// Starts `nodes` (each with its own extra flags) and joins them.
+    fn form(mut nodes: Vec<ClusterNode>, replicas: bool, tls: Option<PathBuf>) -> Cluster {
         let dir = std::env::temp_dir().join(format!(
             "seatboard-cluster-{}-{}",
             std::process::id(),
             fastrand_u64()
         ));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let mut nodes = Vec::new();
-        for _ in 0..if replicas { 6 } else { 3 } {
-            let mut n = ClusterNode {
-                port: cluster_port(),
-                child: None,
-            };
+        for n in &mut nodes {
             n.spawn(&dir, tls.as_deref());
-            nodes.push(n);
         }
         let c = Cluster { nodes, dir, tls };
         let addrs: Vec<String> = c
@@ -378,6 +389,7 @@ impl ClusterNode {
             &dir,
         ];
         args.extend(tls_args);
+        args.extend(self.extra.iter().map(String::as_str));
         self.child = Some(spawn_redis(self.port, &args));
     }
 
@@ -398,9 +410,118 @@ impl Drop for Cluster {
     }
 }
 
+/// Three primaries, each behind a [`DelayProxy`] that it announces as its
+/// address (`cluster-announce-ip 127.0.0.1`, `cluster-announce-port <proxy
+/// port>`, `cluster-announce-bus-port <its real bus port>`: the cluster bus
+/// itself is not delayed). `CLUSTER SLOTS`, `CLUSTER NODES`, `MOVED` and
+/// `ASK` all name proxy ports, so every client that learns the topology from
+/// the cluster goes through the proxies, a publisher given the direct seeds
+/// of [`ProxiedCluster::near_uri`] too once it follows a redirect; only a
+/// client that never does (`redis-cli` without `-c`, on a node's own keys)
+/// stays near. The [`NodeLine`] ports of [`Cluster`]'s methods are proxy
+/// ports here ([`ProxiedCluster::direct_port`] maps them back).
+pub struct ProxiedCluster {
+    /// The cluster (its `nodes` carry the real ports).
+    pub cluster: Cluster,
+    /// One proxy per node, in the order of `cluster.nodes`.
+    pub proxies: Vec<DelayProxy>,
+}
+
+impl ProxiedCluster {
+    /// Three primaries and no replica, each `one_way` away through its proxy.
+    pub fn primaries_only(one_way: Duration) -> ProxiedCluster {
+        let mut proxies = Vec::new();
+        let nodes = (0..3)
+            .map(|_| {
+                let port = cluster_port();
+                let proxy = DelayProxy::start(SocketAddr::from(([127, 0, 0, 1], port)), one_way);
+                let extra = [
+                    "--cluster-announce-ip",
+                    "127.0.0.1",
+                    "--cluster-announce-port",
+                    &proxy.port().to_string(),
+                    "--cluster-announce-bus-port",
+                    &(port + 10_000).to_string(),
+                ]
+                .map(String::from)
+                .to_vec();
+                proxies.push(proxy);
+                ClusterNode {
+                    port,
+                    child: None,
+                    extra,
+                }
+            })
+            .collect();
+        ProxiedCluster {
+            cluster: Cluster::form(nodes, false, None),
+            proxies,
+        }
+    }
+
+    /// Seed URIs through the proxies, for the node under test.
+    pub fn far_uri(&self) -> String {
+        self.proxies
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{}", p.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Seed URIs of the nodes themselves (redirects still name proxies).
+    pub fn near_uri(&self) -> String {
+        self.cluster.uri()
+    }
+
+    /// The real port of the node behind proxy port `port` (`port` itself
+    /// when it is no proxy's).
+    pub fn direct_port(&self, port: u16) -> u16 {
+        self.proxies
+            .iter()
+            .position(|p| p.port() == port)
+            .map_or(port, |i| self.cluster.nodes[i].port)
+    }
+
+    /// Sets every proxy's one-way delay.
+    pub fn set_delay(&self, one_way: Duration) {
+        self.proxies.iter().for_each(|p| p.set_delay(one_way));
+    }
+
+    /// Turns every proxy into a black hole, or back.
+    pub fn blackhole(&self, on: bool) {
+        self.proxies.iter().for_each(|p| p.blackhole(on));
+    }
+}
+
 fn fastrand_u64() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxied_cluster_answers_through_the_proxies_it_announces() {
+        let pc = ProxiedCluster::primaries_only(Duration::from_millis(5));
+        let proxy_ports: Vec<u16> = pc.proxies.iter().map(DelayProxy::port).collect();
+        let owner = pc.cluster.owner("seats:CL1");
+        assert!(
+            proxy_ports.contains(&owner.port),
+            "{owner:?} not announced by a proxy"
+        );
+        assert_ne!(pc.direct_port(owner.port), owner.port);
+        assert_eq!(pc.cluster.cli(owner.port, &["SET", "seats:CL1", "v"]), "OK");
+        assert_eq!(pc.cluster.cli(owner.port, &["GET", "seats:CL1"]), "v");
+        let slots = pc.cluster.cli(owner.port, &["CLUSTER", "SLOTS"]);
+        for p in &proxy_ports {
+            assert!(
+                slots.lines().any(|l| l.trim() == p.to_string()),
+                "{p} not in {slots}"
+            );
+        }
+    }
 }
