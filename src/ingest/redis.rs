@@ -45,6 +45,9 @@ struct Sub {
     unconfirmed: HashMap<String, u32>,
     /// Courses whose channel is confirmed subscribed.
     confirmed: HashSet<String>,
+    /// Redis answered on it: a connection to a frozen Redis (which the
+    /// kernel still accepts) does not count as connected.
+    alive: bool,
 }
 
 /// A payload frame turned into a source event (`None`: not one of ours).
@@ -157,6 +160,7 @@ impl RedisSource {
             pattern_confirmed: false,
             unconfirmed: HashMap::new(),
             confirmed: HashSet::new(),
+            alive: false,
         });
         if self.firehose {
             self.to_unsub.clear();
@@ -164,6 +168,14 @@ impl RedisSource {
             self.to_sub = self.courses.iter().cloned().collect();
         }
         self.write_pending();
+        // A PING after the subscriptions: the first answer proves the
+        // connection alive, and none within PING_DEADLINE gives it up.
+        if let Some(sub) = &mut self.sub {
+            match sub.conn.send(b"*1\r\n$4\r\nPING\r\n") {
+                Ok(()) => sub.conn.ping_sent = Some(std::time::Instant::now()),
+                Err(e) => self.drop_sub(&format!("write: {e}")),
+            }
+        }
         if self.sub.is_none() {
             return false;
         }
@@ -239,7 +251,10 @@ impl RedisSource {
             return Err(());
         };
         match sub.conn.next_frame() {
-            Ok(Some(items)) => Ok(Some(classify(items))),
+            Ok(Some(items)) => {
+                sub.alive = true;
+                Ok(Some(classify(items)))
+            }
             Ok(None) => Ok(None),
             Err(e) => {
                 self.drop_sub(&format!("protocol: {e}"));
@@ -410,6 +425,6 @@ impl Source for RedisSource {
     }
 
     fn connected(&self) -> bool {
-        self.sub.is_some()
+        self.sub.as_ref().is_some_and(|s| s.alive)
     }
 }
