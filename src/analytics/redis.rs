@@ -242,7 +242,13 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
                 source.cover(&courses);
             }
         }
-        let wait = sleep_for(&lp.buckets, source.poll_timeout(), clock::unix_ms());
+        // While Redis is away no bucket closes: only the source's own timing counts.
+        let wait = match was_up {
+            true => sleep_for(&lp.buckets, source.poll_timeout(), clock::unix_ms()),
+            false => source
+                .poll_timeout()
+                .map_or(STOP_CHECK, |s| s.min(STOP_CHECK)),
+        };
         let ev = source.poll(wait);
         source.flush();
         let up = source.connected();

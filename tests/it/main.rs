@@ -42,6 +42,7 @@ mod pinning;
 mod publishing_docs;
 mod redis_cluster;
 mod redis_cluster_tls;
+mod redis_distance;
 mod redis_freeze;
 mod redis_ingest;
 mod redis_presence;
