@@ -38,6 +38,9 @@ pub enum ReadRequest {
         /// Courses whose state the ingest thread holds already.
         have: HashSet<Arc<str>>,
     },
+    /// The pub/sub connection came back: the reads that follow go at once,
+    /// not after the command connection's own backoff from the outage.
+    Reconnected,
     /// Stop the thread.
     Shutdown,
 }
@@ -58,6 +61,7 @@ struct Turn {
     /// Courses to read, by epoch (never mixed: an answer's epoch is exact).
     reads: BTreeMap<u64, Vec<Arc<str>>>,
     discover: Option<HashSet<Arc<str>>>,
+    retry_now: bool,
     stop: bool,
 }
 
@@ -68,6 +72,7 @@ impl Turn {
                 self.reads.entry(epoch).or_default().extend(courses)
             }
             ReadRequest::Discover { have } => self.discover = Some(have),
+            ReadRequest::Reconnected => self.retry_now = true,
             ReadRequest::Shutdown => self.stop = true,
         }
     }
@@ -92,6 +97,9 @@ pub fn run<T: StateStore>(
         let mut turn = Turn::default();
         for r in first.into_iter().chain(requests.try_iter()) {
             turn.add(r);
+        }
+        if turn.retry_now {
+            store.retry_now();
         }
         for (epoch, courses) in turn.reads {
             for batch in courses.chunks(READ_BATCH) {

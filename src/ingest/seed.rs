@@ -96,6 +96,7 @@ impl<S: Source> Ingest<S> {
     /// subscription is confirmed (reads in flight no longer count).
     pub(super) fn reread_all(&mut self) {
         self.epoch += 1;
+        let _ = self.reader.send(ReadRequest::Reconnected);
         for b in self.boards.values_mut() {
             b.load = Load::Unread;
         }

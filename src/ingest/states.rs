@@ -22,6 +22,8 @@ pub trait StateStore: Send {
     fn scan(&mut self) -> Option<Vec<String>>;
     /// The round trip to each node that holds state, measured now.
     fn ping(&mut self) -> Vec<RoundTrip>;
+    /// Forgets any backoff from an outage: Redis is known to answer again.
+    fn retry_now(&mut self) {}
 }
 
 /// The state hashes in Redis, through the bounded command client.
@@ -44,6 +46,10 @@ impl StateStore for RedisStates {
     fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
         let names: Vec<&str> = courses.iter().map(|c| &**c).collect();
         super::scan::read_states(&mut self.link, &self.prefix, &names)
+    }
+
+    fn retry_now(&mut self) {
+        self.link.retry_now();
     }
 
     fn scan(&mut self) -> Option<Vec<String>> {

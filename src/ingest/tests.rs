@@ -190,7 +190,7 @@ impl Rig {
                     }
                     IngestCmd::Discovered(Some(Discovery { courses, states }))
                 }
-                ReadRequest::Shutdown => return,
+                ReadRequest::Shutdown | ReadRequest::Reconnected => return,
             }
         };
         assert!(self.ingest.command(cmd, T0));

@@ -171,7 +171,13 @@ impl Redis {
 
     /// Starts (again) on the same port.
     pub fn restart(&mut self) {
-        self.child = Some(spawn_redis(self.port, &[]));
+        self.restart_with(&[]);
+    }
+
+    /// Starts (again) on the same port with `extra` flags (`--dir D` loads
+    /// the dump a `SAVE` wrote there: a restart that keeps the data).
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.child = Some(spawn_redis(self.port, extra));
     }
 
     /// Whether the server runs (not killed since its last start).
