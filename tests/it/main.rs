@@ -58,4 +58,5 @@ mod syscall_filter;
 mod systemd;
 mod tokio_shell;
 mod version;
+mod version_range;
 mod write_path;
