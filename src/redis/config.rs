@@ -93,9 +93,12 @@ pub fn seeds(value: &str) -> Result<Vec<ConnectionInfo>, String> {
         } else {
             format!("URI {} of {n}", i + 1)
         };
-        let info = uri
-            .into_connection_info()
-            .map_err(|e| bad(format!("{which} is not a Redis URL ({}): {FORM}", safe_reason(&e))))?;
+        let info = uri.into_connection_info().map_err(|e| {
+            bad(format!(
+                "{which} is not a Redis URL ({}): {FORM}",
+                safe_reason(&e)
+            ))
+        })?;
         match info.addr() {
             ConnectionAddr::Tcp(..) => {}
             ConnectionAddr::TcpTls { insecure: true, .. } => {
@@ -123,7 +126,8 @@ pub fn seeds(value: &str) -> Result<Vec<ConnectionInfo>, String> {
 }
 
 /// How a `--redis` URI is written.
-const FORM: &str = "redis[s]://[[user]:password@]host[:port][/db], comma-separated in cluster mode, \
+const FORM: &str =
+    "redis[s]://[[user]:password@]host[:port][/db], comma-separated in cluster mode, \
 with / ? # , @ : % in a password percent-encoded (%2F %3F %23 %2C %40 %3A %25)";
 
 /// The driver's reason without its detail (a detail may quote the URI).

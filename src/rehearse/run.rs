@@ -198,7 +198,9 @@ fn check(args: &RehearseArgs) -> Result<(), String> {
             writable(p, flag)?;
         }
     }
-    args.source_addrs.iter().try_for_each(|&ip| local_address(ip))
+    args.source_addrs
+        .iter()
+        .try_for_each(|&ip| local_address(ip))
 }
 
 /// The TLS handshake with an https:// target and each https:// node: what
@@ -246,6 +248,25 @@ fn refuse(args: &RehearseArgs, short: &[String]) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The signal that stops the rehearsal, once one arrived (0: none): SIGINT
+/// and SIGTERM both close the viewers and clean up.
+fn stop_on_signals() -> Arc<AtomicUsize> {
+    let stop = Arc::new(AtomicUsize::new(0));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
+    }
+    stop
+}
+
+/// The name of the signal [`stop_on_signals`] recorded, if one arrived.
+fn signal_name(signal: usize) -> Option<&'static str> {
+    match i32::try_from(signal) {
+        Ok(0) => None,
+        Ok(signal_hook::consts::SIGTERM) => Some("SIGTERM"),
+        _ => Some("SIGINT"),
+    }
+}
+
 /// Runs `seatboard rehearse`.
 pub fn run(args: RehearseArgs) -> ExitCode {
     let checked = endpoint(&args.target, "--target")
@@ -270,12 +291,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         name,
         tls,
     } = target;
-    // The signal that stopped the rehearsal (0: none): SIGINT and SIGTERM
-    // both close the viewers and clean up.
-    let stop = Arc::new(AtomicUsize::new(0));
-    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
-    }
+    let stop = stop_on_signals();
     let names = course_names(
         &args.rehearsal_prefix,
         args.courses,
@@ -342,11 +358,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         feed: &feed,
         series,
         watch,
-        interrupted: match stop.load(Ordering::Relaxed) as i32 {
-            0 => None,
-            signal_hook::consts::SIGTERM => Some("SIGTERM"),
-            _ => Some("SIGINT"),
-        },
+        interrupted: signal_name(stop.load(Ordering::Relaxed)),
     };
     finish(&args, run, link, &names)
 }

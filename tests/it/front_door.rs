@@ -121,9 +121,16 @@ fn two_origin_headers_are_400_before_the_accept_bucket() {
         "--allowed-origins",
         "https://a.example,https://b.example",
     ]);
-    let (a, b) = ("Origin: https://a.example\r\n", "Origin: https://b.example\r\n");
+    let (a, b) = (
+        "Origin: https://a.example\r\n",
+        "Origin: https://b.example\r\n",
+    );
     let mut sent = 0.0;
-    for path in ["/ws?user=u", "/ws/admin?user=u&role=admin", "/sse?course=CS101&user=u"] {
+    for path in [
+        "/ws?user=u",
+        "/ws/admin?user=u&role=admin",
+        "/sse?course=CS101&user=u",
+    ] {
         for extra in [format!("{a}{b}"), format!("{b}{a}"), format!("{a}{a}")] {
             let r = upgrade(sb.port, path, &extra);
             assert_eq!(r.status, 400, "{path} with {extra:?}");

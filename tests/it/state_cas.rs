@@ -125,7 +125,15 @@ fn eval(r: &Redis, version: &str) -> String {
         r#"{{"course":"CS101","section":1,"total_seats":40,"seats_taken":1,"version":{version}}}"#
     );
     let source = seatboard::publish::script::SOURCE;
-    r.cli(&["EVAL", source, "1", "seatstate:CS101", "1", &payload, version])
+    r.cli(&[
+        "EVAL",
+        source,
+        "1",
+        "seatstate:CS101",
+        "1",
+        &payload,
+        version,
+    ])
 }
 
 #[test]
@@ -144,7 +152,12 @@ fn a_stored_version_past_2_pow_53_is_never_overwritten_by_a_lower_one() {
     assert_eq!(eval(&r, "4611686018427387904"), "0");
     assert_eq!(eval(&r, "4611686018427387905"), "1");
     assert_eq!(stored(&r)["version"].as_u64(), Some(4611686018427387905));
-    r.cli(&["HSET", "seatstate:CS101", "1", r#"{"version":9007199254740993}"#]);
+    r.cli(&[
+        "HSET",
+        "seatstate:CS101",
+        "1",
+        r#"{"version":9007199254740993}"#,
+    ]);
     assert_eq!(eval(&r, "9007199254740992"), "0");
     assert_eq!(raw(), r#"{"version":9007199254740993}"#);
     // The Go field name, an exponent, and a version field inside seat_info
@@ -158,7 +171,11 @@ fn a_stored_version_past_2_pow_53_is_never_overwritten_by_a_lower_one() {
     assert_eq!(eval(&r, "100000000000000000001"), "1");
     // A version argument that is not an integer is an error, not a write.
     r.cli(&["HSET", "seatstate:CS101", "1", big]);
-    assert!(eval(&r, "1.5").contains("not an integer"), "{}", eval(&r, "1.5"));
+    assert!(
+        eval(&r, "1.5").contains("not an integer"),
+        "{}",
+        eval(&r, "1.5")
+    );
     assert_eq!(raw(), big);
 }
 

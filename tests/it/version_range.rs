@@ -32,7 +32,13 @@ fn publish_cmd(uri: &str, extra: &[&str]) -> Output {
 fn publish_refuses_versions_past_2_pow_53_and_payloads_over_64_kib_before_redis() {
     let r = Redis::start();
     let uri = r.uri();
-    for v in ["9007199254740993", "4611686018427387904", "-1", "1.5", "1e3"] {
+    for v in [
+        "9007199254740993",
+        "4611686018427387904",
+        "-1",
+        "1.5",
+        "1e3",
+    ] {
         let joined = format!("--version={v}");
         for args in [vec!["--version", v], vec![joined.as_str()]] {
             let out = publish_cmd(&uri, &args);
@@ -46,7 +52,11 @@ fn publish_refuses_versions_past_2_pow_53_and_payloads_over_64_kib_before_redis(
     assert_eq!(out.status.code(), Some(2));
     let line = first_line(&out);
     assert!(line.contains("'--seat-info'"), "{line}");
-    assert!(line.len() < 300, "the value is not echoed: {} bytes", line.len());
+    assert!(
+        line.len() < 300,
+        "the value is not echoed: {} bytes",
+        line.len()
+    );
     assert_eq!(r.cli(&["DBSIZE"]), "0", "nothing reached Redis");
     // The largest version there is, and a seat_info just under the limit.
     let out = publish_cmd(&uri, &["--version", "9007199254740992"]);
@@ -71,7 +81,15 @@ fn simulate_refuses_a_run_whose_versions_would_pass_2_pow_53() {
 }
 
 fn snap(section: u32, version: u64, seat_info: Option<&str>) -> Snapshot {
-    Snapshot::build("CS101".into(), section, 40, 3, seat_info, Some(version), None)
+    Snapshot::build(
+        "CS101".into(),
+        section,
+        40,
+        3,
+        seat_info,
+        Some(version),
+        None,
+    )
 }
 
 #[test]
