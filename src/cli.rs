@@ -261,8 +261,8 @@ pub struct PublishArgs {
     /// Seats taken.
     #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
     pub taken: u32,
-    /// Snapshot version (omitted: no version, the snapshot replaces whatever is held).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=9_223_372_036_854_775_807))]
+    /// Snapshot version, 0..2^53 (omitted: no version, the snapshot replaces whatever is held).
+    #[arg(long, allow_negative_numbers = true, value_parser = version)]
     pub version: Option<u64>,
     /// Extra section data, a JSON object passed through untouched.
     #[arg(long)]
@@ -290,6 +290,17 @@ pub struct SimulateArgs {
     /// Redis and prefixes.
     #[command(flatten)]
     pub target: RedisTarget,
+}
+
+/// A snapshot version: an integer 0..=2^53, the hub's rule (contract §2).
+fn version(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if shards::snapshot::valid_version(v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a version: an integer 0..={}",
+            shards::snapshot::MAX_VERSION
+        )),
+    }
 }
 
 fn positive_f64(s: &str) -> Result<f64, String> {

@@ -155,11 +155,13 @@ pub enum Refusal {
     HeadTimeout,
     /// Not HTTP (400).
     BadRequest,
+    /// More than one `Origin` header on an upgrade or `/sse` (400).
+    RepeatedOrigin,
 }
 
 impl Refusal {
     /// Every refusal, in `/metrics` order.
-    pub const ALL: [Refusal; 12] = [
+    pub const ALL: [Refusal; 13] = [
         Refusal::RateLimited,
         Refusal::BadUpgrade,
         Refusal::BadVersion,
@@ -172,6 +174,7 @@ impl Refusal {
         Refusal::HeadTooLarge,
         Refusal::HeadTimeout,
         Refusal::BadRequest,
+        Refusal::RepeatedOrigin,
     ];
 
     /// The `reason` label value.
@@ -189,6 +192,7 @@ impl Refusal {
             Refusal::HeadTooLarge => "head_too_large",
             Refusal::HeadTimeout => "head_timeout",
             Refusal::BadRequest => "bad_request",
+            Refusal::RepeatedOrigin => "repeated_origin",
         }
     }
 }
@@ -216,7 +220,7 @@ pub struct Metrics {
     /// Upgrades accepted.
     pub handshakes_accepted: AtomicU64,
     /// Requests refused, indexed like [`Refusal::ALL`].
-    pub refused: [AtomicU64; 12],
+    pub refused: [AtomicU64; 13],
     /// Closes sent, indexed like [`CLOSE_CODES`] (last: other).
     pub closes: [AtomicU64; 11],
     /// Valid snapshots received from the source.

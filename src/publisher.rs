@@ -5,13 +5,15 @@
 //! (in a cluster: the hashes first, then `SPUBLISH`, or `PUBLISH` with
 //! `--pubsub classic`); when the queue is full, or Redis is down or
 //! black-holed, snapshots are dropped and counted instead of holding up a seat
-//! reservation.
+//! reservation. A snapshot the hub would reject (a version past 2^53, a payload
+//! over 64 KiB: [`Snapshot::publishable`]) is refused before it reaches Redis,
+//! counted by reason.
 
 use crate::publish::script;
 use crate::redis::commands::Commands;
 use crate::redis::{Mode, PubSubMode, Redis, RedisFlags};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
-use shards::Snapshot;
+use shards::{Reject, Snapshot};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,6 +32,9 @@ pub struct PublisherConfig {
     pub state_prefix: String,
     /// Snapshots that may wait in the queue before new ones are dropped.
     pub queue: usize,
+    /// When set, every state hash written is given this time to live
+    /// (`PEXPIRE` after each write): a rehearsal's keys go away by themselves.
+    pub state_ttl: Option<Duration>,
 }
 
 /// Counters shared with the background thread.
@@ -39,6 +44,8 @@ struct Counters {
     dropped: AtomicU64,
     /// Snapshots accepted by `publish()` and not yet published or dropped.
     pending: AtomicU64,
+    /// Snapshots refused before Redis, indexed like [`Reject::ALL`].
+    refused: [AtomicU64; 4],
 }
 
 /// A non-blocking snapshot publisher.
@@ -68,8 +75,14 @@ impl Publisher {
         })
     }
 
-    /// Queues a snapshot; returns at once. False when it was dropped (queue full).
+    /// Queues a snapshot; returns at once. False when it was dropped (queue
+    /// full) or refused (the hub would reject it: see [`Publisher::refused`]).
     pub fn publish(&self, snapshot: Snapshot) -> bool {
+        if let Err(why) = snapshot.publishable() {
+            self.counters.refused[reject_index(why)].fetch_add(1, Relaxed);
+            tracing::debug!(reason = why.label(), course = %snapshot.course, "snapshot refused");
+            return false;
+        }
         let Some(tx) = &self.tx else { return false };
         self.counters.pending.fetch_add(1, Relaxed);
         match tx.try_send(snapshot) {
@@ -90,6 +103,17 @@ impl Publisher {
     /// Snapshots dropped so far (queue full, Redis down or too slow).
     pub fn dropped(&self) -> u64 {
         self.counters.dropped.load(Relaxed)
+    }
+
+    /// Snapshots refused so far for `reason` (`Schema`: a version past 2^53
+    /// and the like; `TooLarge`: a payload over 64 KiB), never sent to Redis.
+    pub fn refused(&self, reason: Reject) -> u64 {
+        self.counters.refused[reject_index(reason)].load(Relaxed)
+    }
+
+    /// Snapshots refused so far, every reason together.
+    pub fn refused_total(&self) -> u64 {
+        Reject::ALL.iter().map(|&r| self.refused(r)).sum()
     }
 
     /// Waits up to `timeout` until everything queued was published or dropped.
@@ -116,6 +140,11 @@ impl Drop for Publisher {
     }
 }
 
+/// Where [`Reject::ALL`] lists `r`.
+fn reject_index(r: Reject) -> usize {
+    Reject::ALL.iter().position(|&x| x == r).unwrap_or(0)
+}
+
 /// Appends the state hash's compare-and-set + PUBLISH for one snapshot to a
 /// pipeline (`full_text`: `EVAL` instead of `EVALSHA`, after a `NOSCRIPT`).
 pub fn add_to_pipeline(
@@ -125,9 +154,33 @@ pub fn add_to_pipeline(
     s: &Snapshot,
     full_text: bool,
 ) {
+    add_expiring(p, channel_prefix, state_prefix, None, s, full_text);
+}
+
+/// `PEXPIRE` of `s`'s state hash, when its keys are to expire.
+fn expire(state_prefix: &str, ttl: Option<Duration>, s: &Snapshot) -> Option<::redis::Cmd> {
+    let ttl = ttl?;
+    let mut c = ::redis::cmd("PEXPIRE");
+    c.arg(format!("{state_prefix}{}", s.course))
+        .arg(ttl.as_millis().max(1) as u64);
+    Some(c)
+}
+
+/// [`add_to_pipeline`] with the state hash's time to live set after the write.
+fn add_expiring(
+    p: &mut ::redis::Pipeline,
+    channel_prefix: &str,
+    state_prefix: &str,
+    ttl: Option<Duration>,
+    s: &Snapshot,
+    full_text: bool,
+) {
     let payload = s.to_payload();
     p.add_command(script::cmd(state_prefix, s, &payload, full_text))
         .ignore();
+    if let Some(c) = expire(state_prefix, ttl, s) {
+        p.add_command(c).ignore();
+    }
     p.cmd("PUBLISH")
         .arg(format!("{channel_prefix}{}", s.course))
         .arg(payload)
@@ -145,11 +198,23 @@ pub fn write(
     state_prefix: &str,
     batch: &[Snapshot],
 ) -> Result<(), String> {
-    match write_once(link, channel_prefix, state_prefix, batch, false) {
+    write_expiring(link, channel_prefix, state_prefix, None, batch)
+}
+
+/// [`write`], and every state hash written given `state_ttl` to live when set.
+pub fn write_expiring(
+    link: &mut Commands,
+    channel_prefix: &str,
+    state_prefix: &str,
+    state_ttl: Option<Duration>,
+    batch: &[Snapshot],
+) -> Result<(), String> {
+    let to = (channel_prefix, state_prefix, state_ttl);
+    match write_once(link, to, batch, false) {
         Err(e) if script::is_noscript(&e) => {
             tracing::debug!("state script not loaded on the server: loading it");
             link.retry_now();
-            write_once(link, channel_prefix, state_prefix, batch, true)
+            write_once(link, to, batch, true)
         }
         r => r,
     }
@@ -161,15 +226,14 @@ pub fn write(
 /// that subscribes and then reads the hash can never miss a snapshot.
 fn write_once(
     link: &mut Commands,
-    channel_prefix: &str,
-    state_prefix: &str,
+    (channel_prefix, state_prefix, ttl): (&str, &str, Option<Duration>),
     batch: &[Snapshot],
     full_text: bool,
 ) -> Result<(), String> {
     if link.mode()? == Mode::Standalone {
         let mut p = ::redis::pipe();
         for s in batch {
-            add_to_pipeline(&mut p, channel_prefix, state_prefix, s, full_text);
+            add_expiring(&mut p, channel_prefix, state_prefix, ttl, s, full_text);
         }
         return link.raw_pipeline::<()>(&p);
     }
@@ -181,7 +245,10 @@ fn write_once(
     let hashes: Vec<::redis::Cmd> = batch
         .iter()
         .zip(&payloads)
-        .map(|(s, p)| script::cmd(state_prefix, s, p, full_text))
+        .flat_map(|(s, p)| {
+            let set = script::cmd(state_prefix, s, p, full_text);
+            std::iter::once(set).chain(expire(state_prefix, ttl, s))
+        })
         .collect();
     link.exec(&hashes)?;
     let pubs: Vec<::redis::Cmd> = batch
@@ -212,7 +279,8 @@ fn run(mut link: Commands, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: Publis
             }
         }
         let n = batch.len() as u64;
-        match write(&mut link, &cfg.channel_prefix, &cfg.state_prefix, &batch) {
+        let (channel, state) = (&cfg.channel_prefix, &cfg.state_prefix);
+        match write_expiring(&mut link, channel, state, cfg.state_ttl, &batch) {
             Ok(()) => c.published.fetch_add(n, Relaxed),
             Err(e) => {
                 tracing::debug!(error = %e, dropped = n, "publish failed");

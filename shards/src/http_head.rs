@@ -26,8 +26,11 @@ pub struct RequestHead {
     pub ws_key: Option<String>,
     /// `Sec-WebSocket-Version` header.
     pub ws_version: Option<String>,
-    /// `Origin` header.
+    /// `Origin` header (the last, when there are several).
     pub origin: Option<String>,
+    /// How many `Origin` header lines the request had (more than one is a
+    /// malformed request: which one would the origin rule judge?).
+    pub origin_lines: u8,
     /// `Host` header (compared with `Origin` for cookie tokens).
     pub host: Option<String>,
     /// `Authorization` header.
@@ -94,7 +97,10 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
             "connection" => &mut head.connection,
             "sec-websocket-key" => &mut head.ws_key,
             "sec-websocket-version" => &mut head.ws_version,
-            "origin" => &mut head.origin,
+            "origin" => {
+                head.origin_lines = head.origin_lines.saturating_add(1);
+                &mut head.origin
+            }
             "host" => &mut head.host,
             "authorization" => &mut head.authorization,
             "cookie" => {
@@ -169,6 +175,12 @@ fn valid_ws_key(key: &str) -> bool {
 }
 
 impl RequestHead {
+    /// True when the request carries more than one `Origin` header: refused
+    /// with 400 before the accept bucket, like a malformed upgrade.
+    pub fn repeated_origin(&self) -> bool {
+        self.origin_lines > 1
+    }
+
     /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1.
     pub fn check_upgrade(&self) -> Result<&str, UpgradeError> {
         if self.method != "GET"
@@ -314,6 +326,17 @@ mod tests {
         assert_eq!(h.host.as_deref(), Some("x"));
         assert_eq!(h.cookie_value("seatboard_token"), Some("ck"));
         assert_eq!(h.token().as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn origin_lines_are_counted() {
+        assert!(!head("").repeated_origin());
+        assert!(!head("Origin: http://a.example\r\n").repeated_origin());
+        let two = head("Origin: http://a.example\r\norigin: http://b.example\r\n");
+        assert!(two.repeated_origin());
+        assert_eq!(two.origin_lines, 2);
+        let same = head("Origin: http://a.example\r\nOrigin: http://a.example\r\n");
+        assert!(same.repeated_origin(), "even the same origin twice");
     }
 
     #[test]

@@ -21,6 +21,14 @@ use std::sync::Arc;
 pub const MAX_PAYLOAD: usize = 64 * 1024;
 /// Largest value accepted for `section`, `total_seats` and `seats_taken`.
 const MAX_COUNT: i64 = (1 << 31) - 1;
+/// Largest `version` accepted: 2^53, the largest integer a JSON number
+/// carries exactly in every language (contract §2).
+pub const MAX_VERSION: u64 = 1 << 53;
+
+/// Whether `v` is a version a snapshot may carry (0..=[`MAX_VERSION`]).
+pub fn valid_version(v: u64) -> bool {
+    v <= MAX_VERSION
+}
 
 /// A validated whole-section snapshot, shared read-only between threads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -149,7 +157,7 @@ impl Snapshot {
         let section = required(wire.section)?;
         let total_seats = required(wire.total_seats)?;
         let seats_taken = required(wire.seats_taken)?;
-        let version = int(wire.version, i64::MAX)?.map(|v| v as u64);
+        let version = int(wire.version, MAX_VERSION as i64)?.map(|v| v as u64);
         let ts = int(wire.ts, i64::MAX)?.map(|v| v as u64);
         let seat_info = match wire.seat_info {
             Some(raw) if raw.get() == "null" => None,
@@ -205,6 +213,20 @@ impl Snapshot {
             ts,
             json: json.into_boxed_str(),
         }
+    }
+
+    /// The payload to publish for this snapshot, or why a hub would reject it
+    /// (a version past [`MAX_VERSION`], a payload over [`MAX_PAYLOAD`], a
+    /// bad course or seat count, a `seat_info` that is not a JSON object):
+    /// the hub's own [`Snapshot::parse`] run on it, so a publisher refuses
+    /// exactly what the hub would.
+    pub fn publishable(&self) -> Result<String, Reject> {
+        if self.version.is_some_and(|v| !valid_version(v)) {
+            return Err(Reject::Schema);
+        }
+        let payload = self.to_payload();
+        Snapshot::parse(payload.as_bytes(), Some(&self.course))?;
+        Ok(payload)
     }
 
     /// The payload the selection API would publish for this snapshot.
@@ -316,6 +338,54 @@ mod tests {
             Snapshot::parse(big.as_bytes(), Some("CS101")),
             Err(Reject::TooLarge)
         );
+    }
+
+    #[test]
+    fn versions_are_integers_up_to_2_pow_53() {
+        let p = |v: &str| {
+            let text = format!(
+                r#"{{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"version":{v}}}"#
+            );
+            Snapshot::parse(text.as_bytes(), Some("CS101")).map(|s| s.version)
+        };
+        assert_eq!(p("0"), Ok(Some(0)));
+        assert_eq!(p("9007199254740992"), Ok(Some(MAX_VERSION)));
+        assert_eq!(p("null"), Ok(None));
+        for bad in [
+            "9007199254740993",
+            "4611686018427387904",
+            "18446744073709551616",
+            "-1",
+            "1.5",
+            "17.0",
+            "1e3",
+        ] {
+            assert_eq!(p(bad), Err(Reject::Schema), "version {bad}");
+        }
+        // The Go field name follows the same rule.
+        let go = br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"Version":9007199254740993}"#;
+        assert_eq!(Snapshot::parse(go, Some("CS101")), Err(Reject::Schema));
+        assert!(valid_version(MAX_VERSION) && !valid_version(MAX_VERSION + 1));
+    }
+
+    #[test]
+    fn publishable_refuses_what_the_hub_would() {
+        let s = |version: Option<u64>, info: Option<&str>| {
+            Snapshot::build("CS101".into(), 1, 40, 3, info, version, Some(5)).publishable()
+        };
+        let ok = s(Some(MAX_VERSION), Some(r#"{"room":"B12"}"#)).expect("publishable");
+        let back = Snapshot::parse(ok.as_bytes(), Some("CS101")).expect("parses");
+        assert_eq!(back.version, Some(MAX_VERSION));
+        assert!(s(None, None).is_ok());
+        assert_eq!(s(Some(MAX_VERSION + 1), None), Err(Reject::Schema));
+        assert_eq!(s(Some(u64::MAX), None), Err(Reject::Schema));
+        assert_eq!(s(Some(1), Some("[1]")), Err(Reject::Schema));
+        let pad = format!(r#"{{"pad":"{}"}}"#, "x".repeat(MAX_PAYLOAD));
+        assert_eq!(s(Some(1), Some(&pad)), Err(Reject::TooLarge));
+        let bad_course = Snapshot::build("CS 101".into(), 1, 40, 3, None, None, None);
+        assert_eq!(bad_course.publishable(), Err(Reject::Schema));
+        let big_count = Snapshot::build("CS101".into(), 1, u32::MAX, 3, None, None, None);
+        assert_eq!(big_count.publishable(), Err(Reject::Schema));
     }
 
     #[test]

@@ -9,6 +9,9 @@ use bytes::Bytes;
 
 /// Largest client data message, in bytes, however it is fragmented.
 pub const MAX_MESSAGE: usize = 4096;
+/// Most frames one client message may take, empty continuations included:
+/// past it the message closes with 1009, as past [`MAX_MESSAGE`] bytes.
+pub const MAX_FRAGMENTS: usize = 4096;
 
 /// Close codes the server sends.
 pub mod close {
@@ -71,6 +74,8 @@ pub struct Decoder {
     deflate: bool,
     /// The message being assembled is compressed (its first frame had RSV1).
     compressed: bool,
+    /// Frames of the message being assembled so far.
+    frames: u16,
 }
 
 /// Compressed bytes a client message may take on the wire besides
@@ -181,6 +186,10 @@ impl Decoder {
         if !control && self.message.len() as u64 + len > wire_limit as u64 {
             return Err(Violation(close::TOO_BIG));
         }
+        // Empty continuations add no bytes: the frame count bounds them.
+        if opcode == OP_CONT && usize::from(self.frames) >= MAX_FRAGMENTS {
+            return Err(Violation(close::TOO_BIG));
+        }
         Ok(Some(Head {
             fin,
             opcode,
@@ -215,6 +224,7 @@ impl Decoder {
         }
         self.in_message = true;
         self.compressed = compressed;
+        self.frames = self.frames.saturating_add(1);
         self.message.extend_from_slice(&payload);
         // Fail fast on bytes that can never become valid UTF-8 (compressed
         // bytes are checked once inflated).
@@ -229,6 +239,7 @@ impl Decoder {
             self.in_message = false;
             self.compressed = false;
             self.utf8_checked = 0;
+            self.frames = 0;
             let message = std::mem::take(&mut self.message);
             return text_message(message, compressed).map(Some);
         }

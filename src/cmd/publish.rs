@@ -6,8 +6,8 @@ use crate::clock;
 use crate::publisher::write;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
-use shards::snapshot::valid_course;
-use shards::Snapshot;
+use shards::snapshot::{valid_course, MAX_PAYLOAD};
+use shards::{Reject, Snapshot};
 use std::process::ExitCode;
 
 /// Checks the flags, builds the snapshot (stamped with `ts`; without
@@ -40,6 +40,21 @@ pub fn run(args: PublishArgs) -> ExitCode {
         args.version,
         Some(clock::unix_ms()),
     );
+    // What the hub would reject never reaches Redis (`--version` past 2^53
+    // is already refused by its parser).
+    if let Err(why) = snap.publishable() {
+        let size = snap.to_payload().len();
+        crate::logging::line(&match why {
+            Reject::TooLarge => format!(
+                "error: invalid value for '--seat-info': the snapshot would be {size} bytes, over the {MAX_PAYLOAD} a hub accepts"
+            ),
+            other => format!(
+                "error: invalid value for '--seat-info': a hub would reject the snapshot ({})",
+                other.label()
+            ),
+        });
+        return ExitCode::from(2);
+    }
     let t = &args.target;
     let redis = match Redis::from_flags(&t.redis) {
         Ok(r) => r,

@@ -6,6 +6,7 @@ use super::simulator::SelectionWindow;
 use crate::cli::SimulateArgs;
 use crate::clock;
 use crate::publisher::{Publisher, PublisherConfig};
+use shards::snapshot::{valid_version, MAX_VERSION};
 use shards::Snapshot;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -36,14 +37,33 @@ fn restamp(s: &Snapshot, base: u64, ts: u64) -> Snapshot {
     )
 }
 
+/// A run whose versions would pass 2^53 (the hub rejects those): refused
+/// before anything reaches Redis, naming the flag.
+fn check_versions(args: &SimulateArgs, base: u64) -> Result<(), String> {
+    let updates = (args.rate * args.duration).ceil();
+    let last = base.saturating_add(updates as u64);
+    if updates >= MAX_VERSION as f64 || !valid_version(last) {
+        return Err(format!(
+            "invalid value '{}' for '--duration': at --rate {} the run's versions would pass 2^53 ({MAX_VERSION}), the largest a hub accepts",
+            args.duration, args.rate
+        ));
+    }
+    Ok(())
+}
+
 /// Runs the window for `--duration` seconds and reports the achieved rate.
 pub fn run(args: SimulateArgs) -> ExitCode {
+    let base = version_base();
+    if let Err(e) = check_versions(&args, base) {
+        return crate::logging::usage(&e);
+    }
     let t = &args.target;
     let publisher = match Publisher::start(PublisherConfig {
         redis: t.redis.clone(),
         channel_prefix: t.channel_prefix.clone(),
         state_prefix: t.state_prefix.clone(),
         queue: (args.rate as usize).clamp(1024, 1 << 20),
+        state_ttl: None,
     }) {
         Ok(p) => p,
         Err(e) => {
@@ -53,7 +73,6 @@ pub fn run(args: SimulateArgs) -> ExitCode {
     };
     let names = SelectionWindow::synthetic_names(args.courses as usize);
     let mut window = SelectionWindow::new(&names, args.hot_skew, clock::unix_ms());
-    let base = version_base();
     let interval = Duration::from_secs_f64(1.0 / args.rate);
     let duration = Duration::from_secs_f64(args.duration);
     let start = Instant::now();

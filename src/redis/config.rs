@@ -2,6 +2,7 @@
 //! each with its environment twin.
 
 use clap::{Args, ValueEnum};
+use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use std::path::PathBuf;
 
 /// Which Redis deployment seatboard talks to.
@@ -72,81 +73,123 @@ impl RedisFlags {
     }
 }
 
-/// `text` with the password of every URI in `uris` (a `--redis` value)
-/// replaced by `***`, as written and percent-decoded: an error or log line
-/// that quotes a URI or a driver's message never shows a credential.
-pub fn redact(text: &str, uris: &str) -> String {
-    let mut out = text.to_owned();
-    for uri in uris.split(',') {
-        let Some(password) = password_of(uri.trim()) else {
-            continue;
+/// The seeds of a `--redis` value, checked. An error names the flag and
+/// never quotes the value: a password holding `/`, `?`, `#`, `,` or `@`
+/// defeats any attempt to find it in a URI that does not parse, so a seed is
+/// shown only from its parsed parts (scheme, host, port; credentials as
+/// `***`), or by its position.
+pub fn seeds(value: &str) -> Result<Vec<ConnectionInfo>, String> {
+    let uris: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let n = uris.len();
+    let bad = |why: String| format!("invalid value for '--redis': {why}");
+    let mut seeds = Vec::with_capacity(n);
+    for (i, uri) in uris.iter().enumerate() {
+        let which = if n == 1 {
+            "the URI".to_string()
+        } else {
+            format!("URI {} of {n}", i + 1)
         };
-        let decoded = percent_decode(password);
-        for p in [password, decoded.as_str()] {
-            if !p.is_empty() {
-                out = out.replace(p, "***");
+        let info = uri.into_connection_info().map_err(|e| {
+            bad(format!(
+                "{which} is not a Redis URL ({}): {FORM}",
+                safe_reason(&e)
+            ))
+        })?;
+        match info.addr() {
+            ConnectionAddr::Tcp(..) => {}
+            ConnectionAddr::TcpTls { insecure: true, .. } => {
+                return Err(bad(format!("{}: #insecure is not supported", shown(&info))))
             }
+            ConnectionAddr::TcpTls { .. } => {}
+            _ => return Err(bad(format!("{which}: use redis:// or rediss://"))),
+        }
+        seeds.push(info);
+    }
+    let Some(first) = seeds.first() else {
+        return Err(bad(format!("no URI: {FORM}")));
+    };
+    let tls = matches!(first.addr(), ConnectionAddr::TcpTls { .. });
+    for s in &seeds {
+        if matches!(s.addr(), ConnectionAddr::TcpTls { .. }) != tls {
+            return Err(bad("mixes redis:// and rediss://".into()));
+        }
+        let (a, b) = (s.redis_settings(), first.redis_settings());
+        if a.username() != b.username() || a.password() != b.password() {
+            return Err(bad("the seeds' credentials differ".into()));
         }
     }
-    out
+    Ok(seeds)
 }
 
-/// The password part of `scheme://[user]:password@host...`, if there is one.
-fn password_of(uri: &str) -> Option<&str> {
-    let rest = &uri[uri.find("://")? + 3..];
-    let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
-    let userinfo = &authority[..authority.rfind('@')?];
-    Some(match userinfo.find(':') {
-        Some(i) => &userinfo[i + 1..],
-        // `redis://secret@host`: a lone user part may be a password too.
-        None => userinfo,
-    })
-}
+/// How a `--redis` URI is written.
+const FORM: &str =
+    "redis[s]://[[user]:password@]host[:port][/db], comma-separated in cluster mode, \
+with / ? # , @ : % in a password percent-encoded (%2F %3F %23 %2C %40 %3A %25)";
 
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        match (
-            b[i],
-            b.get(i + 1).copied().and_then(hex),
-            b.get(i + 2).copied().and_then(hex),
-        ) {
-            (b'%', Some(h), Some(l)) => {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-            }
-            (c, _, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
+/// The driver's reason without its detail (a detail may quote the URI).
+fn safe_reason(e: &redis::RedisError) -> String {
+    let text = e.to_string();
+    match (e.detail(), text.split_once(" - ")) {
+        (None, Some((desc, _))) => desc.to_string(),
+        _ => "it does not parse".to_string(),
     }
-    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A parsed seed as an error line may show it: no credential.
+fn shown(info: &ConnectionInfo) -> String {
+    let r = info.redis_settings();
+    let auth = if r.username().is_some() || r.password().is_some() {
+        "***@"
+    } else {
+        ""
+    };
+    match info.addr() {
+        ConnectionAddr::Tcp(host, port) => format!("redis://{auth}{host}:{port}"),
+        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{auth}{host}:{port}"),
+        _ => "a seed".to_string(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::seeds;
+
+    /// Characters a generated password holds that a URI cannot carry raw.
+    const AWKWARD: &str = "/?#,@:%+=&; '\"\\[]{}$!*|<>^`~";
 
     #[test]
-    fn passwords_never_shown() {
-        let uris = "rediss://svc:S3cr%2Ft@redis.example.net:6380,redis://:other@10.0.0.2:7000";
-        let msg = format!("invalid value '{uris}' for '--redis': bad (pw S3cr/t)");
-        let shown = redact(&msg, uris);
-        assert!(!shown.contains("S3cr"), "{shown}");
-        assert!(!shown.contains("other"), "{shown}");
-        assert!(
-            shown.contains("rediss://svc:***@redis.example.net:6380"),
-            "{shown}"
-        );
-        assert!(shown.contains("redis://:***@10.0.0.2:7000"), "{shown}");
-        assert_eq!(
-            redact("no secret here", "redis://127.0.0.1:6379"),
-            "no secret here"
-        );
-        assert_eq!(redact("x tok y", "redis://tok@h:1"), "x *** y");
+    fn a_refused_value_never_shows_a_password() {
+        for c in AWKWARD.chars() {
+            let pw = format!("Pw{c}S3cret{c}x");
+            for uri in [
+                format!("redis://:{pw}@127.0.0.1:70000"),
+                format!("redis://svc:{pw}@127.0.0.1:6379/notadb"),
+                format!("http://:{pw}@127.0.0.1:6379"),
+                format!("rediss://:{pw}@127.0.0.1:6380/#insecure"),
+                format!("redis://:{pw}@10.0.0.1:6379,rediss://:{pw}@10.0.0.2:6379"),
+            ] {
+                let Err(e) = seeds(&uri) else {
+                    // Some characters make a valid URI of it: nothing shown then.
+                    continue;
+                };
+                assert!(e.starts_with("invalid value for '--redis'"), "{e}");
+                assert!(!e.contains("S3cret"), "{uri} gave: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn seeds_are_shown_from_their_parsed_parts() {
+        let e = seeds("rediss://u:p4ss@h.example:6380/#insecure").unwrap_err();
+        assert!(e.contains("rediss://***@h.example:6380"), "{e}");
+        assert!(!e.contains("p4ss"), "{e}");
+        let e = seeds("redis://a:1,redis://b:2,redis://:x/y@c:3").unwrap_err();
+        assert!(e.contains("URI 3 of 3"), "{e}");
+        assert!(e.contains("percent-encoded"), "{e}");
+        assert_eq!(seeds("redis://u:p%2Fq@127.0.0.1:1").map(|s| s.len()), Ok(1));
     }
 }

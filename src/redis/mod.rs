@@ -13,7 +13,7 @@ pub mod slots;
 
 pub use config::{PubSubMode, RedisFlags, RedisMode};
 
-use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, TlsCertificates};
+use redis::{ConnectionAddr, ConnectionInfo, TlsCertificates};
 use slots::{Addr, SlotMap};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -121,37 +121,10 @@ pub(crate) fn trust_roots(
 impl Redis {
     /// Checks the flags; the error names the flag (for a usage error, exit 2).
     pub fn from_flags(f: &RedisFlags) -> Result<Arc<Redis>, String> {
-        let bad = |why: String| {
-            let msg = format!("invalid value '{}' for '--redis': {why}", f.redis);
-            config::redact(&msg, &f.redis)
-        };
-        let mut seeds = Vec::new();
-        for uri in f.redis.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let info = uri.into_connection_info().map_err(|e| bad(e.to_string()))?;
-            match info.addr() {
-                ConnectionAddr::Tcp(..) => {}
-                ConnectionAddr::TcpTls { insecure: true, .. } => {
-                    return Err(bad("#insecure is not supported".into()))
-                }
-                ConnectionAddr::TcpTls { .. } => {}
-                _ => return Err(bad("use redis:// or rediss://".into())),
-            }
-            seeds.push(info);
-        }
-        let Some(first) = seeds.first() else {
-            return Err(bad("no URI".into()));
-        };
-        let tls = matches!(first.addr(), ConnectionAddr::TcpTls { .. });
-        for s in &seeds {
-            if matches!(s.addr(), ConnectionAddr::TcpTls { .. }) != tls {
-                return Err(bad("mixes redis:// and rediss://".into()));
-            }
-            if s.redis_settings().username() != first.redis_settings().username()
-                || s.redis_settings().password() != first.redis_settings().password()
-            {
-                return Err(bad("the seeds' credentials differ".into()));
-            }
-        }
+        let seeds = config::seeds(&f.redis)?;
+        let tls = seeds
+            .first()
+            .is_some_and(|s| matches!(s.addr(), ConnectionAddr::TcpTls { .. }));
         let ca_pem =
             match &f.redis_ca {
                 Some(p) => Some(std::fs::read(p).map_err(|e| {

@@ -92,11 +92,14 @@ impl ChildLoop {
 }
 
 /// The child's main: its config from the first stdin line, then the loop
-/// until `report`, stdin's end or `max_secs`. SIGINT is left to the parent
-/// (a Ctrl-C reaches the whole process group): it asks for the report.
+/// until `report`, stdin's end or `max_secs`. SIGINT and SIGTERM are left to
+/// the parent (a Ctrl-C, or a service manager's stop, may reach the whole
+/// process group): it asks for the report.
 pub fn main() -> std::process::ExitCode {
     let ignored = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, ignored);
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register(signal, std::sync::Arc::clone(&ignored));
+    }
     super::workers::raise_nofile();
     let mut first = String::new();
     if std::io::stdin().read_line(&mut first).is_err() {

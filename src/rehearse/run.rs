@@ -22,7 +22,7 @@ use crate::redis::commands::Commands;
 use crate::redis::Redis;
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -130,6 +130,46 @@ fn course_names(prefix: &str, courses: u32, unix_ms: u64) -> Vec<String> {
         .collect()
 }
 
+/// How long every key the rehearsal writes lives: its duration plus 10
+/// minutes, so a rehearsal killed with SIGKILL leaves nothing for long.
+fn key_ttl(duration_s: f64) -> Duration {
+    Duration::try_from_secs_f64(duration_s)
+        .unwrap_or(Duration::MAX)
+        .saturating_add(Duration::from_secs(600))
+}
+
+/// Whether `path` can be written, found by opening it for writing without
+/// truncating it (a file made for the check is removed again).
+fn writable(path: &std::path::Path, flag: &str) -> Result<(), String> {
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path);
+    match opened {
+        Ok(_) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Ok(())
+        }
+        Err(e) => Err(format!(
+            "invalid value '{}' for '{flag}': cannot write it: {e}",
+            path.display()
+        )),
+    }
+}
+
+/// Whether this host has `ip` (a socket can be bound to it).
+fn local_address(ip: std::net::IpAddr) -> Result<(), String> {
+    match std::net::UdpSocket::bind((ip, 0)) {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!(
+            "invalid value '{ip}' for '--source-addrs': not an address of this host: {e}"
+        )),
+    }
+}
+
 /// The flags checked as the contract asks: the first stderr line names the flag.
 fn check(args: &RehearseArgs) -> Result<(), String> {
     let p = &args.rehearsal_prefix;
@@ -153,7 +193,14 @@ fn check(args: &RehearseArgs) -> Result<(), String> {
             return Err(format!("--token-file {}: no token in it", f.display()));
         }
     }
-    Ok(())
+    for (path, flag) in [(&args.json, "--json"), (&args.report, "--report")] {
+        if let Some(p) = path {
+            writable(p, flag)?;
+        }
+    }
+    args.source_addrs
+        .iter()
+        .try_for_each(|&ip| local_address(ip))
 }
 
 /// The TLS handshake with an https:// target and each https:// node: what
@@ -201,6 +248,25 @@ fn refuse(args: &RehearseArgs, short: &[String]) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// The signal that stops the rehearsal, once one arrived (0: none): SIGINT
+/// and SIGTERM both close the viewers and clean up.
+fn stop_on_signals() -> Arc<AtomicUsize> {
+    let stop = Arc::new(AtomicUsize::new(0));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let _ = signal_hook::flag::register_usize(signal, Arc::clone(&stop), signal as usize);
+    }
+    stop
+}
+
+/// The name of the signal [`stop_on_signals`] recorded, if one arrived.
+fn signal_name(signal: usize) -> Option<&'static str> {
+    match i32::try_from(signal) {
+        Ok(0) => None,
+        Ok(signal_hook::consts::SIGTERM) => Some("SIGTERM"),
+        _ => Some("SIGINT"),
+    }
+}
+
 /// Runs `seatboard rehearse`.
 pub fn run(args: RehearseArgs) -> ExitCode {
     let checked = endpoint(&args.target, "--target")
@@ -225,8 +291,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         name,
         tls,
     } = target;
-    let stop = Arc::new(AtomicBool::new(false));
-    let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop));
+    let stop = stop_on_signals();
     let names = course_names(
         &args.rehearsal_prefix,
         args.courses,
@@ -243,6 +308,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         channel_prefix: args.redis.channel_prefix.clone(),
         state_prefix: state.clone(),
         queue: (args.publish_rate as usize).clamp(1024, 1 << 20),
+        state_ttl: Some(key_ttl(args.duration)),
     }) {
         Ok(p) => p,
         Err(e) => return usage(&e),
@@ -292,7 +358,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         feed: &feed,
         series,
         watch,
-        interrupted: stop.load(Ordering::Relaxed),
+        interrupted: signal_name(stop.load(Ordering::Relaxed)),
     };
     finish(&args, run, link, &names)
 }
@@ -304,8 +370,8 @@ struct Run<'a> {
     feed: &'a Feed,
     series: Vec<Second>,
     watch: Watch,
-    /// SIGINT stopped it before the end of `--duration`.
-    interrupted: bool,
+    /// The signal (SIGINT or SIGTERM) that stopped it before the end of `--duration`.
+    interrupted: Option<&'static str>,
 }
 
 /// The per-second series as it is taken, and the status line it feeds.
@@ -351,7 +417,7 @@ fn drive(
     args: &RehearseArgs,
     workers: &mut Workers,
     publisher: &Publisher,
-    stop: &AtomicBool,
+    stop: &AtomicUsize,
     names: &[String],
 ) -> (Vec<Second>, Feed) {
     let mut feed = Feed::new(names, args.hot_skew);
@@ -367,7 +433,7 @@ fn drive(
     let mut next_second = start + Duration::from_secs(1);
     let interval = Duration::from_secs_f64(1.0 / args.publish_rate);
     let mut next_pub = start;
-    while !stop.load(Ordering::Relaxed) {
+    while stop.load(Ordering::Relaxed) == 0 {
         workers.poll();
         let now = Instant::now();
         let open = workers.sum("open");
@@ -514,8 +580,10 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
         ));
     }
     short.extend(nodes.iter().filter_map(|n| n.short()));
-    if interrupted {
-        short.push("interrupted: SIGINT stopped the rehearsal before the end of --duration".into());
+    if let Some(signal) = interrupted {
+        short.push(format!(
+            "interrupted: {signal} stopped the rehearsal before the end of --duration"
+        ));
     }
     if !short.is_empty() && boards.0 == 0 && peak == 0 {
         short.push("no viewer connected: is --target right?".into());

@@ -43,6 +43,42 @@ fn message_over_4_kib_closes_1009_whole_or_fragmented() {
 }
 
 #[test]
+fn more_than_4096_fragments_close_1009_and_4096_one_byte_fragments_are_one_message() {
+    let sb = demo();
+    // A watch padded to exactly 4 KiB, one byte per frame: understood.
+    let mut watch = br#"{"op":"watch","course":"CS101"}"#.to_vec();
+    watch.resize(4096, b' ');
+    let mut bytes = Vec::new();
+    for (i, b) in watch.iter().enumerate() {
+        let op = if i == 0 { OP_TEXT } else { OP_CONT };
+        let fin = i == watch.len() - 1;
+        bytes.extend(shards::ws_codec::client_frame(fin, op, &[*b], MASK));
+    }
+    let mut ws = RawWs::hello(sb.port, "frag0");
+    ws.send_raw(&bytes);
+    let f = ws
+        .next_of_type("frame", Duration::from_secs(10))
+        .expect("the watch answer");
+    assert_eq!(f["course"], "CS101");
+    ws.assert_alive();
+
+    // Endless empty continuations: the 4,097th frame closes with 1009.
+    let closes = "seatboard_ws_closes_total{code=\"1009\"}";
+    let before = metric_value(&sb.metrics(), closes);
+    let mut flood = shards::ws_codec::client_frame(false, OP_TEXT, b"{", MASK);
+    for _ in 0..4096 {
+        flood.extend(shards::ws_codec::client_frame(false, OP_CONT, b"", MASK));
+    }
+    let mut ws = RawWs::hello(sb.port, "frag1");
+    ws.send_raw(&flood);
+    ws.expect_closed_with(1009);
+    let counted = wait_for(Duration::from_secs(5), || {
+        (metric_value(&sb.metrics(), closes) >= before + 1.0).then_some(())
+    });
+    assert!(counted.is_some(), "the 1009 close is not in /metrics");
+}
+
+#[test]
 fn binary_closes_1003() {
     let sb = demo();
     let mut ws = RawWs::hello(sb.port, "bin");

@@ -280,3 +280,73 @@ fn docs_speak_of_the_product_not_of_how_it_was_made() {
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
 }
+
+/// What on `line` puts a secret on a command line: `--jwt-secret` with a
+/// value, or a Redis URI with a password given to `seatboard` or `--redis`
+/// (tables of flags, which name the flag's value, are not examples).
+fn secret_on_command_line(line: &str) -> Option<&'static str> {
+    let t = line.trim_start();
+    if t.starts_with('|') {
+        return None;
+    }
+    let jwt = t.match_indices("--jwt-secret").any(|(i, m)| {
+        let rest = &t[i + m.len()..];
+        let value = rest
+            .strip_prefix('=')
+            .or_else(|| rest.strip_prefix(' '))
+            .map(str::trim_start)
+            .unwrap_or("");
+        !value.is_empty() && !value.starts_with('-') && !value.starts_with('`')
+    });
+    if jwt {
+        return Some("--jwt-secret with a value");
+    }
+    let command = t.contains("seatboard ") || t.contains("--redis");
+    let password = ["redis://", "rediss://"].iter().any(|scheme| {
+        t.match_indices(scheme).any(|(i, m)| {
+            let rest = &t[i + m.len()..];
+            let authority = rest.split([' ', '/', '`', '"', '\'']).next().unwrap_or("");
+            authority
+                .rsplit_once('@')
+                .is_some_and(|(user, _)| user.split_once(':').is_some_and(|(_, p)| !p.is_empty()))
+        })
+    });
+    (command && password).then_some("a Redis password on a command line")
+}
+
+#[test]
+fn examples_take_secrets_from_the_environment_or_files() {
+    let root = root();
+    let mut found = Vec::new();
+    for doc in documents(&root) {
+        let text = std::fs::read_to_string(&doc).unwrap_or_default();
+        for (n, line) in text.lines().enumerate() {
+            if let Some(why) = secret_on_command_line(line) {
+                found.push(format!("{}:{}: {why}: {line}", doc.display(), n + 1));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_secret_check_catches_secrets_and_spares_flag_tables() {
+    for bad in [
+        "seatboard rehearse --target https://x --jwt-secret \"$SEATBOARD_JWT_SECRET\" \\",
+        "seatboard token --user u1 --jwt-secret ...",
+        "  --jwt-secret=abc",
+        "seatboard serve --redis rediss://board:secret@redis.example.net:6380",
+        "--redis redis://:hunter2@10.0.0.5:6379 \\",
+    ] {
+        assert!(secret_on_command_line(bad).is_some(), "{bad}");
+    }
+    for fine in [
+        "| `--jwt-secret S` | `SEATBOARD_JWT_SECRET` | HS256 secret |",
+        "seatboard serve --redis redis://10.0.0.5:6379 --redis-ca ca.pem",
+        "(`rediss://user:password@host:port`): the same env file.",
+        "REALTIME_REDIS_URI=rediss://board:secret@redis.example.net:6380",
+        "`--jwt-secret` or `--token-file`",
+    ] {
+        assert_eq!(secret_on_command_line(fine), None, "{fine}");
+    }
+}

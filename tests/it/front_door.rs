@@ -109,6 +109,42 @@ fn non_upgrade_requests_leave_the_accept_bucket_whole() {
 }
 
 #[test]
+fn two_origin_headers_are_400_before_the_accept_bucket() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--accept-rate",
+        "1",
+        "--accept-burst",
+        "1",
+        "--allowed-origins",
+        "https://a.example,https://b.example",
+    ]);
+    let (a, b) = (
+        "Origin: https://a.example\r\n",
+        "Origin: https://b.example\r\n",
+    );
+    let mut sent = 0.0;
+    for path in [
+        "/ws?user=u",
+        "/ws/admin?user=u&role=admin",
+        "/sse?course=CS101&user=u",
+    ] {
+        for extra in [format!("{a}{b}"), format!("{b}{a}"), format!("{a}{a}")] {
+            let r = upgrade(sb.port, path, &extra);
+            assert_eq!(r.status, 400, "{path} with {extra:?}");
+            sent += 1.0;
+        }
+    }
+    assert_eq!(refused(&sb, "repeated_origin"), sent);
+    assert_eq!(refused(&sb, "rate_limited"), 0.0);
+    // The bucket's one token is still there: one Origin, and it upgrades.
+    let (status, _keep) = upgrade_status(sb.port, "/ws?user=v", a);
+    assert_eq!(status, 101);
+}
+
+#[test]
 fn malformed_upgrades_are_400_and_other_versions_426() {
     let sb = Seatboard::start(&["demo", "--shards", "1"]);
     let good = upgrade_request("/ws?user=u", "");
@@ -487,6 +523,7 @@ fn every_refusal_reason_is_exported() {
         "user_cap",
         "head_too_large",
         "head_timeout",
+        "repeated_origin",
     ] {
         let line = format!("seatboard_handshakes_refused_total{{reason=\"{reason}\"}} 0");
         assert!(m.lines().any(|l| l == line), "missing {line}");

@@ -21,6 +21,7 @@ fn config(uri: String) -> PublisherConfig {
         channel_prefix: "seats:".into(),
         state_prefix: "seatstate:".into(),
         queue: 64,
+        state_ttl: None,
     }
 }
 

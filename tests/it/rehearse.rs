@@ -459,6 +459,45 @@ fn sigint_closes_the_viewers_cleans_up_and_fails_as_interrupted() {
 }
 
 #[test]
+fn sigterm_cleans_up_as_sigint_does_and_every_state_hash_expires_by_itself() {
+    let d = deployment(&[]);
+    let json = temp("sigterm.json");
+    let mut child = rehearse_command(&d, &["--duration", "600"], &json)
+        .spawn()
+        .expect("start rehearse");
+    let pid = child.id();
+    let keys = wait_for(Duration::from_secs(20), || {
+        let keys = d
+            .redis
+            .cli(&["--scan", "--pattern", "seatstate:REHEARSAL-*"]);
+        (!keys.is_empty()).then_some(keys)
+    })
+    .expect("the rehearsal never published");
+    // Its duration plus 10 minutes, so a SIGKILL leaves nothing for long.
+    for key in keys.lines() {
+        let ttl: i64 = d.redis.cli(&["PTTL", key]).parse().unwrap_or(-3);
+        assert!(
+            (600_000..=1_200_000).contains(&ttl),
+            "{key}: PTTL {ttl} ms, want 600 s + 10 min at most"
+        );
+    }
+    // SAFETY: kill(2) on the rehearsal this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let exited = wait_for(Duration::from_secs(30), || child.try_wait().ok().flatten())
+        .expect("the rehearsal did not stop after SIGTERM");
+    let out = child.wait_with_output().expect("output");
+    assert_eq!(
+        exited.code(),
+        Some(1),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = last_line(&out);
+    assert!(last.contains("interrupted: SIGTERM"), "last line: {last}");
+    assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+}
+
+#[test]
 fn bad_flags_exit_2_naming_the_flag() {
     for (args, flag) in [
         (vec!["--viewers", "0"], "--viewers"),
@@ -469,6 +508,19 @@ fn bad_flags_exit_2_naming_the_flag() {
         ),
         (vec!["--jwt-secret", "short"], "--jwt-secret"),
         (vec!["--max-refused", "x"], "--max-refused"),
+        (
+            vec!["--json", "/nonexistent-seatboard-dir/r.json"],
+            "'--json': cannot write it",
+        ),
+        (
+            vec!["--report", "/nonexistent-seatboard-dir/r.html"],
+            "/nonexistent-seatboard-dir/r.html",
+        ),
+        (vec!["--report", "/"], "'--report'"),
+        (
+            vec!["--source-addrs", "127.0.0.1,192.0.2.77"],
+            "'192.0.2.77' for '--source-addrs'",
+        ),
     ] {
         let out = seatboard_command()
             .args(["rehearse", "--target", "http://127.0.0.1:9"])
@@ -480,6 +532,16 @@ fn bad_flags_exit_2_naming_the_flag() {
         let first = err.lines().next().unwrap_or("");
         assert!(first.contains(flag), "{args:?}: first line {first}");
     }
+    // Found before anything runs: a writable --json is not even made.
+    let json = temp("never.json");
+    let out = seatboard_command()
+        .args(["rehearse", "--target", "http://127.0.0.1:9", "--json"])
+        .arg(&json)
+        .args(["--source-addrs", "192.0.2.77"])
+        .output()
+        .expect("run rehearse");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!json.exists(), "{} was written", json.display());
     let out = seatboard_command()
         .args(["rehearse", "--target", "ftp://x"])
         .output()

@@ -118,6 +118,67 @@ fn entries_without_an_integer_version_or_not_json_are_replaced() {
     assert_eq!(stored(&r)["version"].as_u64(), Some(9007199254740992));
 }
 
+/// Runs the script as any selection API would (`EVAL`), for CS101 section 1
+/// with `version` (decimal text); its reply.
+fn eval(r: &Redis, version: &str) -> String {
+    let payload = format!(
+        r#"{{"course":"CS101","section":1,"total_seats":40,"seats_taken":1,"version":{version}}}"#
+    );
+    let source = seatboard::publish::script::SOURCE;
+    r.cli(&[
+        "EVAL",
+        source,
+        "1",
+        "seatstate:CS101",
+        "1",
+        &payload,
+        version,
+    ])
+}
+
+#[test]
+fn a_stored_version_past_2_pow_53_is_never_overwritten_by_a_lower_one() {
+    let r = Redis::start();
+    let raw = || r.cli(&["HGET", "seatstate:CS101", "1"]);
+    // Written before versions were bounded: 2^62.
+    let big = r#"{"course":"CS101","section":1,"total_seats":40,"seats_taken":40,"version":4611686018427387904}"#;
+    r.cli(&["HSET", "seatstate:CS101", "1", big]);
+    assert_eq!(eval(&r, "9007199254740993"), "0");
+    assert_eq!(raw(), big);
+    // `seatboard publish` at the largest version there is: kept as well.
+    run(publish(&r.uri(), 1, Some(9007199254740992)));
+    assert_eq!(raw(), big);
+    // Exact, not as doubles: 2^62 + 1 is greater; 2^53 + 1 is not 2^53.
+    assert_eq!(eval(&r, "4611686018427387904"), "0");
+    assert_eq!(eval(&r, "4611686018427387905"), "1");
+    assert_eq!(stored(&r)["version"].as_u64(), Some(4611686018427387905));
+    r.cli(&[
+        "HSET",
+        "seatstate:CS101",
+        "1",
+        r#"{"version":9007199254740993}"#,
+    ]);
+    assert_eq!(eval(&r, "9007199254740992"), "0");
+    assert_eq!(raw(), r#"{"version":9007199254740993}"#);
+    // The Go field name, an exponent, and a version field inside seat_info
+    // that is not the section's.
+    let go = r#"{"seat_info":{"version":1},"Version":18446744073709551617}"#;
+    r.cli(&["HSET", "seatstate:CS101", "1", go]);
+    assert_eq!(eval(&r, "18446744073709551616"), "0");
+    assert_eq!(raw(), go);
+    r.cli(&["HSET", "seatstate:CS101", "1", r#"{"version":1e20}"#]);
+    assert_eq!(eval(&r, "99999999999999999999"), "0");
+    assert_eq!(eval(&r, "100000000000000000001"), "1");
+    // A version argument that is not an integer is an error, not a write.
+    r.cli(&["HSET", "seatstate:CS101", "1", big]);
+    assert!(
+        eval(&r, "1.5").contains("not an integer"),
+        "{}",
+        eval(&r, "1.5")
+    );
+    assert_eq!(raw(), big);
+}
+
 #[test]
 fn publish_script_prints_the_script_and_its_sha1() {
     let r = Redis::start();
@@ -152,6 +213,7 @@ fn noscript_after_flush_and_restart_loses_no_queued_snapshot() {
         channel_prefix: "seats:".into(),
         state_prefix: "seatstate:".into(),
         queue: 64,
+        state_ttl: None,
     })
     .expect("publisher");
     assert!(p.publish(snap(1)));

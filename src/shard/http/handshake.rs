@@ -53,6 +53,7 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             ))
         }
     };
+    repeated_origin(ctx, head)?;
     // A request that is no upgrade at all takes no token from the bucket.
     let (slot, role) = admit(ctx, head, admin_feed)?;
     let (response, deflate) = switching_protocols(node, head, key);
@@ -67,6 +68,19 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
         },
         response,
     })
+}
+
+/// More than one `Origin` header: 400, counted, before the accept bucket
+/// (which one would the origin rule judge?). Shared by `/ws` and `/sse`.
+pub fn repeated_origin(ctx: &ShardCtx, head: &RequestHead) -> Result<(), Response> {
+    if head.repeated_origin() {
+        return Err(refuse(
+            ctx,
+            Refusal::RepeatedOrigin,
+            Response::text(400, "more than one Origin header"),
+        ));
+    }
+    Ok(())
 }
 
 /// The checks after the request's own shape, shared by `/ws` and `/sse`:

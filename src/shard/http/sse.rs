@@ -51,6 +51,7 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead) -> Result<Accepted, Response> {
         ctx.node.metrics.refuse(Refusal::BadRequest);
         return Err(Response::text(400, "course: 1 to 32 valid course codes"));
     };
+    handshake::repeated_origin(ctx, head)?;
     let allowed = ctx.node.origin_allowed(head);
     let (slot, role) = handshake::admit(ctx, head, false).map_err(|mut resp| {
         if allowed {
