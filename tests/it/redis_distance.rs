@@ -421,10 +421,10 @@ fn a_blackholed_redis_at_a_distance_is_noticed_and_no_viewer_waits_on_it() {
 }
 
 #[test]
-fn on_a_cluster_at_a_distance_a_new_course_is_seeded_while_hundreds_of_others_are() {
+fn on_a_cluster_at_a_distance_a_new_course_is_seeded_while_a_thousand_others_are() {
     let pc = ProxiedCluster::primaries_only(ONE_WAY);
     let sb = serve_at(&pc.far_uri(), &["--redis-mode", "cluster"]);
-    let courses: Vec<String> = (0..300).map(|i| format!("CL{i:04}")).collect();
+    let courses: Vec<String> = (0..1_000).map(|i| format!("CL{i:04}")).collect();
     // State written straight to each key's primary, one pipeline per primary.
     let mut by_owner: BTreeMap<u16, Vec<Vec<String>>> = BTreeMap::new();
     for c in courses.iter().chain(std::iter::once(&"CLNEW".to_string())) {
