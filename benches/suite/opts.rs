@@ -61,6 +61,12 @@ pub struct Opts {
     pub transport: String,
     /// Reconnect: one pass (`default` or `wide` accept bucket); both when unset.
     pub pass: Option<String>,
+    /// Storm, idle: the server's Redis this many ms away (round trip; a delay
+    /// proxy with half of it each way); publishers stay near. 0: loopback.
+    pub redis_rtt_ms: f64,
+    /// Storm: the viewers connect (at `--connect-rate`) while the storm is
+    /// published, instead of all before it.
+    pub connect_during: bool,
 }
 
 impl Default for Opts {
@@ -101,6 +107,8 @@ impl Default for Opts {
             minutes: 20.0,
             transport: "ws".into(),
             pass: None,
+            redis_rtt_ms: 0.0,
+            connect_during: false,
         }
     }
 }
@@ -117,6 +125,8 @@ pub const USAGE: &str =
 [--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
 [--redis-mode standalone|cluster (storm, idle: cluster = 3 primaries, SPUBLISH/SSUBSCRIBE)] \
+[--redis-rtt-ms N (storm, idle: the server's Redis N ms round trip away through a delay proxy; publishers near)] \
+[--connect-during (storm: viewers connect at --connect-rate while the storm is published)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
 [soak: --minutes M --cluster (3 primaries with a replica each; a primary killed)] [reconnect: --pass default|wide (one accept bucket; both when unset)]";
 
@@ -184,6 +194,8 @@ pub fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--before" => o.before_s = num(val()?)?,
             "--haproxy-procs" => o.haproxy_procs = num(val()?)? as usize,
             "--pass" => o.pass = Some(val()?),
+            "--redis-rtt-ms" => o.redis_rtt_ms = num(val()?)?,
+            "--connect-during" => o.connect_during = true,
             other => return Err(format!("unknown flag {other}")),
         }
     }

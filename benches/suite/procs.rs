@@ -4,10 +4,11 @@
 use crate::loadgen::Config;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+use testkit::delay_proxy::DelayProxy;
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
@@ -133,7 +134,9 @@ pub fn loadavg() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// A `redis-server` on a free port (or a Redis Cluster of several), killed on drop.
+/// A `redis-server` on a free port (or a Redis Cluster of several), killed
+/// on drop; with `--redis-rtt-ms`, a delay proxy in front of each node for
+/// the server (publishers and checks keep the direct ports).
 pub struct Redis {
     /// Its port (the first node's in a cluster).
     pub port: u16,
@@ -141,6 +144,8 @@ pub struct Redis {
     pub ports: Vec<u16>,
     children: Vec<Child>,
     dir: Option<std::path::PathBuf>,
+    /// One per node, in the order of `ports`, when the server's Redis is at a distance.
+    proxies: Vec<DelayProxy>,
 }
 
 fn spawn_redis(port: u16, extra: &[String]) -> Child {
@@ -169,11 +174,50 @@ impl Redis {
             ports: vec![port],
             children: vec![spawn_redis(port, &[])],
             dir: None,
+            proxies: Vec::new(),
         }
     }
 
-    /// Starts a Redis Cluster of `primaries` primaries (no replicas) and waits until it is ok.
-    pub fn start_cluster(primaries: usize) -> Redis {
+    /// The same server `rtt_ms` away from the node under test: a proxy
+    /// delaying each direction by half of it, which [`Redis::server_uri`] names.
+    pub fn at_distance(mut self, rtt_ms: f64) -> Redis {
+        assert_eq!(self.ports.len(), 1, "one proxy per standalone server");
+        let one_way = Duration::from_secs_f64(rtt_ms / 2e3);
+        self.proxies = vec![DelayProxy::start(
+            SocketAddr::from(([127, 0, 0, 1], self.port)),
+            one_way,
+        )];
+        self
+    }
+
+    /// The node's own port behind `port` (a proxy's, as a cluster at a
+    /// distance announces it); `port` itself otherwise.
+    pub fn direct_port(&self, port: u16) -> u16 {
+        self.proxies
+            .iter()
+            .position(|p| p.port() == port)
+            .map_or(port, |i| self.ports[i])
+    }
+
+    /// What `seatboard serve --redis` gets: [`Redis::uri`], or the proxies'
+    /// addresses when the server's Redis is at a distance.
+    pub fn server_uri(&self) -> String {
+        if self.proxies.is_empty() {
+            return self.uri();
+        }
+        self.proxies
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{}", p.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Starts a Redis Cluster of `primaries` primaries (no replicas) and
+    /// waits until it is ok; with `rtt_ms > 0` each node announces a delay
+    /// proxy of half that each way as its address (the cluster bus stays
+    /// direct), so the server reaches every node through it (publishers go
+    /// direct: see [`Redis::direct_port`]).
+    pub fn start_cluster(primaries: usize, rtt_ms: f64) -> Redis {
         let dir =
             std::env::temp_dir().join(format!("seatboard-bench-cluster-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("cluster dir");
@@ -184,10 +228,17 @@ impl Redis {
                 ports.push(p);
             }
         }
+        let one_way = Duration::from_secs_f64(rtt_ms / 2e3);
+        let proxies: Vec<DelayProxy> = ports
+            .iter()
+            .filter(|_| rtt_ms > 0.0)
+            .map(|&p| DelayProxy::start(SocketAddr::from(([127, 0, 0, 1], p)), one_way))
+            .collect();
         let children = ports
             .iter()
-            .map(|p| {
-                let extra: Vec<String> = [
+            .enumerate()
+            .map(|(i, p)| {
+                let mut extra: Vec<String> = [
                     "--cluster-enabled",
                     "yes",
                     "--cluster-config-file",
@@ -198,6 +249,16 @@ impl Redis {
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
+                if let Some(proxy) = proxies.get(i) {
+                    extra.extend([
+                        "--cluster-announce-ip".into(),
+                        "127.0.0.1".into(),
+                        "--cluster-announce-port".into(),
+                        proxy.port().to_string(),
+                        "--cluster-announce-bus-port".into(),
+                        (p + 10_000).to_string(),
+                    ]);
+                }
                 spawn_redis(*p, &extra)
             })
             .collect();
@@ -225,6 +286,7 @@ impl Redis {
             ports,
             children,
             dir: Some(dir),
+            proxies,
         }
     }
 
@@ -275,7 +337,7 @@ impl Server {
         let child = Command::new(bin)
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{port}")])
-            .args(["--redis", &redis.uri()])
+            .args(["--redis", &redis.server_uri()])
             .args(["--auth", "jwt", "--jwt-secret", SECRET])
             .args(["--log-level", "warn"])
             .args(extra)

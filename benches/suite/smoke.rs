@@ -58,6 +58,15 @@ fn plan() -> Vec<(&'static str, Opts)> {
                 ..base.clone()
             },
         ),
+        (
+            "storm",
+            Opts {
+                clients: 200,
+                redis_rtt_ms: 4.0,
+                connect_during: true,
+                ..base.clone()
+            },
+        ),
         ("fanout", base.clone()),
         (
             "floor",

@@ -1,7 +1,9 @@
 //! `storm`: a publishing storm over many courses (Zipf), every client
 //! watching one: server CPU (in total and by thread), latency, delivery and
 //! every board against the last published state; with `--stuck N`, clients
-//! that never read; then the floor in the same run.
+//! that never read; with `--connect-during`, the viewers connect while the
+//! storm is published (how the frame rate comes up, and each course's first
+//! full frame after its first watch); then the floor in the same run.
 
 use crate::floor;
 use crate::hist::Hist;
@@ -13,6 +15,7 @@ use crate::publish::Publisher;
 use crate::setup::{course_names, fleet, server_flags, start_redis, wait_open};
 use crate::stuck;
 use crate::{Opts, Outcome};
+use seatboard::rehearse::seeding;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -33,6 +36,9 @@ struct Window {
     th1: BTreeMap<String, u64>,
     m0: Value,
     m1: Value,
+    /// When the window started and ended, Unix µs.
+    start_us: u64,
+    end_us: u64,
 }
 
 impl Window {
@@ -49,13 +55,14 @@ pub fn run(o: &Opts) -> Outcome {
     let (redis, mode) = start_redis(o);
     let server = Server::start(&redis, &server_flags(o, mode));
     let mut publisher = if o.cluster {
-        Publisher::connect_cluster(&redis.ports, courses.clone(), o.sections)
+        let direct = |p| redis.direct_port(p);
+        Publisher::connect_cluster_via(&redis.ports, courses.clone(), o.sections, direct)
     } else {
         Publisher::connect(redis.port, courses.clone(), o.sections)
     };
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
-    let open = wait_open(o, &mut f, o.clients, "storm");
+    let open_before = (!o.connect_during).then(|| wait_open(o, &mut f, o.clients, "storm"));
     let rss_before_stuck = server.usage().rss_kib;
     let stuck = stuck::open(server.port, o.stuck, &courses[..3.min(courses.len())]);
     if o.stuck > 0 {
@@ -67,8 +74,11 @@ pub fn run(o: &Opts) -> Outcome {
             ),
         );
     }
-    std::thread::sleep(Duration::from_secs(2));
+    if !o.connect_during {
+        std::thread::sleep(Duration::from_secs(2));
+    }
     let w = publish_window(o, &server, &redis, &mut publisher, &mut f);
+    let open = open_before.unwrap_or_else(|| wait_open(o, &mut f, o.clients, "storm"));
     // Settle: every course's last change renders within a tick; give it several.
     std::thread::sleep(Duration::from_millis((o.tick_ms * 5).max(1500)));
     let reports = f.report();
@@ -82,6 +92,7 @@ pub fn run(o: &Opts) -> Outcome {
     }
     drop(stuck);
     delivery_rows(&mut out, o, &w, &lat, correct, (dropped, resyncs));
+    seeding_rows(&mut out, &reports, (w.start_us, w.end_us));
     out.check(open as usize == o.clients, "not every client connected");
     out.check(
         correct.0 == correct.1,
@@ -125,6 +136,7 @@ fn publish_window(
     let lg0 = f.cpu_us();
     let th0 = procs::cpu_by_thread(server.pid());
     let t0 = Instant::now();
+    let start_us = seatboard::rehearse::viewers::now_us();
     let (rate, secs) = (o.rate, o.seconds);
     let mut prev = (u0, counter(&m0, "frames"), Instant::now());
     publisher.storm(rate, secs, o.skew, 7, |sent| {
@@ -159,7 +171,47 @@ fn publish_window(
         th1: procs::cpu_by_thread(server.pid()),
         m0,
         m1: f.mark(),
+        start_us,
+        end_us: seatboard::rehearse::viewers::now_us(),
     }
+}
+
+/// How the frame rate came up after the window's first frame (frames per
+/// second over the steady rate, also per open viewer), and each course's first
+/// full frame after its first watch (a course new to the node waits for
+/// its subscription and its state read from Redis).
+fn seeding_rows(out: &mut Outcome, reports: &[Value], (start_us, end_us): (u64, u64)) {
+    let records: Vec<&Value> = reports.iter().map(|r| &r["seeding"]).collect();
+    let mut secs = seeding::frames_by_second(&records);
+    // Watch answers before the window (viewers connected first) are not its ramp.
+    secs.retain(|e| e[0] >= start_us / 1_000_000);
+    if let Some(r) = seeding::ramp(&secs, end_us / 1_000_000) {
+        out.row(
+            "min_second_frames_ratio",
+            format!(
+                "{:.2} of the steady {:.0} frames/s in the worst whole second after the window's first frame ({:.2} per open viewer); frames/s from the first frame: {:?}",
+                r.min_ratio, r.steady, r.min_ratio_per_viewer, r.series
+            ),
+            json!({"min_ratio": r.min_ratio, "min_ratio_per_viewer": r.min_ratio_per_viewer, "steady_frames_per_s": r.steady, "frames_per_s": r.series}),
+        );
+    }
+    let firsts = seeding::first_full_ms(&records);
+    let mut ms: Vec<f64> = firsts.iter().flatten().copied().collect();
+    ms.sort_by(f64::total_cmp);
+    let q = |p: f64| ms.get(((ms.len() as f64 * p) as usize).min(ms.len().saturating_sub(1)));
+    let (p50, p99, max) = (q(0.5), q(0.99), ms.last());
+    out.row(
+        "first_full_ms",
+        format!(
+            "p50 {:.1}  p99 {:.1}  max {:.1} over {} courses ({} without one)",
+            p50.unwrap_or(&0.0),
+            p99.unwrap_or(&0.0),
+            max.unwrap_or(&0.0),
+            ms.len(),
+            firsts.len() - ms.len()
+        ),
+        json!({"p50": p50, "p99": p99, "max": max, "courses": ms.len(), "missing": firsts.len() - ms.len()}),
+    );
 }
 
 /// The clients, what was published and the server's CPU.

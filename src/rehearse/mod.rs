@@ -10,7 +10,9 @@
 //!   processes past one process's open files), `nodes.rs` (each node's `/metrics`
 //!   scraped once a second: CPU, RSS, its Redis connection), `progress.rs`
 //!   (the status line on a terminal).
-//! - [`hist`]: the mergeable latency histogram their figures are kept in.
+//! - [`hist`]: the mergeable latency histogram their figures are kept in;
+//!   [`seeding`]: each course's first full frame after its first watch, and
+//!   frames per second (the report's `seeding`).
 
 mod children;
 mod cleanup;
@@ -20,6 +22,7 @@ mod nodes;
 mod progress;
 mod report;
 mod run;
+pub mod seeding;
 mod transport;
 mod verdict;
 pub mod viewers;

@@ -55,6 +55,7 @@
 //! `ts * 1000 + k` (ms since the epoch, then a counter).
 
 use super::hist::Hist;
+use super::seeding::Seeding;
 use super::transport::{tls_error, Tls, Transport};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
@@ -383,6 +384,8 @@ struct Gen {
     refusals: HashMap<u16, u64>,
     first_refusal_ms: Option<u64>,
     per_second: Vec<u64>,
+    /// First watch and first full frame per course, frames per second.
+    seeding: Seeding,
     scratch: Vec<u8>,
     /// The last inflated message (its buffer reused).
     inflated: Vec<u8>,
@@ -435,6 +438,7 @@ impl Gen {
             refusals: HashMap::new(),
             first_refusal_ms: None,
             per_second: Vec::new(),
+            seeding: Seeding::default(),
             scratch: vec![0; SCRATCH],
             inflated: Vec::new(),
             inflater: flate2::Decompress::new(false),
@@ -874,7 +878,9 @@ impl Gen {
         conn.phase = Phase::Open;
         conn.opened_at = Some(Instant::now());
         if self.cfg.watch && !self.cfg.sse {
+            let now = now_us();
             for &c in &conn.courses {
+                self.seeding.watched(c, now);
                 let course = &self.cfg.courses[c as usize];
                 let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
                 let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
@@ -1007,11 +1013,13 @@ impl Gen {
         };
         let board = &mut conn.boards[k];
         self.c.frames += 1;
+        let now = now_us();
+        self.seeding
+            .frame(conn.courses[k], msg.full, now, self.c.open);
         if msg.full {
             self.c.full_frames += 1;
             board.clear();
         }
-        let now = now_us();
         let survivor = self
             .viewers
             .get(conn.user as usize)
@@ -1255,6 +1263,7 @@ impl Gen {
             "first_refusal_ms": self.first_refusal_ms,
             "tls_error": self.tls_error,
             "per_second": self.per_second,
+            "seeding": self.seeding.to_json(),
         })
     }
 }

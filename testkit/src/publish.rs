@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 
 /// One Redis node's connection and what is queued for it.
 struct Node {
+    /// The port the slot map names it by.
     port: u16,
+    /// The port it is reached on.
+    direct: u16,
     out: TcpStream,
     replies: BufReader<TcpStream>,
     /// Phase 1 (standalone: everything): HSET (+ PUBLISH).
@@ -33,11 +36,18 @@ struct Node {
 
 impl Node {
     fn connect(port: u16) -> Node {
-        let out = TcpStream::connect(("127.0.0.1", port)).expect("connect redis");
+        Node::connect_at(port, port)
+    }
+
+    /// The node the slot map names `port`, reached on `direct` (the same
+    /// unless the cluster announces proxies).
+    fn connect_at(port: u16, direct: u16) -> Node {
+        let out = TcpStream::connect(("127.0.0.1", direct)).expect("connect redis");
         out.set_nodelay(true).expect("nodelay");
         let replies = BufReader::new(out.try_clone().expect("clone"));
         let mut n = Node {
             port,
+            direct,
             out,
             replies,
             first: Vec::new(),
@@ -112,6 +122,18 @@ impl Publisher {
     /// Connects to every primary of the cluster whose nodes listen on `ports`
     /// (slot map read once through seatboard's own Redis layer).
     pub fn connect_cluster(ports: &[u16], courses: Vec<String>, sections: u32) -> Publisher {
+        Publisher::connect_cluster_via(ports, courses, sections, |p| p)
+    }
+
+    /// [`Publisher::connect_cluster`], reaching the primary the slot map
+    /// names by port `p` on port `direct(p)` (a cluster whose nodes announce
+    /// delay proxies, published to from near).
+    pub fn connect_cluster_via(
+        ports: &[u16],
+        courses: Vec<String>,
+        sections: u32,
+        direct: impl Fn(u16) -> u16,
+    ) -> Publisher {
         let uri = ports
             .iter()
             .map(|p| format!("redis://127.0.0.1:{p}"))
@@ -125,7 +147,11 @@ impl Publisher {
             .expect("slot map")
             .expect("a cluster");
         let mut p = Publisher::connect(ports[0], courses, sections);
-        p.nodes = map.primaries().iter().map(|a| Node::connect(a.1)).collect();
+        p.nodes = map
+            .primaries()
+            .iter()
+            .map(|a| Node::connect_at(a.1, direct(a.1)))
+            .collect();
         p.cluster = Some(map);
         p
     }
@@ -205,7 +231,7 @@ impl Publisher {
                 while let Err(e) = try_flush(&mut n.out, &mut n.replies, buf, *count) {
                     assert!(Instant::now() < end, "redis gone for 60 s: {e}");
                     std::thread::sleep(Duration::from_millis(20));
-                    if let Ok(out) = TcpStream::connect(("127.0.0.1", n.port)) {
+                    if let Ok(out) = TcpStream::connect(("127.0.0.1", n.direct)) {
                         let _ = out.set_nodelay(true);
                         if let Ok(r) = out.try_clone() {
                             n.replies = BufReader::new(r);
