@@ -125,6 +125,11 @@ pub fn run<T: StateStore>(
         if turn.stop {
             return;
         }
+        // What the answers held is freed on the ingest thread, which hands it
+        // back to this thread's heap: returned to the OS once the queue is empty.
+        if requests.is_empty() {
+            crate::shard::allocator::collect(false);
+        }
         // Measured after the reads, so a probe never holds one up.
         if Instant::now() >= next_ping {
             metrics.set_redis_rtt(store.ping());

@@ -196,6 +196,15 @@ impl Rig {
         assert!(self.ingest.command(cmd, T0));
     }
 
+    /// Writes a state hash into "Redis".
+    fn hash(&self, course: &str, payloads: Vec<Vec<u8>>) {
+        self.world
+            .lock()
+            .unwrap()
+            .hashes
+            .insert(course.into(), payloads);
+    }
+
     fn log(&self) -> Vec<String> {
         std::mem::take(&mut self.world.lock().unwrap().log)
     }
@@ -244,11 +253,7 @@ fn seed_sections(c: &Control) -> Option<usize> {
 #[test]
 fn one_subscription_per_course_however_many_shards_watch() {
     let mut r = rig(2);
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("C".into(), vec![payload("C", 1, 3, 1)]);
+    r.hash("C", vec![payload("C", 1, 3, 1)]);
     r.interest(0, "C", true);
     // Subscribe first, then read the state hash.
     assert_eq!(r.log(), ["sub C", "load C"]);
@@ -368,15 +373,8 @@ fn courses_of(frame: &bytes::Bytes) -> Vec<String> {
 #[test]
 fn a_new_admin_gets_every_state_hash_at_once_then_deltas_each_tick_while_something_changed() {
     let mut r = rig(2);
-    r.world.lock().unwrap().hashes.insert(
-        "A".into(),
-        vec![payload("A", 1, 10, 1), payload("A", 2, 3, 1)],
-    );
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("B".into(), vec![payload("B", 1, 1, 1)]);
+    r.hash("A", vec![payload("A", 1, 10, 1), payload("A", 2, 3, 1)]);
+    r.hash("B", vec![payload("B", 1, 1, 1)]);
     r.admin(1, true);
     r.presence_cmds();
     // At once, not at the next tick: a full message with every course.
@@ -440,11 +438,7 @@ fn courses_with_a_state_hash_are_rescanned_every_5s_while_an_admin_is_connected(
     let mut r = rig(1);
     r.admin(0, true);
     assert!(courses_of(&one_admin(&r, 0).full).is_empty());
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("NEW1".into(), vec![payload("NEW1", 1, 2, 1)]);
+    r.hash("NEW1", vec![payload("NEW1", 1, 2, 1)]);
     r.ingest.handle_timeout(T0 + 4_999);
     r.control(0);
     r.log();
@@ -459,11 +453,7 @@ fn courses_with_a_state_hash_are_rescanned_every_5s_while_an_admin_is_connected(
 #[test]
 fn a_made_up_course_watched_while_an_admin_is_connected_leaves_nothing_behind() {
     let mut r = rig(1);
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("REAL".into(), vec![payload("REAL", 1, 2, 1)]);
+    r.hash("REAL", vec![payload("REAL", 1, 2, 1)]);
     r.admin(0, true);
     r.control(0);
     for i in 0..300 {
@@ -493,21 +483,13 @@ fn a_made_up_course_watched_while_an_admin_is_connected_leaves_nothing_behind() 
 #[test]
 fn a_reconnect_rereads_every_watched_course() {
     let mut r = rig(1);
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("A".into(), vec![payload("A", 1, 2, 1)]);
+    r.hash("A", vec![payload("A", 1, 2, 1)]);
     r.interest(0, "A", true);
     r.interest(0, "B", true);
     r.log();
     r.routed(0);
     // While the link was down, A moved on.
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("A".into(), vec![payload("A", 1, 9, 5)]);
+    r.hash("A", vec![payload("A", 1, 9, 5)]);
     r.ingest.event(SourceEvent::Reconnected, T0 + 5);
     r.turn();
     let mut log = r.log();
@@ -599,11 +581,7 @@ fn a_course_is_read_once_its_subscription_is_confirmed_and_other_courses_flow_me
     r.control(0);
     r.log();
     r.world.lock().unwrap().hold_confirms = true;
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("A".into(), vec![payload("A", 1, 4, 2)]);
+    r.hash("A", vec![payload("A", 1, 4, 2)]);
     r.interest_only(0, "A", true);
     assert_eq!(r.log(), ["sub A"]);
     assert!(r.asked().is_empty(), "no read before the confirmation");
@@ -661,11 +639,7 @@ fn a_read_that_comes_back_after_live_snapshots_never_takes_a_section_backwards()
             .into_bytes()
     };
     // What the hash held when it was read: section 1 at v3, section 2 unversioned.
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("A".into(), vec![payload("A", 1, 3, 3), unversioned(5)]);
+    r.hash("A", vec![payload("A", 1, 3, 3), unversioned(5)]);
     r.interest_only(0, "A", true);
     let asked = r.asked();
     // Newer snapshots arrive on the channel before the read's answer.
@@ -730,11 +704,7 @@ fn a_seed_waits_for_its_read_at_most_its_patience_then_gets_what_is_held() {
 #[test]
 fn a_read_asked_before_a_reconnect_does_not_count_as_loaded_after_it() {
     let mut r = rig(1);
-    r.world
-        .lock()
-        .unwrap()
-        .hashes
-        .insert("A".into(), vec![payload("A", 1, 2, 1)]);
+    r.hash("A", vec![payload("A", 1, 2, 1)]);
     r.interest_only(0, "A", true);
     let before = r.asked();
     // The link drops and comes back; A is not confirmed again yet.
