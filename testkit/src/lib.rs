@@ -9,3 +9,4 @@ pub mod common;
 pub mod jwt_util;
 pub mod lb;
 pub mod publish;
+pub mod relay;

@@ -49,6 +49,7 @@ mod redis_publisher;
 mod redis_reconnect;
 mod redis_tls;
 mod rehearse;
+mod relay;
 mod security;
 mod slow_consumer;
 mod sse;
