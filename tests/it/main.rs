@@ -50,6 +50,7 @@ mod redis_reconnect;
 mod redis_tls;
 mod rehearse;
 mod relay;
+mod relay_docs;
 mod security;
 mod slow_consumer;
 mod sse;
