@@ -141,6 +141,11 @@ impl Pending {
         self.len() == 0
     }
 
+    /// Sections waiting to be taken (not in flight).
+    pub fn held(&self) -> usize {
+        self.map.len()
+    }
+
     /// Whether something waits to be taken.
     pub fn has_work(&self) -> bool {
         !self.map.is_empty()

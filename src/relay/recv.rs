@@ -38,14 +38,16 @@ pub fn handle(shared: &Shared, payload: &[u8]) {
     shared.received.fetch_add(1, Relaxed);
     match validate(payload) {
         Ok(s) => {
-            let held = {
+            // The writer is woken only when the map had nothing for it: it
+            // takes all that is held before it sleeps again, so one wake-up
+            // per batch, not per datagram.
+            let wake = {
                 let mut p = shared.pending();
-                matches!(
-                    p.offer(s),
-                    super::pending::Offer::Held | super::pending::Offer::Replaced
-                )
+                let idle = !p.has_work();
+                let offer = p.offer(s);
+                idle && offer == super::pending::Offer::Held
             };
-            if held {
+            if wake {
                 shared.work.notify_one();
             }
         }
@@ -149,6 +151,23 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_valid_datagram_is_offered_while_others_are_held() {
+        let shared = Shared::new(super::super::pending::Pending::new(10, 10));
+        for (section, version) in [(1, 1), (2, 1), (1, 2), (1, 1)] {
+            let p = format!(
+                r#"{{"course":"C","section":{section},"total_seats":2,"seats_taken":1,"version":{version}}}"#
+            );
+            handle(&shared, p.as_bytes());
+        }
+        handle(&shared, b"{");
+        assert_eq!(shared.received.load(Relaxed), 5);
+        assert_eq!(shared.rejected(Rejected::Json), 1);
+        let p = shared.pending();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.counts().coalesced, 2);
+    }
 
     #[test]
     fn validation_by_the_contract() {
