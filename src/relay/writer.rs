@@ -26,6 +26,32 @@ const IDLE_PING: Duration = Duration::from_secs(1);
 /// into one write per interval. (Boards render every 200 ms.)
 pub const LINGER: Duration = Duration::from_millis(2);
 
+/// Whether a failed call failed on the way to Redis (connect, timeout,
+/// reset, backoff) rather than by Redis's own error reply: then the
+/// snapshots are held, never dropped.
+pub fn is_io(error: &str) -> bool {
+    let e = error.to_ascii_lowercase();
+    [
+        "os error",
+        "timed out",
+        "timeout",
+        "connect",
+        "broken pipe",
+        "reset",
+        "eof",
+        "redis down",
+        "not connected",
+        "io error",
+        "clusterdown",
+        "tryagain",
+        "loading",
+        "masterdown",
+        "readonly",
+    ]
+    .iter()
+    .any(|m| e.contains(m))
+}
+
 /// Where the writer writes.
 pub struct Writer {
     /// The command client.
@@ -76,14 +102,23 @@ impl Writer {
                 self.shared.pending().done(&batch);
                 true
             }
-            Err(e) if self.ping() => {
-                // Redis answers but did not take the batch: write one by one,
-                // and drop (counted) what Redis refuses on its own.
+            Err(e) if !is_io(&e) && self.ping() => {
+                // Redis answers but refused the batch: write one by one, and
+                // drop (counted) what Redis refuses on its own. Should Redis
+                // stop answering meanwhile, the rest is held again.
                 tracing::debug!(error = %e, "batch refused; writing one by one");
-                for s in batch {
+                let mut rest = batch.into_iter();
+                while let Some(s) = rest.next() {
                     self.link.retry_now();
                     match self.write(std::slice::from_ref(&s)) {
                         Ok(()) => self.shared.pending().done(std::slice::from_ref(&s)),
+                        Err(e) if is_io(&e) => {
+                            let mut back = vec![s];
+                            back.extend(rest);
+                            self.shared.pending().give_back(back);
+                            self.shared.redis_up.store(false, Relaxed);
+                            return false;
+                        }
                         Err(e) => {
                             tracing::warn!(error = %e, course = %s.course, section = s.section, "Redis refused a snapshot; dropped");
                             self.shared.pending().refused(&s);
@@ -94,6 +129,7 @@ impl Writer {
             }
             Err(e) => {
                 tracing::debug!(error = %e, held = batch.len(), "Redis write failed; holding");
+                self.shared.redis_up.store(false, Relaxed);
                 self.shared.pending().give_back(batch);
                 false
             }
@@ -164,6 +200,31 @@ impl Writer {
                 down = true;
                 backoff.failed();
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_io;
+
+    #[test]
+    fn held_on_the_way_dropped_on_a_refusal() {
+        for e in [
+            "relay: Resource temporarily unavailable (os error 11)",
+            "relay: connect: Connection refused (os error 111)",
+            "relay: Redis down, waiting to reconnect",
+            "relay: broken pipe",
+            "relay: CLUSTERDOWN The cluster is down",
+            "relay: LOADING Redis is loading the dataset in memory",
+        ] {
+            assert!(is_io(e), "{e}");
+        }
+        for e in [
+            "relay: OOM command not allowed when used memory > 'maxmemory'.",
+            "relay: WRONGTYPE: Operation against a key holding the wrong kind of value",
+        ] {
+            assert!(!is_io(e), "{e}");
         }
     }
 }

@@ -488,3 +488,21 @@ fn cluster_writes_on_the_slot_owner_and_spublishes() {
         );
     }
 }
+
+#[test]
+fn a_snapshot_redis_refuses_is_dropped_and_the_rest_written() {
+    let redis = Redis::start();
+    // Not a hash: the compare-and-set fails with WRONGTYPE for this course only.
+    redis.cli(&["SET", "seatstate:BAD", "x"]);
+    let relay = Relay::start(&redis.uri(), &[]);
+    eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
+    send_all(&relay, payload("BAD", 1, 10, 1, 1).as_bytes());
+    send_all(&relay, payload("GOOD", 1, 10, 1, 1).as_bytes());
+    assert!(relay.settled(2, T), "{}", relay.metrics());
+    assert_eq!(hash_version(&redis, "GOOD", 1), Some(1));
+    assert_eq!(
+        relay.metric("seatboard_relay_dropped_total{reason=\"redis_down\"}"),
+        1.0
+    );
+    assert_eq!(relay.healthz()["redis"], true);
+}
