@@ -184,12 +184,20 @@ fn every_language_sends_through_the_relay() {
 }
 
 #[test]
-fn forty_senders_through_two_relays_leave_the_newest() {
+fn forty_senders_through_one_relay_leave_the_newest() {
+    forty_senders(1);
+}
+
+#[test]
+fn forty_senders_through_two_relays_on_one_redis_leave_the_newest() {
+    forty_senders(2);
+}
+
+/// 40 senders in five languages, four sections, versions 1..=10 of each in a
+/// shuffled order, spread over `n` relays on one Redis.
+fn forty_senders(n: usize) {
     let redis = Redis::start();
-    let relays = [
-        Relay::start(&redis.uri(), &[]),
-        Relay::start(&redis.uri(), &[]),
-    ];
+    let relays: Vec<Relay> = (0..n).map(|_| Relay::start(&redis.uri(), &[])).collect();
     let p = Programs::new();
     p.go_build(&[], "relay_send");
     // Four sections, versions 1..=10 each, in a shuffled order over 40 senders.
@@ -213,7 +221,7 @@ fn forty_senders_through_two_relays_leave_the_newest() {
         .map(|(i, (s, v))| {
             let lang = langs[i % langs.len()];
             let child = p
-                .sender(lang, &relays[i % 2], &args("FORTY", *s, *v as u32, *v))
+                .sender(lang, &relays[i % n], &args("FORTY", *s, *v as u32, *v))
                 .stdout(Stdio::null())
                 .stderr(Stdio::piped())
                 .spawn()
