@@ -186,6 +186,11 @@ impl Writer {
                 continue;
             }
             last_write = Instant::now();
+            if down {
+                // This loop's backoff (jittered, capped at 2 s) decides when
+                // to try again, not a second one inside the client.
+                self.link.retry_now();
+            }
             if self.write_batch(batch) {
                 if down {
                     tracing::info!("Redis answers again");
