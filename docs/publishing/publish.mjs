@@ -15,7 +15,7 @@ export class Publisher {
       transformArguments: (key, field, payload, v) => [key, field, payload, v],
       transformReply: (reply) => reply,
     });
-    const socket = { connectTimeout: 500, reconnectStrategy: (n) => Math.min(50 * 2 ** n, 2000) };
+    const socket = { connectTimeout: 1000, reconnectStrategy: (n) => Math.min(50 * 2 ** n, 2000) };
     const options = { scripts: { cas }, disableOfflineQueue: true };
     this.r = cluster
       ? createCluster({ rootNodes: [{ url }], defaults: { socket }, ...options })
@@ -44,7 +44,7 @@ export class Publisher {
     while (this.queue.length > 0) {
       const s = this.queue.shift();
       try {
-        await withTimeout(this.write(s), 1000); // a read timeout node-redis lacks
+        await withTimeout(this.write(s), 2000); // a read timeout node-redis lacks
         this.published += 1;
       } catch {
         this.failed += 1; // Redis down, slow or refusing: count it, go on

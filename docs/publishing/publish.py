@@ -19,7 +19,7 @@ class Publisher:
     snapshot (counted); the worker counts a failed write and goes on."""
 
     def __init__(self, url, cluster, script, size=10000):
-        timeouts = {"socket_connect_timeout": 0.5, "socket_timeout": 1.0}
+        timeouts = {"socket_connect_timeout": 1.0, "socket_timeout": 2.0}
         self.r = (RedisCluster.from_url(url, **timeouts) if cluster
                   else redis.Redis.from_url(url, **timeouts))
         self.cas = self.r.register_script(script)  # EVALSHA, loads it again on NOSCRIPT
