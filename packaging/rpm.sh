@@ -29,7 +29,7 @@ install -d "$src"
 install -m 0755 "$binary" "$src/seatboard"
 "$strip" "$src/seatboard"
 cp systemd/seatboard.service systemd/seatboard-analytics.service systemd/seatboard.env.example \
-  systemd/seatboard@.service systemd/seatboard-analytics@.service \
+  systemd/seatboard@.service systemd/seatboard-analytics@.service systemd/seatboard-relay.service \
   systemd/99-seatboard.conf systemd/monitoring/* packaging/copyright "$src/"
 cp systemd/README.md "$src/README.md"
 cp README.md "$src/OVERVIEW.md"
@@ -51,7 +51,7 @@ AutoReqProv:    no
 %description
 seatboard subscribes to the selection API's seat snapshots in Redis and renders
 them over WebSocket to tens of thousands of browsers, thread per core. Ships the
-hub and analytics units, their environment file, a sysctl drop-in, a Grafana
+hub, analytics and publish relay units, their environment file, a sysctl drop-in, a Grafana
 dashboard and Prometheus alert rules.
 
 %install
@@ -60,6 +60,7 @@ install -D -m 0644 %{_sourcedir}/seatboard.service %{buildroot}/usr/lib/systemd/
 install -D -m 0644 %{_sourcedir}/seatboard-analytics.service %{buildroot}/usr/lib/systemd/system/seatboard-analytics.service
 install -D -m 0644 %{_sourcedir}/seatboard@.service %{buildroot}/usr/lib/systemd/system/seatboard@.service
 install -D -m 0644 %{_sourcedir}/seatboard-analytics@.service %{buildroot}/usr/lib/systemd/system/seatboard-analytics@.service
+install -D -m 0644 %{_sourcedir}/seatboard-relay.service %{buildroot}/usr/lib/systemd/system/seatboard-relay.service
 install -D -m 0600 %{_sourcedir}/seatboard.env.example %{buildroot}/etc/seatboard/seatboard.env
 install -D -m 0644 %{_sourcedir}/99-seatboard.conf %{buildroot}/etc/sysctl.d/99-seatboard.conf
 install -d %{buildroot}/usr/share/doc/seatboard/monitoring
@@ -67,14 +68,18 @@ install -m 0644 %{_sourcedir}/README.md %{_sourcedir}/OVERVIEW.md %{_sourcedir}/
 cp -r %{_sourcedir}/haproxy %{_sourcedir}/instances %{buildroot}/usr/share/doc/seatboard/
 install -m 0644 %{_sourcedir}/seatboard-alerts.yml %{_sourcedir}/seatboard-alerts.test.yml %{_sourcedir}/seatboard-dashboard.json %{buildroot}/usr/share/doc/seatboard/monitoring/
 
+%pre
+# The group whose members may send to the relay's socket.
+getent group seatboard-publish >/dev/null 2>&1 || groupadd -r seatboard-publish >/dev/null 2>&1 || :
+
 %post
 systemctl daemon-reload >/dev/null 2>&1 || :
 sysctl -q -p /etc/sysctl.d/99-seatboard.conf >/dev/null 2>&1 || :
 
 %preun
 if [ \$1 -eq 0 ]; then
-  systemctl stop seatboard.service seatboard-analytics.service 'seatboard@*.service' 'seatboard-analytics@*.service' >/dev/null 2>&1 || :
-  systemctl disable seatboard.service seatboard-analytics.service >/dev/null 2>&1 || :
+  systemctl stop seatboard.service seatboard-analytics.service seatboard-relay.service 'seatboard@*.service' 'seatboard-analytics@*.service' >/dev/null 2>&1 || :
+  systemctl disable seatboard.service seatboard-analytics.service seatboard-relay.service >/dev/null 2>&1 || :
 fi
 
 %postun
@@ -86,6 +91,7 @@ systemctl daemon-reload >/dev/null 2>&1 || :
 /usr/lib/systemd/system/seatboard-analytics.service
 /usr/lib/systemd/system/seatboard@.service
 /usr/lib/systemd/system/seatboard-analytics@.service
+/usr/lib/systemd/system/seatboard-relay.service
 %dir /etc/seatboard
 %config(noreplace) /etc/seatboard/seatboard.env
 %config(noreplace) /etc/sysctl.d/99-seatboard.conf

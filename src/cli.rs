@@ -41,6 +41,8 @@ pub enum Command {
     Token(crate::cmd::token::TokenArgs),
     /// Rehearse a selection window against a running deployment before it opens.
     Rehearse(RehearseArgs),
+    /// The local publish relay: snapshots in as datagrams (Unix socket, loopback UDP), out to Redis.
+    Relay(crate::relay::RelayArgs),
     /// One share of a rehearsal's viewers in a process of its own (`rehearse` starts it).
     #[command(name = "__rehearse-viewers", hide = true)]
     RehearseViewers,

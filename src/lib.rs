@@ -32,5 +32,6 @@ pub mod publish;
 pub mod publisher;
 pub mod redis;
 pub mod rehearse;
+pub mod relay;
 pub mod shard;
 pub mod shard_set;

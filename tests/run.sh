@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need
-# (redis-server, HAProxy, openssl, Chromium, Node packages), then runs every
+# (redis-server, HAProxy, openssl, Chromium, Go, Java, PHP, Node packages), then runs every
 # test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +22,10 @@ command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v rpmbuild >/dev/null 2>&1 || need+=(rpm)
 # tests/redis_freeze.rs partitions a Redis in a network namespace (ip netns, veth).
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+# tests/it/relay_docs.rs runs docs/publishing.md's relay senders in Go, Java and PHP.
+command -v go >/dev/null 2>&1 || need+=(golang-go)
+command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v php >/dev/null 2>&1 || need+=(php-cli)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

@@ -1,7 +1,7 @@
 //! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
 //!
 //! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `publish_cost`, `handshake`, `compare`,
-//! `fleet`, `reconnect`.
+//! `fleet`, `reconnect`, `relay`.
 //! Each prints a table and writes `target/bench/<scenario>.json`. Run without
 //! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
 //! short smoke of every scenario and exits non-zero if one fails.
@@ -29,6 +29,7 @@ mod procs;
 mod publish_cost;
 mod reconnect;
 mod redis_proc;
+mod relay;
 mod setup;
 mod smoke;
 mod soak;
@@ -55,6 +56,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "fleet" => fleet::run(o, o.haproxy_procs),
         "soak" => soak::run(o),
         "reconnect" => reconnect::run(o),
+        "relay" => relay::run(o),
         other => return Err(format!("unknown scenario {other}")),
     })
 }

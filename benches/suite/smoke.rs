@@ -79,6 +79,13 @@ fn plan() -> Vec<(&'static str, Opts)> {
         ("handshake", base.clone()),
         ("reconnect", base.clone()),
         (
+            "relay",
+            Opts {
+                seconds: 1.0,
+                ..base.clone()
+            },
+        ),
+        (
             "compare",
             Opts {
                 clients: 100,

@@ -11,3 +11,4 @@ pub mod delay_proxy;
 pub mod jwt_util;
 pub mod lb;
 pub mod publish;
+pub mod relay;

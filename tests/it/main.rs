@@ -50,6 +50,8 @@ mod redis_publisher;
 mod redis_reconnect;
 mod redis_tls;
 mod rehearse;
+mod relay;
+mod relay_docs;
 mod secrets;
 mod security;
 mod slow_consumer;

@@ -77,6 +77,7 @@ const DEB_FILES: &[(&str, &str)] = &[
         "-rw-r--r--",
     ),
     ("./lib/systemd/system/seatboard@.service", "-rw-r--r--"),
+    ("./lib/systemd/system/seatboard-relay.service", "-rw-r--r--"),
     (
         "./lib/systemd/system/seatboard-analytics@.service",
         "-rw-r--r--",
@@ -158,7 +159,11 @@ fn check_deb(deb: &Path, arch: &str) -> PathBuf {
     let root = dir.join("root");
     run(Command::new("dpkg-deb").arg("-x").arg(deb).arg(&root));
     // The units start the binary the package installs.
-    for unit in ["seatboard.service", "seatboard-analytics.service"] {
+    for unit in [
+        "seatboard.service",
+        "seatboard-analytics.service",
+        "seatboard-relay.service",
+    ] {
         let text = std::fs::read_to_string(root.join("lib/systemd/system").join(unit)).unwrap();
         let exec = text
             .lines()
@@ -198,6 +203,7 @@ fn check_rpm(rpm: &Path, arch: &str) {
         "/usr/lib/systemd/system/seatboard-analytics.service",
         "/usr/lib/systemd/system/seatboard@.service",
         "/usr/lib/systemd/system/seatboard-analytics@.service",
+        "/usr/lib/systemd/system/seatboard-relay.service",
         "/usr/share/doc/seatboard/instances/dev.env.example",
         "/usr/share/doc/seatboard/haproxy/seatboard-environments.cfg",
         "/etc/seatboard/seatboard.env",

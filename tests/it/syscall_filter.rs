@@ -1,6 +1,6 @@
 //! The units' `SystemCallFilter=` lets through every system call seatboard
 //! really makes: a `serve` run (both drivers, a few connections, a drain) and
-//! an analytics worker run under `strace -f -c`, each call checked against the
+//! an analytics worker and a publish relay run under `strace -f -c`, each call checked against the
 //! unit's filter expanded by `systemd-analyze syscall-filter`. A later
 //! hardening line that denies pinning or io_uring fails here, not in production.
 
@@ -314,6 +314,51 @@ fn analytics_unit_allows_every_call() {
     let calls = finish(strace.take(), &summary);
     let _ = std::fs::remove_dir_all(&dir);
     assert_allowed("seatboard-analytics.service", "analytics", &calls);
+}
+
+#[test]
+fn relay_unit_allows_every_call() {
+    let redis = Redis::start();
+    let dir = scratch("strace-relay");
+    let summary = dir.join("summary");
+    let socket = dir.join("run/relay.sock");
+    let (udp, metrics) = (free_port(), free_port());
+    let uri = redis.uri();
+    let strace = KillOnDrop(Some(traced(
+        &summary,
+        &[
+            "relay",
+            "--socket",
+            socket.to_str().expect("path"),
+            "--udp",
+            &format!("127.0.0.1:{udp}"),
+            "--metrics",
+            &format!("127.0.0.1:{metrics}"),
+            "--redis",
+            &uri,
+        ],
+    )));
+    let sender = std::os::unix::net::UnixDatagram::unbound().expect("socket");
+    let udp_sender = std::net::UdpSocket::bind("127.0.0.1:0").expect("udp");
+    // Send (both ways) until the state hash holds a snapshot; scrape too.
+    let written = wait_for(Duration::from_secs(30), || {
+        for (i, section) in [1, 2].iter().enumerate() {
+            let p = json!({"course":"SYS3","section":section,"total_seats":40,"seats_taken":3,"version":1})
+                .to_string();
+            if i == 0 {
+                let _ = sender.send_to(p.as_bytes(), &socket);
+            } else {
+                let _ = udp_sender.send_to(p.as_bytes(), ("127.0.0.1", udp));
+            }
+        }
+        let _ = http_get(metrics, "/metrics");
+        std::thread::sleep(Duration::from_millis(100));
+        (redis.cli(&["HLEN", "seatstate:SYS3"]) == "2").then_some(())
+    });
+    assert!(written.is_some(), "the relay never wrote");
+    let calls = finish(strace.take(), &summary);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_allowed("seatboard-relay.service", "relay", &calls);
 }
 
 #[test]

@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 fn units_verify_clean() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = tempdir("units");
-    for unit in ["seatboard.service", "seatboard-analytics.service"] {
+    for unit in [
+        "seatboard.service",
+        "seatboard-analytics.service",
+        "seatboard-relay.service",
+    ] {
         let text = std::fs::read_to_string(root.join("systemd").join(unit)).expect("unit file");
         assert!(text.contains("ExecStart=/usr/bin/seatboard"));
         // Point ExecStart at the binary under test: verify checks it exists.
@@ -24,6 +28,7 @@ fn units_verify_clean() {
         .arg("verify")
         .arg(dir.join("seatboard.service"))
         .arg(dir.join("seatboard-analytics.service"))
+        .arg(dir.join("seatboard-relay.service"))
         .output()
         .expect("systemd-analyze must be installed (tests/run.sh installs systemd)");
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -41,6 +46,21 @@ fn units_verify_clean() {
         "WatchdogSec=",
     ] {
         assert!(hub.contains(needed), "seatboard.service lacks {needed}");
+    }
+    // The relay's socket folder is made by systemd, and the socket's group
+    // is the publishers' (contract §10: the file's group decides who may send).
+    let relay = std::fs::read_to_string(dir.join("seatboard-relay.service")).unwrap();
+    for needed in [
+        "ExecStart=",
+        "RuntimeDirectory=seatboard",
+        "Group=seatboard-publish",
+        "Restart=always",
+        "DynamicUser=yes",
+    ] {
+        assert!(
+            relay.contains(needed),
+            "seatboard-relay.service lacks {needed}"
+        );
     }
 }
 

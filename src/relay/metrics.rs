@@ -1,0 +1,188 @@
+//! The relay's figures: what the receive threads count (atomics), what the
+//! pending map counts (read under its lock), rendered for `/metrics` in the
+//! Prometheus text format with every series at 0 from start, and the
+//! `/healthz` JSON (contract §10).
+
+use super::pending::Pending;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Why a datagram was refused (`seatboard_relay_rejected_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejected {
+    /// Not a JSON object.
+    Json,
+    /// JSON, but a field is missing, of the wrong type or out of range.
+    Schema,
+    /// Over 64 KiB.
+    TooLarge,
+}
+
+impl Rejected {
+    /// Every reason, in the order `/metrics` lists them.
+    pub const ALL: [Rejected; 3] = [Rejected::Json, Rejected::Schema, Rejected::TooLarge];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Rejected::Json => "json",
+            Rejected::Schema => "schema",
+            Rejected::TooLarge => "too_large",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What the relay's threads share.
+pub struct Shared {
+    /// The held snapshots and their counters.
+    pending: Mutex<Pending>,
+    /// Signalled when a snapshot is held or the relay stops.
+    pub work: Condvar,
+    /// Datagrams received.
+    pub received: AtomicU64,
+    rejected: [AtomicU64; 3],
+    /// Whether Redis answered the last command.
+    pub redis_up: AtomicBool,
+    /// Set at SIGTERM: the receive threads stop.
+    pub stop: AtomicBool,
+}
+
+impl Shared {
+    /// Nothing held, every counter at 0, Redis not yet reached.
+    pub fn new(pending: Pending) -> Shared {
+        Shared {
+            pending: Mutex::new(pending),
+            work: Condvar::new(),
+            received: AtomicU64::new(0),
+            rejected: Default::default(),
+            redis_up: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        }
+    }
+
+    /// The pending map (a poisoned lock is taken anyway: the map stays consistent).
+    pub fn pending(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a refused datagram.
+    pub fn reject(&self, why: Rejected) {
+        self.rejected[why.index()].fetch_add(1, Relaxed);
+    }
+
+    /// Refused datagrams so far for `why`.
+    pub fn rejected(&self, why: Rejected) -> u64 {
+        self.rejected[why.index()].load(Relaxed)
+    }
+
+    /// `/metrics`.
+    pub fn render(&self) -> String {
+        let (counts, pending) = {
+            let p = self.pending();
+            (p.counts(), p.len())
+        };
+        let mut out = String::with_capacity(2048);
+        let mut family = |name: &str, kind: &str, help: &str, rows: &[(&str, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (labels, v) in rows {
+                let _ = writeln!(out, "{name}{labels} {v}");
+            }
+        };
+        family(
+            "seatboard_relay_received_total",
+            "counter",
+            "Datagrams received.",
+            &[("", self.received.load(Relaxed))],
+        );
+        let rejected: Vec<(String, u64)> = Rejected::ALL
+            .iter()
+            .map(|r| (format!("{{reason=\"{}\"}}", r.label()), self.rejected(*r)))
+            .collect();
+        let rows: Vec<(&str, u64)> = rejected.iter().map(|(l, v)| (l.as_str(), *v)).collect();
+        family(
+            "seatboard_relay_rejected_total",
+            "counter",
+            "Datagrams refused by the snapshot rules, by reason.",
+            &rows,
+        );
+        family(
+            "seatboard_relay_coalesced_total",
+            "counter",
+            "Snapshots dropped for a newer one of their section (held or already written).",
+            &[("", counts.coalesced)],
+        );
+        family(
+            "seatboard_relay_published_total",
+            "counter",
+            "Snapshots written to Redis (state hash, then channel).",
+            &[("", counts.published)],
+        );
+        family(
+            "seatboard_relay_dropped_total",
+            "counter",
+            "Snapshots dropped: full (a new section past --max-pending), redis_down (Redis never took it).",
+            &[
+                ("{reason=\"full\"}", counts.dropped_full),
+                ("{reason=\"redis_down\"}", counts.dropped_redis_down),
+            ],
+        );
+        family(
+            "seatboard_relay_pending",
+            "gauge",
+            "Sections held for Redis (being written included).",
+            &[("", pending as u64)],
+        );
+        family(
+            "seatboard_relay_redis_up",
+            "gauge",
+            "1 when Redis answered the relay's last command, else 0.",
+            &[("", u64::from(self.redis_up.load(Relaxed)))],
+        );
+        out
+    }
+
+    /// `/healthz`.
+    pub fn healthz(&self) -> String {
+        let up = self.redis_up.load(Relaxed);
+        let pending = self.pending().len();
+        format!(
+            "{{\"status\":\"{}\",\"redis\":{up},\"pending\":{pending}}}",
+            if up { "ok" } else { "degraded" }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_series_at_zero_from_start() {
+        let s = Shared::new(Pending::new(10, 10));
+        let m = s.render();
+        for line in [
+            "seatboard_relay_received_total 0",
+            "seatboard_relay_rejected_total{reason=\"json\"} 0",
+            "seatboard_relay_rejected_total{reason=\"schema\"} 0",
+            "seatboard_relay_rejected_total{reason=\"too_large\"} 0",
+            "seatboard_relay_coalesced_total 0",
+            "seatboard_relay_published_total 0",
+            "seatboard_relay_dropped_total{reason=\"full\"} 0",
+            "seatboard_relay_dropped_total{reason=\"redis_down\"} 0",
+            "seatboard_relay_pending 0",
+            "seatboard_relay_redis_up 0",
+        ] {
+            assert!(m.lines().any(|l| l == line), "{line} missing in\n{m}");
+        }
+        assert_eq!(
+            s.healthz(),
+            r#"{"status":"degraded","redis":false,"pending":0}"#
+        );
+    }
+}

@@ -1,0 +1,220 @@
+//! `seatboard relay` (contract §10): the local publish relay beside the
+//! selection API. Snapshots come in as datagrams (a Unix datagram socket and
+//! loopback UDP, `recv.rs`, one thread each), the newest per section is held
+//! in a bounded map (`pending.rs`), one writer thread writes it to Redis the
+//! section 2 way (`writer.rs`), and `/metrics` + `/healthz` answer on a
+//! loopback port (`http.rs`, figures in `metrics.rs`). The receive threads
+//! never wait on Redis: they only take the map's lock for one map operation.
+//!
+//! SIGTERM or SIGINT: the receive threads stop, the writer writes what is
+//! held for at most 2 s, and whatever Redis did not take by then is counted
+//! `dropped{reason="redis_down"}`; exit 0.
+
+pub mod http;
+pub mod metrics;
+pub mod pending;
+pub mod recv;
+pub mod writer;
+
+use crate::cli::RedisTarget;
+use crate::logging::usage;
+use crate::redis::commands::Commands;
+use crate::redis::Redis;
+use clap::Args;
+use metrics::Shared;
+use pending::Pending;
+use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use writer::{Phase, Writer};
+
+/// How long the relay writes what it holds after SIGTERM.
+pub const DRAIN: Duration = Duration::from_secs(2);
+
+/// `seatboard relay` (contract §10).
+#[derive(Args, Debug, Clone)]
+pub struct RelayArgs {
+    /// Unix datagram socket to receive on (its folder is made, a stale socket
+    /// replaced, mode 0660); '' turns it off.
+    #[arg(
+        long,
+        env = "SEATBOARD_RELAY_SOCKET",
+        default_value = "/run/seatboard/relay.sock"
+    )]
+    pub socket: String,
+    /// Loopback UDP address to receive on; '' turns it off.
+    #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "127.0.0.1:7440")]
+    pub udp: String,
+    /// Address of GET /metrics and GET /healthz; '' turns it off.
+    #[arg(
+        long,
+        env = "SEATBOARD_RELAY_METRICS",
+        default_value = "127.0.0.1:7441"
+    )]
+    pub metrics: String,
+    /// Sections held for Redis at most (past that a new section is dropped, counted).
+    #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_pending: u64,
+    /// Redis and prefixes, as for `serve`.
+    #[command(flatten)]
+    pub target: RedisTarget,
+}
+
+/// The flags checked; the error names the flag (exit 2).
+struct Checked {
+    socket: Option<PathBuf>,
+    udp: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
+    redis: Arc<Redis>,
+}
+
+fn check(args: &RelayArgs) -> Result<Checked, String> {
+    let udp = match args.udp.trim() {
+        "" => None,
+        a => {
+            let addr: SocketAddr = a
+                .parse()
+                .map_err(|_| format!("invalid value '{a}' for '--udp': not an IP:PORT address"))?;
+            if !addr.ip().is_loopback() {
+                return Err(format!(
+                    "invalid value '{a}' for '--udp': a loopback address only (127.0.0.1 or ::1)"
+                ));
+            }
+            Some(addr)
+        }
+    };
+    let metrics =
+        match args.metrics.trim() {
+            "" => None,
+            a => Some(a.parse().map_err(|_| {
+                format!("invalid value '{a}' for '--metrics': not an IP:PORT address")
+            })?),
+        };
+    let socket = match args.socket.as_str() {
+        "" => None,
+        p => Some(PathBuf::from(p)),
+    };
+    if socket.is_none() && udp.is_none() {
+        return Err("'--socket' and '--udp' are both off: nothing to receive on".into());
+    }
+    let redis = Redis::from_flags(&args.target.redis)?;
+    Ok(Checked {
+        socket,
+        udp,
+        metrics,
+        redis,
+    })
+}
+
+/// Runs the relay until SIGTERM or SIGINT.
+pub fn main(args: RelayArgs) -> ExitCode {
+    let c = match check(&args) {
+        Ok(c) => c,
+        Err(e) => return usage(&e),
+    };
+    if let Err(e) = crate::logging::init(&args.target.log_level) {
+        return usage(&format!(
+            "invalid value '{}' for '--log-level': {e}",
+            args.target.log_level
+        ));
+    }
+    match run(args, c) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            crate::logging::line(&format!("error: cannot start: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: RelayArgs, c: Checked) -> Result<(), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    // Caught before anything opens: a signal from then on drains.
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
+        .map_err(|e| format!("signals: {e}"))?;
+    let max = args.max_pending as usize;
+    // Last versions written are remembered for twice as many sections as may be held.
+    let shared = Arc::new(Shared::new(Pending::new(max, max.saturating_mul(2))));
+    if let Some(addr) = c.metrics {
+        let l = TcpListener::bind(addr).map_err(|e| format!("--metrics {addr}: {e}"))?;
+        http::spawn(l, Arc::clone(&shared)).map_err(|e| e.to_string())?;
+    }
+    let mut receivers = Vec::new();
+    if let Some(path) = &c.socket {
+        let s = recv::bind_unix(path).map_err(|e| format!("--socket: {e}"))?;
+        receivers.push(recv::spawn("unix", s, Arc::clone(&shared)).map_err(|e| e.to_string())?);
+    }
+    if let Some(addr) = c.udp {
+        let s = recv::bind_udp(addr).map_err(|e| format!("--udp: {e}"))?;
+        receivers.push(recv::spawn("udp", s, Arc::clone(&shared)).map_err(|e| e.to_string())?);
+    }
+    let draining = Arc::new(AtomicBool::new(false));
+    let deadline: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
+    {
+        let mut w = Writer {
+            link: Commands::new(&c.redis, "relay"),
+            channel_prefix: args.target.channel_prefix.clone(),
+            state_prefix: args.target.state_prefix.clone(),
+            shared: Arc::clone(&shared),
+        };
+        let (d, dl) = (Arc::clone(&draining), Arc::clone(&deadline));
+        std::thread::Builder::new()
+            .name("relay-writer".into())
+            .spawn(move || {
+                w.run(
+                    || {
+                        if d.load(Relaxed) {
+                            Phase::Drain
+                        } else {
+                            Phase::Run
+                        }
+                    },
+                    || dl.get().copied(),
+                );
+                let _ = done_tx.send(());
+            })
+            .map_err(|e| e.to_string())?;
+    }
+    tracing::info!(
+        socket = ?c.socket,
+        udp = ?c.udp,
+        metrics = ?c.metrics,
+        max_pending = max,
+        "seatboard relay running"
+    );
+    let sig = signals.forever().next();
+    tracing::info!(signal = ?sig, "stopping: writing what is held");
+    shared.stop.store(true, Relaxed);
+    for r in receivers {
+        let _ = r.join();
+    }
+    if let Some(p) = &c.socket {
+        let _ = std::fs::remove_file(p);
+    }
+    let end = Instant::now() + DRAIN;
+    let _ = deadline.set(end);
+    draining.store(true, Relaxed);
+    shared.work.notify_all();
+    // The writer stops at the deadline at the latest, but one Redis call
+    // in progress may outlast it: nobody waits for that.
+    let _ = done_rx.recv_timeout(end.saturating_duration_since(Instant::now()));
+    let left = shared.pending().drop_all();
+    let counts = shared.pending().counts();
+    if left > 0 {
+        tracing::warn!(
+            dropped = left,
+            "Redis did not take everything held in time; dropped"
+        );
+    }
+    tracing::info!(
+        published = counts.published,
+        dropped = left,
+        "relay stopped"
+    );
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! The receive side: a Unix datagram socket and a loopback UDP socket, each
+//! read by a thread of its own that validates a datagram (section 2's rules,
+//! by `Snapshot::parse`) and offers it to the pending map. Nothing here waits
+//! on Redis: the map's lock is only ever held for a map operation.
+
+use super::metrics::{Rejected, Shared};
+use shards::{Reject, Snapshot};
+use std::io::ErrorKind;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixDatagram;
+use std::path::Path;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Kernel receive buffer asked for each socket: bursts wait there, not in senders.
+const RCVBUF: usize = 4 << 20;
+/// How often a receive thread looks at the stop flag while idle.
+const POLL: Duration = Duration::from_millis(100);
+
+/// One datagram checked by the contract's rules (`Snapshot::parse`: a
+/// version within 0..2^53 among them).
+pub fn validate(payload: &[u8]) -> Result<Snapshot, Rejected> {
+    match Snapshot::parse(payload, None) {
+        Ok(s) => Ok(s),
+        Err(Reject::Json) => Err(Rejected::Json),
+        Err(Reject::TooLarge) => Err(Rejected::TooLarge),
+        Err(Reject::Schema | Reject::ChannelMismatch) => Err(Rejected::Schema),
+    }
+}
+
+/// One datagram in: counted, validated, offered.
+pub fn handle(shared: &Shared, payload: &[u8]) {
+    shared.received.fetch_add(1, Relaxed);
+    match validate(payload) {
+        Ok(s) => {
+            // The writer is woken only when the map had nothing for it: it
+            // takes all that is held before it sleeps again, so one wake-up
+            // per batch, not per datagram.
+            let wake = {
+                let mut p = shared.pending();
+                let idle = !p.has_work();
+                let offer = p.offer(s);
+                idle && offer == super::pending::Offer::Held
+            };
+            if wake {
+                shared.work.notify_one();
+            }
+        }
+        Err(why) => {
+            shared.reject(why);
+            tracing::debug!(reason = why.label(), "datagram rejected");
+        }
+    }
+}
+
+/// The Unix datagram socket at `path`: its folder made (0750), a stale
+/// socket file replaced, mode 0660. A socket another process still reads is
+/// an error, and so is a path that is not a socket.
+pub fn bind_unix(path: &Path) -> Result<UnixDatagram, String> {
+    let shown = path.display();
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.exists() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o750)
+                .create(dir)
+                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        }
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_socket() => {
+            let probe = UnixDatagram::unbound().map_err(|e| e.to_string())?;
+            if probe.connect(path).is_ok() {
+                return Err(format!("{shown} is in use by another process"));
+            }
+            std::fs::remove_file(path).map_err(|e| format!("cannot replace {shown}: {e}"))?;
+        }
+        Ok(_) => return Err(format!("{shown} exists and is not a socket")),
+        Err(_) => {}
+    }
+    let sock = UnixDatagram::bind(path).map_err(|e| format!("cannot bind {shown}: {e}"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .map_err(|e| format!("cannot set the mode of {shown}: {e}"))?;
+    let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(RCVBUF);
+    sock.set_read_timeout(Some(POLL))
+        .map_err(|e| e.to_string())?;
+    Ok(sock)
+}
+
+/// The UDP socket on `addr` (loopback, checked by the caller).
+pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket, String> {
+    let sock = UdpSocket::bind(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
+    let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(RCVBUF);
+    sock.set_read_timeout(Some(POLL))
+        .map_err(|e| e.to_string())?;
+    Ok(sock)
+}
+
+/// A socket the receive loop reads.
+pub trait Recv: Send + 'static {
+    /// One datagram into `buf`; its length.
+    fn recv_one(&self, buf: &mut [u8]) -> std::io::Result<usize>;
+}
+
+impl Recv for UnixDatagram {
+    fn recv_one(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.recv(buf)
+    }
+}
+
+impl Recv for UdpSocket {
+    fn recv_one(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.recv(buf)
+    }
+}
+
+/// Starts a thread that reads `sock` until the stop flag is set.
+pub fn spawn(
+    name: &str,
+    sock: impl Recv,
+    shared: Arc<Shared>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("relay-{name}"))
+        .spawn(move || {
+            // One byte past the limit: a longer datagram is cut there and
+            // still seen as too large.
+            let mut buf = vec![0u8; shards::snapshot::MAX_PAYLOAD + 1];
+            while !shared.stop.load(Relaxed) {
+                match sock.recv_one(&mut buf) {
+                    Ok(n) => handle(&shared, &buf[..n]),
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                        ) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "receive failed");
+                        std::thread::sleep(POLL);
+                    }
+                }
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_valid_datagram_is_offered_while_others_are_held() {
+        let shared = Shared::new(super::super::pending::Pending::new(10, 10));
+        for (section, version) in [(1, 1), (2, 1), (1, 2), (1, 1)] {
+            let p = format!(
+                r#"{{"course":"C","section":{section},"total_seats":2,"seats_taken":1,"version":{version}}}"#
+            );
+            handle(&shared, p.as_bytes());
+        }
+        handle(&shared, b"{");
+        assert_eq!(shared.received.load(Relaxed), 5);
+        assert_eq!(shared.rejected(Rejected::Json), 1);
+        let p = shared.pending();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.counts().coalesced, 2);
+    }
+
+    #[test]
+    fn validation_by_the_contract() {
+        let ok = br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"version":9007199254740992}"#;
+        assert_eq!(
+            validate(ok).unwrap().version,
+            Some(shards::snapshot::MAX_VERSION)
+        );
+        let over = br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"version":9007199254740993}"#;
+        assert_eq!(validate(over), Err(Rejected::Schema));
+        assert_eq!(validate(b"{nope"), Err(Rejected::Json));
+        assert_eq!(validate(b"[1]"), Err(Rejected::Schema));
+        let big = vec![b' '; shards::snapshot::MAX_PAYLOAD + 1];
+        assert_eq!(validate(&big), Err(Rejected::TooLarge));
+        let go = br#"{"SharedCourseCode":"CS101","SectionID":1,"TotalSeats":2,"SeatsTaken":1,"Version":3}"#;
+        assert_eq!(validate(go).unwrap().version, Some(3));
+    }
+}
