@@ -84,10 +84,10 @@ where
         args.admin_tick_ms,
         clock::unix_ms(),
     );
-    let (reader_ingest, reader_metrics) = (ingest_tx.clone(), Arc::clone(&node.metrics));
+    let (reader_ingest, reader_node) = (ingest_tx.clone(), Arc::clone(&node));
     std::thread::Builder::new()
         .name("seatboard-states".into())
-        .spawn(move || reader::run(states, read_rx, reader_ingest, reader_metrics))?;
+        .spawn(move || reader::run(states, read_rx, reader_ingest, reader_node))?;
     std::thread::Builder::new()
         .name("seatboard-ingest".into())
         .spawn(move || ingest::run(ingest, ingest_rx))?;

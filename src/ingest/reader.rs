@@ -1,6 +1,7 @@
 //! The state reader thread: every Redis round trip the ingest thread would
 //! otherwise wait on (state hash reads after a subscription is confirmed, the
-//! admin firehose's scan, the round-trip probe) runs here. Requests that
+//! admin firehose's scan, the round-trip probe) runs here, and so does the
+//! `/api/courses` refresh (every course with a state hash). Requests that
 //! arrive while a pipeline is in flight are gathered into the next one, so
 //! seeding N courses takes a few round trips of batches, not N; answers go
 //! back to the ingest thread's mailbox.
@@ -8,7 +9,7 @@
 use super::states::StateStore;
 use crate::channels::wake::IngestTx;
 use crate::channels::IngestCmd;
-use crate::metrics::Metrics;
+use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -20,6 +21,9 @@ pub const READ_BATCH: usize = 512;
 
 /// How often the round trip to Redis is measured.
 pub const PING_EVERY: Duration = Duration::from_secs(1);
+
+/// How often `/api/courses` is rebuilt from the state hashes (the contract's cache bound).
+pub const COURSES_EVERY: Duration = Duration::from_secs(10);
 
 /// What the ingest thread asks the state reader.
 #[derive(Debug)]
@@ -83,11 +87,14 @@ pub fn run<T: StateStore>(
     mut store: T,
     requests: Receiver<ReadRequest>,
     ingest: IngestTx,
-    metrics: Arc<Metrics>,
+    node: Arc<Node>,
 ) {
     let mut next_ping = Instant::now();
+    let mut next_courses = Instant::now();
     loop {
-        let wait = next_ping.saturating_duration_since(Instant::now());
+        let wait = next_ping
+            .min(next_courses)
+            .saturating_duration_since(Instant::now());
         let first = match requests.recv_timeout(wait) {
             Ok(r) => Some(r),
             Err(RecvTimeoutError::Timeout) => None,
@@ -130,10 +137,17 @@ pub fn run<T: StateStore>(
         if requests.is_empty() {
             crate::shard::allocator::collect(false);
         }
-        // Measured after the reads, so a probe never holds one up.
+        // After the reads, so neither holds one up.
         if Instant::now() >= next_ping {
-            metrics.set_redis_rtt(store.ping());
+            node.metrics.set_redis_rtt(store.ping());
             next_ping = Instant::now() + PING_EVERY;
+        }
+        if Instant::now() >= next_courses {
+            match store.scan() {
+                Some(courses) => node.set_courses(&courses),
+                None => tracing::debug!("course list not refreshed"),
+            }
+            next_courses = Instant::now() + COURSES_EVERY;
         }
     }
 }
