@@ -205,12 +205,12 @@ pub const CLOSE_CODES: [u16; 11] = [
 /// The I/O drivers a shard can run on, in `/metrics` order.
 pub const DRIVERS: [&str; 3] = ["io_uring", "epoll", "tokio"];
 
-/// Picks one counter out of a shard's metrics.
 /// Bucket bounds for a course's time to seed (a few round trips to Redis).
 pub const SEED_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
+/// Picks one counter out of a shard's metrics.
 type ShardField = fn(&ShardMetrics) -> &AtomicU64;
 
 /// Everything `/metrics` shows.
@@ -298,8 +298,14 @@ impl Metrics {
     }
 
     /// Records the round trips the state reader just measured.
+    /// (None measured at all: every node held so far shows no answer.)
     pub fn set_redis_rtt(&self, rtt: Vec<(Option<String>, Option<f64>)>) {
-        *self.redis_rtt.lock().unwrap_or_else(|e| e.into_inner()) = rtt;
+        let mut held = self.redis_rtt.lock().unwrap_or_else(|e| e.into_inner());
+        if rtt.is_empty() {
+            held.iter_mut().for_each(|r| r.1 = None);
+        } else {
+            *held = rtt;
+        }
     }
 
     /// Counts a refusal.

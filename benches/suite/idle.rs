@@ -131,6 +131,13 @@ fn watching(out: &mut Outcome, o: &Opts, server: &Server, mut f: Fleet, before: 
         format!("{per_conn:.0} B per connection"),
         json!(per_conn),
     );
+    let anon_per_conn =
+        (after.rss_anon_kib.saturating_sub(before.rss_anon_kib) * 1024) as f64 / open.max(1) as f64;
+    out.row(
+        "rss_anon_per_conn_bytes",
+        format!("{anon_per_conn:.0} B per connection of anonymous memory (heap and stacks, not the binary's pages)"),
+        json!(anon_per_conn),
+    );
     let per_conn_end =
         (end.rss_kib.saturating_sub(before.rss_kib) * 1024) as f64 / open.max(1) as f64;
     out.row(

@@ -153,6 +153,7 @@ pub fn usage_sum(pids: &[u32]) -> Usage {
         Usage {
             cpu_us: a.cpu_us + u.cpu_us,
             rss_kib: a.rss_kib + u.rss_kib,
+            rss_anon_kib: a.rss_anon_kib + u.rss_anon_kib,
         }
     })
 }

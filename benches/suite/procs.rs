@@ -36,6 +36,9 @@ pub struct Usage {
     pub cpu_us: u64,
     /// Resident set in KiB.
     pub rss_kib: u64,
+    /// Its anonymous part (heap, stacks) in KiB: what connections cost,
+    /// without the binary's pages first touched meanwhile.
+    pub rss_anon_kib: u64,
 }
 
 /// Reads /proc/<pid>/stat and /proc/<pid>/status.
@@ -49,13 +52,19 @@ pub fn usage(pid: u32) -> Usage {
     let ticks = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
     let cpu_us = (ticks(11) + ticks(12)) * 1_000_000 / hz;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kib = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    Usage { cpu_us, rss_kib }
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    Usage {
+        cpu_us,
+        rss_kib: kib("VmRSS:"),
+        rss_anon_kib: kib("RssAnon:"),
+    }
 }
 
 /// Sums `count(task dir)` over the threads of `pid`, by thread name

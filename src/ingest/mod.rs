@@ -70,6 +70,18 @@ struct Board {
     shown: Option<admin::Shown>,
 }
 
+/// Where a snapshot given to [`Ingest::accept`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// The channel.
+    Live,
+    /// A state read asked once the course's subscription was confirmed.
+    Read,
+    /// A state read that may have run before the subscription (asked before a
+    /// reconnect, or a discovery): it only fills gaps and newer versions.
+    OldRead,
+}
+
 /// How often a failed state-hash read is retried (ms).
 const RETRY_LOAD_MS: u64 = 1_000;
 
@@ -252,11 +264,8 @@ impl<S: Source> Ingest<S> {
             // The first admin: count updates from this tick on.
             self.reset_updates();
             self.next_admin_ms = now_ms + self.admin_tick_ms;
-            // The pattern covers every course: per-course subscriptions go.
-            let courses: Vec<Arc<str>> = self.boards.keys().cloned().collect();
-            for c in courses {
-                self.source.unsubscribe(&c);
-            }
+            // (A pattern covers every course: the classic source drops its
+            // per-course subscriptions itself; a sharded one keeps them.)
             // Admins see the whole board at once: every state hash is read,
             // and this admin is answered when that read is.
             self.discover(now_ms);
@@ -299,10 +308,12 @@ impl<S: Source> Ingest<S> {
 
     /// Applies a snapshot to the node board and routes it; false if it was
     /// stale or a duplicate (the same publish seen through two subscriptions).
-    /// `live`: it came from the channel (counted for admins, remembered while
-    /// a state read is in flight); otherwise from a state read, which fills
-    /// only gaps and newer versions where a live snapshot came first.
-    fn accept(&mut self, snap: Arc<Snapshot>, live: bool) -> bool {
+    /// `Via::Live`: it came from the channel (counted for admins, remembered
+    /// while a state read is in flight); `Via::Read`: from a state read, which
+    /// fills only gaps and newer versions where a live snapshot came first;
+    /// `Via::OldRead`: from a read whose place in time is not known (asked
+    /// before a reconnect, or by a discovery), gaps and newer versions only.
+    fn accept(&mut self, snap: Arc<Snapshot>, via: Via) -> bool {
         let firehose = self.firehose();
         let board = match self.boards.get_mut(&snap.course) {
             Some(b) => b,
@@ -311,11 +322,17 @@ impl<S: Source> Ingest<S> {
             None => return false,
         };
         let held = board.sections.get(&snap.section).map(|s| &**s);
-        let fresh = if !live && board.live.contains(&snap.section) {
+        let gaps_only = match via {
+            Via::Live => false,
+            Via::Read => board.live.contains(&snap.section),
+            Via::OldRead => true,
+        };
+        let fresh = if gaps_only {
             snap.seed_replaces(held)
         } else {
             snap.replaces(held)
         };
+        let live = via == Via::Live;
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !fresh {
             self.metrics.ingest_duplicates.fetch_add(1, Relaxed);
@@ -353,7 +370,7 @@ impl<S: Source> Ingest<S> {
                                 .update_latency
                                 .observe_us(now_ms.saturating_sub(ts).saturating_mul(1000));
                         }
-                        self.accept(Arc::new(s), true);
+                        self.accept(Arc::new(s), Via::Live);
                     }
                     Err(r) => self.rejected(r, &course, now_ms),
                 }
@@ -480,6 +497,9 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, mut commands: IngestRx) {
                 return;
             }
         }
+        // What the commands asked for (subscriptions, reads, seeds and the
+        // snapshots a read merged) goes out before the thread sleeps.
+        ingest.flush();
         let up = ingest.source().connected();
         ingest.metrics.redis_connected.store(up as u64, Relaxed);
         let sleep = ingest.sleep_for(clock::unix_ms());

@@ -179,17 +179,24 @@ impl RedisSource {
         if self.sub.is_none() {
             return false;
         }
-        self.backoff.reset();
-        if self.ever_connected || self.firehose || !self.courses.is_empty() {
-            tracing::info!(
-                courses = self.courses.len(),
-                firehose = self.firehose,
-                "Redis pub/sub connected; restoring subscriptions"
-            );
-            self.pending.push_back(SourceEvent::Reconnected);
-        }
-        self.ever_connected = true;
         true
+    }
+
+    /// Redis answered on a fresh connection for the first time: now it counts
+    /// as a reconnect (the router rereads every course as it is confirmed).
+    fn answered(&mut self) -> Option<SourceEvent> {
+        self.backoff.reset();
+        let first = !self.ever_connected;
+        self.ever_connected = true;
+        if first && !self.firehose && self.courses.is_empty() {
+            return None;
+        }
+        tracing::info!(
+            courses = self.courses.len(),
+            firehose = self.firehose,
+            "Redis pub/sub connected; subscriptions restored"
+        );
+        Some(SourceEvent::Reconnected)
     }
 
     /// Writes this turn's (un)subscriptions as a few commands: the pattern
@@ -252,7 +259,13 @@ impl RedisSource {
         };
         match sub.conn.next_frame() {
             Ok(Some(items)) => {
-                sub.alive = true;
+                if !sub.alive {
+                    sub.alive = true;
+                    // Reported before this frame's own event.
+                    if let Some(ev) = self.answered() {
+                        self.pending.push_back(ev);
+                    }
+                }
                 Ok(Some(classify(items)))
             }
             Ok(None) => Ok(None),
@@ -335,10 +348,15 @@ impl Source for RedisSource {
         loop {
             match self.buffered_frame() {
                 Err(()) => return None,
-                Ok(Some(f)) => match self.frame_event(f) {
-                    Some(ev) => return Some(ev),
-                    None => continue,
-                },
+                Ok(Some(f)) => {
+                    if let Some(ev) = self.frame_event(f) {
+                        self.pending.push_back(ev);
+                    }
+                    match self.pending.pop_front() {
+                        Some(ev) => return Some(ev),
+                        None => continue,
+                    }
+                }
                 Ok(None) => {}
             }
             let now = std::time::Instant::now();

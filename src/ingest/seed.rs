@@ -6,7 +6,7 @@
 //! first). Also the admin firehose's discovery, asked of the same reader.
 
 use super::reader::{Discovery, ReadRequest};
-use super::{Board, Ingest, Load};
+use super::{Board, Ingest, Load, Via};
 use crate::channels::Control;
 use crate::ingest::source::Source;
 use shards::{Gate, Snapshot};
@@ -27,10 +27,11 @@ impl<S: Source> Ingest<S> {
         gate: Option<Gate>,
         now_ms: u64,
     ) {
-        let firehose = self.firehose();
         let connected = self.source.connected();
         let board = self.boards.entry(Arc::clone(&course)).or_default();
-        let new_sub = board.shards == 0 && !firehose;
+        // Under a pattern (classic firehose) the source ignores it; a sharded
+        // source has no pattern and needs every watched course.
+        let new_sub = board.shards == 0;
         board.shards |= 1 << shard;
         board.gates.retain(|(s, _)| *s != shard);
         if let Some(g) = gate {
@@ -51,7 +52,8 @@ impl<S: Source> Ingest<S> {
         if loaded || !connected {
             // Redis down: the viewer gets what is held now, the rest when it is back.
             self.seed_shards(&course, 1 << shard);
-        } else {
+        }
+        if !loaded {
             self.want_read(&course);
         }
     }
@@ -120,7 +122,8 @@ impl<S: Source> Ingest<S> {
                 .get(&course)
                 .is_some_and(|b| b.load == Load::Reading(epoch));
             if let Some(p) = payloads {
-                self.merge_read(&course, p, now_ms);
+                let via = if current { Via::Read } else { Via::OldRead };
+                self.merge_read(&course, p, via, now_ms);
             }
             let Some(b) = self.boards.get_mut(&course) else {
                 continue;
@@ -156,7 +159,7 @@ impl<S: Source> Ingest<S> {
 
     /// One course's state hash merged into its board (routed as snapshots to
     /// shards already seeded).
-    fn merge_read(&mut self, course: &Arc<str>, payloads: Vec<Vec<u8>>, now_ms: u64) {
+    fn merge_read(&mut self, course: &Arc<str>, payloads: Vec<Vec<u8>>, via: Via, now_ms: u64) {
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
                 Ok(s) => {
@@ -164,7 +167,7 @@ impl<S: Source> Ingest<S> {
                         // An out-of-order publisher wrote the hash: the newer stays.
                         self.metrics.state_stale.fetch_add(1, Relaxed);
                     }
-                    self.accept(Arc::new(s), false);
+                    self.accept(Arc::new(s), via);
                 }
                 Err(r) => self.rejected(r, course, now_ms),
             }
@@ -208,7 +211,8 @@ impl<S: Source> Ingest<S> {
     /// Shards that waited past [`SEED_PATIENCE_MS`] get what is held.
     pub(super) fn seeds_overdue(&mut self, now_ms: u64) {
         while let Some((due, _)) = self.seed_deadlines.front() {
-            if *due > now_ms {
+            // (A deadline further off than the patience: the clock stepped back.)
+            if *due > now_ms && *due <= now_ms + SEED_PATIENCE_MS {
                 break;
             }
             let Some((_, course)) = self.seed_deadlines.pop_front() else {
@@ -232,12 +236,8 @@ impl<S: Source> Ingest<S> {
         if self.discovering {
             return;
         }
-        let have: HashSet<Arc<str>> = self
-            .boards
-            .iter()
-            .filter(|(_, b)| b.load == Load::Loaded)
-            .map(|(c, _)| Arc::clone(c))
-            .collect();
+        // Courses held already follow the channel: only new ones are read.
+        let have: HashSet<Arc<str>> = self.boards.keys().cloned().collect();
         self.discovering = self.reader.send(ReadRequest::Discover { have }).is_ok();
     }
 
@@ -258,13 +258,10 @@ impl<S: Source> Ingest<S> {
                     }
                 }
             }
+            // Not taken as a course's read: a viewer who comes for one of
+            // them has it read once its subscription is confirmed.
             for (course, payloads) in d.states {
-                self.merge_read(&course, payloads, now_ms);
-                if let Some(b) = self.boards.get_mut(&course) {
-                    if b.load == Load::Unread && self.source.subscribed(&course) {
-                        b.load = Load::Loaded;
-                    }
-                }
+                self.merge_read(&course, payloads, Via::OldRead, now_ms);
             }
             self.source.cover(&d.courses);
         }

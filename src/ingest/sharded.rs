@@ -43,6 +43,14 @@ pub struct ShardedSource {
     placed: HashMap<String, Addr>,
     /// Where each course's `SSUBSCRIBE` went, until it is confirmed.
     sent: HashMap<String, Addr>,
+    /// `SSUBSCRIBE`s written and not confirmed yet, per course and node: a
+    /// course counts as subscribed at the last one's confirmation.
+    subs_out: HashMap<(String, Addr), u32>,
+    /// Our own `SUNSUBSCRIBE`s not confirmed yet (a confirmation beyond them
+    /// is the server's: the slot moved).
+    unsubs_out: HashMap<(String, Addr), u32>,
+    /// An error reply came since the last confirmation (logged once).
+    erroring: bool,
     /// Courses the router asked for.
     wanted: BTreeSet<String>,
     firehose: bool,
@@ -77,6 +85,9 @@ impl ShardedSource {
             conns: Vec::new(),
             placed: HashMap::new(),
             sent: HashMap::new(),
+            subs_out: HashMap::new(),
+            unsubs_out: HashMap::new(),
+            erroring: false,
             wanted: BTreeSet::new(),
             firehose: false,
             covered: BTreeSet::new(),
@@ -114,6 +125,28 @@ impl ShardedSource {
         d
     }
 
+    /// Whether `course` should be subscribed now ([`ShardedSource::desired`] for one).
+    fn is_desired(&self, course: &str) -> bool {
+        self.wanted.contains(course)
+            || (self.firehose
+                && (self.covered.contains(course) || self.placed.contains_key(course)))
+    }
+
+    /// Counts one down; true if none is left.
+    fn settle(counts: &mut HashMap<(String, Addr), u32>, key: (String, Addr)) -> bool {
+        match counts.get_mut(&key) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                counts.remove(&key);
+                true
+            }
+            None => true,
+        }
+    }
+
     /// Courses wanted now with no subscription placed or on its way.
     fn unplaced(&self) -> Vec<String> {
         self.desired()
@@ -132,6 +165,8 @@ impl ShardedSource {
         let before = self.placed.len();
         self.placed.retain(|_, a| *a != c.addr);
         self.sent.retain(|_, a| *a != c.addr);
+        self.subs_out.retain(|(_, a), _| *a != c.addr);
+        self.unsubs_out.retain(|(_, a), _| *a != c.addr);
         let lost = before - self.placed.len();
         if lost > 0 {
             self.moved = true;
@@ -152,25 +187,36 @@ impl ShardedSource {
                 let addr = self.conns.get(i)?.addr.clone();
                 match kind.as_slice() {
                     b"ssubscribe" => {
+                        if !Self::settle(&mut self.subs_out, (course.clone(), addr.clone())) {
+                            // An earlier one of several: the last one counts.
+                            return None;
+                        }
+                        self.erroring = false;
+                        self.backoff.reset();
                         if self.sent.get(&course) == Some(&addr) {
                             self.sent.remove(&course);
                         }
-                        if self.desired().contains(&course) {
-                            self.placed.insert(course.clone(), addr);
+                        self.placed.insert(course.clone(), addr);
+                        if self.is_desired(&course) {
                             return Some(SourceEvent::Subscribed(Some(course)));
                         }
                         // Dropped while on its way: it goes again.
-                        self.placed.insert(course.clone(), addr);
                         self.unplace(&course);
                     }
-                    b"sunsubscribe" if self.placed.get(&course) == Some(&addr) => {
-                        // Not asked for (ours are forgotten before they are
-                        // sent): the slot moved away from this primary.
-                        self.placed.remove(&course);
-                        self.moved = true;
-                        self.need = true;
-                        self.map_dirty = true;
-                        tracing::info!(course, node = %show(&addr), "shard channel unsubscribed by the server (slot moved)");
+                    b"sunsubscribe" => {
+                        let ours = self
+                            .unsubs_out
+                            .contains_key(&(course.clone(), addr.clone()));
+                        if ours {
+                            Self::settle(&mut self.unsubs_out, (course, addr));
+                        } else if self.placed.get(&course) == Some(&addr) {
+                            // Not asked for: the slot moved away from this primary.
+                            self.placed.remove(&course);
+                            self.moved = true;
+                            self.need = true;
+                            self.map_dirty = true;
+                            tracing::info!(course, node = %show(&addr), "shard channel unsubscribed by the server (slot moved)");
+                        }
                     }
                     _ => {}
                 }
@@ -181,12 +227,17 @@ impl ShardedSource {
                     self.map_dirty = true;
                 }
                 // An error names no channel: every unconfirmed SSUBSCRIBE on
-                // this connection goes again (a second one only confirms).
+                // this connection goes again (a second one only confirms),
+                // after the backoff.
                 if let Some(addr) = self.conns.get(i).map(|c| c.addr.clone()) {
                     self.sent.retain(|_, a| *a != addr);
+                    self.subs_out.retain(|(_, a), _| *a != addr);
                     self.need = true;
                 }
-                tracing::warn!(error = %e, "Redis error on a shard pub/sub connection");
+                self.backoff.failed();
+                if !std::mem::replace(&mut self.erroring, true) {
+                    tracing::warn!(error = %e, "Redis error on a shard pub/sub connection");
+                }
                 None
             }
             Frame::Other => None,
@@ -234,6 +285,7 @@ impl ShardedSource {
                 continue;
             }
             for c in courses {
+                *self.subs_out.entry((c.clone(), owner.clone())).or_default() += 1;
                 self.sent.insert(c, owner.clone());
             }
         }
@@ -251,8 +303,14 @@ impl ShardedSource {
         };
         if let Some(i) = self.conn_index(&addr) {
             let cmd = packed("SUNSUBSCRIBE", [self.channel(course)]);
-            if let Err(e) = self.conns[i].send(&cmd) {
-                self.lose(i, &format!("write: {e}"));
+            match self.conns[i].send(&cmd) {
+                Ok(()) => {
+                    *self
+                        .unsubs_out
+                        .entry((course.to_owned(), addr))
+                        .or_default() += 1;
+                }
+                Err(e) => self.lose(i, &format!("write: {e}")),
             }
         }
     }
@@ -324,8 +382,8 @@ impl ShardedSource {
             }
             self.stuck = !ok;
             if ok {
+                // (The backoff is reset by a confirmation, not by a write.)
                 self.need = false;
-                self.backoff.reset();
                 if self.moved {
                     self.moved = false;
                     tracing::info!(

@@ -29,6 +29,9 @@ pub trait StateStore: Send {
 /// The state hashes in Redis, through the bounded command client.
 pub struct RedisStates {
     link: Commands,
+    /// The round-trip probe's own connection: a node that does not answer
+    /// it never costs the reads their connection.
+    probe: Commands,
     prefix: String,
 }
 
@@ -37,6 +40,7 @@ impl RedisStates {
     pub fn new(redis: &Arc<Redis>, state_prefix: &str) -> Self {
         RedisStates {
             link: Commands::new(redis, "state reads"),
+            probe: Commands::new(redis, "round-trip probe"),
             prefix: state_prefix.to_owned(),
         }
     }
@@ -64,20 +68,25 @@ impl StateStore for RedisStates {
 
     fn ping(&mut self) -> Vec<RoundTrip> {
         let ping = ::redis::cmd("PING");
-        let nodes = match self.link.slot_map() {
+        let nodes = match self.probe.slot_map() {
             Ok(Some(map)) => map.primaries(),
             Ok(None) => {
                 let t = Instant::now();
-                let ok = self.link.query::<String>(&ping).is_ok();
+                let ok = self.probe.query::<String>(&ping).is_ok();
                 return vec![(None, ok.then(|| t.elapsed().as_secs_f64()))];
             }
-            Err(_) => return vec![(None, None)],
+            Err(_) => {
+                if self.probe.redis().mode() == Some(crate::redis::Mode::Cluster) {
+                    self.probe.redis().health.nodes_up.store(0, Relaxed);
+                }
+                return Vec::new();
+            }
         };
         let rtt: Vec<RoundTrip> = nodes
             .iter()
             .map(|node| {
                 let t = Instant::now();
-                let ok = self.link.query_on::<String>(node, &ping).is_ok();
+                let ok = self.probe.query_on::<String>(node, &ping).is_ok();
                 (
                     Some(format!("{}:{}", node.0, node.1)),
                     ok.then(|| t.elapsed().as_secs_f64()),
@@ -85,7 +94,7 @@ impl StateStore for RedisStates {
             })
             .collect();
         let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
-        self.link.redis().health.nodes_up.store(up as u64, Relaxed);
+        self.probe.redis().health.nodes_up.store(up as u64, Relaxed);
         rtt
     }
 }

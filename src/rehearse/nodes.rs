@@ -132,9 +132,11 @@ impl Node {
 
     /// The distance to Redis as one sentence of the report.
     pub fn distance(&self) -> String {
-        let ms = |v: Option<f64>| {
-            v.filter(|x| x.is_finite())
-                .map_or("-".into(), |x| format!("{x:.1} ms"))
+        let ms = |v: Option<f64>| match v {
+            Some(x) if x.is_finite() => format!("{x:.1} ms"),
+            // Past the histogram's last bound.
+            Some(x) if x > 0.0 => "> 2.5 s".to_string(),
+            _ => "-".to_string(),
         };
         let (n, p50, p99) = self.seed_ms();
         format!(
