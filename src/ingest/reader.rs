@@ -132,15 +132,14 @@ pub fn run<T: StateStore>(
         if turn.stop {
             return;
         }
-        // What the answers held is freed on the ingest thread, which hands it
-        // back to this thread's heap: returned to the OS once the queue is empty.
-        if requests.is_empty() {
-            crate::shard::allocator::collect(false);
-        }
         // After the reads, so neither holds one up.
         if Instant::now() >= next_ping {
             node.metrics.set_redis_rtt(store.ping());
             next_ping = Instant::now() + PING_EVERY;
+            // The answers sent since are freed on the ingest thread, which
+            // hands their pages back to this thread's heap: returned to the
+            // OS here, once a second.
+            crate::shard::allocator::collect(false);
         }
         if Instant::now() >= next_courses {
             match store.scan() {
