@@ -24,7 +24,7 @@ command -v rpmbuild >/dev/null 2>&1 || need+=(rpm)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
 # tests/it/relay_docs.rs runs docs/publishing.md's relay senders in Go, Java and PHP.
 command -v go >/dev/null 2>&1 || need+=(golang-go)
-command -v java >/dev/null 2>&1 || need+=(default-jdk-headless)
+command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v php >/dev/null 2>&1 || need+=(php-cli)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
