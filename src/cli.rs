@@ -21,27 +21,35 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// The subcommands.
+/// The subcommands. A negative number is taken as its flag's value, so it
+/// is refused naming that flag (`--viewers -3`), not as an unknown argument.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// The realtime hub: WebSocket + HTTP on one port, Redis for pub/sub and presence.
+    #[command(allow_negative_numbers = true)]
     Serve(HubArgs),
     /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis).
+    #[command(allow_negative_numbers = true)]
     Demo(HubArgs),
     /// Publish one snapshot the way the selection API should (state hash compare-and-set + PUBLISH in one pipeline).
-    #[command(disable_version_flag = true)]
+    #[command(disable_version_flag = true, allow_negative_numbers = true)]
     Publish(PublishArgs),
     /// Publish a synthetic selection window into Redis (R snapshots/s over N courses, Zipf-skewed).
+    #[command(allow_negative_numbers = true)]
     Simulate(SimulateArgs),
     /// Print the state hash's compare-and-set Lua script (its SHA1 on stderr), to run with EVALSHA.
     PublishScript,
     /// The analytics worker: per-bucket history of updates and viewers into a Redis stream.
+    #[command(allow_negative_numbers = true)]
     Analytics(AnalyticsArgs),
     /// Print an HS256 token signed with --jwt-secret (for trials and load tests).
+    #[command(allow_negative_numbers = true)]
     Token(crate::cmd::token::TokenArgs),
     /// Rehearse a selection window against a running deployment before it opens.
+    #[command(allow_negative_numbers = true)]
     Rehearse(RehearseArgs),
     /// The local publish relay: snapshots in as datagrams (Unix socket, loopback UDP), out to Redis.
+    #[command(allow_negative_numbers = true)]
     Relay(crate::relay::RelayArgs),
     /// One share of a rehearsal's viewers in a process of its own (`rehearse` starts it).
     #[command(name = "__rehearse-viewers", hide = true)]

@@ -501,6 +501,9 @@ fn sigterm_cleans_up_as_sigint_does_and_every_state_hash_expires_by_itself() {
 fn bad_flags_exit_2_naming_the_flag() {
     for (args, flag) in [
         (vec!["--viewers", "0"], "--viewers"),
+        // A negative number is a bad value of its flag, not an unknown argument.
+        (vec!["--viewers", "-3"], "'-3' for '--viewers"),
+        (vec!["--publish-rate", "-1"], "'-1' for '--publish-rate"),
         (vec!["--sse-share", "1.5"], "--sse-share"),
         (
             vec!["--rehearsal-prefix", "bad prefix"],
