@@ -170,11 +170,8 @@ impl RedisSource {
         self.write_pending();
         // A PING after the subscriptions: the first answer proves the
         // connection alive, and none within PING_DEADLINE gives it up.
-        if let Some(sub) = &mut self.sub {
-            match sub.conn.send(b"*1\r\n$4\r\nPING\r\n") {
-                Ok(()) => sub.conn.ping_sent = Some(std::time::Instant::now()),
-                Err(e) => self.drop_sub(&format!("write: {e}")),
-            }
+        if let Some(Err(e)) = self.sub.as_mut().map(|sub| sub.conn.ping()) {
+            self.drop_sub(&format!("write: {e}"));
         }
         if self.sub.is_none() {
             return false;

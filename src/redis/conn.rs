@@ -232,11 +232,15 @@ impl PubConn {
         }
         match self.ping_sent {
             Some(_) => Err(io::Error::other("PING unanswered")),
-            None => {
-                self.ping_sent = Some(Instant::now());
-                self.send(b"*1\r\n$4\r\nPING\r\n")
-            }
+            None => self.ping(),
         }
+    }
+
+    /// Sends a PING now; any answer clears it, none within the keepalive
+    /// deadline gives the connection up.
+    pub fn ping(&mut self) -> io::Result<()> {
+        self.ping_sent = Some(Instant::now());
+        self.send(b"*1\r\n$4\r\nPING\r\n")
     }
 
     /// How long until [`PubConn::keepalive`] has something to do, so a
