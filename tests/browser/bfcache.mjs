@@ -54,7 +54,10 @@ try {
   });
   step = 'open the board';
   await page.goto(`${base}/?course=CS101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS });
-  await page.waitForFunction(() => document.querySelector('#conn-state')?.dataset.state === 'live', null, { timeout: STEP_MS });
+  // Live and drawn: the badge goes live on the server's hello, the sections
+  // with the first frame a tick later.
+  await page.waitForFunction(() => document.querySelector('#conn-state')?.dataset.state === 'live'
+    && document.querySelectorAll('[data-course] [data-section]').length > 0, null, { timeout: STEP_MS });
   step = 'go to another page';
   await page.goto(`${base}/healthz`, { waitUntil: 'load', timeout: STEP_MS });
   step = 'come back';
