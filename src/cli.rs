@@ -1,5 +1,6 @@
 //! The command line: subcommands and flags, each flag with its environment twin.
 
+use crate::node::{Compression, Driver};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 
@@ -50,7 +51,7 @@ pub enum Command {
     Rehearse(RehearseArgs),
     /// The local publish relay: snapshots in as datagrams (Unix socket, loopback UDP), out to Redis.
     #[command(allow_negative_numbers = true)]
-    Relay(crate::relay::RelayArgs),
+    Relay(RelayArgs),
     /// One share of a rehearsal's viewers in a process of its own (`rehearse` starts it).
     #[command(name = "__rehearse-viewers", hide = true)]
     RehearseViewers,
@@ -128,29 +129,6 @@ fn share(s: &str) -> Result<f64, String> {
         Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
         _ => Err(format!("{s:?} is not a share between 0 and 1")),
     }
-}
-
-/// Which io driver a shard runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Driver {
-    /// io_uring.
-    Uring,
-    /// epoll (monoio's legacy driver).
-    Epoll,
-    /// io_uring where the kernel allows, else epoll.
-    Auto,
-    /// A tokio current-thread runtime per shard (built with the `tokio-shell` feature).
-    #[cfg(feature = "tokio-shell")]
-    Tokio,
-}
-
-/// Whether permessage-deflate is accepted (section 4a).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Compression {
-    /// Accept permessage-deflate when a client offers it.
-    On,
-    /// Never negotiate it.
-    Off,
 }
 
 /// How upgrades are authenticated.
@@ -278,6 +256,35 @@ pub struct PublishArgs {
     #[arg(long)]
     pub seat_info: Option<String>,
     /// Redis and prefixes.
+    #[command(flatten)]
+    pub target: RedisTarget,
+}
+
+/// `seatboard relay` (contract §10).
+#[derive(Args, Debug, Clone)]
+pub struct RelayArgs {
+    /// Unix datagram socket to receive on (its folder is made, a stale socket
+    /// replaced, mode 0660); '' turns it off.
+    #[arg(
+        long,
+        env = "SEATBOARD_RELAY_SOCKET",
+        default_value = "/run/seatboard/relay.sock"
+    )]
+    pub socket: String,
+    /// Loopback UDP address to receive on; '' turns it off.
+    #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "127.0.0.1:7440")]
+    pub udp: String,
+    /// Address of GET /metrics and GET /healthz; '' turns it off.
+    #[arg(
+        long,
+        env = "SEATBOARD_RELAY_METRICS",
+        default_value = "127.0.0.1:7441"
+    )]
+    pub metrics: String,
+    /// Sections held for Redis at most (past that a new section is dropped, counted).
+    #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_pending: u64,
+    /// Redis and prefixes, as for `serve`.
     #[command(flatten)]
     pub target: RedisTarget,
 }

@@ -8,7 +8,7 @@ use crate::analytics::report::{read_after, read_last, PAGE};
 use crate::analytics::worker::{Buckets, Closed, Entry};
 use crate::clock;
 use crate::redis::commands::Commands;
-use crate::redis::{Redis, RedisFlags};
+use crate::redis::Redis;
 use serde::Serialize;
 use shards::Snapshot;
 use std::collections::{HashMap, VecDeque};
@@ -273,17 +273,10 @@ fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, String
 /// fills `history` from the streams `<prefix><session>` until `stop` says so.
 pub fn start(
     history: Arc<History>,
-    flags: &RedisFlags,
+    redis: Arc<Redis>,
     prefix: String,
     stop: impl Fn() -> bool + Send + 'static,
 ) -> std::io::Result<()> {
-    let redis = match Redis::from_flags(flags) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(error = %e, "history: bad Redis flags, /api/history stays empty");
-            return Ok(());
-        }
-    };
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     *history.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
     history.running.store(true, Relaxed);

@@ -86,9 +86,19 @@ pub enum IngestCmd {
         epoch: u64,
     },
     /// The state reader's answer to a discovery (`None`: it failed).
-    Discovered(Option<crate::ingest::reader::Discovery>),
+    Discovered(Option<Discovery>),
     /// Stop the thread.
     Shutdown,
+}
+
+/// What a discovery found: every course with a state hash, and the state of
+/// those the ingest thread did not hold.
+#[derive(Debug, Default)]
+pub struct Discovery {
+    /// Every valid course code with a state hash.
+    pub courses: Vec<String>,
+    /// The state hashes read (course, one payload per section).
+    pub states: Vec<(Arc<str>, Vec<Vec<u8>>)>,
 }
 
 /// What shards and the ingest thread tell the presence worker.

@@ -2,7 +2,7 @@
 
 use super::simulator::{SelectionWindow, DEMO_COURSES};
 use crate::clock;
-use crate::hub as runtime;
+use crate::hub;
 use crate::ingest::bus::{bus, BusPublisher};
 use crate::node::Node;
 use crate::presence::memory::MemoryPresence;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 const DEMO_RATE: f64 = 40.0;
 
 /// Starts the demo hub and its simulator; returns once the hub listens.
-pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
+pub fn start(node: Arc<Node>) -> std::io::Result<hub::Hub> {
     let names: Vec<String> = DEMO_COURSES.iter().map(|s| s.to_string()).collect();
     node.set_courses(&names);
     let (publisher, source) = bus()?;
@@ -26,7 +26,7 @@ pub fn start(node: Arc<Node>) -> std::io::Result<runtime::Hub> {
         publisher.publish(&s.course, s.section, s.to_payload().into_bytes());
     }
     let states = source.states();
-    let hub = runtime::start(Arc::clone(&node), source, states, MemoryPresence::default())?;
+    let hub = hub::start(Arc::clone(&node), source, states, MemoryPresence::default())?;
     std::thread::Builder::new()
         .name("seatboard-simulator".into())
         .spawn(move || simulate(publisher, window, &node))?;

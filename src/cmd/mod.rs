@@ -2,6 +2,7 @@
 //! `simulate` and `token` start (the `analytics` worker lives in [`crate::analytics`]).
 
 pub mod demo;
+pub mod node;
 pub mod publish;
 pub mod publish_script;
 pub mod serve;

@@ -1,7 +1,10 @@
 //! `seatboard serve`: the hub on Redis pub/sub, state hashes read by the
-//! state reader (which also keeps `/api/courses` in step), Redis presence.
+//! state reader (which also keeps `/api/courses` in step), Redis presence,
+//! and the `/api/history` refresher: every thread of a Redis-fed node.
 
-use crate::hub::{self as runtime, Hub};
+use crate::cli::HubArgs;
+use crate::history;
+use crate::hub::{self, Hub};
 use crate::ingest::any::AnySource;
 use crate::ingest::states::RedisStates;
 use crate::node::Node;
@@ -9,13 +12,20 @@ use crate::presence::redis::RedisPresence;
 use crate::redis::Redis;
 use std::sync::Arc;
 
-/// Starts the hub with Redis pub/sub and presence.
-pub fn start(node: Arc<Node>) -> std::io::Result<Hub> {
-    let args = &node.args;
-    let redis = Redis::from_flags(&args.redis).map_err(std::io::Error::other)?;
+/// Starts the hub with Redis pub/sub and presence, then the history refresher.
+pub fn start(node: Arc<Node>, redis: Arc<Redis>, args: &HubArgs) -> std::io::Result<Hub> {
     *node.redis_health.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&redis.health));
     let source = AnySource::new(&redis, &args.channel_prefix);
     let states = RedisStates::new(&redis, &args.state_prefix);
     let store = RedisPresence::new(&redis, &args.presence_prefix);
-    runtime::start(Arc::clone(&node), source, states, store)
+    let hub = hub::start(Arc::clone(&node), source, states, store)?;
+    let stop = {
+        let node = Arc::clone(&node);
+        move || node.draining()
+    };
+    let prefix = args.analytics_prefix.clone();
+    if let Err(e) = history::start(Arc::clone(&node.history), redis, prefix, stop) {
+        tracing::warn!(error = %e, "history thread did not start; /api/history stays empty");
+    }
+    Ok(hub)
 }

@@ -51,8 +51,8 @@ where
     T: StateStore + 'static,
     P: PresenceStore + 'static,
 {
-    let args = node.args.clone();
-    let n = node.shards;
+    let config = &node.config;
+    let n = config.shards;
     let signals = {
         use signal_hook::consts::{SIGINT, SIGTERM};
         signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?
@@ -68,7 +68,7 @@ where
         failure::install(tx);
         rx
     };
-    let listeners = listener::bind(args.listen, n)?;
+    let listeners = listener::bind(config.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
     let (ingest_tx, ingest_rx) = crate::channels::wake::channel()?;
     let (presence_tx, presence_rx) = unbounded();
@@ -81,7 +81,7 @@ where
         Arc::clone(&node.metrics),
         Some(presence_tx.clone()),
         read_tx,
-        args.admin_tick_ms,
+        config.admin_tick_ms,
         clock::unix_ms(),
     );
     let (reader_ingest, reader_node) = (ingest_tx.clone(), Arc::clone(&node));
@@ -95,8 +95,8 @@ where
     let worker = Worker::new(
         store,
         PresenceTiming {
-            tick_ms: args.presence_tick_ms,
-            ttl_ms: args.presence_ttl_ms,
+            tick_ms: config.presence_tick_ms,
+            ttl_ms: config.presence_ttl_ms,
         },
         inboxes.clone(),
         Some(ingest_tx.clone()),
@@ -186,7 +186,11 @@ impl Hub {
             let pending: Vec<i32> = self.signals.pending().collect();
             for sig in pending {
                 if drain_started.is_none() {
-                    tracing::info!(signal = sig, drain_ms = self.node.args.drain_ms, "draining");
+                    tracing::info!(
+                        signal = sig,
+                        drain_ms = self.node.config.drain_ms,
+                        "draining"
+                    );
                     self.node.draining.store(true, Relaxed);
                     self.node.metrics.draining.store(1, Relaxed);
                     sd_notify::notify("STOPPING=1\nSTATUS=draining");
@@ -207,7 +211,7 @@ impl Hub {
                 }
                 // The drain window plus the close grace: whatever is left goes now.
                 if t.elapsed()
-                    > Duration::from_millis(self.node.args.drain_ms) + Duration::from_secs(5)
+                    > Duration::from_millis(self.node.config.drain_ms) + Duration::from_secs(5)
                 {
                     return self.close_all();
                 }

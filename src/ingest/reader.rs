@@ -8,7 +8,7 @@
 
 use super::states::StateStore;
 use crate::channels::wake::IngestTx;
-use crate::channels::IngestCmd;
+use crate::channels::{Discovery, IngestCmd};
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::{BTreeMap, HashSet};
@@ -47,16 +47,6 @@ pub enum ReadRequest {
     Reconnected,
     /// Stop the thread.
     Shutdown,
-}
-
-/// What a discovery found: every course with a state hash, and the state of
-/// those the ingest thread did not hold.
-#[derive(Debug, Default)]
-pub struct Discovery {
-    /// Every valid course code with a state hash.
-    pub courses: Vec<String>,
-    /// The state hashes read (course, one payload per section).
-    pub states: Vec<(Arc<str>, Vec<Vec<u8>>)>,
 }
 
 /// The requests gathered in one turn.

@@ -398,9 +398,8 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
 mod tests {
     use super::*;
     use crate::auth::Auth;
-    use crate::cli::{Cli, Command};
+    use crate::node::NodeConfig;
     use bytes::Bytes;
-    use clap::Parser;
     use std::sync::Mutex;
 
     /// What the fake store was asked, and whether it fails.
@@ -472,10 +471,7 @@ mod tests {
     }
 
     fn rig() -> Rig {
-        let Command::Demo(args) = Cli::parse_from(["seatboard", "demo"]).command else {
-            panic!("demo args");
-        };
-        let node = Arc::new(Node::new(args, 2, Auth::None));
+        let node = Arc::new(Node::new(NodeConfig::for_tests(2), Auth::None));
         let calls = Arc::new(Mutex::new(Calls::default()));
         let inboxes: Vec<Arc<Inbox>> = (0..2).map(|_| Inbox::new()).collect();
         let (tx, ingest) = crate::channels::wake::channel().expect("eventfd");

@@ -16,11 +16,10 @@ pub mod pending;
 pub mod recv;
 pub mod writer;
 
-use crate::cli::RedisTarget;
+use crate::cli::RelayArgs;
 use crate::logging::usage;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
-use clap::Args;
 use metrics::Shared;
 use pending::Pending;
 use std::net::{SocketAddr, TcpListener};
@@ -33,35 +32,6 @@ use writer::{Phase, Writer};
 
 /// How long the relay writes what it holds after SIGTERM.
 pub const DRAIN: Duration = Duration::from_secs(2);
-
-/// `seatboard relay` (contract §10).
-#[derive(Args, Debug, Clone)]
-pub struct RelayArgs {
-    /// Unix datagram socket to receive on (its folder is made, a stale socket
-    /// replaced, mode 0660); '' turns it off.
-    #[arg(
-        long,
-        env = "SEATBOARD_RELAY_SOCKET",
-        default_value = "/run/seatboard/relay.sock"
-    )]
-    pub socket: String,
-    /// Loopback UDP address to receive on; '' turns it off.
-    #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "127.0.0.1:7440")]
-    pub udp: String,
-    /// Address of GET /metrics and GET /healthz; '' turns it off.
-    #[arg(
-        long,
-        env = "SEATBOARD_RELAY_METRICS",
-        default_value = "127.0.0.1:7441"
-    )]
-    pub metrics: String,
-    /// Sections held for Redis at most (past that a new section is dropped, counted).
-    #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub max_pending: u64,
-    /// Redis and prefixes, as for `serve`.
-    #[command(flatten)]
-    pub target: RedisTarget,
-}
 
 /// The flags checked; the error names the flag (exit 2).
 struct Checked {

@@ -58,18 +58,18 @@ impl ShardCtx {
         ingest: IngestTx,
         presence: Sender<PresenceCmd>,
     ) -> Self {
-        let share = node.shards as f64;
+        let share = node.config.shards as f64;
         ShardCtx {
             index,
             shard: RefCell::new(Shard::new(ShardConfig {
-                tick_ms: node.args.tick_ms,
+                tick_ms: node.config.tick_ms,
                 node: node.id.clone(),
                 seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
                 ..ShardConfig::default()
             })),
             bucket: RefCell::new(TokenBucket::new(
-                node.args.accept_rate as f64 / share,
-                (node.args.accept_burst as f64 / share).ceil(),
+                node.config.accept_rate as f64 / share,
+                (node.config.accept_burst as f64 / share).ceil(),
                 clock::now_ms(),
             )),
             node,

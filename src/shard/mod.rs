@@ -41,11 +41,11 @@ pub fn run(
     listener: std::net::TcpListener,
     ready: Ready,
 ) {
-    let driver = node.args.driver;
+    let driver = node.config.driver;
     let ctx = Rc::new(ShardCtx::new(index, node, inbox, ingest, presence));
     let report = ready.clone();
     #[cfg(feature = "tokio-shell")]
-    if driver == crate::cli::Driver::Tokio {
+    if driver == crate::node::Driver::Tokio {
         let task = serve::<runtime::tokio_runtime::Tokio>(ctx, listener, "tokio", ready);
         if let Err(e) = runtime::tokio_runtime::block_on(task) {
             let _ = report.send(Err(e));

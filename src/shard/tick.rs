@@ -30,7 +30,7 @@ pub(super) async fn tick_loop<R: Runtime>(ctx: Rc<ShardCtx>) {
 /// the renderer, flushes, submits the round's changes to the sends,
 /// publishes metrics, and returns the next deadline (ms).
 fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
-    let drain_ms = ctx.node.args.drain_ms;
+    let drain_ms = ctx.node.config.drain_ms;
     let now = clock::now_ms();
     {
         let mut shard = ctx.shard.borrow_mut();

@@ -3,9 +3,9 @@
 
 use super::response::Response;
 use crate::auth::Denied;
-use crate::cli::Compression;
 use crate::clock;
 use crate::metrics::Refusal;
+use crate::node::Compression;
 use crate::node::Node;
 use crate::shard::conn::{Slot, Upgrade};
 use crate::shard::ctx::ShardCtx;
@@ -138,7 +138,7 @@ pub fn admit(
             Response::text(503, "draining").header(retry_after(1)),
         ));
     }
-    if node.open.fetch_add(1, Relaxed) >= node.args.max_connections {
+    if node.open.fetch_add(1, Relaxed) >= node.config.max_connections {
         node.open.fetch_sub(1, Relaxed);
         return Err(refuse(
             ctx,
@@ -148,7 +148,7 @@ pub fn admit(
     }
     if !node
         .users
-        .acquire(&identity.user, node.args.max_conns_per_user)
+        .acquire(&identity.user, node.config.max_conns_per_user)
     {
         node.open.fetch_sub(1, Relaxed);
         return Err(refuse(
@@ -166,7 +166,7 @@ pub fn admit(
 /// ignored, never refused).
 fn switching_protocols(node: &Node, head: &RequestHead, key: &str) -> (Vec<u8>, bool) {
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-    let extensions = match (node.args.compression, head.ws_extensions.as_deref()) {
+    let extensions = match (node.config.compression, head.ws_extensions.as_deref()) {
         (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
         _ => None,
     };

@@ -68,7 +68,7 @@ fn history(node: &Node, head: &shards::http_head::RequestHead) -> Response {
     }
     let session = head
         .query_param("session")
-        .unwrap_or_else(|| node.args.session.clone());
+        .unwrap_or_else(|| node.config.session.clone());
     if !crate::history::valid_session(&session) {
         return Response::text(400, "bad session (1-128 of [A-Za-z0-9_.:-])");
     }
@@ -116,7 +116,7 @@ pub fn page(node: &Node, page: &str) -> Response {
                 code,
                 format!(
                     "{{\"status\":\"{status}\",\"redis\":{redis},\"shards\":{},\"connections\":{},\"draining\":{},\"auth\":\"{}\"{extra}}}",
-                    node.shards,
+                    node.config.shards,
                     node.metrics.connections(),
                     node.draining(),
                     if node.auth.healthy() { "ok" } else { "degraded" },

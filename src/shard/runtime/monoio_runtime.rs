@@ -3,7 +3,7 @@
 //! loops themselves are runtime-free.
 
 use super::{sys, Runtime};
-use crate::cli::Driver;
+use crate::node::Driver;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::future::Future;

@@ -1,0 +1,127 @@
+//! `seatboard serve` and `seatboard demo`: the flags checked in the order the
+//! contract names, the node's configuration built once, and the node started.
+
+use super::{demo, serve};
+use crate::auth::Auth;
+use crate::cli::{AuthMode, HubArgs};
+use crate::hub::ShardSet;
+use crate::logging::{init as logging, usage};
+use crate::node::{Node, NodeConfig};
+use crate::redis::Redis;
+use shards::origin::OriginRule;
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// Where a node's seats come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// Redis pub/sub and state hashes (`serve`).
+    Redis,
+    /// The embedded simulator (`demo`).
+    Demo,
+}
+
+/// Checks the flags, starts the node, and waits until it exits.
+pub fn run(args: HubArgs, feed: Feed) -> ExitCode {
+    let shards = match ShardSet::new(args.shards.map(usize::from)) {
+        Ok(set) => set,
+        Err(e) => return usage(&e),
+    };
+    let redis = match feed {
+        Feed::Redis => match Redis::from_flags(&args.redis) {
+            Ok(r) => Some(r),
+            Err(e) => return usage(&e),
+        },
+        Feed::Demo => None,
+    };
+    // Logging before the auth mode is chosen (`--auth none` warns), after
+    // every check whose refusal must be the first line on stderr.
+    if let Err(e) = logging(&args.log_level) {
+        return usage(&format!(
+            "invalid value '{}' for '--log-level': {e}",
+            args.log_level
+        ));
+    }
+    let auth = match auth_for(&args, feed == Feed::Demo) {
+        Ok(a) => a,
+        Err(e) => return usage(&e),
+    };
+    if let Err(e) = auth.start() {
+        crate::logging::line(&format!("error: cannot start: {e}"));
+        return ExitCode::from(1);
+    }
+    let node = Arc::new(Node::new(config(&args, shards.len()), auth));
+    let started = match redis {
+        Some(redis) => serve::start(Arc::clone(&node), redis, &args),
+        None => demo::start(Arc::clone(&node)),
+    };
+    match started {
+        Ok(hub) => {
+            announce(&node, feed);
+            ExitCode::from(hub.wait() as u8)
+        }
+        Err(e) => {
+            tracing::error!("cannot start: {e}");
+            crate::logging::line(&format!("error: cannot start: {e}"));
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The node's configuration from its flags.
+fn config(args: &HubArgs, shards: usize) -> NodeConfig {
+    NodeConfig {
+        listen: args.listen,
+        shards,
+        driver: args.driver,
+        compression: args.compression,
+        tick_ms: args.tick_ms,
+        admin_tick_ms: args.admin_tick_ms,
+        presence_tick_ms: args.presence_tick_ms,
+        presence_ttl_ms: args.presence_ttl_ms,
+        accept_rate: args.accept_rate,
+        accept_burst: args.accept_burst,
+        max_connections: args.max_connections,
+        max_conns_per_user: args.max_conns_per_user,
+        drain_ms: args.drain_ms,
+        origins: OriginRule::parse(&args.allowed_origins),
+        session: args.session.clone(),
+    }
+}
+
+fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
+    let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
+    match args.auth {
+        AuthMode::None => {
+            if !demo {
+                tracing::warn!("AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
+            }
+            Ok(Auth::None)
+        }
+        AuthMode::Jwt if demo && secret.is_none() && !args.idp.any_key() => Ok(Auth::None),
+        AuthMode::Jwt => Auth::from_flags(secret.map(str::as_bytes), &args.idp),
+    }
+}
+
+/// The line a started node prints: the demo's address on stdout, a log line for `serve`.
+fn announce(node: &Node, feed: Feed) {
+    let addr = node.config.listen;
+    let shown = if addr.ip().is_unspecified() {
+        format!("http://127.0.0.1:{}/", addr.port())
+    } else {
+        format!("http://{addr}/")
+    };
+    match feed {
+        // Not `println!`: a closed stdout must not stop the node.
+        Feed::Demo => {
+            let _ = writeln!(
+                std::io::stdout(),
+                "seatboard demo running: open {shown}  (admin: {shown}admin)"
+            );
+        }
+        Feed::Redis => {
+            tracing::info!(listen = %addr, shards = node.config.shards, "seatboard serving");
+        }
+    }
+}
