@@ -1,7 +1,7 @@
 //! The pub/sub source of `serve` and the analytics worker: classic or
 //! sharded, chosen once the Redis mode is known.
 
-use super::redis::RedisSource;
+use super::classic::ClassicSource;
 use super::sharded::ShardedSource;
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
@@ -29,7 +29,7 @@ pub enum AnySource {
         backoff: Backoff,
     },
     /// Standalone or classic.
-    Classic(RedisSource),
+    Classic(ClassicSource),
     /// Sharded pub/sub in a cluster.
     Sharded(ShardedSource),
 }
@@ -72,7 +72,7 @@ impl AnySource {
         let mut real = if redis.sharded() {
             AnySource::Sharded(ShardedSource::new(redis, prefix))
         } else {
-            AnySource::Classic(RedisSource::new(redis, prefix))
+            AnySource::Classic(ClassicSource::new(redis, prefix))
         };
         real.set_firehose(firehose);
         for c in &courses {

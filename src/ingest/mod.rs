@@ -7,8 +7,8 @@
 mod admin;
 pub mod any;
 pub mod bus;
+pub mod classic;
 pub mod reader;
-pub mod redis;
 pub mod scan;
 mod seed;
 pub mod sharded;

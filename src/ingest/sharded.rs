@@ -10,7 +10,7 @@
 //! waiting (one pipeline per primary per turn); each confirmation comes back
 //! as [`SourceEvent::Subscribed`].
 
-use super::redis::{message_event, PING_AFTER, PING_DEADLINE};
+use super::classic::{message_event, PING_AFTER, PING_DEADLINE};
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::{Commands, MAP_REFRESH};
@@ -92,7 +92,7 @@ impl ShardedSource {
             firehose: false,
             covered: BTreeSet::new(),
             pending: VecDeque::new(),
-            backoff: Backoff::capped(super::redis::RECONNECT_CAP),
+            backoff: Backoff::capped(super::classic::RECONNECT_CAP),
             moved: false,
             need: true,
             stuck: false,

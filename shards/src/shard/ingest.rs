@@ -73,7 +73,7 @@ impl Shard {
             if self.conn(id).is_some_and(|c| c.transport.is_sse()) && as_sse.is_none() {
                 as_sse = sse_event::event(&msg);
             }
-            self.send_bounded_as(id, &msg, &msg, as_sse.as_ref());
+            self.send_or_drop_as(id, &msg, &msg, as_sse.as_ref());
         }
         if let Some(c) = self.courses.get_mut(course) {
             c.presence_sse = as_sse;

@@ -179,7 +179,7 @@ impl Shard {
                 }
                 let ping = ping_frame(b"");
                 let keepalive = Bytes::from_static(sse_event::KEEPALIVE);
-                self.send_bounded_as(id, &ping, &ping, Some(&keepalive));
+                self.send_or_drop_as(id, &ping, &ping, Some(&keepalive));
             }
         }
     }

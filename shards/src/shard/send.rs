@@ -66,13 +66,13 @@ impl Shard {
 
     /// Small informational messages: dropped when the queue is full (the next
     /// count supersedes them), never counted as a missed frame.
-    pub(super) fn send_always_bounded(&mut self, id: ConnId, msg: Bytes) {
-        self.send_bounded_as(id, &msg, &msg, None);
+    pub(super) fn send_or_drop(&mut self, id: ConnId, msg: Bytes) {
+        self.send_or_drop_as(id, &msg, &msg, None);
     }
 
-    /// [`Shard::send_always_bounded`] with a compressed twin for deflate
+    /// [`Shard::send_or_drop`] with a compressed twin for deflate
     /// connections and an event twin for SSE streams.
-    pub(super) fn send_bounded_as(
+    pub(super) fn send_or_drop_as(
         &mut self,
         id: ConnId,
         plain: &Bytes,
@@ -99,6 +99,6 @@ impl Shard {
             Some(c) if c.transport.deflates() => deflated_frame(&mut self.deflater, &frame),
             _ => frame.clone(),
         };
-        self.send_bounded_as(id, &frame, &deflated, None);
+        self.send_or_drop_as(id, &frame, &deflated, None);
     }
 }

@@ -96,7 +96,7 @@ impl Shard {
         self.clear_owed(id, course);
         if self.fits(id, frame.len()) {
             self.send_always_as(id, &plain, &frame, Some(&frame));
-            self.send_always_bounded(id, presence);
+            self.send_or_drop(id, presence);
         } else {
             self.mark_owed(id, course, now_ms);
         }

@@ -6,7 +6,7 @@
 
 mod host;
 mod io;
-pub mod reading;
+pub mod lifecycle;
 pub mod send_ring;
 mod sends;
 mod shell;

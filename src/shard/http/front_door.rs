@@ -1,12 +1,12 @@
 //! The front door of a shard: accepting connections, reading a request head
 //! under its deadline, routing it (pages, JSON, the WebSocket handshake), and
-//! writing the plain HTTP answers. An upgrade goes on to `conn/reading.rs`.
+//! writing the plain HTTP answers. An upgrade goes on to `conn/lifecycle.rs`.
 
 use super::handshake::{self, Accepted};
 use super::response::Response;
 use super::routes::{self, Route};
 use crate::metrics::Refusal;
-use crate::shard::conn::{reading, sockopt};
+use crate::shard::conn::{lifecycle, sockopt};
 use crate::shard::ctx::ShardCtx;
 use crate::shard::runtime::{self, Runtime};
 use shards::http_head::{self, HeadError, RequestHead, MAX_HEAD};
@@ -59,7 +59,7 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
         Next::Respond(resp, head_only) => respond::<R>(stream, resp, head_only).await,
         Next::Upgrade(Accepted { upgrade, response }) => {
             drop(head);
-            reading::start::<R, _>(ctx, stream, upgrade, response, rest).await
+            lifecycle::start::<R, _>(ctx, stream, upgrade, response, rest).await
         }
     }
 }

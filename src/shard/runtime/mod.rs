@@ -1,5 +1,5 @@
 //! What a shard's loops need of an async runtime, so that one set of loops
-//! (`http/front_door.rs`, `conn/reading.rs`, `conn/writing.rs`, `tick.rs`)
+//! (`http/front_door.rs`, `conn/lifecycle.rs`, `conn/writing.rs`, `tick.rs`)
 //! runs on every runtime: monoio on io_uring or epoll (`monoio_runtime.rs`)
 //! and tokio (`tokio_runtime.rs`, feature `tokio-shell`). Everything here is
 //! local to the shard thread, so nothing needs to be `Send`.

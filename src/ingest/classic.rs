@@ -73,7 +73,7 @@ pub fn batched(cmd: &str, channels: &[String], out: &mut Vec<u8>) {
 }
 
 /// A `Source` on classic Redis pub/sub.
-pub struct RedisSource {
+pub struct ClassicSource {
     redis: Arc<Redis>,
     /// For the slot map of a cluster in classic mode (which node to use next).
     link: Commands,
@@ -93,11 +93,11 @@ pub struct RedisSource {
     ever_connected: bool,
 }
 
-impl RedisSource {
+impl ClassicSource {
     /// A source on `redis` with this channel prefix; connects at once but an
     /// unreachable Redis is not an error (it keeps retrying).
     pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> Self {
-        let mut s = RedisSource {
+        let mut s = ClassicSource {
             redis: Arc::clone(redis),
             link: Commands::new(redis, "slot map"),
             node: 0,
@@ -327,7 +327,7 @@ impl RedisSource {
     }
 }
 
-impl Source for RedisSource {
+impl Source for ClassicSource {
     fn poll(&mut self, timeout: Duration) -> Option<SourceEvent> {
         if let Some(ev) = self.pending.pop_front() {
             return Some(ev);
