@@ -1,7 +1,8 @@
 //! The documentation holds together: every relative link in `README.md`,
 //! `docs/`, `benches/` and `systemd/` resolves to a file inside the repository
-//! (and a `#fragment` into a Markdown file to one of its headings), the README
-//! stays short, and the docs speak of the product, not of how it was made.
+//! (and a `#fragment` into a Markdown file to one of its headings), so does
+//! every repository path written in backticks, the README stays short, and the
+//! docs speak of the product, not of how it was made.
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -76,6 +77,64 @@ fn targets(line: &str) -> Vec<String> {
         }
     }
     out
+}
+
+/// The repository's top-level folders and files: a backticked span that starts
+/// with one of them names a path in the repository.
+const TOP_LEVEL: [&str; 11] = [
+    "src/",
+    "shards/",
+    "tests/",
+    "benches/",
+    "testkit/",
+    "docs/",
+    "systemd/",
+    "packaging/",
+    "loadgen/",
+    "Cargo.toml",
+    "CHANGELOG.md",
+];
+
+/// Repository paths in `line`'s inline code spans (outside fenced blocks):
+/// `src/ingest/seed.rs`, `tests/it/relay.rs:40`, `docs/design.md#x`. Spans
+/// with spaces, globs or placeholders are commands or patterns, not paths.
+fn code_paths(line: &str) -> Vec<String> {
+    line.split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|span| TOP_LEVEL.iter().any(|t| span.starts_with(t)))
+        .filter(|span| !span.contains([' ', '*', '<', '{', '$', '…']))
+        .map(|span| {
+            let path = span.split(['#', ':']).next().unwrap_or(span);
+            path.trim_end_matches(['.', ',']).to_string()
+        })
+        .collect()
+}
+
+/// Every backticked repository path of the documents under `root` that names
+/// nothing, as `file:line: path (no such file)`.
+fn missing_code_paths(root: &Path) -> Vec<String> {
+    let mut missing = Vec::new();
+    for doc in documents(root) {
+        let text = std::fs::read_to_string(&doc).expect("read doc");
+        let name = doc.strip_prefix(root).unwrap_or(&doc).display().to_string();
+        let mut fenced = false;
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("```") {
+                fenced = !fenced;
+                continue;
+            }
+            if fenced {
+                continue;
+            }
+            for path in code_paths(line) {
+                if !root.join(&path).exists() {
+                    missing.push(format!("{name}:{}: {path} (no such file)", i + 1));
+                }
+            }
+        }
+    }
+    missing
 }
 
 /// The anchor GitHub gives a heading: lower case, punctuation dropped, spaces
@@ -192,6 +251,16 @@ fn every_relative_link_resolves_inside_the_repository() {
 }
 
 #[test]
+fn every_path_in_backticks_names_a_file_of_the_repository() {
+    let missing = missing_code_paths(&root());
+    assert!(
+        missing.is_empty(),
+        "paths that name nothing:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
 fn the_check_catches_a_broken_link() {
     let dir = std::env::temp_dir().join(format!("seatboard-links-{}", std::process::id()));
     let root = normalize(&dir);
@@ -200,7 +269,9 @@ fn the_check_catches_a_broken_link() {
         root.join("README.md"),
         "# Top\n\n[ok](docs/a.md#a-heading) [gone](docs/missing.md) \
          [out](../elsewhere/PROTOCOL.md) [anchor](#nowhere) [web](https://example.org)\n\
-         `[code](not/checked.md)`\n\n```\n[fenced](not/checked.md)\n```\n",
+         `[code](not/checked.md)`\n\n```\n[fenced](not/checked.md)\n```\n\
+         `docs/a.md` and `docs/a.md#a-heading` are there, `src/gone.rs:12` is not; \
+         `src/*.rs` is a pattern, `src/x.rs <arg>` a command\n\n```\n`src/fenced.rs`\n```\n",
     )
     .expect("readme");
     std::fs::write(
@@ -209,7 +280,9 @@ fn the_check_catches_a_broken_link() {
     )
     .expect("doc");
     let broken = broken_links(&root);
+    let missing = missing_code_paths(&root);
     let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(missing, ["README.md:9: src/gone.rs (no such file)"]);
     assert_eq!(
         broken,
         [
