@@ -53,8 +53,13 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
                     return ExitCode::from(1);
                 }
             }
-            redis::run(&redis, &args, &stop);
-            ExitCode::SUCCESS
+            match redis::run(&redis, &args, &stop) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    crate::logging::line(&format!("error: cannot start: {e}"));
+                    ExitCode::from(1)
+                }
+            }
         }
     }
 }

@@ -208,8 +208,8 @@ fn sleep_for(buckets: &Buckets, source: Option<Duration>, now_ms: u64) -> Durati
 }
 
 /// Runs the worker until `stop` is set (SIGTERM/SIGINT). A bucket in flight at
-/// the stop is dropped, never flushed partial.
-pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
+/// the stop is dropped, never flushed partial. Fails only if a thread cannot start.
+pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::io::Result<()> {
     let key = stream_key(&args.analytics_prefix, &args.session);
     tracing::info!(
         stream = key,
@@ -227,7 +227,7 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
         last_reject_log: None,
         down_since: None,
     };
-    let mut source = AnySource::new(redis, &args.channel_prefix);
+    let mut source = AnySource::new(redis, &args.channel_prefix)?;
     source.set_firehose(true);
     let mut cmd = Commands::new(redis, "analytics");
     // Sharded pub/sub has no pattern form: every course with a state hash is
@@ -300,6 +300,7 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) {
         tracing::warn!("stopping with one bucket unwritten (Redis was down)");
     }
     tracing::info!("seatboard analytics stopped");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use super::classic::ClassicSource;
 use super::sharded::ShardedSource;
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
+use crate::redis::dialer::{Dialed, Dialer};
 use crate::redis::Redis;
 use std::collections::BTreeSet;
 use std::os::fd::RawFd;
@@ -27,6 +28,10 @@ pub enum AnySource {
         firehose: bool,
         /// Next attempt to learn the mode.
         backoff: Backoff,
+        /// Learns the mode off the ingest thread; the real source keeps it.
+        dialer: Option<Dialer>,
+        /// An attempt to learn the mode failed.
+        failed: bool,
     },
     /// Standalone or classic.
     Classic(ClassicSource),
@@ -35,44 +40,66 @@ pub enum AnySource {
 }
 
 impl AnySource {
-    /// The source for `redis` with this channel prefix (never fails: Redis may come later).
-    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> AnySource {
+    /// The source for `redis` with this channel prefix (Redis may come
+    /// later; only a thread that cannot start is an error).
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> std::io::Result<AnySource> {
         let mut s = AnySource::Pending {
             redis: Arc::clone(redis),
             prefix: channel_prefix.to_owned(),
             courses: BTreeSet::new(),
             firehose: false,
             backoff: Backoff::default(),
+            dialer: Some(Dialer::new(redis, "pub/sub")?),
+            failed: false,
         };
         s.settle();
-        s
+        Ok(s)
     }
 
-    /// Builds the real source once the mode can be learned.
+    /// Builds the real source once the mode is learned (asked of the dialer,
+    /// after the backoff when the last answer was no).
     fn settle(&mut self) -> bool {
         let AnySource::Pending {
             redis,
-            prefix,
             courses,
             firehose,
             backoff,
+            dialer: Some(dialer),
+            failed,
+            ..
         } = self
         else {
-            return true;
+            return !matches!(self, AnySource::Pending { .. });
         };
-        if !backoff.ready() {
-            return false;
+        let mut known = redis.mode().is_some();
+        while let Some(a) = dialer.answer() {
+            match a {
+                Dialed::Resolved(Ok(_)) => known = true,
+                Dialed::Resolved(Err(e)) => {
+                    tracing::debug!(error = %e, "Redis mode not known yet");
+                    backoff.failed();
+                    *failed = true;
+                }
+                Dialed::Conn(..) | Dialed::SlotMap(_) => {}
+            }
         }
-        if let Err(e) = redis.resolve() {
-            tracing::debug!(error = %e, "Redis mode not known yet");
-            backoff.failed();
+        if !known {
+            if backoff.ready() {
+                dialer.resolve();
+            }
             return false;
         }
         let (courses, firehose) = (std::mem::take(courses), *firehose);
+        let Some(dialer) = self.take_dialer() else {
+            return false;
+        };
+        let AnySource::Pending { redis, prefix, .. } = &*self else {
+            return true;
+        };
         let mut real = if redis.sharded() {
-            AnySource::Sharded(ShardedSource::new(redis, prefix))
+            AnySource::Sharded(ShardedSource::new(prefix, dialer))
         } else {
-            AnySource::Classic(ClassicSource::new(redis, prefix))
+            AnySource::Classic(ClassicSource::new(redis, prefix, dialer))
         };
         real.set_firehose(firehose);
         for c in &courses {
@@ -80,6 +107,13 @@ impl AnySource {
         }
         *self = real;
         true
+    }
+
+    fn take_dialer(&mut self) -> Option<Dialer> {
+        match self {
+            AnySource::Pending { dialer, .. } => dialer.take(),
+            _ => None,
+        }
     }
 }
 
@@ -93,7 +127,12 @@ impl Source for AnySource {
                     // Whatever was watched meanwhile is read now.
                     return Some(SourceEvent::Reconnected);
                 }
-                std::thread::sleep(timeout);
+                if let AnySource::Pending {
+                    dialer: Some(d), ..
+                } = self
+                {
+                    d.wait(timeout);
+                }
                 None
             }
         }
@@ -155,6 +194,10 @@ impl Source for AnySource {
         match self {
             AnySource::Classic(s) => s.poll_timeout(),
             AnySource::Sharded(s) => s.poll_timeout(),
+            // The dialer's answer wakes the thread.
+            AnySource::Pending {
+                dialer: Some(d), ..
+            } if d.busy() => None,
             AnySource::Pending { backoff, .. } => Some(backoff.wait()),
         }
     }
@@ -163,7 +206,7 @@ impl Source for AnySource {
         match self {
             AnySource::Classic(s) => s.wait_fds(fds),
             AnySource::Sharded(s) => s.wait_fds(fds),
-            AnySource::Pending { .. } => {}
+            AnySource::Pending { dialer, .. } => fds.extend(dialer.as_ref().map(Dialer::fd)),
         }
     }
 
@@ -172,6 +215,14 @@ impl Source for AnySource {
             AnySource::Classic(s) => s.connected(),
             AnySource::Sharded(s) => s.connected(),
             AnySource::Pending { .. } => false,
+        }
+    }
+
+    fn connecting(&self) -> bool {
+        match self {
+            AnySource::Classic(s) => s.connecting(),
+            AnySource::Sharded(s) => s.connecting(),
+            AnySource::Pending { failed, .. } => !failed,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! ingest thread (SUBSCRIBE per watched course, or PSUBSCRIBE `<prefix>*` while
 //! admins watch). Used for a standalone Redis and for `--pubsub classic` in a
 //! cluster (any one node hears every PUBLISH there; on failure it moves to
-//! another node). Nothing here waits on Redis: the (un)subscriptions of one
+//! another node). Nothing here waits on Redis: connections are opened on the
+//! source's [`Dialer`] thread, the (un)subscriptions of one
 //! turn of the ingest loop are written as one command at its end
 //! ([`Source::flush`]), and each confirmation comes back as
 //! [`SourceEvent::Subscribed`]. Redis going away is routine: the source
@@ -12,11 +13,11 @@
 
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
-use crate::redis::commands::Commands;
 use crate::redis::conn::{classify, packed, Fill, Frame, PubConn};
+use crate::redis::dialer::{Dialed, Dialer};
 use crate::redis::resp::Item;
+use crate::redis::slots::Addr;
 use crate::redis::{glob_escape, Mode, Redis};
-use shards::snapshot::MAX_PAYLOAD;
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -75,8 +76,9 @@ pub fn batched(cmd: &str, channels: &[String], out: &mut Vec<u8>) {
 /// A `Source` on classic Redis pub/sub.
 pub struct ClassicSource {
     redis: Arc<Redis>,
-    /// For the slot map of a cluster in classic mode (which node to use next).
-    link: Commands,
+    /// Opens connections and reads the slot map of a cluster in classic mode
+    /// (which node to use next) off the ingest thread.
+    dialer: Dialer,
     /// Index into the candidate nodes of the one used now.
     node: usize,
     channel_prefix: String,
@@ -91,15 +93,17 @@ pub struct ClassicSource {
     pending: VecDeque<SourceEvent>,
     backoff: Backoff,
     ever_connected: bool,
+    /// "Unreachable at start" is logged once.
+    start_warned: bool,
 }
 
 impl ClassicSource {
-    /// A source on `redis` with this channel prefix; connects at once but an
-    /// unreachable Redis is not an error (it keeps retrying).
-    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> Self {
+    /// A source on `redis` with this channel prefix; starts connecting at
+    /// once but an unreachable Redis is not an error (it keeps retrying).
+    pub fn new(redis: &Arc<Redis>, channel_prefix: &str, dialer: Dialer) -> Self {
         let mut s = ClassicSource {
             redis: Arc::clone(redis),
-            link: Commands::new(redis, "slot map"),
+            dialer,
             node: 0,
             channel_prefix: channel_prefix.to_owned(),
             pattern: format!("{}*", glob_escape(channel_prefix)),
@@ -111,10 +115,9 @@ impl ClassicSource {
             pending: VecDeque::new(),
             backoff: Backoff::capped(RECONNECT_CAP),
             ever_connected: false,
+            start_warned: false,
         };
-        if !s.connect() {
-            tracing::warn!("Redis unreachable at start; serving degraded and retrying");
-        }
+        s.connect();
         s
     }
 
@@ -132,26 +135,45 @@ impl ClassicSource {
         // hears every PUBLISH; standalone: the same one again).
         self.node = self.node.wrapping_add(1);
         if self.redis.mode() == Some(Mode::Cluster) {
-            let _ = self.link.slot_map();
+            self.dialer.read_map();
         }
         self.backoff.failed();
     }
 
-    /// Connects, authenticates and writes every current subscription (their
-    /// confirmations come later); queues `Reconnected` so the router rereads
-    /// each course once it is confirmed again.
-    fn connect(&mut self) -> bool {
+    /// Asks the dialer for a connection to the next node (after the slot map
+    /// it may have been asked for: one job at a time, in order).
+    fn connect(&mut self) {
         let nodes = self.redis.candidates();
-        let Some(addr) = nodes.get(self.node % nodes.len().max(1)).cloned() else {
-            return false;
-        };
-        let conn = match PubConn::open(&self.redis, &addr, MAX_PAYLOAD) {
-            Ok(c) => c,
+        if let Some(addr) = nodes.get(self.node % nodes.len().max(1)) {
+            self.dialer.dial(addr);
+        }
+    }
+
+    /// Takes the dialer's answers: a connection (or why not); a slot map
+    /// (already learned by the deployment, which is all a classic source needs).
+    fn answers(&mut self) {
+        while let Some(a) = self.dialer.answer() {
+            if let Dialed::Conn(addr, conn) = a {
+                self.dialed(&addr, conn);
+            }
+        }
+    }
+
+    /// A connection came, or did not: on one, writes every current
+    /// subscription (their confirmations come later); the router rereads each
+    /// course once it is confirmed again (`answered`).
+    fn dialed(&mut self, addr: &Addr, conn: std::io::Result<PubConn>) {
+        let conn = match conn {
+            Ok(c) if self.sub.is_none() => c,
+            Ok(_) => return,
             Err(e) => {
                 tracing::debug!(error = %e, node = %format!("{}:{}", addr.0, addr.1), "Redis pub/sub connect failed");
+                if !self.ever_connected && !std::mem::replace(&mut self.start_warned, true) {
+                    tracing::warn!("Redis unreachable at start; serving degraded and retrying");
+                }
                 self.node = self.node.wrapping_add(1);
                 self.backoff.failed();
-                return false;
+                return;
             }
         };
         self.sub = Some(Sub {
@@ -173,10 +195,6 @@ impl ClassicSource {
         if let Some(Err(e)) = self.sub.as_mut().map(|sub| sub.conn.ping()) {
             self.drop_sub(&format!("write: {e}"));
         }
-        if self.sub.is_none() {
-            return false;
-        }
-        true
     }
 
     /// Redis answered on a fresh connection for the first time: now it counts
@@ -332,12 +350,14 @@ impl Source for ClassicSource {
         if let Some(ev) = self.pending.pop_front() {
             return Some(ev);
         }
+        self.answers();
         if self.sub.is_none() {
-            if !self.backoff.ready() {
-                std::thread::sleep(timeout);
-                return None;
+            // The ingest thread sleeps until the backoff ends or the dialer answers.
+            if self.backoff.ready() && !self.dialer.busy() {
+                self.connect();
             }
-            self.connect();
+            self.dialer.wait(timeout);
+            self.answers();
             return self.pending.pop_front();
         }
         self.keepalive();
@@ -427,7 +447,8 @@ impl Source for ClassicSource {
             return Some(Duration::ZERO);
         }
         let Some(sub) = self.sub.as_mut() else {
-            return Some(self.backoff.wait());
+            // A dial on its way wakes the thread through the dialer's socket.
+            return (!self.dialer.busy()).then(|| self.backoff.wait());
         };
         if sub.conn.buffered() {
             return Some(Duration::ZERO);
@@ -437,9 +458,14 @@ impl Source for ClassicSource {
 
     fn wait_fds(&self, fds: &mut Vec<RawFd>) {
         fds.extend(self.sub.as_ref().map(|s| s.conn.fd()));
+        fds.push(self.dialer.fd());
     }
 
     fn connected(&self) -> bool {
         self.sub.as_ref().is_some_and(|s| s.alive)
+    }
+
+    fn connecting(&self) -> bool {
+        !self.ever_connected && !self.start_warned
     }
 }

@@ -28,7 +28,8 @@ impl<S: Source> Ingest<S> {
         gate: Option<Gate>,
         now_ms: u64,
     ) {
-        let connected = self.source.connected();
+        // Starting, the node waits for Redis like a connected one.
+        let connected = self.source.connected() || self.source.connecting();
         let board = self.boards.entry(Arc::clone(&course)).or_default();
         // Under a pattern (classic firehose) the source ignores it; a sharded
         // source has no pattern and needs every watched course.

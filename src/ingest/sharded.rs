@@ -8,36 +8,48 @@
 //! course with a state hash (found by the state reader's scan, handed over
 //! with [`Source::cover`]) is subscribed. `SSUBSCRIBE`s are written without
 //! waiting (one pipeline per primary per turn); each confirmation comes back
-//! as [`SourceEvent::Subscribed`].
+//! as [`SourceEvent::Subscribed`]. Connections are opened and the slot map
+//! read on the source's [`Dialer`] thread: a frozen primary holds up only the
+//! channels it owns.
 
 use super::classic::{message_event, PING_AFTER, PING_DEADLINE};
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
-use crate::redis::commands::{Commands, MAP_REFRESH};
+use crate::redis::commands::MAP_REFRESH;
 use crate::redis::conn::{classify, packed, wait_readable, Fill, Frame, PubConn};
+use crate::redis::dialer::{Dialed, Dialer};
 use crate::redis::slots::{Addr, SlotMap};
-use crate::redis::Redis;
-use shards::snapshot::MAX_PAYLOAD;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn show(a: &Addr) -> String {
     format!("{}:{}", a.0, a.1)
 }
 
+/// How far [`ShardedSource::place`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placed {
+    /// Every channel's `SSUBSCRIBE` is written.
+    All,
+    /// The rest wait for connections on their way.
+    Dialing,
+    /// A slot has no owner, or a write failed.
+    Failed,
+}
+
 /// A `Source` on sharded pub/sub in a Redis Cluster.
 pub struct ShardedSource {
-    redis: Arc<Redis>,
-    /// For the slot map (`CLUSTER SLOTS`).
-    cmds: Commands,
+    /// Opens the connections and reads the slot map (`CLUSTER SLOTS`).
+    dialer: Dialer,
     channel_prefix: String,
     map: Option<SlotMap>,
     map_at: Instant,
     map_dirty: bool,
     /// Whether the last slot-map read succeeded.
     up: bool,
+    /// Whether a slot map was ever read or failed (the first failure is logged).
+    tried: bool,
     conns: Vec<PubConn>,
     /// Where each subscribed course's channel is confirmed subscribed.
     placed: HashMap<String, Addr>,
@@ -71,17 +83,17 @@ pub struct ShardedSource {
 }
 
 impl ShardedSource {
-    /// A source on the cluster `redis`; reads the slot map at once, but an
-    /// unreachable cluster is not an error (it keeps retrying).
-    pub fn new(redis: &Arc<Redis>, channel_prefix: &str) -> Self {
+    /// A source on a cluster through `dialer`; asks for the slot map at once,
+    /// but an unreachable cluster is not an error (it keeps retrying).
+    pub fn new(channel_prefix: &str, dialer: Dialer) -> Self {
         let mut s = ShardedSource {
-            redis: Arc::clone(redis),
-            cmds: Commands::new(redis, "slot map"),
+            dialer,
             channel_prefix: channel_prefix.to_owned(),
             map: None,
             map_at: Instant::now(),
             map_dirty: true,
             up: false,
+            tried: false,
             conns: Vec::new(),
             placed: HashMap::new(),
             sent: HashMap::new(),
@@ -100,9 +112,6 @@ impl ShardedSource {
             rr: 0,
         };
         s.reconcile();
-        if !s.up {
-            tracing::warn!("Redis Cluster unreachable at start; serving degraded and retrying");
-        }
         s
     }
 
@@ -245,14 +254,19 @@ impl ShardedSource {
     }
 
     /// Writes `SSUBSCRIBE`s for `courses` to their slots' owners, one write
-    /// per primary, without waiting: each confirmation is an event. True if
-    /// every one went out.
-    fn place(&mut self, courses: Vec<String>) -> bool {
+    /// per primary, without waiting: each confirmation is an event. An owner
+    /// without a connection is dialed; its channels go once it is there.
+    fn place(&mut self, courses: Vec<String>) -> Placed {
         let Some(map) = self.map.clone() else {
-            return courses.is_empty();
+            return if courses.is_empty() {
+                Placed::All
+            } else {
+                Placed::Failed
+            };
         };
         let mut by_owner: HashMap<Addr, Vec<String>> = HashMap::new();
         let mut all = true;
+        let mut dialing = false;
         for c in courses {
             match map.owner_of(self.channel(&c).as_bytes()) {
                 Some(o) => by_owner.entry(o.clone()).or_default().push(c),
@@ -260,20 +274,10 @@ impl ShardedSource {
             }
         }
         for (owner, courses) in by_owner {
-            let i = match self.conn_index(&owner) {
-                Some(i) => i,
-                None => match PubConn::open(&self.redis, &owner, MAX_PAYLOAD) {
-                    Ok(c) => {
-                        self.conns.push(c);
-                        self.conns.len() - 1
-                    }
-                    Err(e) => {
-                        tracing::debug!(node = %show(&owner), error = %e, "shard pub/sub connect failed");
-                        self.map_dirty = true;
-                        all = false;
-                        continue;
-                    }
-                },
+            let Some(i) = self.conn_index(&owner) else {
+                self.dialer.dial(&owner);
+                dialing = true;
+                continue;
             };
             let mut out = Vec::new();
             for c in &courses {
@@ -289,7 +293,34 @@ impl ShardedSource {
                 self.sent.insert(c, owner.clone());
             }
         }
-        all
+        match (all, dialing) {
+            (false, _) => Placed::Failed,
+            (true, true) => Placed::Dialing,
+            (true, false) => Placed::All,
+        }
+    }
+
+    /// Takes the dialer's answers: slot maps and connections.
+    fn answers(&mut self) {
+        while let Some(a) = self.dialer.answer() {
+            match a {
+                Dialed::SlotMap(r) => self.map_read(r),
+                Dialed::Conn(addr, Ok(c)) => {
+                    if self.conn_index(&addr).is_none() {
+                        self.conns.push(c);
+                    }
+                    self.need = true;
+                }
+                Dialed::Conn(addr, Err(e)) => {
+                    tracing::debug!(node = %show(&addr), error = %e, "shard pub/sub connect failed");
+                    self.map_dirty = true;
+                    self.need = true;
+                    self.stuck = true;
+                    self.backoff.failed();
+                }
+                Dialed::Resolved(_) => {}
+            }
+        }
     }
 
     /// Unsubscribes `course` from wherever it is placed.
@@ -315,8 +346,10 @@ impl ShardedSource {
         }
     }
 
-    fn refresh_map(&mut self) -> bool {
-        match self.cmds.slot_map() {
+    /// A slot-map read came back.
+    fn map_read(&mut self, read: Result<Option<SlotMap>, String>) {
+        let first = !std::mem::replace(&mut self.tried, true);
+        match read {
             Ok(Some(m)) => {
                 // Channels whose slot changed owner move there.
                 let stale: Vec<String> = self
@@ -335,19 +368,23 @@ impl ShardedSource {
                 self.map_at = Instant::now();
                 self.map_dirty = false;
                 self.up = true;
-                true
+                self.need = true;
             }
             Ok(None) => {
                 tracing::error!("--pubsub sharded needs a Redis Cluster; this one is standalone");
                 self.up = false;
-                false
+                self.backoff.failed();
             }
             Err(e) => {
-                if self.up {
+                if first {
+                    tracing::warn!(
+                        "Redis Cluster unreachable at start; serving degraded and retrying"
+                    );
+                } else if self.up {
                     tracing::warn!(error = %e, "Redis Cluster slot map unavailable");
                 }
                 self.up = false;
-                false
+                self.backoff.failed();
             }
         }
     }
@@ -356,6 +393,7 @@ impl ShardedSource {
     /// Cheap when nothing is flagged (it runs before every poll and at the
     /// end of every turn).
     fn reconcile(&mut self) {
+        self.answers();
         let stale = self.map_dirty || self.map.is_none() || self.map_at.elapsed() >= MAP_REFRESH;
         if !(self.need || self.prune || stale) {
             return;
@@ -374,14 +412,17 @@ impl ShardedSource {
                 self.unplace(&c);
             }
         }
-        if (stale || self.need) && self.backoff.ready() {
-            let mut ok = !stale || self.refresh_map();
-            let todo = self.unplaced();
-            if ok && !todo.is_empty() {
-                ok = self.place(todo);
+        if stale && self.backoff.ready() {
+            self.dialer.read_map();
+        }
+        // Placed on a fresh map only: a dirty one waits for its reread.
+        let mapped = self.map.is_some() && !self.map_dirty;
+        if self.need && mapped && self.backoff.ready() {
+            let placed = self.place(self.unplaced());
+            if placed != Placed::Dialing {
+                self.stuck = placed == Placed::Failed;
             }
-            self.stuck = !ok;
-            if ok {
+            if placed == Placed::All {
                 // (The backoff is reset by a confirmation, not by a write.)
                 self.need = false;
                 if self.moved {
@@ -392,8 +433,7 @@ impl ShardedSource {
                     );
                     self.pending.push_back(SourceEvent::Reconnected);
                 }
-            } else {
-                self.need = true;
+            } else if placed == Placed::Failed {
                 self.backoff.failed();
             }
         }
@@ -443,7 +483,8 @@ impl Source for ShardedSource {
             return Some(ev);
         }
         if self.conns.is_empty() {
-            std::thread::sleep(timeout);
+            self.dialer.wait(timeout);
+            self.reconcile();
             return self.pending.pop_front();
         }
         // TLS may hold decrypted bytes the socket no longer shows.
@@ -520,9 +561,19 @@ impl Source for ShardedSource {
             return Some(Duration::ZERO);
         }
         let now = Instant::now();
-        let mut due = self.map_at + MAP_REFRESH;
-        if self.need || self.map_dirty || self.map.is_none() {
-            due = due.min(now + self.backoff.wait());
+        let far = now + MAP_REFRESH;
+        // A map read or a dial on its way wakes the thread through the dialer's
+        // socket; otherwise the next map read and any placement wait for the backoff.
+        let mut due = far;
+        if !self.dialer.busy() {
+            let stale = self.map_dirty || self.map.is_none();
+            let map_due = if stale {
+                now
+            } else {
+                self.map_at + MAP_REFRESH
+            };
+            let work = if self.need { now } else { map_due };
+            due = work.max(now + self.backoff.wait());
         }
         for c in &self.conns {
             due = due.min(now + c.keepalive_due(PING_AFTER, PING_DEADLINE));
@@ -532,9 +583,14 @@ impl Source for ShardedSource {
 
     fn wait_fds(&self, fds: &mut Vec<RawFd>) {
         fds.extend(self.conns.iter().map(PubConn::fd));
+        fds.push(self.dialer.fd());
     }
 
     fn connected(&self) -> bool {
         self.up && !self.stuck
+    }
+
+    fn connecting(&self) -> bool {
+        !self.tried
     }
 }

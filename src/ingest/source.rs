@@ -54,6 +54,12 @@ pub trait Source: Send {
     fn subscribed(&self, course: &str) -> bool;
     /// Whether the source is connected now.
     fn connected(&self) -> bool;
+    /// Whether the source's first connection is on its way and nothing has
+    /// failed yet: a new viewer waits (up to its patience) for its course's
+    /// read instead of taking what is held, as it would with Redis down.
+    fn connecting(&self) -> bool {
+        false
+    }
     /// How long the source may go unpolled while none of its sockets
     /// ([`Source::wait_fds`]) is readable: `Some(ZERO)` when something is
     /// buffered already (a queued event, bytes TLS decrypted that the socket

@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod commands;
 pub mod config;
 pub mod conn;
+pub mod dialer;
 pub mod resp;
 pub mod slots;
 

@@ -5,7 +5,8 @@
 //! and the read never takes a section backwards; a Redis restarted under
 //! thousands of watched courses has every board true again within a second
 //! of answering; a blackholed Redis is noticed and no thread waits on it; the
-//! same first-watch path on a Redis Cluster of proxied primaries.
+//! same first-watch path on a Redis Cluster of proxied primaries, where one
+//! blackholed primary holds up none of the others' courses.
 
 use crate::common::*;
 use crate::redis_util::*;
@@ -15,7 +16,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use testkit::cluster_util::ProxiedCluster;
+use testkit::cluster_util::{courses_on, ProxiedCluster};
 use testkit::delay_proxy::RedisAtDistance;
 use tungstenite::Message;
 
@@ -451,4 +452,77 @@ fn on_a_cluster_at_a_distance_a_new_course_is_seeded_while_a_thousand_others_are
         3,
         "one round trip per primary:\n{m}"
     );
+}
+
+#[test]
+fn on_a_cluster_a_blackholed_primary_holds_up_no_other_primarys_courses() {
+    let pc = ProxiedCluster::primaries_only(ONE_WAY);
+    let primaries = pc.cluster.primaries();
+    let (near, hole) = (&primaries[0], &primaries[1]);
+    let live = courses_on(near, 1).remove(0);
+    let gone = courses_on(hole, 1).remove(0);
+    let sb = serve_at(&pc.far_uri(), &["--redis-mode", "cluster"]);
+    let mut ws = ws_connect(sb.port, "/ws?user=v").expect("connect");
+    next_json(&mut ws).expect("hello");
+    for c in [&live, &gone] {
+        send_json(&mut ws, json!({"op":"watch","course":c}));
+        next_of_type(&mut ws, "frame", T).expect("watch answer");
+    }
+    // Both subscriptions are live before the cut.
+    // (The state hash's slot may be another primary's: only the publish is sent.)
+    let spublish = |course: &str, port: u16, taken: u32, version: u64| {
+        let p = payload(course, 1, 1000, taken, version);
+        let publish = vec!["SPUBLISH".into(), format!("seats:{course}"), p];
+        pipeline(pc.direct_port(port), &[publish]);
+    };
+    for (c, port) in [(&live, near.port), (&gone, hole.port)] {
+        wait_for(T, || {
+            spublish(c, port, 1, 1);
+            let f = next_of_type(&mut ws, "frame", Duration::from_millis(300))?;
+            (f["course"] == c.as_str()).then_some(())
+        })
+        .expect("a live frame before the cut");
+    }
+    // The hole's primary goes silent: its connection is given up after the
+    // keepalive's deadline, and its slot map and reconnects are retried
+    // meanwhile. The other primary's course keeps its pace all along.
+    let hole_proxy = pc
+        .proxies
+        .iter()
+        .find(|p| p.port() == hole.port)
+        .expect("the hole's proxy");
+    hole_proxy.blackhole(true);
+    let until = Instant::now() + Duration::from_secs(12);
+    let (mut last, mut worst, mut version) = (Instant::now(), Duration::ZERO, 1u64);
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+    }
+    let mut next_publish = Instant::now();
+    while Instant::now() < until {
+        if Instant::now() >= next_publish {
+            version += 1;
+            spublish(&live, near.port, (version % 900) as u32, version);
+            next_publish += Duration::from_millis(50);
+        }
+        if let Ok(Message::Text(t)) = ws.read() {
+            let m: Value = serde_json::from_str(&t).expect("json");
+            if m["type"] == "frame" && m["course"] == live.as_str() {
+                worst = worst.max(last.elapsed());
+                last = Instant::now();
+            }
+        }
+    }
+    worst = worst.max(last.elapsed());
+    println!("longest wait between {live}'s frames with its neighbour blackholed: {worst:?}");
+    assert!(
+        worst < Duration::from_millis(700),
+        "{live}'s board stalled {worst:?} while another primary was blackholed"
+    );
+    // The node knows which primaries answer.
+    let up = wait_for(T, || {
+        let h = healthz_json(sb.port);
+        (h["redis_nodes_up"] == 2).then_some(h)
+    });
+    assert!(up.is_some(), "{}", healthz_json(sb.port));
 }
