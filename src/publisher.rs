@@ -11,12 +11,14 @@
 
 use crate::publish::script;
 use crate::redis::commands::Commands;
-use crate::redis::{Mode, PubSubMode, Redis, RedisFlags};
+use crate::redis::{Error, Mode, PubSubMode, Redis, RedisFlags};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use shards::{Reject, Snapshot};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub use crate::publish::error::PublisherError;
 
 /// Most snapshots written in one pipeline.
 const BATCH: usize = 256;
@@ -58,7 +60,7 @@ pub struct Publisher {
 impl Publisher {
     /// Starts the background thread; fails only on a malformed URI (Redis
     /// being unreachable is not an error: snapshots are dropped until it is back).
-    pub fn start(config: PublisherConfig) -> Result<Publisher, String> {
+    pub fn start(config: PublisherConfig) -> Result<Publisher, PublisherError> {
         let redis = Redis::from_flags(&config.redis)?;
         let link = Commands::new(&redis, "publisher");
         let (tx, rx) = bounded(config.queue.max(1));
@@ -67,7 +69,7 @@ impl Publisher {
         let thread = std::thread::Builder::new()
             .name("seatboard-publisher".into())
             .spawn(move || run(link, rx, c, config))
-            .map_err(|e| format!("cannot start the publisher thread: {e}"))?;
+            .map_err(PublisherError::Thread)?;
         Ok(Publisher {
             tx: Some(tx),
             counters,
@@ -197,7 +199,7 @@ pub fn write(
     channel_prefix: &str,
     state_prefix: &str,
     batch: &[Snapshot],
-) -> Result<(), String> {
+) -> Result<(), Error> {
     write_expiring(link, channel_prefix, state_prefix, None, batch)
 }
 
@@ -208,10 +210,10 @@ pub fn write_expiring(
     state_prefix: &str,
     state_ttl: Option<Duration>,
     batch: &[Snapshot],
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let to = (channel_prefix, state_prefix, state_ttl);
     match write_once(link, to, batch, false) {
-        Err(e) if script::is_noscript(&e) => {
+        Err(e) if e.is_noscript() => {
             tracing::debug!("state script not loaded on the server: loading it");
             link.retry_now();
             write_once(link, to, batch, true)
@@ -229,7 +231,7 @@ fn write_once(
     (channel_prefix, state_prefix, ttl): (&str, &str, Option<Duration>),
     batch: &[Snapshot],
     full_text: bool,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     if link.mode()? == Mode::Standalone {
         let mut p = ::redis::pipe();
         for s in batch {
