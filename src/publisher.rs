@@ -293,3 +293,37 @@ fn run(mut link: Commands, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: Publis
         c.pending.fetch_sub(n, Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(redis: &str) -> PublisherConfig {
+        PublisherConfig {
+            redis: RedisFlags::new(redis),
+            channel_prefix: "seats:".into(),
+            state_prefix: "seatstate:".into(),
+            queue: 4,
+            state_ttl: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_uri_never_shows_its_password() {
+        for uri in [
+            "redis://svc:Pw%2FS3cret@127.0.0.1:70000",
+            "rediss://svc:PwS3cret@127.0.0.1:6380/#insecure",
+            "redis://:Pw/S3cret@127.0.0.1:6379",
+            "redis://:PwS3cret@a:1,redis://:other@b:2",
+        ] {
+            let Err(e) = Publisher::start(config(uri)) else {
+                panic!("{uri} accepted");
+            };
+            assert!(matches!(e, PublisherError::Config(_)), "{e:?}");
+            let text = e.to_string();
+            assert!(text.contains("'--redis'"), "{text}");
+            assert!(!text.contains("S3cret"), "{uri}: {text}");
+            assert!(!format!("{e:?}").contains("S3cret"), "{uri}: {e:?}");
+        }
+    }
+}

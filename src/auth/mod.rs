@@ -18,12 +18,12 @@ pub mod keys;
 pub mod refresh;
 pub mod verifier;
 
+pub use error::{FlagError, JwksError};
 use shards::http_head::RequestHead;
 use shards::Role;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-pub use error::{FlagError, JwksError};
 pub use verifier::{Verifier, MAX_TOKEN_BYTES};
 
 /// The authenticated identity of an upgrade.
@@ -108,9 +108,7 @@ impl Auth {
         let secret = match secret {
             Some(s) => {
                 check_secret(s)?;
-                Some(
-                    jsonwebtoken::DecodingKey::from_secret(s).map_err(FlagError::Secret)?,
-                )
+                Some(jsonwebtoken::DecodingKey::from_secret(s).map_err(FlagError::Secret)?)
             }
             None => None,
         };
@@ -124,15 +122,16 @@ impl Auth {
         };
         let jwks = match f.jwks_url.as_deref().filter(|u| !u.is_empty()) {
             Some(url) => {
-                let ca = match &f.jwks_ca {
-                    Some(p) => Some(std::fs::read(p).map_err(|source| {
-                        FlagError::JwksCaUnreadable {
-                            path: p.clone(),
-                            source,
-                        }
-                    })?),
-                    None => None,
-                };
+                let ca =
+                    match &f.jwks_ca {
+                        Some(p) => Some(std::fs::read(p).map_err(|source| {
+                            FlagError::JwksCaUnreadable {
+                                path: p.clone(),
+                                source,
+                            }
+                        })?),
+                        None => None,
+                    };
                 let target = fetch::Target::parse(url, ca.as_deref())?;
                 Some(Arc::new(refresh::JwksSource::new(target)))
             }
@@ -329,7 +328,7 @@ mod tests {
         let e = Auth::jwt(b"S3cret-too-short").err().expect("refused");
         assert!(!e.to_string().contains("S3cret"), "{e}");
         assert!(!format!("{e:?}").contains("S3cret"), "{e:?}");
-        let e = check_secret(b"S3cret").err().expect("refused");
+        let e = check_secret(b"S3cret").expect_err("refused");
         assert!(!e.to_string().contains("S3cret"), "{e}");
     }
 

@@ -148,11 +148,10 @@ impl Verifier {
 
 /// Loads a `--jwt-public-key` file.
 pub fn pem_key(path: &std::path::Path) -> Result<HeldKey, FlagError> {
-    let text =
-        std::fs::read_to_string(path).map_err(|source| FlagError::PublicKeyUnreadable {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let text = std::fs::read_to_string(path).map_err(|source| FlagError::PublicKeyUnreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
     let key = PublicKey::from_pem(&text).map_err(|source| FlagError::PublicKey {
         path: path.to_path_buf(),
         source,

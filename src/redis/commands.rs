@@ -8,8 +8,8 @@
 //! cluster connection is also rebuilt every 30 s (periodic map refresh).
 
 use super::backoff::Backoff;
-use super::slots::{Addr, SlotMap};
 use super::error::{ConnectError, Error, NodeError};
+use super::slots::{Addr, SlotMap};
 use super::{glob_escape, Mode, Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -409,6 +409,33 @@ mod tests {
         assert_eq!(redirected(&e), Some(vec![1, 2]));
         let e = pipeline_error(vec![b"-TRYAGAIN later\r\n", b":1\r\n", b":1\r\n"]);
         assert_eq!(redirected(&e), Some(vec![0]));
+    }
+
+    #[test]
+    fn a_failed_connect_never_shows_the_password() {
+        use crate::redis::{PubSubMode, RedisFlags, RedisMode};
+        for mode in [RedisMode::Standalone, RedisMode::Auto] {
+            // Port 1 refuses at once.
+            let flags = RedisFlags {
+                redis_mode: mode,
+                pubsub: PubSubMode::Sharded,
+                ..RedisFlags::new("redis://svc:Pw%40S3cret@127.0.0.1:1/3")
+            };
+            let redis = Redis::from_flags(&flags).expect("valid flags");
+            let mut link = Commands::new(&redis, "unit");
+            let e = link
+                .query::<String>(&redis::cmd("PING"))
+                .expect_err("nothing listens");
+            assert!(matches!(e, Error::Connect { .. }), "{e:?}");
+            let text = e.to_string();
+            assert!(text.starts_with("unit: connect: "), "{text}");
+            assert!(text.contains("127.0.0.1:1"), "{text}");
+            assert!(!text.contains("S3cret"), "{text}");
+            assert!(!format!("{e:?}").contains("S3cret"), "{e:?}");
+            // The next call waits out the backoff, and says so.
+            let e = link.query::<String>(&redis::cmd("PING")).expect_err("down");
+            assert!(e.is_unreachable(), "{e}");
+        }
     }
 
     #[test]

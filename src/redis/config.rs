@@ -88,7 +88,10 @@ pub fn seeds(value: &str) -> Result<Vec<ConnectionInfo>, ConfigError> {
     let n = uris.len();
     let mut seeds = Vec::with_capacity(n);
     for (i, uri) in uris.iter().enumerate() {
-        let which = Which { index: i + 1, of: n };
+        let which = Which {
+            index: i + 1,
+            of: n,
+        };
         let info = uri
             .into_connection_info()
             .map_err(|e| ConfigError::NotAUrl {

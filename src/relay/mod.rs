@@ -115,8 +115,8 @@ pub fn main(args: RelayArgs) -> ExitCode {
 fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Caught before anything opens: a signal from then on drains.
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(StartError::Signals)?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(StartError::Signals)?;
     let max = args.max_pending as usize;
     // Last versions written are remembered for twice as many sections as may be held.
     let shared = Arc::new(Shared::new(Pending::new(max, max.saturating_mul(2))));
