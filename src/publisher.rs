@@ -11,12 +11,14 @@
 
 use crate::publish::script;
 use crate::redis::commands::Commands;
-use crate::redis::{Mode, PubSubMode, Redis, RedisFlags};
+use crate::redis::{Error, Mode, PubSubMode, Redis, RedisFlags};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use shards::{Reject, Snapshot};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub use crate::publish::error::PublisherError;
 
 /// Most snapshots written in one pipeline.
 const BATCH: usize = 256;
@@ -58,7 +60,7 @@ pub struct Publisher {
 impl Publisher {
     /// Starts the background thread; fails only on a malformed URI (Redis
     /// being unreachable is not an error: snapshots are dropped until it is back).
-    pub fn start(config: PublisherConfig) -> Result<Publisher, String> {
+    pub fn start(config: PublisherConfig) -> Result<Publisher, PublisherError> {
         let redis = Redis::from_flags(&config.redis)?;
         let link = Commands::new(&redis, "publisher");
         let (tx, rx) = bounded(config.queue.max(1));
@@ -67,7 +69,7 @@ impl Publisher {
         let thread = std::thread::Builder::new()
             .name("seatboard-publisher".into())
             .spawn(move || run(link, rx, c, config))
-            .map_err(|e| format!("cannot start the publisher thread: {e}"))?;
+            .map_err(PublisherError::Thread)?;
         Ok(Publisher {
             tx: Some(tx),
             counters,
@@ -197,7 +199,7 @@ pub fn write(
     channel_prefix: &str,
     state_prefix: &str,
     batch: &[Snapshot],
-) -> Result<(), String> {
+) -> Result<(), Error> {
     write_expiring(link, channel_prefix, state_prefix, None, batch)
 }
 
@@ -208,10 +210,10 @@ pub fn write_expiring(
     state_prefix: &str,
     state_ttl: Option<Duration>,
     batch: &[Snapshot],
-) -> Result<(), String> {
+) -> Result<(), Error> {
     let to = (channel_prefix, state_prefix, state_ttl);
     match write_once(link, to, batch, false) {
-        Err(e) if script::is_noscript(&e) => {
+        Err(e) if e.is_noscript() => {
             tracing::debug!("state script not loaded on the server: loading it");
             link.retry_now();
             write_once(link, to, batch, true)
@@ -229,7 +231,7 @@ fn write_once(
     (channel_prefix, state_prefix, ttl): (&str, &str, Option<Duration>),
     batch: &[Snapshot],
     full_text: bool,
-) -> Result<(), String> {
+) -> Result<(), Error> {
     if link.mode()? == Mode::Standalone {
         let mut p = ::redis::pipe();
         for s in batch {
@@ -289,5 +291,39 @@ fn run(mut link: Commands, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: Publis
         };
         batch.clear();
         c.pending.fetch_sub(n, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(redis: &str) -> PublisherConfig {
+        PublisherConfig {
+            redis: RedisFlags::new(redis),
+            channel_prefix: "seats:".into(),
+            state_prefix: "seatstate:".into(),
+            queue: 4,
+            state_ttl: None,
+        }
+    }
+
+    #[test]
+    fn a_refused_uri_never_shows_its_password() {
+        for uri in [
+            "redis://svc:Pw%2FS3cret@127.0.0.1:70000",
+            "rediss://svc:PwS3cret@127.0.0.1:6380/#insecure",
+            "redis://:Pw/S3cret@127.0.0.1:6379",
+            "redis://:PwS3cret@a:1,redis://:other@b:2",
+        ] {
+            let Err(e) = Publisher::start(config(uri)) else {
+                panic!("{uri} accepted");
+            };
+            assert!(matches!(e, PublisherError::Config(_)), "{e:?}");
+            let text = e.to_string();
+            assert!(text.contains("'--redis'"), "{text}");
+            assert!(!text.contains("S3cret"), "{uri}: {text}");
+            assert!(!format!("{e:?}").contains("S3cret"), "{uri}: {e:?}");
+        }
     }
 }

@@ -61,7 +61,7 @@ fn plain(link: &mut Commands, batch: &[Snapshot]) -> Result<(), String> {
             .arg(payload)
             .ignore();
     }
-    link.raw_pipeline::<()>(&p)
+    Ok(link.raw_pipeline::<()>(&p)?)
 }
 
 /// Writes `all` one way in batches, adding what it took to `cost`.

@@ -53,6 +53,15 @@ impl OpError {
     }
 }
 
+/// The `message` field, as the error's text.
+impl std::fmt::Display for OpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for OpError {}
+
 #[derive(Deserialize)]
 struct Wire<'a> {
     #[serde(borrow)]
@@ -107,6 +116,12 @@ mod tests {
             ClientOp::parse(r#"{"op":"roster","course":"a.b-c_d"}"#),
             Ok(ClientOp::Roster("a.b-c_d".into()))
         );
+    }
+
+    #[test]
+    fn an_op_error_reads_as_its_message() {
+        let e: &dyn std::error::Error = &OpError::Forbidden;
+        assert_eq!(e.to_string(), OpError::Forbidden.message());
     }
 
     #[test]

@@ -150,6 +150,17 @@ pub enum InflateError {
     Corrupt,
 }
 
+impl std::fmt::Display for InflateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InflateError::TooBig => "inflated message over the limit",
+            InflateError::Corrupt => "not a deflate stream that ends",
+        })
+    }
+}
+
+impl std::error::Error for InflateError {}
+
 /// Inflates one client message (its frames' payloads joined) with a fresh
 /// inflater: more than `limit` bytes out is `TooBig` (the work stops there, so
 /// a zip bomb costs `limit` bytes), data that does not inflate is `Corrupt`.
@@ -186,6 +197,13 @@ mod tests {
 
     const ANSWER: &str =
         "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+
+    #[test]
+    fn inflate_errors_are_errors() {
+        let e: &dyn std::error::Error = &InflateError::Corrupt;
+        assert!(e.to_string().contains("deflate"));
+        assert_ne!(InflateError::TooBig.to_string(), e.to_string());
+    }
 
     #[test]
     fn negotiation_accepts_whole_offers_only() {

@@ -54,6 +54,17 @@ pub enum HeadError {
     Malformed,
 }
 
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            HeadError::TooLarge => "request head too large",
+            HeadError::Malformed => "malformed request head",
+        })
+    }
+}
+
+impl std::error::Error for HeadError {}
+
 /// Parses a head from the start of `buf`: `Ok(Some((head, consumed)))` when complete,
 /// `Ok(None)` when more bytes are needed.
 pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
@@ -156,6 +167,17 @@ pub enum UpgradeError {
     /// Another WebSocket version: 426 with `Sec-WebSocket-Version: 13`.
     WrongVersion,
 }
+
+impl std::fmt::Display for UpgradeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            UpgradeError::Malformed => "not a valid WebSocket upgrade",
+            UpgradeError::WrongVersion => "WebSocket version other than 13",
+        })
+    }
+}
+
+impl std::error::Error for UpgradeError {}
 
 fn has_token(list: Option<&str>, token: &str) -> bool {
     list.is_some_and(|l| l.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
@@ -314,6 +336,14 @@ mod tests {
     use super::*;
 
     const UPGRADE: &str = "GET /ws?user=u%201&token=abc HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://a.example\r\nCookie: a=1\r\nCookie: seatboard_token=ck\r\n\r\n";
+
+    #[test]
+    fn head_and_upgrade_errors_are_errors() {
+        let e: &dyn std::error::Error = &HeadError::TooLarge;
+        assert!(e.to_string().contains("too large"));
+        let e: &dyn std::error::Error = &UpgradeError::WrongVersion;
+        assert!(e.to_string().contains("13"));
+    }
 
     #[test]
     fn parses_upgrade() {

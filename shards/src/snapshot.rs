@@ -83,6 +83,19 @@ impl Reject {
     }
 }
 
+impl std::fmt::Display for Reject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Reject::Json => "payload is not a JSON object",
+            Reject::Schema => "a field is missing, of the wrong type or out of range",
+            Reject::ChannelMismatch => "the payload's course is not the channel's",
+            Reject::TooLarge => "payload over 64 KiB",
+        })
+    }
+}
+
+impl std::error::Error for Reject {}
+
 #[derive(Deserialize)]
 struct Wire<'a> {
     #[serde(alias = "SharedCourseCode", borrow)]
@@ -292,6 +305,15 @@ mod tests {
         );
         let again = Snapshot::parse(s.to_payload().as_bytes(), Some("CS101")).unwrap();
         assert_eq!(again, s);
+    }
+
+    #[test]
+    fn every_reject_is_an_error_with_its_own_text() {
+        let texts: std::collections::HashSet<String> = Reject::ALL
+            .iter()
+            .map(|r| (r as &dyn std::error::Error).to_string())
+            .collect();
+        assert_eq!(texts.len(), Reject::ALL.len());
     }
 
     #[test]

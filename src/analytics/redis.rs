@@ -67,7 +67,7 @@ pub fn read_viewers(
                     match con.query::<u64>(&zcount(k)) {
                         Ok(n) => v.push(n),
                         Err(_) if con.is_connected() => v.push(0),
-                        Err(e) => return Err(e),
+                        Err(e) => return Err(e.to_string()),
                     }
                 }
                 v
@@ -96,6 +96,7 @@ pub fn append(con: &mut Commands, key: &str, max_len: u64, e: &Entry) -> Result<
             .arg("courses")
             .arg(e.courses_json()),
     )
+    .map_err(|e| e.to_string())
 }
 
 struct Loop<'a> {

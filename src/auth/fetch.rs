@@ -3,6 +3,7 @@
 //! only to a loopback address; no proxy, no redirect, 5 s for the whole
 //! fetch, the body capped at [`MAX_JWKS_BYTES`].
 
+use super::error::{FlagError, JwksError, ShownUrl, UrlProblem};
 use super::jwks::MAX_JWKS_BYTES;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -83,20 +84,23 @@ fn agent(roots: Vec<rustls::pki_types::CertificateDer<'static>>) -> ureq::Agent 
 impl Target {
     /// Checks a `--jwks-url` (with its `--jwks-ca` PEM bundle, if any); the
     /// error names the flag.
-    pub fn parse(url: &str, ca_pem: Option<&[u8]>) -> Result<Target, String> {
-        let bad = |why: &str| format!("invalid value '{url}' for '--jwks-url': {why}");
+    pub fn parse(url: &str, ca_pem: Option<&[u8]>) -> Result<Target, FlagError> {
+        let bad = |problem| FlagError::JwksUrl {
+            url: ShownUrl::new(url),
+            problem,
+        };
         let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
             (true, r)
         } else if let Some(r) = url.strip_prefix("http://") {
             (false, r)
         } else {
-            return Err(bad("use https:// (or http:// to a loopback address)"));
+            return Err(bad(UrlProblem::Scheme));
         };
         let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
         if authority.contains('@') || rest.contains(['#', ' ', '\r', '\n']) {
-            return Err(bad("no user info, fragment or spaces"));
+            return Err(bad(UrlProblem::Extras));
         }
-        let uri: Uri = url.parse().map_err(|e| bad(&format!("{e}")))?;
+        let uri: Uri = url.parse().map_err(|e| bad(UrlProblem::Invalid(e)))?;
         let host = uri.host().unwrap_or_default();
         let port = authority.strip_prefix(host).unwrap_or(authority);
         if !port.is_empty()
@@ -105,17 +109,16 @@ impl Target {
                 .and_then(|p| p.parse::<u16>().ok())
                 .is_none()
         {
-            return Err(bad("bad port"));
+            return Err(bad(UrlProblem::Port));
         }
         if host.is_empty() {
-            return Err(bad("no host"));
+            return Err(bad(UrlProblem::NoHost));
         }
         if !tls && !loopback(host) {
-            return Err(bad("plain http:// is allowed only to a loopback address"));
+            return Err(bad(UrlProblem::PlainNotLoopback));
         }
         let roots = if tls {
-            crate::redis::trust_roots(ca_pem)
-                .map_err(|e| format!("invalid value for '--jwks-ca': {e}"))?
+            crate::redis::trust_roots(ca_pem).map_err(FlagError::JwksCa)?
         } else {
             Vec::new()
         };
@@ -126,18 +129,18 @@ impl Target {
     }
 
     /// GETs the document: its body on a 200, an error otherwise.
-    pub fn get(&self) -> Result<Vec<u8>, String> {
+    pub fn get(&self) -> Result<Vec<u8>, JwksError> {
         let mut response = self.agent.get(&self.url).call().map_err(describe)?;
         let code = response.status().as_u16();
         if code != 200 {
-            return Err(format!("HTTP {code}"));
+            return Err(JwksError::Status(code));
         }
         let body = response.body_mut();
         if body
             .content_length()
             .is_some_and(|n| n > MAX_JWKS_BYTES as u64)
         {
-            return Err(format!("JWKS over {MAX_JWKS_BYTES} bytes"));
+            return Err(JwksError::TooLarge);
         }
         body.with_config()
             .limit(MAX_JWKS_BYTES as u64)
@@ -147,11 +150,11 @@ impl Target {
 }
 
 /// A failed fetch in the words of the log line.
-fn describe(e: ureq::Error) -> String {
+fn describe(e: ureq::Error) -> JwksError {
     match e {
-        ureq::Error::BodyExceedsLimit(_) => format!("JWKS over {MAX_JWKS_BYTES} bytes"),
-        ureq::Error::Timeout(_) => "timed out".into(),
-        e => e.to_string(),
+        ureq::Error::BodyExceedsLimit(_) => JwksError::TooLarge,
+        ureq::Error::Timeout(_) => JwksError::TimedOut,
+        e => JwksError::Fetch(e),
     }
 }
 
@@ -177,8 +180,30 @@ mod tests {
             "https:///x",
             "http://127.0.0.1/a#b",
         ] {
-            let e = Target::parse(bad, None).err().unwrap_or_default();
+            let e = Target::parse(bad, None)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains("--jwks-url"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_refused_url_never_shows_its_user_info() {
+        for url in [
+            "https://svc:S3cret@idp.example/jwks",
+            "http://u:S3cret@127.0.0.1/",
+            "https://u:p/S3cret@idp.example/jwks",
+            "https://u:S3cret@idp.example/a#b",
+            "ftp://u:S3cret@idp.example/",
+        ] {
+            let Err(e) = Target::parse(url, None) else {
+                panic!("{url} accepted");
+            };
+            let text = e.to_string();
+            assert!(text.contains("--jwks-url"), "{url}: {text}");
+            assert!(!text.contains("S3cret"), "{url}: {text}");
+            assert!(!format!("{e:?}").contains("S3cret"), "{url}: {e:?}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! A JSON Web Key Set (RFC 7517) read into the signing keys it holds: taken as
 //! a whole or refused as a whole, so a broken document never replaces a good one.
 
+use super::error::JwksError;
 use super::keys::{Alg, KeyError, PublicKey};
 use serde::Deserialize;
 
@@ -63,8 +64,9 @@ pub struct Parsed {
     pub ignored: Vec<String>,
 }
 
-fn one(i: usize, v: serde_json::Value) -> Result<Result<HeldKey, String>, String> {
-    let jwk: Jwk = serde_json::from_value(v).map_err(|e| format!("key {i}: {e}"))?;
+fn one(i: usize, v: serde_json::Value) -> Result<Result<HeldKey, String>, JwksError> {
+    let jwk: Jwk =
+        serde_json::from_value(v).map_err(|source| JwksError::NotAJwk { index: i, source })?;
     let name = || format!("key {i} (kid {:?})", jwk.kid.as_deref().unwrap_or(""));
     if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
         return Ok(Err(format!("{}: use {:?}", name(), jwk.use_)));
@@ -91,16 +93,19 @@ fn one(i: usize, v: serde_json::Value) -> Result<Result<HeldKey, String>, String
         Err(e @ (KeyError::TooShort(_) | KeyError::Unsupported(_))) => {
             Ok(Err(format!("{}: {e}", name())))
         }
-        Err(e @ KeyError::Malformed(_)) => Err(format!("{}: {e}", name())),
+        Err(source @ KeyError::Malformed(_)) => Err(JwksError::Malformed {
+            key: name(),
+            source,
+        }),
     }
 }
 
 /// Reads a JWKS document; an error refuses the whole set.
-pub fn parse(body: &[u8]) -> Result<Parsed, String> {
+pub fn parse(body: &[u8]) -> Result<Parsed, JwksError> {
     if body.len() > MAX_JWKS_BYTES {
-        return Err(format!("JWKS over {MAX_JWKS_BYTES} bytes"));
+        return Err(JwksError::TooLarge);
     }
-    let set: Set = serde_json::from_slice(body).map_err(|e| format!("not a JWKS: {e}"))?;
+    let set: Set = serde_json::from_slice(body).map_err(JwksError::NotJwks)?;
     let mut out = Parsed::default();
     for (i, v) in set.keys.into_iter().enumerate() {
         match one(i, v)? {
@@ -109,10 +114,7 @@ pub fn parse(body: &[u8]) -> Result<Parsed, String> {
         }
     }
     if out.keys.len() > MAX_KEYS {
-        return Err(format!(
-            "{} signing keys (at most {MAX_KEYS})",
-            out.keys.len()
-        ));
+        return Err(JwksError::TooManyKeys(out.keys.len()));
     }
     Ok(out)
 }

@@ -90,6 +90,8 @@ impl std::fmt::Display for KeyError {
     }
 }
 
+impl std::error::Error for KeyError {}
+
 fn b64(field: &str, v: Option<&str>) -> Result<Vec<u8>, KeyError> {
     let v = v.ok_or_else(|| KeyError::Malformed(format!("no `{field}`")))?;
     URL_SAFE_NO_PAD

@@ -4,11 +4,13 @@
 //!
 //! - [`keys`]: public keys and their algorithms; [`jwks`]: a key set document;
 //! - [`fetch`]: the bounded HTTP(S) GET; [`refresh`]: the thread that keeps the set;
-//! - [`claims`]: `sub`, times, `iss`, `aud`, the role; [`verifier`]: all of it per token.
+//! - [`claims`]: `sub`, times, `iss`, `aud`, the role; [`verifier`]: all of it per token;
+//! - [`error`]: a refused flag, a JWKS that could not be had.
 //!
 //! `seatboard token` mints HS256 tokens with [`mint`] for trials and load tests.
 
 pub mod claims;
+pub mod error;
 pub mod fetch;
 pub mod flags;
 pub mod jwks;
@@ -16,6 +18,7 @@ pub mod keys;
 pub mod refresh;
 pub mod verifier;
 
+pub use error::{FlagError, JwksError};
 use shards::http_head::RequestHead;
 use shards::Role;
 use std::fmt::Write as _;
@@ -69,12 +72,9 @@ fn role_of(s: Option<&str>) -> Option<Role> {
 
 /// The `--jwt-secret` check: at least [`MIN_SECRET`] bytes (a shorter one could
 /// be brute-forced offline from any one token).
-pub fn check_secret(secret: &[u8]) -> Result<(), String> {
+pub fn check_secret(secret: &[u8]) -> Result<(), FlagError> {
     if secret.len() < MIN_SECRET {
-        return Err(format!(
-            "--jwt-secret (SEATBOARD_JWT_SECRET) must be at least {MIN_SECRET} bytes, got {}; make one with `openssl rand -base64 48`",
-            secret.len()
-        ));
+        return Err(FlagError::SecretTooShort { len: secret.len() });
     }
     Ok(())
 }
@@ -87,7 +87,7 @@ fn now_s() -> f64 {
 
 impl Auth {
     /// HS256 verification only, with the default claim rules.
-    pub fn jwt(secret: &[u8]) -> Result<Auth, String> {
+    pub fn jwt(secret: &[u8]) -> Result<Auth, FlagError> {
         Auth::from_flags(
             Some(secret),
             &flags::IdpFlags {
@@ -100,18 +100,15 @@ impl Auth {
     /// Verification for these flags: any of the secret, the PEM key and the
     /// JWKS, at least one. Errors name the flag (exit 2). Nothing is fetched
     /// until [`Auth::start`].
-    pub fn from_flags(secret: Option<&[u8]>, f: &flags::IdpFlags) -> Result<Auth, String> {
+    pub fn from_flags(secret: Option<&[u8]>, f: &flags::IdpFlags) -> Result<Auth, FlagError> {
         let secret = secret.filter(|s| !s.is_empty());
         if secret.is_none() && !f.any_key() {
-            return Err("--auth jwt needs at least one of --jwt-secret (SEATBOARD_JWT_SECRET), --jwks-url (SEATBOARD_JWKS_URL), --jwt-public-key (SEATBOARD_JWT_PUBLIC_KEY)".into());
+            return Err(FlagError::NoKeySource);
         }
         let secret = match secret {
             Some(s) => {
                 check_secret(s)?;
-                Some(
-                    jsonwebtoken::DecodingKey::from_secret(s)
-                        .map_err(|e| format!("invalid --jwt-secret: {e}"))?,
-                )
+                Some(jsonwebtoken::DecodingKey::from_secret(s).map_err(FlagError::Secret)?)
             }
             None => None,
         };
@@ -125,22 +122,25 @@ impl Auth {
         };
         let jwks = match f.jwks_url.as_deref().filter(|u| !u.is_empty()) {
             Some(url) => {
-                let ca = match &f.jwks_ca {
-                    Some(p) => Some(std::fs::read(p).map_err(|e| {
-                        format!("invalid value '{}' for '--jwks-ca': {e}", p.display())
-                    })?),
-                    None => None,
-                };
+                let ca =
+                    match &f.jwks_ca {
+                        Some(p) => Some(std::fs::read(p).map_err(|source| {
+                            FlagError::JwksCaUnreadable {
+                                path: p.clone(),
+                                source,
+                            }
+                        })?),
+                        None => None,
+                    };
                 let target = fetch::Target::parse(url, ca.as_deref())?;
                 Some(Arc::new(refresh::JwksSource::new(target)))
             }
             None => None,
         };
         if f.jwt_role_claim.is_empty() || f.jwt_role_claim.split('.').any(str::is_empty) {
-            return Err(format!(
-                "invalid value '{}' for '--jwt-role-claim': a dotted path of claim names",
-                f.jwt_role_claim
-            ));
+            return Err(FlagError::RoleClaim {
+                claim: f.jwt_role_claim.clone(),
+            });
         }
         let rules = claims::Rules::new(
             f.jwt_issuer.clone(),
@@ -306,15 +306,30 @@ mod tests {
     #[test]
     fn secrets_shorter_than_32_bytes_are_refused() {
         for short in [&b"x"[..], &[b'k'; MIN_SECRET - 1]] {
-            let e = Auth::jwt(short).err().expect("short secret refused");
+            let e = Auth::jwt(short)
+                .err()
+                .expect("short secret refused")
+                .to_string();
             assert!(e.starts_with("--jwt-secret"), "{e}");
         }
         // No secret and no public key at all: every source is named.
-        let e = Auth::jwt(b"").err().expect("nothing to verify with");
+        let e = Auth::jwt(b"")
+            .err()
+            .expect("nothing to verify with")
+            .to_string();
         for flag in ["--jwt-secret", "--jwks-url", "--jwt-public-key"] {
             assert!(e.contains(flag), "{e}");
         }
         assert!(Auth::jwt(&[b'k'; MIN_SECRET]).is_ok());
+    }
+
+    #[test]
+    fn a_refused_secret_is_never_shown() {
+        let e = Auth::jwt(b"S3cret-too-short").err().expect("refused");
+        assert!(!e.to_string().contains("S3cret"), "{e}");
+        assert!(!format!("{e:?}").contains("S3cret"), "{e:?}");
+        let e = check_secret(b"S3cret").expect_err("refused");
+        assert!(!e.to_string().contains("S3cret"), "{e}");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! the JWKS keys of its `kid`), then its claims.
 
 use super::claims::Rules;
+use super::error::FlagError;
 use super::jwks::HeldKey;
 use super::keys::{Alg, PublicKey};
 use super::refresh::{JwksSource, Missing};
@@ -146,15 +147,15 @@ impl Verifier {
 }
 
 /// Loads a `--jwt-public-key` file.
-pub fn pem_key(path: &std::path::Path) -> Result<HeldKey, String> {
-    let bad = |why: String| {
-        format!(
-            "invalid value '{}' for '--jwt-public-key': {why}",
-            path.display()
-        )
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let key = PublicKey::from_pem(&text).map_err(|e| bad(e.to_string()))?;
+pub fn pem_key(path: &std::path::Path) -> Result<HeldKey, FlagError> {
+    let text = std::fs::read_to_string(path).map_err(|source| FlagError::PublicKeyUnreadable {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let key = PublicKey::from_pem(&text).map_err(|source| FlagError::PublicKey {
+        path: path.to_path_buf(),
+        source,
+    })?;
     Ok(HeldKey {
         kid: None,
         alg: None,

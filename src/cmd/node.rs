@@ -90,7 +90,7 @@ fn config(args: &HubArgs, shards: usize) -> NodeConfig {
     }
 }
 
-fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, String> {
+fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, crate::auth::FlagError> {
     let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
     match args.auth {
         AuthMode::None => {

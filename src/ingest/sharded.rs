@@ -347,7 +347,7 @@ impl ShardedSource {
     }
 
     /// A slot-map read came back.
-    fn map_read(&mut self, read: Result<Option<SlotMap>, String>) {
+    fn map_read(&mut self, read: Result<Option<SlotMap>, crate::redis::error::Error>) {
         let first = !std::mem::replace(&mut self.tried, true);
         match read {
             Ok(Some(m)) => {

@@ -34,7 +34,7 @@ fn colour(terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
 }
 
 /// A usage error: the first stderr line names the flag, exit 2.
-pub fn usage(msg: &str) -> ExitCode {
+pub fn usage<M: std::fmt::Display + ?Sized>(msg: &M) -> ExitCode {
     line(&format!("error: {msg}"));
     ExitCode::from(2)
 }

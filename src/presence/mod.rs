@@ -2,8 +2,11 @@
 //! dead node's viewers simply time out. One worker thread per node talks to the
 //! store; shards only send it messages and never wait on it.
 
+pub mod error;
 pub mod memory;
 pub mod redis;
+
+pub use error::StoreError;
 
 use crate::channels::wake::IngestTx;
 use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
@@ -31,7 +34,7 @@ pub const UNREMOVED_MAX: usize = 10_000;
 pub const LEAVE_WINDOW_MS: u64 = 20;
 
 /// Errors from a store (Redis down); the worker counts and retries.
-pub type StoreResult<T> = Result<T, String>;
+pub type StoreResult<T> = Result<T, StoreError>;
 
 /// A presence store: sorted sets of user -> expiry (Unix ms) per course.
 pub trait PresenceStore: Send {
@@ -130,7 +133,7 @@ impl<P: PresenceStore> Worker<P> {
         }
     }
 
-    fn failed(&mut self, what: &str, e: String) {
+    fn failed(&mut self, what: &str, e: StoreError) {
         self.node.metrics.presence_errors.fetch_add(1, Relaxed);
         self.dirty = true;
         tracing::debug!(error = %e, "presence {what} failed");
@@ -409,6 +412,11 @@ mod tests {
         down: bool,
     }
 
+    /// What the fake store fails with while down.
+    fn down() -> StoreError {
+        StoreError::Redis(crate::redis::Error::Backoff { what: "presence" })
+    }
+
     /// A store that records every call (`op course user expiry`) and answers
     /// counts with the number of live members it was told about.
     struct Fake(Arc<Mutex<Calls>>, super::memory::MemoryPresence);
@@ -418,7 +426,7 @@ mod tests {
             let mut c = self.0.lock().unwrap();
             c.log.push(format!("add {course} {user} {expiry_ms}"));
             if c.down {
-                return Err("down".into());
+                return Err(down());
             }
             self.1.add(course, user, expiry_ms)
         }
@@ -426,7 +434,7 @@ mod tests {
             let mut c = self.0.lock().unwrap();
             c.log.push(format!("remove {course} {user}"));
             if c.down {
-                return Err("down".into());
+                return Err(down());
             }
             self.1.remove(course, user)
         }
@@ -434,7 +442,7 @@ mod tests {
             let mut c = self.0.lock().unwrap();
             c.log.push(format!("refresh {} {expiry_ms}", members.len()));
             if c.down {
-                return Err("down".into());
+                return Err(down());
             }
             self.1.refresh(members, expiry_ms)
         }
@@ -442,7 +450,7 @@ mod tests {
             let mut c = self.0.lock().unwrap();
             c.log.push(format!("count {} {now_ms}", courses.len()));
             if c.down {
-                return Err("down".into());
+                return Err(down());
             }
             self.1.count(courses, now_ms)
         }
@@ -453,7 +461,7 @@ mod tests {
             limit: usize,
         ) -> StoreResult<(u64, Vec<String>)> {
             if self.0.lock().unwrap().down {
-                return Err("down".into());
+                return Err(down());
             }
             self.1.roster(course, now_ms, limit)
         }

@@ -38,13 +38,14 @@ fn trim(key: &str, now_ms: u64) -> Cmd {
 impl PresenceStore for RedisPresence {
     fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
         let key = self.key(course);
-        self.link
-            .query(redis::cmd("ZADD").arg(&key).arg(expiry_ms).arg(user))
+        Ok(self
+            .link
+            .query(redis::cmd("ZADD").arg(&key).arg(expiry_ms).arg(user))?)
     }
 
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
         let key = self.key(course);
-        self.link.query(redis::cmd("ZREM").arg(&key).arg(user))
+        Ok(self.link.query(redis::cmd("ZREM").arg(&key).arg(user))?)
     }
 
     fn remove_all(&mut self, members: &[(Arc<str>, Arc<str>)]) -> StoreResult<()> {
@@ -59,7 +60,7 @@ impl PresenceStore for RedisPresence {
         if cmds.is_empty() {
             return Ok(());
         }
-        self.link.exec(&cmds)
+        Ok(self.link.exec(&cmds)?)
     }
 
     fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
@@ -74,7 +75,7 @@ impl PresenceStore for RedisPresence {
         if cmds.is_empty() {
             return Ok(());
         }
-        self.link.exec(&cmds)
+        Ok(self.link.exec(&cmds)?)
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
@@ -107,5 +108,29 @@ impl PresenceStore for RedisPresence {
         let (_, total, ids): (u64, u64, Vec<String>) =
             self.link.pipeline(&[trim(&key, now_ms), card, range])?;
         Ok((total, ids))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::{PubSubMode, RedisFlags, RedisMode};
+
+    #[test]
+    fn a_failed_call_never_shows_the_password() {
+        // Port 1 refuses at once: the connect fails, and the error says so.
+        let flags = RedisFlags {
+            redis_mode: RedisMode::Standalone,
+            pubsub: PubSubMode::Sharded,
+            ..RedisFlags::new("redis://svc:Pw%2FS3cret@127.0.0.1:1/2")
+        };
+        let redis = Redis::from_flags(&flags).expect("valid flags");
+        let mut store = RedisPresence::new(&redis, "presence:");
+        let e = store.add("CS101", "u1", 1).expect_err("nothing listens");
+        let text = e.to_string();
+        assert!(text.starts_with("presence: connect: "), "{text}");
+        assert!(text.contains("127.0.0.1:1"), "{text}");
+        assert!(!text.contains("S3cret"), "{text}");
+        assert!(!format!("{e:?}").contains("S3cret"), "{e:?}");
     }
 }

@@ -40,8 +40,3 @@ pub fn cmd(state_prefix: &str, s: &Snapshot, payload: &str, full_text: bool) -> 
         .arg(s.version.map(|v| v.to_string()).unwrap_or_default());
     c
 }
-
-/// Whether a failed call failed because the server does not have the script.
-pub fn is_noscript(error: &str) -> bool {
-    error.contains("NOSCRIPT") || error.contains("NoScript")
-}

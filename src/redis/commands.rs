@@ -8,6 +8,7 @@
 //! cluster connection is also rebuilt every 30 s (periodic map refresh).
 
 use super::backoff::Backoff;
+use super::error::{ConnectError, Error, NodeError};
 use super::slots::{Addr, SlotMap};
 use super::{glob_escape, Mode, Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
@@ -74,11 +75,11 @@ impl Commands {
         &self.redis
     }
 
-    fn open(&self) -> Result<Con, String> {
+    fn open(&self) -> Result<Con, ConnectError> {
         let mode = self.redis.resolve()?;
         match mode {
             Mode::Standalone => {
-                let mut last = String::from("no node");
+                let mut last = NodeError::NoNode;
                 for addr in self.redis.candidates() {
                     let r = self.redis.node_client(&addr).and_then(|c| {
                         let con = c.get_connection_with_timeout(CONNECT_TIMEOUT)?;
@@ -88,28 +89,39 @@ impl Commands {
                     });
                     match r {
                         Ok(c) => return Ok(Con::Single(c)),
-                        Err(e) => last = e.to_string(),
+                        Err(source) => {
+                            last = NodeError::Failed {
+                                host: addr.0,
+                                port: addr.1,
+                                source,
+                            }
+                        }
                     }
                 }
-                Err(last)
+                Err(ConnectError::Standalone(last))
             }
             Mode::Cluster => {
-                let client = self.redis.cluster_client().map_err(|e| e.to_string())?;
-                let con = client.get_connection().map_err(|e| e.to_string())?;
-                con.set_write_timeout(Some(IO_TIMEOUT))
-                    .map_err(|e| e.to_string())?;
+                let con = self
+                    .redis
+                    .cluster_client()
+                    .and_then(|client| client.get_connection())
+                    .and_then(|con| {
+                        con.set_write_timeout(Some(IO_TIMEOUT))?;
+                        Ok(con)
+                    })
+                    .map_err(ConnectError::Cluster)?;
                 Ok(Con::Cluster(Box::new(con)))
             }
         }
     }
 
-    fn connect(&mut self) -> Result<&mut Con, String> {
+    fn connect(&mut self) -> Result<&mut Con, Error> {
         if matches!(self.con, Some(Con::Cluster(_))) && self.built.elapsed() >= MAP_REFRESH {
             self.con = None;
         }
         if self.con.is_none() {
             if !self.backoff.ready() {
-                return Err(format!("{}: Redis down, waiting to reconnect", self.what));
+                return Err(Error::Backoff { what: self.what });
             }
             match self.open() {
                 Ok(c) => {
@@ -117,22 +129,25 @@ impl Commands {
                     self.con = Some(c);
                     self.built = Instant::now();
                 }
-                Err(e) => {
+                Err(source) => {
                     self.backoff.failed();
-                    return Err(format!("{}: connect: {e}", self.what));
+                    return Err(Error::Connect {
+                        what: self.what,
+                        source,
+                    });
                 }
             }
         }
         self.con
             .as_mut()
-            .ok_or_else(|| format!("{}: not connected", self.what))
+            .ok_or(Error::NotConnected { what: self.what })
     }
 
     /// Runs `f` on the connection, connecting first if needed. Any error drops
     /// the connection (a late reply must never be read as the next command's)
     /// and backs off. A connection found already dead (Redis restarted since
     /// its last use) is replaced and `f` retried once at once.
-    fn run<T>(&mut self, mut f: impl FnMut(&mut Con) -> RedisResult<T>) -> Result<T, String> {
+    fn run<T>(&mut self, mut f: impl FnMut(&mut Con) -> RedisResult<T>) -> Result<T, Error> {
         let reused = self.con.is_some();
         let con = self.connect()?;
         let mut r = f(con);
@@ -151,13 +166,16 @@ impl Commands {
             Err(e) => {
                 self.con = None;
                 self.backoff.failed();
-                Err(format!("{}: {e}", self.what))
+                Err(Error::Command {
+                    what: self.what,
+                    source: e,
+                })
             }
         }
     }
 
     /// One command, routed by its key in a cluster.
-    pub fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, String> {
+    pub fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
         self.run(|c| match c {
             Con::Single(c) => cmd.query(c),
             Con::Cluster(c) => cmd.query(&mut **c),
@@ -169,7 +187,7 @@ impl Commands {
     /// (`MOVED`, `ASK`, `TRYAGAIN`) is read again one command at a time, the
     /// path that follows redirects: only for batches that may run twice (reads,
     /// idempotent writes); writes that must not use [`Commands::exec`].
-    pub fn pipeline<T: FromRedisValue>(&mut self, cmds: &[Cmd]) -> Result<T, String> {
+    pub fn pipeline<T: FromRedisValue>(&mut self, cmds: &[Cmd]) -> Result<T, Error> {
         self.batch(cmds, |c, cmds, _| {
             let replies = cmds
                 .iter()
@@ -183,7 +201,7 @@ impl Commands {
     /// unread. In a cluster, only the commands that were redirected (`MOVED`,
     /// `ASK`, `TRYAGAIN`) are sent again, one at a time on the path that
     /// follows redirects: the others are done and do not run twice.
-    pub fn exec(&mut self, cmds: &[Cmd]) -> Result<(), String> {
+    pub fn exec(&mut self, cmds: &[Cmd]) -> Result<(), Error> {
         self.batch(cmds, |c, cmds, redirected| {
             redirected
                 .iter()
@@ -200,7 +218,7 @@ impl Commands {
         &mut self,
         cmds: &[Cmd],
         mut redo: impl FnMut(&mut ClusterConnection, &[Cmd], &[usize]) -> RedisResult<T>,
-    ) -> Result<T, String> {
+    ) -> Result<T, Error> {
         let mut single: Option<redis::Pipeline> = None;
         let mut cluster: Option<redis::cluster::ClusterPipeline> = None;
         self.run(|c| match c {
@@ -233,7 +251,7 @@ impl Commands {
     }
 
     /// The mode in use, connecting first (which resolves `auto`).
-    pub fn mode(&mut self) -> Result<Mode, String> {
+    pub fn mode(&mut self) -> Result<Mode, Error> {
         Ok(if self.connect()?.is_single() {
             Mode::Standalone
         } else {
@@ -242,7 +260,7 @@ impl Commands {
     }
 
     /// A pipeline as built by the caller, standalone mode only (its fast path).
-    pub fn raw_pipeline<T: FromRedisValue>(&mut self, p: &redis::Pipeline) -> Result<T, String> {
+    pub fn raw_pipeline<T: FromRedisValue>(&mut self, p: &redis::Pipeline) -> Result<T, Error> {
         self.run(|c| match c {
             Con::Single(c) => p.query(c),
             Con::Cluster(_) => Err(redis::RedisError::from((
@@ -253,7 +271,7 @@ impl Commands {
     }
 
     /// One command on one node (`SCAN` is per node in a cluster).
-    pub fn query_on<T: FromRedisValue>(&mut self, node: &Addr, cmd: &Cmd) -> Result<T, String> {
+    pub fn query_on<T: FromRedisValue>(&mut self, node: &Addr, cmd: &Cmd) -> Result<T, Error> {
         self.run(|c| match c {
             Con::Single(c) => cmd.query(c),
             Con::Cluster(c) => c
@@ -269,7 +287,7 @@ impl Commands {
     }
 
     /// The cluster's slot map (`CLUSTER SLOTS`); `None` in standalone mode.
-    pub fn slot_map(&mut self) -> Result<Option<SlotMap>, String> {
+    pub fn slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
         if self.connect()?.is_single() {
             return Ok(None);
         }
@@ -280,13 +298,13 @@ impl Commands {
             .first()
             .map(|a| a.0.clone())
             .unwrap_or_default();
-        let map = SlotMap::parse(&reply, &seed).ok_or("CLUSTER SLOTS: no slot map")?;
+        let map = SlotMap::parse(&reply, &seed).ok_or(Error::NoSlotMap)?;
         self.redis.learn(&map);
         Ok(Some(map))
     }
 
     /// The nodes that hold keys: every primary in a cluster, the one node otherwise.
-    pub fn primaries(&mut self) -> Result<Vec<Addr>, String> {
+    pub fn primaries(&mut self) -> Result<Vec<Addr>, Error> {
         match self.slot_map()? {
             Some(m) => Ok(m.primaries()),
             None => Ok(vec![("".into(), 0)]),
@@ -294,7 +312,7 @@ impl Commands {
     }
 
     /// Every key matching `<prefix>*` (of `type_` if given), over every primary.
-    pub fn scan(&mut self, prefix: &str, type_: Option<&str>) -> Result<Vec<Vec<u8>>, String> {
+    pub fn scan(&mut self, prefix: &str, type_: Option<&str>) -> Result<Vec<Vec<u8>>, Error> {
         let pattern = format!("{}*", glob_escape(prefix));
         let mut keys = Vec::new();
         for node in self.primaries()? {
@@ -391,6 +409,33 @@ mod tests {
         assert_eq!(redirected(&e), Some(vec![1, 2]));
         let e = pipeline_error(vec![b"-TRYAGAIN later\r\n", b":1\r\n", b":1\r\n"]);
         assert_eq!(redirected(&e), Some(vec![0]));
+    }
+
+    #[test]
+    fn a_failed_connect_never_shows_the_password() {
+        use crate::redis::{PubSubMode, RedisFlags, RedisMode};
+        for mode in [RedisMode::Standalone, RedisMode::Auto] {
+            // Port 1 refuses at once.
+            let flags = RedisFlags {
+                redis_mode: mode,
+                pubsub: PubSubMode::Sharded,
+                ..RedisFlags::new("redis://svc:Pw%40S3cret@127.0.0.1:1/3")
+            };
+            let redis = Redis::from_flags(&flags).expect("valid flags");
+            let mut link = Commands::new(&redis, "unit");
+            let e = link
+                .query::<String>(&redis::cmd("PING"))
+                .expect_err("nothing listens");
+            assert!(matches!(e, Error::Connect { .. }), "{e:?}");
+            let text = e.to_string();
+            assert!(text.starts_with("unit: connect: "), "{text}");
+            assert!(text.contains("127.0.0.1:1"), "{text}");
+            assert!(!text.contains("S3cret"), "{text}");
+            assert!(!format!("{e:?}").contains("S3cret"), "{e:?}");
+            // The next call waits out the backoff, and says so.
+            let e = link.query::<String>(&redis::cmd("PING")).expect_err("down");
+            assert!(e.is_unreachable(), "{e}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The Redis flags every subcommand that talks to Redis takes (contract §1),
 //! each with its environment twin.
 
+use super::error::{ConfigError, Target, Which};
 use clap::{Args, ValueEnum};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo};
 use std::path::PathBuf;
@@ -76,59 +77,54 @@ impl RedisFlags {
 /// The seeds of a `--redis` value, checked. An error names the flag and
 /// never quotes the value: a password holding `/`, `?`, `#`, `,` or `@`
 /// defeats any attempt to find it in a URI that does not parse, so a seed is
-/// shown only from its parsed parts (scheme, host, port; credentials as
-/// `***`), or by its position.
-pub fn seeds(value: &str) -> Result<Vec<ConnectionInfo>, String> {
+/// shown only from its parsed parts ([`Target`]), or by its position
+/// ([`Which`]).
+pub fn seeds(value: &str) -> Result<Vec<ConnectionInfo>, ConfigError> {
     let uris: Vec<&str> = value
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect();
     let n = uris.len();
-    let bad = |why: String| format!("invalid value for '--redis': {why}");
     let mut seeds = Vec::with_capacity(n);
     for (i, uri) in uris.iter().enumerate() {
-        let which = if n == 1 {
-            "the URI".to_string()
-        } else {
-            format!("URI {} of {n}", i + 1)
+        let which = Which {
+            index: i + 1,
+            of: n,
         };
-        let info = uri.into_connection_info().map_err(|e| {
-            bad(format!(
-                "{which} is not a Redis URL ({}): {FORM}",
-                safe_reason(&e)
-            ))
-        })?;
+        let info = uri
+            .into_connection_info()
+            .map_err(|e| ConfigError::NotAUrl {
+                which,
+                reason: safe_reason(&e),
+            })?;
         match info.addr() {
             ConnectionAddr::Tcp(..) => {}
             ConnectionAddr::TcpTls { insecure: true, .. } => {
-                return Err(bad(format!("{}: #insecure is not supported", shown(&info))))
+                return Err(ConfigError::Insecure {
+                    target: target(&info).ok_or(ConfigError::Scheme { which })?,
+                })
             }
             ConnectionAddr::TcpTls { .. } => {}
-            _ => return Err(bad(format!("{which}: use redis:// or rediss://"))),
+            _ => return Err(ConfigError::Scheme { which }),
         }
         seeds.push(info);
     }
     let Some(first) = seeds.first() else {
-        return Err(bad(format!("no URI: {FORM}")));
+        return Err(ConfigError::Empty);
     };
     let tls = matches!(first.addr(), ConnectionAddr::TcpTls { .. });
     for s in &seeds {
         if matches!(s.addr(), ConnectionAddr::TcpTls { .. }) != tls {
-            return Err(bad("mixes redis:// and rediss://".into()));
+            return Err(ConfigError::MixedTls);
         }
         let (a, b) = (s.redis_settings(), first.redis_settings());
         if a.username() != b.username() || a.password() != b.password() {
-            return Err(bad("the seeds' credentials differ".into()));
+            return Err(ConfigError::CredentialsDiffer);
         }
     }
     Ok(seeds)
 }
-
-/// How a `--redis` URI is written.
-const FORM: &str =
-    "redis[s]://[[user]:password@]host[:port][/db], comma-separated in cluster mode, \
-with / ? # , @ : % in a password percent-encoded (%2F %3F %23 %2C %40 %3A %25)";
 
 /// The driver's reason without its detail (a detail may quote the URI).
 fn safe_reason(e: &redis::RedisError) -> String {
@@ -139,19 +135,21 @@ fn safe_reason(e: &redis::RedisError) -> String {
     }
 }
 
-/// A parsed seed as an error line may show it: no credential.
-fn shown(info: &ConnectionInfo) -> String {
+/// A parsed seed as an error may show it: no credential.
+fn target(info: &ConnectionInfo) -> Option<Target> {
     let r = info.redis_settings();
-    let auth = if r.username().is_some() || r.password().is_some() {
-        "***@"
-    } else {
-        ""
+    let credentials = r.username().is_some() || r.password().is_some();
+    let (tls, host, port) = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => (false, host, port),
+        ConnectionAddr::TcpTls { host, port, .. } => (true, host, port),
+        _ => return None,
     };
-    match info.addr() {
-        ConnectionAddr::Tcp(host, port) => format!("redis://{auth}{host}:{port}"),
-        ConnectionAddr::TcpTls { host, port, .. } => format!("rediss://{auth}{host}:{port}"),
-        _ => "a seed".to_string(),
-    }
+    Some(Target {
+        tls,
+        host: host.clone(),
+        port: *port,
+        credentials,
+    })
 }
 
 #[cfg(test)]
@@ -176,6 +174,7 @@ mod tests {
                     // Some characters make a valid URI of it: nothing shown then.
                     continue;
                 };
+                let e = e.to_string();
                 assert!(e.starts_with("invalid value for '--redis'"), "{e}");
                 assert!(!e.contains("S3cret"), "{uri} gave: {e}");
             }
@@ -184,12 +183,19 @@ mod tests {
 
     #[test]
     fn seeds_are_shown_from_their_parsed_parts() {
-        let e = seeds("rediss://u:p4ss@h.example:6380/#insecure").unwrap_err();
+        let e = seeds("rediss://u:p4ss@h.example:6380/#insecure")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("rediss://***@h.example:6380"), "{e}");
         assert!(!e.contains("p4ss"), "{e}");
-        let e = seeds("redis://a:1,redis://b:2,redis://:x/y@c:3").unwrap_err();
+        let e = seeds("redis://a:1,redis://b:2,redis://:x/y@c:3")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("URI 3 of 3"), "{e}");
         assert!(e.contains("percent-encoded"), "{e}");
-        assert_eq!(seeds("redis://u:p%2Fq@127.0.0.1:1").map(|s| s.len()), Ok(1));
+        assert_eq!(
+            seeds("redis://u:p%2Fq@127.0.0.1:1").map(|s| s.len()).ok(),
+            Some(1)
+        );
     }
 }

@@ -5,6 +5,7 @@
 
 use super::commands::Commands;
 use super::conn::{wait_readable, PubConn};
+use super::error::{ConnectError, Error};
 use super::slots::{Addr, SlotMap};
 use super::{Mode, Redis};
 use crossbeam_channel::{unbounded, Receiver, Sender};
@@ -28,11 +29,11 @@ enum Job {
 /// An answer of the dialer thread.
 pub enum Dialed {
     /// The mode, or why it is not known yet.
-    Resolved(Result<Mode, String>),
+    Resolved(Result<Mode, ConnectError>),
     /// A connection to the node, authenticated, or why not.
     Conn(Addr, io::Result<PubConn>),
     /// The slot map (`None`: not a cluster), or why it could not be read.
-    SlotMap(Result<Option<SlotMap>, String>),
+    SlotMap(Result<Option<SlotMap>, Error>),
 }
 
 /// A source's handle on its dialer thread: what is asked and not answered yet.

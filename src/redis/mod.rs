@@ -9,10 +9,12 @@ pub mod commands;
 pub mod config;
 pub mod conn;
 pub mod dialer;
+pub mod error;
 pub mod resp;
 pub mod slots;
 
 pub use config::{PubSubMode, RedisFlags, RedisMode};
+pub use error::{ConfigError, ConnectError, Error, NodeError, TrustError};
 
 use redis::{ConnectionAddr, ConnectionInfo, TlsCertificates};
 use slots::{Addr, SlotMap};
@@ -86,7 +88,7 @@ struct Tls {
     rustls: Arc<rustls::ClientConfig>,
 }
 
-pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, TrustError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add_parsable_certificates(trust_roots(ca_pem)?);
     Ok(rustls::ClientConfig::builder()
@@ -98,7 +100,7 @@ pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<rustls::ClientConfig, 
 /// as a trust anchor), or the system's roots without it.
 pub(crate) fn trust_roots(
     ca_pem: Option<&[u8]>,
-) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, TrustError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::CertificateDer;
     let Some(pem) = ca_pem else {
@@ -107,50 +109,46 @@ pub(crate) fn trust_roots(
     let mut roots = rustls::RootCertStore::empty();
     let mut certs = Vec::new();
     for cert in CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| format!("not a PEM certificate bundle: {e}"))?;
-        roots
-            .add(cert.clone())
-            .map_err(|e| format!("unusable certificate: {e}"))?;
+        let cert = cert.map_err(TrustError::NotPem)?;
+        roots.add(cert.clone()).map_err(TrustError::Unusable)?;
         certs.push(cert);
     }
     if certs.is_empty() {
-        return Err("no certificate in the file".into());
+        return Err(TrustError::Empty);
     }
     Ok(certs)
 }
 
 impl Redis {
     /// Checks the flags; the error names the flag (for a usage error, exit 2).
-    pub fn from_flags(f: &RedisFlags) -> Result<Arc<Redis>, String> {
+    pub fn from_flags(f: &RedisFlags) -> Result<Arc<Redis>, ConfigError> {
         let seeds = config::seeds(&f.redis)?;
         let tls = seeds
             .first()
             .is_some_and(|s| matches!(s.addr(), ConnectionAddr::TcpTls { .. }));
-        let ca_pem =
-            match &f.redis_ca {
-                Some(p) => Some(std::fs::read(p).map_err(|e| {
-                    format!("invalid value '{}' for '--redis-ca': {e}", p.display())
-                })?),
-                None => None,
-            };
+        let ca_pem = match &f.redis_ca {
+            Some(p) => Some(
+                std::fs::read(p).map_err(|source| ConfigError::CaUnreadable {
+                    path: p.clone(),
+                    source,
+                })?,
+            ),
+            None => None,
+        };
+        let unusable = |source| ConfigError::CaUnusable {
+            path: f.redis_ca.clone().unwrap_or_default(),
+            source,
+        };
         let tls = if tls {
-            let cfg = tls_config(ca_pem.as_deref()).map_err(|e| {
-                let shown = f
-                    .redis_ca
-                    .as_ref()
-                    .map_or(String::new(), |p| p.display().to_string());
-                format!("invalid value '{shown}' for '--redis-ca': {e}")
-            })?;
+            let cfg = tls_config(ca_pem.as_deref()).map_err(unusable)?;
             Some(Tls {
                 ca_pem,
                 rustls: Arc::new(cfg),
             })
         } else {
-            if let Some(p) = &f.redis_ca {
+            if f.redis_ca.is_some() {
                 // Checked anyway: a bad file should not wait for a TLS URI to fail.
-                tls_config(ca_pem.as_deref()).map_err(|e| {
-                    format!("invalid value '{}' for '--redis-ca': {e}", p.display())
-                })?;
+                tls_config(ca_pem.as_deref()).map_err(unusable)?;
             }
             None
         };
@@ -259,7 +257,7 @@ impl Redis {
     }
 
     /// The mode, asking the first reachable node (`INFO cluster`) under `auto`.
-    pub fn resolve(&self) -> Result<Mode, String> {
+    pub fn resolve(&self) -> Result<Mode, ConnectError> {
         if let Some(m) = self.mode() {
             return Ok(m);
         }
@@ -268,7 +266,7 @@ impl Redis {
             RedisMode::Cluster => return Ok(self.set_mode(Mode::Cluster)),
             RedisMode::Auto => {}
         }
-        let mut last = String::from("no seed node");
+        let mut last = NodeError::NoNode;
         for addr in self.candidates() {
             let r = self.node_client(&addr).and_then(|c| {
                 let mut con = c.get_connection_with_timeout(CONNECT_TIMEOUT)?;
@@ -286,10 +284,16 @@ impl Redis {
                     tracing::info!(mode = ?m, node = %format!("{}:{}", addr.0, addr.1), "Redis mode detected");
                     return Ok(self.set_mode(m));
                 }
-                Err(e) => last = format!("{}:{}: {e}", addr.0, addr.1),
+                Err(source) => {
+                    last = NodeError::Failed {
+                        host: addr.0,
+                        port: addr.1,
+                        source,
+                    }
+                }
             }
         }
-        Err(format!("Redis mode unknown (no node reachable): {last}"))
+        Err(ConnectError::ModeUnknown(last))
     }
 
     /// The AUTH credentials from the URI.
@@ -336,10 +340,10 @@ mod tests {
         let e = Redis::from_flags(&flags("http://x"))
             .err()
             .expect("refused");
-        assert!(e.contains("'--redis'"), "{e}");
+        assert!(e.to_string().contains("'--redis'"), "{e}");
         let mut f = flags("rediss://127.0.0.1:6380");
         f.redis_ca = Some("/nonexistent/ca.pem".into());
         let e = Redis::from_flags(&f).err().expect("refused");
-        assert!(e.contains("'--redis-ca'"), "{e}");
+        assert!(e.to_string().contains("'--redis-ca'"), "{e}");
     }
 }

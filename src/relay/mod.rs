@@ -10,6 +10,7 @@
 //! held for at most 2 s, and whatever Redis did not take by then is counted
 //! `dropped{reason="redis_down"}`; exit 0.
 
+pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod pending;
@@ -20,6 +21,7 @@ use crate::cli::RelayArgs;
 use crate::logging::usage;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
+use error::{FlagError, StartError};
 use metrics::Shared;
 use pending::Pending;
 use std::net::{SocketAddr, TcpListener};
@@ -41,34 +43,38 @@ struct Checked {
     redis: Arc<Redis>,
 }
 
-fn check(args: &RelayArgs) -> Result<Checked, String> {
+/// `value` as `IP:PORT`; the error names `flag`.
+fn address(flag: &'static str, value: &str) -> Result<SocketAddr, FlagError> {
+    value.parse().map_err(|source| FlagError::NotAnAddress {
+        flag,
+        value: value.to_owned(),
+        source,
+    })
+}
+
+fn check(args: &RelayArgs) -> Result<Checked, FlagError> {
     let udp = match args.udp.trim() {
         "" => None,
         a => {
-            let addr: SocketAddr = a
-                .parse()
-                .map_err(|_| format!("invalid value '{a}' for '--udp': not an IP:PORT address"))?;
+            let addr = address("udp", a)?;
             if !addr.ip().is_loopback() {
-                return Err(format!(
-                    "invalid value '{a}' for '--udp': a loopback address only (127.0.0.1 or ::1)"
-                ));
+                return Err(FlagError::UdpNotLoopback {
+                    value: a.to_owned(),
+                });
             }
             Some(addr)
         }
     };
-    let metrics =
-        match args.metrics.trim() {
-            "" => None,
-            a => Some(a.parse().map_err(|_| {
-                format!("invalid value '{a}' for '--metrics': not an IP:PORT address")
-            })?),
-        };
+    let metrics = match args.metrics.trim() {
+        "" => None,
+        a => Some(address("metrics", a)?),
+    };
     let socket = match args.socket.as_str() {
         "" => None,
         p => Some(PathBuf::from(p)),
     };
     if socket.is_none() && udp.is_none() {
-        return Err("'--socket' and '--udp' are both off: nothing to receive on".into());
+        return Err(FlagError::NothingToReceive);
     }
     let redis = Redis::from_flags(&args.target.redis)?;
     Ok(Checked {
@@ -77,6 +83,11 @@ fn check(args: &RelayArgs) -> Result<Checked, String> {
         metrics,
         redis,
     })
+}
+
+/// A spawn failure of the thread `what`.
+fn thread(what: &'static str) -> impl Fn(std::io::Error) -> StartError {
+    move |source| StartError::Thread { what, source }
 }
 
 /// Runs the relay until SIGTERM or SIGINT.
@@ -101,26 +112,26 @@ pub fn main(args: RelayArgs) -> ExitCode {
     }
 }
 
-fn run(args: RelayArgs, c: Checked) -> Result<(), String> {
+fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Caught before anything opens: a signal from then on drains.
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])
-        .map_err(|e| format!("signals: {e}"))?;
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(StartError::Signals)?;
     let max = args.max_pending as usize;
     // Last versions written are remembered for twice as many sections as may be held.
     let shared = Arc::new(Shared::new(Pending::new(max, max.saturating_mul(2))));
     if let Some(addr) = c.metrics {
-        let l = TcpListener::bind(addr).map_err(|e| format!("--metrics {addr}: {e}"))?;
-        http::spawn(l, Arc::clone(&shared)).map_err(|e| e.to_string())?;
+        let l = TcpListener::bind(addr).map_err(|source| StartError::Metrics { addr, source })?;
+        http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
     }
     let mut receivers = Vec::new();
     if let Some(path) = &c.socket {
-        let s = recv::bind_unix(path).map_err(|e| format!("--socket: {e}"))?;
-        receivers.push(recv::spawn("unix", s, Arc::clone(&shared)).map_err(|e| e.to_string())?);
+        let s = recv::bind_unix(path).map_err(StartError::Socket)?;
+        receivers.push(recv::spawn("unix", s, Arc::clone(&shared)).map_err(thread("relay-unix"))?);
     }
     if let Some(addr) = c.udp {
-        let s = recv::bind_udp(addr).map_err(|e| format!("--udp: {e}"))?;
-        receivers.push(recv::spawn("udp", s, Arc::clone(&shared)).map_err(|e| e.to_string())?);
+        let s = recv::bind_udp(addr).map_err(StartError::Udp)?;
+        receivers.push(recv::spawn("udp", s, Arc::clone(&shared)).map_err(thread("relay-udp"))?);
     }
     let draining = Arc::new(AtomicBool::new(false));
     let deadline: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
@@ -148,7 +159,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), String> {
                 );
                 let _ = done_tx.send(());
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(thread("relay-writer"))?;
     }
     tracing::info!(
         socket = ?c.socket,
@@ -187,4 +198,48 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), String> {
         "relay stopped"
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    fn args(extra: &[&str]) -> RelayArgs {
+        let argv = ["seatboard", "relay"].iter().chain(extra);
+        match Cli::try_parse_from(argv).map(|c| c.command) {
+            Ok(Command::Relay(a)) => a,
+            other => panic!("not relay args: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_refused_flag_never_shows_the_redis_password() {
+        for uri in [
+            "redis://svc:Pw%2FS3cret@127.0.0.1:70000",
+            "rediss://svc:PwS3cret@127.0.0.1:6380/#insecure",
+            "redis://:PwS3cret@a:1,rediss://:PwS3cret@b:2",
+        ] {
+            let Err(e) = check(&args(&["--redis", uri])) else {
+                panic!("{uri} accepted");
+            };
+            let text = e.to_string();
+            assert!(text.contains("'--redis'"), "{text}");
+            assert!(!text.contains("S3cret"), "{uri}: {text}");
+            assert!(!format!("{e:?}").contains("S3cret"), "{uri}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn a_refused_address_names_its_flag() {
+        let e = check(&args(&["--udp", "10.0.0.1:7440"])).err();
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("'--udp': a loopback address only"), "{text}");
+        let e = check(&args(&["--metrics", "nowhere"])).err();
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("for '--metrics': not an IP:PORT"), "{text}");
+        let e = check(&args(&["--socket", "", "--udp", ""])).err();
+        assert!(matches!(e, Some(FlagError::NothingToReceive)), "{e:?}");
+    }
 }

@@ -3,6 +3,7 @@
 //! by `Snapshot::parse`) and offers it to the pending map. Nothing here waits
 //! on Redis: the map's lock is only ever held for a map operation.
 
+use super::error::BindError;
 use super::metrics::{Rejected, Shared};
 use shards::{Reject, Snapshot};
 use std::io::ErrorKind;
@@ -58,43 +59,56 @@ pub fn handle(shared: &Shared, payload: &[u8]) {
 /// The Unix datagram socket at `path`: its folder made (0750), a stale
 /// socket file replaced, mode 0660. A socket another process still reads is
 /// an error, and so is a path that is not a socket.
-pub fn bind_unix(path: &Path) -> Result<UnixDatagram, String> {
-    let shown = path.display();
+pub fn bind_unix(path: &Path) -> Result<UnixDatagram, BindError> {
+    let path_buf = || path.to_path_buf();
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o750)
                 .create(dir)
-                .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+                .map_err(|source| BindError::MakeDir {
+                    dir: dir.to_path_buf(),
+                    source,
+                })?;
         }
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
-            let probe = UnixDatagram::unbound().map_err(|e| e.to_string())?;
+            let probe = UnixDatagram::unbound().map_err(BindError::Socket)?;
             if probe.connect(path).is_ok() {
-                return Err(format!("{shown} is in use by another process"));
+                return Err(BindError::InUse { path: path_buf() });
             }
-            std::fs::remove_file(path).map_err(|e| format!("cannot replace {shown}: {e}"))?;
+            std::fs::remove_file(path).map_err(|source| BindError::Replace {
+                path: path_buf(),
+                source,
+            })?;
         }
-        Ok(_) => return Err(format!("{shown} exists and is not a socket")),
+        Ok(_) => return Err(BindError::NotASocket { path: path_buf() }),
         Err(_) => {}
     }
-    let sock = UnixDatagram::bind(path).map_err(|e| format!("cannot bind {shown}: {e}"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
-        .map_err(|e| format!("cannot set the mode of {shown}: {e}"))?;
+    let sock = UnixDatagram::bind(path).map_err(|source| BindError::BindUnix {
+        path: path_buf(),
+        source,
+    })?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(|source| {
+        BindError::Mode {
+            path: path_buf(),
+            source,
+        }
+    })?;
     let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(RCVBUF);
     sock.set_read_timeout(Some(POLL))
-        .map_err(|e| e.to_string())?;
+        .map_err(BindError::Socket)?;
     Ok(sock)
 }
 
 /// The UDP socket on `addr` (loopback, checked by the caller).
-pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket, String> {
-    let sock = UdpSocket::bind(addr).map_err(|e| format!("cannot bind {addr}: {e}"))?;
+pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket, BindError> {
+    let sock = UdpSocket::bind(addr).map_err(|source| BindError::BindUdp { addr, source })?;
     let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(RCVBUF);
     sock.set_read_timeout(Some(POLL))
-        .map_err(|e| e.to_string())?;
+        .map_err(BindError::Socket)?;
     Ok(sock)
 }
 

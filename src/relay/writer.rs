@@ -11,6 +11,7 @@ use super::metrics::Shared;
 use crate::publisher::write;
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::Commands;
+use crate::redis::Error;
 use shards::Snapshot;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -52,6 +53,12 @@ pub fn is_io(error: &str) -> bool {
     .any(|m| e.contains(m))
 }
 
+/// [`is_io`] for a typed error: no connection (backoff, connect) or the
+/// driver's I/O failure.
+fn held(e: &Error) -> bool {
+    e.is_unreachable() || is_io(&e.to_string())
+}
+
 /// Where the writer writes.
 pub struct Writer {
     /// The command client.
@@ -84,7 +91,7 @@ impl Writer {
         up
     }
 
-    fn write(&mut self, batch: &[Snapshot]) -> Result<(), String> {
+    fn write(&mut self, batch: &[Snapshot]) -> Result<(), Error> {
         write(
             &mut self.link,
             &self.channel_prefix,
@@ -102,7 +109,7 @@ impl Writer {
                 self.shared.pending().done(&batch);
                 true
             }
-            Err(e) if !is_io(&e) && self.ping() => {
+            Err(e) if !held(&e) && self.ping() => {
                 // Redis answers but refused the batch: write one by one, and
                 // drop (counted) what Redis refuses on its own. Should Redis
                 // stop answering meanwhile, the rest is held again.
@@ -112,7 +119,7 @@ impl Writer {
                     self.link.retry_now();
                     match self.write(std::slice::from_ref(&s)) {
                         Ok(()) => self.shared.pending().done(std::slice::from_ref(&s)),
-                        Err(e) if is_io(&e) => {
+                        Err(e) if held(&e) => {
                             let mut back = vec![s];
                             back.extend(rest);
                             self.shared.pending().give_back(back);

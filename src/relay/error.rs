@@ -1,0 +1,132 @@
+//! Why the relay refused its flags ([`FlagError`], exit 2), could not bind a
+//! receive socket ([`BindError`]) or could not start ([`StartError`], exit 1).
+
+use crate::redis::ConfigError;
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// A refused relay flag; the text names the flag.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagError {
+    /// `--udp` or `--metrics` is not `IP:PORT`.
+    #[error("invalid value '{value}' for '--{flag}': not an IP:PORT address")]
+    NotAnAddress {
+        /// The flag, without its dashes.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// The parser's complaint.
+        #[source]
+        source: std::net::AddrParseError,
+    },
+    /// `--udp` on a non-loopback address.
+    #[error("invalid value '{value}' for '--udp': a loopback address only (127.0.0.1 or ::1)")]
+    UdpNotLoopback {
+        /// The value given.
+        value: String,
+    },
+    /// Both receivers off.
+    #[error("'--socket' and '--udp' are both off: nothing to receive on")]
+    NothingToReceive,
+    /// A refused `--redis` or `--redis-ca` (a seed shown only redacted).
+    #[error(transparent)]
+    Redis(#[from] ConfigError),
+}
+
+/// Why a receive socket could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    /// The socket's folder could not be made.
+    #[error("cannot make {}: {source}", dir.display())]
+    MakeDir {
+        /// The folder.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Another process still reads the socket.
+    #[error("{} is in use by another process", path.display())]
+    InUse {
+        /// The socket.
+        path: PathBuf,
+    },
+    /// A stale socket could not be removed.
+    #[error("cannot replace {}: {source}", path.display())]
+    Replace {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The path holds something else.
+    #[error("{} exists and is not a socket", path.display())]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The Unix socket could not be bound.
+    #[error("cannot bind {}: {source}", path.display())]
+    BindUnix {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The UDP socket could not be bound.
+    #[error("cannot bind {addr}: {source}")]
+    BindUdp {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// The socket's mode could not be set.
+    #[error("cannot set the mode of {}: {source}", path.display())]
+    Mode {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Any other socket call (making the probe, setting the read timeout).
+    #[error(transparent)]
+    Socket(io::Error),
+}
+
+/// Why the relay could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The signal handlers could not be installed.
+    #[error("signals: {0}")]
+    Signals(#[source] io::Error),
+    /// `--metrics` could not be bound.
+    #[error("--metrics {addr}: {source}")]
+    Metrics {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// `--socket` could not be bound.
+    #[error("--socket: {0}")]
+    Socket(#[source] BindError),
+    /// `--udp` could not be bound.
+    #[error("--udp: {0}")]
+    Udp(#[source] BindError),
+    /// A thread could not be spawned.
+    #[error("cannot start the {what} thread: {source}")]
+    Thread {
+        /// Which thread.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+}
