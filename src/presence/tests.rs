@@ -1,0 +1,355 @@
+//! The presence worker's timing, refcounts and store failures, on a fake store.
+
+use super::*;
+use crate::auth::Auth;
+use crate::node::NodeConfig;
+use bytes::Bytes;
+use std::sync::Mutex;
+
+/// What the fake store was asked, and whether it fails.
+#[derive(Default)]
+struct Calls {
+    log: Vec<String>,
+    down: bool,
+}
+
+/// What the fake store fails with while down.
+fn down() -> StoreError {
+    StoreError::Redis(crate::redis::Error::Backoff { what: "presence" })
+}
+
+/// A store that records every call (`op course user expiry`) and answers
+/// counts with the number of live members it was told about.
+struct Fake(Arc<Mutex<Calls>>, super::memory::MemoryPresence);
+
+impl PresenceStore for Fake {
+    fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
+        let mut c = self.0.lock().unwrap();
+        c.log.push(format!("add {course} {user} {expiry_ms}"));
+        if c.down {
+            return Err(down());
+        }
+        self.1.add(course, user, expiry_ms)
+    }
+    fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
+        let mut c = self.0.lock().unwrap();
+        c.log.push(format!("remove {course} {user}"));
+        if c.down {
+            return Err(down());
+        }
+        self.1.remove(course, user)
+    }
+    fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
+        let mut c = self.0.lock().unwrap();
+        c.log.push(format!("refresh {} {expiry_ms}", members.len()));
+        if c.down {
+            return Err(down());
+        }
+        self.1.refresh(members, expiry_ms)
+    }
+    fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
+        let mut c = self.0.lock().unwrap();
+        c.log.push(format!("count {} {now_ms}", courses.len()));
+        if c.down {
+            return Err(down());
+        }
+        self.1.count(courses, now_ms)
+    }
+    fn roster(
+        &mut self,
+        course: &str,
+        now_ms: u64,
+        limit: usize,
+    ) -> StoreResult<(u64, Vec<String>)> {
+        if self.0.lock().unwrap().down {
+            return Err(down());
+        }
+        self.1.roster(course, now_ms, limit)
+    }
+}
+
+const T0: u64 = 1_764_420_000_000;
+const TICK: u64 = 3_000;
+const TTL: u64 = 30_000;
+
+struct Rig {
+    w: Worker<Fake>,
+    calls: Arc<Mutex<Calls>>,
+    inboxes: Vec<Arc<Inbox>>,
+    ingest: crate::channels::wake::IngestRx,
+}
+
+fn rig() -> Rig {
+    let node = Arc::new(Node::new(NodeConfig::for_tests(2), Auth::None));
+    let calls = Arc::new(Mutex::new(Calls::default()));
+    let inboxes: Vec<Arc<Inbox>> = (0..2).map(|_| Inbox::new()).collect();
+    let (tx, ingest) = crate::channels::wake::channel().expect("eventfd");
+    let timing = PresenceTiming {
+        tick_ms: TICK,
+        ttl_ms: TTL,
+    };
+    let store = Fake(Arc::clone(&calls), Default::default());
+    let w = Worker::new(store, timing, inboxes.clone(), Some(tx), node, T0);
+    Rig {
+        w,
+        calls,
+        inboxes,
+        ingest,
+    }
+}
+
+impl Rig {
+    fn log(&self) -> Vec<String> {
+        std::mem::take(&mut self.calls.lock().unwrap().log)
+    }
+    fn join(&mut self, course: &str, user: &str, now: u64) {
+        let cmd = PresenceCmd::Join {
+            course: course.into(),
+            user: user.into(),
+        };
+        assert!(self.w.command(cmd, now));
+    }
+    fn leave(&mut self, course: &str, user: &str, now: u64) {
+        let cmd = PresenceCmd::Leave {
+            course: course.into(),
+            user: user.into(),
+        };
+        assert!(self.w.command(cmd, now));
+    }
+    /// Counts pushed to shard 0 since the last look.
+    fn counts(&self) -> Vec<Vec<(String, u64)>> {
+        std::iter::from_fn(|| self.inboxes[0].try_control())
+            .filter_map(|c| match c {
+                Control::Presence(v) => Some(v.iter().map(|(c, n)| (c.to_string(), *n)).collect()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_member_is_added_once_and_removed_when_its_last_shard_leaves() {
+    let mut r = rig();
+    // The same user watching from two shards: each shard reports its own
+    // first join, the store sees one member, written at once.
+    r.join("C", "u1", T0 + 1);
+    r.join("C", "u1", T0 + 2);
+    r.join("C", "u2", T0 + 3);
+    assert_eq!(
+        r.log(),
+        [
+            format!("add C u1 {}", T0 + 1 + TTL),
+            format!("add C u2 {}", T0 + 3 + TTL)
+        ]
+    );
+    r.leave("C", "u1", T0 + 4);
+    assert_eq!(
+        r.w.poll_timeout(),
+        T0 + TICK,
+        "u1 still watches from the other shard"
+    );
+    // The last leave waits out the window, then is written.
+    r.leave("C", "u1", T0 + 5);
+    assert!(r.log().is_empty(), "the window is still open");
+    assert_eq!(r.w.poll_timeout(), T0 + 5 + LEAVE_WINDOW_MS);
+    r.w.handle_timeout(T0 + 5 + LEAVE_WINDOW_MS);
+    assert_eq!(r.log(), ["remove C u1"]);
+    // A leave that was never joined changes nothing.
+    r.leave("C", "ghost", T0 + 100);
+    assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing to write");
+}
+
+#[test]
+fn members_who_come_and_go_together_share_one_write() {
+    let mut r = rig();
+    let join = |c: &str, u: &str| PresenceCmd::Join {
+        course: c.into(),
+        user: u.into(),
+    };
+    let leave = |c: &str, u: &str| PresenceCmd::Leave {
+        course: c.into(),
+        user: u.into(),
+    };
+    // u1 twice (two shards) is one member; a shard's batch is handled in
+    // place; u1 leaving one shard keeps it; u4 joins and leaves within
+    // the same batch and is never written.
+    let batch = [
+        join("C", "u1"),
+        PresenceCmd::Batch(vec![join("C", "u1"), join("D", "u2"), join("F", "u4")]),
+        leave("C", "u1"),
+        join("E", "u3"),
+        leave("F", "u4"),
+    ];
+    assert!(r.w.commands(batch, T0));
+    assert_eq!(r.log(), [format!("refresh 3 {}", T0 + TTL)]);
+    assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing waits");
+    // Leaving (u1's last shard, u2) over the window, and one coming back
+    // (u3, who left and returned inside it): two removals in one write.
+    let later = T0 + 100;
+    assert!(r.w.commands([leave("C", "u1"), leave("D", "u2")], later));
+    assert!(r.w.commands([leave("E", "u3")], later + 5));
+    assert!(r.w.commands([join("E", "u3")], later + 10));
+    assert!(r.log().is_empty(), "the window is still open");
+    r.w.handle_timeout(later + LEAVE_WINDOW_MS);
+    let mut log = r.log();
+    log.sort();
+    assert_eq!(log, ["remove C u1", "remove D u2"]);
+}
+
+#[test]
+fn a_count_tick_writes_the_removals_waiting_before_it_counts() {
+    let mut r = rig();
+    r.join("C", "u1", T0);
+    r.join("C", "u2", T0);
+    r.log();
+    r.leave("C", "u1", T0 + TICK - 5);
+    assert_eq!(r.w.poll_timeout(), T0 + TICK, "the tick comes first");
+    r.w.handle_timeout(T0 + TICK);
+    assert_eq!(
+        r.log(),
+        ["remove C u1".to_string(), format!("count 1 {}", T0 + TICK)]
+    );
+    assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+}
+
+#[test]
+fn counts_every_tick_and_rescores_every_half_ttl() {
+    let mut r = rig();
+    r.join("C", "u1", T0);
+    r.join("D", "u2", T0);
+    r.log();
+    assert_eq!(r.w.poll_timeout(), T0 + TICK);
+    let mut now = T0;
+    let mut refreshes = Vec::new();
+    let mut counts = Vec::new();
+    while now < T0 + 2 * TTL {
+        now = r.w.poll_timeout();
+        r.w.handle_timeout(now);
+        for l in r.log() {
+            if l.starts_with("refresh") {
+                refreshes.push((now, l));
+            } else if l.starts_with("count") {
+                counts.push(now);
+            }
+        }
+    }
+    // Re-scored every TTL/2, to now + TTL.
+    let want: Vec<(u64, String)> = (1..=4)
+        .map(|k| {
+            let at = T0 + k * TTL / 2;
+            (at, format!("refresh 2 {}", at + TTL))
+        })
+        .collect();
+    assert_eq!(refreshes, want);
+    // Counted every tick, pushed to every shard and to ingest.
+    assert_eq!(counts.len() as u64, 2 * TTL / TICK);
+    assert!(counts.windows(2).all(|w| w[1] - w[0] == TICK));
+    let pushed = r.counts();
+    assert_eq!(pushed.len(), counts.len());
+    let mut last = pushed.last().unwrap().clone();
+    last.sort();
+    assert_eq!(last, [("C".into(), 1), ("D".into(), 1)]);
+    assert!(std::iter::from_fn(|| r.inboxes[1].try_control()).count() == counts.len());
+    assert_eq!(
+        std::iter::from_fn(|| r.ingest.try_recv()).count(),
+        counts.len()
+    );
+}
+
+#[test]
+fn a_failed_write_is_repaired_at_the_next_count_tick() {
+    let mut r = rig();
+    r.calls.lock().unwrap().down = true;
+    r.join("C", "u1", T0);
+    r.log();
+    r.calls.lock().unwrap().down = false;
+    // The next tick re-scores everything (not TTL/2 later), then counts.
+    r.w.handle_timeout(T0 + TICK);
+    assert_eq!(
+        r.log(),
+        [
+            format!("refresh 1 {}", T0 + TICK + TTL),
+            format!("count 1 {}", T0 + TICK)
+        ]
+    );
+    assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+    // Repaired: the following tick only counts.
+    r.w.handle_timeout(T0 + 2 * TICK);
+    assert_eq!(r.log(), [format!("count 1 {}", T0 + 2 * TICK)]);
+}
+
+#[test]
+fn a_removal_that_failed_is_sent_again_once_the_store_answers() {
+    let mut r = rig();
+    r.join("C", "u1", T0);
+    r.join("C", "u2", T0);
+    r.calls.lock().unwrap().down = true;
+    r.leave("C", "u1", T0 + 100);
+    r.leave("C", "u2", T0 + 100);
+    r.w.handle_timeout(T0 + 100 + LEAVE_WINDOW_MS);
+    // u2 comes back before the store does: only u1 is removed later.
+    r.join("C", "u2", T0 + 200);
+    r.w.handle_timeout(T0 + TICK);
+    r.log();
+    r.calls.lock().unwrap().down = false;
+    r.w.handle_timeout(T0 + 2 * TICK);
+    assert_eq!(
+        r.log(),
+        [
+            format!("refresh 1 {}", T0 + 2 * TICK + TTL),
+            "remove C u1".to_string(),
+            format!("count 1 {}", T0 + 2 * TICK)
+        ]
+    );
+    assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+    // Done: the next tick only counts.
+    r.w.handle_timeout(T0 + 3 * TICK);
+    assert_eq!(r.log(), [format!("count 1 {}", T0 + 3 * TICK)]);
+}
+
+#[test]
+fn admins_get_every_known_course_counted_and_rosters_answered() {
+    let mut r = rig();
+    r.join("C", "u1", T0);
+    r.w.command(PresenceCmd::Extra(vec!["X".into()]), T0);
+    r.w.handle_timeout(T0 + TICK);
+    assert_eq!(
+        r.counts(),
+        [vec![("C".to_string(), 1)]],
+        "extras only for admins"
+    );
+    r.w.command(PresenceCmd::CountAll(true), T0);
+    r.w.command(PresenceCmd::Extra(vec!["X".into()]), T0);
+    r.w.handle_timeout(T0 + 2 * TICK);
+    let mut got = r.counts().pop().unwrap();
+    got.sort();
+    assert_eq!(got, [("C".into(), 1), ("X".into(), 0)]);
+    // Roster: answered to the asking shard, with the viewers; an
+    // unreachable store answers the `unavailable` error.
+    let conn = shards::Shard::new(Default::default()).connect(
+        "admin",
+        shards::Role::Admin,
+        shards::WsOptions::VIEWER,
+        0,
+    );
+    let ask = |r: &mut Rig| {
+        let cmd = PresenceCmd::Roster {
+            shard: 1,
+            conn,
+            course: "C".into(),
+        };
+        r.w.command(cmd, T0 + 1);
+        let frames: Vec<Bytes> = std::iter::from_fn(|| r.inboxes[1].try_control())
+            .filter_map(|c| match c {
+                Control::Roster { frame, .. } => Some(frame),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(frames.len(), 1);
+        String::from_utf8_lossy(&frames[0][2..]).into_owned()
+    };
+    let roster = ask(&mut r);
+    assert!(roster.contains(r#""total":1,"viewers":["u1"]"#), "{roster}");
+    r.calls.lock().unwrap().down = true;
+    assert!(ask(&mut r).contains(r#""code":"unavailable""#));
+}
