@@ -60,6 +60,9 @@ use super::transport::{tls_error, Tls, Transport};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use serde::{Deserialize, Serialize};
+use shards::opcode;
+use shards::read_server_frame;
+use shards::ws_codec::client_frame;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -883,7 +886,7 @@ impl Gen {
                 self.seeding.watched(c, now);
                 let course = &self.cfg.courses[c as usize];
                 let watch = format!("{{\"op\":\"watch\",\"course\":\"{course}\"}}");
-                let frame = shards::ws_codec::client_frame(true, 1, watch.as_bytes(), mask());
+                let frame = client_frame(true, opcode::TEXT, watch.as_bytes(), mask());
                 conn.wbuf.extend_from_slice(&frame);
             }
             flush(conn);
@@ -896,28 +899,18 @@ impl Gen {
     fn ws_frames(&mut self, idx: usize, buf: &[u8]) -> (usize, bool) {
         let mut pos = 0;
         loop {
-            let avail = &buf[pos..];
-            if avail.len() < 2 {
-                return (pos, true);
-            }
-            let op = avail[0] & 0x0f;
-            let rsv1 = avail[0] & 0x40 != 0;
-            let (len, hdr) = match avail[1] & 0x7f {
-                126 if avail.len() >= 4 => (u16::from_be_bytes([avail[2], avail[3]]) as usize, 4),
-                127 if avail.len() >= 10 => {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&avail[2..10]);
-                    (u64::from_be_bytes(b) as usize, 10)
+            let frame = match read_server_frame(&buf[pos..]) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return (pos, true),
+                Err(_) => {
+                    self.c.errors += 1;
+                    self.fail_io(idx, None);
+                    return (pos, false);
                 }
-                126 | 127 => return (pos, true),
-                n => (n as usize, 2),
             };
-            if avail.len() < hdr + len {
-                return (pos, true);
-            }
-            let payload = &avail[hdr..hdr + len];
-            match op {
-                1 | 0 if rsv1 => {
+            let payload = frame.payload;
+            match frame.opcode {
+                opcode::TEXT | opcode::CONT if frame.rsv1 => {
                     self.c.compressed += 1;
                     match inflate(&mut self.inflater, payload, &mut self.inflated) {
                         Some(()) => {
@@ -928,23 +921,21 @@ impl Gen {
                         None => self.c.errors += 1,
                     }
                 }
-                1 | 0 => self.on_text(idx, payload),
-                9 => {
-                    let pong = shards::ws_codec::client_frame(true, 10, payload, mask());
+                opcode::TEXT | opcode::CONT => self.on_text(idx, payload),
+                opcode::PING => {
+                    let pong = client_frame(true, opcode::PONG, payload, mask());
                     if let Some(c) = self.conns[idx].as_mut() {
                         c.wbuf.extend_from_slice(&pong);
                         flush(c);
                     }
                 }
-                8 => {
-                    let code =
-                        (payload.len() >= 2).then(|| u16::from_be_bytes([payload[0], payload[1]]));
-                    self.fail_io(idx, code);
+                opcode::CLOSE => {
+                    self.fail_io(idx, frame.close_code());
                     return (pos, false);
                 }
                 _ => {}
             }
-            pos += hdr + len;
+            pos += frame.len;
         }
     }
 
@@ -1305,7 +1296,7 @@ fn flush(conn: &mut Conn) {
 
 /// A client close frame (1000) and a FIN instead of the churn socket's RST.
 fn say_goodbye(conn: &mut Conn) {
-    let frame = shards::ws_codec::client_frame(true, 8, &1000u16.to_be_bytes(), mask());
+    let frame = client_frame(true, opcode::CLOSE, &1000u16.to_be_bytes(), mask());
     conn.wbuf.extend_from_slice(&frame);
     flush(conn);
     let off = libc::linger {
