@@ -1,12 +1,12 @@
 //! The `fleet` scenario: HAProxy (the shipped `systemd/haproxy/seatboard.cfg`)
 //! in front of several `seatboard serve` nodes on one Redis, viewers that
-//! reconnect like the board page (`src/rehearse/viewers.rs`), a storm of snapshots, and one
+//! reconnect like the board page (the `loadgen` crate), a storm of snapshots, and one
 //! event per run: `kill` (SIGKILL a node), `rolling` (SIGTERM, drain, start
 //! again, node by node) or `redis_restart` (`SHUTDOWN SAVE`, start again on
 //! the same port and dump).
 //!
 //! Measured per event: when the affected viewers' boards were true again
-//! (see `src/rehearse/viewers.rs`, "Recovery"), refusals served (503 + `Retry-After`), the
+//! (see `loadgen/src/recovery.rs`), refusals served (503 + `Retry-After`), the
 //! survivors' p99 publish-to-screen latency before and during the event,
 //! final-state correctness, and the longest blind interval. The result goes
 //! into `target/bench/fleet.json` under the event's key; a run of one event

@@ -1,6 +1,6 @@
 //! The `reconnect` scenario: a node's viewers all come back at once. N
 //! viewers watch the storm's courses (every section seeded), then every
-//! connection is reset at the same moment (`drop`, see `src/rehearse/viewers.rs`) and each
+//! connection is reset at the same moment (`Command::Drop`, see the `loadgen` crate) and each
 //! viewer reconnects the way the board page does after a lost connection (a
 //! full-jitter backoff under 500 ms), as when a load balancer sends a dead
 //! node's viewers on to this one.

@@ -1,5 +1,5 @@
-//! seatboard's load generator, the viewers: one mio (epoll) loop on one thread driving thousands of
-//! hand-rolled WebSocket (or SSE) clients, each watching one to
+//! seatboard's load generator, the viewers: one mio (epoll) loop on one
+//! thread driving thousands of WebSocket (or SSE) clients, each watching one to
 //! `max_courses` courses. `seatboard rehearse` runs several of them (threads,
 //! and child processes past one process's open files); the bench suite runs
 //! the same loop (its binary re-executed as `__loadgen <json>`). Each is

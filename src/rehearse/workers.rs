@@ -146,7 +146,14 @@ impl Workers {
                 crate::logging::line(&format!("warning: rehearse: viewers loop {i}: {e}"))
             }
             Output::Mark(c) => self.counters[i] = c,
-            Output::Report(r) => return Some(r),
+            Output::Report(r) => {
+                if let Some(why) = &r.error {
+                    crate::logging::line(&format!(
+                        "warning: rehearse: viewers loop {i} could not run: {why}"
+                    ));
+                }
+                return Some(r);
+            }
         }
         None
     }

@@ -23,6 +23,7 @@ impl Gen {
         (k > 0).then(|| IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2 + (user % k) as u8)))
     }
 
+    /// Starts a connection of `user` watching `courses` (its connect in flight).
     pub(crate) fn open(&mut self, user: u64, courses: Vec<u32>) {
         let dst = SocketAddr::new(self.cfg.host, self.cfg.port);
         let sock = match connect_from(self.source(user), dst, self.cfg.churn) {
@@ -112,6 +113,7 @@ impl Gen {
         }
     }
 
+    /// An upgrade refused with `status`: counted, and retried the way the page does.
     pub(crate) fn refused(&mut self, idx: usize, status: u16, retry_after_s: Option<u64>) {
         self.c.refused += 1;
         if retry_after_s.is_some() {

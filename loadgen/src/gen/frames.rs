@@ -43,6 +43,7 @@ struct Info {
 }
 
 impl Gen {
+    /// One whole text message of connection `idx`, by its type.
     pub(crate) fn on_text(&mut self, idx: usize, payload: &[u8]) {
         let Ok(msg) = serde_json::from_slice::<Msg>(payload) else {
             self.c.errors += 1;
