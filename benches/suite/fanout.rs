@@ -3,8 +3,6 @@
 //! and the final boards, and the floor in the same run.
 
 use crate::floor;
-use crate::hist::Hist;
-use crate::loadgen;
 use crate::measure::{
     correctness, counter, cpu_pct, machine_row, merged_latency, progress, wire_row,
 };
@@ -12,6 +10,7 @@ use crate::procs::{self, Fleet, Redis, Server, Usage};
 use crate::publish::Publisher;
 use crate::setup::{fleet, server_flags, wait_open};
 use crate::{Opts, Outcome};
+use loadgen::Hist;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -83,7 +82,7 @@ fn publish_window(
         }
         if Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
-            let now = (server.usage(), f.sum("frames"), Instant::now());
+            let now = (server.usage(), f.sum(|c| c.frames), Instant::now());
             let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
             progress(
                 o,

@@ -1,18 +1,17 @@
 //! The `fleet` scenario: HAProxy (the shipped `systemd/haproxy/seatboard.cfg`)
 //! in front of several `seatboard serve` nodes on one Redis, viewers that
-//! reconnect like the board page (`src/rehearse/viewers.rs`), a storm of snapshots, and one
+//! reconnect like the board page (the `loadgen` crate), a storm of snapshots, and one
 //! event per run: `kill` (SIGKILL a node), `rolling` (SIGTERM, drain, start
 //! again, node by node) or `redis_restart` (`SHUTDOWN SAVE`, start again on
 //! the same port and dump).
 //!
 //! Measured per event: when the affected viewers' boards were true again
-//! (see `src/rehearse/viewers.rs`, "Recovery"), refusals served (503 + `Retry-After`), the
+//! (see `loadgen/src/recovery.rs`), refusals served (503 + `Retry-After`), the
 //! survivors' p99 publish-to-screen latency before and during the event,
 //! final-state correctness, and the longest blind interval. The result goes
 //! into `target/bench/fleet.json` under the event's key; a run of one event
 //! keeps the other events' keys from earlier runs.
 
-use crate::hist::Hist;
 use crate::lb::{self, Bind, Haproxy};
 use crate::measure::{counter, progress};
 use crate::procs::{self, Fleet};
@@ -20,12 +19,13 @@ use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
 use crate::setup::course_names;
 use crate::{Opts, Outcome};
+use loadgen::{Command, Hist};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 pub const EVENTS: [&str; 3] = ["kill", "rolling", "redis_restart"];
 
 fn now_ms() -> u64 {
-    crate::loadgen::now_us() / 1000
+    loadgen::now_us() / 1000
 }
 
 fn work_dir() -> PathBuf {
@@ -64,7 +64,7 @@ impl Node {
 
     /// Starts the process; false if it is not ready within 30 s.
     fn spawn(&mut self) -> bool {
-        let child = Command::new(env!("CARGO_BIN_EXE_seatboard"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_seatboard"))
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--auth", "jwt", "--jwt-secret", procs::SECRET])
@@ -149,7 +149,7 @@ impl Drop for Node {
 /// What the event thread asks of the publishing thread.
 enum Ask {
     /// A load-generator command (answered on the ack channel once sent).
-    Cmd(String),
+    Cmd(Command),
     /// Stop sending reference boards until `Resume` (Redis is down).
     Pause,
     /// Send a reference board after the next successful write.
@@ -244,8 +244,10 @@ fn event_thread(
                 let _ = ack.recv_timeout(Duration::from_secs(10));
             }
         };
-        ask(Ask::Cmd("arm".into()));
-        ask(Ask::Cmd("lat during".into()));
+        ask(Ask::Cmd(Command::Arm));
+        ask(Ask::Cmd(Command::Lat {
+            phase: "during".into(),
+        }));
         m.node_refused_start = rig.nodes.iter().map(Node::refused_503).collect();
         match event.as_str() {
             "kill" => {
@@ -280,7 +282,7 @@ fn event_thread(
             }
             "redis_restart" => {
                 let _ = tx.send(Ask::Pause);
-                ask(Ask::Cmd("blind".into()));
+                ask(Ask::Cmd(Command::Blind));
                 m.start = now_ms();
                 rig.redis.restart();
                 m.redis_up = Some(now_ms());
@@ -314,10 +316,12 @@ fn storm_through(
     max_wait: Duration,
     mut start_event: impl FnMut(),
 ) -> (u64, f64, Value) {
-    let cdf = crate::loadgen::zipf_cdf(p.courses.len(), o.skew);
+    let cdf = loadgen::zipf_cdf(p.courses.len(), o.skew);
     let mut rng = fastrand::Rng::with_seed(7);
     let mut st = StormLoop::new();
-    f.command("lat before");
+    f.command(Command::Lat {
+        phase: "before".into(),
+    });
     loop {
         let el = st.publish_due(o, p, &cdf, &mut rng);
         let now = Instant::now();
@@ -395,9 +399,9 @@ impl StormLoop {
         if due > self.sent + (o.rate * 0.25) as u64 {
             self.sent = due;
         }
-        let t = crate::loadgen::now_us();
+        let t = loadgen::now_us();
         while self.sent < due {
-            let c = crate::loadgen::zipf_pick(cdf, rng);
+            let c = loadgen::zipf_pick(cdf, rng);
             p.queue(c, rng.u32(0..o.sections), t);
             self.sent += 1;
         }
@@ -416,7 +420,7 @@ impl StormLoop {
         while let Ok(a) = rx.try_recv() {
             match a {
                 Ask::Cmd(c) => {
-                    f.command(&c);
+                    f.command(c);
                     let _ = ack.send(());
                 }
                 Ask::Pause => self.paused = true,
@@ -435,10 +439,9 @@ impl StormLoop {
         if (!self.paused && now >= self.next_ref) || self.send_ref {
             self.send_ref = false;
             self.next_ref = now + Duration::from_millis(500);
-            f.command(&format!(
-                "ref {}",
-                serde_json::to_string(&p.versions()).expect("ref json")
-            ));
+            f.command(Command::Ref {
+                versions: p.versions(),
+            });
         }
     }
 
@@ -451,12 +454,12 @@ impl StormLoop {
                 format!(
                     "[fleet] {el:.0}s published {}  open {}  blind {}  recovered {}  refused {} ({} with Retry-After)  closed {}",
                     p.published,
-                    f.sum("open"),
-                    f.sum("blind"),
-                    f.sum("recovered"),
-                    f.sum("refused"),
-                    f.sum("refused_retry_after"),
-                    f.sum("closed_by_server"),
+                    f.sum(|c| c.open),
+                    f.sum(|c| c.blind),
+                    f.sum(|c| c.recovered),
+                    f.sum(|c| c.refused),
+                    f.sum(|c| c.refused_retry_after),
+                    f.sum(|c| c.closed_by_server),
                 ),
             );
         }
@@ -472,9 +475,8 @@ impl StormLoop {
         // and no connection closed for 2 s (children may report late on a
         // busy machine); and a few seconds of "during" at least, for the
         // survivors' latency.
-        let closed = f.sum("closed_by_server");
-        let quiet =
-            f.progress.iter().all(|p| p["blind"].as_u64() == Some(0)) && f.sum("recovered") > 0;
+        let closed = f.sum(|c| c.closed_by_server);
+        let quiet = f.progress.iter().all(|p| p.blind == 0) && f.sum(|c| c.recovered) > 0;
         if closed != self.last_closed.0 || !quiet {
             self.last_closed = (closed, now);
         }
@@ -483,7 +485,9 @@ impl StormLoop {
             && now.duration_since(ev).as_secs_f64() >= o.min_during_s;
         if recovered || now.duration_since(ev.max(d)) >= max_wait {
             self.end_at = Some(now);
-            f.command("lat after");
+            f.command(Command::Lat {
+                phase: "after".into(),
+            });
         }
     }
 }

@@ -117,11 +117,13 @@ pub struct ConnectConfig {
     pub max_secs: u64,
 }
 
-/// One connection of the connect floor: what it sent that is not answered yet.
+/// One connection of the connect floor: its request head so far, then its
+/// frames through the core's client-frame decoder (as the server reads them).
 #[derive(Default)]
 struct FloorConn {
     buf: Vec<u8>,
     upgraded: bool,
+    frames: shards::ws_codec::Decoder,
 }
 
 /// Runs the connect floor: the least a server can do for the load
@@ -203,18 +205,23 @@ pub fn run_connect(cfg: ConnectConfig) {
                 unsafe { libc::close(fd) };
                 continue;
             }
-            conn.buf.extend_from_slice(&chunk[..got as usize]);
-            if !conn.upgraded {
+            if conn.upgraded {
+                conn.frames.feed(&chunk[..got as usize]);
+            } else {
+                conn.buf.extend_from_slice(&chunk[..got as usize]);
                 let Some(end) = conn.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
                     continue;
                 };
-                conn.buf.drain(..end + 4);
+                conn.frames.feed(&conn.buf[end + 4..]);
+                conn.buf = Vec::new();
                 conn.upgraded = true;
                 write_fd(fd, &first);
             }
-            while let Some((payload, used)) = client_message(&conn.buf) {
-                conn.buf.drain(..used);
-                if let Some(course) = watched_course(&payload) {
+            while let Ok(Some(event)) = conn.frames.next_event() {
+                let shards::ws_codec::WsEvent::Text(text) = event else {
+                    continue;
+                };
+                if let Some(course) = watched_course(text.as_bytes()) {
                     let mut answer = shards::server_msg::frame(
                         &course,
                         true,
@@ -244,22 +251,6 @@ fn watch_fd(ep: i32, fd: i32) {
 fn write_fd(fd: i32, bytes: &[u8]) {
     // SAFETY: `fd` is an open socket; the buffer is a live slice of its length.
     unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
-}
-
-/// The first whole masked client frame in `buf`: its unmasked payload and
-/// the bytes it takes (short frames only: the load generator's watch).
-fn client_message(buf: &[u8]) -> Option<(Vec<u8>, usize)> {
-    let len = usize::from(*buf.get(1)? & 0x7f);
-    if len > 125 || buf.len() < 6 + len {
-        return None;
-    }
-    let mask = &buf[2..6];
-    let payload = buf[6..6 + len]
-        .iter()
-        .enumerate()
-        .map(|(i, b)| b ^ mask[i % 4])
-        .collect();
-    Some((payload, 6 + len))
 }
 
 /// The course of a `{"op":"watch","course":"…"}` message.

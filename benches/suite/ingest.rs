@@ -5,8 +5,8 @@
 //! parse + validate + dedupe + board update + routing, and `Snapshot::parse`
 //! alone for reference.
 
-use crate::loadgen::{zipf_cdf, zipf_pick};
 use crate::Outcome;
+use loadgen::{zipf_cdf, zipf_pick};
 use seatboard::channels::{Inbox, IngestCmd, Outlet};
 use seatboard::ingest::source::{Source, SourceEvent};
 use seatboard::ingest::Ingest;

@@ -8,7 +8,7 @@
 //!
 //! The runner starts `redis-server` and `seatboard serve` (the release build
 //! under `cargo bench`), and load-generator processes (this binary re-executed
-//! as `__loadgen`, see `seatboard::rehearse::viewers`); it samples the server's CPU time and RSS
+//! as `__loadgen`, see the `loadgen` crate); it samples the server's CPU time and RSS
 //! from /proc. All traffic goes to 127.0.0.0/8 and every run is bounded in
 //! connections and time.
 
@@ -18,10 +18,8 @@ mod fleet;
 mod floor;
 mod floor_server;
 mod handshake;
-use seatboard::rehearse::hist;
 mod idle;
 mod ingest;
-use seatboard::rehearse::viewers as loadgen;
 mod measure;
 mod opts;
 mod outcome;

@@ -2,10 +2,10 @@
 //! the load generators' counters, latency and boards, and the rows that
 //! report them.
 
-use crate::hist::Hist;
 use crate::procs::{self, Fleet, Server, Usage};
 use crate::publish::Publisher;
 use crate::{Opts, Outcome};
+use loadgen::Hist;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -41,11 +41,11 @@ pub fn cpu_pct(a: Usage, b: Usage, secs: f64) -> f64 {
 /// generators' `counter` (e.g. `frames`, `upgrades`) each second.
 pub fn watch(o: &Opts, label: &str, counter: &str, secs: f64, server: &Server, f: &mut Fleet) {
     let start = Instant::now();
-    let mut prev = (server.usage(), f.sum(counter), Instant::now());
+    let mut prev = (server.usage(), f.sum_named(counter), Instant::now());
     while start.elapsed().as_secs_f64() < secs {
         let left = secs - start.elapsed().as_secs_f64();
         std::thread::sleep(Duration::from_secs_f64(left.clamp(0.0, 1.0)));
-        let now = (server.usage(), f.sum(counter), Instant::now());
+        let now = (server.usage(), f.sum_named(counter), Instant::now());
         let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
         progress(
             o,
@@ -55,8 +55,8 @@ pub fn watch(o: &Opts, label: &str, counter: &str, secs: f64, server: &Server, f
                 cpu_pct(prev.0, now.0, dt),
                 now.0.rss_kib / 1024,
                 now.1.saturating_sub(prev.1) as f64 / dt,
-                f.sum("open"),
-                f.sum("refused"),
+                f.sum(|c| c.open),
+                f.sum(|c| c.refused),
             ),
         );
         prev = now;

@@ -1,7 +1,7 @@
 //! Processes the runner owns: `redis-server`, `seatboard serve`, the
 //! load-generator children; and /proc sampling of CPU time and RSS.
 
-use crate::loadgen::Config;
+use loadgen::{message, Command as LoadgenCommand, Config, Counters, Output};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -422,9 +422,9 @@ impl Drop for Server {
 /// The load-generator children and their messages.
 pub struct Fleet {
     children: Vec<(Child, Option<ChildStdin>)>,
-    rx: mpsc::Receiver<(usize, Value)>,
+    rx: mpsc::Receiver<(usize, Output)>,
     /// Latest progress counters per child.
-    pub progress: Vec<Value>,
+    pub progress: Vec<Counters>,
 }
 
 impl Fleet {
@@ -448,10 +448,11 @@ impl Fleet {
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines() {
                     let Ok(line) = line else { break };
-                    if let Ok(v) = serde_json::from_str::<Value>(&line) {
-                        if tx.send((i, v)).is_err() {
-                            break;
-                        }
+                    // A line that is no output is a broken child: say so.
+                    let o = message::parse::<Output>(&line)
+                        .unwrap_or_else(|e| panic!("load generator {i}: {e}"));
+                    if tx.send((i, o)).is_err() {
+                        break;
                     }
                 }
             });
@@ -461,7 +462,7 @@ impl Fleet {
         Fleet {
             children,
             rx,
-            progress: vec![Value::Null; n],
+            progress: vec![Counters::default(); n],
         }
     }
 
@@ -475,8 +476,14 @@ impl Fleet {
         self.pids().into_iter().map(|p| usage(p).cpu_us).sum()
     }
 
-    /// Drains pending progress lines; returns answers of type `key` seen.
-    fn pump(&mut self, key: &str, wait: Duration, want: usize) -> Vec<Value> {
+    /// Drains pending outputs (progress kept); returns, per child, the
+    /// answer `want_answer` picks (a mark or a report) as JSON.
+    fn pump(
+        &mut self,
+        want_answer: fn(Output) -> Option<Value>,
+        wait: Duration,
+        want: usize,
+    ) -> Vec<Value> {
         let mut got = vec![Value::Null; self.children.len()];
         let mut n = 0;
         let end = Instant::now() + wait;
@@ -493,38 +500,47 @@ impl Fleet {
                     Err(_) => break,
                 }
             };
-            let (i, v) = msg;
-            if let Some(p) = v.get("p") {
-                self.progress[i] = p.clone();
-            }
-            if let Some(a) = v.get(key) {
-                if got[i].is_null() {
-                    n += 1;
+            let (i, o) = msg;
+            match o {
+                Output::Progress(p) => self.progress[i] = p.counters,
+                Output::Rejected(e) => panic!("load generator {i}: {e}"),
+                answer => {
+                    if let Some(a) = want_answer(answer) {
+                        if got[i].is_null() {
+                            n += 1;
+                        }
+                        got[i] = a;
+                    }
                 }
-                got[i] = a.clone();
             }
         }
         got
     }
 
     /// Refreshes `progress` and returns the summed value of one counter.
-    pub fn sum(&mut self, counter: &str) -> u64 {
-        self.pump("-", Duration::ZERO, 0);
-        self.progress
-            .iter()
-            .map(|p| p[counter].as_u64().unwrap_or(0))
-            .sum()
+    pub fn sum(&mut self, counter: impl Fn(&Counters) -> u64) -> u64 {
+        self.pump(|_| None, Duration::ZERO, 0);
+        loadgen::counters::sum(&self.progress, counter)
     }
 
-    /// Sends one command line to every child (see `loadgen`).
-    pub fn command(&mut self, cmd: &str) {
-        self.send(cmd);
+    /// The summed value of the counter called `name` (as the reports name
+    /// it: scenarios that print or pick counters by name); a name that is
+    /// no counter panics, naming it.
+    pub fn sum_named(&mut self, name: &str) -> u64 {
+        self.sum(|c| {
+            let v = serde_json::to_value(c).unwrap_or_default();
+            v[name]
+                .as_u64()
+                .unwrap_or_else(|| panic!("no load-generator counter named {name:?}"))
+        })
     }
 
-    fn send(&mut self, cmd: &str) {
+    /// Sends one command to every child (see `loadgen::Command`).
+    pub fn command(&mut self, cmd: LoadgenCommand) {
+        let line = message::line(&cmd);
         for (_, stdin) in &mut self.children {
             if let Some(s) = stdin {
-                let _ = writeln!(s, "{cmd}");
+                let _ = writeln!(s, "{line}");
                 let _ = s.flush();
             }
         }
@@ -532,15 +548,29 @@ impl Fleet {
 
     /// Counters of every child right now (summed).
     pub fn mark(&mut self) -> Value {
-        self.send("mark");
-        let marks = self.pump("mark", Duration::from_secs(10), self.children.len());
+        self.command(LoadgenCommand::Mark);
+        let marks = self.pump(
+            |o| match o {
+                Output::Mark(c) => serde_json::to_value(c).ok(),
+                _ => None,
+            },
+            Duration::from_secs(10),
+            self.children.len(),
+        );
         sum_objects(&marks)
     }
 
     /// Final reports; the children exit.
     pub fn report(mut self) -> Vec<Value> {
-        self.send("report");
-        let reports = self.pump("report", Duration::from_secs(30), self.children.len());
+        self.command(LoadgenCommand::Report);
+        let reports = self.pump(
+            |o| match o {
+                Output::Report(r) => serde_json::to_value(r).ok(),
+                _ => None,
+            },
+            Duration::from_secs(30),
+            self.children.len(),
+        );
         for (c, stdin) in &mut self.children {
             stdin.take();
             let end = Instant::now() + Duration::from_secs(10);

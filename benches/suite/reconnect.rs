@@ -1,6 +1,6 @@
 //! The `reconnect` scenario: a node's viewers all come back at once. N
 //! viewers watch the storm's courses (every section seeded), then every
-//! connection is reset at the same moment (`drop`, see `src/rehearse/viewers.rs`) and each
+//! connection is reset at the same moment (`Command::Drop`, see the `loadgen` crate) and each
 //! viewer reconnects the way the board page does after a lost connection (a
 //! full-jitter backoff under 500 ms), as when a load balancer sends a dead
 //! node's viewers on to this one.
@@ -17,6 +17,7 @@ use crate::procs::{self, Fleet, Redis, Server};
 use crate::publish::Publisher;
 use crate::setup::{course_names, fleet};
 use crate::{Opts, Outcome};
+use loadgen::Command;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -60,12 +61,12 @@ fn pass_flags(o: &Opts, pass: &str) -> Vec<String> {
 fn wait_counter(f: &mut Fleet, counter: &str, target: u64, limit: Duration) -> bool {
     let end = Instant::now() + limit;
     while Instant::now() < end {
-        if f.sum(counter) >= target {
+        if f.sum_named(counter) >= target {
             return true;
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    f.sum(counter) >= target
+    f.sum_named(counter) >= target
 }
 
 /// Waits until every client is open and has its watch answer (a full frame).
@@ -97,10 +98,9 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
         o,
         format!("[reconnect {pass}] {n} viewers watching: {filled}"),
     );
-    f.command(&format!(
-        "ref {}",
-        serde_json::to_string(&publisher.versions()).expect("ref json")
-    ));
+    f.command(Command::Ref {
+        versions: publisher.versions(),
+    });
     // Settle: the fill's garbage back to the OS (the tick does it) first.
     std::thread::sleep(Duration::from_secs(3));
     let u0 = server.usage();
@@ -108,12 +108,12 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
     let w0 = procs::wakeups(server.pid());
     let m0 = f.mark();
     let t0 = Instant::now();
-    f.command("drop");
+    f.command(Command::Drop);
     let limit = Duration::from_secs(60);
     let recovered0 = counter(&m0, "recovered");
     let mut back = false;
     while t0.elapsed() < limit {
-        if f.sum("recovered") >= recovered0 + n {
+        if f.sum(|c| c.recovered) >= recovered0 + n {
             back = true;
             break;
         }

@@ -1,7 +1,6 @@
 //! What a scenario starts before it measures: Redis, the server's flags, the
 //! course names, the load-generator fleet, and the wait for its connections.
 
-use crate::loadgen;
 use crate::measure::progress;
 use crate::procs::{self, Fleet, Redis};
 use crate::Opts;
@@ -82,9 +81,9 @@ pub fn wait_open(o: &Opts, f: &mut Fleet, target: usize, label: &str) -> u64 {
     let mut last = (0u64, Instant::now());
     loop {
         std::thread::sleep(Duration::from_millis(500));
-        let open = f.sum("open");
-        let failed = f.sum("failed");
-        let refused = f.sum("refused");
+        let open = f.sum(|c| c.open);
+        let failed = f.sum(|c| c.failed);
+        let refused = f.sum(|c| c.refused);
         progress(
             o,
             format!(

@@ -24,12 +24,12 @@
 //! its replica takes over, then SIGCONT: it rejoins as a replica).
 
 use crate::cluster_util::{self, Cluster};
-use crate::loadgen::{self, now_us, zipf_cdf, zipf_pick};
 use crate::measure::progress;
 use crate::procs::{self, Fleet};
 use crate::publish::Publisher;
 use crate::redis_proc::RedisProc as Redis;
 use crate::{Opts, Outcome};
+use loadgen::{now_us, zipf_cdf, zipf_pick, Command};
 use seatboard::redis::commands::Commands;
 use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
 use serde_json::{json, Value};
@@ -37,7 +37,7 @@ use shards::Snapshot;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::Relaxed};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ impl Hub {
             .append(true)
             .open(&self.log)
             .expect("hub log");
-        let child = Command::new(env!("CARGO_BIN_EXE_seatboard"))
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_seatboard"))
             .arg("serve")
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .args(["--auth", "jwt", "--jwt-secret", procs::SECRET])
@@ -788,11 +788,8 @@ fn converge(
     let versions = rx
         .recv_timeout(Duration::from_secs(90))
         .expect("the publisher paused");
-    f.command("blind");
-    f.command(&format!(
-        "ref {}",
-        serde_json::to_string(&versions).expect("ref json")
-    ));
+    f.command(Command::Blind);
+    f.command(Command::Ref { versions });
     let end = Instant::now() + CONVERGE_MAX;
     let mut recovered = None;
     // The children report every 500 ms: blind 0 twice in a row after the ref.
@@ -800,8 +797,8 @@ fn converge(
     std::thread::sleep(Duration::from_millis(600));
     let mut next_note = Instant::now();
     while Instant::now() < end {
-        let blind = f.sum("blind");
-        let open = f.sum("open");
+        let blind = f.sum(|c| c.blind);
+        let open = f.sum(|c| c.open);
         if Instant::now() >= next_note {
             next_note += Duration::from_secs(5);
             let c: Vec<String> = [
@@ -813,7 +810,7 @@ fn converge(
                 "reconnects",
             ]
             .iter()
-            .map(|k| format!("{k} {}", f.sum(k)))
+            .map(|k| format!("{k} {}", f.sum_named(k)))
             .collect();
             eprintln!("  .. [soak] converging: {}", c.join(", "));
         }
@@ -828,7 +825,7 @@ fn converge(
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    let blind = f.sum("blind") as f64;
+    let blind = f.sum(|c| c.blind) as f64;
     let correct = if recovered.is_some() {
         1.0
     } else {
@@ -1099,7 +1096,7 @@ fn run_schedule(
                 "[soak] {:.0}s {}: open {}",
                 t0.elapsed().as_secs_f64(),
                 kind.name(),
-                f.sum("open")
+                f.sum(|c| c.open)
             ),
         );
         let started = t0.elapsed().as_secs_f64();

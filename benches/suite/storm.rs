@@ -6,7 +6,6 @@
 //! full frame after its first watch); then the floor in the same run.
 
 use crate::floor;
-use crate::hist::Hist;
 use crate::measure::{
     correctness, counter, cpu_pct, machine_row, merged_latency, progress, usage_sum, wire_row,
 };
@@ -15,7 +14,8 @@ use crate::publish::Publisher;
 use crate::setup::{course_names, fleet, server_flags, start_redis, wait_open};
 use crate::stuck;
 use crate::{Opts, Outcome};
-use seatboard::rehearse::seeding;
+use loadgen::seeding;
+use loadgen::Hist;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -136,11 +136,11 @@ fn publish_window(
     let lg0 = f.cpu_us();
     let th0 = procs::cpu_by_thread(server.pid());
     let t0 = Instant::now();
-    let start_us = seatboard::rehearse::viewers::now_us();
+    let start_us = loadgen::now_us();
     let (rate, secs) = (o.rate, o.seconds);
     let mut prev = (u0, counter(&m0, "frames"), Instant::now());
     publisher.storm(rate, secs, o.skew, 7, |sent| {
-        let now = (server.usage(), f.sum("frames"), Instant::now());
+        let now = (server.usage(), f.sum(|c| c.frames), Instant::now());
         rss_peak = rss_peak.max(now.0.rss_kib);
         let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
         progress(
@@ -150,7 +150,7 @@ fn publish_window(
                 t0.elapsed().as_secs_f64(),
                 cpu_pct(prev.0, now.0, dt),
                 (now.1.saturating_sub(prev.1)) as f64 / dt,
-                f.sum("open")
+                f.sum(|c| c.open)
             ),
         );
         prev = now;
@@ -172,7 +172,7 @@ fn publish_window(
         m0,
         m1: f.mark(),
         start_us,
-        end_us: seatboard::rehearse::viewers::now_us(),
+        end_us: loadgen::now_us(),
     }
 }
 

@@ -4,7 +4,8 @@
 //! - [`shard::Shard`]: the per-core renderer (connections, dirty maps, ticks).
 //! - [`server_msg`]: every message the server sends, encoded once here.
 //! - [`snapshot`]: the Redis payload, parsed and validated; the version rule.
-//! - [`ws_codec`]: RFC 6455 frames in and out.
+//! - [`ws_codec`]: RFC 6455 frames in and out; [`opcode`] names their opcodes,
+//!   [`server_frame`] reads what the server sends (for clients and tests).
 //! - [`sse_event`]: the same messages as Server-Sent Events.
 //! - [`deflate`]: permessage-deflate, negotiated, compressed once per render.
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
@@ -21,10 +22,12 @@ mod course;
 pub mod deflate;
 pub mod gate;
 pub mod http_head;
+pub mod opcode;
 pub mod origin;
 pub mod phase;
 pub mod rate;
 mod send_queue;
+pub mod server_frame;
 pub mod server_msg;
 pub mod shard;
 pub mod snapshot;
@@ -34,5 +37,6 @@ pub mod ws_codec;
 
 pub use conn::{ConnId, Role, Transport, WsOptions};
 pub use gate::Gate;
+pub use server_frame::{read_server_frame, FrameError, ServerFrame};
 pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -5,6 +5,7 @@
 //! header plus [`MAX_MESSAGE`] bytes of payload.
 
 use crate::deflate::{inflate_message, Deflater, InflateError};
+use crate::server_frame::read_server_frame;
 use bytes::Bytes;
 
 /// Largest client data message, in bytes, however it is fragmented.
@@ -54,14 +55,10 @@ pub enum WsEvent {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Violation(pub u16);
 
-const OP_CONT: u8 = 0x0;
-const OP_TEXT: u8 = 0x1;
-const OP_BINARY: u8 = 0x2;
-const OP_CLOSE: u8 = 0x8;
-const OP_PING: u8 = 0x9;
-const OP_PONG: u8 = 0xA;
-/// The "per-message compressed" bit (RFC 7692) in a frame's first byte.
-const RSV1: u8 = 0x40;
+use crate::opcode::{
+    BINARY as OP_BINARY, CLOSE as OP_CLOSE, CONT as OP_CONT, PING as OP_PING, PONG as OP_PONG,
+    RSV1, TEXT as OP_TEXT,
+};
 
 /// Incremental decoder of masked client frames.
 #[derive(Debug, Default)]
@@ -383,24 +380,14 @@ impl std::fmt::Write for FrameBuf {
     }
 }
 
-/// The payload of one whole unmasked server frame, `None` if `frame` is not one.
+/// The payload of one whole unmasked server frame, `None` if `frame` is not
+/// exactly one (the server keeps one frame per buffer).
 pub fn server_frame_payload(frame: &[u8]) -> Option<&[u8]> {
-    let b1 = *frame.get(1)?;
-    if b1 & 0x80 != 0 {
-        return None;
-    }
-    let (len, hdr) = match b1 & 0x7f {
-        126 => (
-            u16::from_be_bytes([*frame.get(2)?, *frame.get(3)?]) as usize,
-            4,
-        ),
-        127 => {
-            let b: [u8; 8] = frame.get(2..10)?.try_into().ok()?;
-            (usize::try_from(u64::from_be_bytes(b)).ok()?, 10)
-        }
-        n => (n as usize, 2),
-    };
-    frame.get(hdr..).filter(|p| p.len() == len)
+    read_server_frame(frame)
+        .ok()
+        .flatten()
+        .filter(|f| f.len == frame.len())
+        .map(|f| f.payload)
 }
 
 /// A whole text frame with RSV1 set: `payload` is a permessage-deflate message.
@@ -454,7 +441,10 @@ pub fn pong_frame(payload: &[u8]) -> Bytes {
     control_frame(OP_PONG, payload)
 }
 
-/// Test aid: a masked client frame, as a browser would send it.
+/// A masked client frame, as a browser would send it: the encoder the load
+/// generator's viewers and the tests write with (`opcode` from
+/// [`crate::opcode`], RSV bits or-ed in for a compressed message; the mask is
+/// the caller's, so a test can choose it).
 pub fn client_frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
     let mut out = vec![if fin { 0x80 } else { 0 } | opcode];
     match payload.len() {

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use shards::read_server_frame;
 use shards::ws_codec::text_frame;
 use shards::{Action, ConnId, Gate, Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -137,20 +138,14 @@ impl Out {
 /// Decodes one unmasked server frame (7/16/64-bit lengths).
 fn decode(f: &[u8]) -> Out {
     assert!(f.len() >= 2, "short frame {f:02x?}");
-    let (b0, b1) = (f[0], f[1]);
-    assert_eq!(b1 & 0x80, 0, "server frames are never masked");
-    let (len, hdr) = match b1 & 0x7f {
-        126 => (u16::from_be_bytes([f[2], f[3]]) as usize, 4),
-        127 => {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&f[2..10]);
-            (u64::from_be_bytes(b) as usize, 10)
-        }
-        n => (n as usize, 2),
+    let frame = match read_server_frame(f) {
+        Ok(Some(frame)) => frame,
+        Ok(None) => panic!("one frame per Bytes, exact length: {f:02x?}"),
+        Err(e) => panic!("server frames are never masked: {e}"),
     };
-    assert_eq!(f.len(), hdr + len, "one frame per Bytes, exact length");
-    let p = &f[hdr..];
-    match b0 {
+    assert_eq!(f.len(), frame.len, "one frame per Bytes, exact length");
+    let p = frame.payload;
+    match f[0] {
         0x81 => Out::Json(serde_json::from_slice(p).expect("text frames carry JSON")),
         0x88 => {
             assert!(p.len() >= 2, "close frames carry a code");

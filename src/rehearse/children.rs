@@ -1,13 +1,13 @@
 //! Viewers in child processes, past what one process's open files allow: the
 //! same binary re-executed as the hidden `__rehearse-viewers` subcommand, its
 //! [`Config`] as the first line on its stdin (so no secret shows in `ps`),
-//! then the commands of [`super::viewers`] (`report`, ...), one a line; it
-//! answers with that loop's JSON values, one a line on its stdout.
+//! then [`Command`]s, one JSON line each; it answers with that loop's
+//! [`Output`]s, one a line on its stdout. A line that does not read as one
+//! is logged, naming the child.
 
-use super::viewers::{self, Config};
-use serde_json::Value;
+use loadgen::{message, Command, Config, Output};
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -22,14 +22,14 @@ pub struct ChildLoop {
 }
 
 impl ChildLoop {
-    /// Starts a child on `cfg`; its JSON values come to `tx` as `(i, value)`.
+    /// Starts a child on `cfg`; its outputs come to `tx` as `(i, output)`.
     pub fn spawn(
         i: usize,
         cfg: &Config,
-        tx: mpsc::Sender<(usize, Value)>,
+        tx: mpsc::Sender<(usize, Output)>,
     ) -> std::io::Result<ChildLoop> {
         let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
+        let mut child = std::process::Command::new(exe)
             .arg(SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -47,10 +47,15 @@ impl ChildLoop {
                 let Some(out) = stdout else { return };
                 for l in BufReader::new(out).lines() {
                     let Ok(l) = l else { return };
-                    if let Ok(v) = serde_json::from_str::<Value>(&l) {
-                        if tx.send((i, v)).is_err() {
-                            return;
+                    match message::parse::<Output>(&l) {
+                        Ok(o) => {
+                            if tx.send((i, o)).is_err() {
+                                return;
+                            }
                         }
+                        Err(e) => crate::logging::line(&format!(
+                            "warning: rehearse: viewers process {i}: {e}"
+                        )),
                     }
                 }
             })
@@ -62,10 +67,11 @@ impl ChildLoop {
         })
     }
 
-    /// Sends one command line.
-    pub fn send(&mut self, cmd: &str) {
+    /// Sends one command, as its line.
+    pub fn send(&mut self, cmd: &Command) {
         if let Some(s) = self.stdin.as_mut() {
-            if writeln!(s, "{cmd}").and_then(|()| s.flush()).is_err() {
+            let line = message::line(cmd);
+            if writeln!(s, "{line}").and_then(|()| s.flush()).is_err() {
                 self.stdin = None;
             }
         }
@@ -100,14 +106,14 @@ pub fn main() -> std::process::ExitCode {
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         let _ = signal_hook::flag::register(signal, std::sync::Arc::clone(&ignored));
     }
-    super::workers::raise_nofile();
+    loadgen::raise_nofile();
     let mut first = String::new();
     if std::io::stdin().read_line(&mut first).is_err() {
         return std::process::ExitCode::from(2);
     }
     match serde_json::from_str::<Config>(first.trim()) {
         Ok(cfg) => {
-            viewers::run(cfg);
+            loadgen::run(cfg);
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {

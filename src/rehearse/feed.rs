@@ -3,8 +3,8 @@
 //! API must), each with `ts` and a version `ts * 1000 + k` that only grows,
 //! and the last state queued per section for the board check.
 
-use super::viewers::{digest, zipf_cdf, zipf_pick};
 use crate::publisher::Publisher;
+use loadgen::{digest, zipf_cdf, zipf_pick};
 use shards::Snapshot;
 use std::collections::BTreeMap;
 use std::sync::Arc;

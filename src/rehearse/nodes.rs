@@ -10,7 +10,7 @@
 //! `process_start_time_seconds`, each its own series. An `https://` URL is
 //! scraped over TLS (the viewers' roots and name rules, `transport.rs`).
 
-use super::transport::Tls;
+use loadgen::transport::Tls;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

@@ -3,7 +3,7 @@
 //! publishes/s, latency p50/p99 of the last seconds). Nothing at all when
 //! stdout is not a terminal.
 
-use super::hist::Hist;
+use loadgen::Hist;
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{IsTerminal, Write};
 

@@ -7,19 +7,19 @@
 
 use super::cleanup;
 use super::feed::Feed;
-use super::hist::Hist;
 use super::nodes::{Endpoint, Node, Watch};
 use super::progress::{Progress, Status};
-use super::transport::Tls;
 use super::verdict::{Figures, Second};
-use super::viewers::Config;
-use super::workers::{per_process, raise_nofile, Workers};
+use super::workers::{per_process, Workers};
 use crate::cli::RehearseArgs;
 use crate::clock;
 use crate::logging::{line, usage};
 use crate::publisher::{Publisher, PublisherConfig};
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
+use loadgen::report::Report;
+use loadgen::transport::Tls;
+use loadgen::{raise_nofile, Config, Hist};
 use std::net::ToSocketAddrs;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -346,7 +346,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
     let mut workers = Workers::start(&cfg, sse, per_process);
     let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
     publisher.flush(Duration::from_secs(5));
-    let tick = workers.sum("tick_ms").max(200);
+    let tick = workers.sum(|c| c.tick_ms).max(200);
     let settle = Instant::now() + Duration::from_millis(2 * tick);
     while Instant::now() < settle {
         workers.poll();
@@ -386,7 +386,11 @@ impl Meter {
     /// One second ended: its row of the series, and the status line.
     fn second(&mut self, workers: &mut Workers, feed: &Feed, open: u64, publishing: bool) {
         let h: Hist = workers.take_interval();
-        let (up, rf, pb) = (workers.sum("upgrades"), workers.sum("refused"), feed.sent);
+        let (up, rf, pb) = (
+            workers.sum(|c| c.upgrades),
+            workers.sum(|c| c.refused),
+            feed.sent,
+        );
         let (last_up, last_ref, last_pub) = self.last;
         let row = Second {
             t: self.series.len() as u64 + 1,
@@ -436,7 +440,7 @@ fn drive(
     while stop.load(Ordering::Relaxed) == 0 {
         workers.poll();
         let now = Instant::now();
-        let open = workers.sum("open");
+        let open = workers.sum(|c| c.open);
         if publishing.is_none()
             && (now - start >= ramp_end && open >= u64::from(args.viewers)
                 || now - start >= ramp_end * 2 + Duration::from_secs(10))
@@ -467,29 +471,11 @@ fn drive(
 
 /// The viewers' reports merged: latency, connect time, and the boards
 /// checked and found correct against the last state `feed` published.
-fn merge_reports(
-    reports: &[serde_json::Value],
-    feed: &Feed,
-    names: &[String],
-) -> (Hist, Hist, (u64, u64)) {
-    let (mut latency, mut connect) = (Hist::default(), Hist::default());
-    let mut boards = (0u64, 0u64);
-    for r in reports {
-        latency.merge_json(&r["latency"]);
-        connect.merge_json(&r["connect"]);
-        for d in r["digests"].as_array().into_iter().flatten() {
-            let (c, dig, n) = (
-                d[0].as_u64().unwrap_or(0),
-                d[1].as_u64().unwrap_or(0),
-                d[2].as_u64().unwrap_or(0),
-            );
-            boards.0 += n;
-            if (c as usize) < names.len() && feed.expected(c as usize) == dig {
-                boards.1 += n;
-            }
-        }
-    }
-    (latency, connect, boards)
+fn merge_reports(reports: &[Report], feed: &Feed, names: &[String]) -> (Hist, Hist, (u64, u64)) {
+    loadgen::report::merge(reports, |c| {
+        let c = c as usize;
+        (c < names.len()).then(|| feed.expected(c))
+    })
 }
 
 /// Deletes the rehearsal's keys, again for up to 3 s while the nodes take
@@ -552,7 +538,7 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     let refused = workers.refusals();
     let processes = workers.processes();
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
-    let tls_failed = workers.sum("tls_failed");
+    let tls_failed = workers.sum(|c| c.tls_failed);
     let reports = workers.reports();
     let (latency, connect, boards) = merge_reports(&reports, feed, names);
     let left = delete_when_presence_left(args, &mut link, names);
@@ -572,7 +558,7 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     if tls_failed > 0 {
         let why = reports
             .iter()
-            .find_map(|r| r["tls_error"].as_str())
+            .find_map(|r| r.tls_error.as_deref())
             .unwrap_or("unknown");
         short.push(format!(
             "tls: {tls_failed} viewers' TLS sessions with {} failed ({why})",

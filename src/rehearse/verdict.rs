@@ -1,7 +1,7 @@
 //! The figures of a rehearsal, its verdict against the targets, and its JSON
 //! (contract section 9).
 
-use super::hist::Hist;
+use loadgen::Hist;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 

@@ -1,12 +1,13 @@
-//! The viewers spread over viewer loops ([`super::viewers::run_with`]), each
-//! one epoll loop of at most 5,000 viewers: threads of this process while
-//! one process's open files hold them all, else one child process each
-//! ([`super::children`]). Commands in and JSON values out over channels
-//! (pipes for a child); the open-file limit raised to its hard limit first.
+//! The viewers spread over viewer loops ([`loadgen::run_with`]), each one
+//! epoll loop of at most 5,000 viewers: threads of this process while one
+//! process's open files hold them all, else one child process each
+//! ([`super::children`]). Typed commands in and outputs back over channels
+//! (JSON lines on pipes for a child); a message that does not read is logged
+//! with its loop's number, never dropped silently.
 
 use super::children::ChildLoop;
-use super::viewers::{run_with, Config};
-use serde_json::Value;
+use loadgen::{run_with, Command, Config, Counters, Hist, Output, Report};
+use std::collections::BTreeMap;
 use std::sync::mpsc;
 
 /// Viewers one loop drives at most.
@@ -19,16 +20,16 @@ const RESERVE_FDS: u64 = 128;
 /// One running viewer loop.
 enum Loop {
     /// A thread of this process.
-    Thread(mpsc::Sender<String>, std::thread::JoinHandle<()>),
+    Thread(mpsc::Sender<Command>, std::thread::JoinHandle<()>),
     /// A child process.
     Child(ChildLoop),
 }
 
 impl Loop {
-    fn send(&mut self, cmd: &str) {
+    fn send(&mut self, cmd: Command) {
         match self {
-            Loop::Thread(tx, _) => drop(tx.send(cmd.into())),
-            Loop::Child(c) => c.send(cmd),
+            Loop::Thread(tx, _) => drop(tx.send(cmd)),
+            Loop::Child(c) => c.send(&cmd),
         }
     }
 
@@ -43,11 +44,13 @@ impl Loop {
 /// The running viewer loops.
 pub struct Workers {
     loops: Vec<Loop>,
-    rx: mpsc::Receiver<(usize, Value)>,
-    /// The latest progress value of each worker.
-    pub progress: Vec<Value>,
+    rx: mpsc::Receiver<(usize, Output)>,
+    /// The latest counters of each loop.
+    counters: Vec<Counters>,
+    /// The latest refusals by status of each loop.
+    refusals: Vec<Vec<(u16, u64)>>,
     /// Latency (µs) reported since [`Workers::take_interval`] was last called.
-    interval: super::hist::Hist,
+    interval: Hist,
     /// Loops that run in child processes.
     children: usize,
 }
@@ -79,28 +82,6 @@ fn split(base: &Config, sse_clients: usize, per_loop: usize) -> Vec<Config> {
     configs
 }
 
-/// Raises the soft open-file limit to the hard one; the soft limit after.
-pub fn raise_nofile() -> u64 {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid rlimit out/in pointer.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
-            return 1024;
-        }
-        let want = libc::rlimit {
-            rlim_cur: r.rlim_max,
-            rlim_max: r.rlim_max,
-        };
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &want) == 0 {
-            return want.rlim_cur;
-        }
-    }
-    r.rlim_cur
-}
-
 impl Workers {
     /// Splits `base` (whose `clients` is the total) over loops and starts
     /// them: threads while `per_process` viewers fit in this process, else
@@ -124,7 +105,7 @@ impl Workers {
             let (ctx, crx) = mpsc::channel();
             let spawned = std::thread::Builder::new()
                 .name(format!("rehearse-viewers-{i}"))
-                .spawn(move || run_with(c, crx, |v| drop(tx.send((i, v)))));
+                .spawn(move || run_with(c, crx, |o| drop(tx.send((i, o)))));
             if let Ok(t) = spawned {
                 loops.push(Loop::Thread(ctx, t));
             }
@@ -134,8 +115,9 @@ impl Workers {
             children: if in_children { n } else { 0 },
             loops,
             rx,
-            progress: vec![Value::Null; n],
-            interval: Default::default(),
+            counters: vec![Counters::default(); n],
+            refusals: vec![Vec::new(); n],
+            interval: Hist::default(),
         }
     }
 
@@ -146,54 +128,71 @@ impl Workers {
 
     /// Takes the progress values that arrived.
     pub fn poll(&mut self) {
-        while let Ok((i, v)) = self.rx.try_recv() {
-            if v.get("p").is_some() {
-                self.interval.merge_json(&v["l"]);
-                self.progress[i] = v;
+        while let Ok((i, o)) = self.rx.try_recv() {
+            self.take(i, o);
+        }
+    }
+
+    /// One loop's output: progress kept, a rejected command logged; a mark
+    /// or report is answered only when asked for (see [`Workers::reports`]).
+    fn take(&mut self, i: usize, o: Output) -> Option<Box<Report>> {
+        match o {
+            Output::Progress(p) => {
+                self.interval.merge(&p.latency);
+                self.counters[i] = p.counters;
+                self.refusals[i] = p.refusals;
+            }
+            Output::Rejected(e) => {
+                crate::logging::line(&format!("warning: rehearse: viewers loop {i}: {e}"))
+            }
+            Output::Mark(c) => self.counters[i] = c,
+            Output::Report(r) => {
+                if let Some(why) = &r.error {
+                    crate::logging::line(&format!(
+                        "warning: rehearse: viewers loop {i} could not run: {why}"
+                    ));
+                }
+                return Some(r);
             }
         }
+        None
     }
 
     /// The latency histogram since the last call.
-    pub fn take_interval(&mut self) -> super::hist::Hist {
+    pub fn take_interval(&mut self) -> Hist {
         std::mem::take(&mut self.interval)
     }
 
-    /// Refusals by status over the workers' latest progress.
-    pub fn refusals(&self) -> std::collections::BTreeMap<u64, u64> {
-        let mut m = std::collections::BTreeMap::new();
-        for v in &self.progress {
-            for pair in v["r"].as_array().into_iter().flatten() {
-                *m.entry(pair[0].as_u64().unwrap_or(0)).or_default() +=
-                    pair[1].as_u64().unwrap_or(0);
-            }
-        }
-        m
+    /// Refusals by status over the loops' latest progress.
+    pub fn refusals(&self) -> BTreeMap<u64, u64> {
+        let lists = self.refusals.iter().map(Vec::as_slice);
+        loadgen::report::sum_refusals(lists)
+            .into_iter()
+            .map(|(s, n)| (u64::from(s), n))
+            .collect()
     }
 
-    /// The sum of a counter over the workers' latest progress.
-    pub fn sum(&self, key: &str) -> u64 {
-        self.progress
-            .iter()
-            .map(|v| v["p"][key].as_u64().unwrap_or(0))
-            .sum()
+    /// The sum of one counter over the loops' latest progress.
+    pub fn sum(&self, field: impl Fn(&Counters) -> u64) -> u64 {
+        loadgen::counters::sum(&self.counters, field)
     }
 
-    /// Every worker's report (they say goodbye to their viewers after it).
-    pub fn reports(mut self) -> Vec<Value> {
+    /// Every loop's report (they say goodbye to their viewers after it); a
+    /// loop that sent none within 10 s has the default (empty) one.
+    pub fn reports(mut self) -> Vec<Report> {
         for l in &mut self.loops {
-            l.send("report");
+            l.send(Command::Report);
         }
-        let mut out = vec![Value::Null; self.loops.len()];
+        let mut out: Vec<Option<Report>> = vec![None; self.loops.len()];
         let mut left = self.loops.len();
         while left > 0 {
             match self.rx.recv_timeout(std::time::Duration::from_secs(10)) {
-                Ok((i, v)) => {
-                    if let Some(r) = v.get("report") {
-                        if out[i].is_null() {
+                Ok((i, o)) => {
+                    if let Some(r) = self.take(i, o) {
+                        if out[i].is_none() {
                             left -= 1;
                         }
-                        out[i] = r.clone();
+                        out[i] = Some(*r);
                     }
                 }
                 Err(_) => break,
@@ -202,7 +201,7 @@ impl Workers {
         for l in self.loops.drain(..) {
             l.end();
         }
-        out
+        out.into_iter().map(Option::unwrap_or_default).collect()
     }
 }
 

@@ -9,11 +9,11 @@
 //! Every snapshot carries `seat_info.t`, its publish time in µs since the Unix
 //! epoch (and the contract's `ts` in ms), for end-to-end latency.
 
+use loadgen::{digest, now_us, zipf_cdf, zipf_pick};
 use seatboard::publish::script;
 use seatboard::redis::commands::Commands;
 use seatboard::redis::slots::SlotMap;
 use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
-use seatboard::rehearse::viewers::{digest, now_us, zipf_cdf, zipf_pick};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

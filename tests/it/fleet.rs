@@ -6,7 +6,8 @@
 //! the end every viewer's board must equal what was published last.
 
 use crate::common;
-use crate::{lb, loadgen, publish};
+use crate::{lb, publish};
+use loadgen::{Command, Counters, Output};
 
 use common::*;
 use serde_json::Value;
@@ -18,9 +19,9 @@ const VIEWERS: usize = 300;
 
 /// The load generator on a thread, and its messages.
 struct Viewers {
-    tx: mpsc::Sender<String>,
-    rx: mpsc::Receiver<Value>,
-    last: Value,
+    tx: mpsc::Sender<Command>,
+    rx: mpsc::Receiver<Output>,
+    last: Counters,
 }
 
 impl Viewers {
@@ -45,8 +46,8 @@ impl Viewers {
             sse: false,
             ..loadgen::Config::default()
         };
-        let (tx, cmd_rx) = mpsc::channel::<String>();
-        let (out_tx, rx) = mpsc::channel::<Value>();
+        let (tx, cmd_rx) = mpsc::channel::<Command>();
+        let (out_tx, rx) = mpsc::channel::<Output>();
         std::thread::spawn(move || {
             loadgen::run_with(cfg, cmd_rx, move |v| {
                 let _ = out_tx.send(v);
@@ -55,32 +56,30 @@ impl Viewers {
         Viewers {
             tx,
             rx,
-            last: Value::Null,
+            last: Counters::default(),
         }
     }
 
-    fn send(&self, cmd: &str) {
-        self.tx.send(cmd.to_string()).expect("load generator alive");
+    fn send(&self, cmd: Command) {
+        self.tx.send(cmd).expect("load generator alive");
     }
 
     /// The latest progress counter.
-    fn counter(&mut self, k: &str) -> u64 {
-        while let Ok(v) = self.rx.try_recv() {
-            if let Some(p) = v.get("p") {
-                self.last = p.clone();
+    fn counter(&mut self, k: fn(&Counters) -> u64) -> u64 {
+        while let Ok(o) = self.rx.try_recv() {
+            if let Output::Progress(p) = o {
+                self.last = p.counters;
             }
         }
-        self.last[k].as_u64().unwrap_or(0)
+        k(&self.last)
     }
 
     fn report(self) -> Value {
-        self.send("report");
+        self.send(Command::Report);
         let end = Instant::now() + Duration::from_secs(30);
         while Instant::now() < end {
-            if let Ok(v) = self.rx.recv_timeout(Duration::from_secs(1)) {
-                if let Some(r) = v.get("report") {
-                    return r.clone();
-                }
+            if let Ok(Output::Report(r)) = self.rx.recv_timeout(Duration::from_secs(1)) {
+                return serde_json::to_value(r).expect("report json");
             }
         }
         panic!("no report from the load generator");
@@ -130,11 +129,11 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
     publisher.seed();
     let mut viewers = Viewers::start(lb_port, &courses);
     let t = Instant::now();
-    while viewers.counter("open") < VIEWERS as u64 {
+    while viewers.counter(|c| c.open) < VIEWERS as u64 {
         assert!(
             t.elapsed() < Duration::from_secs(60),
             "only {} of {VIEWERS} viewers connected through haproxy",
-            viewers.counter("open")
+            viewers.counter(|c| c.open)
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -160,16 +159,15 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
             p.flush();
             if Instant::now() >= next_ref {
                 next_ref += Duration::from_millis(500);
-                v.send(&format!(
-                    "ref {}",
-                    serde_json::to_string(&p.versions()).unwrap()
-                ));
+                v.send(Command::Ref {
+                    versions: p.versions(),
+                });
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     };
     publish_for(&mut publisher, Duration::from_secs(1), &viewers);
-    viewers.send("arm");
+    viewers.send(Command::Arm);
     publish_for(&mut publisher, Duration::from_millis(300), &viewers);
     let victim = nodes.remove(0);
     let lost = victim.metric("seatboard_connections{");
@@ -178,7 +176,10 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
     // Keep publishing until every viewer the dead node held sees again.
     loop {
         publish_for(&mut publisher, Duration::from_millis(500), &viewers);
-        let (blind, recovered) = (viewers.counter("blind"), viewers.counter("recovered"));
+        let (blind, recovered) = (
+            viewers.counter(|c| c.blind),
+            viewers.counter(|c| c.recovered),
+        );
         if blind == 0 && recovered as f64 >= lost {
             break;
         }
@@ -200,21 +201,20 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
     // Publishing has stopped; the last snapshots may still be a tick or two
     // away from some viewers. Mark every viewer blind until it has seen the
     // final versions, and wait for that (each adds one more interval).
-    let recovered_before = viewers.counter("recovered");
-    viewers.send("blind");
-    viewers.send(&format!(
-        "ref {}",
-        serde_json::to_string(&publisher.versions()).unwrap()
-    ));
+    let recovered_before = viewers.counter(|c| c.recovered);
+    viewers.send(Command::Blind);
+    viewers.send(Command::Ref {
+        versions: publisher.versions(),
+    });
     // `recovered` only grows, so a progress line older than the commands
     // cannot satisfy this.
     let converged = wait_for(Duration::from_secs(20), || {
-        (viewers.counter("recovered") >= recovered_before + VIEWERS as u64).then_some(())
+        (viewers.counter(|c| c.recovered) >= recovered_before + VIEWERS as u64).then_some(())
     });
     assert!(
         converged.is_some(),
         "{} viewers never saw the last published versions",
-        viewers.counter("blind")
+        viewers.counter(|c| c.blind)
     );
     let report = viewers.report();
     let intervals = report["intervals"].as_array().cloned().unwrap_or_default();

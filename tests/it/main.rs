@@ -4,7 +4,6 @@
 //! suite are the `testkit` crate (`testkit/src/`); its own (`tests/raw`,
 //! `tests/redis_util`, `tests/tls_util`) are modules of it.
 
-use seatboard::rehearse::viewers as loadgen;
 use testkit::{cluster_util, common, jwt_util, lb, publish};
 #[path = "../raw/mod.rs"]
 mod raw;

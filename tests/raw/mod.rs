@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use serde_json::Value;
+use shards::read_server_frame;
 use shards::ws_codec::client_frame;
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
@@ -13,12 +14,10 @@ pub const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 /// A mask that changes every byte.
 pub const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
 
-pub const OP_CONT: u8 = 0x0;
-pub const OP_TEXT: u8 = 0x1;
-pub const OP_BINARY: u8 = 0x2;
-pub const OP_CLOSE: u8 = 0x8;
-pub const OP_PING: u8 = 0x9;
-pub const OP_PONG: u8 = 0xA;
+pub use shards::opcode::{
+    BINARY as OP_BINARY, CLOSE as OP_CLOSE, CONT as OP_CONT, PING as OP_PING, PONG as OP_PONG,
+    TEXT as OP_TEXT,
+};
 
 /// One server frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,39 +188,29 @@ impl RawWs {
         if b.len() < 2 {
             return None;
         }
-        assert_eq!(b[1] & 0x80, 0, "server frames are never masked");
-        let compressed = b[0] & 0x40 != 0;
+        let frame = match read_server_frame(b) {
+            Ok(frame) => frame?,
+            Err(e) => panic!("server frames are never masked: {e}"),
+        };
         assert_eq!(b[0] & 0x30, 0, "server frames have no RSV2/RSV3");
+        let compressed = frame.rsv1;
         assert!(
-            !compressed || (self.deflate && b[0] & 0x0f == OP_TEXT),
+            !compressed || (self.deflate && frame.opcode == OP_TEXT),
             "RSV1 only on text frames of a connection that negotiated permessage-deflate: {:#04x}",
             b[0]
         );
-        let (len, hdr) = match b[1] & 0x7f {
-            126 if b.len() >= 4 => (u16::from_be_bytes([b[2], b[3]]) as usize, 4),
-            127 if b.len() >= 10 => {
-                let mut l = [0u8; 8];
-                l.copy_from_slice(&b[2..10]);
-                (u64::from_be_bytes(l) as usize, 10)
-            }
-            126 | 127 => return None,
-            n => (n as usize, 2),
-        };
-        if b.len() < hdr + len {
-            return None;
-        }
-        let payload = &b[hdr..hdr + len];
         let f = Frame {
-            fin: b[0] & 0x80 != 0,
-            opcode: b[0] & 0x0f,
+            fin: frame.fin,
+            opcode: frame.opcode,
             payload: if compressed {
-                inflate(payload)
+                inflate(frame.payload)
             } else {
-                payload.to_vec()
+                frame.payload.to_vec()
             },
             compressed,
         };
-        self.buf.drain(..hdr + len);
+        let used = frame.len;
+        self.buf.drain(..used);
         Some(f)
     }
 

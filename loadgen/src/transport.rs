@@ -1,6 +1,6 @@
 //! A viewer's byte stream: plain TCP, or TLS (rustls) over the same
 //! non-blocking mio socket for an `https://` target, so the viewers' loop
-//! ([`super::viewers`]) reads and writes bytes without caring which. The
+//! (the viewer loop) reads and writes bytes without caring which. The
 //! plain path is the socket's own `read`/`write`, nothing more (the bench
 //! suite's load generator runs it). TLS trusts the system's roots as
 //! rustls-native-certs finds them (`SSL_CERT_FILE` / `SSL_CERT_DIR` when
@@ -46,7 +46,7 @@ impl Tls {
         let bare = host.trim_start_matches('[').trim_end_matches(']');
         let name = ServerName::try_from(bare.to_owned())
             .map_err(|e| format!("{host} is not a server name: {e}"))?;
-        let certs = crate::redis::trust_roots(None)?;
+        let certs = rustls_native_certs::load_native_certs().certs;
         let mut roots = rustls::RootCertStore::empty();
         let (added, _) = roots.add_parsable_certificates(certs);
         let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -294,7 +294,7 @@ mod tests {
                 let _ = s.write_all(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n");
             }
         });
-        let cfg = crate::rehearse::viewers::Config {
+        let cfg = crate::Config {
             port,
             clients: 3,
             courses: vec!["C".into()],
@@ -305,22 +305,23 @@ mod tests {
         };
         let (tx, rx) = std::sync::mpsc::channel();
         let (out_tx, out_rx) = std::sync::mpsc::channel();
-        let run = std::thread::spawn(move || {
-            crate::rehearse::viewers::run_with(cfg, rx, |v| drop(out_tx.send(v)))
-        });
+        let run = std::thread::spawn(move || crate::run_with(cfg, rx, |v| drop(out_tx.send(v))));
         let end = Instant::now() + Duration::from_secs(10);
         while Instant::now() < end {
             let Ok(v) = out_rx.recv_timeout(Duration::from_secs(1)) else {
                 continue;
             };
-            if v["p"]["tls_failed"].as_u64().unwrap_or(0) >= 3 {
+            if matches!(v, crate::Output::Progress(p) if p.counters.tls_failed >= 3) {
                 break;
             }
         }
-        let _ = tx.send("report".into());
+        let _ = tx.send(crate::Command::Report);
         let report = out_rx
             .iter()
-            .find_map(|v| v.get("report").cloned())
+            .find_map(|v| match v {
+                crate::Output::Report(r) => Some(serde_json::to_value(&r).expect("json")),
+                _ => None,
+            })
             .expect("a report");
         let _ = run.join();
         assert!(

@@ -1,17 +1,64 @@
 //! A small log-linear latency histogram (about 1.5 % precision), mergeable
 //! across load-generator processes.
 
+use serde::{Deserialize, Serialize};
+
 /// Sub-buckets per power of two.
 const SUB: u64 = 64;
 /// Values below this are counted exactly.
 const LINEAR: u64 = 2 * SUB;
 
 /// Counts of microsecond values.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "Sparse", into = "Sparse")]
 pub struct Hist {
     counts: Vec<u64>,
     total: u64,
     max: u64,
+}
+
+/// The histogram on the wire: `{"buckets": [[bucket, count], ...], "max": m}`.
+#[derive(Default, Serialize, Deserialize)]
+#[serde(default)]
+struct Sparse {
+    buckets: Vec<[u64; 2]>,
+    max: u64,
+}
+
+impl From<Hist> for Sparse {
+    fn from(h: Hist) -> Sparse {
+        let buckets = h
+            .counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &c)| c > 0)
+            .map(|(b, &c)| [b as u64, c])
+            .collect();
+        Sparse {
+            buckets,
+            max: h.max,
+        }
+    }
+}
+
+impl From<Sparse> for Hist {
+    fn from(s: Sparse) -> Hist {
+        let mut h = Hist::default();
+        for [b, c] in s.buckets {
+            // A bucket past any u64 value is not one this histogram wrote.
+            let Ok(b) = usize::try_from(b) else { continue };
+            if b > bucket(u64::MAX) {
+                continue;
+            }
+            if h.counts.len() <= b {
+                h.counts.resize(b + 1, 0);
+            }
+            h.counts[b] += c;
+            h.total += c;
+        }
+        h.max = s.max;
+        h
+    }
 }
 
 fn bucket(v: u64) -> usize {

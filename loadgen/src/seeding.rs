@@ -4,8 +4,19 @@
 //! and the frames delivered in each second. The runner merges the processes'
 //! records ([`first_full_ms`], [`frames_by_second`], [`ramp`]).
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
+
+/// One process's record as its report carries it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SeedingRecord {
+    /// [course, first watch µs, first full frame µs or 0].
+    pub courses: Vec<[u64; 3]>,
+    /// [Unix second, frames in it, viewers open at its last frame].
+    pub per_second: Vec<[u64; 3]>,
+}
 
 /// One process's record: first watch and first full frame per course, and
 /// frames per Unix second.
@@ -40,14 +51,23 @@ impl Seeding {
         }
     }
 
-    /// `{"courses": [[course, watch_us, full_us or 0]], "per_second": [[s, frames, open]]}`.
-    pub(crate) fn to_json(&self) -> Value {
+    /// What goes in the report.
+    pub(crate) fn record(&self) -> SeedingRecord {
         let courses: Vec<[u64; 3]> = self
             .courses
             .iter()
             .map(|(&c, &(w, f))| [u64::from(c), w, f.unwrap_or(0)])
             .collect();
-        json!({ "courses": courses, "per_second": self.per_second })
+        SeedingRecord {
+            courses,
+            per_second: self.per_second.clone(),
+        }
+    }
+
+    /// `{"courses": [[course, watch_us, full_us or 0]], "per_second": [[s, frames, open]]}`.
+    #[cfg(test)]
+    fn to_json(&self) -> Value {
+        serde_json::to_value(self.record()).unwrap_or_default()
     }
 }
 
