@@ -1,10 +1,10 @@
 //! The auth boundary's errors: a refused identity-provider flag
 //! ([`FlagError`], exit 2 naming the flag) and a JWKS that could not be had
-//! ([`JwksError`], logged; the keys already held stay in use). A `--jwks-url`
+//! (a JWKS that could not be had is `jwks::JwksError`, logged; the keys
+//! already held stay in use). A `--jwks-url`
 //! appears in them only as [`ShownUrl`], without its user info; no variant
 //! holds the `--jwt-secret`.
 
-use super::jwks::{MAX_JWKS_BYTES, MAX_KEYS};
 use super::keys::KeyError;
 use super::MIN_SECRET;
 use crate::redis::TrustError;
@@ -124,45 +124,4 @@ impl From<FlagError> for String {
     fn from(e: FlagError) -> String {
         e.to_string()
     }
-}
-
-/// Why a JWKS fetch gave no key set.
-#[derive(Debug, thiserror::Error)]
-pub enum JwksError {
-    /// The server answered another status than 200.
-    #[error("HTTP {0}")]
-    Status(u16),
-    /// The document is over [`MAX_JWKS_BYTES`].
-    #[error("JWKS over {MAX_JWKS_BYTES} bytes")]
-    TooLarge,
-    /// The whole fetch took longer than its deadline.
-    #[error("timed out")]
-    TimedOut,
-    /// Resolve, connect, TLS or HTTP failed.
-    #[error("{0}")]
-    Fetch(#[source] ureq::Error),
-    /// The body is no JWKS document.
-    #[error("not a JWKS: {0}")]
-    NotJwks(#[source] serde_json::Error),
-    /// A key entry that is no JWK.
-    #[error("key {index}: {source}")]
-    NotAJwk {
-        /// Its position in `keys`.
-        index: usize,
-        /// The parser's complaint.
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A supported key with missing or broken fields: the whole set is refused.
-    #[error("{key}: {source}")]
-    Malformed {
-        /// `key <i> (kid "...")`.
-        key: String,
-        /// What is wrong.
-        #[source]
-        source: KeyError,
-    },
-    /// More signing keys than [`MAX_KEYS`].
-    #[error("{0} signing keys (at most {MAX_KEYS})")]
-    TooManyKeys(usize),
 }

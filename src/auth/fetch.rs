@@ -3,8 +3,8 @@
 //! only to a loopback address; no proxy, no redirect, 5 s for the whole
 //! fetch, the body capped at [`MAX_JWKS_BYTES`].
 
-use super::error::{FlagError, JwksError, ShownUrl, UrlProblem};
-use super::jwks::MAX_JWKS_BYTES;
+use super::error::{FlagError, ShownUrl, UrlProblem};
+use super::jwks::{JwksError, MAX_JWKS_BYTES};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,6 @@
 //! A JSON Web Key Set (RFC 7517) read into the signing keys it holds: taken as
 //! a whole or refused as a whole, so a broken document never replaces a good one.
 
-use super::error::JwksError;
 use super::keys::{Alg, KeyError, PublicKey};
 use serde::Deserialize;
 
@@ -10,6 +9,47 @@ pub const MAX_JWKS_BYTES: usize = 1 << 20;
 
 /// Most signing keys one set may hold: a kid-less token is tried against each.
 pub const MAX_KEYS: usize = 64;
+
+/// Why a JWKS fetch gave no key set.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    /// The server answered another status than 200.
+    #[error("HTTP {0}")]
+    Status(u16),
+    /// The document is over [`MAX_JWKS_BYTES`].
+    #[error("JWKS over {MAX_JWKS_BYTES} bytes")]
+    TooLarge,
+    /// The whole fetch took longer than its deadline.
+    #[error("timed out")]
+    TimedOut,
+    /// Resolve, connect, TLS or HTTP failed.
+    #[error("{0}")]
+    Fetch(#[source] ureq::Error),
+    /// The body is no JWKS document.
+    #[error("not a JWKS: {0}")]
+    NotJwks(#[source] serde_json::Error),
+    /// A key entry that is no JWK.
+    #[error("key {index}: {source}")]
+    NotAJwk {
+        /// Its position in `keys`.
+        index: usize,
+        /// The parser's complaint.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A supported key with missing or broken fields: the whole set is refused.
+    #[error("{key}: {source}")]
+    Malformed {
+        /// `key <i> (kid "...")`.
+        key: String,
+        /// What is wrong.
+        #[source]
+        source: KeyError,
+    },
+    /// More signing keys than [`MAX_KEYS`].
+    #[error("{0} signing keys (at most {MAX_KEYS})")]
+    TooManyKeys(usize),
+}
 
 /// A key held for verification, from a JWKS or a PEM file.
 #[derive(Debug, Clone)]

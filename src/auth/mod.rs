@@ -18,7 +18,8 @@ pub mod keys;
 pub mod refresh;
 pub mod verifier;
 
-pub use error::{FlagError, JwksError};
+pub use error::FlagError;
+pub use jwks::JwksError;
 use shards::http_head::RequestHead;
 use shards::Role;
 use std::fmt::Write as _;
