@@ -158,27 +158,7 @@ pub fn run_connect(cfg: ConnectConfig) {
         for ev in events.iter().take(n.max(0) as usize) {
             let fd = ev.u64 as i32;
             if fd == lfd {
-                loop {
-                    // SAFETY: accepting on a listening socket we own; null
-                    // address pointers are allowed.
-                    let c = unsafe {
-                        libc::accept4(
-                            lfd,
-                            std::ptr::null_mut(),
-                            std::ptr::null_mut(),
-                            libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                        )
-                    };
-                    if c < 0 {
-                        break;
-                    }
-                    watch_fd(ep, c);
-                    let i = c as usize;
-                    if conns.len() <= i {
-                        conns.resize_with(i + 1, || None);
-                    }
-                    conns[i] = Some(FloorConn::default());
-                }
+                accept_all(ep, lfd, &mut conns);
                 continue;
             }
             // SAFETY: `fd` is a socket this loop accepted and has not closed;
@@ -233,6 +213,31 @@ pub fn run_connect(cfg: ConnectConfig) {
                 }
             }
         }
+    }
+}
+
+/// Accepts every connection waiting on `lfd` into the epoll set and `conns`.
+fn accept_all(ep: i32, lfd: i32, conns: &mut Vec<Option<FloorConn>>) {
+    loop {
+        // SAFETY: accepting on a listening socket we own; null address
+        // pointers are allowed.
+        let c = unsafe {
+            libc::accept4(
+                lfd,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            )
+        };
+        if c < 0 {
+            return;
+        }
+        watch_fd(ep, c);
+        let i = c as usize;
+        if conns.len() <= i {
+            conns.resize_with(i + 1, || None);
+        }
+        conns[i] = Some(FloorConn::default());
     }
 }
 
