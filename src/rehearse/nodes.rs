@@ -70,7 +70,7 @@ pub struct Point {
 
 /// Everything seen of one node process.
 #[derive(Debug, Clone)]
-pub struct Node {
+pub struct NodeSeen {
     /// Where it answered.
     pub url: String,
     /// Its `process_start_time_seconds`.
@@ -89,9 +89,9 @@ pub struct Node {
     last: (Instant, Scrape),
 }
 
-impl Node {
-    fn new(url: &str, at: Instant, s: Scrape) -> Node {
-        Node {
+impl NodeSeen {
+    fn new(url: &str, at: Instant, s: Scrape) -> NodeSeen {
+        NodeSeen {
             url: url.to_string(),
             started: s.started,
             series: Vec::new(),
@@ -151,7 +151,7 @@ impl Node {
 
     /// A node with `series` and nothing else (for the report's tests).
     #[cfg(test)]
-    pub fn with_series(url: &str, started: f64, series: Vec<Point>) -> Node {
+    pub fn with_series(url: &str, started: f64, series: Vec<Point>) -> NodeSeen {
         let s = Scrape {
             started,
             cpu_s: 0.0,
@@ -161,9 +161,9 @@ impl Node {
             rtt_s: f64::NAN,
             seed: Vec::new(),
         };
-        Node {
+        NodeSeen {
             series,
-            ..Node::new(url, Instant::now(), s)
+            ..NodeSeen::new(url, Instant::now(), s)
         }
     }
 
@@ -306,13 +306,13 @@ fn exchange(mut sock: impl Read + Write, req: &str) -> Option<Vec<u8>> {
 
 /// The scraping thread and what it saw.
 pub struct Watch {
-    nodes: Arc<Mutex<Vec<Node>>>,
+    nodes: Arc<Mutex<Vec<NodeSeen>>>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Files one scrape of `url` into `nodes`.
-fn file(nodes: &Mutex<Vec<Node>>, url: &str, start: Instant, s: Scrape) {
+fn file(nodes: &Mutex<Vec<NodeSeen>>, url: &str, start: Instant, s: Scrape) {
     let now = Instant::now();
     let t = now.duration_since(start).as_secs_f64();
     let t = (t * 10.0).round() / 10.0;
@@ -324,7 +324,7 @@ fn file(nodes: &Mutex<Vec<Node>>, url: &str, start: Instant, s: Scrape) {
         .find(|n| n.url == url && n.started == s.started)
     {
         Some(n) => n.add(t, now, s),
-        None => nodes.push(Node::new(url, now, s)),
+        None => nodes.push(NodeSeen::new(url, now, s)),
     }
 }
 
@@ -371,7 +371,7 @@ impl Watch {
     }
 
     /// Stops the thread after one last scrape; every node seen.
-    pub fn finish(mut self) -> Vec<Node> {
+    pub fn finish(mut self) -> Vec<NodeSeen> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -408,7 +408,7 @@ mod tests {
     fn cpu_is_a_share_of_a_core_and_a_lost_redis_is_named() {
         let t0 = Instant::now();
         let s = parse(TEXT).expect("parsed");
-        let mut n = Node::new("http://n1", t0, s.clone());
+        let mut n = NodeSeen::new("http://n1", t0, s.clone());
         assert_eq!(n.short(), None);
         let later = Scrape {
             cpu_s: s.cpu_s + 0.5,
@@ -436,7 +436,7 @@ mod tests {
     fn the_distance_to_redis_is_the_largest_round_trip_and_seeds_over_the_run() {
         let t0 = Instant::now();
         let s = parse(TEXT).expect("parsed");
-        let mut n = Node::new("http://n1", t0, s.clone());
+        let mut n = NodeSeen::new("http://n1", t0, s.clone());
         // Over the run: 100 more seeds, 90 within 5 ms, 8 within 10 ms, 2 slower.
         let later = Scrape {
             rtt_s: 0.003,

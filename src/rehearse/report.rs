@@ -3,7 +3,7 @@
 //! each node's CPU and RSS, so an operator sees at once whether the window
 //! would hold.
 
-use super::nodes::Node;
+use super::nodes::NodeSeen;
 use super::verdict::Second;
 use std::fmt::Write as _;
 
@@ -60,8 +60,8 @@ fn series_plots(series: &[Second]) -> Vec<(String, Vec<Line>)> {
 }
 
 /// The nodes' plots (none when no node's `/metrics` answered).
-fn node_plots(nodes: &[Node]) -> Vec<(String, Vec<Line>)> {
-    let nodes: Vec<&Node> = nodes.iter().filter(|n| !n.series.is_empty()).collect();
+fn node_plots(nodes: &[NodeSeen]) -> Vec<(String, Vec<Line>)> {
+    let nodes: Vec<&NodeSeen> = nodes.iter().filter(|n| !n.series.is_empty()).collect();
     if nodes.is_empty() {
         return Vec::new();
     }
@@ -85,7 +85,7 @@ fn node_plots(nodes: &[Node]) -> Vec<(String, Vec<Line>)> {
 }
 
 /// A node's URL, with its start time when several processes answered there.
-fn node_label(n: &Node, all: &[&Node]) -> String {
+fn node_label(n: &NodeSeen, all: &[&NodeSeen]) -> String {
     if all.iter().filter(|m| m.url == n.url).count() > 1 {
         format!("{} (started {:.0})", n.url, n.started)
     } else {
@@ -94,7 +94,7 @@ fn node_label(n: &Node, all: &[&Node]) -> String {
 }
 
 /// The whole page for `series` and `nodes`, headed by the verdict line.
-pub fn html(series: &[Second], nodes: &[Node], verdict: &str) -> String {
+pub fn html(series: &[Second], nodes: &[NodeSeen], verdict: &str) -> String {
     let mut out = String::with_capacity(16 * 1024);
     out.push_str("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>seatboard rehearsal</title>");
     out.push_str("<style>body{font:14px system-ui,sans-serif;margin:24px;color:#1f2328}svg{display:block;margin:4px 0 20px;background:#f6f8fa}</style></head><body>");
@@ -171,7 +171,7 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rehearse::nodes::{Node, Point};
+    use crate::rehearse::nodes::{NodeSeen, Point};
 
     fn second(t: u64) -> Second {
         Second {
@@ -224,9 +224,9 @@ mod tests {
                 .collect()
         };
         let nodes = [
-            Node::with_series("http://127.0.0.1:1", 1.0, points(5.0)),
-            Node::with_series("http://127.0.0.1:1", 2.0, points(7.0)),
-            Node::with_series("http://127.0.0.1:2", 3.0, Vec::new()),
+            NodeSeen::with_series("http://127.0.0.1:1", 1.0, points(5.0)),
+            NodeSeen::with_series("http://127.0.0.1:1", 2.0, points(7.0)),
+            NodeSeen::with_series("http://127.0.0.1:2", 3.0, Vec::new()),
         ];
         let page = html(&series, &nodes, "pass");
         assert_eq!(page.matches("<svg class=\"plot\"").count(), 6);

@@ -7,7 +7,7 @@
 
 use super::cleanup;
 use super::feed::Feed;
-use super::nodes::{Endpoint, Node, Watch};
+use super::nodes::{Endpoint, NodeSeen, Watch};
 use super::progress::{Progress, Status};
 use super::verdict::{Figures, Second};
 use super::workers::{per_process, Workers};
@@ -500,7 +500,7 @@ fn write_outputs(
     args: &RehearseArgs,
     figures: &Figures,
     short: &[String],
-    nodes: &[Node],
+    nodes: &[NodeSeen],
     processes: usize,
 ) {
     if let Some(path) = &args.json {
