@@ -92,6 +92,64 @@ fn last_viewer_leaving_ends_interest_and_presence_per_user() {
     assert_eq!(frames(&out)[0]["sections"][0]["seats_taken"], 5);
 }
 
+/// What the shell learned from the shard's actions: the courses with interest
+/// and the (course, user) pairs present.
+#[derive(Default)]
+struct Ledger {
+    interested: HashSet<String>,
+    present: HashSet<(String, String)>,
+}
+
+impl Ledger {
+    /// Plays the shell: takes every action, checking each against the ledger,
+    /// and returns the ledger as it stands.
+    fn pump(
+        &mut self,
+        s: &mut Shard,
+        closed: &mut Vec<ConnId>,
+    ) -> (HashSet<String>, HashSet<(String, String)>) {
+        let Ledger {
+            interested,
+            present,
+        } = self;
+        for a in actions(s) {
+            match a {
+                Action::Interest { course, watching } => {
+                    assert_eq!(interested.insert(course.to_string()), watching, "{course}");
+                    if !watching {
+                        interested.remove(&*course);
+                    }
+                }
+                Action::PresenceJoin { course, user } => {
+                    assert!(present.insert((course.to_string(), user.to_string())));
+                }
+                Action::PresenceLeave { course, user } => {
+                    assert!(present.remove(&(course.to_string(), user.to_string())));
+                }
+                Action::Close { conn, .. } => closed.push(conn),
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        (interested.clone(), present.clone())
+    }
+}
+
+/// The ledger the connections' watches call for: the courses with interest
+/// and the (course, user) pairs present.
+fn wanted(
+    conns: &[(ConnId, String, BTreeSet<&str>)],
+) -> (HashSet<String>, HashSet<(String, String)>) {
+    let want_interest: HashSet<String> = conns
+        .iter()
+        .flat_map(|(_, _, w)| w.iter().map(|c| c.to_string()))
+        .collect();
+    let want_presence: HashSet<(String, String)> = conns
+        .iter()
+        .flat_map(|(_, u, w)| w.iter().map(move |c| (c.to_string(), u.clone())))
+        .collect();
+    (want_interest, want_presence)
+}
+
 /// Many connections watching subsets of courses, removed (unwatch, close,
 /// disconnect) in random orders: after every removal, frames reach exactly the
 /// remaining viewers, once each, and interest/presence stay consistent.
@@ -116,29 +174,8 @@ fn swap_remove_bookkeeping_survives_random_removal_orders() {
             watch(&mut s, conns[i].0, c, 0);
             conns[i].2.insert(c);
         }
-        let mut interested: HashSet<String> = HashSet::new();
-        let mut present: HashSet<(String, String)> = HashSet::new();
-        let mut pump = |s: &mut Shard, closed: &mut Vec<ConnId>| {
-            for a in actions(s) {
-                match a {
-                    Action::Interest { course, watching } => {
-                        assert_eq!(interested.insert(course.to_string()), watching, "{course}");
-                        if !watching {
-                            interested.remove(&*course);
-                        }
-                    }
-                    Action::PresenceJoin { course, user } => {
-                        assert!(present.insert((course.to_string(), user.to_string())));
-                    }
-                    Action::PresenceLeave { course, user } => {
-                        assert!(present.remove(&(course.to_string(), user.to_string())));
-                    }
-                    Action::Close { conn, .. } => closed.push(conn),
-                    other => panic!("unexpected {other:?}"),
-                }
-            }
-            (interested.clone(), present.clone())
-        };
+        let mut ledger = Ledger::default();
+        let mut pump = |s: &mut Shard, closed: &mut Vec<ConnId>| ledger.pump(s, closed);
         let mut closed = Vec::new();
         pump(&mut s, &mut closed);
         for c in COURSES {
@@ -157,16 +194,9 @@ fn swap_remove_bookkeeping_survives_random_removal_orders() {
             let until = now + 200;
             run_to(&mut s, &mut now, until);
             let (interest_now, presence_now) = pump(&mut s, &mut closed);
-            let want_interest: HashSet<String> = conns
-                .iter()
-                .flat_map(|(_, _, w)| w.iter().map(|c| c.to_string()))
-                .collect();
+            let (want_interest, want_presence) = wanted(&conns);
             assert_eq!(interest_now, want_interest, "seed {seed}");
             assert_eq!(s.courses(), want_interest.len());
-            let want_presence: HashSet<(String, String)> = conns
-                .iter()
-                .flat_map(|(_, u, w)| w.iter().map(move |c| (c.to_string(), u.clone())))
-                .collect();
             assert_eq!(presence_now, want_presence, "seed {seed}");
             for (id, _, w) in &conns {
                 let out = pop_all(&mut s, *id);
