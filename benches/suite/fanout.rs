@@ -2,17 +2,21 @@
 //! (or `--rate` per second): the server's CPU per delivered frame, latency
 //! and the final boards, and the floor in the same run.
 
+use crate::children::Fleet;
 use crate::floor;
 use crate::measure::{
     correctness, counter, cpu_pct, machine_row, merged_latency, progress, wire_row,
 };
-use crate::procs::{self, Fleet, Redis, Server, Usage};
+use crate::procs::{self, Usage};
 use crate::publish::Publisher;
+use crate::redis_rig::Redis;
+use crate::server::serve;
 use crate::setup::{fleet, server_flags, wait_open};
 use crate::{Opts, Outcome};
 use loadgen::Hist;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
+use testkit::proc::Seatboard;
 
 /// What the fanout's window measured, from its start to its end.
 struct Window {
@@ -30,7 +34,7 @@ struct Window {
 pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new("fanout");
     let redis = Redis::start();
-    let server = Server::start(&redis, &server_flags(o, &[]));
+    let server = serve(&redis, &server_flags(o, &[]));
     let courses = vec!["HOT".to_string()];
     let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
@@ -58,13 +62,13 @@ pub fn run(o: &Opts) -> Outcome {
 /// `--seconds`, printing progress each second, and measures the window.
 fn publish_window(
     o: &Opts,
-    server: &Server,
+    server: &Seatboard,
     publisher: &mut Publisher,
     f: &mut Fleet,
     interval: Duration,
 ) -> Window {
     let m0 = f.mark();
-    let u0 = server.usage();
+    let u0 = procs::usage(server.child.id());
     let k0 = procs::machine_ticks();
     let t0 = Instant::now();
     let mut rng = fastrand::Rng::with_seed(3);
@@ -82,7 +86,11 @@ fn publish_window(
         }
         if Instant::now() >= next_progress {
             next_progress += Duration::from_secs(1);
-            let now = (server.usage(), f.sum(|c| c.frames), Instant::now());
+            let now = (
+                procs::usage(server.child.id()),
+                f.sum(|c| c.frames),
+                Instant::now(),
+            );
             let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
             progress(
                 o,
@@ -103,7 +111,7 @@ fn publish_window(
         updates,
         dt: t0.elapsed().as_secs_f64(),
         u0,
-        u1: server.usage(),
+        u1: procs::usage(server.child.id()),
         k0,
         k1: procs::machine_ticks(),
         m0,

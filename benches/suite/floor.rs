@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 /// `interval`.
 pub fn run(o: &Opts, interval: Duration) -> Outcome {
     let mut out = Outcome::new("floor");
-    let port = procs::free_port();
+    let port = testkit::proc::free_port();
     let cfg = floor_server::Config {
         port,
         clients: o.clients,

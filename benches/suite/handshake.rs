@@ -8,9 +8,11 @@
 
 use super::jwt_util::{Key, Kind};
 use super::measure::{counter, cpu_pct, machine_row, watch};
-use super::procs::{self, Redis, Server};
 use super::setup::{course_names, fleet, server_flags};
 use super::{Opts, Outcome};
+use crate::procs;
+use crate::redis_rig::Redis;
+use crate::server::serve;
 use serde_json::{json, Value};
 use std::time::Instant;
 
@@ -53,7 +55,7 @@ fn tokens(alg: &str, users: usize, dir: &std::path::Path) -> (String, Vec<String
                 .map(|i| {
                     let user = format!("hs-{i}");
                     seatboard::auth::mint(
-                        procs::SECRET.as_bytes(),
+                        crate::server::SECRET.as_bytes(),
                         &user,
                         shards::Role::Student,
                         exp,
@@ -84,13 +86,13 @@ fn tokens(alg: &str, users: usize, dir: &std::path::Path) -> (String, Vec<String
 fn measure(o: &Opts, redis: &Redis, alg: &'static str, dir: &std::path::Path) -> Run {
     let (file, extra) = tokens(alg, o.clients.clamp(50, USERS), dir);
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-    let server = Server::start(redis, &server_flags(o, &extra));
+    let server = serve(redis, &server_flags(o, &extra));
     let courses = course_names(1);
     let mut oo = o.clone();
     oo.connect_rate = 1e12;
     oo.tokens_file = Some(file);
     let mut f = fleet(&oo, server.port, &courses, 0.0, true, o.seconds + 60.0);
-    let u0 = server.usage();
+    let u0 = procs::usage(server.child.id());
     let m0 = f.mark();
     let t0 = Instant::now();
     watch(
@@ -102,7 +104,7 @@ fn measure(o: &Opts, redis: &Redis, alg: &'static str, dir: &std::path::Path) ->
         &mut f,
     );
     let dt = t0.elapsed().as_secs_f64();
-    let u1 = server.usage();
+    let u1 = procs::usage(server.child.id());
     let m1 = f.mark();
     let reports = f.report();
     let upgrades = counter(&m1, "upgrades") - counter(&m0, "upgrades");

@@ -3,28 +3,31 @@
 //! watch answer), then memory per idle connection and CPU while the clients
 //! watch with nothing published; and the connect floor in the same run.
 
+use crate::children::Fleet;
 use crate::floor_server;
 use crate::measure::{
     by_thread_text, counter, cpu_pct, machine_row, per_each, progress, wakeup_rates, wakeups_row,
     watch,
 };
-use crate::procs::{self, Fleet, Server, Usage};
+use crate::procs::{self, Usage};
 use crate::reconnect;
+use crate::server::serve;
 use crate::setup::{course_names, fleet, server_flags, start_redis, wait_open};
 use crate::{Opts, Outcome};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use testkit::proc::Seatboard;
 
 /// Runs `idle` (`idle_cluster` under `--redis-mode cluster`).
 pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new(if o.cluster { "idle_cluster" } else { "idle" });
     let (redis, mode) = start_redis(o);
-    let server = Server::start(&redis, &server_flags(o, mode));
+    let server = serve(&redis, &server_flags(o, mode));
     std::thread::sleep(Duration::from_secs(1));
     quiet_wakeups(&mut out, o, &server);
     let courses = course_names(o.courses);
-    let before = server.usage();
+    let before = procs::usage(server.child.id());
     let (f, open, connect_cpu) = connect_phase(&mut out, o, &server, &courses, before);
     watching(&mut out, o, &server, f, before, open);
     drop(server);
@@ -35,11 +38,11 @@ pub fn run(o: &Opts) -> Outcome {
 }
 
 /// Wake-ups with no connection at all: every thread's context switches.
-fn quiet_wakeups(out: &mut Outcome, o: &Opts, server: &Server) {
+fn quiet_wakeups(out: &mut Outcome, o: &Opts, server: &Seatboard) {
     let quiet = o.seconds.min(20.0);
-    let w0 = procs::wakeups(server.pid());
+    let w0 = procs::wakeups(server.child.id());
     std::thread::sleep(Duration::from_secs_f64(quiet));
-    let per_thread = wakeup_rates(server.pid(), &w0, quiet);
+    let per_thread = wakeup_rates(server.child.id(), &w0, quiet);
     wakeups_row(out, "wakeups_per_s_no_connection", &per_thread, quiet);
 }
 
@@ -49,13 +52,13 @@ fn quiet_wakeups(out: &mut Outcome, o: &Opts, server: &Server) {
 fn connect_phase(
     out: &mut Outcome,
     o: &Opts,
-    server: &Server,
+    server: &Seatboard,
     courses: &[String],
     before: Usage,
 ) -> (Fleet, u64, f64) {
-    let th0 = procs::cpu_by_thread(server.pid());
+    let th0 = procs::cpu_by_thread(server.child.id());
     let frames0 = server.metric("seatboard_frames_sent_total");
-    let cw0 = procs::wakeups(server.pid());
+    let cw0 = procs::wakeups(server.child.id());
     let t_connect = Instant::now();
     let mut f = fleet(o, server.port, courses, o.skew, false, o.seconds + 600.0);
     let answered = reconnect::wait_answered(
@@ -64,10 +67,10 @@ fn connect_phase(
         !o.no_watch,
         Duration::from_secs(120),
     );
-    let connected = server.usage();
-    let th1 = procs::cpu_by_thread(server.pid());
+    let connected = procs::usage(server.child.id());
+    let th1 = procs::cpu_by_thread(server.child.id());
     let frames = server.metric("seatboard_frames_sent_total") - frames0;
-    let cw1 = procs::wakeups(server.pid());
+    let cw1 = procs::wakeups(server.child.id());
     let connect_secs = t_connect.elapsed().as_secs_f64();
     let open = wait_open(o, &mut f, o.clients, "idle");
     let connect_cpu = connect_rows(out, (before, connected), (&th0, &th1), open, connect_secs);
@@ -94,16 +97,23 @@ fn connect_phase(
 /// The window with every client connected and watching (nothing
 /// published): the shards' timers and the clients' pings, and the ingest
 /// thread asleep on its pub/sub connection(s); memory per connection.
-fn watching(out: &mut Outcome, o: &Opts, server: &Server, mut f: Fleet, before: Usage, open: u64) {
+fn watching(
+    out: &mut Outcome,
+    o: &Opts,
+    server: &Seatboard,
+    mut f: Fleet,
+    before: Usage,
+    open: u64,
+) {
     std::thread::sleep(Duration::from_secs(3));
-    let after = server.usage();
+    let after = procs::usage(server.child.id());
     let k0 = procs::machine_ticks();
     let window = o.seconds;
-    let w0 = procs::wakeups(server.pid());
+    let w0 = procs::wakeups(server.child.id());
     watch(o, "idle", "frames", window, server, &mut f);
-    let end = server.usage();
+    let end = procs::usage(server.child.id());
     let k1 = procs::machine_ticks();
-    let per_thread = wakeup_rates(server.pid(), &w0, window);
+    let per_thread = wakeup_rates(server.child.id(), &w0, window);
     wakeups_row(out, "wakeups_per_s_watching", &per_thread, window);
     let marks = f.mark();
     let lg_cpu = f.cpu_us();
@@ -168,7 +178,7 @@ fn watching(out: &mut Outcome, o: &Opts, server: &Server, mut f: Fleet, before: 
 /// clients at the same rate, each answered with the least a server can do;
 /// the server's connect CPU per connection as a ratio to it.
 fn connect_floor_rows(out: &mut Outcome, o: &Opts, courses: &[String], ours_us: f64) {
-    let port = procs::free_port();
+    let port = testkit::proc::free_port();
     let cfg = floor_server::ConnectConfig {
         port,
         max_secs: o.seconds as u64 + 600,

@@ -12,6 +12,7 @@
 //! from /proc. All traffic goes to 127.0.0.0/8 and every run is bounded in
 //! connections and time.
 
+mod children;
 mod compare;
 mod fanout;
 mod fleet;
@@ -21,23 +22,26 @@ mod handshake;
 mod idle;
 mod ingest;
 mod measure;
+mod node;
 mod opts;
 mod outcome;
 mod procs;
 mod publish_cost;
 mod reconnect;
-mod redis_proc;
+mod redis_rig;
 mod relay;
+mod server;
 mod setup;
 mod smoke;
 mod soak;
 mod storm;
+mod storm_pub;
 mod stuck;
 mod transports;
 
 use opts::{Opts, USAGE};
 use outcome::Outcome;
-use testkit::{cluster_util, common, jwt_util, lb, publish};
+use testkit::{cluster_util, jwt_util, lb, publish};
 
 /// Runs `scenario` with `o`.
 fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {

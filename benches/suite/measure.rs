@@ -2,13 +2,15 @@
 //! the load generators' counters, latency and boards, and the rows that
 //! report them.
 
-use crate::procs::{self, Fleet, Server, Usage};
+use crate::children::Fleet;
+use crate::procs::{self, Usage};
 use crate::publish::Publisher;
 use crate::{Opts, Outcome};
 use loadgen::Hist;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use testkit::proc::Seatboard;
 
 /// A progress line on stderr (not under `quiet`).
 pub fn progress(o: &Opts, msg: String) {
@@ -39,13 +41,21 @@ pub fn cpu_pct(a: Usage, b: Usage, secs: f64) -> f64 {
 
 /// Sleeps `secs`, printing server CPU, RSS and the rate of the load
 /// generators' `counter` (e.g. `frames`, `upgrades`) each second.
-pub fn watch(o: &Opts, label: &str, counter: &str, secs: f64, server: &Server, f: &mut Fleet) {
+pub fn watch(o: &Opts, label: &str, counter: &str, secs: f64, server: &Seatboard, f: &mut Fleet) {
     let start = Instant::now();
-    let mut prev = (server.usage(), f.sum_named(counter), Instant::now());
+    let mut prev = (
+        procs::usage(server.child.id()),
+        f.sum_named(counter),
+        Instant::now(),
+    );
     while start.elapsed().as_secs_f64() < secs {
         let left = secs - start.elapsed().as_secs_f64();
         std::thread::sleep(Duration::from_secs_f64(left.clamp(0.0, 1.0)));
-        let now = (server.usage(), f.sum_named(counter), Instant::now());
+        let now = (
+            procs::usage(server.child.id()),
+            f.sum_named(counter),
+            Instant::now(),
+        );
         let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
         progress(
             o,
@@ -160,7 +170,7 @@ pub fn usage_sum(pids: &[u32]) -> Usage {
 
 /// Bytes on the wire per delivered frame (load generator's count over the
 /// window), and the server's sent-vs-payload totals; returns the former.
-pub fn wire_row(out: &mut Outcome, server: &Server, m0: &Value, m1: &Value, frames: u64) -> f64 {
+pub fn wire_row(out: &mut Outcome, server: &Seatboard, m0: &Value, m1: &Value, frames: u64) -> f64 {
     let bytes = counter(m1, "bytes") - counter(m0, "bytes");
     let compressed = counter(m1, "compressed") - counter(m0, "compressed");
     let per = bytes as f64 / frames.max(1) as f64;

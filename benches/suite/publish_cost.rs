@@ -6,8 +6,9 @@
 //! redis-server, and reported as snapshots/s and Redis CPU per snapshot, each
 //! as the script's ratio to plain `HSET` (the contract's bound: 1.3x).
 
-use super::procs::{self, Redis};
 use super::{Opts, Outcome};
+use crate::procs;
+use crate::redis_rig::Redis;
 use seatboard::publisher;
 use seatboard::redis::commands::Commands;
 use seatboard::redis::{PubSubMode, Redis as SbRedis, RedisFlags, RedisMode};

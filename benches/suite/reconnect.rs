@@ -12,15 +12,19 @@
 //! CPU per reconnection (drop to the last board true), refusals by status, and
 //! the server's RSS before the drop and after every viewer is back.
 
+use crate::children::Fleet;
 use crate::measure::{counter, progress};
-use crate::procs::{self, Fleet, Redis, Server};
+use crate::procs;
 use crate::publish::Publisher;
+use crate::redis_rig::Redis;
+use crate::server::serve;
 use crate::setup::{course_names, fleet};
 use crate::{Opts, Outcome};
 use loadgen::Command;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use testkit::proc::Seatboard;
 
 /// The accept flags of the wide-open pass.
 const WIDE: [&str; 4] = ["--accept-rate", "100000", "--accept-burst", "20000"];
@@ -40,7 +44,7 @@ pub fn run(o: &Opts) -> Outcome {
     out
 }
 
-/// Server flags of a pass: the scenario's tick, driver and shards, and the
+/// Seatboard flags of a pass: the scenario's tick, driver and shards, and the
 /// accept bucket under test (no flag: the node's default).
 fn pass_flags(o: &Opts, pass: &str) -> Vec<String> {
     let mut f: Vec<String> = vec!["--tick-ms".into(), o.tick_ms.to_string()];
@@ -80,7 +84,7 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
     let key = |k: &str| format!("{pass}_{k}");
     let courses = course_names(o.courses);
     let redis = Redis::start();
-    let server = Server::start(&redis, &pass_flags(o, pass));
+    let server = serve(&redis, &pass_flags(o, pass));
     let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
     let fill = Opts {
@@ -103,9 +107,9 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
     });
     // Settle: the fill's garbage back to the OS (the tick does it) first.
     std::thread::sleep(Duration::from_secs(3));
-    let u0 = server.usage();
-    let th0 = procs::cpu_by_thread(server.pid());
-    let w0 = procs::wakeups(server.pid());
+    let u0 = procs::usage(server.child.id());
+    let th0 = procs::cpu_by_thread(server.child.id());
+    let w0 = procs::wakeups(server.child.id());
     let m0 = f.mark();
     let t0 = Instant::now();
     f.command(Command::Drop);
@@ -120,15 +124,15 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let secs = t0.elapsed().as_secs_f64();
-    let u1 = server.usage();
-    let th1 = procs::cpu_by_thread(server.pid());
-    let w1 = procs::wakeups(server.pid());
+    let u1 = procs::usage(server.child.id());
+    let th1 = procs::cpu_by_thread(server.child.id());
+    let w1 = procs::wakeups(server.child.id());
     progress(
         o,
         format!("[reconnect {pass}] back after {secs:.2} s: {back}"),
     );
     std::thread::sleep(Duration::from_secs(3));
-    let u2 = server.usage();
+    let u2 = procs::usage(server.child.id());
     let reports = f.report();
     let (ok, total) = crate::measure::correctness(&reports, &publisher, o.clients);
     rows(
@@ -252,7 +256,7 @@ fn refusals(reports: &[Value]) -> BTreeMap<u64, u64> {
 }
 
 /// The server's `seatboard_handshakes_refused_total` by reason (whole run).
-fn server_refusals(server: &Server) -> BTreeMap<String, u64> {
+fn server_refusals(server: &Seatboard) -> BTreeMap<String, u64> {
     let mut m = BTreeMap::new();
     for l in server.get("/metrics").unwrap_or_default().lines() {
         let Some(rest) = l.strip_prefix("seatboard_handshakes_refused_total{") else {

@@ -10,8 +10,9 @@
 //! the `Publisher` writing directly at the same rate (its thread's CPU), and
 //! coalescing at one hot section: every snapshot to one section.
 
-use super::procs::{self, Redis};
 use super::{Opts, Outcome};
+use crate::procs;
+use crate::redis_rig::Redis;
 use seatboard::publisher::{Publisher, PublisherConfig};
 use seatboard::redis::RedisFlags;
 use serde_json::{json, Value};

@@ -1,8 +1,9 @@
 //! What a scenario starts before it measures: Redis, the server's flags, the
 //! course names, the load-generator fleet, and the wait for its connections.
 
+use crate::children::Fleet;
 use crate::measure::progress;
-use crate::procs::{self, Fleet, Redis};
+use crate::redis_rig::Redis;
 use crate::Opts;
 use std::time::{Duration, Instant};
 
@@ -61,7 +62,7 @@ pub fn fleet(
             connect_rate: o.connect_rate / procs as f64,
             inflight: o.inflight,
             churn,
-            secret: procs::SECRET.into(),
+            secret: crate::server::SECRET.into(),
             tokens_file: o.tokens_file.clone(),
             seed: 0x5eed + i as u64,
             max_secs: max_secs.ceil() as u64,

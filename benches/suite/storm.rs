@@ -5,12 +5,15 @@
 //! storm is published (how the frame rate comes up, and each course's first
 //! full frame after its first watch); then the floor in the same run.
 
+use crate::children::Fleet;
 use crate::floor;
 use crate::measure::{
     correctness, counter, cpu_pct, machine_row, merged_latency, progress, usage_sum, wire_row,
 };
-use crate::procs::{self, Fleet, Redis, Server, Usage};
+use crate::procs::{self, Usage};
 use crate::publish::Publisher;
+use crate::redis_rig::Redis;
+use crate::server::serve;
 use crate::setup::{course_names, fleet, server_flags, start_redis, wait_open};
 use crate::stuck;
 use crate::{Opts, Outcome};
@@ -19,6 +22,7 @@ use loadgen::Hist;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+use testkit::proc::Seatboard;
 
 /// What the storm's window measured, from its start to its end.
 struct Window {
@@ -53,7 +57,7 @@ pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new(if o.cluster { "storm_cluster" } else { "storm" });
     let courses = course_names(o.courses);
     let (redis, mode) = start_redis(o);
-    let server = Server::start(&redis, &server_flags(o, mode));
+    let server = serve(&redis, &server_flags(o, mode));
     let mut publisher = if o.cluster {
         let direct = |p| redis.direct_port(p);
         Publisher::connect_cluster_via(&redis.ports, courses.clone(), o.sections, direct)
@@ -63,7 +67,7 @@ pub fn run(o: &Opts) -> Outcome {
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
     let open_before = (!o.connect_during).then(|| wait_open(o, &mut f, o.clients, "storm"));
-    let rss_before_stuck = server.usage().rss_kib;
+    let rss_before_stuck = procs::usage(server.child.id()).rss_kib;
     let stuck = stuck::open(server.port, o.stuck, &courses[..3.min(courses.len())]);
     if o.stuck > 0 {
         progress(
@@ -123,24 +127,24 @@ pub fn run(o: &Opts) -> Outcome {
 /// progress each second, and measures the window.
 fn publish_window(
     o: &Opts,
-    server: &Server,
+    server: &Seatboard,
     redis: &Redis,
     publisher: &mut Publisher,
     f: &mut Fleet,
 ) -> Window {
     let m0 = f.mark();
-    let u0 = server.usage();
+    let u0 = procs::usage(server.child.id());
     let mut rss_peak = u0.rss_kib;
     let k0 = procs::machine_ticks();
     let r0 = usage_sum(&redis.pids());
     let lg0 = f.cpu_us();
-    let th0 = procs::cpu_by_thread(server.pid());
+    let th0 = procs::cpu_by_thread(server.child.id());
     let t0 = Instant::now();
     let start_us = loadgen::now_us();
     let (rate, secs) = (o.rate, o.seconds);
     let mut prev = (u0, counter(&m0, "frames"), Instant::now());
     publisher.storm(rate, secs, o.skew, 7, |sent| {
-        let now = (server.usage(), f.sum(|c| c.frames), Instant::now());
+        let now = (procs::usage(server.child.id()), f.sum(|c| c.frames), Instant::now());
         rss_peak = rss_peak.max(now.0.rss_kib);
         let dt = now.2.duration_since(prev.2).as_secs_f64().max(1e-3);
         progress(
@@ -159,7 +163,7 @@ fn publish_window(
     Window {
         dt,
         u0,
-        u1: server.usage(),
+        u1: procs::usage(server.child.id()),
         rss_peak,
         k0,
         k1: procs::machine_ticks(),
@@ -168,7 +172,7 @@ fn publish_window(
         lg0,
         lg1: f.cpu_us(),
         th0,
-        th1: procs::cpu_by_thread(server.pid()),
+        th1: procs::cpu_by_thread(server.child.id()),
         m0,
         m1: f.mark(),
         start_us,
@@ -242,7 +246,7 @@ fn load_rows(out: &mut Outcome, o: &Opts, publisher: &Publisher, w: &Window, ope
 }
 
 /// The stuck clients: how many, their 4001 closes and the server's RSS growth.
-fn stuck_row(out: &mut Outcome, server: &Server, opened: usize, rss_before: u64, rss_peak: u64) {
+fn stuck_row(out: &mut Outcome, server: &Seatboard, opened: usize, rss_before: u64, rss_peak: u64) {
     let closes = server.metric("seatboard_slow_consumer_closes_total");
     out.row(
         "stuck_clients",

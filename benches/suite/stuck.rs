@@ -21,7 +21,7 @@ pub fn open(port: u16, n: usize, courses: &[String]) -> Vec<TcpStream> {
         let mut stream: TcpStream = s.into();
         let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
         let token = seatboard::auth::mint(
-            super::procs::SECRET.as_bytes(),
+            crate::server::SECRET.as_bytes(),
             &format!("stuck{i}"),
             shards::Role::Student,
             exp,

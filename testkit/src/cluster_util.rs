@@ -6,12 +6,13 @@
 //! nodes announce a delay proxy each (`ProxiedCluster`).
 #![allow(dead_code)]
 
-use crate::common::{free_port, spawn_redis, wait_for};
 use crate::delay_proxy::DelayProxy;
+use crate::proc::{cluster_port, Redis};
+use crate::wait::wait_for;
 use seatboard::redis::slots::key_slot;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Course names whose channel lives on `primary`.
@@ -30,7 +31,7 @@ pub fn courses_on(primary: &NodeLine, n: usize) -> Vec<String> {
 pub struct ClusterNode {
     /// Its client port.
     pub port: u16,
-    child: Option<Child>,
+    child: Option<Redis>,
     /// Flags of its own (what it announces, in a [`ProxiedCluster`]).
     extra: Vec<String>,
 }
@@ -42,16 +43,6 @@ pub struct Cluster {
     dir: PathBuf,
     /// For a TLS-only cluster: the directory of `ca.pem`, `server.crt`, `server.key`.
     tls: Option<PathBuf>,
-}
-
-/// A free port whose cluster bus port (+10000) is free too.
-fn cluster_port() -> u16 {
-    loop {
-        let p = free_port();
-        if p < 55_000 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
-            return p;
-        }
-    }
 }
 
 /// `redis-cli -p port args...`, stdout trimmed.
@@ -390,14 +381,11 @@ impl ClusterNode {
         ];
         args.extend(tls_args);
         args.extend(self.extra.iter().map(String::as_str));
-        self.child = Some(spawn_redis(self.port, &args));
+        self.child = Some(Redis::on_port(self.port, &args));
     }
 
     fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.child = None;
     }
 }
 

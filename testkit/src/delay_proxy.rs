@@ -17,7 +17,7 @@
 //! under test gets the far URI, publishers the near one); a cluster whose
 //! nodes announce proxies is in `cluster_util` (`ProxiedCluster`).
 
-use crate::common::{free_port, Redis};
+use crate::proc::{free_port, Redis};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};

@@ -1,14 +1,17 @@
-//! HAProxy processes owned by a test or bench, running the shipped
-//! `systemd/haproxy/seatboard.cfg` with only its `bind` and `server` lines,
-//! `maxconn` and the root-only lines replaced. Used by `tests/it/fleet.rs`,
+//! HAProxy for a test or bench: the shipped `systemd/haproxy/seatboard.cfg`
+//! with only its `bind` and `server` lines, `maxconn` and the root-only lines
+//! replaced, run by [`crate::proc::Haproxy`]; and checks of its answers. Used by `tests/it/fleet.rs`,
 //! `tests/it/browser.rs` and the `fleet` and `soak` benches.
 #![allow(dead_code)]
 
+pub use crate::http::get_status;
+pub use crate::proc::{free_port, Haproxy};
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 /// The shipped configuration.
 pub fn shipped() -> String {
@@ -125,142 +128,6 @@ pub fn log_to_stdout(config: &str) -> String {
         }
     }
     out
-}
-
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// A free port below the kernel's ephemeral range, for a process that is
-/// restarted on its port: a port in the range may meanwhile be taken as the
-/// source port of some outgoing connection.
-pub fn stable_port() -> u16 {
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    let span = low.saturating_sub(11000).max(1);
-    let mut rng = fastrand::Rng::new();
-    for _ in 0..1000 {
-        let p = 10000 + rng.u16(0..span);
-        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
-            return p;
-        }
-    }
-    free_port()
-}
-
-/// `procs` HAProxy processes sharing one port (HAProxy binds with
-/// `SO_REUSEPORT` on Linux; each process holds two descriptors per viewer, so
-/// several processes keep each under the open-file limit). Killed on drop.
-pub struct Haproxy {
-    /// Where the frontend listens.
-    pub port: u16,
-    children: Vec<Child>,
-    /// The rendered configuration file.
-    pub config: PathBuf,
-}
-
-impl Haproxy {
-    /// Writes `config` into `dir`, checks it with `haproxy -c`, starts `procs`
-    /// processes and waits until the port accepts.
-    pub fn start(dir: &Path, port: u16, config: &str, procs: usize) -> Haproxy {
-        std::fs::create_dir_all(dir).expect("haproxy dir");
-        let path = dir.join(format!("haproxy-{port}.cfg"));
-        std::fs::write(&path, config).expect("write haproxy.cfg");
-        let check = Command::new("haproxy")
-            .args(["-c", "-q", "-f"])
-            .arg(&path)
-            .output()
-            .expect("haproxy must be installed (tests/run.sh installs it)");
-        assert!(
-            check.status.success(),
-            "haproxy -c refused {}: {}",
-            path.display(),
-            String::from_utf8_lossy(&check.stderr)
-        );
-        let mut h = Haproxy {
-            port,
-            children: Vec::new(),
-            config: path,
-        };
-        for i in 0..procs.max(1) {
-            let log = std::fs::File::create(h.log(i)).expect("haproxy log file");
-            let child = Command::new("haproxy")
-                .args(["-db", "-f"])
-                .arg(&h.config)
-                .stdout(log.try_clone().expect("log file"))
-                .stderr(log)
-                .spawn()
-                .expect("spawn haproxy");
-            h.children.push(child);
-        }
-        let end = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < end, "haproxy did not listen on {port}");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        h
-    }
-
-    /// Process `i`'s output: warnings (a node going down or up), and each
-    /// request when the configuration went through [`log_to_stdout`].
-    pub fn log(&self, i: usize) -> PathBuf {
-        self.config.with_extension(format!("{i}.log"))
-    }
-
-    /// Pids of the processes.
-    pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|c| c.id()).collect()
-    }
-
-    /// Waits until a plain-HTTP `GET path` through the proxy answers 200
-    /// (every process's health checks have seen a node up).
-    pub fn wait_ready(&self, path: &str, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        let mut streak = 0;
-        while Instant::now() < end {
-            if get_status(self.port, path) == Some(200) {
-                streak += 1;
-                // Several answers in a row: each process (and each check) saw it.
-                if streak >= 8 {
-                    return true;
-                }
-            } else {
-                streak = 0;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        false
-    }
-}
-
-impl Drop for Haproxy {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-/// The status of a plain-HTTP `GET path` to 127.0.0.1:port.
-pub fn get_status(port: u16, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: seatboard\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = Vec::new();
-    let _ = s.read_to_end(&mut buf);
-    let head = String::from_utf8_lossy(&buf);
-    head.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The response head (status line and headers) to a plain-HTTP WebSocket

@@ -3,7 +3,10 @@
 //! (a datagram to the Unix socket or the UDP port) and the relay's figures.
 #![allow(dead_code)]
 
-use crate::common::{free_port, http_get, metric_value, seatboard_command, wait_for};
+use crate::http::http_get;
+use crate::proc::{free_port, seatboard_command};
+use crate::scrape::metric_value;
+use crate::wait::wait_for;
 use serde_json::Value;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::unix::net::UnixDatagram;

@@ -230,20 +230,12 @@ fn rolling_restart_moves_the_page_to_the_new_node() {
     let live = lines.next().and_then(Result::ok).unwrap_or_default();
     assert!(live.starts_with("LIVE "), "page never went live: {live:?}");
     // The new node shares the port (SO_REUSEPORT; another seatboard is allowed).
-    let _new = seatboard_command()
-        .args([
-            "demo",
-            "--shards",
-            "2",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--log-level",
-            "warn",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .map(|child| Seatboard { port, child })
-        .expect("second node");
+    let _new = Seatboard::spawn_on(
+        port,
+        &["demo", "--shards", "2", "--log-level", "warn"],
+        &[],
+        None,
+    );
     wait_for(std::time::Duration::from_secs(15), || {
         let m = http_get(port, "/healthz").ok()?;
         // Both answer on the port; any answer means the new one may be up too.
@@ -281,8 +273,8 @@ fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
     publish("MATH101", "1", "30", "10");
     let host_port = free_port();
     let host_origin = format!("http://127.0.0.1:{host_port}");
-    let serve_args = |listen: Option<String>| {
-        let mut a = vec![
+    let serve_args = || {
+        vec![
             "serve".to_string(),
             "--redis".into(),
             uri.clone(),
@@ -290,14 +282,10 @@ fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
             host_origin.clone(),
             "--shards".into(),
             "2".into(),
-        ];
-        if let Some(l) = listen {
-            a.extend(["--listen".into(), l, "--log-level".into(), "warn".into()]);
-        }
-        a
+        ]
     };
     let env = [("SEATBOARD_JWT_SECRET", SECRET)];
-    let first_args = serve_args(None);
+    let first_args = serve_args();
     let first: Vec<&str> = first_args.iter().map(String::as_str).collect();
     let mut sb = Some(Seatboard::start_env(&first, &env));
     let port = sb.as_ref().map(|s| s.port).unwrap_or_default();
@@ -341,14 +329,9 @@ fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
                 (!held).then_some(())
             })
             .expect("the killed node's listeners go away");
-            let args = serve_args(Some(format!("127.0.0.1:{port}")));
-            let child = seatboard_command()
-                .args(&args)
-                .envs(env)
-                .stdout(std::process::Stdio::null())
-                .spawn()
-                .expect("seatboard again");
-            sb = Some(Seatboard { port, child });
+            let mut args = serve_args();
+            args.extend(["--log-level".into(), "warn".into()]);
+            sb = Some(Seatboard::spawn_on(port, &args, &env, None));
             wait_for(std::time::Duration::from_secs(15), || {
                 http_get(port, "/healthz").ok().filter(|r| r.status == 200)
             })

@@ -90,26 +90,21 @@ fn starts_again_on_its_port_right_after_the_old_one_exits() {
             .wait_exit(Duration::from_secs(20))
             .expect("drained and exited");
         assert_eq!(exit.code(), Some(0));
-        let child = seatboard_command()
-            .args(["demo", "--shards", "2", "--drain-ms", "200"])
-            .args([
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--log-level",
-                "warn",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn");
-        sb = Seatboard { port, child };
-        let up = wait_for(Duration::from_secs(20), || {
-            if let Ok(Some(st)) = sb.child.try_wait() {
-                panic!("round {round}: the restarted node exited: {st}");
-            }
-            http_get(port, "/healthz").ok().filter(|r| r.status == 200)
-        });
-        assert!(up.is_some(), "round {round}: not up again on {port}");
+        let args = [
+            "demo",
+            "--shards",
+            "2",
+            "--drain-ms",
+            "200",
+            "--log-level",
+            "warn",
+        ];
+        sb = Seatboard::spawn_on(port, &args, &[], None);
+        let up = sb.wait_answer("/healthz", Duration::from_secs(20), |r| r.status == 200);
+        if let Ok(Some(st)) = sb.child.try_wait() {
+            panic!("round {round}: the restarted node exited: {st}");
+        }
+        assert!(up, "round {round}: not up again on {port}");
         drop(held);
     }
 }

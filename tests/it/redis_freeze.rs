@@ -487,49 +487,27 @@ fn frozen_redis_scenario(mut fault: impl Fault) {
     stop.store(true, Relaxed);
 }
 
-/// Sends a signal to a process of the test.
-fn signal(pid: i32, sig: i32) {
-    // SAFETY: kill(2) on a redis-server this test started.
-    unsafe { libc::kill(pid, sig) };
-}
-
 /// A local redis-server frozen with SIGSTOP, thawed with SIGCONT.
-struct Stopped {
-    child: Child,
-    port: u16,
-}
+struct Stopped(Redis);
 
 impl Fault for Stopped {
     fn addr(&self) -> (String, u16) {
-        ("127.0.0.1".into(), self.port)
+        ("127.0.0.1".into(), self.0.port)
     }
     fn break_it(&mut self) {
-        signal(self.child.id() as i32, libc::SIGSTOP);
+        self.0.signal(libc::SIGSTOP);
     }
     fn mend(&mut self) {
-        signal(self.child.id() as i32, libc::SIGCONT);
+        self.0.signal(libc::SIGCONT);
     }
     fn publisher_side<R: Send + 'static>(&self, f: impl FnOnce() -> R + Send + 'static) -> R {
         f()
     }
 }
 
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 #[test]
 fn a_frozen_redis_is_noticed_and_every_board_is_true_once_it_thaws() {
-    let (child, port) = (0..5)
-        .find_map(|_| {
-            let port = free_port();
-            try_spawn_redis(port, &[]).map(|c| (c, port))
-        })
-        .expect("redis-server");
-    frozen_redis_scenario(Stopped { child, port });
+    frozen_redis_scenario(Stopped(Redis::start()));
 }
 
 /// Redis in a network namespace of its own, the node (and the test's clients)

@@ -6,8 +6,6 @@ use crate::common;
 use crate::redis_util;
 use common::*;
 use redis_util::*;
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(10);
@@ -19,35 +17,11 @@ fn health(port: u16) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// A redis-server with its data directory in `dir`, so a restart reloads `SAVE`d data.
-fn redis_in(dir: &std::path::Path, port: u16) -> Child {
-    let child = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--dir"])
-        .arg(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("redis-server");
-    wait_for(T, || TcpStream::connect(("127.0.0.1", port)).ok()).expect("redis up");
-    child
-}
-
 #[test]
 fn clients_survive_a_redis_restart_and_get_fresh_state() {
     let dir = std::env::temp_dir().join(format!("seatboard-reconnect-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    // `Redis` only for its port and cli; the server itself is ours (with a data dir).
-    let mut redis = Redis::start();
-    redis.kill();
-    let mut server = redis_in(&dir, redis.port);
+    // Its data directory is `dir`, so a restart reloads `SAVE`d data.
+    let mut redis = Redis::start_in(&dir, &[]);
     redis.cli(&[
         "HSET",
         "seatstate:CS101",
@@ -75,8 +49,7 @@ fn clients_survive_a_redis_restart_and_get_fresh_state() {
         &payload("CS101", 2, 20, 20, 3),
     ]);
     assert_eq!(redis.cli(&["SAVE"]), "OK");
-    let _ = server.kill();
-    let _ = server.wait();
+    redis.kill();
 
     eventually(T, "degraded while Redis is down", || {
         let h = health(sb.port);
@@ -86,7 +59,7 @@ fn clients_survive_a_redis_restart_and_get_fresh_state() {
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(health(sb.port)["status"], "degraded");
 
-    let mut server = redis_in(&dir, redis.port);
+    redis.restart();
     let back = Instant::now();
     let fresh = read_until(&mut ws, T, |m| {
         m["type"] == "frame" && section(m, 1).is_some_and(|s| s["version"] == 7)
@@ -105,9 +78,6 @@ fn clients_survive_a_redis_restart_and_get_fresh_state() {
         m["type"] == "frame" && section(m, 2).is_some_and(|s| s["version"] == 4)
     })
     .expect("live frame after the restart");
-    let _ = server.kill();
-    let _ = server.wait();
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

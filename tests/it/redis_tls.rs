@@ -10,9 +10,8 @@ use crate::tls_util;
 use common::*;
 use redis_util::{client, read_until, watch};
 use serde_json::Value;
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use tls_util::make_certs;
 
@@ -21,9 +20,8 @@ const PASS: &str = "s3cret-pass";
 
 /// A TLS-only redis-server with an ACL user, and the CA that signed its certificate.
 struct TlsRedis {
-    port: u16,
     dir: PathBuf,
-    child: Child,
+    server: Redis,
 }
 
 impl TlsRedis {
@@ -34,42 +32,47 @@ impl TlsRedis {
             free_port()
         ));
         make_certs(&dir);
-        let port = free_port();
-        let p = port.to_string();
-        let child = Command::new("redis-server")
-            .current_dir(&dir)
-            .args(["--port", "0", "--tls-port", &p, "--bind", "127.0.0.1"])
-            .args([
+        let file = |name: &str| dir.join(name).display().to_string();
+        let (cert, key, ca) = (file("server.crt"), file("server.key"), file("ca.pem"));
+        let user_pass = format!(">{PASS}");
+        let port = free_port().to_string();
+        // TLS only: `--port 0` after the wrapper's own `--port`.
+        let server = Redis::on_port(
+            port.parse().expect("port"),
+            &[
+                "--port",
+                "0",
+                "--tls-port",
+                &port,
                 "--tls-cert-file",
-                "server.crt",
+                &cert,
                 "--tls-key-file",
-                "server.key",
-            ])
-            .args(["--tls-ca-cert-file", "ca.pem", "--tls-auth-clients", "no"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args([
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "no",
                 "--user",
                 USER,
                 "on",
-                &format!(">{PASS}"),
+                &user_pass,
                 "~*",
                 "&*",
                 "+@all",
-            ])
-            .args(["--user", "default", "off"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed");
-        wait_for(Duration::from_secs(10), || {
-            TcpStream::connect(("127.0.0.1", port)).ok()
-        })
-        .expect("TLS redis-server did not come up");
-        TlsRedis { port, dir, child }
+                "--user",
+                "default",
+                "off",
+            ],
+        );
+        TlsRedis { dir, server }
+    }
+
+    fn port(&self) -> u16 {
+        self.server.port
     }
 
     fn uri(&self) -> String {
-        format!("rediss://{USER}:{PASS}@127.0.0.1:{}", self.port)
+        format!("rediss://{USER}:{PASS}@127.0.0.1:{}", self.server.port)
     }
 
     fn ca(&self) -> String {
@@ -79,8 +82,7 @@ impl TlsRedis {
 
 impl Drop for TlsRedis {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -152,7 +154,7 @@ fn rediss_with_ca_and_acl_user_serves_and_publishes() {
     // Presence went through the same authenticated TLS client.
     let n = wait_for(Duration::from_secs(10), || {
         let out = Command::new("redis-cli")
-            .args(["--tls", "--cacert", &ca, "-p", &r.port.to_string()])
+            .args(["--tls", "--cacert", &ca, "-p", &r.port().to_string()])
             .args(["--user", USER, "--pass", PASS, "--no-auth-warning"])
             .args(["ZCARD", "presence:TLS101"])
             .output()
@@ -171,7 +173,7 @@ fn untrusted_certificate_wrong_password_and_bad_flags_are_refused() {
     let (code, err) = publish(&["--redis", &uri, "--taken", "1"], &[]);
     assert_eq!(code, 1, "untrusted certificate accepted: {err}");
     assert!(err.to_lowercase().contains("certificate"), "{err}");
-    let bad = format!("rediss://{USER}:wrong@127.0.0.1:{}", r.port);
+    let bad = format!("rediss://{USER}:wrong@127.0.0.1:{}", r.port());
     let (code, err) = publish(&["--redis", &bad, "--redis-ca", &ca, "--taken", "1"], &[]);
     assert_eq!(code, 1, "wrong password accepted: {err}");
     assert!(

@@ -1,0 +1,13 @@
+//! The processes a test or bench owns, one wrapper per kind, each killed on
+//! drop: `redis-server` ([`Redis`]), `seatboard` ([`Seatboard`]) and HAProxy
+//! ([`Haproxy`]), all on ports from the one [`free_port`].
+
+mod haproxy;
+mod port;
+mod redis;
+mod seatboard;
+
+pub use haproxy::Haproxy;
+pub use port::{cluster_port, free_port, listens_on, loopback_tcp, TcpRow};
+pub use redis::Redis;
+pub use seatboard::{bin, built_bin, seatboard_command, Seatboard};
