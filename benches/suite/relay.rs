@@ -205,7 +205,6 @@ pub fn run(o: &Opts) -> Outcome {
     let rpid = redis.pids()[0];
     let uri = redis.uri();
     let relay = Relay::start(&uri, &[]);
-    let per = |us: u64, n: f64| us as f64 / n.max(1.0);
     // Warm up: the script loaded, the connection made.
     send(&relay.socket, o, 0.0, 1.0, 1000, 0, false);
     relay.settled(0, Duration::from_secs(30));
@@ -216,6 +215,22 @@ pub fn run(o: &Opts) -> Outcome {
     let base = 1_000_000u64;
     let normal = through_relay(&relay, rpid, o, base, false);
     let direct = through_publisher(&uri, rpid, o, base + 10_000_000, false);
+    cpu_rows(&mut out, o, &normal, &direct);
+    // 2-5. The faults.
+    let faults = fault_cases(&mut out, o, &relay, rpid, &uri);
+    send_rows(&mut out, &normal, &direct, &faults);
+    // 6. One hot section: the relay coalesces, the Publisher writes each.
+    hot_section(&mut out, o, &relay, rpid, &uri);
+    out
+}
+
+/// `x` per `n`, `n` at least 1.
+fn per(us: u64, n: f64) -> f64 {
+    us as f64 / n.max(1.0)
+}
+
+/// CPU per snapshot through the relay and through the Publisher.
+fn cpu_rows(out: &mut Outcome, o: &Opts, normal: &Through, direct: &Direct) {
     out.check(
         normal.published > 0.0,
         "nothing published through the relay",
@@ -239,7 +254,20 @@ pub fn run(o: &Opts) -> Outcome {
         format!("via the relay {relay_redis:.2} µs / via the Publisher {pub_redis:.2} µs"),
         json!({"relay": relay_redis, "publisher": pub_redis}),
     );
+}
 
+/// The sends of the fault cases, and what the relay held and dropped.
+struct Faults {
+    frozen: Sends,
+    full: Sends,
+    stopped: Sends,
+    burst: Sends,
+    held: f64,
+    dropped_full: f64,
+}
+
+/// Redis frozen, the queue full, the relay stopped, an unpaced burst.
+fn fault_cases(out: &mut Outcome, o: &Opts, relay: &Relay, rpid: u32, uri: &str) -> Faults {
     // 2. Redis frozen.
     freeze(rpid, true);
     let frozen = send(
@@ -261,7 +289,7 @@ pub fn run(o: &Opts) -> Outcome {
     relay.settled(0, Duration::from_secs(30));
 
     // 3. Queue full: room for 100 sections, Redis frozen.
-    let small = Relay::start(&uri, &["--max-pending", "100"]);
+    let small = Relay::start(uri, &["--max-pending", "100"]);
     freeze(rpid, true);
     let full = send(
         &small.socket,
@@ -291,13 +319,27 @@ pub fn run(o: &Opts) -> Outcome {
     let n = (o.rate * o.seconds) as u64;
     let burst = send(&relay.socket, o, 0.0, 60.0, n, 50_000_000, false);
     relay.settled(0, Duration::from_secs(30));
+    Faults {
+        frozen,
+        full,
+        stopped,
+        burst,
+        held,
+        dropped_full,
+    }
+}
 
+/// Each case's send latencies and errors, what the relay held, and the
+/// Publisher's call.
+fn send_rows(out: &mut Outcome, normal: &Through, direct: &Direct, f: &Faults) {
+    let (frozen, full, stopped, burst) = (&f.frozen, &f.full, &f.stopped, &f.burst);
+    let (held, dropped_full) = (f.held, f.dropped_full);
     let cases = [
         ("normal", &normal.sends),
-        ("redis_frozen", &frozen),
-        ("queue_full", &full),
-        ("relay_stopped", &stopped),
-        ("burst", &burst),
+        ("redis_frozen", frozen),
+        ("queue_full", full),
+        ("relay_stopped", stopped),
+        ("burst", burst),
     ];
     out.row(
         "relay_send_us",
@@ -332,10 +374,13 @@ pub fn run(o: &Opts) -> Outcome {
         format!("Publisher::publish() {}", direct.calls.shown()),
         publisher_call,
     );
+}
 
-    // 6. One hot section: the relay coalesces, the Publisher writes each.
-    let hot = through_relay(&relay, rpid, o, 60_000_000, true);
-    let hot_direct = through_publisher(&uri, rpid, o, 70_000_000, true);
+/// One hot section: what the relay wrote of what it received, and Redis's
+/// CPU, against the Publisher writing each.
+fn hot_section(out: &mut Outcome, o: &Opts, relay: &Relay, rpid: u32, uri: &str) {
+    let hot = through_relay(relay, rpid, o, 60_000_000, true);
+    let hot_direct = through_publisher(uri, rpid, o, 70_000_000, true);
     let written = hot.published / hot.received.max(1.0);
     out.check(hot.published > 0.0, "the hot section was not written");
     out.row(
@@ -357,5 +402,4 @@ pub fn run(o: &Opts) -> Outcome {
                "publisher_published": hot_direct.published,
                "publisher_redis_cpu_us_per_sent": per(hot_direct.redis_cpu_us, hot_direct.calls.ns.len() as f64)}),
     );
-    out
 }
