@@ -4,10 +4,18 @@
 //! round trip (or a frozen Redis's timeout) never holds up a snapshot.
 
 use crate::redis::commands::Commands;
+use crate::redis::conn::{wait_readable, PubConn};
+use crate::redis::slots::Addr;
 use crate::redis::Redis;
+use crate::redis::IO_TIMEOUT;
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// The largest reply the probe's connections read (a `PONG`).
+const PING_REPLY_CAP: usize = 64;
 
 /// One round trip as measured: the node it was measured to (`None` for a
 /// standalone Redis), and its seconds (`None`: no answer).
@@ -32,6 +40,12 @@ pub struct RedisStates {
     /// The round-trip probe's own connection: a node that does not answer
     /// it never costs the reads their connection.
     probe: Commands,
+    /// The primaries of the last slot map read: pinged one by one when the
+    /// map cannot be read now (its read may have gone to a silent primary).
+    primaries: Vec<Addr>,
+    /// The probe's connection to each primary of a cluster: one that does
+    /// not answer costs only its own round trip.
+    pings: HashMap<Addr, PubConn>,
     prefix: String,
 }
 
@@ -41,8 +55,68 @@ impl RedisStates {
         RedisStates {
             link: Commands::new(redis, "state reads"),
             probe: Commands::new(redis, "round-trip probe"),
+            primaries: Vec::new(),
+            pings: HashMap::new(),
             prefix: state_prefix.to_owned(),
         }
+    }
+}
+
+impl RedisStates {
+    /// PINGs every primary at once on the probe's own connections and takes
+    /// the answers as they come, for at most [`IO_TIMEOUT`]; a connection
+    /// that fails or stays silent is dropped (opened again next time).
+    fn ping_each(&mut self, nodes: &[Addr]) -> Vec<RoundTrip> {
+        self.pings.retain(|a, _| nodes.contains(a));
+        let redis = Arc::clone(self.probe.redis());
+        let mut sent = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            let t = Instant::now();
+            let conn = match self.pings.entry(node.clone()) {
+                Entry::Occupied(c) => Some(c.into_mut()),
+                Entry::Vacant(v) => PubConn::open(&redis, node, PING_REPLY_CAP)
+                    .ok()
+                    .map(|c| v.insert(c)),
+            };
+            sent.push(conn.is_some_and(|c| c.ping().is_ok()).then_some(t));
+        }
+        // Answers are taken as they come, so a silent primary delays no other's.
+        let deadline = Instant::now() + IO_TIMEOUT;
+        let mut took: Vec<Option<f64>> = vec![None; nodes.len()];
+        loop {
+            let waiting: Vec<usize> = (0..nodes.len())
+                .filter(|&i| sent[i].is_some() && took[i].is_none())
+                .collect();
+            let left = deadline.saturating_duration_since(Instant::now());
+            if waiting.is_empty() || left.is_zero() {
+                break;
+            }
+            let fds: Vec<_> = waiting
+                .iter()
+                .filter_map(|&i| self.pings.get(&nodes[i]).map(PubConn::fd))
+                .collect();
+            let ready = wait_readable(&fds, left);
+            for (&i, _) in waiting.iter().zip(ready).filter(|(_, r)| *r) {
+                // Readable: the read takes what is there (a few ms at most).
+                let by = Instant::now() + Duration::from_millis(5);
+                let pong = self.pings.get_mut(&nodes[i]).map(|c| c.pong_by(by));
+                match pong {
+                    Some(Ok(true)) => took[i] = sent[i].map(|t| t.elapsed().as_secs_f64()),
+                    Some(Ok(false)) => {}
+                    _ => sent[i] = None,
+                }
+            }
+        }
+        for (node, t) in nodes.iter().zip(&took) {
+            if t.is_none() {
+                self.pings.remove(node);
+            }
+        }
+        nodes
+            .iter()
+            .zip(took)
+            .map(|(node, t)| (Some(format!("{}:{}", node.0, node.1)), t))
+            .collect()
     }
 }
 
@@ -69,12 +143,16 @@ impl StateStore for RedisStates {
     fn ping(&mut self) -> Vec<RoundTrip> {
         let ping = ::redis::cmd("PING");
         let nodes = match self.probe.slot_map() {
-            Ok(Some(map)) => map.primaries(),
+            Ok(Some(map)) => {
+                self.primaries = map.primaries();
+                self.primaries.clone()
+            }
             Ok(None) => {
                 let t = Instant::now();
                 let ok = self.probe.query::<String>(&ping).is_ok();
                 return vec![(None, ok.then(|| t.elapsed().as_secs_f64()))];
             }
+            Err(_) if !self.primaries.is_empty() => self.primaries.clone(),
             Err(_) => {
                 if self.probe.redis().mode() == Some(crate::redis::Mode::Cluster) {
                     self.probe.redis().health.nodes_up.store(0, Relaxed);
@@ -82,17 +160,7 @@ impl StateStore for RedisStates {
                 return Vec::new();
             }
         };
-        let rtt: Vec<RoundTrip> = nodes
-            .iter()
-            .map(|node| {
-                let t = Instant::now();
-                let ok = self.probe.query_on::<String>(node, &ping).is_ok();
-                (
-                    Some(format!("{}:{}", node.0, node.1)),
-                    ok.then(|| t.elapsed().as_secs_f64()),
-                )
-            })
-            .collect();
+        let rtt = self.ping_each(&nodes);
         let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
         self.probe.redis().health.nodes_up.store(up as u64, Relaxed);
         rtt

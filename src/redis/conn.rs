@@ -171,6 +171,17 @@ impl PubConn {
         }
     }
 
+    /// Waits until `deadline` for the answer to a [`PubConn::ping`] sent on a
+    /// connection that holds no subscription: true if it came.
+    pub fn pong_by(&mut self, deadline: Instant) -> io::Result<bool> {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match self.reply(left)? {
+            Some(Item::Error(e)) => Err(io::Error::other(String::from_utf8_lossy(&e).into_owned())),
+            Some(_) => Ok(true),
+            None => Ok(false),
+        }
+    }
+
     /// Writes a whole command.
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)?;

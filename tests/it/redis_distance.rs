@@ -519,10 +519,16 @@ fn on_a_cluster_a_blackholed_primary_holds_up_no_other_primarys_courses() {
         worst < Duration::from_millis(700),
         "{live}'s board stalled {worst:?} while another primary was blackholed"
     );
-    // The node knows which primaries answer.
+    // The node knows which primaries answer, and measures the others' round trips.
     let up = wait_for(T, || {
         let h = healthz_json(sb.port);
-        (h["redis_nodes_up"] == 2).then_some(h)
+        let m = sb.metrics();
+        let rtts: Vec<&str> = m
+            .lines()
+            .filter(|l| l.starts_with("seatboard_redis_rtt_seconds{node="))
+            .collect();
+        let silent = rtts.iter().filter(|l| l.ends_with(" NaN")).count();
+        (h["redis_nodes_up"] == 2 && rtts.len() == 3 && silent == 1).then_some(())
     });
-    assert!(up.is_some(), "{}", healthz_json(sb.port));
+    assert!(up.is_some(), "{}\n{}", healthz_json(sb.port), sb.metrics());
 }
