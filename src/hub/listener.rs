@@ -30,31 +30,29 @@ fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     Ok(s)
 }
 
+/// How long a port held by no process that can be found is tried again (an
+/// exited seatboard's listeners, torn down after its exit) before it is refused.
+const PORT_PATIENCE: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Binds `n` listeners sharing `addr`; fails if a foreign process holds the port.
 pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
     // A plain bind succeeds only if nobody listens there at all. A seatboard
     // that just exited can leave its listeners behind for a moment with no
-    // process owning them (io_uring tears its rings down after the exit):
-    // a listener nobody can be found holding is looked at again for up to
-    // 5 s before it is called foreign (a restart on the same port).
+    // process owning them (io_uring tears its rings down after the exit), and
+    // /proc/net/tcp, read in chunks while connections churn, can skip a line:
+    // a port whose holder cannot be found is tried again every few tens of
+    // milliseconds for up to PORT_PATIENCE before the holder is called unknown.
     let probe = socket(addr, false)?;
-    let patience = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let patience = std::time::Instant::now() + PORT_PATIENCE;
+    let mut attempt = 0u64;
     while let Err(e) = probe.bind(&addr.into()) {
         if e.kind() != io::ErrorKind::AddrInUse {
             return Err(e);
         }
-        // /proc/net/tcp is read in chunks while connections churn and can skip a
-        // line, and a loaded box can take long to walk /proc: look again, for
-        // up to about 3 s, before calling the holder unknown.
-        let mut holders = Vec::new();
-        for attempt in 0..30u64 {
-            holders = self::holders(addr.port());
-            if !holders.is_empty() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20 + 4 * attempt));
-        }
+        let holders = self::holders(addr.port());
         if holders.is_empty() && std::time::Instant::now() < patience {
+            std::thread::sleep(std::time::Duration::from_millis(20 + 4 * attempt.min(20)));
+            attempt += 1;
             continue;
         }
         let foreign: Vec<String> = holders
