@@ -9,7 +9,7 @@ use crate::measure::{
 };
 use crate::procs::{self, Usage};
 use crate::publish::Publisher;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use crate::setup::{fleet, server_flags, wait_open};
 use crate::{Opts, Outcome};
@@ -33,7 +33,7 @@ struct Window {
 /// Runs `fanout`.
 pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new("fanout");
-    let redis = Redis::start();
+    let redis = RedisRig::start();
     let server = serve(&redis, &server_flags(o, &[]));
     let courses = vec!["HOT".to_string()];
     let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);

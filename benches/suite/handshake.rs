@@ -11,7 +11,7 @@ use super::measure::{counter, cpu_pct, machine_row, watch};
 use super::setup::{course_names, fleet, server_flags};
 use super::{Opts, Outcome};
 use crate::procs;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -83,7 +83,7 @@ fn tokens(alg: &str, users: usize, dir: &std::path::Path) -> (String, Vec<String
     (path.to_string_lossy().into_owned(), flags)
 }
 
-fn measure(o: &Opts, redis: &Redis, alg: &'static str, dir: &std::path::Path) -> Run {
+fn measure(o: &Opts, redis: &RedisRig, alg: &'static str, dir: &std::path::Path) -> Run {
     let (file, extra) = tokens(alg, o.clients.clamp(50, USERS), dir);
     let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
     let server = serve(redis, &server_flags(o, &extra));
@@ -138,7 +138,7 @@ pub fn run(o: &Opts) -> Outcome {
     };
     let dir = std::env::temp_dir().join(format!("seatboard-bench-keys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("key dir");
-    let redis = Redis::start();
+    let redis = RedisRig::start();
     let k0 = procs::machine_ticks();
     let runs: Vec<Run> = algs.iter().map(|a| measure(o, &redis, a, &dir)).collect();
     let k1 = procs::machine_ticks();

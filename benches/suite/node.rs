@@ -9,7 +9,7 @@ use std::time::Duration;
 use testkit::proc::Seatboard;
 
 /// One node: its flags, and its process while it runs.
-pub struct Node {
+pub struct ServeNode {
     /// The port it listens on, over every restart.
     pub port: u16,
     args: Vec<String>,
@@ -20,11 +20,11 @@ pub struct Node {
     pid: Arc<AtomicU32>,
 }
 
-impl Node {
+impl ServeNode {
     /// Starts `seatboard serve` on `port` with the bench's secret and
     /// `flags`: at level `warn` on the runner's stderr, or with `log` at the
     /// default level into that file (a fresh one); panics unless it is ready.
-    pub fn start(port: u16, flags: Vec<String>, log: Option<PathBuf>) -> Node {
+    pub fn start(port: u16, flags: Vec<String>, log: Option<PathBuf>) -> ServeNode {
         let mut args: Vec<String> = ["serve", "--auth", "jwt", "--jwt-secret", SECRET]
             .map(String::from)
             .to_vec();
@@ -35,7 +35,7 @@ impl Node {
         if let Some(l) = &log {
             let _ = std::fs::remove_file(l);
         }
-        let mut n = Node {
+        let mut n = ServeNode {
             port,
             args,
             log,

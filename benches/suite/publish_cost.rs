@@ -8,7 +8,7 @@
 
 use super::{Opts, Outcome};
 use crate::procs;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use seatboard::publisher;
 use seatboard::redis::commands::Commands;
 use seatboard::redis::{PubSubMode, Redis as SbRedis, RedisFlags, RedisMode};
@@ -91,7 +91,7 @@ fn one_way(
 /// Runs the scenario.
 pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new("publish_cost");
-    let redis = Redis::start();
+    let redis = RedisRig::start();
     let pid = redis.pids()[0];
     let flags = RedisFlags {
         redis: redis.uri(),

@@ -16,7 +16,7 @@ use crate::children::Fleet;
 use crate::measure::{counter, progress};
 use crate::procs;
 use crate::publish::Publisher;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use crate::setup::{course_names, fleet};
 use crate::{Opts, Outcome};
@@ -83,7 +83,7 @@ pub fn wait_answered(f: &mut Fleet, clients: u64, watch: bool, limit: Duration) 
 fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
     let key = |k: &str| format!("{pass}_{k}");
     let courses = course_names(o.courses);
-    let redis = Redis::start();
+    let redis = RedisRig::start();
     let server = serve(&redis, &pass_flags(o, pass));
     let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();

@@ -5,17 +5,17 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use testkit::delay_proxy::DelayProxy;
-use testkit::proc::{cluster_port, Redis as ProcRedis};
+use testkit::proc::{cluster_port, RedisServer};
 
 /// A `redis-server` on a free port (or a Redis Cluster of several), killed
 /// on drop; with `--redis-rtt-ms`, a delay proxy in front of each node for
 /// the server (publishers and checks keep the direct ports).
-pub struct Redis {
+pub struct RedisRig {
     /// Its port (the first node's in a cluster).
     pub port: u16,
     /// Every node's port.
     pub ports: Vec<u16>,
-    servers: Vec<ProcRedis>,
+    servers: Vec<RedisServer>,
     dir: Option<std::path::PathBuf>,
     /// One per node, in the order of `ports`, when the server's Redis is at a distance.
     proxies: Vec<DelayProxy>,
@@ -25,11 +25,11 @@ pub struct Redis {
 /// for its output buffer.
 const PUBSUB_UNLIMITED: [&str; 5] = ["--client-output-buffer-limit", "pubsub", "0", "0", "0"];
 
-impl Redis {
+impl RedisRig {
     /// Starts one without persistence.
-    pub fn start() -> Redis {
-        let server = ProcRedis::start_with(&PUBSUB_UNLIMITED);
-        Redis {
+    pub fn start() -> RedisRig {
+        let server = RedisServer::start_with(&PUBSUB_UNLIMITED);
+        RedisRig {
             port: server.port,
             ports: vec![server.port],
             servers: vec![server],
@@ -39,8 +39,8 @@ impl Redis {
     }
 
     /// The same server `rtt_ms` away from the node under test: a proxy
-    /// delaying each direction by half of it, which [`Redis::server_uri`] names.
-    pub fn at_distance(mut self, rtt_ms: f64) -> Redis {
+    /// delaying each direction by half of it, which [`RedisRig::server_uri`] names.
+    pub fn at_distance(mut self, rtt_ms: f64) -> RedisRig {
         assert_eq!(self.ports.len(), 1, "one proxy per standalone server");
         let one_way = Duration::from_secs_f64(rtt_ms / 2e3);
         self.proxies = vec![DelayProxy::start(
@@ -59,7 +59,7 @@ impl Redis {
             .map_or(port, |i| self.ports[i])
     }
 
-    /// What `seatboard serve --redis` gets: [`Redis::uri`], or the proxies'
+    /// What `seatboard serve --redis` gets: [`RedisRig::uri`], or the proxies'
     /// addresses when the server's Redis is at a distance.
     pub fn server_uri(&self) -> String {
         if self.proxies.is_empty() {
@@ -76,8 +76,8 @@ impl Redis {
     /// waits until it is ok; with `rtt_ms > 0` each node announces a delay
     /// proxy of half that each way as its address (the cluster bus stays
     /// direct), so the server reaches every node through it (publishers go
-    /// direct: see [`Redis::direct_port`]).
-    pub fn start_cluster(primaries: usize, rtt_ms: f64) -> Redis {
+    /// direct: see [`RedisRig::direct_port`]).
+    pub fn start_cluster(primaries: usize, rtt_ms: f64) -> RedisRig {
         let dir =
             std::env::temp_dir().join(format!("seatboard-bench-cluster-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("cluster dir");
@@ -115,7 +115,7 @@ impl Redis {
                 }
                 extra.extend(PUBSUB_UNLIMITED.map(String::from));
                 let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
-                ProcRedis::on_port(*p, &extra)
+                RedisServer::on_port(*p, &extra)
             })
             .collect();
         let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
@@ -137,7 +137,7 @@ impl Redis {
             assert!(Instant::now() < end, "cluster did not become ok");
             std::thread::sleep(Duration::from_millis(100));
         }
-        Redis {
+        RedisRig {
             port: ports[0],
             ports,
             servers,
@@ -157,11 +157,11 @@ impl Redis {
 
     /// Every node's pid.
     pub fn pids(&self) -> Vec<u32> {
-        self.servers.iter().map(ProcRedis::pid).collect()
+        self.servers.iter().map(RedisServer::pid).collect()
     }
 }
 
-impl Drop for Redis {
+impl Drop for RedisRig {
     fn drop(&mut self) {
         self.servers.clear();
         if let Some(d) = &self.dir {

@@ -12,7 +12,7 @@
 
 use super::{Opts, Outcome};
 use crate::procs;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use seatboard::publisher::{Publisher, PublisherConfig};
 use seatboard::redis::RedisFlags;
 use serde_json::{json, Value};
@@ -201,7 +201,7 @@ fn through_publisher(uri: &str, redis_pid: u32, o: &Opts, first: u64, hot: bool)
 /// Runs the scenario.
 pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new("relay");
-    let redis = Redis::start();
+    let redis = RedisRig::start();
     let rpid = redis.pids()[0];
     let uri = redis.uri();
     let relay = Relay::start(&uri, &[]);

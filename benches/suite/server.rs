@@ -1,7 +1,7 @@
 //! The server under test: `seatboard serve` on the scenario's Redis, with
 //! the bench's JWT secret.
 
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use std::time::Duration;
 use testkit::proc::{free_port, Seatboard};
 
@@ -11,7 +11,7 @@ pub const SECRET: &str = "bench-secret-not-for-production-0123456789";
 /// Starts `seatboard serve` (`SEATBOARD_BIN`: another build, for
 /// before/after comparisons) on a free port and `redis` with `extra` flags,
 /// and waits until `/healthz` says `ok` (Redis connected).
-pub fn serve(redis: &Redis, extra: &[String]) -> Seatboard {
+pub fn serve(redis: &RedisRig, extra: &[String]) -> Seatboard {
     let mut args: Vec<String> = vec!["serve".into(), "--redis".into(), redis.server_uri()];
     args.extend(
         [

@@ -3,7 +3,7 @@
 
 use crate::children::Fleet;
 use crate::measure::progress;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use crate::Opts;
 use std::time::{Duration, Instant};
 
@@ -106,15 +106,15 @@ pub fn wait_open(o: &Opts, f: &mut Fleet, target: usize, label: &str) -> u64 {
 /// Redis for a scenario (three primaries under `--redis-mode cluster`),
 /// `--redis-rtt-ms` away from the server (through delay proxies; the
 /// publishers connect direct), and the server flags that go with it.
-pub fn start_redis(o: &Opts) -> (Redis, &'static [&'static str]) {
+pub fn start_redis(o: &Opts) -> (RedisRig, &'static [&'static str]) {
     if o.cluster {
         (
-            Redis::start_cluster(3, o.redis_rtt_ms),
+            RedisRig::start_cluster(3, o.redis_rtt_ms),
             &["--redis-mode", "cluster"],
         )
     } else if o.redis_rtt_ms > 0.0 {
-        (Redis::start().at_distance(o.redis_rtt_ms), &[])
+        (RedisRig::start().at_distance(o.redis_rtt_ms), &[])
     } else {
-        (Redis::start(), &[])
+        (RedisRig::start(), &[])
     }
 }

@@ -12,7 +12,7 @@ use crate::measure::{
 };
 use crate::procs::{self, Usage};
 use crate::publish::Publisher;
-use crate::redis_rig::Redis;
+use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use crate::setup::{course_names, fleet, server_flags, start_redis, wait_open};
 use crate::stuck;
@@ -128,7 +128,7 @@ pub fn run(o: &Opts) -> Outcome {
 fn publish_window(
     o: &Opts,
     server: &Seatboard,
-    redis: &Redis,
+    redis: &RedisRig,
     publisher: &mut Publisher,
     f: &mut Fleet,
 ) -> Window {

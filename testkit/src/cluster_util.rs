@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use crate::delay_proxy::DelayProxy;
-use crate::proc::{cluster_port, Redis};
+use crate::proc::{cluster_port, RedisServer};
 use crate::wait::wait_for;
 use seatboard::redis::slots::key_slot;
 use std::net::SocketAddr;
@@ -31,7 +31,7 @@ pub fn courses_on(primary: &NodeLine, n: usize) -> Vec<String> {
 pub struct ClusterNode {
     /// Its client port.
     pub port: u16,
-    child: Option<Redis>,
+    child: Option<RedisServer>,
     /// Flags of its own (what it announces, in a [`ProxiedCluster`]).
     extra: Vec<String>,
 }
@@ -381,7 +381,7 @@ impl ClusterNode {
         ];
         args.extend(tls_args);
         args.extend(self.extra.iter().map(String::as_str));
-        self.child = Some(Redis::on_port(self.port, &args));
+        self.child = Some(RedisServer::on_port(self.port, &args));
     }
 
     fn stop(&mut self) {

@@ -6,7 +6,7 @@
 
 pub use crate::http::{http_get, http_raw, parse_response, HttpResponse};
 pub use crate::proc::{
-    bin, built_bin, free_port, loopback_tcp, seatboard_command, Redis, Seatboard, TcpRow,
+    bin, built_bin, free_port, loopback_tcp, seatboard_command, RedisServer, Seatboard, TcpRow,
 };
 pub use crate::scrape::metric_value;
 pub use crate::wait::wait_for;

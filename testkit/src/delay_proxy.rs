@@ -17,7 +17,7 @@
 //! under test gets the far URI, publishers the near one); a cluster whose
 //! nodes announce proxies is in `cluster_util` (`ProxiedCluster`).
 
-use crate::proc::{free_port, Redis};
+use crate::proc::{free_port, RedisServer};
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -431,7 +431,7 @@ fn set_linger_zero(s: &TcpStream) {
 /// direct [`RedisAtDistance::near_uri`].
 pub struct RedisAtDistance {
     /// The server itself (its `port` is the direct one).
-    pub redis: Redis,
+    pub redis: RedisServer,
     /// The proxy in front of it.
     pub proxy: DelayProxy,
 }
@@ -439,7 +439,7 @@ pub struct RedisAtDistance {
 impl RedisAtDistance {
     /// Starts a `redis-server` and a proxy to it with `one_way` delay each way.
     pub fn start(one_way: Duration) -> RedisAtDistance {
-        let redis = Redis::start();
+        let redis = RedisServer::start();
         let up = SocketAddr::from(([127, 0, 0, 1], redis.port));
         RedisAtDistance {
             proxy: DelayProxy::start(up, one_way),

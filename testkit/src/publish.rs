@@ -18,8 +18,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// One Redis node's connection and what is queued for it.
-struct Node {
+/// One Redis node's connection and the pipeline queued for it.
+struct NodePipe {
     /// The port the slot map names it by.
     port: u16,
     /// The port it is reached on.
@@ -34,18 +34,18 @@ struct Node {
     second_n: usize,
 }
 
-impl Node {
-    fn connect(port: u16) -> Node {
-        Node::connect_at(port, port)
+impl NodePipe {
+    fn connect(port: u16) -> NodePipe {
+        NodePipe::connect_at(port, port)
     }
 
     /// The node the slot map names `port`, reached on `direct` (the same
     /// unless the cluster announces proxies).
-    fn connect_at(port: u16, direct: u16) -> Node {
+    fn connect_at(port: u16, direct: u16) -> NodePipe {
         let out = TcpStream::connect(("127.0.0.1", direct)).expect("connect redis");
         out.set_nodelay(true).expect("nodelay");
         let replies = BufReader::new(out.try_clone().expect("clone"));
-        let mut n = Node {
+        let mut n = NodePipe {
             port,
             direct,
             out,
@@ -78,7 +78,7 @@ fn load_script(out: &mut TcpStream, replies: &mut BufReader<TcpStream>) -> std::
 
 /// Publishes snapshots and tracks the final state.
 pub struct Publisher {
-    nodes: Vec<Node>,
+    nodes: Vec<NodePipe>,
     /// Cluster: the slot map (`nodes` are its primaries).
     cluster: Option<SlotMap>,
     /// Course codes.
@@ -110,7 +110,7 @@ impl Publisher {
     pub fn connect(port: u16, courses: Vec<String>, sections: u32) -> Publisher {
         let state = vec![vec![(0, 0); sections as usize]; courses.len()];
         Publisher {
-            nodes: vec![Node::connect(port)],
+            nodes: vec![NodePipe::connect(port)],
             cluster: None,
             courses,
             sections,
@@ -150,7 +150,7 @@ impl Publisher {
         p.nodes = map
             .primaries()
             .iter()
-            .map(|a| Node::connect_at(a.1, direct(a.1)))
+            .map(|a| NodePipe::connect_at(a.1, direct(a.1)))
             .collect();
         p.cluster = Some(map);
         p

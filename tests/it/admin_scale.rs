@@ -68,7 +68,7 @@ fn first_admin(port: u16, deflate: bool) -> (RawWs, Value, Duration, bool) {
 #[test]
 fn ten_thousand_courses_reach_a_new_admin_in_one_full_message_then_deltas() {
     let n = 10_000;
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     seed_courses(&redis, n);
     let sb = serve(&redis, &["--shards", "2"]);
     let want: Vec<String> = (0..n).map(seeded_course).collect();
@@ -140,7 +140,7 @@ fn ten_thousand_courses_reach_a_new_admin_in_one_full_message_then_deltas() {
 
 #[test]
 fn made_up_course_names_watched_under_an_admin_leave_no_trace() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     seed_courses(&redis, 50);
     let sb = serve(&redis, &["--shards", "2"]);
     let mut boss = admin(sb.port, false);

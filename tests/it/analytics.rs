@@ -15,7 +15,7 @@ const BUCKET_MS: u64 = 1000;
 struct Worker(Child);
 
 impl Worker {
-    fn start(redis: &Redis, session: &str, bucket_ms: u64) -> Worker {
+    fn start(redis: &RedisServer, session: &str, bucket_ms: u64) -> Worker {
         let child = Command::new(bin())
             .args([
                 "analytics",
@@ -43,7 +43,7 @@ impl Drop for Worker {
     }
 }
 
-fn con(redis: &Redis) -> redis::Connection {
+fn con(redis: &RedisServer) -> redis::Connection {
     redis::Client::open(redis.uri())
         .and_then(|c| c.get_connection())
         .expect("redis connection")
@@ -56,7 +56,7 @@ fn unix_ms() -> u64 {
 }
 
 /// Waits until `n` clients hold a pattern subscription (the workers are listening).
-fn wait_subscribed(redis: &Redis, n: usize) {
+fn wait_subscribed(redis: &RedisServer, n: usize) {
     wait_for(Duration::from_secs(10), || {
         let list = redis.cli(&["CLIENT", "LIST"]);
         let got = list.lines().filter(|l| l.contains(" psub=1 ")).count();
@@ -135,7 +135,7 @@ fn course_updates(es: &[(u64, u64, Vec<Value>)], course: &str) -> Vec<(u64, u64)
 
 #[test]
 fn fifty_snapshots_three_viewers_one_entry_and_report() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut c = con(&redis);
     let now = unix_ms();
     // Three live viewers, one expired member that must be left alone and not counted.
@@ -256,7 +256,7 @@ fn fifty_snapshots_three_viewers_one_entry_and_report() {
 
 #[test]
 fn idle_buckets_write_nothing_and_expired_members_stay() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let now = unix_ms();
     let dead = (now - 1_000).to_string();
     // Only expired members: zero viewers, so every bucket is idle.
@@ -291,7 +291,7 @@ fn idle_buckets_write_nothing_and_expired_members_stay() {
 
 #[test]
 fn two_sessions_write_two_streams() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut c = con(&redis);
     let _a = Worker::start(&redis, "fall", BUCKET_MS);
     let _b = Worker::start(&redis, "spring", BUCKET_MS);
@@ -310,7 +310,7 @@ fn two_sessions_write_two_streams() {
 
 #[test]
 fn survives_a_redis_restart() {
-    let mut redis = Redis::start();
+    let mut redis = RedisServer::start();
     let _w = Worker::start(&redis, "blip", 500);
     wait_subscribed(&redis, 1);
     redis.kill();
@@ -330,7 +330,7 @@ fn survives_a_redis_restart() {
 
 #[test]
 fn hub_serves_history_to_admins_only() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut c = con(&redis);
     let _w = Worker::start(&redis, "hist", 500);
     wait_subscribed(&redis, 1);
@@ -396,7 +396,7 @@ fn hub_serves_history_to_admins_only() {
 fn history_with_jwt_needs_an_admin_token() {
     use seatboard::auth::mint;
     use shards::Role;
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = Seatboard::start(&[
         "serve",
         "--redis",

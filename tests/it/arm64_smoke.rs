@@ -8,7 +8,7 @@ use common::*;
 use serde_json::json;
 use std::time::Duration;
 
-fn publish(redis: &Redis, course: &str, section: u32, taken: u32, version: u64) {
+fn publish(redis: &RedisServer, course: &str, section: u32, taken: u32, version: u64) {
     let payload = json!({"course":course,"section":section,"total_seats":40,"seats_taken":taken,"version":version}).to_string();
     redis.cli(&[
         "HSET",
@@ -21,7 +21,7 @@ fn publish(redis: &Redis, course: &str, section: u32, taken: u32, version: u64) 
 
 #[test]
 fn serve_watch_and_frames() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     publish(&redis, "ARM1", 1, 10, 1);
     let sb = Seatboard::start(&[
         "serve",

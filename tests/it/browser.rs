@@ -89,7 +89,7 @@ fn pages_are_accessible_keyboard_usable_and_fit_a_phone() {
 #[test]
 fn shortlist_from_the_url_and_an_alert_when_a_full_section_frees_a_seat() {
     use std::io::{BufRead, Write};
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let publish = |course: &str, section: &str, total: &str, taken: &str| {
         let st = seatboard_command()
@@ -174,7 +174,7 @@ fn spawn(args: &[&str]) -> Reaped {
 
 #[test]
 fn admin_page_on_redis_with_simulate_and_analytics() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let _analytics = spawn(&[
         "analytics",
@@ -263,7 +263,7 @@ fn rolling_restart_moves_the_page_to_the_new_node() {
 fn embedded_elements_on_another_origin_stay_live_across_a_restart() {
     use std::io::{BufRead, Write};
     const SECRET: &str = "embed-test-secret-of-at-least-32-bytes!";
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let publish = |course: &str, section: &str, total: &str, taken: &str| {
         publish_section(&uri, course, section, total, taken)
@@ -384,7 +384,7 @@ fn admin_page_at_ten_thousand_courses() {
 /// its figures.
 fn admin_page_figures(n: usize, shot: &str) -> serde_json::Value {
     use std::sync::atomic::{AtomicBool, Ordering};
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     redis_util::seed_courses(&redis, n);
     let secret = "admin-page-scale-test-secret-0123456789";
     let uri = redis.uri();
@@ -512,7 +512,7 @@ pub(crate) fn run_sse_page(
 #[test]
 fn event_source_on_another_origin_gets_live_frames() {
     const SECRET: &str = "sse-test-secret-of-at-least-32-bytes!!";
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     publish_section(&uri, "CS101", "1", "10", "4");
     let host_port = free_port();
@@ -543,7 +543,7 @@ fn event_source_on_another_origin_gets_live_frames() {
 /// and each room as text, even a room whose `toString` is not a function.
 #[test]
 fn board_draws_any_seat_info_as_text() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let rooms = [
         r#"{"toString":"B12"}"#,

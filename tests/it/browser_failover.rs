@@ -22,7 +22,7 @@ fn board_stays_live_through_haproxy_when_its_node_is_killed() {
         scripts.join("node_modules/playwright-core").exists(),
         "playwright-core missing: run the README's test command (it runs npm ci in tests/browser)"
     );
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let args = ["serve", "--auth", "none", "--redis", &uri, "--shards", "1"];
     let mut nodes = vec![Seatboard::start(&args), Seatboard::start(&args)];
@@ -100,7 +100,7 @@ fn board_stays_live_through_haproxy_when_its_node_is_killed() {
 #[test]
 fn event_source_through_haproxy_stays_open_through_a_quiet_spell() {
     const SECRET: &str = "sse-test-secret-of-at-least-32-bytes!!";
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     publish_section(&uri, "CS101", "1", "10", "4");
     let host_port = free_port();

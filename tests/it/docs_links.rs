@@ -35,27 +35,26 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The text outside fenced code blocks and inline code spans, line by line.
-fn prose(text: &str) -> Vec<(usize, String)> {
+/// The lines outside fenced code blocks, numbered from 1.
+fn unfenced(text: &str) -> Vec<(usize, &str)> {
     let mut fenced = false;
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim_start().starts_with("```") {
             fenced = !fenced;
-            continue;
+        } else if !fenced {
+            out.push((i + 1, line));
         }
-        if fenced {
-            continue;
-        }
-        let mut kept = String::new();
-        for (j, part) in line.split('`').enumerate() {
-            if j % 2 == 0 {
-                kept.push_str(part);
-            }
-        }
-        out.push((i + 1, kept));
     }
     out
+}
+
+/// The text outside fenced code blocks and inline code spans, line by line.
+fn prose(text: &str) -> Vec<(usize, String)> {
+    unfenced(text)
+        .into_iter()
+        .map(|(n, line)| (n, line.split('`').step_by(2).collect()))
+        .collect()
 }
 
 /// Link targets in `line`: inline `[text](target)` and reference
@@ -118,18 +117,10 @@ fn missing_code_paths(root: &Path) -> Vec<String> {
     for doc in documents(root) {
         let text = std::fs::read_to_string(&doc).expect("read doc");
         let name = doc.strip_prefix(root).unwrap_or(&doc).display().to_string();
-        let mut fenced = false;
-        for (i, line) in text.lines().enumerate() {
-            if line.trim_start().starts_with("```") {
-                fenced = !fenced;
-                continue;
-            }
-            if fenced {
-                continue;
-            }
+        for (n, line) in unfenced(&text) {
             for path in code_paths(line) {
                 if !root.join(&path).exists() {
-                    missing.push(format!("{name}:{}: {path} (no such file)", i + 1));
+                    missing.push(format!("{name}:{n}: {path} (no such file)"));
                 }
             }
         }

@@ -154,7 +154,7 @@ fn ws_via(port: u16, host: &str, user: &str) -> Ws {
 
 /// Publishes one snapshot of CS101 section 1 the way the selection API of
 /// `env` does: `seatboard publish` with that environment's prefixes.
-fn publish(redis: &Redis, env: &Env, taken: u32, version: u32) {
+fn publish(redis: &RedisServer, env: &Env, taken: u32, version: u32) {
     let out = Command::new(bin())
         .args(["publish", "--redis", &redis.uri(), "--course", "CS101"])
         .args(["--section", "1", "--total", "40"])
@@ -201,7 +201,7 @@ fn each_host_reaches_only_its_own_environment() {
     }
     assert_ne!(prod.var("SEATBOARD_LISTEN"), dev.var("SEATBOARD_LISTEN"));
 
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let args = [
         "serve",
         "--redis",

@@ -88,7 +88,7 @@ impl Viewers {
 
 #[test]
 fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let args = [
         "serve",

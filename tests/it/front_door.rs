@@ -541,7 +541,7 @@ fn unix_now() -> u64 {
 fn jwt_on_serve_401_403_and_token_sources() {
     use seatboard::auth::mint;
     use shards::Role;
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = Seatboard::start(&[
         "serve",
         "--redis",

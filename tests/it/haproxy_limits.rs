@@ -84,7 +84,7 @@ fn upgrade(path: &str) -> String {
 }
 
 struct Rig {
-    _redis: Redis,
+    _redis: RedisServer,
     _sb: Seatboard,
     proxy: lb::Haproxy,
     _dir: TempDir,
@@ -100,7 +100,7 @@ impl Drop for TempDir {
 }
 
 fn rig(name: &str) -> Rig {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = Seatboard::start(&[
         "serve",
         "--auth",

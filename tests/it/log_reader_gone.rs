@@ -17,7 +17,7 @@ use std::time::Duration;
 const T: Duration = Duration::from_secs(15);
 
 /// `serve` on `redis` with `stderr`, logging at info; waits for `/healthz`.
-fn serve_with_stderr(redis: &Redis, stderr: Stdio, env: &[(&str, &str)]) -> (Child, u16) {
+fn serve_with_stderr(redis: &RedisServer, stderr: Stdio, env: &[(&str, &str)]) -> (Child, u16) {
     let port = free_port();
     let child = seatboard_command()
         .args(["serve", "--auth", "none", "--log-level", "info"])
@@ -42,7 +42,7 @@ fn serve_with_stderr(redis: &Redis, stderr: Stdio, env: &[(&str, &str)]) -> (Chi
 
 /// Malformed snapshots (each logged) then a real one: the viewer gets the real
 /// one, the node counts the lines stderr refused, and SIGTERM drains to exit 0.
-fn keeps_serving_with_a_dead_stderr(redis: &Redis, mut child: Child, port: u16) {
+fn keeps_serving_with_a_dead_stderr(redis: &RedisServer, mut child: Child, port: u16) {
     let mut ws = RawWs::hello(port, "u1");
     ws.text(r#"{"op":"watch","course":"CS101"}"#);
     ws.next_of_type("frame", T).expect("the watch answer");
@@ -82,7 +82,7 @@ fn keeps_serving_with_a_dead_stderr(redis: &Redis, mut child: Child, port: u16) 
 
 #[test]
 fn a_fifo_whose_reader_left_does_not_freeze_the_board() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let dir = std::env::temp_dir().join(format!("seatboard-fifo-{}", free_port()));
     std::fs::create_dir_all(&dir).expect("dir");
     let fifo = dir.join("log");
@@ -108,7 +108,7 @@ fn a_fifo_whose_reader_left_does_not_freeze_the_board() {
 
 #[test]
 fn a_full_log_disk_does_not_freeze_the_board() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let full = File::options()
         .write(true)
         .open("/dev/full")
@@ -121,7 +121,7 @@ fn a_full_log_disk_does_not_freeze_the_board() {
 /// the node answers 503 `failed` while it closes its connections, then
 /// exits 70.
 fn a_panic_fails_the_node(thread: &str, check_health: bool) {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let (mut child, port) =
         serve_with_stderr(&redis, Stdio::null(), &[("SEATBOARD_TEST_PANIC", thread)]);
     // A viewer that never answers the close keeps the node closing for its

@@ -197,7 +197,7 @@ fn rule_exprs(text: &str) -> Vec<String> {
 
 /// The sample names a real hub exports (histograms: `_bucket`, `_sum`, `_count`).
 fn exported() -> BTreeSet<String> {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = Seatboard::start(&["serve", "--auth", "none", "--redis", &redis.uri()]);
     let text = wait_for(Duration::from_secs(20), || {
         let m = sb.metrics();

@@ -268,7 +268,7 @@ fn native_deb_unpacked_serves_from_its_env_file() {
     let deb = build("deb.sh", deb_arch, &out);
     let root = check_deb(&deb, deb_arch);
 
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let port = free_port();
     let listen = format!("127.0.0.1:{port}");
     let uri = redis.uri();

@@ -189,7 +189,7 @@ fn auto_reports_the_driver_it_chose() {
 
 #[test]
 fn idle_shards_keep_a_fresh_heartbeat() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let hub = Logged::start(
         seatboard_command(),

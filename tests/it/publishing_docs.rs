@@ -65,7 +65,7 @@ fn version_in(json: &str) -> Option<u64> {
 
 #[test]
 fn the_examples_publish_by_compare_and_set_on_redis() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let uri = r.uri();
     for file in ["publish.py", "publish.mjs"] {
         r.cli(&["DEL", "seatstate:CS101"]);

@@ -488,7 +488,7 @@ fn frozen_redis_scenario(mut fault: impl Fault) {
 }
 
 /// A local redis-server frozen with SIGSTOP, thawed with SIGCONT.
-struct Stopped(Redis);
+struct Stopped(RedisServer);
 
 impl Fault for Stopped {
     fn addr(&self) -> (String, u16) {
@@ -507,7 +507,7 @@ impl Fault for Stopped {
 
 #[test]
 fn a_frozen_redis_is_noticed_and_every_board_is_true_once_it_thaws() {
-    frozen_redis_scenario(Stopped(Redis::start()));
+    frozen_redis_scenario(Stopped(RedisServer::start()));
 }
 
 /// Redis in a network namespace of its own, the node (and the test's clients)

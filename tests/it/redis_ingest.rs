@@ -19,7 +19,7 @@ const T: Duration = Duration::from_secs(10);
 
 #[test]
 fn watch_is_answered_from_the_state_hash() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     // Only the hash: nothing is ever published.
     redis.cli(&[
         "HSET",
@@ -63,7 +63,7 @@ fn watch_is_answered_from_the_state_hash() {
 
 #[test]
 fn live_frames_go_names_stale_versions_and_rejects() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = serve(&redis, &[]);
     let m = sb.metrics();
     for reason in ["json", "schema", "channel_mismatch", "too_large"] {
@@ -135,7 +135,7 @@ fn live_frames_go_names_stale_versions_and_rejects() {
 
 #[test]
 fn per_course_subscriptions_follow_viewers() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = serve(&redis, &["--shards", "3"]);
     assert!(channels(&redis).is_empty());
     let mut a = client(&sb, "user=alice");
@@ -165,7 +165,7 @@ fn per_course_subscriptions_follow_viewers() {
 
 #[test]
 fn admin_firehose_holds_only_the_pattern_and_counts_once() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = serve(&redis, &["--admin-tick-ms", "1000", "--shards", "2"]);
     let mut s = client(&sb, "user=stud");
     watch(&mut s, "CS101");
@@ -265,7 +265,7 @@ fn resp_publish(conn: &mut BufReader<TcpStream>, course: &str, payload: &str) {
 
 #[test]
 fn a_storm_on_one_course_wakes_its_shard_per_token_not_per_batch() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     // A long tick, so the hot course's tokens are far apart.
     let sb = serve(&redis, &["--shards", "1", "--tick-ms", "1000"]);
     let mut ws = client(&sb, "user=alice");

@@ -20,7 +20,7 @@ fn viewers_become(ws: &mut Ws, course: &str, n: u64, timeout: Duration) -> bool 
 
 #[test]
 fn same_user_counts_once_second_user_twice_leaving_drops() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = serve(&redis, &["--presence-tick-ms", "200"]);
     let mut a1 = client(&sb, "user=alice");
     let mut a2 = client(&sb, "user=alice");
@@ -63,7 +63,7 @@ fn same_user_counts_once_second_user_twice_leaving_drops() {
 
 #[test]
 fn two_nodes_share_the_count_and_a_killed_node_expires() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let flags = ["--presence-tick-ms", "200", "--presence-ttl-ms", "1500"];
     let a = serve(&redis, &flags);
     let mut b = serve(&redis, &flags);

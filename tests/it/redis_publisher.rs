@@ -57,7 +57,7 @@ fn slowest_publish(p: &Publisher, n: u64) -> Duration {
 
 #[test]
 fn publish_never_blocks_while_redis_is_stopped() {
-    let mut redis = Redis::start();
+    let mut redis = RedisServer::start();
     redis.kill();
     let p = Publisher::start(config(redis.uri())).expect("publisher");
     let slowest = slowest_publish(&p, 5000);
@@ -96,7 +96,7 @@ fn publish_never_blocks_while_redis_is_black_holed() {
 
 #[test]
 fn publisher_delivers_and_recovers_after_a_blip() {
-    let mut redis = Redis::start();
+    let mut redis = RedisServer::start();
     let p = Publisher::start(config(redis.uri())).expect("publisher");
     for i in 0..50 {
         assert!(p.publish(snap(i)));
@@ -125,7 +125,7 @@ fn publisher_delivers_and_recovers_after_a_blip() {
 
 #[test]
 fn publish_and_simulate_commands_reach_a_watcher() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = serve(&redis, &[]);
     let mut ws = client(&sb, "user=alice");
     watch(&mut ws, "CS101");

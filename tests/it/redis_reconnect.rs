@@ -21,7 +21,7 @@ fn health(port: u16) -> serde_json::Value {
 fn clients_survive_a_redis_restart_and_get_fresh_state() {
     let dir = std::env::temp_dir().join(format!("seatboard-reconnect-{}", std::process::id()));
     // Its data directory is `dir`, so a restart reloads `SAVE`d data.
-    let mut redis = Redis::start_in(&dir, &[]);
+    let mut redis = RedisServer::start_in(&dir, &[]);
     redis.cli(&[
         "HSET",
         "seatstate:CS101",
@@ -82,7 +82,7 @@ fn clients_survive_a_redis_restart_and_get_fresh_state() {
 
 #[test]
 fn serve_starts_without_redis_and_catches_up() {
-    let mut redis = Redis::start();
+    let mut redis = RedisServer::start();
     redis.kill();
     let sb = serve(&redis, &[]);
     let h = health(sb.port);

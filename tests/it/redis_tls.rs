@@ -21,7 +21,7 @@ const PASS: &str = "s3cret-pass";
 /// A TLS-only redis-server with an ACL user, and the CA that signed its certificate.
 struct TlsRedis {
     dir: PathBuf,
-    server: Redis,
+    server: RedisServer,
 }
 
 impl TlsRedis {
@@ -37,7 +37,7 @@ impl TlsRedis {
         let user_pass = format!(">{PASS}");
         let port = free_port().to_string();
         // TLS only: `--port 0` after the wrapper's own `--port`.
-        let server = Redis::on_port(
+        let server = RedisServer::on_port(
             port.parse().expect("port"),
             &[
                 "--port",

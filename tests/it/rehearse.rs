@@ -3,7 +3,7 @@
 //! over plain HTTP and over HTTPS (HAProxy terminating TLS with a test CA's
 //! certificate).
 
-use crate::common::{metric_value, seatboard_command, wait_for, Redis, Seatboard};
+use crate::common::{metric_value, seatboard_command, wait_for, RedisServer, Seatboard};
 use crate::lb;
 use crate::redis_util::cut::CutProxy;
 use crate::tls_util::make_certs;
@@ -15,7 +15,7 @@ const SECRET: &str = "rehearse-test-secret-rehearse-test-secret-0123";
 
 /// Redis, two nodes (the second with `second` flags added) and HAProxy.
 struct Deployment {
-    redis: Redis,
+    redis: RedisServer,
     nodes: Vec<Seatboard>,
     _proxy: lb::Haproxy,
     lb_port: u16,
@@ -29,7 +29,7 @@ fn deployment(second: &[&str]) -> Deployment {
 
 /// As [`deployment`], with flags added to the first node too.
 fn deployment_with(first: &[&str], second: &[&str]) -> Deployment {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     deployment_on(redis, [&uri, &uri], first, second)
 }
@@ -50,7 +50,12 @@ fn node_args<'a>(uri: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// As [`deployment_with`], each node reaching Redis at its own URI.
-fn deployment_on(redis: Redis, uris: [&str; 2], first: &[&str], second: &[&str]) -> Deployment {
+fn deployment_on(
+    redis: RedisServer,
+    uris: [&str; 2],
+    first: &[&str],
+    second: &[&str],
+) -> Deployment {
     deployment_tls(redis, uris, first, second, None)
 }
 
@@ -58,7 +63,7 @@ fn deployment_on(redis: Redis, uris: [&str; 2], first: &[&str], second: &[&str])
 /// serving `pem` (certificate and key): the deployment as browsers reach it
 /// over https://.
 fn deployment_behind_tls(pem: &std::path::Path) -> Deployment {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     deployment_tls(redis, [&uri, &uri], &[], &[], Some(pem))
 }
@@ -66,7 +71,7 @@ fn deployment_behind_tls(pem: &std::path::Path) -> Deployment {
 /// As [`deployment_on`], HAProxy also terminating TLS with `pem` on a
 /// second port when given (the plain port stays for the readiness check).
 fn deployment_tls(
-    redis: Redis,
+    redis: RedisServer,
     uris: [&str; 2],
     first: &[&str],
     second: &[&str],
@@ -304,7 +309,7 @@ fn a_node_whose_redis_link_is_cut_every_second_fails_and_is_named() {
     // The second node reaches Redis through a forwarder the test shuts every
     // second: its pub/sub subscription (and every other link) drops and
     // comes back through the forwarder, over and over.
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let cutter = CutProxy::start(redis.port);
     let (direct, cut) = (redis.uri(), cutter.uri());
     let d = deployment_on(redis, [&direct, &cut], &[], &[]);

@@ -62,7 +62,7 @@ fn version_in(json: &str) -> Option<u64> {
     serde_json::from_str::<serde_json::Value>(json).ok()?["version"].as_u64()
 }
 
-fn hash_version(redis: &Redis, course: &str, section: u32) -> Option<u64> {
+fn hash_version(redis: &RedisServer, course: &str, section: u32) -> Option<u64> {
     version_in(&redis.cli(&["HGET", &format!("seatstate:{course}"), &section.to_string()]))
 }
 
@@ -77,7 +77,7 @@ fn send_all(relay: &Relay, p: &[u8]) {
 
 #[test]
 fn datagrams_reach_the_hash_the_channel_and_a_board() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let sb = serve(&redis, &[]);
     let mut ws = client(&sb, "user=u1");
     watch(&mut ws, "CS101");
@@ -127,7 +127,7 @@ fn datagrams_reach_the_hash_the_channel_and_a_board() {
 
 #[test]
 fn shuffled_versions_leave_the_newest() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let relay = Relay::start(&redis.uri(), &[]);
     let mut sends: Vec<(u32, u64)> = (0..5)
         .flat_map(|s| (1..=400).map(move |v| (s, v)))
@@ -158,7 +158,7 @@ fn shuffled_versions_leave_the_newest() {
 
 #[test]
 fn malformed_and_oversized_datagrams_are_counted_and_dropped() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let relay = Relay::start(&redis.uri(), &[]);
     let big = format!(
         r#"{{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":{{"pad":"{}"}}}}"#,
@@ -210,7 +210,7 @@ fn malformed_and_oversized_datagrams_are_counted_and_dropped() {
 
 #[test]
 fn redis_stopped_and_restarted_mid_stream() {
-    let mut redis = Redis::start();
+    let mut redis = RedisServer::start();
     let relay = Relay::start(&redis.uri(), &[]);
     for s in 0..10 {
         send_all(&relay, payload("MID", s, 100, 1, 1).as_bytes());
@@ -246,7 +246,7 @@ fn redis_stopped_and_restarted_mid_stream() {
 
 #[test]
 fn a_frozen_redis_is_noticed_and_the_relay_writes_once_it_answers() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let relay = Relay::start(&redis.uri(), &[]);
     eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
     let pid = redis
@@ -274,7 +274,7 @@ fn a_frozen_redis_is_noticed_and_the_relay_writes_once_it_answers() {
 
 #[test]
 fn a_restarted_relay_replaces_its_stale_socket_and_goes_on() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut relay = Relay::start(&redis.uri(), &[]);
     let (socket, udp) = (relay.socket.clone(), relay.udp.port());
     send_all(&relay, payload("RST", 1, 10, 1, 1).as_bytes());
@@ -309,7 +309,7 @@ fn a_restarted_relay_replaces_its_stale_socket_and_goes_on() {
 
 #[test]
 fn sigterm_writes_what_is_held_and_exits_0() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut relay = Relay::start(&redis.uri(), &[]);
     for s in 0..3000u32 {
         send_all(&relay, payload("TRM", s, 10, 1, 1).as_bytes());
@@ -491,7 +491,7 @@ fn cluster_writes_on_the_slot_owner_and_spublishes() {
 
 #[test]
 fn a_snapshot_redis_refuses_is_dropped_and_the_rest_written() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     // Not a hash: the compare-and-set fails with WRONGTYPE for this course only.
     redis.cli(&["SET", "seatstate:BAD", "x"]);
     let relay = Relay::start(&redis.uri(), &[]);

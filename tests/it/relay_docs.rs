@@ -131,7 +131,7 @@ impl Drop for Programs {
     }
 }
 
-fn hash_version(redis: &Redis, course: &str, section: u32) -> Option<u64> {
+fn hash_version(redis: &RedisServer, course: &str, section: u32) -> Option<u64> {
     let v = redis.cli(&["HGET", &format!("seatstate:{course}"), &section.to_string()]);
     serde_json::from_str::<serde_json::Value>(&v).ok()?["version"].as_u64()
 }
@@ -168,7 +168,7 @@ fn the_page_shows_every_sender_and_says_csharp_is_not_run() {
 
 #[test]
 fn every_language_sends_through_the_relay() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let relay = Relay::start(&redis.uri(), &[]);
     let p = Programs::new();
     for (i, name) in RUN.iter().enumerate() {
@@ -196,7 +196,7 @@ fn forty_senders_through_two_relays_on_one_redis_leave_the_newest() {
 /// 40 senders in five languages, four sections, versions 1..=10 of each in a
 /// shuffled order, spread over `n` relays on one Redis.
 fn forty_senders(n: usize) {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let relays: Vec<Relay> = (0..n).map(|_| Relay::start(&redis.uri(), &[])).collect();
     let p = Programs::new();
     p.go_build(&[], "relay_send");
@@ -260,7 +260,7 @@ fn quiet(relay: &Relay) -> String {
     }
 }
 
-fn redis_pid(redis: &Redis) -> i32 {
+fn redis_pid(redis: &RedisServer) -> i32 {
     redis
         .cli(&["INFO", "server"])
         .lines()
@@ -327,7 +327,7 @@ fn counts(m: &str) -> [f64; 7] {
 
 #[test]
 fn the_one_rule_from_the_senders_side() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let p = Programs::new();
     std::fs::write(p.dir.join("rule_harness.go"), GO_HARNESS).expect("harness");
     let go = p.go_build(&["rule_harness.go"], "rule_sender");

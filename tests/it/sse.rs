@@ -171,7 +171,7 @@ fn status_of(port: u16, path: &str, extra: &str) -> HttpResponse {
 
 #[test]
 fn a_stream_has_the_contract_headers_then_hello_full_frames_and_presence() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     redis.cli(&[
         "HSET",
         "seatstate:CS101",
@@ -234,8 +234,8 @@ fn a_stream_has_the_contract_headers_then_hello_full_frames_and_presence() {
 
 /// A one-shard node on its own Redis, with `wsuser` watching CS101 over a
 /// WebSocket (its watch answer read) and `sseuser` on an SSE stream of it.
-fn ws_and_sse_watching_cs101() -> (Redis, Seatboard, RawWs, Sse) {
-    let redis = Redis::start();
+fn ws_and_sse_watching_cs101() -> (RedisServer, Seatboard, RawWs, Sse) {
+    let redis = RedisServer::start();
     let sb = serve(&redis, &["--shards", "1"]);
     let mut ws = RawWs::hello(sb.port, "wsuser");
     ws.text(r#"{"op":"watch","course":"CS101"}"#);
@@ -281,7 +281,7 @@ fn a_live_frame_is_the_same_json_as_the_websocket_frame_and_presence_is_shared()
 fn refusals_follow_the_front_door_and_allowed_origins_get_cors() {
     use seatboard::auth::mint;
     use shards::Role;
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let uri = redis.uri();
     let jwt = |extra: &[&str]| {
         let mut a = vec!["serve", "--redis", &uri, "--shards", "1", "--auth", "jwt"];
@@ -376,7 +376,7 @@ fn refusals_follow_the_front_door_and_allowed_origins_get_cors() {
 
 #[test]
 fn streams_count_as_connections_and_drain_with_retry_then_reconnect() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let mut sb = serve(&redis, &["--drain-ms", "500", "--max-conns-per-user", "2"]);
     let mut a = Sse::open(sb.port, "/sse?course=CS101&user=u", "");
     let mut b = Sse::open(sb.port, "/sse?course=CS101&user=u", "");

@@ -40,13 +40,13 @@ fn run(mut c: Command) {
 }
 
 /// The stored entry of CS101 section 1, parsed.
-fn stored(r: &Redis) -> Value {
+fn stored(r: &RedisServer) -> Value {
     serde_json::from_str(&r.cli(&["HGET", "seatstate:CS101", "1"])).expect("stored JSON")
 }
 
 #[test]
 fn out_of_order_publishers_leave_the_newest_version() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let uri = r.uri();
     run(publish(&uri, 40, Some(18)));
     run(publish(&uri, 39, Some(17)));
@@ -83,7 +83,7 @@ fn out_of_order_publishers_leave_the_newest_version() {
 
 #[test]
 fn entries_without_an_integer_version_or_not_json_are_replaced() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let uri = r.uri();
     for old in [
         "not json",
@@ -120,7 +120,7 @@ fn entries_without_an_integer_version_or_not_json_are_replaced() {
 
 /// Runs the script as any selection API would (`EVAL`), for CS101 section 1
 /// with `version` (decimal text); its reply.
-fn eval(r: &Redis, version: &str) -> String {
+fn eval(r: &RedisServer, version: &str) -> String {
     let payload = format!(
         r#"{{"course":"CS101","section":1,"total_seats":40,"seats_taken":1,"version":{version}}}"#
     );
@@ -138,7 +138,7 @@ fn eval(r: &Redis, version: &str) -> String {
 
 #[test]
 fn a_stored_version_past_2_pow_53_is_never_overwritten_by_a_lower_one() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let raw = || r.cli(&["HGET", "seatstate:CS101", "1"]);
     // Written before versions were bounded: 2^62.
     let big = r#"{"course":"CS101","section":1,"total_seats":40,"seats_taken":40,"version":4611686018427387904}"#;
@@ -181,7 +181,7 @@ fn a_stored_version_past_2_pow_53_is_never_overwritten_by_a_lower_one() {
 
 #[test]
 fn publish_script_prints_the_script_and_its_sha1() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let out = seatboard_command()
         .arg("publish-script")
         .output()
@@ -207,7 +207,7 @@ fn snap(version: u64) -> Snapshot {
 
 #[test]
 fn noscript_after_flush_and_restart_loses_no_queued_snapshot() {
-    let mut r = Redis::start();
+    let mut r = RedisServer::start();
     let p = Publisher::start(PublisherConfig {
         redis: seatboard::redis::RedisFlags::new(&r.uri()),
         channel_prefix: "seats:".into(),
@@ -267,7 +267,7 @@ fn cluster_state_hash_never_goes_backwards() {
 
 #[test]
 fn a_node_keeps_the_newer_version_over_an_older_state_entry_and_counts_it() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let sb = serve(&r, &[]);
     assert_eq!(sb.metric("seatboard_state_stale_total"), 0.0);
     let mut ws = client(&sb, "user=alice");

@@ -179,7 +179,7 @@ fn assert_allowed(unit: &str, what: &str, calls: &BTreeSet<String>) {
 }
 
 fn serve_run(driver: &str) -> BTreeSet<String> {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let dir = scratch(&format!("strace-{driver}"));
     let summary = dir.join("summary");
     let port = free_port();
@@ -283,7 +283,7 @@ fn hub_unit_allows_every_call_on_epoll() {
 
 #[test]
 fn analytics_unit_allows_every_call() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let dir = scratch("strace-analytics");
     let summary = dir.join("summary");
     let uri = redis.uri();
@@ -318,7 +318,7 @@ fn analytics_unit_allows_every_call() {
 
 #[test]
 fn relay_unit_allows_every_call() {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     let dir = scratch("strace-relay");
     let summary = dir.join("summary");
     let socket = dir.join("run/relay.sock");

@@ -30,7 +30,7 @@ fn publish_cmd(uri: &str, extra: &[&str]) -> Output {
 
 #[test]
 fn publish_refuses_versions_past_2_pow_53_and_payloads_over_64_kib_before_redis() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let uri = r.uri();
     for v in [
         "9007199254740993",
@@ -68,7 +68,7 @@ fn publish_refuses_versions_past_2_pow_53_and_payloads_over_64_kib_before_redis(
 
 #[test]
 fn simulate_refuses_a_run_whose_versions_would_pass_2_pow_53() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let out = seatboard_command()
         .args(["simulate", "--redis", &r.uri(), "--courses", "2"])
         .args(["--rate", "1000000000", "--duration", "10000000"])
@@ -94,7 +94,7 @@ fn snap(section: u32, version: u64, seat_info: Option<&str>) -> Snapshot {
 
 #[test]
 fn the_publisher_refuses_and_counts_what_a_hub_would_reject() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let p = Publisher::start(PublisherConfig {
         redis: seatboard::redis::RedisFlags::new(&r.uri()),
         channel_prefix: "seats:".into(),
@@ -120,7 +120,7 @@ fn the_publisher_refuses_and_counts_what_a_hub_would_reject() {
 
 #[test]
 fn a_hub_rejects_versions_past_2_pow_53_as_schema() {
-    let r = Redis::start();
+    let r = RedisServer::start();
     let sb = serve(&r, &[]);
     let mut ws = client(&sb, "user=alice");
     watch(&mut ws, "CS101");

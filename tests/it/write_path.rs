@@ -83,7 +83,7 @@ fn apply(board: &mut BTreeMap<u64, u64>, frame: &Value) {
 }
 
 fn large_frames_and_a_paused_consumer(driver: &str) {
-    let redis = Redis::start();
+    let redis = RedisServer::start();
     for s in 1..=SECTIONS {
         redis.cli(&[
             "HSET",

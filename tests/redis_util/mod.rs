@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 /// up (`/healthz` answers 200 before that, and a course watched in between is
 /// subscribed only when it connects, so a PUBLISH right after the watch
 /// answer could go unseen).
-pub fn serve(redis: &Redis, extra: &[&str]) -> Seatboard {
+pub fn serve(redis: &RedisServer, extra: &[&str]) -> Seatboard {
     let uri = redis.uri();
     let mut args = vec!["serve", "--auth", "none", "--redis", uri.as_str()];
     args.extend_from_slice(extra);
@@ -58,7 +58,7 @@ pub fn payload(course: &str, section: u32, total: u32, taken: u32, version: u64)
 }
 
 /// PUBLISH `payload` on `seats:<course>`.
-pub fn publish(redis: &Redis, course: &str, payload: &str) {
+pub fn publish(redis: &RedisServer, course: &str, payload: &str) {
     redis.cli(&["PUBLISH", &format!("seats:{course}"), payload]);
 }
 
@@ -79,7 +79,7 @@ pub fn read_until(
 }
 
 /// The channels Redis has subscribers for (`PUBSUB CHANNELS`), sorted.
-pub fn channels(redis: &Redis) -> Vec<String> {
+pub fn channels(redis: &RedisServer) -> Vec<String> {
     let mut v: Vec<String> = redis
         .cli(&["PUBSUB", "CHANNELS"])
         .lines()
@@ -92,7 +92,7 @@ pub fn channels(redis: &Redis) -> Vec<String> {
 }
 
 /// `PUBSUB NUMPAT`.
-pub fn numpat(redis: &Redis) -> u64 {
+pub fn numpat(redis: &RedisServer) -> u64 {
     redis
         .cli(&["PUBSUB", "NUMPAT"])
         .trim()
@@ -130,7 +130,7 @@ pub fn seeded_course(i: usize) -> String {
 
 /// Writes `n` state hashes of 3 sections each (40 seats; 10, 20 and 30
 /// taken; version 1) in one pipeline, replies read.
-pub fn seed_courses(redis: &Redis, n: usize) {
+pub fn seed_courses(redis: &RedisServer, n: usize) {
     use std::io::{BufRead, BufReader, Write};
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", redis.port)).expect("redis");
     let mut out = String::new();

@@ -1,8 +1,7 @@
 //! The event of a fleet run (`kill`, `rolling`, `redis_restart`) on its own
 //! thread, and what it asks of the publishing thread meanwhile.
 
-use super::tally::refused_503;
-use super::{now_ms, Rig};
+use super::{now_ms, refused_503, Rig};
 use crate::Opts;
 use loadgen::Command;
 use std::sync::mpsc;

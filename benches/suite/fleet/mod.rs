@@ -21,7 +21,7 @@ mod tally;
 use crate::children::Fleet;
 use crate::lb::{self, Bind, Haproxy};
 use crate::measure::{counter, progress};
-use crate::node::Node;
+use crate::node::ServeNode;
 use crate::publish::Publisher;
 use crate::setup::course_names;
 use crate::{Opts, Outcome};
@@ -31,7 +31,7 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tally::{haproxy_answers, pct, recovery};
-use testkit::proc::{free_port, Redis};
+use testkit::proc::{free_port, RedisServer};
 
 /// The events, in the order `fleet` without `--event` runs them.
 pub const EVENTS: [&str; 3] = ["kill", "rolling", "redis_restart"];
@@ -52,8 +52,8 @@ fn work_dir() -> PathBuf {
 struct Rig {
     // Dropped in this order: the proxy, the nodes, then Redis.
     pub(super) lb: Haproxy,
-    pub(super) nodes: Vec<Node>,
-    pub(super) redis: Redis,
+    pub(super) nodes: Vec<ServeNode>,
+    pub(super) redis: RedisServer,
 }
 
 fn node_flags(o: &Opts) -> Vec<String> {
@@ -74,14 +74,14 @@ fn node_flags(o: &Opts) -> Vec<String> {
 
 fn start_rig(o: &Opts, haproxy_procs: usize) -> Rig {
     let dir = work_dir();
-    let redis = Redis::start_in(
+    let redis = RedisServer::start_in(
         &dir.join(format!("redis-{}", std::process::id())),
         &["--client-output-buffer-limit", "pubsub", "0", "0", "0"],
     );
     let mut flags = node_flags(o);
     flags.extend(["--redis".into(), redis.uri()]);
-    let nodes: Vec<Node> = (0..o.nodes.max(2))
-        .map(|_| Node::start(free_port(), flags.clone(), None))
+    let nodes: Vec<ServeNode> = (0..o.nodes.max(2))
+        .map(|_| ServeNode::start(free_port(), flags.clone(), None))
         .collect();
     let port = free_port();
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
@@ -138,7 +138,7 @@ pub fn run_event(
         rig.nodes
             .iter()
             .zip(&storm.moments.node_refused_start)
-            .map(|(n, &start)| tally::refused_503(n.port).saturating_sub(start))
+            .map(|(n, &start)| refused_503(n.port).saturating_sub(start))
             .sum::<u64>()
     });
     settle(o, &mut f);
@@ -223,4 +223,17 @@ pub fn run(o: &Opts, haproxy_procs: usize) -> Outcome {
         out.problems.extend(problems);
     }
     out
+}
+
+/// Upgrades the node on `port` refused with 503 so far (accept rate,
+/// draining, full), from its `/metrics`; 0 when it does not answer.
+pub(super) fn refused_503(port: u16) -> u64 {
+    let text = testkit::scrape::get_ok(port, "/metrics", std::time::Duration::from_secs(3))
+        .unwrap_or_default();
+    testkit::scrape::sum_lines(&text, |k| {
+        k.starts_with("seatboard_handshakes_refused_total{")
+            && ["rate_limited", "draining", "node_full"]
+                .iter()
+                .any(|r| k.contains(r))
+    }) as u64
 }

@@ -7,8 +7,6 @@ use crate::lb::Haproxy;
 use loadgen::Hist;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::time::Duration;
-use testkit::scrape;
 
 /// The load generators' reports of one event, merged.
 #[derive(Default)]
@@ -128,16 +126,4 @@ pub(super) fn recovery(event: &str, t: &Tally, moments: &Moments) -> Recovery {
         max_blind,
         affected: t.intervals.len() + t.still_blind.len(),
     }
-}
-
-/// Upgrades the node on `port` refused with 503 so far (accept rate,
-/// draining, full), from its `/metrics`; 0 when it does not answer.
-pub(super) fn refused_503(port: u16) -> u64 {
-    let text = scrape::get_ok(port, "/metrics", Duration::from_secs(3)).unwrap_or_default();
-    scrape::sum_lines(&text, |k| {
-        k.starts_with("seatboard_handshakes_refused_total{")
-            && ["rate_limited", "draining", "node_full"]
-                .iter()
-                .any(|r| k.contains(r))
-    }) as u64
 }

@@ -8,7 +8,7 @@ use super::storm::{storm_thread, Ask};
 use super::{redis_pid, Store, CONVERGE_MAX, STUCK};
 use crate::children::Fleet;
 use crate::measure::progress;
-use crate::node::Node;
+use crate::node::ServeNode;
 use crate::storm_pub::Sink;
 use crate::Opts;
 use loadgen::Command;
@@ -45,7 +45,7 @@ impl Background {
     pub(super) fn start(
         o: &Opts,
         publisher: Box<dyn Sink>,
-        hubs: &[Node],
+        hubs: &[ServeNode],
         store: &Store,
         port: u16,
         courses: &[String],
@@ -115,7 +115,7 @@ pub(super) fn run_schedule(
     o: &Opts,
     bg: &Background,
     f: &mut Fleet,
-    hubs: &mut [Node],
+    hubs: &mut [ServeNode],
     store: &mut Store,
     v: &Viewers,
     stuck: &mut Vec<TcpStream>,

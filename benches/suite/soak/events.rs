@@ -3,7 +3,7 @@
 
 use super::{Store, DRAIN_MS};
 use crate::cluster_util::{self, Cluster};
-use crate::node::Node;
+use crate::node::ServeNode;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use testkit::scrape;
@@ -124,7 +124,7 @@ pub(super) fn cluster_event(kind: Kind, c: &mut Cluster, hottest: &str, freeze: 
 /// Runs one event; returns the moment the fault was over and notes.
 pub(super) fn run_event(
     kind: Kind,
-    hubs: &mut [Node],
+    hubs: &mut [ServeNode],
     store: &mut Store,
     hottest: &str,
     freeze: Duration,

@@ -32,7 +32,7 @@ mod summary;
 
 use crate::children::Fleet;
 use crate::cluster_util::Cluster;
-use crate::node::Node;
+use crate::node::ServeNode;
 use crate::publish::Publisher;
 use crate::server::SECRET;
 use crate::storm_pub::Sink;
@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use storm::ClusterPub;
 use summary::{checks, rows, summarize};
-use testkit::proc::{free_port, Redis};
+use testkit::proc::{free_port, RedisServer};
 
 /// How often the processes are sampled.
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
@@ -64,7 +64,7 @@ fn work_dir() -> PathBuf {
 /// The soak's Redis: one server, or a cluster of three primaries with a
 /// replica each.
 enum Store {
-    Single(Redis),
+    Single(RedisServer),
     Cluster(Cluster),
 }
 
@@ -92,10 +92,10 @@ pub fn run(o: &Opts) -> Outcome {
     } else {
         1
     };
-    let mut hubs: Vec<Node> = (0..nodes)
+    let mut hubs: Vec<ServeNode> = (0..nodes)
         .map(|i| {
             let log = dir.join(format!("hub-{}-{}.log", std::process::id(), i + 1));
-            Node::start(free_port(), flags.clone(), Some(log))
+            ServeNode::start(free_port(), flags.clone(), Some(log))
         })
         .collect();
     let proxy = (nodes > 1).then(|| start_proxy(o, &dir, &hubs));
@@ -141,7 +141,7 @@ fn start_store(o: &Opts, dir: &Path) -> Store {
     if o.cluster {
         Store::Cluster(Cluster::start())
     } else {
-        Store::Single(Redis::start_in(
+        Store::Single(RedisServer::start_in(
             &dir.join(format!("redis-{}", std::process::id())),
             &["--client-output-buffer-limit", "pubsub", "0", "0", "0"],
         ))
@@ -170,7 +170,7 @@ fn hub_flags(o: &Opts, store: &Store) -> Vec<String> {
 
 /// The shipped HAProxy configuration in front of `hubs` (one thread per
 /// process), once it sees a hub up.
-fn start_proxy(o: &Opts, dir: &Path, hubs: &[Node]) -> crate::lb::Haproxy {
+fn start_proxy(o: &Opts, dir: &Path, hubs: &[ServeNode]) -> crate::lb::Haproxy {
     let port = free_port();
     let ports: Vec<u16> = hubs.iter().map(|h| h.port).collect();
     let cfg = crate::lb::render(

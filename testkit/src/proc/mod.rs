@@ -1,5 +1,5 @@
 //! The processes a test or bench owns, one wrapper per kind, each killed on
-//! drop: `redis-server` ([`Redis`]), `seatboard` ([`Seatboard`]) and HAProxy
+//! drop: `redis-server` ([`RedisServer`]), `seatboard` ([`Seatboard`]) and HAProxy
 //! ([`Haproxy`]), all on ports from the one [`free_port`].
 
 mod haproxy;
@@ -9,5 +9,5 @@ mod seatboard;
 
 pub use haproxy::Haproxy;
 pub use port::{cluster_port, free_port, listens_on, loopback_tcp, TcpRow};
-pub use redis::Redis;
+pub use redis::RedisServer;
 pub use seatboard::{bin, built_bin, seatboard_command, Seatboard};

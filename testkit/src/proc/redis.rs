@@ -11,27 +11,27 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 /// A `redis-server` process, killed on drop.
-pub struct Redis {
+pub struct RedisServer {
     /// Its port (the TLS port of a TLS-only server).
     pub port: u16,
     child: Option<Child>,
     /// The flags of every start, beyond port, bind and no persistence.
     flags: Vec<String>,
-    /// Its own directory ([`Redis::start_in`]), removed on drop.
+    /// Its own directory ([`RedisServer::start_in`]), removed on drop.
     dir: Option<PathBuf>,
 }
 
-impl Redis {
+impl RedisServer {
     /// Starts one without persistence on a free port.
-    pub fn start() -> Redis {
-        Redis::start_with(&[])
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
     }
 
     /// Starts one on a free port with `flags` (another port if that one was
     /// taken meanwhile).
-    pub fn start_with(flags: &[&str]) -> Redis {
+    pub fn start_with(flags: &[&str]) -> RedisServer {
         for _ in 0..5 {
-            if let Some(r) = Redis::try_on(free_port(), flags) {
+            if let Some(r) = RedisServer::try_on(free_port(), flags) {
                 return r;
             }
         }
@@ -40,30 +40,30 @@ impl Redis {
 
     /// Starts one on a free port with `dir` as its directory (a dump left
     /// there is removed first; the directory goes on drop): what
-    /// [`Redis::restart_saved`] reloads.
-    pub fn start_in(dir: &Path, flags: &[&str]) -> Redis {
+    /// [`RedisServer::restart_saved`] reloads.
+    pub fn start_in(dir: &Path, flags: &[&str]) -> RedisServer {
         std::fs::create_dir_all(dir).expect("redis dir");
         let _ = std::fs::remove_file(dir.join("dump.rdb"));
         let d = dir.display().to_string();
         let mut all = vec!["--dir", d.as_str()];
         all.extend_from_slice(flags);
-        let mut r = Redis::start_with(&all);
+        let mut r = RedisServer::start_with(&all);
         r.dir = Some(dir.to_path_buf());
         r
     }
 
     /// Starts one on `port` with `flags`; panics unless it comes up there.
-    pub fn on_port(port: u16, flags: &[&str]) -> Redis {
-        Redis::try_on(port, flags)
+    pub fn on_port(port: u16, flags: &[&str]) -> RedisServer {
+        RedisServer::try_on(port, flags)
             .unwrap_or_else(|| panic!("redis-server did not come up on port {port} (taken?)"))
     }
 
     /// Starts one on `port` with `flags`; `None` if it exits before it
     /// listens (the port is taken).
-    pub fn try_on(port: u16, flags: &[&str]) -> Option<Redis> {
+    pub fn try_on(port: u16, flags: &[&str]) -> Option<RedisServer> {
         let flags: Vec<String> = flags.iter().map(|s| s.to_string()).collect();
         let child = spawn(port, &flags)?;
-        Some(Redis {
+        Some(RedisServer {
             port,
             child: Some(child),
             flags,
@@ -163,7 +163,7 @@ impl Redis {
     }
 }
 
-impl Drop for Redis {
+impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         if let Some(d) = &self.dir {
