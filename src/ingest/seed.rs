@@ -210,11 +210,14 @@ impl<S: Source> Ingest<S> {
         }
     }
 
-    /// Shards that waited past [`SEED_PATIENCE_MS`] get what is held.
+    /// Shards that waited past [`SEED_PATIENCE_MS`] get what is held; all
+    /// waiting shards get it at once when Redis turns out to be down (the
+    /// first connection failed, or the connection was lost).
     pub(super) fn seeds_overdue(&mut self, now_ms: u64) {
+        let down = !self.source.connected() && !self.source.connecting();
         while let Some((due, _)) = self.seed_deadlines.front() {
             // (A deadline further off than the patience: the clock stepped back.)
-            if *due > now_ms && *due <= now_ms + SEED_PATIENCE_MS {
+            if !down && *due > now_ms && *due <= now_ms + SEED_PATIENCE_MS {
                 break;
             }
             let Some((_, course)) = self.seed_deadlines.pop_front() else {

@@ -26,6 +26,8 @@ struct World {
     confirmed: HashSet<String>,
     /// Whether the source is connected.
     down: bool,
+    /// Whether its first connection is on its way.
+    connecting: bool,
 }
 
 /// A source over a shared [`World`], so a test can look and change it.
@@ -56,6 +58,9 @@ impl Source for Fake {
     }
     fn connected(&self) -> bool {
         !self.0.lock().unwrap().down
+    }
+    fn connecting(&self) -> bool {
+        self.0.lock().unwrap().connecting
     }
     fn poll_timeout(&mut self) -> Option<Duration> {
         self.0.lock().unwrap().due
@@ -696,6 +701,37 @@ fn a_seed_waits_for_its_read_at_most_its_patience_then_gets_what_is_held() {
     // With Redis down a viewer is answered at once with what is held.
     r.world.lock().unwrap().down = true;
     r.interest_only(0, "B", true);
+    assert_eq!(
+        r.control(0).iter().map(seed_sections).collect::<Vec<_>>(),
+        [Some(0)]
+    );
+}
+
+#[test]
+fn a_waiting_seed_gets_what_is_held_once_redis_turns_out_down() {
+    let mut r = rig(1);
+    // Starting: the first connection is on its way, so A's viewer waits.
+    {
+        let mut w = r.world.lock().unwrap();
+        (w.down, w.connecting, w.hold_confirms) = (true, true, true);
+    }
+    r.interest_only(0, "A", true);
+    r.ingest.handle_timeout(T0 + 1);
+    assert!(r.control(0).is_empty(), "waits while connecting");
+    // The dial failed: A's viewer is answered now, not at its deadline.
+    r.world.lock().unwrap().connecting = false;
+    r.ingest.handle_timeout(T0 + 2);
+    assert_eq!(
+        r.control(0).iter().map(seed_sections).collect::<Vec<_>>(),
+        [Some(0)]
+    );
+    // Connected, B's viewer waits for its read; the link drops: answered now.
+    r.world.lock().unwrap().down = false;
+    r.interest_only(0, "B", true);
+    r.ingest.handle_timeout(T0 + 3);
+    assert!(r.control(0).is_empty(), "waits while connected");
+    r.world.lock().unwrap().down = true;
+    r.ingest.handle_timeout(T0 + 4);
     assert_eq!(
         r.control(0).iter().map(seed_sections).collect::<Vec<_>>(),
         [Some(0)]
