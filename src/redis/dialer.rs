@@ -45,6 +45,8 @@ pub struct Dialer {
     resolving: bool,
     dialing: HashSet<Addr>,
     mapping: bool,
+    /// Answers taken less wake bytes read (one byte follows each answer).
+    unread_wakes: i64,
 }
 
 impl Dialer {
@@ -66,6 +68,7 @@ impl Dialer {
             resolving: false,
             dialing: HashSet::new(),
             mapping: false,
+            unread_wakes: 0,
         })
     }
 
@@ -107,9 +110,18 @@ impl Dialer {
 
     /// The next answer, without waiting.
     pub fn answer(&mut self) -> Option<Dialed> {
+        // Nothing asked and every wake byte read: no read of the wake socket
+        // on every turn of the ingest loop.
+        if !self.busy() && self.unread_wakes <= 0 {
+            return None;
+        }
         let mut buf = [0u8; 64];
-        while matches!((&self.wake).read(&mut buf), Ok(n) if n > 0) {}
+        while let Ok(n @ 1..) = (&self.wake).read(&mut buf) {
+            self.unread_wakes -= n as i64;
+        }
         let a = self.answers.try_recv().ok()?;
+        // Its byte may still be on its way: read once it is there.
+        self.unread_wakes += 1;
         match &a {
             Dialed::Resolved(_) => self.resolving = false,
             Dialed::Conn(addr, _) => {
@@ -157,5 +169,38 @@ fn serve(
         }
         // A full wake socket already says "answers wait".
         let _ = wake.write(&[1]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::RedisFlags;
+
+    #[test]
+    fn an_answer_wakes_the_owner_once_and_then_the_socket_is_quiet() {
+        // Nothing listens on port 1: the dial fails at once.
+        let redis = Redis::from_flags(&RedisFlags::new("redis://127.0.0.1:1")).expect("flags");
+        let mut d = Dialer::new(&redis, "unit").expect("thread");
+        assert!(d.answer().is_none(), "nothing asked");
+        let addr: Addr = ("127.0.0.1".into(), 1);
+        d.dial(&addr);
+        d.dial(&addr);
+        assert!(d.dialing(&addr) && d.busy());
+        d.wait(Duration::from_secs(5));
+        let a = loop {
+            if let Some(a) = d.answer() {
+                break a;
+            }
+            d.wait(Duration::from_secs(5));
+        };
+        assert!(matches!(a, Dialed::Conn(ref at, Err(_)) if at == &addr));
+        assert!(!d.busy(), "one dial for two asks");
+        // The answer's wake byte is read (it may land just after the answer).
+        while d.unread_wakes > 0 {
+            d.wait(Duration::from_secs(5));
+            assert!(d.answer().is_none());
+        }
+        assert_eq!(wait_readable(&[d.fd()], Duration::ZERO), [false]);
     }
 }
