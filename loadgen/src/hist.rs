@@ -27,15 +27,8 @@ struct Sparse {
 
 impl From<Hist> for Sparse {
     fn from(h: Hist) -> Sparse {
-        let buckets = h
-            .counts
-            .iter()
-            .enumerate()
-            .filter(|(_, &c)| c > 0)
-            .map(|(b, &c)| [b as u64, c])
-            .collect();
         Sparse {
-            buckets,
+            buckets: h.pairs(),
             max: h.max,
         }
     }
@@ -132,14 +125,17 @@ impl Hist {
 
     /// Sparse form for the report: `[[bucket, count], ...]` plus the max.
     pub fn to_json(&self) -> serde_json::Value {
-        let pairs: Vec<[u64; 2]> = self
-            .counts
+        serde_json::json!({ "buckets": self.pairs(), "max": self.max })
+    }
+
+    /// `[bucket, count]` of every bucket that counted something.
+    fn pairs(&self) -> Vec<[u64; 2]> {
+        self.counts
             .iter()
             .enumerate()
             .filter(|(_, &c)| c > 0)
             .map(|(b, &c)| [b as u64, c])
-            .collect();
-        serde_json::json!({ "buckets": pairs, "max": self.max })
+            .collect()
     }
 
     /// Adds a report's histogram into this one.
