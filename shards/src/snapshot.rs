@@ -8,7 +8,11 @@
 //! equal to the one held is the same publish seen twice (two subscriptions, a
 //! reread after a reconnect) and changes nothing. A section read from the
 //! state hash (a seed) was read before anything routed after it, so it only
-//! fills a gap or brings a strictly newer version. [`Snapshot::supersedes`],
+//! fills a gap or brings a strictly newer version. A live snapshot sent with
+//! `"replace": true` (only the reconciler sends one, to undo a version the
+//! database never held) is taken whatever version is held, and its version is
+//! the one later snapshots must pass; a seed never replaces that way.
+//! [`Snapshot::supersedes`],
 //! [`Snapshot::replaces`] and [`Snapshot::seed_replaces`] are that rule; the
 //! node board, the shard inbox and each shard's course use nothing else.
 
@@ -45,6 +49,8 @@ pub struct Snapshot {
     pub version: Option<u64>,
     /// Publish time in Unix ms, for latency metrics.
     pub ts: Option<u64>,
+    /// Sent with `"replace": true`: taken whatever version is held (contract §2).
+    pub replace: bool,
     /// The section's JSON object as it appears inside a frame's `sections` list,
     /// serialized once at ingest so every render only concatenates.
     pub json: Box<str>,
@@ -112,6 +118,8 @@ struct Wire<'a> {
     version: Option<&'a RawValue>,
     #[serde(alias = "Ts", borrow)]
     ts: Option<&'a RawValue>,
+    #[serde(borrow)]
+    replace: Option<&'a RawValue>,
 }
 
 /// True when `s` is a valid course code: 1-64 of `[A-Za-z0-9_.-]`.
@@ -178,12 +186,17 @@ impl Snapshot {
             Some(_) => return Err(Reject::Schema),
             None => None,
         };
+        let replace = match wire.replace.map(RawValue::get) {
+            None | Some("null") | Some("false") => false,
+            Some("true") => true,
+            Some(_) => return Err(Reject::Schema),
+        };
         if let Some(ch) = channel_course {
             if ch != course {
                 return Err(Reject::ChannelMismatch);
             }
         }
-        Ok(Snapshot::build(
+        let mut snap = Snapshot::build(
             course.into(),
             section,
             total_seats,
@@ -191,7 +204,9 @@ impl Snapshot {
             seat_info,
             version,
             ts,
-        ))
+        );
+        snap.replace = replace;
+        Ok(snap)
     }
 
     /// Builds a snapshot from trusted parts (simulator, tests) and serializes its fragment.
@@ -224,6 +239,7 @@ impl Snapshot {
             seats_taken,
             version,
             ts,
+            replace: false,
             json: json.into_boxed_str(),
         }
     }
@@ -250,6 +266,9 @@ impl Snapshot {
         if let Some(ts) = self.ts {
             let _ = write!(s, ",\"ts\":{ts}");
         }
+        if self.replace {
+            s.push_str(",\"replace\":true");
+        }
         s.push('}');
         s
     }
@@ -257,6 +276,9 @@ impl Snapshot {
     /// Whether this snapshot is newer than `current` (same section): greater
     /// version, or last write wins when either side has none.
     pub fn supersedes(&self, current: &Snapshot) -> bool {
+        if self.replace {
+            return true;
+        }
         match (self.version, current.version) {
             (Some(new), Some(old)) => new > old,
             _ => true,
@@ -264,21 +286,33 @@ impl Snapshot {
     }
 
     /// Whether this live snapshot changes a board that holds `current` for its
-    /// section: newer by [`Snapshot::supersedes`] and not the same publish again.
+    /// section: newer by [`Snapshot::supersedes`] and not the same publish
+    /// again; one sent with `replace` whenever it differs from what is held.
     pub fn replaces(&self, current: Option<&Snapshot>) -> bool {
         match current.map(|cur| (cur, self.version, cur.version)) {
             None => true,
+            Some((cur, _, _)) if self.replace => !cur.same_state(self),
             // Versions differ whenever the new one is greater: nothing else to compare.
             Some((_, Some(new), Some(old))) => new > old,
             Some((cur, _, _)) => cur != self,
         }
     }
 
+    /// Whether `other` shows the same state of the section (its frame fragment
+    /// and version), whichever way each was sent.
+    pub fn same_state(&self, other: &Snapshot) -> bool {
+        self.version == other.version && self.json == other.json
+    }
+
     /// Whether this section read from the state hash changes a board that holds
-    /// `current`: only a gap or a strictly newer version.
+    /// `current`: only a gap or a strictly newer version (`replace` is not
+    /// honoured from a read: a read may be older than a live snapshot).
+    /// A section held from a `replace` is never taken back by a read, which
+    /// may have been answered before the repair reached the state hash.
     pub fn seed_replaces(&self, current: Option<&Snapshot>) -> bool {
         match (current, self.version) {
             (None, _) => true,
+            (Some(cur), _) if cur.replace => false,
             (Some(cur), Some(v)) => cur.version.is_some_and(|c| v > c),
             (Some(_), None) => false,
         }
@@ -440,5 +474,38 @@ mod tests {
         assert!(!b.seed_replaces(Some(&a)));
         assert!(!n.seed_replaces(Some(&a)));
         assert!(!a.seed_replaces(Some(&n)));
+    }
+
+    #[test]
+    fn replace_is_taken_whatever_version_is_held() {
+        let forged = Snapshot::build("C".into(), 1, 5, 1, None, Some(MAX_VERSION), None);
+        let p = br#"{"course":"C","section":1,"total_seats":5,"seats_taken":4,"version":7,"replace":true}"#;
+        let repair = Snapshot::parse(p, Some("C")).expect("parses");
+        assert!(repair.replace);
+        // The frame fragment never carries the flag; the payload does.
+        assert!(!repair.json.contains("replace"));
+        assert_eq!(Snapshot::parse(repair.to_payload().as_bytes(), Some("C")), Ok(repair.clone()));
+        assert!(repair.replaces(Some(&forged)));
+        assert!(repair.supersedes(&forged));
+        // Seen twice, it changes nothing the second time.
+        assert!(!repair.replaces(Some(&repair.clone())));
+        // Its version is the one later snapshots must pass.
+        let same = Snapshot::build("C".into(), 1, 5, 4, None, Some(7), None);
+        let next = Snapshot::build("C".into(), 1, 5, 5, None, Some(8), None);
+        assert!(!same.replaces(Some(&repair)));
+        assert!(next.replaces(Some(&repair)));
+        // A read never takes a replaced section back, and is never a replace.
+        assert!(!forged.seed_replaces(Some(&repair)));
+        assert!(!repair.seed_replaces(Some(&forged)));
+        // Only a boolean; false or null is a plain snapshot.
+        let with = |v: &str| {
+            let t = format!(r#"{{"course":"C","section":1,"total_seats":5,"seats_taken":4,"replace":{v}}}"#);
+            Snapshot::parse(t.as_bytes(), Some("C")).map(|s| s.replace)
+        };
+        assert_eq!(with("false"), Ok(false));
+        assert_eq!(with("null"), Ok(false));
+        for bad in ["1", "\"true\"", "{}"] {
+            assert_eq!(with(bad), Err(Reject::Schema), "replace {bad}");
+        }
     }
 }

@@ -164,7 +164,10 @@ impl<S: Source> Ingest<S> {
     fn merge_read(&mut self, course: &Arc<str>, payloads: Vec<Vec<u8>>, via: Via, now_ms: u64) {
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
-                Ok(s) => {
+                Ok(mut s) => {
+                    // Only a live snapshot may replace (contract §2): a field
+                    // carrying the flag is read as a plain snapshot.
+                    s.replace = false;
                     if self.older_than_held(&s) {
                         // An out-of-order publisher wrote the hash: the newer stays.
                         self.metrics.state_stale.fetch_add(1, Relaxed);

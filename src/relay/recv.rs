@@ -24,6 +24,8 @@ const POLL: Duration = Duration::from_millis(100);
 /// version within 0..2^53 among them).
 pub fn validate(payload: &[u8]) -> Result<Snapshot, Rejected> {
     match Snapshot::parse(payload, None) {
+        // Only the reconciler replaces (contract §2, §10).
+        Ok(s) if s.replace => Err(Rejected::Schema),
         Ok(s) => Ok(s),
         Err(Reject::Json) => Err(Rejected::Json),
         Err(Reject::TooLarge) => Err(Rejected::TooLarge),
@@ -195,5 +197,8 @@ mod tests {
         assert_eq!(validate(&big), Err(Rejected::TooLarge));
         let go = br#"{"SharedCourseCode":"CS101","SectionID":1,"TotalSeats":2,"SeatsTaken":1,"Version":3}"#;
         assert_eq!(validate(go).unwrap().version, Some(3));
+        // Only the reconciler replaces: the relay refuses it.
+        let replace = br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"version":3,"replace":true}"#;
+        assert_eq!(validate(replace), Err(Rejected::Schema));
     }
 }

@@ -6,8 +6,10 @@ use crate::rig::{
     run_to, section_ids, snap, truth, unwatch, watch, Out,
 };
 use serde_json::json;
+use shards::snapshot::Snapshot;
 use shards::Shard;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 #[test]
 fn watch_of_new_course_waits_for_the_seed() {
@@ -169,6 +171,41 @@ fn version_rule_and_last_write_wins() {
     assert_eq!(s.courses(), 1);
     run_to(&mut s, &mut now, 2000);
     assert!(pop_all(&mut s, a).is_empty());
+}
+
+#[test]
+fn replace_undoes_a_forged_version_and_later_versions_pass_it() {
+    let mut s = Shard::new(cfg());
+    let forged = snap("C", 1, 49, Some(1 << 53));
+    let a = one_viewer(&mut s, &[forged]);
+    let mut now = 0;
+    // A real version cannot pass 2^53.
+    s.handle_snapshot(&snap("C", 1, 50, Some(8)));
+    run_to(&mut s, &mut now, 1000);
+    assert!(pop_all(&mut s, a).is_empty());
+    // The reconciler's replace is taken whatever version is held.
+    let mut repair = Snapshot::build("C".into(), 1, 50, 50, None, Some(8), None);
+    repair.replace = true;
+    s.handle_snapshot(&Arc::new(repair));
+    run_to(&mut s, &mut now, 1300);
+    let out = pop_all(&mut s, a);
+    assert_eq!(
+        frames(&out)[0]["sections"],
+        json!([{"section": 1, "total_seats": 50, "seats_taken": 50, "version": 8}])
+    );
+    // A seed (a state read answered before the repair) never takes it back.
+    s.handle_seed("C", &[snap("C", 1, 49, Some(1 << 53))], now);
+    run_to(&mut s, &mut now, 1600);
+    assert!(pop_all(&mut s, a).is_empty());
+    // Its version is the one to pass: equal is ignored, the next real one taken.
+    s.handle_snapshot(&snap("C", 1, 3, Some(8)));
+    s.handle_snapshot(&snap("C", 1, 49, Some(9)));
+    run_to(&mut s, &mut now, 1900);
+    let out = pop_all(&mut s, a);
+    let f = frames(&out);
+    assert_eq!(f.len(), 1);
+    assert_eq!(f[0]["sections"][0]["seats_taken"], 49);
+    assert_eq!(f[0]["sections"][0]["version"], 9);
 }
 
 /// Runs `f` on a thread so that a hang fails the test instead of blocking the suite.
