@@ -32,7 +32,7 @@ install -m 0755 "$binary" "$root/usr/bin/seatboard"
 "$strip" "$root/usr/bin/seatboard"
 install -m 0644 systemd/seatboard.service systemd/seatboard-analytics.service \
   systemd/seatboard@.service systemd/seatboard-analytics@.service systemd/seatboard-relay.service \
-  "$root/lib/systemd/system/"
+  systemd/seatboard-reconcile.service "$root/lib/systemd/system/"
 install -m 0600 systemd/seatboard.env.example "$root/etc/seatboard/seatboard.env"
 install -m 0644 systemd/99-seatboard.conf "$root/etc/sysctl.d/99-seatboard.conf"
 install -m 0644 systemd/README.md "$doc/README.md"
@@ -60,7 +60,7 @@ Homepage: file:///usr/share/doc/seatboard/OVERVIEW.md
 Description: realtime seat board hub for university section selection
  seatboard subscribes to the selection API's seat snapshots in Redis and
  renders them over WebSocket to tens of thousands of browsers, thread per
- core. Ships the hub, analytics and publish relay units, their environment file, a sysctl
+ core. Ships the hub, analytics, publish relay and reconciler units, their environment file, a sysctl
  drop-in, a Grafana dashboard and Prometheus alert rules.
 CONTROL
 printf '%s\n' /etc/seatboard/seatboard.env /etc/sysctl.d/99-seatboard.conf > "$root/DEBIAN/conffiles"

@@ -30,7 +30,7 @@ install -m 0755 "$binary" "$src/seatboard"
 "$strip" "$src/seatboard"
 cp systemd/seatboard.service systemd/seatboard-analytics.service systemd/seatboard.env.example \
   systemd/seatboard@.service systemd/seatboard-analytics@.service systemd/seatboard-relay.service \
-  systemd/99-seatboard.conf systemd/monitoring/* packaging/copyright "$src/"
+  systemd/seatboard-reconcile.service systemd/99-seatboard.conf systemd/monitoring/* packaging/copyright "$src/"
 cp systemd/README.md "$src/README.md"
 cp README.md "$src/OVERVIEW.md"
 mkdir -p "$src/haproxy" "$src/instances"
@@ -51,7 +51,7 @@ AutoReqProv:    no
 %description
 seatboard subscribes to the selection API's seat snapshots in Redis and renders
 them over WebSocket to tens of thousands of browsers, thread per core. Ships the
-hub, analytics and publish relay units, their environment file, a sysctl drop-in, a Grafana
+hub, analytics, publish relay and reconciler units, their environment file, a sysctl drop-in, a Grafana
 dashboard and Prometheus alert rules.
 
 %install
@@ -61,6 +61,7 @@ install -D -m 0644 %{_sourcedir}/seatboard-analytics.service %{buildroot}/usr/li
 install -D -m 0644 %{_sourcedir}/seatboard@.service %{buildroot}/usr/lib/systemd/system/seatboard@.service
 install -D -m 0644 %{_sourcedir}/seatboard-analytics@.service %{buildroot}/usr/lib/systemd/system/seatboard-analytics@.service
 install -D -m 0644 %{_sourcedir}/seatboard-relay.service %{buildroot}/usr/lib/systemd/system/seatboard-relay.service
+install -D -m 0644 %{_sourcedir}/seatboard-reconcile.service %{buildroot}/usr/lib/systemd/system/seatboard-reconcile.service
 install -D -m 0600 %{_sourcedir}/seatboard.env.example %{buildroot}/etc/seatboard/seatboard.env
 install -D -m 0644 %{_sourcedir}/99-seatboard.conf %{buildroot}/etc/sysctl.d/99-seatboard.conf
 install -d %{buildroot}/usr/share/doc/seatboard/monitoring
@@ -78,8 +79,8 @@ sysctl -q -p /etc/sysctl.d/99-seatboard.conf >/dev/null 2>&1 || :
 
 %preun
 if [ \$1 -eq 0 ]; then
-  systemctl stop seatboard.service seatboard-analytics.service seatboard-relay.service 'seatboard@*.service' 'seatboard-analytics@*.service' >/dev/null 2>&1 || :
-  systemctl disable seatboard.service seatboard-analytics.service seatboard-relay.service >/dev/null 2>&1 || :
+  systemctl stop seatboard.service seatboard-analytics.service seatboard-relay.service seatboard-reconcile.service 'seatboard@*.service' 'seatboard-analytics@*.service' >/dev/null 2>&1 || :
+  systemctl disable seatboard.service seatboard-analytics.service seatboard-relay.service seatboard-reconcile.service >/dev/null 2>&1 || :
 fi
 
 %postun
@@ -92,6 +93,7 @@ systemctl daemon-reload >/dev/null 2>&1 || :
 /usr/lib/systemd/system/seatboard@.service
 /usr/lib/systemd/system/seatboard-analytics@.service
 /usr/lib/systemd/system/seatboard-relay.service
+/usr/lib/systemd/system/seatboard-reconcile.service
 %dir /etc/seatboard
 %config(noreplace) /etc/seatboard/seatboard.env
 %config(noreplace) /etc/sysctl.d/99-seatboard.conf

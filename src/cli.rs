@@ -52,6 +52,9 @@ pub enum Command {
     /// The local publish relay: snapshots in as datagrams (Unix socket, loopback UDP), out to Redis.
     #[command(allow_negative_numbers = true)]
     Relay(RelayArgs),
+    /// The reconciler: reads the selection database (read only) and repairs what Redis lost.
+    #[command(allow_negative_numbers = true)]
+    Reconcile(crate::reconcile::flags::ReconcileArgs),
     /// One share of a rehearsal's viewers in a process of its own (`rehearse` starts it).
     #[command(name = "__rehearse-viewers", hide = true)]
     RehearseViewers,

@@ -9,6 +9,7 @@
 //!   to shards only through [`channels`].
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
+//! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
 //! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`process_stats`], [`shard_set`]: shared plumbing.
@@ -30,6 +31,7 @@ pub mod presence;
 pub mod process_stats;
 pub mod publish;
 pub mod publisher;
+pub mod reconcile;
 pub mod redis;
 pub mod rehearse;
 pub mod relay;

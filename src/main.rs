@@ -37,6 +37,7 @@ fn run(cli: Cli) -> ExitCode {
         Command::Analytics(args) => seatboard::analytics::main(args),
         Command::Token(args) => seatboard::cmd::token::run(args),
         Command::Relay(args) => seatboard::relay::main(args),
+        Command::Reconcile(args) => seatboard::reconcile::main(args),
         Command::RehearseViewers => seatboard::rehearse::child_main(),
         Command::Rehearse(args) => match logging(&args.redis.log_level) {
             Ok(()) => seatboard::rehearse::run(args),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs what the tests need
-# (redis-server, HAProxy, openssl, Chromium, Go, Java, PHP, Node packages), then runs every
+# (redis-server, HAProxy, openssl, Chromium, Go, Java, PHP, PostgreSQL, MariaDB, Node packages), then runs every
 # test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,11 +26,21 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v php >/dev/null 2>&1 || need+=(php-cli)
+# tests/it/reconcile.rs starts its own PostgreSQL and MariaDB on free ports.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The packages' own database services are not the tests': stopped and kept off.
+for svc in postgresql mariadb; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled "$svc" >/dev/null 2>&1; then
+    as_root systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+  as_root service "$svc" stop >/dev/null 2>&1 || true
+done
 # promtool (tests/it/monitoring.rs) ships in Debian's prometheus package: take just
 # that binary out of it, so no Prometheus server gets installed and started.
 if ! command -v promtool >/dev/null 2>&1; then

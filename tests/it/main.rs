@@ -48,6 +48,7 @@ mod redis_presence;
 mod redis_publisher;
 mod redis_reconnect;
 mod redis_tls;
+mod reconcile;
 mod rehearse;
 mod relay;
 mod relay_docs;

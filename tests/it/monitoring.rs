@@ -195,15 +195,32 @@ fn rule_exprs(text: &str) -> Vec<String> {
     exprs
 }
 
-/// The sample names a real hub exports (histograms: `_bucket`, `_sum`, `_count`).
+/// The sample names a real hub and a real reconciler export (histograms:
+/// `_bucket`, `_sum`, `_count`; the reconciler's every series is there from
+/// start, its database unreachable or not).
 fn exported() -> BTreeSet<String> {
     let redis = RedisServer::start();
     let sb = Seatboard::start(&["serve", "--auth", "none", "--redis", &redis.uri()]);
-    let text = wait_for(Duration::from_secs(20), || {
+    let mut text = wait_for(Duration::from_secs(20), || {
         let m = sb.metrics();
         (metric_value(&m, "seatboard_redis_connected") == 1.0).then_some(m)
     })
     .expect("the hub reached Redis");
+    let port = free_port();
+    let mut rec = seatboard_command()
+        .args(["reconcile", "--redis", &redis.uri(), "--metrics", &format!("127.0.0.1:{port}")])
+        .args(["--db", &format!("postgres://u@127.0.0.1:{}/x", free_port())])
+        .args(["--query", "SELECT * FROM t WHERE updated_at >= $1"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("seatboard reconcile");
+    let got = wait_for(Duration::from_secs(20), || {
+        let m = testkit::scrape::metrics(port);
+        m.contains("seatboard_reconcile_checks_total").then_some(m)
+    });
+    let _ = rec.kill();
+    let _ = rec.wait();
+    text.push_str(&got.expect("the reconciler's /metrics"));
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .map(|l| {

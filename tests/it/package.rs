@@ -78,6 +78,7 @@ const DEB_FILES: &[(&str, &str)] = &[
     ),
     ("./lib/systemd/system/seatboard@.service", "-rw-r--r--"),
     ("./lib/systemd/system/seatboard-relay.service", "-rw-r--r--"),
+    ("./lib/systemd/system/seatboard-reconcile.service", "-rw-r--r--"),
     (
         "./lib/systemd/system/seatboard-analytics@.service",
         "-rw-r--r--",
@@ -163,6 +164,7 @@ fn check_deb(deb: &Path, arch: &str) -> PathBuf {
         "seatboard.service",
         "seatboard-analytics.service",
         "seatboard-relay.service",
+        "seatboard-reconcile.service",
     ] {
         let text = std::fs::read_to_string(root.join("lib/systemd/system").join(unit)).unwrap();
         let exec = text
@@ -204,6 +206,7 @@ fn check_rpm(rpm: &Path, arch: &str) {
         "/usr/lib/systemd/system/seatboard@.service",
         "/usr/lib/systemd/system/seatboard-analytics@.service",
         "/usr/lib/systemd/system/seatboard-relay.service",
+        "/usr/lib/systemd/system/seatboard-reconcile.service",
         "/usr/share/doc/seatboard/instances/dev.env.example",
         "/usr/share/doc/seatboard/haproxy/seatboard-environments.cfg",
         "/etc/seatboard/seatboard.env",

@@ -17,6 +17,7 @@ fn units_verify_clean() {
         "seatboard.service",
         "seatboard-analytics.service",
         "seatboard-relay.service",
+        "seatboard-reconcile.service",
     ] {
         let text = std::fs::read_to_string(root.join("systemd").join(unit)).expect("unit file");
         assert!(text.contains("ExecStart=/usr/bin/seatboard"));
@@ -29,6 +30,7 @@ fn units_verify_clean() {
         .arg(dir.join("seatboard.service"))
         .arg(dir.join("seatboard-analytics.service"))
         .arg(dir.join("seatboard-relay.service"))
+        .arg(dir.join("seatboard-reconcile.service"))
         .output()
         .expect("systemd-analyze must be installed (tests/run.sh installs systemd)");
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -1,0 +1,302 @@
+//! The MySQL and MariaDB source: the sync `mysql` client on the worker's
+//! thread, one connection, the session's statement timeout set at connect
+//! (`max_execution_time` on MySQL, `max_statement_time` on MariaDB) with
+//! `SESSION TRANSACTION READ ONLY`, the query prepared once, each check one
+//! `START TRANSACTION READ ONLY`. TLS as `ssl-mode` asks (`DISABLED`, the
+//! default; `REQUIRED`; `VERIFY_CA`; `VERIFY_IDENTITY`; `--db-ca` the roots
+//! when given). SIGTERM: `KILL QUERY` on a short second session.
+
+use super::flags::redact;
+use super::row::Row;
+use super::source::{civil_us, us_civil, CancelSlot, DbError, Source};
+use mysql::prelude::Queryable;
+use mysql::{Conn, Opts, OptsBuilder, SslOpts, Statement, Value};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// MySQL's "maximum statement execution time exceeded".
+const MYSQL_TIMEOUT: u16 = 3024;
+/// MariaDB's "query execution was interrupted (max_statement_time exceeded)".
+const MARIADB_TIMEOUT: u16 = 1969;
+/// "Query execution was interrupted" (a `KILL QUERY`).
+const INTERRUPTED: u16 = 1317;
+
+/// A MySQL or MariaDB database read through one connection.
+pub struct My {
+    opts: OptsBuilder,
+    query: String,
+    timeout: Duration,
+    shown: String,
+    cancel: CancelSlot,
+    conn: Option<(Conn, Statement)>,
+}
+
+/// `url` without its `ssl-mode` parameter, and that parameter's value.
+fn split_ssl_mode(url: &str) -> (String, Option<String>) {
+    let Some((base, params)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut mode = None;
+    let kept: Vec<&str> = params
+        .split('&')
+        .filter(|p| match p.split_once('=') {
+            Some((k, v)) if k.eq_ignore_ascii_case("ssl-mode") || k.eq_ignore_ascii_case("ssl_mode") => {
+                mode = Some(v.to_ascii_uppercase());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    if kept.is_empty() {
+        (base.to_owned(), mode)
+    } else {
+        (format!("{base}?{}", kept.join("&")), mode)
+    }
+}
+
+impl My {
+    /// Checks the URL (the error never holds the password); nothing is connected yet.
+    pub fn new(
+        url: &str,
+        ca: Option<PathBuf>,
+        query: &str,
+        timeout: Duration,
+        cancel: CancelSlot,
+    ) -> Result<My, String> {
+        let (url, mode) = split_ssl_mode(url);
+        let opts = Opts::from_url(&url).map_err(|e| match e {
+            mysql::UrlError::UnknownParameter(p) => format!("unknown parameter {p}"),
+            _ => "not a valid MySQL URL".to_owned(),
+        })?;
+        let base = SslOpts::default();
+        let base = match ca {
+            Some(p) => base.with_root_cert_path(Some(p)),
+            None => base,
+        };
+        let ssl = match mode.as_deref() {
+            None | Some("DISABLED") => None,
+            Some("PREFERRED" | "REQUIRED") => Some(
+                base.with_danger_accept_invalid_certs(true)
+                    .with_danger_skip_domain_validation(true),
+            ),
+            Some("VERIFY_CA") => Some(base.with_danger_skip_domain_validation(true)),
+            Some("VERIFY_IDENTITY") => Some(base),
+            Some(other) => return Err(format!("ssl-mode {other} is not one of DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY")),
+        };
+        let io = timeout + Duration::from_secs(5);
+        let opts = OptsBuilder::from_opts(opts)
+            .prefer_socket(false)
+            .ssl_opts(ssl)
+            .tcp_connect_timeout(Some(Duration::from_secs(5)))
+            .read_timeout(Some(io))
+            .write_timeout(Some(io));
+        Ok(My {
+            opts,
+            query: query.to_owned(),
+            timeout,
+            shown: redact(&url),
+            cancel,
+            conn: None,
+        })
+    }
+
+    fn connect(&mut self) -> Result<(), mysql::Error> {
+        let mut conn = Conn::new(self.opts.clone())?;
+        let version: Option<String> = conn.query_first("SELECT VERSION()")?;
+        let ms = self.timeout.as_millis();
+        if version.is_some_and(|v| v.contains("MariaDB")) {
+            conn.query_drop(format!(
+                "SET SESSION max_statement_time = {}.{:03}",
+                ms / 1000,
+                ms % 1000
+            ))?;
+        } else {
+            conn.query_drop(format!("SET SESSION max_execution_time = {ms}"))?;
+        }
+        conn.query_drop("SET SESSION TRANSACTION READ ONLY")?;
+        let stmt = conn.prep(&self.query)?;
+        let id = conn.connection_id();
+        let opts = self.opts.clone().read_timeout(Some(Duration::from_secs(1)));
+        self.cancel.set(Box::new(move || {
+            match Conn::new(opts).and_then(|mut c| c.query_drop(format!("KILL QUERY {id}"))) {
+                Ok(()) => {}
+                Err(e) => tracing::debug!(error = %e, "KILL QUERY failed"),
+            }
+        }));
+        self.conn = Some((conn, stmt));
+        Ok(())
+    }
+
+    fn error(&mut self, e: mysql::Error) -> DbError {
+        if let mysql::Error::MySqlError(m) = &e {
+            let text = format!("{} ({}): {}", self.shown, m.code, m.message);
+            if matches!(m.code, MYSQL_TIMEOUT | MARIADB_TIMEOUT | INTERRUPTED) {
+                // The connection stays: only the statement ended. Its
+                // transaction is ended before the next check.
+                if let Some((c, _)) = self.conn.as_mut() {
+                    if c.query_drop("ROLLBACK").is_err() {
+                        self.conn = None;
+                    }
+                }
+                return DbError::Timeout(text);
+            }
+            self.conn = None;
+            return DbError::Down(text);
+        }
+        self.conn = None;
+        DbError::Down(format!("{}: {}", self.shown, e))
+    }
+}
+
+fn int(v: &Value) -> Result<Option<i128>, ()> {
+    match v {
+        Value::NULL => Ok(None),
+        Value::Int(i) => Ok(Some(i128::from(*i))),
+        Value::UInt(u) => Ok(Some(i128::from(*u))),
+        Value::Bytes(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|t| t.trim().parse::<i128>().ok())
+            .map(Some)
+            .ok_or(()),
+        _ => Err(()),
+    }
+}
+
+fn text(v: &Value) -> Result<Option<String>, ()> {
+    match v {
+        Value::NULL => Ok(None),
+        Value::Bytes(b) => String::from_utf8(b.clone()).map(Some).map_err(|_| ()),
+        _ => Err(()),
+    }
+}
+
+/// A DATETIME or TIMESTAMP (as the session's clock shows it) in µs.
+fn when(v: &Value) -> Option<i64> {
+    match v {
+        Value::Date(y, mo, d, h, mi, s, us) => Some(civil_us(
+            i64::from(*y),
+            u32::from(*mo),
+            u32::from(*d),
+            u32::from(*h),
+            u32::from(*mi),
+            u32::from(*s),
+            *us,
+        )),
+        Value::Bytes(b) => {
+            let t = std::str::from_utf8(b).ok()?;
+            let n = |r: std::ops::Range<usize>| t.get(r).and_then(|x| x.parse::<u32>().ok());
+            let us = t
+                .get(20..)
+                .filter(|f| !f.is_empty())
+                .and_then(|f| format!("{f:0<6}").get(..6)?.parse().ok())
+                .unwrap_or(0);
+            Some(civil_us(
+                i64::from(n(0..4)?),
+                n(5..7)?,
+                n(8..10)?,
+                n(11..13).unwrap_or(0),
+                n(14..16).unwrap_or(0),
+                n(17..19).unwrap_or(0),
+                us,
+            ))
+        }
+        _ => None,
+    }
+}
+
+fn read(row: &mysql::Row) -> Row {
+    let mut out = Row::default();
+    let mut required = 0;
+    for (i, col) in row.columns_ref().iter().enumerate() {
+        let Some(v) = row.as_ref(i) else {
+            continue;
+        };
+        let mut bad = false;
+        match col.name_str().as_ref() {
+            "course" => {
+                required += 1;
+                match text(v) {
+                    Ok(t) => out.course = t,
+                    Err(()) => bad = true,
+                }
+            }
+            name @ ("section" | "total_seats" | "seats_taken" | "version") => {
+                required += 1;
+                match int(v) {
+                    Ok(n) => match name {
+                        "section" => out.section = n,
+                        "total_seats" => out.total_seats = n,
+                        "seats_taken" => out.seats_taken = n,
+                        _ => out.version = n,
+                    },
+                    Err(()) => bad = true,
+                }
+            }
+            "seat_info" => match text(v) {
+                Ok(t) => out.seat_info = t,
+                Err(()) => bad = true,
+            },
+            "updated_at" => out.updated_us = when(v),
+            _ => {}
+        }
+        out.unreadable |= bad;
+    }
+    out.unreadable |= required < 5;
+    out
+}
+
+impl Source for My {
+    fn fetch(&mut self, bound_us: Option<i64>) -> Result<Vec<Row>, DbError> {
+        if self.conn.is_none() {
+            self.connect().map_err(|e| self.error(e))?;
+        }
+        let (y, mo, d, h, mi, s, us) = us_civil(bound_us.unwrap_or(super::source::LOWEST_US));
+        let bound = Value::Date(
+            y.clamp(1000, 9999) as u16,
+            mo as u8,
+            d as u8,
+            h as u8,
+            mi as u8,
+            s as u8,
+            us,
+        );
+        let result = {
+            let Some((conn, stmt)) = self.conn.as_mut() else {
+                return Err(DbError::Down(format!("{}: not connected", self.shown)));
+            };
+            (|| {
+                conn.query_drop("START TRANSACTION READ ONLY")?;
+                let rows: Vec<mysql::Row> = conn.exec(&*stmt, (bound,))?;
+                conn.query_drop("COMMIT")?;
+                Ok::<_, mysql::Error>(rows)
+            })()
+        };
+        match result {
+            Ok(rows) => Ok(rows.iter().map(read).collect()),
+            Err(e) => Err(self.error(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ssl_mode_is_taken_out_of_the_url() {
+        assert_eq!(
+            split_ssl_mode("mysql://u:p@h:3306/d?ssl-mode=verify_ca&x=1"),
+            ("mysql://u:p@h:3306/d?x=1".into(), Some("VERIFY_CA".into()))
+        );
+        assert_eq!(split_ssl_mode("mysql://h/d"), ("mysql://h/d".into(), None));
+    }
+
+    #[test]
+    fn datetimes_as_text_or_values() {
+        let t = civil_us(2026, 12, 5, 1, 2, 3, 450_000);
+        assert_eq!(when(&Value::Bytes(b"2026-12-05 01:02:03.45".to_vec())), Some(t));
+        assert_eq!(when(&Value::Date(2026, 12, 5, 1, 2, 3, 450_000)), Some(t));
+        assert_eq!(int(&Value::Bytes(b"-3".to_vec())), Ok(Some(-3)));
+        assert_eq!(int(&Value::Double(1.0)), Err(()));
+    }
+}

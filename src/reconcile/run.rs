@@ -1,0 +1,313 @@
+//! The reconciler's loop on its worker thread: a sweep first, then an
+//! incremental check every interval and a sweep every `--sweep-s` (each
+//! wait shortened by a random 0-10 %), jittered backoff capped at 30 s (never
+//! faster than the interval) while the database or Redis fails. One check:
+//! the rows read, checked, planned, looked up in Redis, judged, repaired.
+//! `--check` is one full check that writes nothing.
+
+use super::decide::{compare, Book, Candidate, Field, State};
+use super::flags::Timing;
+use super::metrics::{now_ms, ErrorKind, Shared};
+use super::row;
+use super::source::{DbError, Source};
+use super::store::Store;
+use crossbeam_channel::Receiver;
+use shards::Snapshot;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The longest wait between tries while the database or Redis fails.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
+/// Log lines of one kind (refused rows, errors, ahead sections) at most this often.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// `d` shortened by a random 0-10 % (never longer).
+fn jitter(d: Duration) -> Duration {
+    d.mul_f64(1.0 - fastrand::f64() * 0.1)
+}
+
+/// A log line allowed at most once per [`LOG_EVERY`].
+#[derive(Default)]
+struct Every(Option<Instant>);
+
+impl Every {
+    fn ready(&mut self) -> bool {
+        let ok = self.0.is_none_or(|t| t.elapsed() >= LOG_EVERY);
+        if ok {
+            self.0 = Some(Instant::now());
+        }
+        ok
+    }
+}
+
+/// The reconciler's worker.
+pub struct Worker {
+    /// The database.
+    pub source: Box<dyn Source>,
+    /// Redis.
+    pub store: Store,
+    /// The state machine.
+    pub book: Book,
+    /// The figures.
+    pub shared: Arc<Shared>,
+    /// The clocks.
+    pub timing: Timing,
+    /// Set at SIGTERM: what a check was about to write is dropped.
+    pub stop: Arc<AtomicBool>,
+    /// The newest `updated_at` seen, µs.
+    newest_us: Option<i64>,
+    logs: [Every; 4],
+}
+
+/// Why a check failed.
+#[derive(Debug)]
+pub enum CheckError {
+    /// The database.
+    Db(DbError),
+    /// Redis.
+    Redis(crate::redis::Error),
+    /// Stopped (SIGTERM) before it could write.
+    Stopped,
+}
+
+impl Worker {
+    /// A worker that has checked nothing yet.
+    pub fn new(
+        source: Box<dyn Source>,
+        store: Store,
+        shared: Arc<Shared>,
+        timing: Timing,
+        stop: Arc<AtomicBool>,
+    ) -> Worker {
+        Worker {
+            source,
+            store,
+            book: Book::new(
+                timing.grace.as_millis() as u64,
+                timing.ahead_repair.as_millis() as u64,
+            ),
+            shared,
+            timing,
+            stop,
+            newest_us: None,
+            logs: Default::default(),
+        }
+    }
+
+    /// The rows of one query, checked by section 2's rules (refusals counted).
+    fn rows(&mut self, bound_us: Option<i64>) -> Result<Vec<Snapshot>, CheckError> {
+        let t = Instant::now();
+        let fetched = self.source.fetch(bound_us);
+        match &fetched {
+            Ok(_) => self.shared.db_up.store(true, Relaxed),
+            Err(DbError::Timeout(_)) => {
+                self.shared.db_up.store(true, Relaxed);
+                self.shared.error(ErrorKind::Timeout);
+            }
+            Err(DbError::Down(_)) => {
+                self.shared.db_up.store(false, Relaxed);
+                self.shared.error(ErrorKind::Db);
+            }
+        }
+        let rows = fetched.map_err(CheckError::Db)?;
+        self.shared.query_time(t.elapsed().as_secs_f64());
+        self.shared.rows.fetch_add(rows.len() as u64, Relaxed);
+        let mut out = Vec::with_capacity(rows.len());
+        for r in &rows {
+            if let Some(u) = r.updated_us {
+                self.newest_us = Some(self.newest_us.map_or(u, |n| n.max(u)));
+            }
+            match row::snapshot(r) {
+                Ok(s) => out.push(s),
+                Err(why) => {
+                    self.shared.reject(why);
+                    if self.logs[0].ready() {
+                        tracing::warn!(
+                            reason = why.label(),
+                            course = r.course.as_deref().unwrap_or("?"),
+                            section = ?r.section,
+                            "row skipped: not a valid snapshot"
+                        );
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn redis<T>(&mut self, r: Result<T, crate::redis::Error>) -> Result<T, CheckError> {
+        match r {
+            Ok(v) => {
+                self.shared.redis_up.store(true, Relaxed);
+                Ok(v)
+            }
+            Err(e) => {
+                self.shared.redis_up.store(false, Relaxed);
+                self.shared.error(ErrorKind::Redis);
+                Err(CheckError::Redis(e))
+            }
+        }
+    }
+
+    /// One check; true when a sweep is wanted next (a section due for
+    /// replacement whose row was not read again).
+    pub fn check(&mut self, sweep: bool) -> Result<bool, CheckError> {
+        let overlap = self.timing.overlap.as_micros() as i64;
+        let bound = if sweep {
+            None
+        } else {
+            self.newest_us.map(|n| n.saturating_sub(overlap))
+        };
+        let rows = self.rows(bound)?;
+        let cands = self.book.plan(rows, sweep);
+        let before = self.store.commands;
+        let fields = self.store.read(&cands);
+        let fields = self.redis(fields)?;
+        if self.stop.load(Relaxed) {
+            return Err(CheckError::Stopped);
+        }
+        let looked: Vec<(Candidate, Field)> = cands.into_iter().zip(fields).collect();
+        let out = self.book.judge(looked, now_ms());
+        for (s, redis) in &out.newly_ahead {
+            self.shared.ahead.fetch_add(1, Relaxed);
+            if self.logs[1].ready() {
+                tracing::warn!(
+                    course = %s.course,
+                    section = s.section,
+                    db_version = ?s.version,
+                    redis_version = %redis,
+                    "Redis holds a version the database does not (replaced if it stays so)"
+                );
+            }
+        }
+        if !out.write.is_empty() {
+            let snaps: Vec<Snapshot> = out.write.iter().map(|(s, _)| s.clone()).collect();
+            let r = self.store.write(&snaps);
+            self.redis(r)?;
+            self.book.written(&snaps);
+            for (s, why) in &out.write {
+                self.shared.repaired(*why, 1);
+                tracing::info!(course = %s.course, section = s.section, version = ?s.version, reason = why.label(), "section repaired: its publish was lost");
+            }
+        }
+        if !out.replace.is_empty() {
+            let r = self.store.replace(&out.replace);
+            self.redis(r)?;
+            self.book.written(&out.replace);
+            self.shared.repaired(State::Ahead, out.replace.len() as u64);
+            for s in &out.replace {
+                tracing::warn!(course = %s.course, section = s.section, version = ?s.version, "section replaced: Redis held a version the database never had");
+            }
+        }
+        self.shared
+            .redis_commands
+            .fetch_add(self.store.commands - before, Relaxed);
+        self.shared.check(sweep);
+        Ok(out.want_sweep)
+    }
+
+    /// Checks until `stop_rx` hears (or is dropped).
+    pub fn run(&mut self, stop_rx: Receiver<()>) {
+        let t = self.timing;
+        let mut next_sweep = Instant::now();
+        let mut next = Instant::now();
+        let mut failures = 0u32;
+        loop {
+            let wait = next.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                match stop_rx.recv_timeout(wait) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            }
+            if self.stop.load(Relaxed) {
+                return;
+            }
+            let sweep = Instant::now() >= next_sweep;
+            match self.check(sweep) {
+                Ok(want_sweep) => {
+                    if failures > 0 {
+                        tracing::info!("database and Redis answer again");
+                    }
+                    failures = 0;
+                    if sweep {
+                        next_sweep = Instant::now() + jitter(t.sweep);
+                    }
+                    if want_sweep {
+                        next_sweep = Instant::now();
+                    }
+                    next = Instant::now() + jitter(t.interval);
+                }
+                Err(CheckError::Stopped) => return,
+                Err(e) => {
+                    if self.stop.load(Relaxed) {
+                        return;
+                    }
+                    failures = failures.saturating_add(1);
+                    let exp = t
+                        .interval
+                        .saturating_mul(1u32 << failures.min(16).saturating_sub(1));
+                    let wait = exp.min(BACKOFF_CAP).mul_f64(0.5 + fastrand::f64() * 0.5);
+                    let wait = wait.max(t.interval);
+                    let idx = if matches!(e, CheckError::Redis(_)) { 2 } else { 3 };
+                    if self.logs[idx].ready() {
+                        match &e {
+                            CheckError::Db(d) => tracing::warn!(error = %d, retry_in_ms = wait.as_millis() as u64, "check failed"),
+                            CheckError::Redis(r) => tracing::warn!(error = %r, retry_in_ms = wait.as_millis() as u64, "check failed: Redis"),
+                            CheckError::Stopped => {}
+                        }
+                    }
+                    next = Instant::now() + wait;
+                }
+            }
+        }
+    }
+}
+
+/// One line of `--check`'s output.
+pub fn difference(s: &Snapshot, field: Field, state: State) -> String {
+    let redis = field
+        .version()
+        .map_or_else(|| "null".to_owned(), |v| v.to_string());
+    let course = serde_json::to_string(&*s.course).unwrap_or_default();
+    format!(
+        "{{\"course\":{course},\"section\":{},\"db_version\":{},\"redis_version\":{redis},\"state\":\"{}\"}}",
+        s.section,
+        s.version.unwrap_or_default(),
+        state.label()
+    )
+}
+
+/// `--check`: one full check, each difference a line on stdout, nothing
+/// written. Ok(true) when Redis agrees with the database.
+pub fn check_once(w: &mut Worker) -> Result<bool, CheckError> {
+    let rows = w.rows(None)?;
+    let cands = w.book.plan(rows, true);
+    let fields = w.store.read(&cands);
+    let fields = w.redis(fields)?;
+    let mut lines: Vec<(Arc<str>, u32, String)> = cands
+        .iter()
+        .zip(fields)
+        .filter_map(|(c, f)| {
+            let v = c.snap.version?;
+            let state = compare(v, f)?;
+            Some((
+                Arc::clone(&c.snap.course),
+                c.snap.section,
+                difference(&c.snap, f, state),
+            ))
+        })
+        .collect();
+    lines.sort();
+    let mut out = String::new();
+    for (_, _, l) in &lines {
+        out.push_str(l);
+        out.push('\n');
+    }
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(out.as_bytes());
+    let _ = stdout.flush();
+    Ok(lines.is_empty())
+}

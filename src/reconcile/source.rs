@@ -1,0 +1,109 @@
+//! The selection database as the reconciler sees it: one connection that
+//! runs the operator's query with a lower bound on `updated_at`, in a
+//! read-only transaction under the session's statement timeout, and a way
+//! to cancel the statement in flight from another thread (SIGTERM).
+
+use super::row::Row;
+use std::sync::{Arc, Mutex};
+
+/// Why a check could not read the database.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// Down, refusing (a bad password, a missing table) or lost; the text
+    /// never holds the password.
+    #[error("database: {0}")]
+    Down(String),
+    /// The statement ran past the statement timeout and the server cancelled it.
+    #[error("database: statement cancelled at its timeout: {0}")]
+    Timeout(String),
+}
+
+/// A database the reconciler reads.
+pub trait Source: Send {
+    /// The rows whose `updated_at` is at or after `bound_us` (µs since the
+    /// epoch on the database's clock; None: every row), connecting first if
+    /// needed. An error other than a timeout drops the connection.
+    fn fetch(&mut self, bound_us: Option<i64>) -> Result<Vec<Row>, DbError>;
+}
+
+/// Cancels the statement in flight on the server (a cancel request, or
+/// `KILL QUERY` on a short second session).
+pub type Canceller = Box<dyn FnOnce() + Send>;
+
+/// Where a source leaves the way to cancel its statement in flight.
+#[derive(Clone, Default)]
+pub struct CancelSlot(Arc<Mutex<Option<Canceller>>>);
+
+impl CancelSlot {
+    /// Set when a connection is made.
+    pub fn set(&self, c: Canceller) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(c);
+    }
+
+    /// Cancels whatever runs now (at most once).
+    pub fn cancel(&self) {
+        let c = self.0.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(c) = c {
+            c();
+        }
+    }
+}
+
+/// The lowest bound a sweep asks with: 1000-01-01, before any real row.
+pub const LOWEST_US: i64 = -30_610_224_000_000_000;
+
+/// Days since 1970-01-01 of a proleptic Gregorian date.
+pub fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day since 1970-01-01: (year, month, day).
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// A calendar time (taken as UTC) in µs since the epoch.
+pub fn civil_us(y: i64, mo: u32, d: u32, h: u32, mi: u32, s: u32, us: u32) -> i64 {
+    let secs = days_from_civil(y, mo, d) * 86_400 + i64::from(h * 3600 + mi * 60 + s);
+    secs * 1_000_000 + i64::from(us)
+}
+
+/// µs since the epoch as (year, month, day, hour, minute, second, µs).
+pub fn us_civil(t: i64) -> (i64, u32, u32, u32, u32, u32, u32) {
+    let secs = t.div_euclid(1_000_000);
+    let us = t.rem_euclid(1_000_000) as u32;
+    let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
+    let sod = secs.rem_euclid(86_400) as u32;
+    (y, m, d, sod / 3600, sod / 60 % 60, sod % 60, us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calendar_round_trips() {
+        assert_eq!(civil_us(1970, 1, 1, 0, 0, 0, 0), 0);
+        assert_eq!(civil_us(2000, 3, 1, 0, 0, 1, 5), 951_868_801_000_005);
+        assert_eq!(civil_us(1000, 1, 1, 0, 0, 0, 0), LOWEST_US);
+        for t in [0, LOWEST_US, 1_764_420_000_123_456, -1, 951_868_801_000_005] {
+            let (y, mo, d, h, mi, s, us) = us_civil(t);
+            assert_eq!(civil_us(y, mo, d, h, mi, s, us), t);
+        }
+    }
+}

@@ -1,0 +1,108 @@
+//! The reconciler's Redis side, through the node's command client (one
+//! pipeline per primary in a cluster): the fields of the sections to look
+//! up (`HGET`, pipelined), repairs written the section 2 way (the
+//! compare-and-set script, then the channel), and the replacement of a
+//! section held ahead of the database (`HSET` of the row, then the row
+//! published with `"replace": true`).
+
+use super::decide::{Candidate, Field};
+use crate::publisher::write;
+use crate::redis::commands::Commands;
+use crate::redis::{Error, Mode, PubSubMode};
+use shards::Snapshot;
+
+/// Sections looked up or written per pipeline.
+pub const BATCH: usize = 1000;
+
+/// Where the reconciler reads and writes.
+pub struct Store {
+    /// The command client.
+    pub link: Commands,
+    /// `--channel-prefix`.
+    pub channel_prefix: String,
+    /// `--state-prefix`.
+    pub state_prefix: String,
+    /// Redis commands sent (for the bench and `/metrics`).
+    pub commands: u64,
+}
+
+impl Store {
+    /// What Redis holds for each candidate, in order.
+    pub fn read(&mut self, cands: &[Candidate]) -> Result<Vec<Field>, Error> {
+        let mut out = Vec::with_capacity(cands.len());
+        for chunk in cands.chunks(BATCH) {
+            let cmds: Vec<::redis::Cmd> = chunk
+                .iter()
+                .map(|c| {
+                    let mut cmd = ::redis::cmd("HGET");
+                    cmd.arg(format!("{}{}", self.state_prefix, c.snap.course))
+                        .arg(c.snap.section);
+                    cmd
+                })
+                .collect();
+            self.commands += cmds.len() as u64;
+            let fields: Vec<Option<Vec<u8>>> = self.link.pipeline(&cmds)?;
+            out.extend(fields.iter().map(|f| Field::read(f.as_deref())));
+        }
+        Ok(out)
+    }
+
+    /// Missing or behind sections written with the compare-and-set script and published.
+    pub fn write(&mut self, snaps: &[Snapshot]) -> Result<(), Error> {
+        for chunk in snaps.chunks(BATCH) {
+            self.commands += 2 * chunk.len() as u64;
+            write(
+                &mut self.link,
+                &self.channel_prefix,
+                &self.state_prefix,
+                chunk,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Sections ahead of the database set to its row (`HSET`: the script
+    /// would keep the higher version) and published with `"replace": true`.
+    pub fn replace(&mut self, snaps: &[Snapshot]) -> Result<(), Error> {
+        let sharded = self.link.redis().pubsub == PubSubMode::Sharded;
+        let single = self.link.mode()? == Mode::Standalone;
+        let publish = if sharded && !single {
+            "SPUBLISH"
+        } else {
+            "PUBLISH"
+        };
+        let mut sets = Vec::with_capacity(snaps.len());
+        let mut pubs = Vec::with_capacity(snaps.len());
+        for s in snaps {
+            let mut plain = s.clone();
+            plain.replace = false;
+            let mut set = ::redis::cmd("HSET");
+            set.arg(format!("{}{}", self.state_prefix, s.course))
+                .arg(s.section)
+                .arg(plain.to_payload());
+            sets.push(set);
+            let mut loud = s.clone();
+            loud.replace = true;
+            let mut p = ::redis::cmd(publish);
+            p.arg(format!("{}{}", self.channel_prefix, s.course))
+                .arg(loud.to_payload());
+            pubs.push(p);
+        }
+        self.commands += 2 * snaps.len() as u64;
+        // The hash before the channel, as every publisher does.
+        self.link.exec(&sets)?;
+        if single || sharded {
+            self.link.exec(&pubs)
+        } else {
+            pubs.iter().try_for_each(|c| self.link.query::<()>(c))
+        }
+    }
+
+    /// Whether Redis answers a `PING`.
+    pub fn ping(&mut self) -> bool {
+        self.link.retry_now();
+        self.link
+            .query::<String>(&::redis::cmd("PING"))
+            .is_ok_and(|r| r == "PONG")
+    }
+}

@@ -1,0 +1,164 @@
+//! A PostgreSQL server of the test's own (Debian's `postgresql` package:
+//! `initdb` and `postgres` under `/usr/lib/postgresql/*/bin`) on a free
+//! port and its own directory, run as the `postgres` user when the test
+//! runs as root (the server refuses root), killed on drop; `psql` runs the
+//! test's SQL as the superuser.
+
+use super::port::free_port;
+use crate::wait::poll_every;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+/// The newest PostgreSQL's `bin` folder, if the package is installed.
+pub fn pg_bin() -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    found.sort();
+    found.pop()
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// `program` run as `user` when this process is root, else as itself.
+pub(crate) fn as_user(user: &str, program: &std::path::Path) -> Command {
+    if root() {
+        let mut c = Command::new("runuser");
+        c.args(["-u", user, "--"]).arg(program);
+        c
+    } else {
+        Command::new(program)
+    }
+}
+
+/// A `postgres` process, killed on drop (its directory removed).
+pub struct Postgres {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    bin: PathBuf,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl Postgres {
+    /// A fresh cluster (trust authentication on loopback), started on a free port.
+    pub fn start() -> Postgres {
+        let bin = pg_bin().expect("PostgreSQL is not installed (tests/run.sh installs postgresql)");
+        let port = free_port();
+        let dir = std::env::temp_dir().join(format!("seatboard-pg-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("pg dir");
+        if root() {
+            let st = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .status()
+                .expect("chown");
+            assert!(st.success(), "chown postgres {}", dir.display());
+        }
+        let data = dir.join("data");
+        let out = as_user("postgres", &bin.join("initdb"))
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .stdout(Stdio::null())
+            .output()
+            .expect("initdb");
+        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        let mut pg = Postgres {
+            port,
+            bin,
+            dir,
+            child: None,
+        };
+        pg.run();
+        pg
+    }
+
+    fn run(&mut self) {
+        let child = as_user("postgres", &self.bin.join("postgres"))
+            .arg("-D")
+            .arg(self.dir.join("data"))
+            .args(["-p", &self.port.to_string(), "-k"])
+            .arg(&self.dir)
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(["-c", "full_page_writes=off", "-c", "synchronous_commit=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn postgres");
+        self.child = Some(child);
+        poll_every(Duration::from_millis(50), Duration::from_secs(30), || {
+            self.try_psql("SELECT 1").ok().filter(|o| o.status.success()).map(|_| ())
+        })
+        .expect("postgres did not come up");
+    }
+
+    /// Stops the server (SIGKILL), keeping its data.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // The postmaster itself (under runuser when root), fast shutdown:
+            // its sessions are ended, not waited for.
+            let pid = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+                .ok()
+                .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()));
+            match pid {
+                // SAFETY: kill(2) on the server this value owns.
+                Some(p) => unsafe {
+                    libc::kill(p, libc::SIGINT);
+                },
+                None => {
+                    let _ = c.kill();
+                }
+            }
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same data.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.run();
+    }
+
+    fn try_psql(&self, sql: &str) -> std::io::Result<Output> {
+        Command::new(self.bin.join("psql"))
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"])
+            .args(["-d", "postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .stdin(Stdio::null())
+            .output()
+    }
+
+    /// Runs `sql` as the superuser; its output (unaligned, tuples only). Panics on an error.
+    pub fn psql(&self, sql: &str) -> String {
+        let out = self.try_psql(sql).expect("psql");
+        assert!(
+            out.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// A `postgres://` URL of `user` with `password` (trusted: any password
+    /// is taken) on database `postgres`, TLS off.
+    pub fn url(&self, user: &str, password: &str) -> String {
+        format!(
+            "postgres://{user}:{password}@127.0.0.1:{}/postgres?sslmode=disable",
+            self.port
+        )
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

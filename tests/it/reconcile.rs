@@ -1,0 +1,510 @@
+//! `seatboard reconcile` (PROTOCOL section 11) against a real PostgreSQL and
+//! a real MariaDB (each started by the test on a free port), a real
+//! `redis-server` and running nodes with viewers: a lost publish heals
+//! every board and a new viewer within its bound, sections never published
+//! appear, a flushed state hash comes back with the sweep, a late publish
+//! is not written twice, a section ahead is counted, left, then replaced
+//! (a forged 2^53 leaves every board), `--check` prints and writes nothing,
+//! hostile rows are skipped and counted, a slow statement is cut off at its
+//! timeout while an `UPDATE` never waits, a database down at start is
+//! waited for, one connection at most under a SELECT-only role, and
+//! SIGTERM cancels the statement on the server and exits 0 within 2 s.
+
+use crate::common::*;
+use crate::redis_util::{client, read_until, serve, watch};
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use testkit::proc::{Mariadb, Postgres};
+
+const TICK_MS: u64 = 50;
+const INTERVAL_MS: u64 = 200;
+const GRACE_MS: u64 = 600;
+
+/// The table, an index on `updated_at`, and a role that may only SELECT it.
+const PG_SCHEMA: &str = "
+CREATE TABLE seats (course text NOT NULL, section int NOT NULL, total_seats int NOT NULL,
+  seats_taken int NOT NULL, version bigint, seat_info jsonb,
+  updated_at timestamptz NOT NULL DEFAULT clock_timestamp(), PRIMARY KEY (course, section));
+CREATE INDEX seats_updated ON seats (updated_at);
+CREATE ROLE reader LOGIN PASSWORD 'S3cretPw';
+GRANT SELECT ON seats TO reader;";
+
+const PG_QUERY: &str = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats WHERE updated_at >= $1";
+
+/// A `seatboard reconcile` process with its `/metrics` port, killed on drop.
+struct Reconciler {
+    child: Child,
+    metrics: u16,
+}
+
+impl Reconciler {
+    fn start(db: &str, query: &str, redis: &str, extra: &[&str]) -> Reconciler {
+        let metrics = free_port();
+        let mut args: Vec<String> = vec![
+            "reconcile".into(),
+            "--redis".into(),
+            redis.into(),
+            "--query".into(),
+            query.into(),
+            "--metrics".into(),
+            format!("127.0.0.1:{metrics}"),
+            "--log-level".into(),
+            "warn".into(),
+        ];
+        for (flag, v) in [
+            ("--interval-ms", INTERVAL_MS.to_string()),
+            ("--grace-ms", GRACE_MS.to_string()),
+            ("--sweep-s", "60".into()),
+            ("--ahead-repair-s", "60".into()),
+            ("--overlap-ms", "2000".into()),
+        ] {
+            if !extra.contains(&flag) {
+                args.extend([flag.to_owned(), v]);
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = seatboard_command()
+            .args(&args)
+            .env("SEATBOARD_RECONCILE_DB", db)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn seatboard reconcile");
+        let r = Reconciler { child, metrics };
+        wait_for(Duration::from_secs(15), || {
+            testkit::scrape::get_ok(metrics, "/healthz", Duration::from_secs(2))
+        })
+        .expect("reconcile /healthz");
+        r
+    }
+
+    fn metric(&self, name: &str) -> f64 {
+        metric_value(&testkit::scrape::metrics(self.metrics), name)
+    }
+
+    fn healthz(&self) -> Value {
+        testkit::scrape::get_ok(self.metrics, "/healthz", Duration::from_secs(2))
+            .and_then(|b| serde_json::from_str(&b).ok())
+            .unwrap_or(Value::Null)
+    }
+
+    /// Waits for one more complete check after now.
+    fn next_checks(&self, n: f64) {
+        let c = |r: &Reconciler| {
+            r.metric("seatboard_reconcile_checks_total{kind=\"incremental\"}")
+                + r.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}")
+        };
+        let start = c(self);
+        wait_for(Duration::from_secs(20), || (c(self) >= start + n).then_some(()))
+            .expect("the reconciler checks");
+    }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `rejected_total` for schema, json and too_large, from one scrape.
+fn rejected(rec: &Reconciler) -> (f64, f64, f64) {
+    let m = testkit::scrape::metrics(rec.metrics);
+    let v = |r: &str| metric_value(&m, &format!("seatboard_reconcile_rejected_total{{reason=\"{r}\"}}"));
+    (v("schema"), v("json"), v("too_large"))
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, sig) };
+}
+
+fn pg() -> Postgres {
+    let pg = Postgres::start();
+    pg.psql(PG_SCHEMA);
+    pg
+}
+
+fn pg_row(pg: &Postgres, course: &str, section: u32, taken: u32, version: u64) {
+    pg.psql(&format!(
+        "INSERT INTO seats VALUES ('{course}', {section}, 40, {taken}, {version}, '{{\"room\":\"B12\"}}', clock_timestamp())
+         ON CONFLICT (course, section) DO UPDATE SET seats_taken = EXCLUDED.seats_taken,
+         version = EXCLUDED.version, updated_at = clock_timestamp()"
+    ));
+}
+
+fn publish_v(redis: &RedisServer, course: &str, section: u32, taken: u32, version: u64) {
+    let st = seatboard_command()
+        .args(["publish", "--redis", &redis.uri(), "--course", course])
+        .args(["--section", &section.to_string(), "--total", "40"])
+        .args(["--taken", &taken.to_string(), "--version", &version.to_string()])
+        .args(["--seat-info", r#"{"room":"B12"}"#])
+        .stdout(Stdio::null())
+        .status()
+        .expect("seatboard publish");
+    assert!(st.success());
+}
+
+/// The field's version in the state hash (None: no field).
+fn hash_version(redis: &RedisServer, course: &str, section: u32) -> Option<u64> {
+    let f = redis.cli(&["HGET", &format!("seatstate:{course}"), &section.to_string()]);
+    serde_json::from_str::<Value>(&f).ok()?["version"].as_u64()
+}
+
+/// Reads frames into `board` until `pred` holds for it; the time it took.
+fn board_until(ws: &mut Ws, board: &mut Board, within: Duration, pred: impl Fn(&Board) -> bool) -> Option<Duration> {
+    let t = Instant::now();
+    if pred(board) {
+        return Some(Duration::ZERO);
+    }
+    read_until(ws, within, |m| {
+        if m["type"] == "frame" {
+            board.apply(m);
+        }
+        pred(board)
+    })
+    .map(|_| t.elapsed())
+}
+
+fn taken(board: &Board, section: u64) -> u64 {
+    board.0.get(&section).and_then(|s| s["seats_taken"].as_u64()).unwrap_or(u64::MAX)
+}
+
+/// Sessions the reconciler holds on the server now.
+fn pg_sessions(pg: &Postgres) -> usize {
+    pg.psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'seatboard-reconcile'")
+        .parse()
+        .unwrap_or(usize::MAX)
+}
+
+#[test]
+fn a_lost_publish_heals_every_board_and_a_new_viewer_within_its_bound() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    // Section 0 is published; section 1 never was; section 2 is published late.
+    pg_row(&pg, "RC1", 0, 10, 1);
+    pg_row(&pg, "RC1", 1, 20, 1);
+    pg_row(&pg, "RC1", 2, 30, 1);
+    publish_v(&redis, "RC1", 0, 10, 1);
+    publish_v(&redis, "RC1", 2, 30, 1);
+    let node = serve(&redis, &["--tick-ms", &TICK_MS.to_string()]);
+    let mut ws = client(&node, "user=a");
+    let mut board = Board::default();
+    board.apply(&watch(&mut ws, "RC1"));
+    assert!(!board.0.contains_key(&1), "never published: not on the board yet");
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &["--sweep-s", "3"]);
+    // The section never published appears (the first check is a sweep).
+    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 1) == 20)
+        .expect("the section never published appears");
+    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"missing\"}"), 1.0);
+
+    // A change committed and its publish lost.
+    pg_row(&pg, "RC1", 0, 40, 2);
+    let bound = Duration::from_millis(GRACE_MS + 2 * INTERVAL_MS + TICK_MS);
+    let took = board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 0) == 40)
+        .expect("the lost publish is repaired on the board");
+    // Margin for a loaded machine: the bound plus a second.
+    assert!(took <= bound + Duration::from_secs(1), "{took:?} over {bound:?}");
+    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}"), 1.0);
+    let mut fresh = client(&node, "user=b");
+    let f = watch(&mut fresh, "RC1");
+    let mut b2 = Board::default();
+    b2.apply(&f);
+    assert_eq!((taken(&b2, 0), taken(&b2, 1), taken(&b2, 2)), (40, 20, 30), "a new viewer");
+
+    // A publish that is only late (inside the grace) is not written twice.
+    pg_row(&pg, "RC1", 2, 31, 2);
+    publish_v(&redis, "RC1", 2, 31, 2);
+    rec.next_checks(4.0);
+    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}"), 1.0);
+    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"missing\"}"), 1.0);
+
+    // A flushed state hash comes back with the sweep (every 3 s here).
+    redis.cli(&["DEL", "seatstate:RC1"]);
+    wait_for(Duration::from_secs(3 + 1 + 5), || {
+        (hash_version(&redis, "RC1", 0) == Some(2) && hash_version(&redis, "RC1", 2) == Some(2)).then_some(())
+    })
+    .expect("the sweep restores the flushed hash");
+    assert!(rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}") >= 2.0);
+    // One session at most, all along, under the SELECT-only role.
+    assert_eq!(pg_sessions(&pg), 1);
+    let role = pg.psql("SELECT usename FROM pg_stat_activity WHERE application_name = 'seatboard-reconcile'");
+    assert_eq!(role, "reader");
+    assert_eq!(rec.healthz()["status"], "ok");
+}
+
+#[test]
+fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RC2", 0, 12, 5);
+    publish_v(&redis, "RC2", 0, 39, 1 << 53);
+    let node = serve(&redis, &["--tick-ms", &TICK_MS.to_string()]);
+    let mut ws = client(&node, "user=a");
+    let mut board = Board::default();
+    board.apply(&watch(&mut ws, "RC2"));
+    assert_eq!(taken(&board, 0), 39, "the forged snapshot is on the board");
+    let started = Instant::now();
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &["--ahead-repair-s", "3"]);
+    wait_for(Duration::from_secs(10), || {
+        (rec.metric("seatboard_reconcile_ahead_total") == 1.0).then_some(())
+    })
+    .expect("ahead counted");
+    // Left while it may be a replica's lag.
+    if started.elapsed() < Duration::from_secs(2) {
+        assert_eq!(hash_version(&redis, "RC2", 0), Some(1 << 53));
+    }
+    let took = board_until(&mut ws, &mut board, Duration::from_secs(15), |b| taken(b, 0) == 12)
+        .expect("the database's state replaces the forged one");
+    assert!(started.elapsed() >= Duration::from_secs(3), "not before --ahead-repair-s");
+    let _ = took;
+    assert_eq!(board.version(0), 5);
+    assert_eq!(hash_version(&redis, "RC2", 0), Some(5));
+    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}"), 1.0);
+    assert_eq!(rec.metric("seatboard_reconcile_ahead_total"), 1.0);
+    // The next real version passes, on the board and for a new viewer.
+    pg_row(&pg, "RC2", 0, 13, 6);
+    publish_v(&redis, "RC2", 0, 13, 6);
+    board_until(&mut ws, &mut board, Duration::from_secs(5), |b| taken(b, 0) == 13)
+        .expect("the next real version is taken");
+    let mut fresh = client(&node, "user=b");
+    let mut b2 = Board::default();
+    b2.apply(&watch(&mut fresh, "RC2"));
+    assert_eq!((taken(&b2, 0), b2.version(0)), (13, 6));
+    // The relay refuses a replace: only the reconciler sends one.
+}
+
+#[test]
+fn check_prints_each_difference_and_writes_nothing() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RC3", 0, 1, 3); // agrees
+    pg_row(&pg, "RC3", 1, 1, 3); // missing
+    pg_row(&pg, "RC3", 2, 1, 3); // behind
+    pg_row(&pg, "RC3", 3, 1, 3); // ahead
+    publish_v(&redis, "RC3", 0, 1, 3);
+    publish_v(&redis, "RC3", 2, 1, 2);
+    publish_v(&redis, "RC3", 3, 1, 9);
+    let run = |db: &str| {
+        seatboard_command()
+            .args(["reconcile", "--check", "--redis", &redis.uri(), "--query", PG_QUERY])
+            .env("SEATBOARD_RECONCILE_DB", db)
+            .output()
+            .expect("reconcile --check")
+    };
+    let before = redis.cli(&["HGETALL", "seatstate:RC3"]);
+    let out = run(&pg.url("reader", "S3cretPw"));
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
+        .collect();
+    assert_eq!(
+        lines,
+        vec![
+            serde_json::json!({"course":"RC3","section":1,"db_version":3,"redis_version":null,"state":"missing"}),
+            serde_json::json!({"course":"RC3","section":2,"db_version":3,"redis_version":2,"state":"behind"}),
+            serde_json::json!({"course":"RC3","section":3,"db_version":3,"redis_version":9,"state":"ahead"}),
+        ]
+    );
+    assert_eq!(redis.cli(&["HGETALL", "seatstate:RC3"]), before, "nothing written");
+    // Agreeing: exit 0, nothing printed.
+    pg.psql("DELETE FROM seats WHERE section <> 0");
+    let out = run(&pg.url("reader", "S3cretPw"));
+    assert_eq!(out.status.code(), Some(0));
+    assert!(out.stdout.is_empty());
+    // A database that cannot be read: exit 3, the password never shown.
+    let out = run(&format!("postgres://reader:S3cretPw@127.0.0.1:{}/postgres?sslmode=disable", free_port()));
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("S3cretPw"), "{err}");
+    // A bad flag names it.
+    let out = seatboard_command()
+        .args(["reconcile", "--check", "--query", "SELECT * FROM seats"])
+        .env("SEATBOARD_RECONCILE_DB", pg.url("reader", "S3cretPw"))
+        .output()
+        .expect("reconcile");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("'--query'"));
+    let out = seatboard_command()
+        .args(["reconcile", "--check", "--query", PG_QUERY, "--db", "sqlite://u:S3cretPw@h/x"])
+        .output()
+        .expect("reconcile");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.lines().next().unwrap_or("").contains("'--db'") && !err.contains("S3cretPw"), "{err}");
+}
+
+#[test]
+fn hostile_rows_are_skipped_and_counted_and_a_slow_statement_is_cut_off() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg.psql(
+        "CREATE TABLE raw (course text, section bigint, total_seats bigint, seats_taken bigint,
+           version numeric, seat_info text, updated_at timestamptz DEFAULT clock_timestamp());
+         GRANT SELECT ON raw TO reader;",
+    );
+    let big = format!("{{\"pad\":\"{}\"}}", "x".repeat(70 * 1024));
+    pg.psql(&format!(
+        "INSERT INTO raw (course, section, total_seats, seats_taken, version, seat_info) VALUES
+         ('GOOD', 1, 40, 3, 1, '{{\"room\":\"B\"}}'),
+         ('GOOD', 2, 40, 4, 9007199254740992, NULL),
+         ('BAD CODE', 1, 40, 3, 1, NULL),
+         ('NEG', 1, 40, -3, 1, NULL),
+         ('ARR', 1, 40, 3, 1, '[1,2]'),
+         ('NULLV', 1, 40, 3, NULL, NULL),
+         ('BIGV', 1, 40, 3, 9007199254740993, NULL),
+         ('HUGE', 1, 40, 3, 1, '{big}'),
+         ('NOTJSON', 1, 40, 3, 1, '{{nope')"
+    ));
+    let query = "SELECT course, section, total_seats, seats_taken, version::bigint AS version, seat_info, updated_at FROM raw WHERE updated_at >= $1";
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), query, &redis.uri(), &[]);
+    wait_for(Duration::from_secs(10), || {
+        (hash_version(&redis, "GOOD", 1) == Some(1) && hash_version(&redis, "GOOD", 2) == Some(1 << 53)).then_some(())
+    })
+    .expect("the good rows are written");
+    // Every read of the rows counts them again: 5 schema, 1 json, 1 too_large a read.
+    let (schema, json, large) = rejected(&rec);
+    assert!(json >= 1.0 && schema == 5.0 * json && large == json, "{schema} {json} {large}");
+    assert_eq!(redis.cli(&["EXISTS", "seatstate:NEG", "seatstate:ARR", "seatstate:HUGE"]), "0");
+    drop(rec);
+
+    // A slow statement is cut off by the server at the timeout, counted,
+    // and an UPDATE of the table meanwhile never waits.
+    let slow = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats, pg_sleep(1) WHERE updated_at >= $1";
+    pg_row(&pg, "RC4", 0, 1, 1);
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), slow, &redis.uri(), &["--statement-timeout-ms", "300"]);
+    wait_for(Duration::from_secs(15), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"timeout\"}") >= 2.0).then_some(())
+    })
+    .expect("the statement is cancelled at its timeout, counted");
+    let t = Instant::now();
+    pg_row(&pg, "RC4", 0, 2, 2);
+    assert!(t.elapsed() < Duration::from_secs(1), "the UPDATE waited {:?}", t.elapsed());
+    assert_eq!(rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}"), 0.0);
+    assert!(pg_sessions(&pg) <= 1);
+}
+
+#[test]
+fn a_database_down_at_start_is_waited_for_and_sigterm_cancels_the_statement() {
+    let mut pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RC5", 0, 7, 1);
+    pg.stop();
+    let slowq = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats, pg_sleep(CASE WHEN (SELECT count(*) FROM seats) > 1 THEN 30 ELSE 0 END) WHERE updated_at >= $1";
+    let mut rec = Reconciler::start(
+        &pg.url("reader", "S3cretPw"),
+        slowq,
+        &redis.uri(),
+        &["--statement-timeout-ms", "60000"],
+    );
+    wait_for(Duration::from_secs(5), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
+    })
+    .expect("the database down is counted");
+    assert_eq!(rec.healthz()["db"], false);
+    assert_eq!(rec.healthz()["status"], "degraded");
+    pg.restart();
+    wait_for(Duration::from_secs(20), || (hash_version(&redis, "RC5", 0) == Some(1)).then_some(()))
+        .expect("once the database is back, the section is written");
+    assert_eq!(rec.healthz()["db"], true);
+    // A statement that runs long: SIGTERM cancels it on the server.
+    pg_row(&pg, "RC5", 1, 7, 1);
+    wait_for(Duration::from_secs(10), || {
+        let n: usize = pg
+            .psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'seatboard-reconcile' AND state = 'active'")
+            .parse()
+            .unwrap_or(0);
+        (n == 1).then_some(())
+    })
+    .expect("the slow statement runs");
+    let t = Instant::now();
+    signal(&rec.child, libc::SIGTERM);
+    let st = wait_for(Duration::from_secs(5), || rec.child.try_wait().ok().flatten())
+        .expect("exits after SIGTERM");
+    assert!(t.elapsed() < Duration::from_secs(2), "exit took {:?}", t.elapsed());
+    assert_eq!(st.code(), Some(0));
+    wait_for(Duration::from_secs(2), || {
+        let q = pg.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(CASE%' AND state = 'active' AND pid <> pg_backend_pid()");
+        (q == "0").then_some(())
+    })
+    .expect("the statement is gone on the server");
+}
+
+const MY_QUERY: &str = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats WHERE updated_at >= ?";
+
+fn my_row(m: &Mariadb, course: &str, section: u32, taken: u32, version: u64) {
+    m.sql(&format!(
+        "INSERT INTO sel.seats VALUES ('{course}', {section}, 40, {taken}, {version}, '{{\"room\":\"B12\"}}', NOW(6))
+         ON DUPLICATE KEY UPDATE seats_taken = VALUES(seats_taken), version = VALUES(version), updated_at = NOW(6)"
+    ));
+}
+
+#[test]
+fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement() {
+    let m = Mariadb::start();
+    m.sql(
+        "CREATE DATABASE sel; CREATE TABLE sel.seats (course varchar(64) NOT NULL, section int NOT NULL,
+           total_seats int NOT NULL, seats_taken int NOT NULL, version bigint, seat_info json,
+           updated_at datetime(6) NOT NULL, PRIMARY KEY (course, section), KEY (updated_at));
+         CREATE USER 'reader'@'%' IDENTIFIED BY 'S3cretPw'; GRANT SELECT ON sel.seats TO 'reader'@'%';",
+    );
+    let redis = RedisServer::start();
+    my_row(&m, "RM1", 0, 10, 1);
+    my_row(&m, "RM1", 1, 20, 1);
+    my_row(&m, "RM1", 2, 30, 4);
+    publish_v(&redis, "RM1", 0, 10, 1);
+    publish_v(&redis, "RM1", 2, 39, 1 << 53);
+    let url = m.url("reader", "S3cretPw", "sel");
+    // --check first: what differs, nothing written.
+    let out = seatboard_command()
+        .args(["reconcile", "--check", "--redis", &redis.uri(), "--query", MY_QUERY])
+        .env("SEATBOARD_RECONCILE_DB", &url)
+        .output()
+        .expect("reconcile --check");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(text.lines().count(), 2, "{text}");
+    assert!(text.contains(r#""section":1,"db_version":1,"redis_version":null,"state":"missing""#), "{text}");
+    assert!(text.contains(r#""state":"ahead""#), "{text}");
+    assert_eq!(hash_version(&redis, "RM1", 1), None);
+
+    let node = serve(&redis, &["--tick-ms", &TICK_MS.to_string()]);
+    let mut ws = client(&node, "user=a");
+    let mut board = Board::default();
+    board.apply(&watch(&mut ws, "RM1"));
+    let rec = Reconciler::start(&url, MY_QUERY, &redis.uri(), &["--ahead-repair-s", "2"]);
+    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 1) == 20)
+        .expect("never published: appears");
+    my_row(&m, "RM1", 0, 40, 2);
+    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 0) == 40)
+        .expect("the lost publish is repaired");
+    board_until(&mut ws, &mut board, Duration::from_secs(15), |b| taken(b, 2) == 30 && b.version(2) == 4)
+        .expect("the forged version is replaced");
+    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}"), 1.0);
+    // One session (the statement's), under the SELECT-only user.
+    let n = m.sql("SELECT count(*) FROM information_schema.processlist WHERE user = 'reader'");
+    assert_eq!(n, "1");
+    drop(rec);
+
+    // Hostile rows are skipped, the good ones written; a slow statement is cut at its timeout.
+    m.sql("CREATE TABLE sel.raw (course varchar(200), section bigint, total_seats bigint, seats_taken bigint, version bigint, seat_info longtext, updated_at datetime(6)); GRANT SELECT ON sel.raw TO 'reader'@'%';");
+    m.sql("INSERT INTO sel.raw VALUES ('MGOOD', 1, 40, 3, 1, NULL, NOW(6)), ('BAD CODE', 1, 40, 3, 1, NULL, NOW(6)), ('MNEG', 1, 40, -1, 1, NULL, NOW(6)), ('MNULL', 1, 40, 1, NULL, NULL, NOW(6)), ('MJSON', 1, 40, 1, 1, '{nope', NOW(6))");
+    let rq = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM sel.raw WHERE updated_at >= ?";
+    let rec = Reconciler::start(&url, rq, &redis.uri(), &[]);
+    wait_for(Duration::from_secs(10), || (hash_version(&redis, "MGOOD", 1) == Some(1)).then_some(()))
+        .expect("the good row is written");
+    let (schema, json, large) = rejected(&rec);
+    assert!(json >= 1.0 && schema == 3.0 * json && large == 0.0, "{schema} {json} {large}");
+    drop(rec);
+    let slow = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM sel.seats WHERE updated_at >= ? AND SLEEP(1) = 0";
+    let rec = Reconciler::start(&url, slow, &redis.uri(), &["--statement-timeout-ms", "300"]);
+    wait_for(Duration::from_secs(15), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"timeout\"}") >= 1.0).then_some(())
+    })
+    .expect("cut off at its timeout");
+    let t = Instant::now();
+    my_row(&m, "RM1", 1, 21, 2);
+    assert!(t.elapsed() < Duration::from_secs(1), "the UPDATE waited {:?}", t.elapsed());
+}
