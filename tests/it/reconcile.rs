@@ -50,7 +50,7 @@ impl Reconciler {
             "--metrics".into(),
             format!("127.0.0.1:{metrics}"),
             "--log-level".into(),
-            "warn".into(),
+            std::env::var("RECONCILE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
         ];
         for (flag, v) in [
             ("--interval-ms", INTERVAL_MS.to_string()),
@@ -81,6 +81,15 @@ impl Reconciler {
 
     fn metric(&self, name: &str) -> f64 {
         metric_value(&testkit::scrape::metrics(self.metrics), name)
+    }
+
+    /// Waits until `name` reads `want` (a repair is counted just after it is written).
+    fn wait_metric(&self, name: &str, want: f64) {
+        let got = wait_for(Duration::from_secs(5), || {
+            let v = self.metric(name);
+            (v == want).then_some(v)
+        });
+        assert_eq!(got, Some(want), "{name}: {}", self.metric(name));
     }
 
     fn healthz(&self) -> Value {
@@ -197,7 +206,7 @@ fn a_lost_publish_heals_every_board_and_a_new_viewer_within_its_bound() {
     // The section never published appears (the first check is a sweep).
     board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 1) == 20)
         .expect("the section never published appears");
-    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"missing\"}"), 1.0);
+    rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"missing\"}", 1.0);
 
     // A change committed and its publish lost.
     pg_row(&pg, "RC1", 0, 40, 2);
@@ -206,7 +215,7 @@ fn a_lost_publish_heals_every_board_and_a_new_viewer_within_its_bound() {
         .expect("the lost publish is repaired on the board");
     // Margin for a loaded machine: the bound plus a second.
     assert!(took <= bound + Duration::from_secs(1), "{took:?} over {bound:?}");
-    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}"), 1.0);
+    rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"behind\"}", 1.0);
     let mut fresh = client(&node, "user=b");
     let f = watch(&mut fresh, "RC1");
     let mut b2 = Board::default();
@@ -261,7 +270,7 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
     let _ = took;
     assert_eq!(board.version(0), 5);
     assert_eq!(hash_version(&redis, "RC2", 0), Some(5));
-    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}"), 1.0);
+    rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}", 1.0);
     assert_eq!(rec.metric("seatboard_reconcile_ahead_total"), 1.0);
     // The next real version passes, on the board and for a new viewer.
     pg_row(&pg, "RC2", 0, 13, 6);
@@ -482,7 +491,7 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
         .expect("the lost publish is repaired");
     board_until(&mut ws, &mut board, Duration::from_secs(15), |b| taken(b, 2) == 30 && b.version(2) == 4)
         .expect("the forged version is replaced");
-    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}"), 1.0);
+    rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}", 1.0);
     // One session (the statement's), under the SELECT-only user.
     let n = m.sql("SELECT count(*) FROM information_schema.processlist WHERE user = 'reader'");
     assert_eq!(n, "1");
