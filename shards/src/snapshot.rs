@@ -484,7 +484,10 @@ mod tests {
         assert!(repair.replace);
         // The frame fragment never carries the flag; the payload does.
         assert!(!repair.json.contains("replace"));
-        assert_eq!(Snapshot::parse(repair.to_payload().as_bytes(), Some("C")), Ok(repair.clone()));
+        assert_eq!(
+            Snapshot::parse(repair.to_payload().as_bytes(), Some("C")),
+            Ok(repair.clone())
+        );
         assert!(repair.replaces(Some(&forged)));
         assert!(repair.supersedes(&forged));
         // Seen twice, it changes nothing the second time.
@@ -499,7 +502,9 @@ mod tests {
         assert!(!repair.seed_replaces(Some(&forged)));
         // Only a boolean; false or null is a plain snapshot.
         let with = |v: &str| {
-            let t = format!(r#"{{"course":"C","section":1,"total_seats":5,"seats_taken":4,"replace":{v}}}"#);
+            let t = format!(
+                r#"{{"course":"C","section":1,"total_seats":5,"seats_taken":4,"replace":{v}}}"#
+            );
             Snapshot::parse(t.as_bytes(), Some("C")).map(|s| s.replace)
         };
         assert_eq!(with("false"), Ok(false));

@@ -32,8 +32,7 @@ impl Field {
         let Some(b) = bytes else {
             return Field::Missing;
         };
-        let Ok(map) =
-            serde_json::from_slice::<HashMap<&str, &serde_json::value::RawValue>>(b)
+        let Ok(map) = serde_json::from_slice::<HashMap<&str, &serde_json::value::RawValue>>(b)
         else {
             return Field::NoVersion;
         };
@@ -324,7 +323,10 @@ mod tests {
     }
 
     fn look(c: Vec<Candidate>, f: impl Fn(&Candidate) -> Field) -> Vec<(Candidate, Field)> {
-        c.into_iter().map(|c| (f(&c), c)).map(|(f, c)| (c, f)).collect()
+        c.into_iter()
+            .map(|c| (f(&c), c))
+            .map(|(f, c)| (c, f))
+            .collect()
     }
 
     #[test]
@@ -417,9 +419,17 @@ mod tests {
         let o = b.judge(look(c, |_| Field::Version(9)), 9_000);
         assert!(o.replace.is_empty() && o.newly_ahead.is_empty());
         let c = b.plan(vec![row(1, 6, 4)], false);
-        assert!(b.judge(look(c, |_| Field::Version(9)), 15_000).replace.is_empty());
+        assert!(b
+            .judge(look(c, |_| Field::Version(9)), 15_000)
+            .replace
+            .is_empty());
         let c = b.plan(vec![row(1, 6, 4)], false);
-        assert_eq!(b.judge(look(c, |_| Field::Version(9)), 19_000).replace.len(), 1);
+        assert_eq!(
+            b.judge(look(c, |_| Field::Version(9)), 19_000)
+                .replace
+                .len(),
+            1
+        );
         // The replica caught up instead: nothing to do.
         let mut b = Book::new(2000, 10_000);
         let c = b.plan(vec![row(1, 5, 3)], true);

@@ -39,7 +39,11 @@ pub struct ReconcileArgs {
     #[arg(long, env = "SEATBOARD_RECONCILE_AHEAD_REPAIR_S", default_value_t = 60, value_parser = clap::value_parser!(u64).range(0..=604_800))]
     pub ahead_repair_s: u64,
     /// Address of GET /metrics and GET /healthz; '' turns it off.
-    #[arg(long, env = "SEATBOARD_RECONCILE_METRICS", default_value = "127.0.0.1:7442")]
+    #[arg(
+        long,
+        env = "SEATBOARD_RECONCILE_METRICS",
+        default_value = "127.0.0.1:7442"
+    )]
     pub metrics: String,
     /// One full check, differences printed on stdout, nothing written; exit 0 (agree), 1 (differ), 3 (cannot read).
     #[arg(long)]
@@ -205,7 +209,10 @@ pub fn check(a: &ReconcileArgs) -> Result<Checked, FlagError> {
     };
     let metrics = match a.metrics.trim() {
         "" => None,
-        m => Some(m.parse().map_err(|_| FlagError::Metrics { value: m.into() })?),
+        m => Some(
+            m.parse()
+                .map_err(|_| FlagError::Metrics { value: m.into() })?,
+        ),
     };
     let redis = crate::redis::Redis::from_flags(&a.target.redis)?;
     Ok(Checked {

@@ -34,7 +34,11 @@ fn answer(stream: &mut TcpStream, shared: &Shared) -> std::io::Result<()> {
         ),
         ("GET" | "HEAD", "/healthz") => ("200 OK", "application/json", shared.healthz()),
         ("GET" | "HEAD", _) => ("404 Not Found", "text/plain", "not found\n".into()),
-        _ => ("405 Method Not Allowed", "text/plain", "method not allowed\n".into()),
+        _ => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "method not allowed\n".into(),
+        ),
     };
     let mut out = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",

@@ -115,8 +115,7 @@ impl Shared {
             }
         }
         self.query_count.fetch_add(1, Relaxed);
-        self.query_sum_us
-            .fetch_add((secs * 1e6) as u64, Relaxed);
+        self.query_sum_us.fetch_add((secs * 1e6) as u64, Relaxed);
     }
 
     /// `/metrics`.
@@ -176,7 +175,12 @@ impl Shared {
         let mut rows: Vec<(String, String)> = BUCKETS
             .iter()
             .zip(&self.query_buckets)
-            .map(|(b, n)| (format!("_bucket{{le=\"{b}\"}}"), n.load(Relaxed).to_string()))
+            .map(|(b, n)| {
+                (
+                    format!("_bucket{{le=\"{b}\"}}"),
+                    n.load(Relaxed).to_string(),
+                )
+            })
             .collect();
         let count = self.query_count.load(Relaxed);
         rows.push(("_bucket{le=\"+Inf\"}".into(), count.to_string()));
@@ -262,8 +266,12 @@ mod tests {
         ] {
             assert!(m.lines().any(|l| l == line), "{line} missing in\n{m}");
         }
-        assert!(s.healthz().starts_with(r#"{"status":"degraded","db":false,"redis":false"#));
+        assert!(s
+            .healthz()
+            .starts_with(r#"{"status":"degraded","db":false,"redis":false"#));
         s.query_time(0.003);
-        assert!(s.render().contains("seatboard_reconcile_query_seconds_bucket{le=\"0.005\"} 1"));
+        assert!(s
+            .render()
+            .contains("seatboard_reconcile_query_seconds_bucket{le=\"0.005\"} 1"));
     }
 }

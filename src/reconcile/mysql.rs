@@ -40,7 +40,9 @@ fn split_ssl_mode(url: &str) -> (String, Option<String>) {
     let kept: Vec<&str> = params
         .split('&')
         .filter(|p| match p.split_once('=') {
-            Some((k, v)) if k.eq_ignore_ascii_case("ssl-mode") || k.eq_ignore_ascii_case("ssl_mode") => {
+            Some((k, v))
+                if k.eq_ignore_ascii_case("ssl-mode") || k.eq_ignore_ascii_case("ssl_mode") =>
+            {
                 mode = Some(v.to_ascii_uppercase());
                 false
             }
@@ -294,7 +296,10 @@ mod tests {
     #[test]
     fn datetimes_as_text_or_values() {
         let t = civil_us(2026, 12, 5, 1, 2, 3, 450_000);
-        assert_eq!(when(&Value::Bytes(b"2026-12-05 01:02:03.45".to_vec())), Some(t));
+        assert_eq!(
+            when(&Value::Bytes(b"2026-12-05 01:02:03.45".to_vec())),
+            Some(t)
+        );
         assert_eq!(when(&Value::Date(2026, 12, 5, 1, 2, 3, 450_000)), Some(t));
         assert_eq!(int(&Value::Bytes(b"-3".to_vec())), Ok(Some(-3)));
         assert_eq!(int(&Value::Double(1.0)), Err(()));

@@ -8,12 +8,12 @@
 use super::flags::redact;
 use super::row::Row;
 use super::source::{CancelSlot, DbError, Source};
+use postgres::config::SslMode;
 use postgres::error::SqlState;
 use postgres::types::Type;
 use postgres::{Client, Config, NoTls, Statement};
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use postgres::config::SslMode;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 /// A PostgreSQL database read through one connection.

@@ -47,7 +47,13 @@ pub fn snapshot(row: &Row) -> Result<Snapshot, Reject> {
         // One JSON value, exactly (so nothing can be spliced into the object).
         Some(text) => Some(
             serde_json::from_str::<&RawValue>(text)
-                .map_err(|e| if e.is_data() { Reject::Schema } else { Reject::Json })?
+                .map_err(|e| {
+                    if e.is_data() {
+                        Reject::Schema
+                    } else {
+                        Reject::Json
+                    }
+                })?
                 .get(),
         ),
         None => None,
@@ -118,14 +124,20 @@ mod tests {
         for f in schema {
             assert_eq!(with(*f), Err(Reject::Schema));
         }
-        assert_eq!(with(&|r| r.seat_info = Some("{nope".into())), Err(Reject::Json));
+        assert_eq!(
+            with(&|r| r.seat_info = Some("{nope".into())),
+            Err(Reject::Json)
+        );
         // Two values spliced into one column are not one JSON value.
         assert_eq!(
             with(&|r| r.seat_info = Some(r#"{},"replace":true"#.into())),
             Err(Reject::Json)
         );
         let pad = format!(r#"{{"pad":"{}"}}"#, "x".repeat(70 * 1024));
-        assert_eq!(with(&|r| r.seat_info = Some(pad.clone())), Err(Reject::TooLarge));
+        assert_eq!(
+            with(&|r| r.seat_info = Some(pad.clone())),
+            Err(Reject::TooLarge)
+        );
         assert_eq!(with(&|r| r.seat_info = None), Ok(()));
         assert_eq!(with(&|r| r.version = Some(1 << 53)), Ok(()));
     }

@@ -250,11 +250,19 @@ impl Worker {
                         .saturating_mul(1u32 << failures.min(16).saturating_sub(1));
                     let wait = exp.min(BACKOFF_CAP).mul_f64(0.5 + fastrand::f64() * 0.5);
                     let wait = wait.max(t.interval);
-                    let idx = if matches!(e, CheckError::Redis(_)) { 2 } else { 3 };
+                    let idx = if matches!(e, CheckError::Redis(_)) {
+                        2
+                    } else {
+                        3
+                    };
                     if self.logs[idx].ready() {
                         match &e {
-                            CheckError::Db(d) => tracing::warn!(error = %d, retry_in_ms = wait.as_millis() as u64, "check failed"),
-                            CheckError::Redis(r) => tracing::warn!(error = %r, retry_in_ms = wait.as_millis() as u64, "check failed: Redis"),
+                            CheckError::Db(d) => {
+                                tracing::warn!(error = %d, retry_in_ms = wait.as_millis() as u64, "check failed")
+                            }
+                            CheckError::Redis(r) => {
+                                tracing::warn!(error = %r, retry_in_ms = wait.as_millis() as u64, "check failed: Redis")
+                            }
                             CheckError::Stopped => {}
                         }
                     }

@@ -208,7 +208,13 @@ fn exported() -> BTreeSet<String> {
     .expect("the hub reached Redis");
     let port = free_port();
     let mut rec = seatboard_command()
-        .args(["reconcile", "--redis", &redis.uri(), "--metrics", &format!("127.0.0.1:{port}")])
+        .args([
+            "reconcile",
+            "--redis",
+            &redis.uri(),
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+        ])
         .args(["--db", &format!("postgres://u@127.0.0.1:{}/x", free_port())])
         .args(["--query", "SELECT * FROM t WHERE updated_at >= $1"])
         .stderr(std::process::Stdio::null())

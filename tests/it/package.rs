@@ -78,7 +78,10 @@ const DEB_FILES: &[(&str, &str)] = &[
     ),
     ("./lib/systemd/system/seatboard@.service", "-rw-r--r--"),
     ("./lib/systemd/system/seatboard-relay.service", "-rw-r--r--"),
-    ("./lib/systemd/system/seatboard-reconcile.service", "-rw-r--r--"),
+    (
+        "./lib/systemd/system/seatboard-reconcile.service",
+        "-rw-r--r--",
+    ),
     (
         "./lib/systemd/system/seatboard-analytics@.service",
         "-rw-r--r--",

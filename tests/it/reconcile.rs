@@ -105,8 +105,10 @@ impl Reconciler {
                 + r.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}")
         };
         let start = c(self);
-        wait_for(Duration::from_secs(20), || (c(self) >= start + n).then_some(()))
-            .expect("the reconciler checks");
+        wait_for(Duration::from_secs(20), || {
+            (c(self) >= start + n).then_some(())
+        })
+        .expect("the reconciler checks");
     }
 }
 
@@ -120,7 +122,12 @@ impl Drop for Reconciler {
 /// `rejected_total` for schema, json and too_large, from one scrape.
 fn rejected(rec: &Reconciler) -> (f64, f64, f64) {
     let m = testkit::scrape::metrics(rec.metrics);
-    let v = |r: &str| metric_value(&m, &format!("seatboard_reconcile_rejected_total{{reason=\"{r}\"}}"));
+    let v = |r: &str| {
+        metric_value(
+            &m,
+            &format!("seatboard_reconcile_rejected_total{{reason=\"{r}\"}}"),
+        )
+    };
     (v("schema"), v("json"), v("too_large"))
 }
 
@@ -147,7 +154,12 @@ fn publish_v(redis: &RedisServer, course: &str, section: u32, taken: u32, versio
     let st = seatboard_command()
         .args(["publish", "--redis", &redis.uri(), "--course", course])
         .args(["--section", &section.to_string(), "--total", "40"])
-        .args(["--taken", &taken.to_string(), "--version", &version.to_string()])
+        .args([
+            "--taken",
+            &taken.to_string(),
+            "--version",
+            &version.to_string(),
+        ])
         .args(["--seat-info", r#"{"room":"B12"}"#])
         .stdout(Stdio::null())
         .status()
@@ -162,7 +174,12 @@ fn hash_version(redis: &RedisServer, course: &str, section: u32) -> Option<u64> 
 }
 
 /// Reads frames into `board` until `pred` holds for it; the time it took.
-fn board_until(ws: &mut Ws, board: &mut Board, within: Duration, pred: impl Fn(&Board) -> bool) -> Option<Duration> {
+fn board_until(
+    ws: &mut Ws,
+    board: &mut Board,
+    within: Duration,
+    pred: impl Fn(&Board) -> bool,
+) -> Option<Duration> {
     let t = Instant::now();
     if pred(board) {
         return Some(Duration::ZERO);
@@ -177,7 +194,11 @@ fn board_until(ws: &mut Ws, board: &mut Board, within: Duration, pred: impl Fn(&
 }
 
 fn taken(board: &Board, section: u64) -> u64 {
-    board.0.get(&section).and_then(|s| s["seats_taken"].as_u64()).unwrap_or(u64::MAX)
+    board
+        .0
+        .get(&section)
+        .and_then(|s| s["seats_taken"].as_u64())
+        .unwrap_or(u64::MAX)
 }
 
 /// Sessions the reconciler holds on the server now.
@@ -201,44 +222,75 @@ fn a_lost_publish_heals_every_board_and_a_new_viewer_within_its_bound() {
     let mut ws = client(&node, "user=a");
     let mut board = Board::default();
     board.apply(&watch(&mut ws, "RC1"));
-    assert!(!board.0.contains_key(&1), "never published: not on the board yet");
-    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &["--sweep-s", "3"]);
+    assert!(
+        !board.0.contains_key(&1),
+        "never published: not on the board yet"
+    );
+    let rec = Reconciler::start(
+        &pg.url("reader", "S3cretPw"),
+        PG_QUERY,
+        &redis.uri(),
+        &["--sweep-s", "3"],
+    );
     // The section never published appears (the first check is a sweep).
-    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 1) == 20)
-        .expect("the section never published appears");
-    rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"missing\"}", 1.0);
+    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| {
+        taken(b, 1) == 20
+    })
+    .expect("the section never published appears");
+    rec.wait_metric(
+        "seatboard_reconcile_repaired_total{reason=\"missing\"}",
+        1.0,
+    );
 
     // A change committed and its publish lost.
     pg_row(&pg, "RC1", 0, 40, 2);
     let bound = Duration::from_millis(GRACE_MS + 2 * INTERVAL_MS + TICK_MS);
-    let took = board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 0) == 40)
-        .expect("the lost publish is repaired on the board");
+    let took = board_until(&mut ws, &mut board, Duration::from_secs(10), |b| {
+        taken(b, 0) == 40
+    })
+    .expect("the lost publish is repaired on the board");
     // Margin for a loaded machine: the bound plus a second.
-    assert!(took <= bound + Duration::from_secs(1), "{took:?} over {bound:?}");
+    assert!(
+        took <= bound + Duration::from_secs(1),
+        "{took:?} over {bound:?}"
+    );
     rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"behind\"}", 1.0);
     let mut fresh = client(&node, "user=b");
     let f = watch(&mut fresh, "RC1");
     let mut b2 = Board::default();
     b2.apply(&f);
-    assert_eq!((taken(&b2, 0), taken(&b2, 1), taken(&b2, 2)), (40, 20, 30), "a new viewer");
+    assert_eq!(
+        (taken(&b2, 0), taken(&b2, 1), taken(&b2, 2)),
+        (40, 20, 30),
+        "a new viewer"
+    );
 
     // A publish that is only late (inside the grace) is not written twice.
     pg_row(&pg, "RC1", 2, 31, 2);
     publish_v(&redis, "RC1", 2, 31, 2);
     rec.next_checks(4.0);
-    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}"), 1.0);
-    assert_eq!(rec.metric("seatboard_reconcile_repaired_total{reason=\"missing\"}"), 1.0);
+    assert_eq!(
+        rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}"),
+        1.0
+    );
+    assert_eq!(
+        rec.metric("seatboard_reconcile_repaired_total{reason=\"missing\"}"),
+        1.0
+    );
 
     // A flushed state hash comes back with the sweep (every 3 s here).
     redis.cli(&["DEL", "seatstate:RC1"]);
     wait_for(Duration::from_secs(3 + 1 + 5), || {
-        (hash_version(&redis, "RC1", 0) == Some(2) && hash_version(&redis, "RC1", 2) == Some(2)).then_some(())
+        (hash_version(&redis, "RC1", 0) == Some(2) && hash_version(&redis, "RC1", 2) == Some(2))
+            .then_some(())
     })
     .expect("the sweep restores the flushed hash");
     assert!(rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}") >= 2.0);
     // One session at most, all along, under the SELECT-only role.
     assert_eq!(pg_sessions(&pg), 1);
-    let role = pg.psql("SELECT usename FROM pg_stat_activity WHERE application_name = 'seatboard-reconcile'");
+    let role = pg.psql(
+        "SELECT usename FROM pg_stat_activity WHERE application_name = 'seatboard-reconcile'",
+    );
     assert_eq!(role, "reader");
     assert_eq!(rec.healthz()["status"], "ok");
 }
@@ -255,7 +307,12 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
     board.apply(&watch(&mut ws, "RC2"));
     assert_eq!(taken(&board, 0), 39, "the forged snapshot is on the board");
     let started = Instant::now();
-    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &["--ahead-repair-s", "3"]);
+    let rec = Reconciler::start(
+        &pg.url("reader", "S3cretPw"),
+        PG_QUERY,
+        &redis.uri(),
+        &["--ahead-repair-s", "3"],
+    );
     wait_for(Duration::from_secs(10), || {
         (rec.metric("seatboard_reconcile_ahead_total") == 1.0).then_some(())
     })
@@ -264,9 +321,14 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
     if started.elapsed() < Duration::from_secs(2) {
         assert_eq!(hash_version(&redis, "RC2", 0), Some(1 << 53));
     }
-    let took = board_until(&mut ws, &mut board, Duration::from_secs(15), |b| taken(b, 0) == 12)
-        .expect("the database's state replaces the forged one");
-    assert!(started.elapsed() >= Duration::from_secs(3), "not before --ahead-repair-s");
+    let took = board_until(&mut ws, &mut board, Duration::from_secs(15), |b| {
+        taken(b, 0) == 12
+    })
+    .expect("the database's state replaces the forged one");
+    assert!(
+        started.elapsed() >= Duration::from_secs(3),
+        "not before --ahead-repair-s"
+    );
     let _ = took;
     assert_eq!(board.version(0), 5);
     assert_eq!(hash_version(&redis, "RC2", 0), Some(5));
@@ -275,8 +337,10 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
     // The next real version passes, on the board and for a new viewer.
     pg_row(&pg, "RC2", 0, 13, 6);
     publish_v(&redis, "RC2", 0, 13, 6);
-    board_until(&mut ws, &mut board, Duration::from_secs(5), |b| taken(b, 0) == 13)
-        .expect("the next real version is taken");
+    board_until(&mut ws, &mut board, Duration::from_secs(5), |b| {
+        taken(b, 0) == 13
+    })
+    .expect("the next real version is taken");
     let mut fresh = client(&node, "user=b");
     let mut b2 = Board::default();
     b2.apply(&watch(&mut fresh, "RC2"));
@@ -297,14 +361,26 @@ fn check_prints_each_difference_and_writes_nothing() {
     publish_v(&redis, "RC3", 3, 1, 9);
     let run = |db: &str| {
         seatboard_command()
-            .args(["reconcile", "--check", "--redis", &redis.uri(), "--query", PG_QUERY])
+            .args([
+                "reconcile",
+                "--check",
+                "--redis",
+                &redis.uri(),
+                "--query",
+                PG_QUERY,
+            ])
             .env("SEATBOARD_RECONCILE_DB", db)
             .output()
             .expect("reconcile --check")
     };
     let before = redis.cli(&["HGETALL", "seatstate:RC3"]);
     let out = run(&pg.url("reader", "S3cretPw"));
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("one JSON object a line"))
@@ -317,14 +393,21 @@ fn check_prints_each_difference_and_writes_nothing() {
             serde_json::json!({"course":"RC3","section":3,"db_version":3,"redis_version":9,"state":"ahead"}),
         ]
     );
-    assert_eq!(redis.cli(&["HGETALL", "seatstate:RC3"]), before, "nothing written");
+    assert_eq!(
+        redis.cli(&["HGETALL", "seatstate:RC3"]),
+        before,
+        "nothing written"
+    );
     // Agreeing: exit 0, nothing printed.
     pg.psql("DELETE FROM seats WHERE section <> 0");
     let out = run(&pg.url("reader", "S3cretPw"));
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stdout.is_empty());
     // A database that cannot be read: exit 3, the password never shown.
-    let out = run(&format!("postgres://reader:S3cretPw@127.0.0.1:{}/postgres?sslmode=disable", free_port()));
+    let out = run(&format!(
+        "postgres://reader:S3cretPw@127.0.0.1:{}/postgres?sslmode=disable",
+        free_port()
+    ));
     assert_eq!(out.status.code(), Some(3));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("S3cretPw"), "{err}");
@@ -337,12 +420,22 @@ fn check_prints_each_difference_and_writes_nothing() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("'--query'"));
     let out = seatboard_command()
-        .args(["reconcile", "--check", "--query", PG_QUERY, "--db", "sqlite://u:S3cretPw@h/x"])
+        .args([
+            "reconcile",
+            "--check",
+            "--query",
+            PG_QUERY,
+            "--db",
+            "sqlite://u:S3cretPw@h/x",
+        ])
         .output()
         .expect("reconcile");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.lines().next().unwrap_or("").contains("'--db'") && !err.contains("S3cretPw"), "{err}");
+    assert!(
+        err.lines().next().unwrap_or("").contains("'--db'") && !err.contains("S3cretPw"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -370,28 +463,48 @@ fn hostile_rows_are_skipped_and_counted_and_a_slow_statement_is_cut_off() {
     let query = "SELECT course, section, total_seats, seats_taken, version::bigint AS version, seat_info, updated_at FROM raw WHERE updated_at >= $1";
     let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), query, &redis.uri(), &[]);
     wait_for(Duration::from_secs(10), || {
-        (hash_version(&redis, "GOOD", 1) == Some(1) && hash_version(&redis, "GOOD", 2) == Some(1 << 53)).then_some(())
+        (hash_version(&redis, "GOOD", 1) == Some(1)
+            && hash_version(&redis, "GOOD", 2) == Some(1 << 53))
+        .then_some(())
     })
     .expect("the good rows are written");
     // Every read of the rows counts them again: 5 schema, 1 json, 1 too_large a read.
     let (schema, json, large) = rejected(&rec);
-    assert!(json >= 1.0 && schema == 5.0 * json && large == json, "{schema} {json} {large}");
-    assert_eq!(redis.cli(&["EXISTS", "seatstate:NEG", "seatstate:ARR", "seatstate:HUGE"]), "0");
+    assert!(
+        json >= 1.0 && schema == 5.0 * json && large == json,
+        "{schema} {json} {large}"
+    );
+    assert_eq!(
+        redis.cli(&["EXISTS", "seatstate:NEG", "seatstate:ARR", "seatstate:HUGE"]),
+        "0"
+    );
     drop(rec);
 
     // A slow statement is cut off by the server at the timeout, counted,
     // and an UPDATE of the table meanwhile never waits.
     let slow = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats, pg_sleep(1) WHERE updated_at >= $1";
     pg_row(&pg, "RC4", 0, 1, 1);
-    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), slow, &redis.uri(), &["--statement-timeout-ms", "300"]);
+    let rec = Reconciler::start(
+        &pg.url("reader", "S3cretPw"),
+        slow,
+        &redis.uri(),
+        &["--statement-timeout-ms", "300"],
+    );
     wait_for(Duration::from_secs(15), || {
         (rec.metric("seatboard_reconcile_errors_total{kind=\"timeout\"}") >= 2.0).then_some(())
     })
     .expect("the statement is cancelled at its timeout, counted");
     let t = Instant::now();
     pg_row(&pg, "RC4", 0, 2, 2);
-    assert!(t.elapsed() < Duration::from_secs(1), "the UPDATE waited {:?}", t.elapsed());
-    assert_eq!(rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}"), 0.0);
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "the UPDATE waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}"),
+        0.0
+    );
     assert!(pg_sessions(&pg) <= 1);
 }
 
@@ -415,8 +528,10 @@ fn a_database_down_at_start_is_waited_for_and_sigterm_cancels_the_statement() {
     assert_eq!(rec.healthz()["db"], false);
     assert_eq!(rec.healthz()["status"], "degraded");
     pg.restart();
-    wait_for(Duration::from_secs(20), || (hash_version(&redis, "RC5", 0) == Some(1)).then_some(()))
-        .expect("once the database is back, the section is written");
+    wait_for(Duration::from_secs(20), || {
+        (hash_version(&redis, "RC5", 0) == Some(1)).then_some(())
+    })
+    .expect("once the database is back, the section is written");
     assert_eq!(rec.healthz()["db"], true);
     // A statement that runs long: SIGTERM cancels it on the server.
     pg_row(&pg, "RC5", 1, 7, 1);
@@ -430,9 +545,15 @@ fn a_database_down_at_start_is_waited_for_and_sigterm_cancels_the_statement() {
     .expect("the slow statement runs");
     let t = Instant::now();
     signal(&rec.child, libc::SIGTERM);
-    let st = wait_for(Duration::from_secs(5), || rec.child.try_wait().ok().flatten())
-        .expect("exits after SIGTERM");
-    assert!(t.elapsed() < Duration::from_secs(2), "exit took {:?}", t.elapsed());
+    let st = wait_for(Duration::from_secs(5), || {
+        rec.child.try_wait().ok().flatten()
+    })
+    .expect("exits after SIGTERM");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "exit took {:?}",
+        t.elapsed()
+    );
     assert_eq!(st.code(), Some(0));
     wait_for(Duration::from_secs(2), || {
         let q = pg.psql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_sleep(CASE%' AND state = 'active' AND pid <> pg_backend_pid()");
@@ -468,14 +589,29 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     let url = m.url("reader", "S3cretPw", "sel");
     // --check first: what differs, nothing written.
     let out = seatboard_command()
-        .args(["reconcile", "--check", "--redis", &redis.uri(), "--query", MY_QUERY])
+        .args([
+            "reconcile",
+            "--check",
+            "--redis",
+            &redis.uri(),
+            "--query",
+            MY_QUERY,
+        ])
         .env("SEATBOARD_RECONCILE_DB", &url)
         .output()
         .expect("reconcile --check");
-    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().count(), 2, "{text}");
-    assert!(text.contains(r#""section":1,"db_version":1,"redis_version":null,"state":"missing""#), "{text}");
+    assert!(
+        text.contains(r#""section":1,"db_version":1,"redis_version":null,"state":"missing""#),
+        "{text}"
+    );
     assert!(text.contains(r#""state":"ahead""#), "{text}");
     assert_eq!(hash_version(&redis, "RM1", 1), None);
 
@@ -484,13 +620,19 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     let mut board = Board::default();
     board.apply(&watch(&mut ws, "RM1"));
     let rec = Reconciler::start(&url, MY_QUERY, &redis.uri(), &["--ahead-repair-s", "2"]);
-    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 1) == 20)
-        .expect("never published: appears");
+    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| {
+        taken(b, 1) == 20
+    })
+    .expect("never published: appears");
     my_row(&m, "RM1", 0, 40, 2);
-    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| taken(b, 0) == 40)
-        .expect("the lost publish is repaired");
-    board_until(&mut ws, &mut board, Duration::from_secs(15), |b| taken(b, 2) == 30 && b.version(2) == 4)
-        .expect("the forged version is replaced");
+    board_until(&mut ws, &mut board, Duration::from_secs(10), |b| {
+        taken(b, 0) == 40
+    })
+    .expect("the lost publish is repaired");
+    board_until(&mut ws, &mut board, Duration::from_secs(15), |b| {
+        taken(b, 2) == 30 && b.version(2) == 4
+    })
+    .expect("the forged version is replaced");
     rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}", 1.0);
     // One session (the statement's), under the SELECT-only user.
     let n = m.sql("SELECT count(*) FROM information_schema.processlist WHERE user = 'reader'");
@@ -502,10 +644,15 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     m.sql("INSERT INTO sel.raw VALUES ('MGOOD', 1, 40, 3, 1, NULL, NOW(6)), ('BAD CODE', 1, 40, 3, 1, NULL, NOW(6)), ('MNEG', 1, 40, -1, 1, NULL, NOW(6)), ('MNULL', 1, 40, 1, NULL, NULL, NOW(6)), ('MJSON', 1, 40, 1, 1, '{nope', NOW(6))");
     let rq = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM sel.raw WHERE updated_at >= ?";
     let rec = Reconciler::start(&url, rq, &redis.uri(), &[]);
-    wait_for(Duration::from_secs(10), || (hash_version(&redis, "MGOOD", 1) == Some(1)).then_some(()))
-        .expect("the good row is written");
+    wait_for(Duration::from_secs(10), || {
+        (hash_version(&redis, "MGOOD", 1) == Some(1)).then_some(())
+    })
+    .expect("the good row is written");
     let (schema, json, large) = rejected(&rec);
-    assert!(json >= 1.0 && schema == 3.0 * json && large == 0.0, "{schema} {json} {large}");
+    assert!(
+        json >= 1.0 && schema == 3.0 * json && large == 0.0,
+        "{schema} {json} {large}"
+    );
     drop(rec);
     let slow = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM sel.seats WHERE updated_at >= ? AND SLEEP(1) = 0";
     let rec = Reconciler::start(&url, slow, &redis.uri(), &["--statement-timeout-ms", "300"]);
@@ -515,5 +662,82 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     .expect("cut off at its timeout");
     let t = Instant::now();
     my_row(&m, "RM1", 1, 21, 2);
-    assert!(t.elapsed() < Duration::from_secs(1), "the UPDATE waited {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "the UPDATE waited {:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn a_cluster_failover_that_loses_the_last_writes_is_healed() {
+    let pg = pg();
+    let mut cluster = testkit::cluster_util::Cluster::start();
+    let course = "RCX";
+    let key = format!("seatstate:{course}");
+    pg_row(&pg, course, 0, 5, 1);
+    let rec = Reconciler::start(
+        &pg.url("reader", "S3cretPw"),
+        PG_QUERY,
+        &cluster.uri(),
+        &["--sweep-s", "2", "--redis-mode", "cluster"],
+    );
+    let primary = cluster.owner(&key);
+    // The field as this node holds it (a replica answers after READONLY).
+    let field = |port: u16| -> Option<u64> {
+        use std::io::Write as _;
+        let mut c = std::process::Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .ok()?;
+        let _ = write!(c.stdin.take()?, "READONLY\nHGET {key} 0\n");
+        let out = c.wait_with_output().ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str::<Value>(text.lines().nth(1)?).ok()?["version"].as_u64()
+    };
+    wait_for(Duration::from_secs(15), || {
+        (field(primary.port) == Some(1)).then_some(())
+    })
+    .expect("the section is written on its primary");
+    let replica = cluster.replica_of(&primary.id);
+    wait_for(Duration::from_secs(10), || {
+        (field(replica.port) == Some(1)).then_some(())
+    })
+    .expect("replicated");
+    // The replica stops hearing its primary; the next repair reaches only the primary.
+    let pid: i32 = cluster
+        .cli(replica.port, &["INFO", "server"])
+        .lines()
+        .find_map(|l| l.strip_prefix("process_id:"))
+        .and_then(|p| p.trim().parse().ok())
+        .expect("replica pid");
+    // SAFETY: kill(2) on a redis-server this test started.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    cluster.cli(primary.port, &["CLIENT", "KILL", "TYPE", "replica"]);
+    pg_row(&pg, course, 0, 6, 2);
+    let written = wait_for(Duration::from_secs(10), || {
+        (field(primary.port) == Some(2)).then_some(())
+    });
+    // The primary dies with that write; the replica, resumed, is promoted without it.
+    cluster.kill(primary.port);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    written.expect("the repair reached the primary");
+    let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
+    assert_eq!(
+        field(replica.port),
+        Some(1),
+        "the failover lost the last write"
+    );
+    wait_for(Duration::from_secs(40), || {
+        (field(replica.port) == Some(2)).then_some(())
+    })
+    .expect("the sweep writes it again on the new primary");
+    println!(
+        "healed {:.1} s after the promotion",
+        promoted.elapsed().as_secs_f64()
+    );
+    assert!(rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}") >= 2.0);
 }

@@ -32,7 +32,8 @@ impl Mariadb {
             "MariaDB is not installed (tests/run.sh installs mariadb-server)"
         );
         let port = free_port();
-        let dir = std::env::temp_dir().join(format!("seatboard-maria-{}-{port}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("seatboard-maria-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).expect("mariadb dir");
         let user = whoami();
@@ -79,7 +80,10 @@ impl Mariadb {
             .expect("spawn mariadbd");
         self.child = Some(child);
         poll_every(Duration::from_millis(50), Duration::from_secs(30), || {
-            self.try_sql("SELECT 1").ok().filter(|o| o.status.success()).map(|_| ())
+            self.try_sql("SELECT 1")
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|_| ())
         })
         .expect("mariadbd did not come up");
     }

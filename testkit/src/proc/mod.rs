@@ -11,7 +11,7 @@ mod seatboard;
 
 pub use haproxy::Haproxy;
 pub use mariadb::{mariadb_installed, Mariadb};
-pub use postgres::{pg_bin, Postgres};
 pub use port::{cluster_port, free_port, listens_on, loopback_tcp, TcpRow};
+pub use postgres::{pg_bin, Postgres};
 pub use redis::RedisServer;
 pub use seatboard::{bin, built_bin, seatboard_command, Seatboard};

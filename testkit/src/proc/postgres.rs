@@ -70,7 +70,11 @@ impl Postgres {
             .stdout(Stdio::null())
             .output()
             .expect("initdb");
-        assert!(out.status.success(), "initdb: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let mut pg = Postgres {
             port,
             bin,
@@ -95,7 +99,10 @@ impl Postgres {
             .expect("spawn postgres");
         self.child = Some(child);
         poll_every(Duration::from_millis(50), Duration::from_secs(30), || {
-            self.try_psql("SELECT 1").ok().filter(|o| o.status.success()).map(|_| ())
+            self.try_psql("SELECT 1")
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|_| ())
         })
         .expect("postgres did not come up");
     }
@@ -129,7 +136,14 @@ impl Postgres {
 
     fn try_psql(&self, sql: &str) -> std::io::Result<Output> {
         Command::new(self.bin.join("psql"))
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+            ])
             .args(["-d", "postgres", "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
             .stdin(Stdio::null())
             .output()
