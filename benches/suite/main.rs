@@ -1,7 +1,7 @@
 //! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
 //!
 //! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `publish_cost`, `handshake`, `compare`,
-//! `fleet`, `reconnect`, `relay`.
+//! `fleet`, `reconnect`, `relay`, `reconcile`.
 //! Each prints a table and writes `target/bench/<scenario>.json`. Run without
 //! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
 //! short smoke of every scenario and exits non-zero if one fails.
@@ -27,6 +27,7 @@ mod opts;
 mod outcome;
 mod procs;
 mod publish_cost;
+mod reconcile;
 mod reconnect;
 mod redis_rig;
 mod relay;
@@ -59,6 +60,7 @@ fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
         "soak" => soak::run(o),
         "reconnect" => reconnect::run(o),
         "relay" => relay::run(o),
+        "reconcile" => reconcile::run(o),
         other => return Err(format!("unknown scenario {other}")),
     })
 }

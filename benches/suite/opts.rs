@@ -115,7 +115,7 @@ impl Default for Opts {
 
 /// The usage line printed with no scenario or a bad flag.
 pub const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|publish_cost|handshake|compare|fleet|soak|reconnect|relay> \
+    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|publish_cost|handshake|compare|fleet|soak|reconnect|relay|reconcile> \
 [--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
@@ -129,7 +129,8 @@ pub const USAGE: &str =
 [--connect-during (storm: viewers connect at --connect-rate while the storm is published)] \
 [fleet: --event kill|rolling|redis_restart --nodes N --drain-ms D --before S --haproxy-procs P] \
 [soak: --minutes M --cluster (3 primaries with a replica each; a primary killed)] [reconnect: --pass default|wide (one accept bucket; both when unset)] \
-[relay: --rate R --seconds D per case]";
+[relay: --rate R --seconds D per case] \
+[reconcile: --courses C --sections S (C x S rows) --rate R changes/s --seconds D]";
 
 /// The scenario and its options from the arguments after `--bench`.
 pub fn parse(args: &[String]) -> Result<(String, Opts), String> {

@@ -86,6 +86,16 @@ fn plan() -> Vec<(&'static str, Opts)> {
             },
         ),
         (
+            "reconcile",
+            Opts {
+                courses: 50,
+                sections: 8,
+                rate: 500.0,
+                seconds: 1.0,
+                ..base.clone()
+            },
+        ),
+        (
             "compare",
             Opts {
                 clients: 100,

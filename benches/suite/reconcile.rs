@@ -1,0 +1,359 @@
+//! `reconcile`: what `seatboard reconcile` costs and what it buys, on a
+//! real PostgreSQL (started here, as in the tests) and a real Redis.
+//!
+//! `--courses` × `--sections` rows (12,500 × 8 = 100,000 for the figures in
+//! benches/RESULTS.md), an index on `updated_at`. In one run:
+//! - the first sweep, Redis empty: every row written (time, the
+//!   reconciler's CPU and RSS after: its memory per section);
+//! - a quiet database for `--seconds`: Redis commands sent meanwhile
+//!   (`INFO commandstats`), rows read per check;
+//! - `--rate` row changes/s for `--seconds`, none published (every change a
+//!   lost publish): the reconciler's CPU (% of a core), rows read, `HGET`s
+//!   and compare-and-set writes per check, the database's CPU per check (the
+//!   reconciler's own backend, from /proc), and the query plan (`EXPLAIN`);
+//! - the end of a window: every section of two sets changes once more,
+//!   published with 1 % of the publishes dropped; the reconciler's query
+//!   covers one set only. 10 s later, the share of sections whose state
+//!   hash (what every new viewer and every reread gets) equals the database,
+//!   with and without the reconciler, same run.
+
+use super::{Opts, Outcome};
+use crate::procs;
+use seatboard::publisher::{Publisher, PublisherConfig};
+use seatboard::redis::RedisFlags;
+use serde_json::{json, Value};
+use shards::Snapshot;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use testkit::common::{free_port, metric_value, seatboard_command, wait_for, RedisServer};
+use testkit::proc::Postgres;
+
+const QUERY: &str = "SELECT course, section, total_seats, seats_taken, version, updated_at FROM seats WHERE updated_at >= $1";
+
+struct Rec {
+    child: Child,
+    metrics: u16,
+}
+
+impl Rec {
+    fn start(db: &str, query: &str, redis: &str) -> Rec {
+        let metrics = free_port();
+        let child = seatboard_command()
+            .args(["reconcile", "--redis", redis, "--query", query])
+            .args([
+                "--metrics",
+                &format!("127.0.0.1:{metrics}"),
+                "--log-level",
+                "error",
+            ])
+            .env("SEATBOARD_RECONCILE_DB", db)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("seatboard reconcile");
+        Rec { child, metrics }
+    }
+
+    fn m(&self) -> String {
+        testkit::scrape::metrics(self.metrics)
+    }
+
+    fn checks(&self) -> f64 {
+        let m = self.m();
+        metric_value(&m, "seatboard_reconcile_checks_total{kind=\"incremental\"}")
+            + metric_value(&m, "seatboard_reconcile_checks_total{kind=\"sweep\"}")
+    }
+}
+
+impl Drop for Rec {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `calls` of each command in `INFO commandstats`.
+fn calls(redis: &RedisServer, cmd: &str) -> f64 {
+    let text = redis.cli(&["INFO", "commandstats"]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("cmdstat_{cmd}:calls=")))
+        .and_then(|r| r.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn total_commands(redis: &RedisServer) -> f64 {
+    redis
+        .cli(&["INFO", "stats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("total_commands_processed:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn backend_pid(pg: &Postgres) -> u32 {
+    pg.psql(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = 'seatboard-reconcile' LIMIT 1",
+    )
+    .parse()
+    .unwrap_or(0)
+}
+
+fn client(pg: &Postgres) -> postgres::Client {
+    postgres::Client::connect(&pg.url("postgres", "x"), postgres::NoTls).expect("postgres client")
+}
+
+/// Changes `per_s` random rows a second for `seconds` (one UPDATE per 100 ms).
+fn churn(pg: &Postgres, rows: u64, per_s: f64, seconds: f64) -> u64 {
+    let mut c = client(pg);
+    let batch = (per_s / 10.0).max(1.0) as i64;
+    let t0 = Instant::now();
+    let mut n = 0u64;
+    let mut tick = 0u32;
+    while t0.elapsed().as_secs_f64() < seconds {
+        let due = t0 + Duration::from_millis(100) * tick;
+        if let Some(w) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(w);
+        }
+        tick += 1;
+        let done = c
+            .execute(
+                "UPDATE seats SET seats_taken = (seats_taken + 1) % 40, version = version + 1,
+                   updated_at = clock_timestamp()
+                 WHERE id IN (SELECT (random() * ($1::bigint - 1))::bigint FROM generate_series(1, $2::bigint))",
+                &[&(rows as i64), &batch],
+            )
+            .unwrap_or(0);
+        n += done;
+    }
+    n
+}
+
+/// The share of `prefix`'s sections whose state hash equals the database.
+fn equal_share(pg: &Postgres, redis: &RedisServer, prefix: &str) -> f64 {
+    let mut c = client(pg);
+    let rows = c
+        .query(
+            "SELECT course, section, version FROM seats WHERE course LIKE $1",
+            &[&format!("{prefix}%")],
+        )
+        .unwrap_or_default();
+    let mut equal = 0usize;
+    for r in &rows {
+        let course: String = r.get(0);
+        let section: i32 = r.get(1);
+        let version: i64 = r.get(2);
+        let f = redis.cli(&["HGET", &format!("seatstate:{course}"), &section.to_string()]);
+        let held = serde_json::from_str::<Value>(&f)
+            .ok()
+            .and_then(|v| v["version"].as_i64());
+        equal += usize::from(held == Some(version));
+    }
+    equal as f64 / rows.len().max(1) as f64
+}
+
+/// Runs the scenario.
+pub fn run(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("reconcile");
+    let sections = i64::from(o.sections.max(1));
+    let rows = (o.courses as i64 * sections).max(1) as u64;
+    let pg = Postgres::start();
+    pg.psql(
+        "CREATE TABLE seats (id bigint NOT NULL UNIQUE, course text NOT NULL, section int NOT NULL,
+           total_seats int NOT NULL, seats_taken int NOT NULL, version bigint NOT NULL,
+           updated_at timestamptz NOT NULL, PRIMARY KEY (course, section));
+         CREATE INDEX seats_updated ON seats (updated_at);",
+    );
+    // Spread over the last hours, as a window's rows are: the newest a minute old.
+    pg.psql(&format!(
+        "INSERT INTO seats SELECT i, 'B' || (i / {sections}), (i % {sections})::int, 40, 0, 1,
+           now() - interval '1 minute' - i * interval '50 ms' FROM generate_series(0, {rows} - 1) i;
+         ANALYZE seats;"
+    ));
+    let redis = RedisServer::start();
+    let db = pg.url("postgres", "x");
+
+    // The first sweep: Redis empty, every row written.
+    let t0 = Instant::now();
+    let rec = Rec::start(&db, QUERY, &redis.uri());
+    let pid = rec.child.id();
+    let all = wait_for(Duration::from_secs(600), || {
+        (metric_value(
+            &rec.m(),
+            "seatboard_reconcile_repaired_total{reason=\"missing\"}",
+        ) >= rows as f64)
+            .then(|| t0.elapsed())
+    });
+    let Some(first) = all else {
+        out.check(
+            false,
+            "the first sweep did not write every row within 600 s",
+        );
+        return out;
+    };
+    let after = procs::usage(pid);
+    out.row(
+        "first_sweep",
+        format!(
+            "{rows} rows written in {:.1} s (grace 2 s included), reconciler CPU {:.2} s",
+            first.as_secs_f64(),
+            after.cpu_us as f64 / 1e6
+        ),
+        json!({"rows": rows, "seconds": first.as_secs_f64(), "cpu_s": after.cpu_us as f64 / 1e6}),
+    );
+    out.row(
+        "memory",
+        format!(
+            "RSS {:.1} MiB at {rows} sections ({:.0} bytes/section over a {:.1} MiB idle process)",
+            after.rss_kib as f64 / 1024.0,
+            0.0_f64.max((after.rss_anon_kib as f64) * 1024.0 / rows as f64),
+            0.0
+        ),
+        json!({"rss_kib": after.rss_kib, "rss_anon_kib": after.rss_anon_kib, "sections": rows}),
+    );
+
+    // Quiet: nothing changes.
+    let (c0, k0, r0) = (
+        total_commands(&redis),
+        rec.checks(),
+        metric_value(&rec.m(), "seatboard_reconcile_rows_total"),
+    );
+    std::thread::sleep(Duration::from_secs_f64(o.seconds));
+    let (c1, k1, r1) = (
+        total_commands(&redis),
+        rec.checks(),
+        metric_value(&rec.m(), "seatboard_reconcile_rows_total"),
+    );
+    // The two INFO calls of this measurement are commands too.
+    let quiet_cmds = (c1 - c0 - 1.0).max(0.0);
+    let quiet_checks = k1 - k0;
+    out.row(
+        "quiet",
+        format!("{quiet_checks} checks in {:.0} s: {quiet_cmds} Redis commands, {:.0} rows read per check",
+            o.seconds, (r1 - r0) / quiet_checks.max(1.0)),
+        json!({"checks": quiet_checks, "redis_commands": quiet_cmds, "rows_per_check": (r1 - r0) / quiet_checks.max(1.0)}),
+    );
+    out.check(quiet_cmds == 0.0, "a quiet database cost Redis commands");
+
+    // Busy: --rate changes/s, none published.
+    let backend = backend_pid(&pg);
+    let (u0, b0) = (procs::usage(pid), procs::usage(backend));
+    let (h0, e0, k0) = (
+        calls(&redis, "hget"),
+        calls(&redis, "evalsha") + calls(&redis, "eval"),
+        rec.checks(),
+    );
+    let r0 = metric_value(&rec.m(), "seatboard_reconcile_rows_total");
+    let t = Instant::now();
+    let changed = churn(&pg, rows, o.rate, o.seconds);
+    let secs = t.elapsed().as_secs_f64();
+    let (u1, b1) = (procs::usage(pid), procs::usage(backend));
+    let (h1, e1, k1) = (
+        calls(&redis, "hget"),
+        calls(&redis, "evalsha") + calls(&redis, "eval"),
+        rec.checks(),
+    );
+    let r1 = metric_value(&rec.m(), "seatboard_reconcile_rows_total");
+    let checks = (k1 - k0).max(1.0);
+    let cpu_pct = (u1.cpu_us - u0.cpu_us) as f64 / 1e4 / secs;
+    let db_ms = (b1.cpu_us.saturating_sub(b0.cpu_us)) as f64 / 1e3 / checks;
+    out.row(
+        "busy",
+        format!("{:.0} changes/s for {secs:.0} s: reconciler {cpu_pct:.1} % of a core, RSS {:.1} MiB; per check {:.0} rows, {:.0} HGET, {:.0} compare-and-set; database {db_ms:.1} ms CPU per check",
+            changed as f64 / secs, u1.rss_kib as f64 / 1024.0, (r1 - r0) / checks, (h1 - h0) / checks, (e1 - e0) / checks),
+        json!({"changes_per_s": changed as f64 / secs, "cpu_pct": cpu_pct, "rss_kib": u1.rss_kib,
+               "checks": checks, "rows_per_check": (r1 - r0) / checks, "hget_per_check": (h1 - h0) / checks,
+               "cas_per_check": (e1 - e0) / checks, "db_cpu_ms_per_check": db_ms}),
+    );
+    let plan = pg.psql("EXPLAIN SELECT course, section, total_seats, seats_taken, version, updated_at FROM seats WHERE updated_at >= now() - interval '12 seconds'");
+    let indexed = plan.contains("seats_updated");
+    out.row(
+        "plan",
+        plan.lines().next().unwrap_or("").trim().to_string(),
+        json!({"uses_updated_at_index": indexed, "plan": plan}),
+    );
+    out.check(
+        indexed,
+        "the incremental query does not use the updated_at index",
+    );
+    drop(rec);
+
+    // The end of a window: one last change of every section, 1 % of the
+    // publishes dropped; the reconciler covers the R courses only.
+    let set = (rows / 2).clamp(1, 2000) as i64;
+    let mut c = client(&pg);
+    let _ = c.batch_execute(&format!(
+        "INSERT INTO seats SELECT 1000000000 + i, CASE WHEN i < {set} THEN 'R' ELSE 'N' END || ((i % {set}) / 8), (i % 8)::int, 40, 0, 1,
+           now() - interval '1 minute' FROM generate_series(0, 2 * {set} - 1) i"
+    ));
+    let rec = Rec::start(
+        &db,
+        &QUERY.replace("WHERE", "WHERE course LIKE 'R%' AND"),
+        &redis.uri(),
+    );
+    let publisher = Publisher::start(PublisherConfig {
+        redis: RedisFlags::new(&redis.uri()),
+        channel_prefix: "seats:".into(),
+        state_prefix: "seatstate:".into(),
+        queue: 100_000,
+        state_ttl: None,
+    })
+    .expect("publisher");
+    // Every section published once, as the window had it.
+    let now_ms = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    };
+    let snap = |course: &str, section: i32, taken: i32, version: i64| {
+        Snapshot::build(
+            course.into(),
+            section as u32,
+            40,
+            taken as u32,
+            None,
+            Some(version as u64),
+            Some(now_ms()),
+        )
+    };
+    let all_rows = c
+        .query(
+            "SELECT course, section, seats_taken, version FROM seats WHERE id >= 1000000000",
+            &[],
+        )
+        .unwrap_or_default();
+    for r in &all_rows {
+        publisher.publish(snap(r.get(0), r.get(1), r.get(2), r.get(3)));
+    }
+    let _ = wait_for(Duration::from_secs(30), || {
+        (equal_share(&pg, &redis, "N") == 1.0 && equal_share(&pg, &redis, "R") == 1.0).then_some(())
+    });
+    let last = c
+        .query(
+            "UPDATE seats SET seats_taken = seats_taken + 1, version = version + 1, updated_at = clock_timestamp()
+             WHERE id >= 1000000000 RETURNING course, section, seats_taken, version",
+            &[],
+        )
+        .unwrap_or_default();
+    let mut dropped = 0usize;
+    for (i, r) in last.iter().enumerate() {
+        if fastrand::u32(0..100) == 0 || (i == 0 && dropped == 0 && last.len() < 100) {
+            dropped += 1;
+            continue;
+        }
+        publisher.publish(snap(r.get(0), r.get(1), r.get(2), r.get(3)));
+    }
+    std::thread::sleep(Duration::from_secs(10));
+    let (with, without) = (equal_share(&pg, &redis, "R"), equal_share(&pg, &redis, "N"));
+    out.row(
+        "end_of_window",
+        format!("{} sections, {dropped} last publishes dropped (1 %): 10 s later {:.2} % equal the database with the reconciler, {:.2} % without",
+            last.len(), with * 100.0, without * 100.0),
+        json!({"sections": last.len(), "dropped": dropped, "equal_with": with, "equal_without": without}),
+    );
+    out.check(
+        with == 1.0,
+        "with the reconciler, a section still differs from the database 10 s after",
+    );
+    drop(rec);
+    out
+}
