@@ -200,15 +200,28 @@ pub fn run(o: &Opts) -> Outcome {
         ),
         json!({"rows": rows, "seconds": first.as_secs_f64(), "cpu_s": after.cpu_us as f64 / 1e6}),
     );
+    // The same process reading no rows: what the sections cost is the difference.
+    let idle = Rec::start(
+        &db,
+        &QUERY.replace("WHERE", "WHERE false AND"),
+        &redis.uri(),
+    );
+    let _ = wait_for(Duration::from_secs(30), || {
+        (idle.checks() >= 2.0).then_some(())
+    });
+    let base = procs::usage(idle.child.id());
+    drop(idle);
+    let per_section =
+        after.rss_anon_kib.saturating_sub(base.rss_anon_kib) as f64 * 1024.0 / rows as f64;
     out.row(
         "memory",
         format!(
-            "RSS {:.1} MiB at {rows} sections ({:.0} bytes/section over a {:.1} MiB idle process)",
+            "RSS {:.1} MiB at {rows} sections, {:.1} MiB with none: {per_section:.0} bytes per section (anonymous memory)",
             after.rss_kib as f64 / 1024.0,
-            0.0_f64.max((after.rss_anon_kib as f64) * 1024.0 / rows as f64),
-            0.0
+            base.rss_kib as f64 / 1024.0
         ),
-        json!({"rss_kib": after.rss_kib, "rss_anon_kib": after.rss_anon_kib, "sections": rows}),
+        json!({"rss_kib": after.rss_kib, "rss_anon_kib": after.rss_anon_kib, "idle_rss_kib": base.rss_kib,
+               "idle_rss_anon_kib": base.rss_anon_kib, "sections": rows, "bytes_per_section": per_section}),
     );
 
     // Quiet: nothing changes.
