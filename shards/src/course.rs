@@ -14,6 +14,11 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The most sections a course holds (contract §2: a university's largest
+/// course has a few hundred); past it a new section is rejected
+/// (`too_many_sections`), however large the state hash.
+pub const MAX_SECTIONS: usize = 4096;
+
 /// A viewer of a course, with whether it missed a frame and is owed a full one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Viewer {
@@ -80,9 +85,15 @@ impl Course {
         }
     }
 
-    /// Applies a snapshot under the version rule ([`crate::snapshot`]); true if it changed the board.
+    /// Applies a snapshot under the version rule ([`crate::snapshot`]); true
+    /// if it changed the board. A new section past [`MAX_SECTIONS`] is left
+    /// out (the ingest thread counts it before it gets here).
     pub fn apply(&mut self, snap: &Arc<Snapshot>) -> bool {
-        if !snap.replaces(self.sections.get(&snap.section).map(|s| &**s)) {
+        let held = self.sections.get(&snap.section).map(|s| &**s);
+        if held.is_none() && self.sections.len() >= MAX_SECTIONS {
+            return false;
+        }
+        if !snap.replaces(held) {
             return false;
         }
         self.sections.insert(snap.section, Arc::clone(snap));

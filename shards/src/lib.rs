@@ -40,3 +40,4 @@ pub use gate::Gate;
 pub use server_frame::{read_server_frame, FrameError, ServerFrame};
 pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};
+pub use course::MAX_SECTIONS;

@@ -32,6 +32,11 @@ pub trait StateStore: Send {
     fn ping(&mut self) -> Vec<RoundTrip>;
     /// Forgets any backoff from an outage: Redis is known to answer again.
     fn retry_now(&mut self) {}
+    /// Fields of the hashes read since last asked that were past a course's
+    /// most sections (left unread, to be counted `too_many_sections`).
+    fn take_over_cap(&mut self) -> u64 {
+        0
+    }
 }
 
 /// The state hashes in Redis, through the bounded command client.
@@ -47,6 +52,8 @@ pub struct RedisStates {
     /// not answer costs only its own round trip.
     pings: HashMap<Addr, PubConn>,
     prefix: String,
+    /// Fields past the cap in the reads since [`StateStore::take_over_cap`].
+    over_cap: u64,
 }
 
 impl RedisStates {
@@ -58,6 +65,7 @@ impl RedisStates {
             primaries: Vec::new(),
             pings: HashMap::new(),
             prefix: state_prefix.to_owned(),
+            over_cap: 0,
         }
     }
 }
@@ -123,7 +131,13 @@ impl RedisStates {
 impl StateStore for RedisStates {
     fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
         let names: Vec<&str> = courses.iter().map(|c| &**c).collect();
-        super::scan::read_states(&mut self.link, &self.prefix, &names)
+        let reads = super::scan::read_states(&mut self.link, &self.prefix, &names)?;
+        self.over_cap += reads.iter().map(|r| r.over).sum::<u64>();
+        Some(reads.into_iter().map(|r| r.payloads).collect())
+    }
+
+    fn take_over_cap(&mut self) -> u64 {
+        std::mem::take(&mut self.over_cap)
     }
 
     fn retry_now(&mut self) {
