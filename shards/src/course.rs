@@ -169,3 +169,32 @@ impl Course {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(section: u32, version: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot::build(
+            "C".into(),
+            section,
+            10,
+            1,
+            None,
+            Some(version),
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_new_section_past_the_cap_is_left_out_and_held_ones_still_move() {
+        let mut c = Course::new("C".into());
+        for s in 0..MAX_SECTIONS as u32 {
+            assert!(c.apply(&snap(s, 1)));
+        }
+        assert!(!c.apply(&snap(MAX_SECTIONS as u32, 1)), "past the cap");
+        assert!(!c.apply_seed(&snap(u32::MAX, 1)), "past the cap, seeded");
+        assert_eq!(c.sections.len(), MAX_SECTIONS);
+        assert!(c.apply(&snap(7, 2)), "a held section takes a newer version");
+    }
+}
