@@ -121,8 +121,7 @@ pub fn run<T: StateStore>(
         }
         let over = store.take_over_cap();
         if over > 0 {
-            node.metrics
-                .reject_n(shards::Reject::TooManySections, over);
+            node.metrics.reject_n(shards::Reject::TooManySections, over);
         }
         if turn.stop {
             return;

@@ -50,11 +50,7 @@ fn capped(scan: ::redis::Value, len: ::redis::Value) -> Option<Read> {
 
 /// The state hashes of `courses`, in order, each capped at [`MAX_SECTIONS`],
 /// read as one pipeline (one per primary in a cluster); `None` when it failed.
-pub fn read_states(
-    link: &mut Commands,
-    state_prefix: &str,
-    courses: &[&str],
-) -> Option<Vec<Read>> {
+pub fn read_states(link: &mut Commands, state_prefix: &str, courses: &[&str]) -> Option<Vec<Read>> {
     let cmds: Vec<::redis::Cmd> = courses
         .iter()
         .flat_map(|c| {

@@ -400,7 +400,10 @@ mod tests {
         // While 9 is in flight, 4 arrives and is held (nothing held for the section).
         assert_eq!(p.offer(snap("A", 1, 4, Some(4)), t0()), Offer::Held);
         p.done(&b, t0());
-        assert!(p.take(10, usize::MAX, t0()).is_empty(), "4 is older than the 9 written");
+        assert!(
+            p.take(10, usize::MAX, t0()).is_empty(),
+            "4 is older than the 9 written"
+        );
         assert_eq!(p.offer(snap("A", 1, 9, Some(9)), t0()), Offer::Stale);
         assert_eq!(p.offer(snap("A", 1, 10, Some(10)), t0()), Offer::Held);
         assert_eq!(p.counts().published, 1);

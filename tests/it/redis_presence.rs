@@ -113,10 +113,19 @@ fn a_killed_nodes_presence_key_carries_a_ttl_and_is_gone_one_ttl_later() {
     let killed = Instant::now();
     sb.signal(libc::SIGKILL);
     sb.wait_exit(T).expect("killed");
-    assert!(pttl(&redis) > 0, "the key outlives its node only by its TTL");
-    let gone = wait_for(T, || (redis.cli(&["EXISTS", "presence:CS303"]) == "0").then_some(()));
+    assert!(
+        pttl(&redis) > 0,
+        "the key outlives its node only by its TTL"
+    );
+    let gone = wait_for(T, || {
+        (redis.cli(&["EXISTS", "presence:CS303"]) == "0").then_some(())
+    });
     let took = killed.elapsed();
     println!("a killed node's presence key gone after {took:?} (TTL 2 s)");
-    assert!(gone.is_some(), "the presence key stayed: PTTL {}", pttl(&redis));
+    assert!(
+        gone.is_some(),
+        "the presence key stayed: PTTL {}",
+        pttl(&redis)
+    );
     assert!(took < Duration::from_secs(4), "{took:?}");
 }

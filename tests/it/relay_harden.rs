@@ -130,7 +130,8 @@ fn timed_healthz(port: u16) -> Option<Duration> {
     let t = Instant::now();
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).ok()?;
     let text = String::from_utf8_lossy(&buf);
@@ -151,7 +152,8 @@ fn slow_http_clients_never_delay_healthz_and_are_dropped_at_2_s() {
         .map(|_| {
             let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
             let at = Instant::now();
-            s.write_all(b"GET /healthz HTTP/1.1\r\n").expect("first line");
+            s.write_all(b"GET /healthz HTTP/1.1\r\n")
+                .expect("first line");
             s.set_nonblocking(true).expect("nonblocking");
             (s, at)
         })
@@ -226,7 +228,10 @@ fn a_forged_version_then_hdel_takes_real_publishes_after_the_window() {
     let got = landed.expect("no real publish written after the window");
     println!("a real publish landed {after:?} after the forged version was written");
     assert!((200..=v).contains(&got), "{got}");
-    assert!(after >= Duration::from_secs(9), "{after:?}: inside the window");
+    assert!(
+        after >= Duration::from_secs(9),
+        "{after:?}: inside the window"
+    );
 }
 
 #[test]
