@@ -73,7 +73,7 @@ fn a_flood_of_64_kib_sections_with_redis_down_stays_within_the_bytes_bound() {
     let bound = 64u64 << 20;
     println!(
         "64 KiB flood, Redis down: {SENT} sections offered ({} MiB), {held} held, {full} dropped full, RSS {:.1} MiB (bound {} MiB)",
-        u64::from(SENT) * 65_000 >> 20,
+        (u64::from(SENT) * 65_000) >> 20,
         rss as f64 / (1 << 20) as f64,
         bound >> 20
     );
