@@ -40,6 +40,24 @@ fn convert<T: FromRedisValue>(v: Value) -> RedisResult<T> {
     T::from_redis_value(v).map_err(Into::into)
 }
 
+/// A pipeline on one connection, its replies read until the first that
+/// fails. The redis crate's `Pipeline::query` goes on reading every reply
+/// after one timed out, each under its own read timeout, so a frozen Redis
+/// held a pipeline of N commands for N timeouts; here a pipeline waits one
+/// timeout at most, and the caller drops the connection with the replies
+/// left unread. A reply that is Redis's error fails the pipeline, as there.
+fn single_pipeline<T: FromRedisValue>(
+    c: &mut redis::Connection,
+    p: &redis::Pipeline,
+) -> RedisResult<T> {
+    c.send_packed_command(&p.get_packed_pipeline())?;
+    let mut replies = Vec::with_capacity(p.len());
+    for _ in 0..p.len() {
+        replies.push(c.recv_response()?);
+    }
+    convert(Value::Array(replies).extract_error()?)
+}
+
 /// The positions of a pipeline's commands that the cluster sent elsewhere or
 /// asked to retry (`MOVED`, `ASK` while a slot migrates, `TRYAGAIN`), when
 /// those are all that failed; `None` for any other error.
@@ -222,15 +240,16 @@ impl Commands {
         let mut single: Option<redis::Pipeline> = None;
         let mut cluster: Option<redis::cluster::ClusterPipeline> = None;
         self.run(|c| match c {
-            Con::Single(c) => single
-                .get_or_insert_with(|| {
+            Con::Single(c) => single_pipeline(
+                c,
+                single.get_or_insert_with(|| {
                     let mut p = redis::pipe();
                     for cmd in cmds {
                         p.add_command(cmd.clone());
                     }
                     p
-                })
-                .query(c),
+                }),
+            ),
             Con::Cluster(c) => {
                 let p = cluster.get_or_insert_with(|| {
                     let mut p = redis::cluster::cluster_pipe();
@@ -262,7 +281,7 @@ impl Commands {
     /// A pipeline as built by the caller, standalone mode only (its fast path).
     pub fn raw_pipeline<T: FromRedisValue>(&mut self, p: &redis::Pipeline) -> Result<T, Error> {
         self.run(|c| match c {
-            Con::Single(c) => p.query(c),
+            Con::Single(c) => single_pipeline(c, p),
             Con::Cluster(_) => Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "a standalone pipeline on a cluster",
