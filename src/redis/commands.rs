@@ -3,7 +3,8 @@
 //! command goes to its slot's primary, `MOVED`/`ASK` followed by the redis
 //! crate's cluster connection, pipelines grouped per primary, a pipeline's
 //! redirected commands sent again on their own so they follow it too). Every call is
-//! bounded by timeouts; a failure drops the connection and backs off, so the
+//! bounded by timeouts (a standalone pipeline fails at its first reply not
+//! read in time, not after a timeout per reply); a failure drops the connection and backs off, so the
 //! next call starts from a fresh slot map (refresh on connection loss); the
 //! cluster connection is also rebuilt every 30 s (periodic map refresh).
 

@@ -10,9 +10,10 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// A Redis call running longer than this shows Redis as down (`redis:false`)
-/// while it runs, whatever it waits on: a pipeline's replies are each read
-/// under the Redis layer's read timeout, so a frozen Redis can hold one call
-/// for a timeout per reply.
+/// while it runs, whatever it waits on: a backstop under the Redis layer's
+/// timeouts (a call fails after a read timeout, a reconnect and one retry,
+/// about 2 s on a frozen Redis), so the contract's 10 s holds whatever a call
+/// does.
 pub const STALL: Duration = Duration::from_secs(3);
 
 /// Why a datagram was refused (`seatboard_relay_rejected_total{reason}`).

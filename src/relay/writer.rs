@@ -4,13 +4,11 @@
 //! hash before channel, `PUBLISH`, or `SPUBLISH` per slot owner in a sharded
 //! cluster), pipelined. A batch that fails is held again; Redis is then
 //! retried with jittered backoff capped at 2 s. Redis is pinged every second
-//! while idle. Every read and write is bounded by the Redis layer's timeouts,
-//! but a pipeline's replies are read one by one, each under its own timeout
-//! (the redis crate goes on reading them after the first times out): a frozen
-//! Redis could hold one pipeline for a timeout per reply. So each call is
-//! marked in [`Shared`], which shows Redis down once a call has waited
-//! [`super::metrics::STALL`], and a batch is bounded in bytes as well as in
-//! snapshots ([`BATCH_BYTES`]).
+//! while idle. Every call is bounded by the Redis layer's timeouts (a
+//! pipeline fails at its first reply not read in time), and each call is
+//! also marked in [`Shared`], which shows Redis down once a call has waited
+//! [`super::metrics::STALL`], whatever it waits on; a batch is bounded in
+//! bytes as well as in snapshots ([`BATCH_BYTES`]).
 
 use super::metrics::Shared;
 use crate::publisher::write;
