@@ -274,8 +274,9 @@ pub struct RelayArgs {
         default_value = "/run/seatboard/relay.sock"
     )]
     pub socket: String,
-    /// Loopback UDP address to receive on; '' turns it off.
-    #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "127.0.0.1:7440")]
+    /// Loopback UDP address to receive on (off by default: every local user
+    /// can send to a loopback port); '' turns it off.
+    #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "")]
     pub udp: String,
     /// Address of GET /metrics and GET /healthz; '' turns it off.
     #[arg(
@@ -287,6 +288,9 @@ pub struct RelayArgs {
     /// Sections held for Redis at most (past that a new section is dropped, counted).
     #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub max_pending: u64,
+    /// Bytes of snapshots held for Redis at most (past that a new section is dropped, counted).
+    #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(65_536..=(1 << 40)))]
+    pub max_pending_bytes: u64,
     /// Redis and prefixes, as for `serve`.
     #[command(flatten)]
     pub target: RedisTarget,

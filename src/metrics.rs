@@ -226,7 +226,7 @@ pub struct Metrics {
     /// Valid snapshots received from the source.
     pub ingest_messages: AtomicU64,
     /// Payloads dropped, indexed like [`Reject::ALL`].
-    pub ingest_rejected: [AtomicU64; 4],
+    pub ingest_rejected: [AtomicU64; Reject::ALL.len()],
     /// Duplicates dropped (same section and version seen twice).
     pub ingest_duplicates: AtomicU64,
     /// State hash entries read older than the version held (an out-of-order publisher).
@@ -316,8 +316,14 @@ impl Metrics {
 
     /// Counts a payload rejected by the ingest parser.
     pub fn reject(&self, r: Reject) {
+        self.reject_n(r, 1);
+    }
+
+    /// Counts `n` payloads rejected for `r` at once (a state hash's fields
+    /// past a course's most sections).
+    pub fn reject_n(&self, r: Reject, n: u64) {
         let i = Reject::ALL.iter().position(|x| *x == r).unwrap_or(0);
-        self.ingest_rejected[i].fetch_add(1, Relaxed);
+        self.ingest_rejected[i].fetch_add(n, Relaxed);
     }
 
     /// Counts a close frame sent.

@@ -47,7 +47,7 @@ struct Counters {
     /// Snapshots accepted by `publish()` and not yet published or dropped.
     pending: AtomicU64,
     /// Snapshots refused before Redis, indexed like [`Reject::ALL`].
-    refused: [AtomicU64; 4],
+    refused: [AtomicU64; Reject::ALL.len()],
 }
 
 /// A non-blocking snapshot publisher.

@@ -8,7 +8,9 @@
 //! sent unpaced (the socket buffer full: EAGAIN). Each case's send p99/max in
 //! µs. In the same run, the relay's CPU and Redis's CPU per snapshot against
 //! the `Publisher` writing directly at the same rate (its thread's CPU), and
-//! coalescing at one hot section: every snapshot to one section.
+//! coalescing at one hot section: every snapshot to one section. Last, the
+//! relay's memory under a flood of 64 KiB sections with Redis down, at two
+//! `--max-pending-bytes` bounds: RSS against each bound.
 
 use super::{Opts, Outcome};
 use crate::procs;
@@ -221,7 +223,66 @@ pub fn run(o: &Opts) -> Outcome {
     send_rows(&mut out, &normal, &direct, &faults);
     // 6. One hot section: the relay coalesces, the Publisher writes each.
     hot_section(&mut out, o, &relay, rpid, &uri);
+    // 7. Memory: a flood of 64 KiB sections, Redis down.
+    memory_bound(&mut out);
     out
+}
+
+/// A snapshot of section `s` a little under 64 KiB.
+fn big_payload(s: u32) -> String {
+    let head = format!(
+        r#"{{"course":"FLOOD","section":{s},"total_seats":40,"seats_taken":1,"version":1,"seat_info":{{"p":""#
+    );
+    format!("{head}{}\"}}}}", "x".repeat(65_000 - head.len()))
+}
+
+/// 2,000 sections of 64 KiB (125 MiB) sent to a relay whose Redis is down,
+/// at a bound of 16 MiB and of 64 MiB (the default): RSS after each flood.
+fn memory_bound(out: &mut Outcome) {
+    const SECTIONS: u32 = 2000;
+    let mut rows = Vec::new();
+    for bound_mib in [16u64, 64] {
+        let nowhere = format!("redis://127.0.0.1:{}", testkit::proc::free_port());
+        let bytes = (bound_mib << 20).to_string();
+        let relay = Relay::start(&nowhere, &["--max-pending-bytes", &bytes]);
+        let sock = UnixDatagram::unbound().expect("socket");
+        for s in 0..SECTIONS {
+            let p = big_payload(s);
+            let end = Instant::now() + Duration::from_secs(30);
+            while sock.send_to(p.as_bytes(), &relay.socket).is_err() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let end = Instant::now() + Duration::from_secs(60);
+        while relay.metric("seatboard_relay_received_total") < f64::from(SECTIONS)
+            && Instant::now() < end
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let held = relay.metric("seatboard_relay_pending");
+        let rss_mib = procs::usage(relay.pid() as u32).rss_kib as f64 / 1024.0;
+        out.check(
+            rss_mib < (bound_mib + 32) as f64,
+            "the relay's RSS past its bytes bound plus a few MiB",
+        );
+        rows.push((bound_mib, held, rss_mib));
+    }
+    let shown: Vec<String> = rows
+        .iter()
+        .map(|(b, held, rss)| format!("bound {b} MiB: {held:.0} held, RSS {rss:.1} MiB"))
+        .collect();
+    out.row(
+        "relay_rss_64kib_flood",
+        format!(
+            "{SECTIONS} x 64 KiB sections, Redis down: {} (RSS ratio {:.2} for a 4x bound)",
+            shown.join("; "),
+            rows[1].2 / rows[0].2.max(1.0)
+        ),
+        json!(rows
+            .iter()
+            .map(|(b, held, rss)| json!({"bound_mib": b, "held": held, "rss_mib": rss}))
+            .collect::<Vec<_>>()),
+    );
 }
 
 /// `x` per `n`, `n` at least 1.

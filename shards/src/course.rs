@@ -14,6 +14,11 @@ use foldhash::{HashMap, HashMapExt};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// The most sections a course holds (contract §2: a university's largest
+/// course has a few hundred); past it a new section is rejected
+/// (`too_many_sections`), however large the state hash.
+pub const MAX_SECTIONS: usize = 4096;
+
 /// A viewer of a course, with whether it missed a frame and is owed a full one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Viewer {
@@ -80,9 +85,15 @@ impl Course {
         }
     }
 
-    /// Applies a snapshot under the version rule ([`crate::snapshot`]); true if it changed the board.
+    /// Applies a snapshot under the version rule ([`crate::snapshot`]); true
+    /// if it changed the board. A new section past [`MAX_SECTIONS`] is left
+    /// out (the ingest thread counts it before it gets here).
     pub fn apply(&mut self, snap: &Arc<Snapshot>) -> bool {
-        if !snap.replaces(self.sections.get(&snap.section).map(|s| &**s)) {
+        let held = self.sections.get(&snap.section).map(|s| &**s);
+        if held.is_none() && self.sections.len() >= MAX_SECTIONS {
+            return false;
+        }
+        if !snap.replaces(held) {
             return false;
         }
         self.sections.insert(snap.section, Arc::clone(snap));
@@ -156,5 +167,34 @@ impl Course {
             false,
             self.dirty.iter().filter_map(|s| self.sections.get(s)),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(section: u32, version: u64) -> Arc<Snapshot> {
+        Arc::new(Snapshot::build(
+            "C".into(),
+            section,
+            10,
+            1,
+            None,
+            Some(version),
+            None,
+        ))
+    }
+
+    #[test]
+    fn a_new_section_past_the_cap_is_left_out_and_held_ones_still_move() {
+        let mut c = Course::new("C".into());
+        for s in 0..MAX_SECTIONS as u32 {
+            assert!(c.apply(&snap(s, 1)));
+        }
+        assert!(!c.apply(&snap(MAX_SECTIONS as u32, 1)), "past the cap");
+        assert!(!c.apply_seed(&snap(u32::MAX, 1)), "past the cap, seeded");
+        assert_eq!(c.sections.len(), MAX_SECTIONS);
+        assert!(c.apply(&snap(7, 2)), "a held section takes a newer version");
     }
 }

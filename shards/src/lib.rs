@@ -36,6 +36,7 @@ mod timer;
 pub mod ws_codec;
 
 pub use conn::{ConnId, Role, Transport, WsOptions};
+pub use course::MAX_SECTIONS;
 pub use gate::Gate;
 pub use server_frame::{read_server_frame, FrameError, ServerFrame};
 pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};

@@ -67,15 +67,19 @@ pub enum Reject {
     ChannelMismatch,
     /// Over [`MAX_PAYLOAD`].
     TooLarge,
+    /// A new section of a course that holds [`crate::MAX_SECTIONS`]
+    /// already (never a parse result: counted where a course's sections are held).
+    TooManySections,
 }
 
 impl Reject {
     /// Every reason, in the order `/metrics` lists them.
-    pub const ALL: [Reject; 4] = [
+    pub const ALL: [Reject; 5] = [
         Reject::Json,
         Reject::Schema,
         Reject::ChannelMismatch,
         Reject::TooLarge,
+        Reject::TooManySections,
     ];
 
     /// The `reason` label value.
@@ -85,6 +89,7 @@ impl Reject {
             Reject::Schema => "schema",
             Reject::ChannelMismatch => "channel_mismatch",
             Reject::TooLarge => "too_large",
+            Reject::TooManySections => "too_many_sections",
         }
     }
 }
@@ -96,6 +101,7 @@ impl std::fmt::Display for Reject {
             Reject::Schema => "a field is missing, of the wrong type or out of range",
             Reject::ChannelMismatch => "the payload's course is not the channel's",
             Reject::TooLarge => "payload over 64 KiB",
+            Reject::TooManySections => "the course holds its most sections already",
         })
     }
 }

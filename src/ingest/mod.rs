@@ -322,6 +322,10 @@ impl<S: Source> Ingest<S> {
             None => return false,
         };
         let held = board.sections.get(&snap.section).map(|s| &**s);
+        if held.is_none() && board.sections.len() >= shards::MAX_SECTIONS {
+            self.metrics.reject(shards::Reject::TooManySections);
+            return false;
+        }
         let gaps_only = match via {
             Via::Live => false,
             Via::Read => board.live.contains(&snap.section),

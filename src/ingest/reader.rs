@@ -119,6 +119,10 @@ pub fn run<T: StateStore>(
                 return;
             }
         }
+        let over = store.take_over_cap();
+        if over > 0 {
+            node.metrics.reject_n(shards::Reject::TooManySections, over);
+        }
         if turn.stop {
             return;
         }

@@ -32,6 +32,12 @@ pub trait StateStore: Send {
     fn ping(&mut self) -> Vec<RoundTrip>;
     /// Forgets any backoff from an outage: Redis is known to answer again.
     fn retry_now(&mut self) {}
+    /// Fields of the hashes read since last asked that were past a course's
+    /// most sections (left unread, to be counted `too_many_sections`); asked
+    /// after the reads' answers are sent, so it delays none of them.
+    fn take_over_cap(&mut self) -> u64 {
+        0
+    }
 }
 
 /// The state hashes in Redis, through the bounded command client.
@@ -47,6 +53,9 @@ pub struct RedisStates {
     /// not answer costs only its own round trip.
     pings: HashMap<Addr, PubConn>,
     prefix: String,
+    /// The courses read since [`StateStore::take_over_cap`] whose hash held
+    /// more fields than read, with how many were read.
+    over_cap: Vec<(Arc<str>, usize)>,
 }
 
 impl RedisStates {
@@ -58,6 +67,7 @@ impl RedisStates {
             primaries: Vec::new(),
             pings: HashMap::new(),
             prefix: state_prefix.to_owned(),
+            over_cap: Vec::new(),
         }
     }
 }
@@ -123,7 +133,32 @@ impl RedisStates {
 impl StateStore for RedisStates {
     fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
         let names: Vec<&str> = courses.iter().map(|c| &**c).collect();
-        super::scan::read_states(&mut self.link, &self.prefix, &names)
+        let reads = super::scan::read_states(&mut self.link, &self.prefix, &names)?;
+        for (course, r) in courses.iter().zip(&reads) {
+            if r.more {
+                self.over_cap.push((Arc::clone(course), r.payloads.len()));
+            }
+        }
+        Some(reads.into_iter().map(|r| r.payloads).collect())
+    }
+
+    fn take_over_cap(&mut self) -> u64 {
+        let over = std::mem::take(&mut self.over_cap);
+        if over.is_empty() {
+            return 0;
+        }
+        let names: Vec<&str> = over.iter().map(|(c, _)| &**c).collect();
+        match super::scan::lengths(&mut self.link, &self.prefix, &names) {
+            Some(lens) => over
+                .iter()
+                .zip(lens)
+                .map(|((_, read), len)| len.saturating_sub(*read as u64))
+                .sum(),
+            None => {
+                tracing::debug!("state hash lengths not read; fields past the cap not counted");
+                0
+            }
+        }
     }
 
     fn retry_now(&mut self) {

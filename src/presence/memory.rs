@@ -4,7 +4,8 @@ use super::{PresenceStore, StoreResult};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Course -> user -> expiry (Unix ms).
+/// Course -> user -> expiry (Unix ms); a course with no member left is
+/// removed (a Redis key with a TTL to its members' expiry is gone then too).
 #[derive(Default)]
 pub struct MemoryPresence {
     sets: HashMap<String, HashMap<String, u64>>,
@@ -22,6 +23,10 @@ impl PresenceStore for MemoryPresence {
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
         if let Some(s) = self.sets.get_mut(course) {
             s.remove(user);
+            // As a Redis key with no member left: gone.
+            if s.is_empty() {
+                self.sets.remove(course);
+            }
         }
         Ok(())
     }
@@ -34,7 +39,7 @@ impl PresenceStore for MemoryPresence {
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
-        Ok(courses
+        let counts = courses
             .iter()
             .map(|c| match self.sets.get_mut(&**c) {
                 Some(s) => {
@@ -43,7 +48,10 @@ impl PresenceStore for MemoryPresence {
                 }
                 None => 0,
             })
-            .collect())
+            .collect();
+        // A set whose members all expired is gone, as its Redis key would be.
+        self.sets.retain(|_, s| !s.is_empty());
+        Ok(counts)
     }
 
     fn roster(
@@ -64,5 +72,21 @@ impl PresenceStore for MemoryPresence {
         let total = ids.len() as u64;
         ids.truncate(limit);
         Ok((total, ids))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_course_with_no_member_left_is_gone() {
+        let mut m = MemoryPresence::default();
+        m.add("A", "u1", 100).ok();
+        m.add("B", "u2", 100).ok();
+        m.remove("A", "u1").ok();
+        assert!(!m.sets.contains_key("A"));
+        assert_eq!(m.count(&["B".into()], 100).ok(), Some(vec![0]));
+        assert!(m.sets.is_empty(), "an expired course is gone");
     }
 }

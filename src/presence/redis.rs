@@ -2,6 +2,9 @@
 //! of user -> expiry (Unix ms), through the shared command client (in a
 //! cluster each set lives on its own slot and pipelines go out per primary),
 //! whose every call is bounded by timeouts, so the presence worker never hangs.
+//! Every add and re-score also gives the key a TTL to its members' expiry
+//! (`PEXPIRE`), so a course's key is gone one presence TTL after the last
+//! node that held its viewers stopped refreshing it (a node killed).
 
 use super::{PresenceStore, StoreResult};
 use crate::redis::commands::Commands;
@@ -29,6 +32,17 @@ impl RedisPresence {
     }
 }
 
+/// The key TTL that lasts until `expiry_ms` (Unix ms), at least 1 ms.
+fn key_ttl_ms(expiry_ms: u64) -> u64 {
+    expiry_ms.saturating_sub(crate::clock::unix_ms()).max(1)
+}
+
+fn pexpire(key: &str, ttl_ms: u64) -> Cmd {
+    let mut c = redis::cmd("PEXPIRE");
+    c.arg(key).arg(ttl_ms);
+    c
+}
+
 fn trim(key: &str, now_ms: u64) -> Cmd {
     let mut c = redis::cmd("ZREMRANGEBYSCORE");
     c.arg(key).arg(0).arg(now_ms);
@@ -38,9 +52,11 @@ fn trim(key: &str, now_ms: u64) -> Cmd {
 impl PresenceStore for RedisPresence {
     fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
         let key = self.key(course);
+        let mut add = redis::cmd("ZADD");
+        add.arg(&key).arg(expiry_ms).arg(user);
         Ok(self
             .link
-            .query(redis::cmd("ZADD").arg(&key).arg(expiry_ms).arg(user))?)
+            .exec(&[add, pexpire(&key, key_ttl_ms(expiry_ms))])?)
     }
 
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
@@ -64,7 +80,7 @@ impl PresenceStore for RedisPresence {
     }
 
     fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
-        let cmds: Vec<Cmd> = members
+        let mut cmds: Vec<Cmd> = members
             .iter()
             .map(|(course, user)| {
                 let mut c = redis::cmd("ZADD");
@@ -75,6 +91,12 @@ impl PresenceStore for RedisPresence {
         if cmds.is_empty() {
             return Ok(());
         }
+        // Each course's key once, after its members.
+        let ttl = key_ttl_ms(expiry_ms);
+        let mut courses: Vec<&str> = members.iter().map(|(c, _)| &**c).collect();
+        courses.sort_unstable();
+        courses.dedup();
+        cmds.extend(courses.into_iter().map(|c| pexpire(&self.key(c), ttl)));
         Ok(self.link.exec(&cmds)?)
     }
 

@@ -3,7 +3,8 @@
 //! command goes to its slot's primary, `MOVED`/`ASK` followed by the redis
 //! crate's cluster connection, pipelines grouped per primary, a pipeline's
 //! redirected commands sent again on their own so they follow it too). Every call is
-//! bounded by timeouts; a failure drops the connection and backs off, so the
+//! bounded by timeouts (a standalone pipeline fails at its first reply not
+//! read in time, not after a timeout per reply); a failure drops the connection and backs off, so the
 //! next call starts from a fresh slot map (refresh on connection loss); the
 //! cluster connection is also rebuilt every 30 s (periodic map refresh).
 
@@ -38,6 +39,24 @@ pub struct Commands {
 
 fn convert<T: FromRedisValue>(v: Value) -> RedisResult<T> {
     T::from_redis_value(v).map_err(Into::into)
+}
+
+/// A pipeline on one connection, its replies read until the first that
+/// fails. The redis crate's `Pipeline::query` goes on reading every reply
+/// after one timed out, each under its own read timeout, so a frozen Redis
+/// held a pipeline of N commands for N timeouts; here a pipeline waits one
+/// timeout at most, and the caller drops the connection with the replies
+/// left unread. A reply that is Redis's error fails the pipeline, as there.
+fn single_pipeline<T: FromRedisValue>(
+    c: &mut redis::Connection,
+    p: &redis::Pipeline,
+) -> RedisResult<T> {
+    c.send_packed_command(&p.get_packed_pipeline())?;
+    let mut replies = Vec::with_capacity(p.len());
+    for _ in 0..p.len() {
+        replies.push(c.recv_response()?);
+    }
+    convert(Value::Array(replies).extract_error()?)
 }
 
 /// The positions of a pipeline's commands that the cluster sent elsewhere or
@@ -222,15 +241,16 @@ impl Commands {
         let mut single: Option<redis::Pipeline> = None;
         let mut cluster: Option<redis::cluster::ClusterPipeline> = None;
         self.run(|c| match c {
-            Con::Single(c) => single
-                .get_or_insert_with(|| {
+            Con::Single(c) => single_pipeline(
+                c,
+                single.get_or_insert_with(|| {
                     let mut p = redis::pipe();
                     for cmd in cmds {
                         p.add_command(cmd.clone());
                     }
                     p
-                })
-                .query(c),
+                }),
+            ),
             Con::Cluster(c) => {
                 let p = cluster.get_or_insert_with(|| {
                     let mut p = redis::cluster::cluster_pipe();
@@ -262,7 +282,7 @@ impl Commands {
     /// A pipeline as built by the caller, standalone mode only (its fast path).
     pub fn raw_pipeline<T: FromRedisValue>(&mut self, p: &redis::Pipeline) -> Result<T, Error> {
         self.run(|c| match c {
-            Con::Single(c) => p.query(c),
+            Con::Single(c) => single_pipeline(c, p),
             Con::Cluster(_) => Err(redis::RedisError::from((
                 redis::ErrorKind::Client,
                 "a standalone pipeline on a cluster",

@@ -26,6 +26,12 @@ pub enum FlagError {
         /// The value given.
         value: String,
     },
+    /// `--socket` names a live socket of another kind (another service's).
+    #[error("invalid value '{}' for '--socket': a live socket of another kind (another service's) is there; never replaced", path.display())]
+    SocketOfAnotherKind {
+        /// The path given.
+        path: PathBuf,
+    },
     /// Both receivers off.
     #[error("'--socket' and '--udp' are both off: nothing to receive on")]
     NothingToReceive,

@@ -7,6 +7,14 @@ use super::pending::Pending;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A Redis call running longer than this shows Redis as down (`redis:false`)
+/// while it runs, whatever it waits on: a backstop under the Redis layer's
+/// timeouts (a call fails after a read timeout, a reconnect and one retry,
+/// about 2 s on a frozen Redis), so the contract's 10 s holds whatever a call
+/// does.
+pub const STALL: Duration = Duration::from_secs(3);
 
 /// Why a datagram was refused (`seatboard_relay_rejected_total{reason}`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +58,11 @@ pub struct Shared {
     pub redis_up: AtomicBool,
     /// Set at SIGTERM: the receive threads stop.
     pub stop: AtomicBool,
+    /// What [`Shared::call_since`] counts from.
+    epoch: Instant,
+    /// When the writer's Redis call in progress started (ms since `epoch`,
+    /// plus one); 0 while none runs.
+    call_since: AtomicU64,
 }
 
 impl Shared {
@@ -62,7 +75,31 @@ impl Shared {
             rejected: Default::default(),
             redis_up: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            epoch: Instant::now(),
+            call_since: AtomicU64::new(0),
         }
+    }
+
+    fn ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// The writer starts a Redis call.
+    pub fn call_started(&self) {
+        self.call_since.store(self.ms(), Relaxed);
+    }
+
+    /// The writer's Redis call returned.
+    pub fn call_ended(&self) {
+        self.call_since.store(0, Relaxed);
+    }
+
+    /// Whether Redis counts as up: it answered the last command, and no call
+    /// has been waiting on it for [`STALL`] or more.
+    pub fn redis_up(&self) -> bool {
+        let since = self.call_since.load(Relaxed);
+        let stalled = since != 0 && self.ms().saturating_sub(since) >= STALL.as_millis() as u64;
+        self.redis_up.load(Relaxed) && !stalled
     }
 
     /// The pending map (a poisoned lock is taken anyway: the map stays consistent).
@@ -126,7 +163,7 @@ impl Shared {
         family(
             "seatboard_relay_dropped_total",
             "counter",
-            "Snapshots dropped: full (a new section past --max-pending), redis_down (Redis never took it).",
+            "Snapshots dropped: full (a new section past --max-pending or --max-pending-bytes), redis_down (Redis never took it).",
             &[
                 ("{reason=\"full\"}", counts.dropped_full),
                 ("{reason=\"redis_down\"}", counts.dropped_redis_down),
@@ -142,19 +179,29 @@ impl Shared {
             "seatboard_relay_redis_up",
             "gauge",
             "1 when Redis answered the relay's last command, else 0.",
-            &[("", u64::from(self.redis_up.load(Relaxed)))],
+            &[("", u64::from(self.redis_up()))],
         );
         out
     }
 
     /// `/healthz`.
     pub fn healthz(&self) -> String {
-        let up = self.redis_up.load(Relaxed);
+        let up = self.redis_up();
         let pending = self.pending().len();
         format!(
             "{{\"status\":\"{}\",\"redis\":{up},\"pending\":{pending}}}",
             if up { "ok" } else { "degraded" }
         )
+    }
+}
+
+impl super::http::Figures for Shared {
+    fn metrics(&self) -> String {
+        self.render()
+    }
+
+    fn healthz(&self) -> String {
+        Shared::healthz(self)
     }
 }
 
@@ -164,7 +211,7 @@ mod tests {
 
     #[test]
     fn every_series_at_zero_from_start() {
-        let s = Shared::new(Pending::new(10, 10));
+        let s = Shared::new(Pending::new(10, usize::MAX, 10));
         let m = s.render();
         for line in [
             "seatboard_relay_received_total 0",
@@ -184,5 +231,23 @@ mod tests {
             s.healthz(),
             r#"{"status":"degraded","redis":false,"pending":0}"#
         );
+    }
+
+    #[test]
+    fn a_call_waiting_past_the_stall_shows_redis_down() {
+        let mut s = Shared::new(Pending::new(10, usize::MAX, 10));
+        s.redis_up.store(true, Relaxed);
+        s.call_started();
+        assert!(s.redis_up(), "a call just started");
+        // As if the call had started twice STALL ago.
+        let Some(past) = Instant::now().checked_sub(STALL * 2) else {
+            return;
+        };
+        s.epoch = past;
+        s.call_since.store(1, Relaxed);
+        assert!(!s.redis_up());
+        assert!(s.healthz().contains(r#""redis":false"#));
+        s.call_ended();
+        assert!(s.redis_up());
     }
 }

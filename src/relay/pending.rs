@@ -1,19 +1,37 @@
 //! What the relay holds for Redis: per section the newest snapshot received
-//! and not yet written, bounded by `--max-pending`, and per section the last
-//! version written (bounded too), so nothing older than a written snapshot is
-//! ever written after it. Pure: no I/O, no clock; the receive thread offers,
-//! the writer takes, reports and gives back, both under one mutex.
+//! and not yet written, bounded by `--max-pending` sections and by
+//! `--max-pending-bytes` (what a held snapshot costs, [`cost`]), and per
+//! section the last version written in the last [`FORGET`] (bounded too), so
+//! nothing older than a snapshot written in that window is written after it;
+//! past the window the script in Redis decides (a poisoned or deleted field
+//! takes real publishes again). Pure: no I/O, no clock (time is passed in);
+//! the receive thread offers, the writer takes, reports and gives back, both
+//! under one mutex.
 //!
 //! Every snapshot offered ends in exactly one counter (or is still held):
 //! `coalesced` (a newer one for its section was kept instead, or one at least
-//! as new was already written), `published`, `dropped_full` (a new section
-//! past the bound), `dropped_redis_down` (Redis never took it: refused by
-//! Redis itself, or still held when the relay stopped).
+//! as new was written in the window), `published`, `dropped_full` (a new
+//! section, or a larger replacement, past a bound), `dropped_redis_down`
+//! (Redis never took it: refused by Redis itself, or still held when the
+//! relay stopped).
 
 use foldhash::{HashMap, HashMapExt};
 use shards::Snapshot;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long the version last written for a section is remembered (contract
+/// §10): within it an older snapshot is coalesced, past it the state
+/// script in Redis decides.
+pub const FORGET: Duration = Duration::from_secs(10);
+
+/// What one held snapshot is counted as against `--max-pending-bytes`: its
+/// JSON, its course code and the map's, the queue's and the struct's share.
+pub fn cost(s: &Snapshot) -> usize {
+    const OVERHEAD: usize = 256;
+    s.json.len() + s.course.len() + OVERHEAD
+}
 
 /// A section: course code and section id.
 type Key = (Arc<str>, u32);
@@ -48,32 +66,41 @@ pub struct Counts {
     pub dropped_redis_down: u64,
 }
 
-/// Last versions written, bounded: two generations; when the current one
-/// reaches half the bound it becomes the old one, so the sections written
-/// least recently are forgotten first. A forgotten section can at worst see
-/// an older snapshot written again: the state hash's compare-and-set still
-/// keeps it out of the hash, and hubs drop it by its version.
+/// Last versions written, with when, bounded: two generations; when the
+/// current one reaches half the bound or is [`FORGET`] old it becomes the old
+/// one, so the sections written least recently are forgotten first. A
+/// forgotten section can at worst see an older snapshot written again: the
+/// state hash's compare-and-set still keeps it out of the hash, and hubs
+/// drop it by its version.
 #[derive(Debug)]
 struct Written {
     half: usize,
-    cur: HashMap<Key, u64>,
-    old: HashMap<Key, u64>,
+    /// When `cur` was started.
+    since: Option<Instant>,
+    cur: HashMap<Key, (u64, Instant)>,
+    old: HashMap<Key, (u64, Instant)>,
 }
 
 impl Written {
     fn new(bound: usize) -> Written {
         Written {
             half: (bound / 2).max(1),
+            since: None,
             cur: HashMap::new(),
             old: HashMap::new(),
         }
     }
 
-    fn get(&self, k: &Key) -> Option<u64> {
-        self.cur.get(k).or_else(|| self.old.get(k)).copied()
+    /// The version written for `k` within [`FORGET`] of `now`.
+    fn get(&self, k: &Key, now: Instant) -> Option<u64> {
+        self.cur
+            .get(k)
+            .or_else(|| self.old.get(k))
+            .filter(|(_, at)| now.saturating_duration_since(*at) < FORGET)
+            .map(|(v, _)| *v)
     }
 
-    fn record(&mut self, s: &Snapshot) {
+    fn record(&mut self, s: &Snapshot, now: Instant) {
         let k = key(s);
         match s.version {
             // Written without a version: the hash holds what anything may replace.
@@ -82,17 +109,23 @@ impl Written {
                 self.old.remove(&k);
             }
             Some(v) => {
-                if self.cur.len() >= self.half && !self.cur.contains_key(&k) {
+                let aged = self
+                    .since
+                    .is_some_and(|t| now.saturating_duration_since(t) >= FORGET);
+                if aged || (self.cur.len() >= self.half && !self.cur.contains_key(&k)) {
                     self.old = std::mem::take(&mut self.cur);
+                    self.since = None;
                 }
-                self.cur.insert(k, v);
+                self.since.get_or_insert(now);
+                self.cur.insert(k, (v, now));
             }
         }
     }
 
-    /// Whether `s` is not newer than the version last written for its section.
-    fn outdates(&self, s: &Snapshot) -> bool {
-        match (s.version, self.get(&key(s))) {
+    /// Whether `s` is not newer than the version written for its section
+    /// within [`FORGET`] of `now`.
+    fn outdates(&self, s: &Snapshot, now: Instant) -> bool {
+        match (s.version, self.get(&key(s), now)) {
             (Some(v), Some(w)) => v <= w,
             _ => false,
         }
@@ -107,6 +140,9 @@ impl Written {
 #[derive(Debug)]
 pub struct Pending {
     max: usize,
+    max_bytes: usize,
+    /// What the held and in-flight snapshots cost ([`cost`]).
+    bytes: usize,
     map: HashMap<Key, Snapshot>,
     /// Each held section once, in the order it was first held.
     order: VecDeque<Key>,
@@ -118,11 +154,13 @@ pub struct Pending {
 }
 
 impl Pending {
-    /// At most `max` sections held (in flight included); the last written
-    /// version remembered for up to `written_bound` sections.
-    pub fn new(max: usize, written_bound: usize) -> Pending {
+    /// At most `max` sections and `max_bytes` held (in flight included);
+    /// the last written version remembered for up to `written_bound` sections.
+    pub fn new(max: usize, max_bytes: usize, written_bound: usize) -> Pending {
         Pending {
             max: max.max(1),
+            max_bytes,
+            bytes: 0,
             map: HashMap::new(),
             order: VecDeque::new(),
             inflight: 0,
@@ -139,6 +177,11 @@ impl Pending {
     /// Whether nothing is held or in flight.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// What the held and in-flight snapshots cost, in bytes ([`cost`]).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Sections waiting to be taken (not in flight).
@@ -161,38 +204,49 @@ impl Pending {
         self.written.len()
     }
 
-    /// A received snapshot: held if it is the newest of its section.
-    pub fn offer(&mut self, s: Snapshot) -> Offer {
-        if self.written.outdates(&s) {
+    /// A received snapshot at `now`: held if it is the newest of its section
+    /// and fits both bounds.
+    pub fn offer(&mut self, s: Snapshot, now: Instant) -> Offer {
+        if self.written.outdates(&s, now) {
             self.counts.coalesced += 1;
             return Offer::Stale;
         }
         let k = key(&s);
+        let c = cost(&s);
         if let Some(held) = self.map.get_mut(&k) {
-            self.counts.coalesced += 1;
             // A lower or equal version is stale; no version replaces.
-            return if s.supersedes(held) {
-                *held = s;
-                Offer::Replaced
-            } else {
-                Offer::Stale
-            };
+            if !s.supersedes(held) {
+                self.counts.coalesced += 1;
+                return Offer::Stale;
+            }
+            let old = cost(held);
+            if c > old && self.bytes - old + c > self.max_bytes {
+                // A larger replacement past the bytes bound: the one held stays.
+                self.counts.dropped_full += 1;
+                return Offer::Full;
+            }
+            self.counts.coalesced += 1;
+            self.bytes = self.bytes - old + c;
+            *held = s;
+            return Offer::Replaced;
         }
-        if self.len() >= self.max {
+        if self.len() >= self.max || self.bytes + c > self.max_bytes {
             self.counts.dropped_full += 1;
             return Offer::Full;
         }
+        self.bytes += c;
         self.order.push_back(k.clone());
         self.map.insert(k, s);
         Offer::Held
     }
 
-    /// Up to `n` held snapshots to write, oldest section first; they stay
-    /// counted against the bound until [`Pending::done`], [`Pending::give_back`]
-    /// or [`Pending::refused`].
-    pub fn take(&mut self, n: usize) -> Vec<Snapshot> {
+    /// Up to `n` held snapshots and about `max_bytes` of them (at least one)
+    /// to write, oldest section first; they stay counted against the bounds
+    /// until [`Pending::done`], [`Pending::give_back`] or [`Pending::refused`].
+    pub fn take(&mut self, n: usize, max_bytes: usize, now: Instant) -> Vec<Snapshot> {
         let mut out = Vec::with_capacity(n.min(self.map.len()));
-        while out.len() < n {
+        let mut size = 0;
+        while out.len() < n && (out.is_empty() || size < max_bytes) {
             let Some(k) = self.order.pop_front() else {
                 break;
             };
@@ -200,22 +254,25 @@ impl Pending {
                 continue;
             };
             // A version written after this one was held (it was in flight).
-            if self.written.outdates(&s) {
+            if self.written.outdates(&s, now) {
                 self.counts.coalesced += 1;
+                self.bytes = self.bytes.saturating_sub(cost(&s));
                 continue;
             }
+            size += cost(&s);
             out.push(s);
         }
         self.inflight += out.len();
         out
     }
 
-    /// `batch` (taken before) is written.
-    pub fn done(&mut self, batch: &[Snapshot]) {
+    /// `batch` (taken before) is written, at `now`.
+    pub fn done(&mut self, batch: &[Snapshot], now: Instant) {
         self.inflight = self.inflight.saturating_sub(batch.len());
         self.counts.published += batch.len() as u64;
         for s in batch {
-            self.written.record(s);
+            self.bytes = self.bytes.saturating_sub(cost(s));
+            self.written.record(s, now);
         }
     }
 
@@ -227,13 +284,16 @@ impl Pending {
             let k = key(&s);
             if let Some(held) = self.map.get_mut(&k) {
                 // `held` arrived later: it wins unless both have versions and
-                // the returned one is greater.
+                // the returned one is greater. The loser's bytes are freed.
                 self.counts.coalesced += 1;
-                if let (Some(old), Some(new)) = (s.version, held.version) {
-                    if old > new {
-                        *held = s;
-                    }
-                }
+                let returned_wins =
+                    matches!((s.version, held.version), (Some(old), Some(new)) if old > new);
+                let loser = if returned_wins {
+                    std::mem::replace(held, s)
+                } else {
+                    s
+                };
+                self.bytes = self.bytes.saturating_sub(cost(&loser));
                 continue;
             }
             // The slot was reserved while in flight: this never passes `max`.
@@ -243,8 +303,9 @@ impl Pending {
     }
 
     /// One snapshot (taken before) that Redis refused while answering: dropped.
-    pub fn refused(&mut self, _s: &Snapshot) {
+    pub fn refused(&mut self, s: &Snapshot) {
         self.inflight = self.inflight.saturating_sub(1);
+        self.bytes = self.bytes.saturating_sub(cost(s));
         self.counts.dropped_redis_down += 1;
     }
 
@@ -255,6 +316,7 @@ impl Pending {
         self.map.clear();
         self.order.clear();
         self.inflight = 0;
+        self.bytes = 0;
         self.counts.dropped_redis_down += n as u64;
         n
     }
@@ -263,6 +325,13 @@ impl Pending {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::OnceLock;
+
+    /// One instant for the tests that do not move time.
+    fn t0() -> Instant {
+        static T: OnceLock<Instant> = OnceLock::new();
+        *T.get_or_init(Instant::now)
+    }
 
     fn snap(course: &str, section: u32, taken: u32, version: Option<u64>) -> Snapshot {
         Snapshot::build(course.into(), section, 100, taken, None, version, None)
@@ -270,14 +339,14 @@ mod tests {
 
     #[test]
     fn newest_version_per_section_is_kept() {
-        let mut p = Pending::new(10, 10);
-        assert_eq!(p.offer(snap("A", 1, 5, Some(5))), Offer::Held);
-        assert_eq!(p.offer(snap("A", 1, 3, Some(3))), Offer::Stale);
-        assert_eq!(p.offer(snap("A", 1, 5, Some(5))), Offer::Stale);
-        assert_eq!(p.offer(snap("A", 1, 7, Some(7))), Offer::Replaced);
-        assert_eq!(p.offer(snap("A", 2, 1, Some(1))), Offer::Held);
+        let mut p = Pending::new(10, usize::MAX, 10);
+        assert_eq!(p.offer(snap("A", 1, 5, Some(5)), t0()), Offer::Held);
+        assert_eq!(p.offer(snap("A", 1, 3, Some(3)), t0()), Offer::Stale);
+        assert_eq!(p.offer(snap("A", 1, 5, Some(5)), t0()), Offer::Stale);
+        assert_eq!(p.offer(snap("A", 1, 7, Some(7)), t0()), Offer::Replaced);
+        assert_eq!(p.offer(snap("A", 2, 1, Some(1)), t0()), Offer::Held);
         assert_eq!(p.len(), 2);
-        let b = p.take(10);
+        let b = p.take(10, usize::MAX, t0());
         assert_eq!(b.len(), 2);
         assert_eq!((b[0].section, b[0].version), (1, Some(7)));
         assert_eq!(p.counts().coalesced, 3);
@@ -285,23 +354,23 @@ mod tests {
 
     #[test]
     fn no_version_replaces_and_is_replaced() {
-        let mut p = Pending::new(10, 10);
-        p.offer(snap("A", 1, 5, Some(5)));
-        assert_eq!(p.offer(snap("A", 1, 9, None)), Offer::Replaced);
-        assert_eq!(p.offer(snap("A", 1, 2, Some(2))), Offer::Replaced);
-        assert_eq!(p.take(1)[0].version, Some(2));
+        let mut p = Pending::new(10, usize::MAX, 10);
+        p.offer(snap("A", 1, 5, Some(5)), t0());
+        assert_eq!(p.offer(snap("A", 1, 9, None), t0()), Offer::Replaced);
+        assert_eq!(p.offer(snap("A", 1, 2, Some(2)), t0()), Offer::Replaced);
+        assert_eq!(p.take(1, usize::MAX, t0())[0].version, Some(2));
     }
 
     #[test]
     fn shuffled_versions_leave_the_newest() {
-        let mut p = Pending::new(100, 100);
+        let mut p = Pending::new(100, usize::MAX, 100);
         let mut versions: Vec<u64> = (1..=500).collect();
         fastrand::seed(7);
         fastrand::shuffle(&mut versions);
         for v in versions {
-            p.offer(snap("HOT", 0, v as u32, Some(v)));
+            p.offer(snap("HOT", 0, v as u32, Some(v)), t0());
         }
-        let b = p.take(10);
+        let b = p.take(10, usize::MAX, t0());
         assert_eq!(b.len(), 1);
         assert_eq!(b[0].version, Some(500));
         assert_eq!(p.counts().coalesced, 499);
@@ -309,68 +378,71 @@ mod tests {
 
     #[test]
     fn a_new_section_past_the_bound_is_dropped() {
-        let mut p = Pending::new(2, 10);
-        p.offer(snap("A", 1, 1, Some(1)));
-        p.offer(snap("A", 2, 1, Some(1)));
-        assert_eq!(p.offer(snap("A", 3, 1, Some(1))), Offer::Full);
+        let mut p = Pending::new(2, usize::MAX, 10);
+        p.offer(snap("A", 1, 1, Some(1)), t0());
+        p.offer(snap("A", 2, 1, Some(1)), t0());
+        assert_eq!(p.offer(snap("A", 3, 1, Some(1)), t0()), Offer::Full);
         // A held section still takes newer versions.
-        assert_eq!(p.offer(snap("A", 2, 2, Some(2))), Offer::Replaced);
+        assert_eq!(p.offer(snap("A", 2, 2, Some(2)), t0()), Offer::Replaced);
         assert_eq!(p.counts().dropped_full, 1);
         // In flight counts against the bound until reported.
-        let b = p.take(1);
-        assert_eq!(p.offer(snap("A", 3, 1, Some(1))), Offer::Full);
-        p.done(&b);
-        assert_eq!(p.offer(snap("A", 3, 1, Some(1))), Offer::Held);
+        let b = p.take(1, usize::MAX, t0());
+        assert_eq!(p.offer(snap("A", 3, 1, Some(1)), t0()), Offer::Full);
+        p.done(&b, t0());
+        assert_eq!(p.offer(snap("A", 3, 1, Some(1)), t0()), Offer::Held);
     }
 
     #[test]
     fn nothing_older_than_written_is_written() {
-        let mut p = Pending::new(10, 10);
-        p.offer(snap("A", 1, 9, Some(9)));
-        let b = p.take(10);
+        let mut p = Pending::new(10, usize::MAX, 10);
+        p.offer(snap("A", 1, 9, Some(9)), t0());
+        let b = p.take(10, usize::MAX, t0());
         // While 9 is in flight, 4 arrives and is held (nothing held for the section).
-        assert_eq!(p.offer(snap("A", 1, 4, Some(4))), Offer::Held);
-        p.done(&b);
-        assert!(p.take(10).is_empty(), "4 is older than the 9 written");
-        assert_eq!(p.offer(snap("A", 1, 9, Some(9))), Offer::Stale);
-        assert_eq!(p.offer(snap("A", 1, 10, Some(10))), Offer::Held);
+        assert_eq!(p.offer(snap("A", 1, 4, Some(4)), t0()), Offer::Held);
+        p.done(&b, t0());
+        assert!(
+            p.take(10, usize::MAX, t0()).is_empty(),
+            "4 is older than the 9 written"
+        );
+        assert_eq!(p.offer(snap("A", 1, 9, Some(9)), t0()), Offer::Stale);
+        assert_eq!(p.offer(snap("A", 1, 10, Some(10)), t0()), Offer::Held);
         assert_eq!(p.counts().published, 1);
         assert_eq!(p.counts().coalesced, 2);
         // Written without a version: anything may follow.
-        let b = p.take(10);
-        p.done(&b);
-        p.offer(snap("A", 1, 0, None));
-        let b = p.take(10);
-        p.done(&b);
-        assert_eq!(p.offer(snap("A", 1, 1, Some(1))), Offer::Held);
+        let b = p.take(10, usize::MAX, t0());
+        p.done(&b, t0());
+        p.offer(snap("A", 1, 0, None), t0());
+        let b = p.take(10, usize::MAX, t0());
+        p.done(&b, t0());
+        assert_eq!(p.offer(snap("A", 1, 1, Some(1)), t0()), Offer::Held);
     }
 
     #[test]
     fn given_back_first_in_line_unless_outdated() {
-        let mut p = Pending::new(4, 10);
-        p.offer(snap("A", 1, 1, Some(1)));
-        p.offer(snap("A", 2, 1, Some(1)));
-        let b = p.take(2);
-        p.offer(snap("A", 3, 1, Some(1)));
+        let mut p = Pending::new(4, usize::MAX, 10);
+        p.offer(snap("A", 1, 1, Some(1)), t0());
+        p.offer(snap("A", 2, 1, Some(1)), t0());
+        let b = p.take(2, usize::MAX, t0());
+        p.offer(snap("A", 3, 1, Some(1)), t0());
         // A section in flight and held again counts twice until reported.
-        assert_eq!(p.offer(snap("A", 2, 2, Some(2))), Offer::Held);
-        assert_eq!(p.offer(snap("A", 4, 1, Some(1))), Offer::Full);
+        assert_eq!(p.offer(snap("A", 2, 2, Some(2)), t0()), Offer::Held);
+        assert_eq!(p.offer(snap("A", 4, 1, Some(1)), t0()), Offer::Full);
         p.give_back(b);
         assert_eq!(p.len(), 3);
-        let again = p.take(10);
+        let again = p.take(10, usize::MAX, t0());
         let got: Vec<(u32, Option<u64>)> = again.iter().map(|s| (s.section, s.version)).collect();
         assert_eq!(got, vec![(1, Some(1)), (3, Some(1)), (2, Some(2))]);
     }
 
     #[test]
     fn refused_and_stopped_count_as_redis_down() {
-        let mut p = Pending::new(10, 10);
-        p.offer(snap("A", 1, 1, Some(1)));
-        p.offer(snap("A", 2, 1, Some(1)));
-        p.offer(snap("A", 3, 1, Some(1)));
-        let b = p.take(1);
+        let mut p = Pending::new(10, usize::MAX, 10);
+        p.offer(snap("A", 1, 1, Some(1)), t0());
+        p.offer(snap("A", 2, 1, Some(1)), t0());
+        p.offer(snap("A", 3, 1, Some(1)), t0());
+        let b = p.take(1, usize::MAX, t0());
         p.refused(&b[0]);
-        let _in_flight = p.take(1);
+        let _in_flight = p.take(1, usize::MAX, t0());
         assert_eq!(p.drop_all(), 2);
         assert_eq!(p.counts().dropped_redis_down, 3);
         assert!(p.is_empty());
@@ -378,14 +450,54 @@ mod tests {
 
     #[test]
     fn written_versions_are_bounded() {
-        let mut p = Pending::new(1000, 100);
+        let mut p = Pending::new(1000, usize::MAX, 100);
         for i in 0..1000 {
-            p.offer(snap("A", i, 1, Some(1)));
+            p.offer(snap("A", i, 1, Some(1)), t0());
         }
-        let b = p.take(1000);
-        p.done(&b);
+        let b = p.take(1000, usize::MAX, t0());
+        p.done(&b, t0());
         assert!(p.remembered() <= 100, "{}", p.remembered());
         // The most recent ones are still remembered.
-        assert_eq!(p.offer(snap("A", 999, 1, Some(1))), Offer::Stale);
+        assert_eq!(p.offer(snap("A", 999, 1, Some(1)), t0()), Offer::Stale);
     }
+
+    #[test]
+    fn bytes_bound_new_sections_and_larger_replacements() {
+        let big = |section: u32, version: u64, pad: usize| {
+            let info = format!(r#"{{"p":"{}"}}"#, "x".repeat(pad));
+            Snapshot::build("B".into(), section, 10, 1, Some(&info), Some(version), None)
+        };
+        let one = cost(&big(0, 1, 1000));
+        let mut p = Pending::new(1000, one * 3, 10);
+        for s in 0..3 {
+            assert_eq!(p.offer(big(s, 1, 1000), t0()), Offer::Held);
+        }
+        assert_eq!(p.offer(big(3, 1, 10), t0()), Offer::Full);
+        // A larger replacement past the bound is dropped, a smaller one taken.
+        assert_eq!(p.offer(big(0, 2, 2000), t0()), Offer::Full);
+        assert_eq!(p.offer(big(0, 3, 10), t0()), Offer::Replaced);
+        assert_eq!(p.counts().dropped_full, 2);
+        assert!(p.bytes() <= one * 3);
+        // In flight counts until reported; given back, then written, frees it all.
+        let b = p.take(10, one, t0());
+        assert_eq!(b.len(), 2, "a batch stops once past its bytes");
+        p.give_back(b);
+        let b = p.take(10, usize::MAX, t0());
+        p.done(&b, t0());
+        assert_eq!((p.bytes(), p.len()), (0, 0));
+    }
+
+    #[test]
+    fn a_written_version_is_forgotten_after_the_window() {
+        let mut p = Pending::new(10, usize::MAX, 10);
+        p.offer(snap("A", 1, 1, Some(MAX)), t0());
+        let b = p.take(10, usize::MAX, t0());
+        p.done(&b, t0());
+        let inside = t0() + FORGET - Duration::from_millis(1);
+        assert_eq!(p.offer(snap("A", 1, 1, Some(103)), inside), Offer::Stale);
+        let past = t0() + FORGET;
+        assert_eq!(p.offer(snap("A", 1, 1, Some(200)), past), Offer::Held);
+    }
+
+    const MAX: u64 = shards::snapshot::MAX_VERSION;
 }

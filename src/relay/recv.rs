@@ -29,7 +29,9 @@ pub fn validate(payload: &[u8]) -> Result<Snapshot, Rejected> {
         Ok(s) => Ok(s),
         Err(Reject::Json) => Err(Rejected::Json),
         Err(Reject::TooLarge) => Err(Rejected::TooLarge),
-        Err(Reject::Schema | Reject::ChannelMismatch) => Err(Rejected::Schema),
+        Err(Reject::Schema | Reject::ChannelMismatch | Reject::TooManySections) => {
+            Err(Rejected::Schema)
+        }
     }
 }
 
@@ -44,7 +46,7 @@ pub fn handle(shared: &Shared, payload: &[u8]) {
             let wake = {
                 let mut p = shared.pending();
                 let idle = !p.has_work();
-                let offer = p.offer(s);
+                let offer = p.offer(s, std::time::Instant::now());
                 idle && offer == super::pending::Offer::Held
             };
             if wake {
@@ -55,6 +57,24 @@ pub fn handle(shared: &Shared, payload: &[u8]) {
             shared.reject(why);
             tracing::debug!(reason = why.label(), "datagram rejected");
         }
+    }
+}
+
+/// Whether `path` is a socket that a live socket of another kind (a stream
+/// or seqpacket listener of another service) is bound to: a datagram connect
+/// to it fails with `EPROTOTYPE` where a stale file refuses.
+pub fn held_by_another_kind(path: &Path) -> bool {
+    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
+    if !is_socket {
+        return false;
+    }
+    let Ok(probe) = UnixDatagram::unbound() else {
+        return false;
+    };
+    match probe.connect(path) {
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => true,
+        Err(_) => std::os::unix::net::UnixStream::connect(path).is_ok(),
+        Ok(()) => false,
     }
 }
 
@@ -167,7 +187,7 @@ mod tests {
 
     #[test]
     fn every_valid_datagram_is_offered_while_others_are_held() {
-        let shared = Shared::new(super::super::pending::Pending::new(10, 10));
+        let shared = Shared::new(super::super::pending::Pending::new(10, usize::MAX, 10));
         for (section, version) in [(1, 1), (2, 1), (1, 2), (1, 1)] {
             let p = format!(
                 r#"{{"course":"C","section":{section},"total_seats":2,"seats_taken":1,"version":{version}}}"#

@@ -3,9 +3,12 @@
 //! path (the compare-and-set script by `EVALSHA`, `NOSCRIPT` loaded again,
 //! hash before channel, `PUBLISH`, or `SPUBLISH` per slot owner in a sharded
 //! cluster), pipelined. A batch that fails is held again; Redis is then
-//! retried with jittered backoff capped at 2 s. Every call is bounded by the
-//! Redis layer's timeouts, and Redis is pinged every second while idle, so a
-//! Redis that stops answering is noticed within a few seconds.
+//! retried with jittered backoff capped at 2 s. Redis is pinged every second
+//! while idle. Every call is bounded by the Redis layer's timeouts (a
+//! pipeline fails at its first reply not read in time), and each call is
+//! also marked in [`Shared`], which shows Redis down once a call has waited
+//! [`super::metrics::STALL`], whatever it waits on; a batch is bounded in
+//! bytes as well as in snapshots ([`BATCH_BYTES`]).
 
 use super::metrics::Shared;
 use crate::publisher::write;
@@ -19,6 +22,9 @@ use std::time::{Duration, Instant};
 
 /// Most snapshots written in one pipeline.
 pub const BATCH: usize = 256;
+/// About the most bytes of snapshots written in one pipeline (at least one
+/// snapshot): what a write holds beyond the pending map stays small.
+pub const BATCH_BYTES: usize = 1 << 20;
 /// How long Redis may go without a command before the writer pings it.
 const IDLE_PING: Duration = Duration::from_secs(1);
 /// Pipelines start at most this often while less than a batch is held: at
@@ -83,21 +89,26 @@ pub enum Phase {
 impl Writer {
     fn ping(&mut self) -> bool {
         self.link.retry_now();
+        self.shared.call_started();
         let up = self
             .link
             .query::<String>(&::redis::cmd("PING"))
             .is_ok_and(|r| r == "PONG");
+        self.shared.call_ended();
         self.shared.redis_up.store(up, Relaxed);
         up
     }
 
     fn write(&mut self, batch: &[Snapshot]) -> Result<(), Error> {
-        write(
+        self.shared.call_started();
+        let r = write(
             &mut self.link,
             &self.channel_prefix,
             &self.state_prefix,
             batch,
-        )
+        );
+        self.shared.call_ended();
+        r
     }
 
     /// Writes one batch taken from the map and reports it. False when Redis
@@ -106,7 +117,7 @@ impl Writer {
         match self.write(&batch) {
             Ok(()) => {
                 self.shared.redis_up.store(true, Relaxed);
-                self.shared.pending().done(&batch);
+                self.shared.pending().done(&batch, Instant::now());
                 true
             }
             Err(e) if !held(&e) && self.ping() => {
@@ -118,7 +129,10 @@ impl Writer {
                 while let Some(s) = rest.next() {
                     self.link.retry_now();
                     match self.write(std::slice::from_ref(&s)) {
-                        Ok(()) => self.shared.pending().done(std::slice::from_ref(&s)),
+                        Ok(()) => self
+                            .shared
+                            .pending()
+                            .done(std::slice::from_ref(&s), Instant::now()),
                         Err(e) if held(&e) => {
                             let mut back = vec![s];
                             back.extend(rest);
@@ -178,7 +192,7 @@ impl Writer {
                         .unwrap_or_else(|e| e.into_inner());
                     p = g;
                 }
-                p.take(BATCH)
+                p.take(BATCH, BATCH_BYTES, Instant::now())
             };
             if batch.is_empty() {
                 if (down || last_contact.elapsed() >= IDLE_PING) && !draining {

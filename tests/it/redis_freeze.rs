@@ -661,3 +661,53 @@ fn a_partitioned_redis_is_noticed_and_every_board_is_true_once_the_link_is_back(
     .join()
     .expect("scenario");
 }
+
+/// The command client's pipelines on a frozen Redis: one read timeout, not
+/// one per reply (the redis crate's own pipeline read goes on reading every
+/// reply after the first timed out: 1,000 commands took 1,000 s).
+#[test]
+fn a_pipeline_to_a_frozen_redis_fails_within_one_timeout_not_one_per_reply() {
+    use seatboard::redis::commands::Commands;
+    use seatboard::redis::{Redis, RedisFlags};
+    let redis = RedisServer::start();
+    let r = Redis::from_flags(&RedisFlags::new(&redis.uri())).expect("flags");
+    let mut link = Commands::new(&r, "test");
+    let cmds: Vec<::redis::Cmd> = (0..1000)
+        .map(|i| {
+            let mut c = ::redis::cmd("SET");
+            c.arg(format!("k{i}")).arg(i);
+            c
+        })
+        .collect();
+    link.exec(&cmds).expect("Redis answers");
+    let mut raw = ::redis::pipe();
+    for c in &cmds {
+        raw.add_command(c.clone());
+    }
+    link.raw_pipeline::<()>(&raw).expect("Redis answers");
+    redis.signal(libc::SIGSTOP);
+    let t = Instant::now();
+    let exec = link.exec(&cmds);
+    let exec_took = t.elapsed();
+    link.retry_now();
+    let t = Instant::now();
+    let piped = link.raw_pipeline::<()>(&raw);
+    let raw_took = t.elapsed();
+    redis.signal(libc::SIGCONT);
+    println!("1,000 commands to a frozen Redis failed after {exec_took:?} and {raw_took:?}");
+    assert!(exec.is_err() && piped.is_err());
+    // A read timeout (1 s), the connection made again and one more (the
+    // client's one retry on a fresh connection): never a timeout per reply.
+    assert!(exec_took < Duration::from_secs(5), "{exec_took:?}");
+    assert!(raw_took < Duration::from_secs(5), "{raw_took:?}");
+    link.retry_now();
+    eventually_ok(|| link.exec(&cmds).is_ok());
+}
+
+/// Waits (15 s at most) until `f` holds.
+fn eventually_ok(mut f: impl FnMut() -> bool) {
+    assert!(
+        wait_for(Duration::from_secs(15), || f().then_some(())).is_some(),
+        "never held"
+    );
+}

@@ -86,3 +86,46 @@ fn two_nodes_share_the_count_and_a_killed_node_expires() {
     println!("killed node's viewer gone after {took:?} (ttl 1.5 s)");
     assert!(took < Duration::from_secs(4), "{took:?}");
 }
+
+#[test]
+fn a_killed_nodes_presence_key_carries_a_ttl_and_is_gone_one_ttl_later() {
+    let redis = RedisServer::start();
+    let flags = ["--presence-tick-ms", "200", "--presence-ttl-ms", "2000"];
+    let mut sb = serve(&redis, &flags);
+    let mut ws = client(&sb, "user=carol");
+    watch(&mut ws, "CS303");
+    assert!(viewers_become(&mut ws, "CS303", 1, T));
+    let pttl = |redis: &RedisServer| -> i64 {
+        redis
+            .cli(&["PTTL", "presence:CS303"])
+            .trim()
+            .parse()
+            .unwrap_or(-3)
+    };
+    // The key's TTL is the presence TTL, renewed with every re-score (every
+    // TTL/2): over three renewals it never falls to 0 nor goes past the TTL.
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        let t = pttl(&redis);
+        assert!(t > 0 && t <= 2000, "PTTL {t}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let killed = Instant::now();
+    sb.signal(libc::SIGKILL);
+    sb.wait_exit(T).expect("killed");
+    assert!(
+        pttl(&redis) > 0,
+        "the key outlives its node only by its TTL"
+    );
+    let gone = wait_for(T, || {
+        (redis.cli(&["EXISTS", "presence:CS303"]) == "0").then_some(())
+    });
+    let took = killed.elapsed();
+    println!("a killed node's presence key gone after {took:?} (TTL 2 s)");
+    assert!(
+        gone.is_some(),
+        "the presence key stayed: PTTL {}",
+        pttl(&redis)
+    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
+}

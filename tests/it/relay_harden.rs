@@ -1,0 +1,316 @@
+//! `seatboard relay` as an attacker or an unlucky operator would run it
+//! (contract §10): a flood of 64 KiB sections with Redis down stays within
+//! `--max-pending-bytes` (RSS read from `/proc`); a Redis frozen under a flood
+//! is noticed within 10 s, ten times in a row; slow HTTP clients never delay
+//! `/healthz`; a forged version then `HDEL` takes real publishes after the
+//! 10 s window; UDP is off unless asked; a live stream socket at `--socket`
+//! is refused; SIGTERM with Redis frozen or down is over within 2 s.
+
+use crate::common::*;
+use crate::redis_util::{eventually, payload};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+use testkit::relay::Relay;
+
+const T: Duration = Duration::from_secs(15);
+
+/// Sends on the Unix socket, waiting out a full socket buffer (EAGAIN).
+fn send_all(relay: &Relay, p: &[u8]) {
+    let end = Instant::now() + T;
+    while relay.send_unix(p).is_err() {
+        assert!(Instant::now() < end, "the relay's socket stayed full");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A Redis URI nothing listens on: Redis down from the start.
+fn nowhere() -> String {
+    format!("redis://127.0.0.1:{}", free_port())
+}
+
+/// A process's resident memory, from `/proc/<pid>/status`.
+fn rss_bytes(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn hash_version(redis: &RedisServer, course: &str, section: u32) -> Option<u64> {
+    let v = redis.cli(&["HGET", &format!("seatstate:{course}"), &section.to_string()]);
+    serde_json::from_str::<serde_json::Value>(&v).ok()?["version"].as_u64()
+}
+
+/// A valid snapshot of `len` bytes or a little under.
+fn sized_payload(course: &str, section: u32, len: usize) -> String {
+    let head = format!(
+        r#"{{"course":"{course}","section":{section},"total_seats":10,"seats_taken":1,"version":1,"seat_info":{{"p":""#
+    );
+    let fill = len.saturating_sub(head.len() + 3);
+    format!("{head}{}\"}}}}", "x".repeat(fill))
+}
+
+#[test]
+fn a_flood_of_64_kib_sections_with_redis_down_stays_within_the_bytes_bound() {
+    let relay = Relay::start(&nowhere(), &[]);
+    const SENT: u32 = 4000;
+    for s in 0..SENT {
+        let p = sized_payload("FLOOD", s, 65_000);
+        assert!(p.len() <= 65_536 && p.len() > 64_000, "{}", p.len());
+        send_all(&relay, p.as_bytes());
+    }
+    eventually(Duration::from_secs(60), "every datagram received", || {
+        relay.metric("seatboard_relay_received_total") == f64::from(SENT)
+    });
+    let held = relay.metric("seatboard_relay_pending");
+    let full = relay.metric("seatboard_relay_dropped_total{reason=\"full\"}");
+    let rss = rss_bytes(relay.pid());
+    let bound = 64u64 << 20;
+    println!(
+        "64 KiB flood, Redis down: {SENT} sections offered ({} MiB), {held} held, {full} dropped full, RSS {:.1} MiB (bound {} MiB)",
+        (u64::from(SENT) * 65_000) >> 20,
+        rss as f64 / (1 << 20) as f64,
+        bound >> 20
+    );
+    assert_eq!(held + full, f64::from(SENT));
+    assert!(held * 65_000.0 <= bound as f64, "{held} sections held");
+    assert!(full > 0.0, "the bytes bound never bit");
+    assert!(
+        rss < bound + (32 << 20),
+        "RSS {rss} past the bound plus a few MiB"
+    );
+    assert_eq!(relay.healthz()["redis"], false);
+}
+
+/// SIGSTOP/SIGCONT on the test's own redis-server.
+fn freeze(redis: &RedisServer, on: bool) {
+    redis.signal(if on { libc::SIGSTOP } else { libc::SIGCONT });
+}
+
+#[test]
+fn a_frozen_redis_under_a_flood_is_noticed_within_10_s_ten_times_in_a_row() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.uri(), &["--max-pending", "1000"]);
+    let mut noticed = Vec::new();
+    for run in 0..10u64 {
+        eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
+        freeze(&redis, true);
+        let frozen = Instant::now();
+        // 20,000 datagrams over 5,000 sections: the pending map full long
+        // before the flood ends.
+        for i in 0..20_000u64 {
+            let p = payload("FRZ", (i % 5000) as u32, 100, 1, run * 100_000 + i + 1);
+            send_all(&relay, p.as_bytes());
+        }
+        let seen = wait_for(Duration::from_secs(12), || {
+            (relay.healthz()["redis"] == false).then(|| frozen.elapsed())
+        });
+        // Read while Redis is still frozen.
+        let gauge = relay.metric("seatboard_relay_redis_up");
+        freeze(&redis, false);
+        let seen = seen.unwrap_or_else(|| panic!("run {run}: a frozen Redis not noticed"));
+        assert!(seen <= Duration::from_secs(10), "run {run}: {seen:?}");
+        assert_eq!(gauge, 0.0, "run {run}");
+        noticed.push(seen);
+    }
+    println!("frozen Redis under a flood noticed after {noticed:?}");
+    // Once it answers, the relay writes what it holds.
+    eventually(Duration::from_secs(30), "written after the thaw", || {
+        relay.healthz()["redis"] == true && relay.metric("seatboard_relay_pending") == 0.0
+    });
+}
+
+/// `GET /healthz` on a connection of its own: the time to the whole answer.
+fn timed_healthz(port: u16) -> Option<Duration> {
+    let t = Instant::now();
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let text = String::from_utf8_lossy(&buf);
+    (text.starts_with("HTTP/1.1 200") && text.contains("\"pending\"")).then(|| t.elapsed())
+}
+
+#[test]
+fn slow_http_clients_never_delay_healthz_and_are_dropped_at_2_s() {
+    let relay = Relay::start(&nowhere(), &[]);
+    let port = relay.metrics_port;
+    // 600 clients that send nothing (past the endpoint's 512 open
+    // connections: the oldest are dropped for new ones), then 100 that send
+    // a head one byte every 300 ms.
+    let idle: Vec<TcpStream> = (0..600)
+        .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+        .collect();
+    let mut slow: Vec<(TcpStream, Instant)> = (0..100)
+        .map(|_| {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+            let at = Instant::now();
+            s.write_all(b"GET /healthz HTTP/1.1\r\n")
+                .expect("first line");
+            s.set_nonblocking(true).expect("nonblocking");
+            (s, at)
+        })
+        .collect();
+    let started = Instant::now();
+    let mut answers = Vec::new();
+    let mut closed_at: Vec<Option<Duration>> = vec![None; slow.len()];
+    while started.elapsed() < Duration::from_secs(5) {
+        for ((s, at), closed) in slow.iter_mut().zip(closed_at.iter_mut()) {
+            if closed.is_some() {
+                continue;
+            }
+            let _ = s.write_all(b"X");
+            let mut b = [0u8; 64];
+            match s.read(&mut b) {
+                Ok(0) => *closed = Some(at.elapsed()),
+                Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                    *closed = Some(at.elapsed())
+                }
+                _ => {}
+            }
+        }
+        answers.push(timed_healthz(port));
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    drop(idle);
+    println!("healthz beside 100 slow and 600 idle clients: {answers:?}");
+    for a in &answers {
+        let took = a.expect("no answer to /healthz");
+        assert!(took < Duration::from_secs(1), "{took:?}");
+    }
+    // Each slow client is dropped once its head has taken 2 s (seen at the
+    // next 300 ms round).
+    for c in &closed_at {
+        let at = c.expect("a slow client was never dropped");
+        assert!(
+            at >= Duration::from_millis(1500) && at < Duration::from_secs(4),
+            "dropped at {at:?}"
+        );
+    }
+}
+
+#[test]
+fn a_forged_version_then_hdel_takes_real_publishes_after_the_window() {
+    let redis = RedisServer::start();
+    let relay = Relay::start(&redis.uri(), &[]);
+    let max = 9_007_199_254_740_992u64;
+    send_all(&relay, payload("FORGE", 1, 10, 9, max).as_bytes());
+    eventually(T, "the forged version written", || {
+        hash_version(&redis, "FORGE", 1) == Some(max)
+    });
+    let forged = Instant::now();
+    redis.cli(&["HDEL", "seatstate:FORGE", "1"]);
+    // Within the window the relay still drops an older version as coalesced.
+    let coalesced = relay.metric("seatboard_relay_coalesced_total");
+    send_all(&relay, payload("FORGE", 1, 10, 3, 103).as_bytes());
+    eventually(T, "103 coalesced", || {
+        relay.metric("seatboard_relay_coalesced_total") > coalesced
+    });
+    // The selection API goes on publishing; past the window one lands.
+    let mut v = 200;
+    let landed = wait_for(Duration::from_secs(30), || {
+        if let Some(got) = hash_version(&redis, "FORGE", 1) {
+            return Some(got);
+        }
+        v += 1;
+        send_all(&relay, payload("FORGE", 1, 10, 4, v).as_bytes());
+        std::thread::sleep(Duration::from_millis(200));
+        None
+    });
+    let after = forged.elapsed();
+    let got = landed.expect("no real publish written after the window");
+    println!("a real publish landed {after:?} after the forged version was written");
+    assert!((200..=v).contains(&got), "{got}");
+    assert!(
+        after >= Duration::from_secs(9),
+        "{after:?}: inside the window"
+    );
+}
+
+#[test]
+fn udp_is_off_unless_asked() {
+    let out = seatboard_command()
+        .args(["relay", "--socket", "", "--metrics", ""])
+        .args(["--redis", &nowhere()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nothing to receive"), "{err}");
+    let help = seatboard_command()
+        .args(["relay", "--help"])
+        .output()
+        .expect("help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for f in ["--max-pending-bytes", "SEATBOARD_RELAY_MAX_PENDING_BYTES"] {
+        assert!(help.contains(f), "{f} missing from relay --help");
+    }
+}
+
+#[test]
+fn a_live_stream_socket_at_socket_is_refused_and_kept() {
+    let dir = testkit::relay::socket_dir("stream");
+    let path = dir.join("other.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).expect("listen");
+    let out = seatboard_command()
+        .arg("relay")
+        .arg("--socket")
+        .arg(&path)
+        .args(["--metrics", "", "--redis", &nowhere()])
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().next().unwrap_or("").contains("'--socket'"),
+        "{err}"
+    );
+    // The other service's socket is still there and still answers.
+    let _client = std::os::unix::net::UnixStream::connect(&path).expect("still listening");
+    listener.accept().expect("accepted");
+    // Once it is gone (a stale file), the relay replaces it.
+    drop(listener);
+    let relay = Relay::start_at(&path, free_port(), &nowhere(), &[]);
+    send_all(&relay, payload("STALE", 1, 10, 1, 1).as_bytes());
+    eventually(T, "received", || {
+        relay.metric("seatboard_relay_received_total") == 1.0
+    });
+}
+
+/// SIGTERM to `relay` while it holds snapshots: the time to its exit 0.
+fn stop_time(relay: &mut Relay) -> Duration {
+    for s in 0..2000 {
+        send_all(relay, payload("TRM", s, 10, 1, 1).as_bytes());
+    }
+    eventually(T, "received", || {
+        relay.metric("seatboard_relay_received_total") == 2000.0
+    });
+    let t = Instant::now();
+    relay.signal(libc::SIGTERM);
+    let st = relay.wait_exit(Duration::from_secs(10)).expect("exited");
+    let took = t.elapsed();
+    assert_eq!(st.code(), Some(0));
+    took
+}
+
+#[test]
+fn sigterm_with_redis_frozen_or_down_exits_within_2_s() {
+    let redis = RedisServer::start();
+    let mut relay = Relay::start(&redis.uri(), &[]);
+    eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
+    freeze(&redis, true);
+    let frozen = stop_time(&mut relay);
+    freeze(&redis, false);
+    let mut relay = Relay::start(&nowhere(), &[]);
+    let down = stop_time(&mut relay);
+    println!("SIGTERM to exit: Redis frozen {frozen:?}, Redis down {down:?}");
+    assert!(frozen <= Duration::from_secs(2), "{frozen:?}");
+    assert!(down <= Duration::from_secs(2), "{down:?}");
+}
