@@ -26,6 +26,10 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v php >/dev/null 2>&1 || need+=(php-cli)
+# tests/it/systemd_boot.rs boots a Debian root (tests/boot_root.sh, cached under
+# /var/cache/seatboard-test) under its own systemd with systemd-nspawn.
+command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

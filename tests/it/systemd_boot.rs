@@ -234,7 +234,7 @@ fn the_deb_under_a_booted_systemd() {
     }
     let main_pid = c.prop(HUB, "MainPID");
     let affinity = c.sh(&format!(
-        "for t in /proc/{main_pid}/task/*; do grep -q seatboard-shard $t/comm && grep Cpus_allowed_list $t/status; done"
+        "for t in /proc/{main_pid}/task/*; do if grep -q seatboard-shard $t/comm; then grep Cpus_allowed_list $t/status; fi; done"
     ));
     let pinned: Vec<&str> = affinity.lines().collect();
     assert_eq!(pinned.len(), 2, "{affinity}");
