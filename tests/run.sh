@@ -30,6 +30,11 @@ command -v php >/dev/null 2>&1 || need+=(php-cli)
 # /var/cache/seatboard-test) under its own systemd with systemd-nspawn.
 command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# tests/it/image.rs builds the OCI image with buildah and runs it with podman
+# (crun on a unified cgroup hierarchy, runc on a hybrid one).
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v podman >/dev/null 2>&1 || need+=(podman crun)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

@@ -29,6 +29,7 @@ mod fleet;
 mod front_door;
 mod haproxy_limits;
 mod harness;
+mod image;
 mod jwks;
 mod listener;
 mod log_colour;
