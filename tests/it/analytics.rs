@@ -481,7 +481,8 @@ fn a_clean_start_logs_one_subscribed_line_and_no_warning() {
         "{log:#?}"
     );
     assert!(
-        !log.iter().any(|l| l.contains("WARN") || l.contains("ERROR")),
+        !log.iter()
+            .any(|l| l.contains("WARN") || l.contains("ERROR")),
         "a clean start warned: {log:#?}"
     );
 }

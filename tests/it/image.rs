@@ -4,7 +4,8 @@
 //! port), then one run under podman with the runtime's default seccomp
 //! profile: ready and healthy, its user and `nofile` limit, the driver it
 //! chose said in the log and `/metrics`, a board that updates, and
-//! `podman stop` draining a viewer to exit 0. The storage is the test's own
+//! `podman stop` draining a viewer to exit 0; its filesystem holds the
+//! binary and what it loads, no shell. The storage is the test's own
 //! (`--root` in a scratch folder, the `vfs` driver: no mounts left behind).
 //! Skipped, saying why, where buildah or podman is missing or not root.
 
@@ -95,7 +96,9 @@ fn missing_tool() -> Option<String> {
             .status()
             .is_ok_and(|s| s.success());
         if !found {
-            return Some(format!("{tool} is not installed (tests/run.sh installs it)"));
+            return Some(format!(
+                "{tool} is not installed (tests/run.sh installs it)"
+            ));
         }
     }
     None
@@ -197,7 +200,9 @@ fn the_image_builds_runs_not_root_and_drains_on_sigterm() {
     let pid = store.podman_ok(&["inspect", "--format", "{{.State.Pid}}", &id]);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     assert!(
-        status.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().skip(1).all(|u| u == "65532")),
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().skip(1).all(|u| u == "65532")),
         "{status}"
     );
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("limits");
@@ -216,7 +221,9 @@ fn the_image_builds_runs_not_root_and_drains_on_sigterm() {
     let epoll = metric_value(&m, "seatboard_driver_shards{driver=\"epoll\"}");
     assert_eq!(uring + epoll, 2.0, "{m}");
     let log = logs();
-    let fell_back = log.matches("io_uring unavailable, falling back to epoll").count();
+    let fell_back = log
+        .matches("io_uring unavailable, falling back to epoll")
+        .count();
     if epoll == 2.0 {
         assert_eq!(fell_back, 1, "{log}");
         assert!(log.contains("shards run on epoll"), "{log}");
@@ -273,4 +280,30 @@ fn the_image_builds_runs_not_root_and_drains_on_sigterm() {
         logs()
     );
     eprintln!("image: stopped (drained) in {took:?}");
+
+    // Its filesystem: the binary, its loader and libraries, the CA bundle,
+    // the passwd entry; no shell, no package manager.
+    let tar = store.dir.join("fs.tar");
+    store.podman_ok(&["export", "--output", &tar.display().to_string(), &id]);
+    let listing = Command::new("tar")
+        .arg("-tf")
+        .arg(&tar)
+        .output()
+        .expect("tar");
+    let files: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(|l| l.trim_start_matches("./").trim_end_matches('/').to_string())
+        .collect();
+    for needed in [
+        "usr/bin/seatboard",
+        "etc/ssl/certs/ca-certificates.crt",
+        "etc/passwd",
+        "etc/nsswitch.conf",
+    ] {
+        assert!(files.iter().any(|f| f == needed), "no {needed}: {files:#?}");
+    }
+    assert!(files.iter().any(|f| f.contains("libc.so.6")), "{files:#?}");
+    for absent in ["bin/sh", "usr/bin/sh", "usr/bin/apt", "usr/bin/dpkg"] {
+        assert!(!files.iter().any(|f| f == absent), "{absent} in the image");
+    }
 }

@@ -36,14 +36,25 @@ const DRAIN_MS: u64 = 3000;
 /// A secret `serve` takes (32 bytes or more).
 const SECRET: &str = "boot-test-secret-0123456789abcdefghij";
 
-fn scratch(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "seatboard-{tag}-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+/// A scratch folder, removed on drop (a failed run leaves nothing behind).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!(
+            "seatboard-{tag}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&d).expect("scratch dir");
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// Builds the `.deb` from the test binary into `out`, at `version` if given.
@@ -177,15 +188,15 @@ fn the_deb_under_a_booted_systemd() {
     }
     let began = Instant::now();
     let root = container::root();
-    let pkg = scratch("boot-pkg");
-    let v1 = build_deb(&pkg, None);
+    let pkg = Scratch::new("boot-pkg");
+    let v1 = build_deb(&pkg.0, None);
     let newer = format!("{}+boot1", env!("CARGO_PKG_VERSION"));
-    let v2 = build_deb(&pkg, Some(&newer));
+    let v2 = build_deb(&pkg.0, Some(&newer));
     let redis = RedisServer::start();
     let hub_port = free_port();
     let relay_metrics = free_port();
     let booting = Instant::now();
-    let c = Container::boot(&root, &pkg);
+    let c = Container::boot(&root, &pkg.0);
     eprintln!("systemd_boot: booted in {:?}", booting.elapsed());
 
     c.sh(&format!("apt-get install -y -q /pkg/{v1} >/dev/null"));
@@ -229,7 +240,10 @@ fn the_deb_under_a_booted_systemd() {
     // Pinned, and on io_uring under the unit's sandbox (where the kernel allows it).
     assert_eq!(metric(hub_port, "seatboard_pin_failures_total"), 0.0);
     for shard in 0..2 {
-        let core = metric(hub_port, &format!("seatboard_shard_core{{shard=\"{shard}\"}}"));
+        let core = metric(
+            hub_port,
+            &format!("seatboard_shard_core{{shard=\"{shard}\"}}"),
+        );
         assert!(core >= 0.0, "shard {shard} not pinned");
     }
     let main_pid = c.prop(HUB, "MainPID");
@@ -239,16 +253,20 @@ fn the_deb_under_a_booted_systemd() {
     let pinned: Vec<&str> = affinity.lines().collect();
     assert_eq!(pinned.len(), 2, "{affinity}");
     assert!(
-        pinned
-            .iter()
-            .all(|l| l.split(':').nth(1).is_some_and(|c| c.trim().parse::<u32>().is_ok())),
+        pinned.iter().all(|l| l
+            .split(':')
+            .nth(1)
+            .is_some_and(|c| c.trim().parse::<u32>().is_ok())),
         "each shard thread on one core: {affinity}"
     );
     let uring_denied = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
         .is_ok_and(|v| v.trim() != "0");
     let driver = if uring_denied { "epoll" } else { "io_uring" };
     assert_eq!(
-        metric(hub_port, &format!("seatboard_driver_shards{{driver=\"{driver}\"}}")),
+        metric(
+            hub_port,
+            &format!("seatboard_driver_shards{{driver=\"{driver}\"}}")
+        ),
         2.0
     );
 
@@ -364,7 +382,10 @@ fn the_deb_under_a_booted_systemd() {
         assert_no_warning(&c, unit, &inv);
     }
     let env = c.sh("cat /etc/seatboard/seatboard.env");
-    assert!(env.contains(&format!("SEATBOARD_JWT_SECRET={SECRET}")), "{env}");
+    assert!(
+        env.contains(&format!("SEATBOARD_JWT_SECRET={SECRET}")),
+        "{env}"
+    );
     assert!(env.contains(&redis.uri()), "{env}");
     let ready = wait_for(Duration::from_secs(10), || {
         http_get(hub_port, "/readyz")
@@ -402,7 +423,10 @@ fn the_deb_under_a_booted_systemd() {
     assert!(told, "no reconnect hint before the close");
     assert_eq!(code, Some(1012));
     let l = lines(&c, HUB, &hub);
-    assert!(l.iter().all(|(p, _)| *p > 4), "the drain logged a warning: {l:#?}");
+    assert!(
+        l.iter().all(|(p, _)| *p > 4),
+        "the drain logged a warning: {l:#?}"
+    );
     eprintln!("systemd_boot: {HUB} stopped (drained) in {stop_took:?}");
 
     // The workers stop cleanly, with no warning.
@@ -428,6 +452,5 @@ fn the_deb_under_a_booted_systemd() {
     assert!(!c.run("test -e /etc/seatboard").status.success());
     assert!(!c.run("test -e /usr/bin/seatboard").status.success());
     drop(c);
-    let _ = std::fs::remove_dir_all(&pkg);
     eprintln!("systemd_boot: whole test {:?}", began.elapsed());
 }

@@ -172,7 +172,10 @@ fn init_under(pid: i32) -> Option<i32> {
         };
         for t in tasks.flatten() {
             let list = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            out.extend(list.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
         }
         out
     };
