@@ -104,15 +104,15 @@ fn missing_tool() -> Option<String> {
     None
 }
 
-/// The process's hard limit of `resource`, for a `--ulimit` the runtime may
-/// set without `CAP_SYS_RESOURCE`.
-fn hard_limit(resource: u32) -> u64 {
+/// This process's hard `nofile` limit: a `--ulimit` the runtime may set
+/// without `CAP_SYS_RESOURCE`.
+fn hard_nofile() -> u64 {
     let mut l = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit(2) writes one rlimit into the struct we own.
-    let r = unsafe { libc::getrlimit(resource as _, &mut l) };
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
     assert_eq!(r, 0, "getrlimit");
     l.rlim_max
 }
@@ -160,7 +160,7 @@ fn the_image_builds_runs_not_root_and_drains_on_sigterm() {
     // One run, on the host's network, under the runtime's default seccomp profile.
     let redis = RedisServer::start();
     let port = free_port();
-    let nofile = hard_limit(libc::RLIMIT_NOFILE as u32).min(1_048_576);
+    let nofile = hard_nofile().min(1_048_576);
     let id = store.podman_ok(&[
         "run",
         "--detach",

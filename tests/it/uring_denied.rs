@@ -19,8 +19,8 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-/// classic BPF opcodes (linux/filter.h).
-const BPF_LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
+/// classic BPF opcodes (linux/filter.h): BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20).
+const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JEQ_K: u16 = 0x05 | 0x10;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
@@ -33,7 +33,7 @@ fn insn(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 /// `cmd` runs under a seccomp filter that fails `io_uring_setup` with `errno`
 /// and allows every other call.
 fn deny_io_uring_setup(cmd: &mut Command, errno: i32) {
-    let filter = vec![
+    let filter = [
         // seccomp_data.arch
         insn(BPF_LD_W_ABS, 0, 0, 4),
         insn(BPF_JEQ_K, 1, 0, AUDIT_ARCH),
