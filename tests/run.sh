@@ -30,6 +30,8 @@ command -v php >/dev/null 2>&1 || need+=(php-cli)
 # /var/cache/seatboard-test) under its own systemd with systemd-nspawn.
 command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
 command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# On a host run by systemd, nspawn asks it for the container's scope over D-Bus.
+if [ -d /run/systemd/system ] && ! command -v dbus-daemon >/dev/null 2>&1; then need+=(dbus); fi
 # tests/it/image.rs builds the OCI image with buildah and runs it with podman
 # (crun on a unified cgroup hierarchy, runc on a hybrid one).
 command -v buildah >/dev/null 2>&1 || need+=(buildah)
