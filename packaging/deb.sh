@@ -18,7 +18,8 @@ case "$arch" in
 esac
 readelf -h "$binary" | grep -q "Machine:.*$elf" || { echo "deb.sh: $binary is not an $arch binary" >&2; exit 2; }
 
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+# DEB_VERSION overrides the version (a test's newer package to upgrade to).
+version=${DEB_VERSION:-$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)}
 # The newest glibc symbol version the binary needs is the libc6 it depends on.
 glibc=$(readelf --version-info -W "$binary" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -Vu | tail -1)
 

@@ -29,6 +29,17 @@ command -v php >/dev/null 2>&1 || need+=(php-cli)
 # tests/it/reconcile.rs starts its own PostgreSQL and MariaDB on free ports.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v mariadbd >/dev/null 2>&1 || need+=(mariadb-server)
+# tests/it/systemd_boot.rs boots a Debian root (tests/boot_root.sh, cached under
+# /var/cache/seatboard-test) under its own systemd with systemd-nspawn.
+command -v systemd-nspawn >/dev/null 2>&1 || need+=(systemd-container)
+command -v debootstrap >/dev/null 2>&1 || need+=(debootstrap)
+# On a host run by systemd, nspawn asks it for the container's scope over D-Bus.
+if [ -d /run/systemd/system ] && ! command -v dbus-daemon >/dev/null 2>&1; then need+=(dbus); fi
+# tests/it/image.rs builds the OCI image with buildah and runs it with podman
+# (crun on a unified cgroup hierarchy, runc on a hybrid one).
+command -v buildah >/dev/null 2>&1 || need+=(buildah)
+command -v podman >/dev/null 2>&1 || need+=(podman crun)
+command -v runc >/dev/null 2>&1 || need+=(runc)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   as_root apt-get update -qq

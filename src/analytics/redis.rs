@@ -274,7 +274,9 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
                 "Redis connection lost; reconnecting (the bucket in flight is lost)"
             );
             lp.down_since = Some(Instant::now());
-        } else if !up && lp.down_since.is_none() {
+        } else if !up && lp.down_since.is_none() && !source.connecting() {
+            // Only once a connection attempt failed: the first poll of a
+            // clean start runs while the first connection is on its way.
             tracing::warn!("Redis unavailable; retrying");
             lp.down_since = Some(Instant::now());
         }

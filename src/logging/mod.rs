@@ -1,17 +1,21 @@
 //! Process setup shared by every subcommand: logging to stderr and usage errors.
 //! Nothing here panics or blocks when stderr stops taking writes.
 
+mod journal;
 mod sink;
 
 pub use sink::{dropped, flush};
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Logs to stderr at `level` (an EnvFilter directive such as `info`), with
 /// terminal colour codes only when stderr is a terminal and `NO_COLOR` is unset
-/// (a file or journald gets plain text). Lines go through the writer thread
-/// of [`sink`]: a stalled or closed stderr drops lines, it never stops a thread.
+/// (a file or journald gets plain text). Under systemd with stderr the
+/// journal, each line starts with its syslog priority (`<4>` a warning), which
+/// journald files it under. Lines go through the writer thread of [`sink`]: a
+/// stalled or closed stderr drops lines, it never stops a thread.
 pub fn init(level: &str) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
     sink::start();
@@ -22,9 +26,18 @@ pub fn init(level: &str) -> Result<(), String> {
             std::io::stderr().is_terminal(),
             std::env::var_os("NO_COLOR"),
         ))
-        .with_target(false)
+        .event_format(journal::Prefixed {
+            journal: to_journal(),
+            inner: tracing_subscriber::fmt::format().with_target(false),
+        })
         .try_init()
         .map_err(|e| e.to_string())
+}
+
+/// Whether stderr is the journal's stream, looked at once per process.
+fn to_journal() -> bool {
+    static JOURNAL: OnceLock<bool> = OnceLock::new();
+    *JOURNAL.get_or_init(journal::stderr_is_journal)
 }
 
 /// Whether log lines carry colour codes: on a terminal, and never while
@@ -40,10 +53,16 @@ pub fn usage<M: std::fmt::Display + ?Sized>(msg: &M) -> ExitCode {
 }
 
 /// Writes one line to stderr after the log lines queued before it, dropping
-/// it (counted) if stderr refuses it: `eprintln!` would panic instead.
+/// it (counted) if stderr refuses it: `eprintln!` would panic instead. Into
+/// the journal, an `error:` line is filed as an error, `warning:` a warning.
 pub fn line(msg: &str) {
     flush(Duration::from_millis(200));
-    sink::write_now(format!("{msg}\n").as_bytes());
+    let prefix = if to_journal() {
+        journal::line_prefix(msg)
+    } else {
+        ""
+    };
+    sink::write_now(format!("{prefix}{msg}\n").as_bytes());
 }
 
 #[cfg(test)]

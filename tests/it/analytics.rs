@@ -440,3 +440,49 @@ fn history_with_jwt_needs_an_admin_token() {
         assert!(v["entries"].is_array(), "{v}");
     }
 }
+
+#[test]
+fn a_clean_start_logs_one_subscribed_line_and_no_warning() {
+    use std::io::{BufRead, BufReader};
+    let redis = RedisServer::start();
+    let mut child = Command::new(bin())
+        .args(["analytics", "--redis", &redis.uri(), "--session", "clean"])
+        .args(["--log-level", "info"])
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn seatboard analytics");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = child.stderr.take().expect("stderr");
+    std::thread::spawn(move || {
+        for line in BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let worker = Worker(child);
+    let mut log = Vec::new();
+    let subscribed = wait_for(Duration::from_secs(10), || {
+        log.extend(rx.try_iter());
+        log.iter()
+            .any(|l| l.contains("analytics worker subscribed"))
+            .then_some(())
+    });
+    assert!(subscribed.is_some(), "no subscribed line: {log:#?}");
+    // Working: a pattern subscription is held.
+    wait_subscribed(&redis, 1);
+    drop(worker);
+    log.extend(rx.iter());
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.contains("analytics worker subscribed"))
+            .count(),
+        1,
+        "{log:#?}"
+    );
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("WARN") || l.contains("ERROR")),
+        "a clean start warned: {log:#?}"
+    );
+}

@@ -13,14 +13,15 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 /// A hub started from `cmd` (its stderr piped), with the log lines it writes.
-struct Logged {
+pub(crate) struct Logged {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     lines: mpsc::Receiver<String>,
 }
 
 impl Logged {
-    fn start(mut cmd: Command, extra: &[&str]) -> Logged {
+    /// Starts `cmd` with `extra` and `--shards 2`, up once both shards report a driver.
+    pub(crate) fn start(mut cmd: Command, extra: &[&str]) -> Logged {
         let port = free_port();
         // Its own process group, so a wrapper (strace) and the server under it
         // go together at the end.
@@ -60,11 +61,12 @@ impl Logged {
     }
 
     /// The log lines so far.
-    fn log(&mut self) -> Vec<String> {
+    pub(crate) fn log(&mut self) -> Vec<String> {
         self.lines.try_iter().collect()
     }
 
-    fn metric(&self, name: &str) -> f64 {
+    /// One sample of `/metrics`, which must be exported.
+    pub(crate) fn metric(&self, name: &str) -> f64 {
         let text = http_get(self.port, "/metrics").expect("metrics").body;
         assert!(
             text.lines().any(|l| l.starts_with(&format!("{name} "))),
