@@ -63,3 +63,4 @@ mod tokio_shell;
 mod version;
 mod version_range;
 mod write_path;
+mod ws_courses;
