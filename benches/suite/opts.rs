@@ -121,7 +121,7 @@ impl Default for Opts {
 
 /// The usage line printed with no scenario or a bad flag.
 pub const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|first_board|storm|fanout|floor|ingest|publish_cost|handshake|compare|fleet|soak|reconnect|relay> \
+    "usage: cargo bench --bench suite -- <idle|first_board|connect_cost|storm|fanout|floor|ingest|publish_cost|handshake|compare|fleet|soak|reconnect|relay> \
 [--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \

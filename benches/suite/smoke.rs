@@ -51,6 +51,13 @@ fn plan() -> Vec<(&'static str, Opts)> {
             },
         ),
         (
+            "connect_cost",
+            Opts {
+                clients: 100,
+                ..base.clone()
+            },
+        ),
+        (
             "first_board",
             Opts {
                 clients: 100,
