@@ -84,6 +84,6 @@ cargo test --workspace --all-targets "$@"
 # (`--driver tokio`, feature `tokio-shell`). `SEATBOARD_DRIVER` is the
 # `--driver` of every node a test starts without one of its own.
 shell_tests=(front_door:: close_codes:: conformance:: security:: slow_consumer:: write_path::
-  page_delivery:: drain:: compression:: demo_board:: storm:: sse::)
+  page_delivery:: drain:: compression:: demo_board:: storm:: sse:: ws_courses::)
 SEATBOARD_DRIVER=epoll cargo test --test it -- "${shell_tests[@]}"
 SEATBOARD_DRIVER=tokio cargo test --features tokio-shell --test it -- "${shell_tests[@]}" tokio_shell::

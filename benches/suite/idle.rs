@@ -184,6 +184,11 @@ fn connect_floor_rows(out: &mut Outcome, o: &Opts, courses: &[String], ours_us: 
         max_secs: o.seconds as u64 + 600,
     };
     let mut child = floor_server::spawn("__connect_floor", &cfg);
+    // The floor answers a watch message: its clients send one.
+    let o = &Opts {
+        upgrade_courses: false,
+        ..o.clone()
+    };
     let pid = child.id();
     progress(o, "[idle] the connect floor".into());
     let (u0, w0) = (procs::usage(pid), procs::wakeups(pid));

@@ -1,6 +1,6 @@
 //! seatboard's benchmark suite (`cargo bench --bench suite -- <scenario> [flags]`).
 //!
-//! Scenarios: `idle`, `storm`, `fanout`, `floor`, `ingest`, `publish_cost`, `handshake`, `compare`,
+//! Scenarios: `idle`, `first_board`, `connect_cost`, `storm`, `fanout`, `floor`, `ingest`, `publish_cost`, `handshake`, `compare`,
 //! `fleet`, `reconnect`, `relay`, `reconcile`.
 //! Each prints a table and writes `target/bench/<scenario>.json`. Run without
 //! `--bench` in its arguments (as `cargo test --all-targets` does) it runs a
@@ -14,7 +14,9 @@
 
 mod children;
 mod compare;
+mod connect_cost;
 mod fanout;
+mod first_board;
 mod fleet;
 mod floor;
 mod floor_server;
@@ -48,6 +50,8 @@ use testkit::{cluster_util, jwt_util, lb, publish};
 fn run(scenario: &str, o: &Opts) -> Result<Outcome, String> {
     Ok(match scenario {
         "idle" => idle::run(o),
+        "first_board" => first_board::run(o),
+        "connect_cost" => connect_cost::run(o),
         "storm" | "fanout" if o.transport == "both" => transports::run(scenario, o),
         "storm" => storm::run(o),
         "fanout" => fanout::run(o),

@@ -22,6 +22,10 @@ pub struct Opts {
     pub snapshots: usize,
     pub quiet: bool,
     pub no_watch: bool,
+    /// Viewers name their courses in the upgrade (`/ws?course=C`) instead of a `watch` message.
+    pub upgrade_courses: bool,
+    /// `first_board`: the client round trip (ms) of its second half, through a delay proxy.
+    pub client_rtt_ms: f64,
     /// Storm: extra clients that never read.
     pub stuck: usize,
     /// Storm: a three-primary Redis Cluster with sharded pub/sub instead of one Redis.
@@ -88,6 +92,8 @@ impl Default for Opts {
             snapshots: 500_000,
             quiet: false,
             no_watch: false,
+            upgrade_courses: false,
+            client_rtt_ms: 50.0,
             stuck: 0,
             cluster: false,
             nodes: 3,
@@ -115,11 +121,13 @@ impl Default for Opts {
 
 /// The usage line printed with no scenario or a bad flag.
 pub const USAGE: &str =
-    "usage: cargo bench --bench suite -- <idle|storm|fanout|floor|ingest|publish_cost|handshake|compare|fleet|soak|reconnect|relay|reconcile> \
+    "usage: cargo bench --bench suite -- <idle|first_board|connect_cost|storm|fanout|floor|ingest|publish_cost|handshake|compare|fleet|soak|reconnect|relay|reconcile> \
 [--clients C] [--seconds D] [--rate R (storm: snapshots/s; fanout: updates/s, default one per tick)] \
 [--compression on|off] [--frame-bytes B (floor)] [--courses N] [--sections S] [--skew Z] [--procs P] \
 [--driver uring|epoll|auto|tokio] [--shards N] [--tick-ms T] [--connect-rate R] [--inflight K] \
 [--inner fanout|storm] [--snapshots N] [--no-watch (idle: connect only)] \
+[--upgrade-courses (idle, reconnect: courses named in the upgrade, no watch message)] \
+[--client-rtt-ms N (first_board: the client round trip of its second half, default 50)] \
 [--no-floor (storm, fanout, idle: skip the floor run)] \
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
@@ -172,6 +180,8 @@ pub fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--inner" => o.inner = val()?,
             "--snapshots" => o.snapshots = num(val()?)? as usize,
             "--no-watch" => o.no_watch = true,
+            "--upgrade-courses" => o.upgrade_courses = true,
+            "--client-rtt-ms" => o.client_rtt_ms = num(val()?)?,
             "--no-floor" => o.no_floor = true,
             "--alg" => o.alg = Some(val()?),
             "--transport" => {

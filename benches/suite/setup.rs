@@ -68,6 +68,7 @@ pub fn fleet(
             max_secs: max_secs.ceil() as u64,
             sources: 8,
             watch: !o.no_watch,
+            upgrade_courses: o.upgrade_courses,
             deflate: o.compression == "on",
             sse: o.transport == "sse",
             ..loadgen::Config::default()

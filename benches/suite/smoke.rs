@@ -43,6 +43,28 @@ fn plan() -> Vec<(&'static str, Opts)> {
         ),
         ("idle", base.clone()),
         (
+            "idle",
+            Opts {
+                upgrade_courses: true,
+                no_floor: true,
+                ..base.clone()
+            },
+        ),
+        (
+            "connect_cost",
+            Opts {
+                clients: 100,
+                ..base.clone()
+            },
+        ),
+        (
+            "first_board",
+            Opts {
+                clients: 100,
+                ..base.clone()
+            },
+        ),
+        (
             "storm",
             Opts {
                 clients: 300,

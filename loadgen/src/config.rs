@@ -65,6 +65,10 @@ pub struct Config {
     /// Send a `watch` after the upgrade (false: connect and stay silent).
     #[serde(default = "yes")]
     pub watch: bool,
+    /// Name the courses in the WebSocket upgrade (`/ws?course=C`, as the
+    /// board page does) instead of sending `watch` messages after it.
+    #[serde(default)]
+    pub upgrade_courses: bool,
     /// Offer permessage-deflate (as browsers do) and inflate compressed
     /// messages, each with a fresh raw inflater (no context takeover).
     #[serde(default)]
@@ -123,6 +127,7 @@ impl Default for Config {
             max_secs: 60,
             sources: 0,
             watch: true,
+            upgrade_courses: false,
             deflate: false,
             tokens_file: None,
             sse: false,

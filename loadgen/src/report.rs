@@ -32,6 +32,8 @@ pub struct Report {
     pub latency: Hist,
     /// Connect to upgrade (or SSE head), µs.
     pub connect: Hist,
+    /// Connect to each connection's first full frame, µs.
+    pub first_board: Hist,
     /// The open viewers' boards, by course and digest.
     pub digests: Vec<Boards>,
     /// Refusals by status: (status, count).

@@ -225,10 +225,28 @@ impl RequestHead {
 
     /// The first query parameter `name`, percent-decoded.
     pub fn query_param(&self, name: &str) -> Option<String> {
-        self.query.split('&').find_map(|pair| {
+        self.query_params(name).next()
+    }
+
+    /// Every query parameter `name`, percent-decoded, in order.
+    pub fn query_params<'a>(&'a self, name: &'a str) -> impl Iterator<Item = String> + 'a {
+        self.query.split('&').filter_map(move |pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             (k == name).then(|| percent_decode(v))
         })
+    }
+
+    /// The courses named in the query (`?course=C&course=D…`, as `/sse` and
+    /// `/ws` take them), percent-decoded, each once, in order; unchecked (the
+    /// caller refuses a malformed code or too many its own way).
+    pub fn query_courses(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for c in self.query_params("course") {
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+        out
     }
 
     /// The cookie `name`'s value.
@@ -367,6 +385,17 @@ mod tests {
         assert_eq!(two.origin_lines, 2);
         let same = head("Origin: http://a.example\r\nOrigin: http://a.example\r\n");
         assert!(same.repeated_origin(), "even the same origin twice");
+    }
+
+    #[test]
+    fn query_courses_are_decoded_once_each_in_order_unchecked() {
+        let raw = b"GET /ws?token=t&course=CS101&course=MATH%2D1&coursex=Y&course=CS101&course=a+b HTTP/1.1\r\nHost: x\r\n\r\n";
+        let Ok(Some((h, _))) = parse(raw) else {
+            panic!("a valid head")
+        };
+        assert_eq!(h.query_courses(), ["CS101", "MATH-1", "a b"]);
+        assert_eq!(h.query_param("token").as_deref(), Some("t"));
+        assert!(head("").query_courses().is_empty());
     }
 
     #[test]

@@ -86,7 +86,11 @@ export interface SeatClient extends EventTarget {
   readonly hello: HelloDetail | null;
   /** When the next connection attempt is due (ms since the epoch), while reconnecting. */
   readonly retryAt: number | null;
-  /** Starts receiving a course; counted: each watch() is undone by one unwatch(). */
+  /**
+   * Starts receiving a course; counted: each watch() is undone by one unwatch().
+   * Courses watched before the connection opens (and on every reconnect) are
+   * named in its request, so their boards arrive with the server's hello.
+   */
   watch(course: string): void;
   /** Undoes one watch(); the course is unwatched when no watch() is left. */
   unwatch(course: string): void;

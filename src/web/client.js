@@ -235,13 +235,15 @@ export class SeatClient extends EventTarget {
       close: () => { if (gen === this._gen) this._closed(sse); },
     };
     try {
-      if (sse) {
-        for (const c of this._wanted.keys()) params.push(["course", c]);
-        this._conn = sseTransport(this._env, endpoint(this.url, "/sse", params, false), on);
-        for (const c of this._wanted.keys()) this._onWire.add(c);
-      } else {
-        this._conn = wsTransport(this._env, endpoint(this.url, "/ws", params, true), on);
-      }
+      // The courses ride in the request (a WebSocket's first 32: its first
+      // boards come with the hello, no watch message and no round trip).
+      const named = [...this._wanted.keys()];
+      if (!sse) named.length = Math.min(named.length, MAX_COURSES);
+      for (const c of named) params.push(["course", c]);
+      this._conn = sse
+        ? sseTransport(this._env, endpoint(this.url, "/sse", params, false), on)
+        : wsTransport(this._env, endpoint(this.url, "/ws", params, true), on);
+      for (const c of named) this._onWire.add(c);
     } catch (_) {
       this._conn = null;
       this._closed(sse);

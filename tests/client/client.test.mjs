@@ -130,6 +130,37 @@ test('courses watched before a break are watched again, each once', async () => 
   assert.equal(env.sockets[1].sent.filter((m) => m.op === 'unwatch').length, 0);
 });
 
+test('a WebSocket names its courses in the upgrade (at most 32); later ones go as watch messages', async () => {
+  const env = fakeEnv({ random: () => 0.5 });
+  const c = client(env);
+  const codes = Array.from({ length: 34 }, (_, i) => `C${i}`);
+  for (const code of codes) c.watch(code);
+  await env.advance(0);
+  const ws = env.sockets[0];
+  assert.equal(new URL(ws.url).pathname, '/ws');
+  assert.deepEqual(ws.named(), codes.slice(0, 32));
+  ws.open();
+  await env.advance(0);
+  assert.deepEqual(ws.sent, [], 'the named courses need no watch message');
+  // The server's first boards come with the hello: they are taken as watch answers.
+  const frames = record(c, 'frame');
+  ws.message(frame('C0', [sec(1, 10, 4, 1)], true));
+  assert.equal(frames.length, 1);
+  assert.equal(c.state('C0').get(1).seats_taken, 4);
+  c.unwatch('C1');
+  c.watch('CS101');
+  await env.advance(0);
+  assert.deepEqual(ws.sent, [{ op: 'unwatch', course: 'C1' }, { op: 'watch', course: 'C32' }],
+    'room made by an unwatch goes to the next wanted course, by message');
+  await env.advance(0);
+  assert.ok(!ws.sent.some((m) => m.course === 'CS101'), 'still 32 on the wire');
+  // After a break the next upgrade names what is wanted now.
+  ws.serverClose(1006);
+  await env.advance(500);
+  assert.equal(env.sockets.length, 2);
+  assert.deepEqual(env.sockets[1].named(), [...codes.slice(0, 1), ...codes.slice(2), 'CS101'].slice(0, 32));
+});
+
 test('a token function is called on every attempt, and a failing one is retried', async () => {
   const env = fakeEnv({ random: () => 0.5 });
   let calls = 0;
@@ -288,14 +319,15 @@ test('elements share the connection: the course leaves the wire with the last el
   assert.equal(env.sockets.length, 1, 'one WebSocket for all elements');
   env.sockets[0].open();
   await env.advance(0);
-  assert.deepEqual(env.sockets[0].watched(), ['CS101', 'MATH101']);
+  assert.deepEqual(env.sockets[0].named(), ['CS101', 'MATH101'], 'named once each in the upgrade');
+  assert.deepEqual(env.sockets[0].sent, [], 'no watch message');
   const drop = (cell) => { for (const course of cell.courses) cell.client.unwatch(course); };
   drop(cells[2]);
   await env.advance(0);
   assert.deepEqual(env.sockets[0].sent.at(-1), { op: 'unwatch', course: 'MATH101' });
   drop(cells[0]);
   await env.advance(0);
-  assert.equal(env.sockets[0].sent.length, 3, 'CS101 is still needed');
+  assert.equal(env.sockets[0].sent.length, 1, 'CS101 is still needed');
   drop(cells[1]);
   await env.advance(0);
   assert.deepEqual(env.sockets[0].sent.at(-1), { op: 'unwatch', course: 'CS101' });

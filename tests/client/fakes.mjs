@@ -49,7 +49,9 @@ export function fakeEnv({ random = Math.random } = {}) {
     }
     message(obj) { if (this.onmessage) this.onmessage({ data: JSON.stringify(obj) }); }
     serverClose(code = 1006) { this.readyState = 3; if (this.onclose) this.onclose({ code }); }
-    watched() { return this.sent.filter((m) => m.op === 'watch').map((m) => m.course); }
+    // Courses named in the upgrade, then those sent in watch messages.
+    watched() { return [...this.named(), ...this.sent.filter((m) => m.op === 'watch').map((m) => m.course)]; }
+    named() { return new URL(this.url).searchParams.getAll('course'); }
   }
 
   class FakeEventSource extends EventTarget {

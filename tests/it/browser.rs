@@ -567,3 +567,13 @@ fn board_draws_any_seat_info_as_text() {
     let sb = Seatboard::start(&["serve", "--auth", "none", "--redis", &uri]);
     run_script("seat_info.mjs", sb.port, "seat_info.png");
 }
+
+/// The board page names its courses in the upgrade: its first boards arrive
+/// with the `hello` and no `watch` message is sent, on the first connection
+/// and after a break; a course added later goes as a `watch` message
+/// (tests/browser/first_board.mjs).
+#[test]
+fn board_page_gets_its_first_boards_without_a_watch_message() {
+    let sb = Seatboard::start(&["demo", "--shards", "2"]);
+    run_script("first_board.mjs", sb.port, "first_board.png");
+}

@@ -69,3 +69,4 @@ mod uring_denied;
 mod version;
 mod version_range;
 mod write_path;
+mod ws_courses;

@@ -76,6 +76,7 @@ impl Gen {
             user,
             started_at: Instant::now(),
             opened_at: None,
+            had_board: false,
             hint_at: None,
         });
     }
@@ -162,6 +163,13 @@ impl Gen {
         conn.phase = Phase::Handshake;
         let courses = std::mem::take(&mut conn.courses);
         let req = self.upgrade_request(user, &courses);
+        if self.cfg.watch && self.cfg.upgrade_courses && !self.cfg.sse {
+            // The watches ride in the request.
+            let now = now_us();
+            for &c in &courses {
+                self.seeding.watched(c, now);
+            }
+        }
         if let Some(conn) = self.conns[idx].as_mut() {
             conn.courses = courses;
             conn.wbuf.extend_from_slice(req.as_bytes());
@@ -206,10 +214,21 @@ impl Gen {
         } else {
             ""
         };
-        let q = if query_user.is_empty() {
+        let mut q: Vec<String> = Vec::new();
+        if self.cfg.watch && self.cfg.upgrade_courses {
+            q.extend(
+                courses
+                    .iter()
+                    .map(|&c| format!("course={}", self.cfg.courses[c as usize])),
+            );
+        }
+        if !query_user.is_empty() {
+            q.push(query_user);
+        }
+        let q = if q.is_empty() {
             String::new()
         } else {
-            format!("?{query_user}")
+            format!("?{}", q.join("&"))
         };
         format!(
             "GET {base}/ws{q} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}{offer}\r\n"
@@ -280,4 +299,43 @@ fn connect_from(
         Err(e) => return Err(e),
     }
     Ok(s.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn gen(upgrade_courses: bool, watch: bool) -> Gen {
+        let cfg = Config {
+            port: 8080,
+            auth_none: true,
+            courses: vec!["CS101".into(), "MATH101".into()],
+            watch,
+            upgrade_courses,
+            ..Config::default()
+        };
+        Gen::new(cfg).expect("a loop")
+    }
+
+    fn target(req: &str) -> &str {
+        req.split(' ').nth(1).unwrap_or("")
+    }
+
+    #[test]
+    fn courses_ride_in_the_upgrade_only_when_asked() {
+        let g = gen(true, true);
+        assert_eq!(
+            target(&g.upgrade_request(7, &[0, 1])),
+            "/ws?course=CS101&course=MATH101&user=lg0-7"
+        );
+        assert_eq!(
+            target(&gen(false, true).upgrade_request(7, &[0])),
+            "/ws?user=lg0-7"
+        );
+        assert_eq!(
+            target(&gen(true, false).upgrade_request(7, &[0])),
+            "/ws?user=lg0-7"
+        );
+    }
 }

@@ -99,6 +99,11 @@ impl Gen {
         if msg.full {
             self.c.full_frames += 1;
             board.clear();
+            if !conn.had_board {
+                conn.had_board = true;
+                self.first_board
+                    .record(conn.started_at.elapsed().as_micros() as u64);
+            }
         }
         let survivor = self
             .viewers

@@ -39,6 +39,8 @@ pub(crate) struct Conn {
     started_at: Instant,
     /// When the upgrade succeeded.
     opened_at: Option<Instant>,
+    /// Its first full frame came (timed into `Gen::first_board` once).
+    had_board: bool,
     /// A `reconnect` hint: come back at this moment.
     hint_at: Option<Instant>,
     /// Per watched course, the merged state: (section, version,
@@ -58,6 +60,8 @@ pub(crate) struct Gen {
     lat_iv: Hist,
     /// Connect to upgrade (or SSE head), µs.
     connect: Hist,
+    /// Connect to the connection's first full frame, µs.
+    first_board: Hist,
     rng: fastrand::Rng,
     cdf: Vec<f64>,
     /// Clients still to open (retries included) and when each may start.
@@ -116,6 +120,7 @@ impl Gen {
             lat: Hist::default(),
             lat_iv: Hist::default(),
             connect: Hist::default(),
+            first_board: Hist::default(),
             rng,
             cdf,
             pending: Vec::new(),

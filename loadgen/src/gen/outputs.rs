@@ -46,6 +46,7 @@ impl Gen {
             counters: self.c.clone(),
             latency: self.lat.clone(),
             connect: self.connect.clone(),
+            first_board: self.first_board.clone(),
             digests: count_boards(boards),
             refusals: self.refusals.iter().map(|(&s, &n)| (s, n)).collect(),
             first_refusal_ms: self.first_refusal_ms,

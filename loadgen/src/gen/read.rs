@@ -166,7 +166,7 @@ impl Gen {
         };
         conn.phase = Phase::Open;
         conn.opened_at = Some(Instant::now());
-        if self.cfg.watch && !self.cfg.sse {
+        if self.cfg.watch && !self.cfg.sse && !self.cfg.upgrade_courses {
             let now = now_us();
             for &c in &conn.courses {
                 self.seeding.watched(c, now);

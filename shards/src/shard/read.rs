@@ -91,14 +91,20 @@ impl Shard {
             ClientOp::Roster(_) => Err(OpError::Forbidden),
         });
         if let Err(e) = result {
-            self.stats.client_errors += 1;
-            // Bounded: a client that sends mistakes but never reads is a slow consumer.
-            let reply = server_msg::error(e);
-            if self.fits(id, reply.len()) {
-                self.send_always(id, reply);
-            } else if let Some(c) = self.conn_mut(id) {
-                c.queue.refused(now_ms);
-            }
+            self.refuse_op(id, e, now_ms);
+        }
+    }
+
+    /// Answers a refused client op (or a refused course of the upgrade) with
+    /// its `error` message; the connection stays open.
+    pub(super) fn refuse_op(&mut self, id: ConnId, e: OpError, now_ms: u64) {
+        self.stats.client_errors += 1;
+        // Bounded: a client that sends mistakes but never reads is a slow consumer.
+        let reply = server_msg::error(e);
+        if self.fits(id, reply.len()) {
+            self.send_always(id, reply);
+        } else if let Some(c) = self.conn_mut(id) {
+            c.queue.refused(now_ms);
         }
     }
 

@@ -6,10 +6,28 @@ use crate::client_op::OpError;
 use crate::conn::{ConnId, Transport};
 use crate::course::{Course, Viewer};
 use crate::server_msg;
+use crate::snapshot::valid_course;
 use std::cmp::Reverse;
 use std::sync::Arc;
 
 impl Shard {
+    /// The courses a WebSocket named in its upgrade (`/ws?course=C&course=D`,
+    /// section 5), each taken as a `watch` message arriving right after the
+    /// `hello`: its watch answer, or the `error` a `watch` of it would get
+    /// (a malformed code, one past the cap). Call right after [`Shard::connect`].
+    pub fn watch_named(&mut self, id: ConnId, courses: &[String], now_ms: u64) {
+        for course in courses {
+            let result = if valid_course(course) {
+                self.watch(id, course, now_ms)
+            } else {
+                Err(OpError::BadCourse)
+            };
+            if let Err(e) = result {
+                self.refuse_op(id, e, now_ms);
+            }
+        }
+    }
+
     /// Adds `id` to a course's viewers (creating the course here, which
     /// declares interest) and answers it once the course is seeded.
     pub(super) fn watch(&mut self, id: ConnId, course: &str, now_ms: u64) -> Result<(), OpError> {

@@ -11,4 +11,5 @@ mod presence;
 mod requests;
 mod rig;
 mod send_queue;
+mod upgrade_courses;
 mod watch;

@@ -19,7 +19,7 @@ const READ_MAX: usize = 4096;
 
 /// Registers the connection with the shard, sends the `101` (or the SSE
 /// response head) together with what the shard queued for it (the `hello`,
-/// an SSE stream's boards) in one send, and hands it to a reader task of its
+/// the boards of the courses the request named) in one send, and hands it to a reader task of its
 /// own, so nothing of the handshake stays alive for the connection's life but
 /// its slot (in its [`ConnIo`]). Frames are written by the shard's flush
 /// step, or by a writer task only while the socket is full.
@@ -31,7 +31,7 @@ pub async fn start<R: Runtime, H: Shell>(
     rest: Vec<u8>,
 ) {
     let socket = Rc::new(ConnSocket::<R>(stream));
-    let sse = upgrade.sse.is_some();
+    let sse = upgrade.sse;
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
     ctx.sends().borrow().write_first(&ctx, &io, id, response);
     // An SSE stream's request is all it sends: what follows is ignored.
@@ -55,21 +55,22 @@ fn register<R: Runtime, H: Shell>(
     socket: Rc<ConnSocket<R>>,
 ) -> (ConnId, Rc<ConnIo>) {
     let user = Arc::clone(upgrade.slot.user());
-    let id = match &upgrade.sse {
-        Some(courses) => {
-            ctx.core()
-                .borrow_mut()
-                .connect_sse(user, upgrade.role, courses, clock::now_ms())
-        }
-        None => ctx.core().borrow_mut().connect(
-            user,
-            upgrade.role,
-            WsOptions {
-                admin_feed: upgrade.admin_feed,
-                deflate: upgrade.deflate,
-            },
-            clock::now_ms(),
-        ),
+    let now_ms = clock::now_ms();
+    let id = if upgrade.sse {
+        ctx.core()
+            .borrow_mut()
+            .connect_sse(user, upgrade.role, &upgrade.courses, now_ms)
+    } else {
+        let mut core = ctx.core().borrow_mut();
+        let ws = WsOptions {
+            admin_feed: upgrade.admin_feed,
+            deflate: upgrade.deflate,
+        };
+        let id = core.connect(user, upgrade.role, ws, now_ms);
+        // The courses of `/ws?course=`: watched before the `101` is written,
+        // so their answers go out with it when the course is held here.
+        core.watch_named(id, &upgrade.courses, now_ms);
+        id
     };
     let fd = R::fd(&socket.0);
     let io = Rc::new(ConnIo::upgrading(fd, socket, upgrade.slot));

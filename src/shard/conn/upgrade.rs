@@ -45,7 +45,10 @@ pub struct Upgrade {
     pub admin_feed: bool,
     /// Negotiated permessage-deflate (section 4a).
     pub deflate: bool,
-    /// A Server-Sent Events stream watching these courses (section 4c), not
-    /// a WebSocket.
-    pub sse: Option<Vec<String>>,
+    /// A Server-Sent Events stream (section 4c), not a WebSocket.
+    pub sse: bool,
+    /// The courses named in the request (`?course=`): an SSE stream's (checked),
+    /// or those a WebSocket watches from its start (section 5; the core refuses
+    /// a bad one as it would a `watch`).
+    pub courses: Vec<String>,
 }

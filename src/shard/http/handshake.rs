@@ -64,7 +64,8 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
             role,
             admin_feed,
             deflate,
-            sse: None,
+            sse: false,
+            courses: head.query_courses(),
         },
         response,
     })

@@ -7,28 +7,16 @@ use super::response::Response;
 use crate::metrics::Refusal;
 use crate::shard::conn::Upgrade;
 use crate::shard::ctx::ShardCtx;
-use shards::http_head::{percent_decode, RequestHead};
+use shards::http_head::RequestHead;
 use shards::shard::MAX_COURSES_PER_CONN;
 use shards::snapshot::valid_course;
 
 /// The courses of `?course=C&course=D…` (duplicates once), or `None` when one
 /// is malformed, none is given, or more than [`MAX_COURSES_PER_CONN`] are.
 fn courses(head: &RequestHead) -> Option<Vec<String>> {
-    let mut out: Vec<String> = Vec::new();
-    for pair in head.query.split('&') {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        if k != "course" {
-            continue;
-        }
-        let c = percent_decode(v);
-        if !valid_course(&c) {
-            return None;
-        }
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    (!out.is_empty() && out.len() <= MAX_COURSES_PER_CONN).then_some(out)
+    let out = head.query_courses();
+    let valid = out.iter().all(|c| valid_course(c));
+    (valid && !out.is_empty() && out.len() <= MAX_COURSES_PER_CONN).then_some(out)
 }
 
 /// The CORS headers for a request whose `Origin` passed the origin rule: a
@@ -75,7 +63,8 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead) -> Result<Accepted, Response> {
             role,
             admin_feed: false,
             deflate: false,
-            sse: Some(courses),
+            sse: true,
+            courses,
         },
         response: response.into_bytes(),
     })

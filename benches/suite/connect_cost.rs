@@ -1,0 +1,222 @@
+//! `connect_cost`: the connect phase's server CPU per connection, taken
+//! apart and set against two references in one run, alternated (forward,
+//! then backward): seatboard answering the upgrade only (no watch), the
+//! upgrade then a `watch` message, the upgrade naming the course
+//! (`/ws?course=C`); the connect floor (`floor_server.rs`); and
+//! uWebSockets.js upgrading and subscribing the socket to its course's topic
+//! (`benches/uws/server.cjs`, on two worker threads). The same load
+//! generator, clients and pace drive every one.
+
+use crate::children::Fleet;
+use crate::floor_server;
+use crate::measure::progress;
+use crate::procs;
+use crate::reconnect::wait_answered;
+use crate::redis_rig::RedisRig;
+use crate::server::serve;
+use crate::setup::{course_names, fleet, server_flags};
+use crate::{Opts, Outcome};
+use serde_json::json;
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One way of connecting: its name, what serves it, and what its clients do.
+#[derive(Clone, Copy)]
+struct Way {
+    name: &'static str,
+    target: Target,
+    /// The clients send a `watch` or name their course (else connect only).
+    watch: bool,
+    /// The course rides in the upgrade.
+    named: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Seatboard,
+    Floor,
+    Uws,
+}
+
+const WAYS: [Way; 5] = [
+    Way {
+        name: "upgrade_only",
+        target: Target::Seatboard,
+        watch: false,
+        named: false,
+    },
+    Way {
+        name: "upgrade_then_watch",
+        target: Target::Seatboard,
+        watch: true,
+        named: false,
+    },
+    Way {
+        name: "upgrade_naming_course",
+        target: Target::Seatboard,
+        watch: true,
+        named: true,
+    },
+    Way {
+        name: "connect_floor",
+        target: Target::Floor,
+        watch: true,
+        named: false,
+    },
+    Way {
+        name: "uws_upgrade_subscribe",
+        target: Target::Uws,
+        watch: true,
+        named: true,
+    },
+];
+
+/// The uWebSockets.js reference server (a child `node` process).
+struct Uws {
+    child: Child,
+    port: u16,
+}
+
+impl Uws {
+    /// Installs the package (npm ci) when missing and starts the server;
+    /// panics, naming why, when it does not load or listen.
+    fn start() -> Uws {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/uws");
+        if !dir
+            .join("node_modules/@trufflesuite/uws-js-unofficial")
+            .exists()
+        {
+            let st = Command::new("npm")
+                .args(["ci", "--no-audit", "--no-fund"])
+                .current_dir(&dir)
+                .status()
+                .expect("npm must be installed for connect_cost");
+            assert!(st.success(), "npm ci in benches/uws failed");
+        }
+        let port = testkit::proc::free_port();
+        let mut child = Command::new("node")
+            .arg(dir.join("server.cjs"))
+            .arg(port.to_string())
+            .arg("2")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("node must be installed for connect_cost");
+        let mut line = String::new();
+        if let Some(so) = child.stdout.take() {
+            let _ = std::io::BufReader::new(so).read_line(&mut line);
+        }
+        assert_eq!(
+            line.trim(),
+            "listening",
+            "uWebSockets.js did not start (see its stderr above)"
+        );
+        Uws { child, port }
+    }
+}
+
+impl Drop for Uws {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `pid`'s CPU time stops growing (its last connections torn
+/// down), at most 5 s.
+fn settle(pid: u32) {
+    let end = Instant::now() + Duration::from_secs(5);
+    let mut last = procs::usage(pid).cpu_us;
+    while Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = procs::usage(pid).cpu_us;
+        if now == last {
+            return;
+        }
+        last = now;
+    }
+}
+
+/// Runs `connect_cost`.
+pub fn run(o: &Opts) -> Outcome {
+    let mut out = Outcome::new("connect_cost");
+    let courses = course_names(o.courses);
+    let redis = RedisRig::start();
+    let server = serve(&redis, &server_flags(o, &["--max-conns-per-user", "64"]));
+    let mut publisher =
+        testkit::publish::Publisher::connect(redis.port, courses.clone(), o.sections);
+    publisher.seed();
+    let floor_cfg = floor_server::ConnectConfig {
+        port: testkit::proc::free_port(),
+        max_secs: 3600,
+    };
+    let mut floor = floor_server::spawn("__connect_floor", &floor_cfg);
+    let uws = Uws::start();
+    let where_ = |t: Target| match t {
+        Target::Seatboard => (server.child.id(), server.port),
+        Target::Floor => (floor.id(), floor_cfg.port),
+        Target::Uws => (uws.child.id(), uws.port),
+    };
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
+    for round in 0..2 {
+        let mut order: Vec<usize> = (0..WAYS.len()).collect();
+        if round == 1 {
+            order.reverse();
+        }
+        for i in order {
+            let way = WAYS[i];
+            let (pid, port) = where_(way.target);
+            let per = one_way(o, &courses, way, pid, port, &mut out);
+            progress(
+                o,
+                format!("[connect_cost] {}: {per:.0} µs per connection", way.name),
+            );
+            cpu[i].push(per);
+        }
+    }
+    let mean: Vec<f64> = cpu
+        .iter()
+        .map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64)
+        .collect();
+    let (floor_us, uws_us) = (mean[3], mean[4]);
+    for (i, way) in WAYS.iter().enumerate() {
+        out.row(
+            &format!("{}_cpu_us_per_conn", way.name),
+            format!(
+                "{:.0} µs per connection ({}), {:.2}x the connect floor, {:.2}x uWebSockets.js",
+                mean[i],
+                cpu[i].iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", "),
+                mean[i] / floor_us.max(1e-9),
+                mean[i] / uws_us.max(1e-9)
+            ),
+            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9)}),
+        );
+    }
+    let _ = floor.kill();
+    let _ = floor.wait();
+    out
+}
+
+/// One connect phase of `--clients` new clients on `port`: the CPU `pid`
+/// spent per connection until every one is open (and answered, when it
+/// watches a seatboard or the floor); then they leave and `pid` settles.
+fn one_way(o: &Opts, courses: &[String], way: Way, pid: u32, port: u16, out: &mut Outcome) -> f64 {
+    let po = Opts {
+        no_watch: !way.watch,
+        upgrade_courses: way.named,
+        ..o.clone()
+    };
+    settle(pid);
+    let before = procs::usage(pid);
+    let mut f: Fleet = fleet(&po, port, courses, o.skew, false, 600.0);
+    let answered = way.watch && way.target != Target::Uws;
+    let ok = wait_answered(&mut f, o.clients as u64, answered, Duration::from_secs(120));
+    let after = procs::usage(pid);
+    out.check(
+        ok,
+        &format!("{}: not every client connected (and answered)", way.name),
+    );
+    drop(f);
+    after.cpu_us.saturating_sub(before.cpu_us) as f64 / o.clients.max(1) as f64
+}

@@ -1,0 +1,203 @@
+//! Courses named in the upgrade (`GET /ws?course=C&course=D`, contract
+//! section 5) against a real `seatboard demo`: each is watched as if a
+//! `watch` message had arrived right after the upgrade (its full frame and
+//! presence follow the `hello` with no message from the client), a course a
+//! `watch` would refuse gets the same `error` and the connection stays open.
+//! Run on io_uring, epoll and tokio (`tests/run.sh`'s shell tests).
+
+use crate::common;
+use crate::raw;
+use common::*;
+use raw::*;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+const T: Duration = Duration::from_secs(10);
+
+fn demo() -> Seatboard {
+    Seatboard::start(&["demo", "--shards", "2"])
+}
+
+/// Upgrades with `courses` in the query and reads the `hello`; sends nothing.
+fn named(port: u16, user: &str, courses: &[&str]) -> RawWs {
+    let query: String = courses.iter().map(|c| format!("&course={c}")).collect();
+    let mut ws = RawWs::connect(port, &format!("/ws?user={user}{query}"));
+    let hello = ws.next_json(T).expect("hello");
+    assert_eq!(hello["type"], "hello", "{hello}");
+    ws
+}
+
+/// Reads until every course of `want` has had its full frame and presence
+/// (every message between them is one of those or an `error`); returns the
+/// `error` codes seen on the way.
+fn expect_boards(ws: &mut RawWs, want: &[&str]) -> Vec<String> {
+    let mut frames = BTreeSet::new();
+    let mut presence = BTreeSet::new();
+    let mut errors = Vec::new();
+    let want: BTreeSet<String> = want.iter().map(|c| c.to_string()).collect();
+    while frames != want || presence != want {
+        let m = ws
+            .next_json(T)
+            .unwrap_or_else(|| panic!("boards of {want:?}: have {frames:?} {presence:?}"));
+        let course = m["course"].as_str().unwrap_or("").to_string();
+        match m["type"].as_str() {
+            Some("frame") => {
+                assert_eq!(m["full"], true, "the watch answer is a full frame: {m}");
+                assert!(m["sections"].is_array(), "{m}");
+                assert!(frames.insert(course), "one answer per course: {m}");
+            }
+            Some("presence") => {
+                assert!(m["viewers"].as_u64().is_some_and(|n| n >= 1), "{m}");
+                presence.insert(course);
+            }
+            Some("error") => errors.push(m["code"].as_str().unwrap_or("").to_string()),
+            _ => panic!("unexpected message {m}"),
+        }
+    }
+    errors
+}
+
+#[test]
+fn one_course_in_the_upgrade_gets_its_board_with_no_message_sent() {
+    let sb = demo();
+    let mut ws = named(sb.port, "one", &["CS101"]);
+    let f = ws.next_of_type("frame", T).expect("CS101's full frame");
+    assert_eq!(f["course"], "CS101");
+    assert_eq!(f["full"], true);
+    assert!(
+        f["sections"].as_array().is_some_and(|s| !s.is_empty()),
+        "the demo's CS101 has sections: {f}"
+    );
+    let p = ws.next_of_type("presence", T).expect("presence");
+    assert_eq!(p["course"], "CS101");
+    // Live frames follow as for a watch message; a watch message still works.
+    ws.text(r#"{"op":"watch","course":"MATH101"}"#);
+    expect_boards(&mut ws, &["MATH101"]);
+    ws.assert_alive();
+}
+
+#[test]
+fn eight_courses_in_the_upgrade_get_eight_boards() {
+    let sb = demo();
+    let eight = [
+        "CS101", "CS102", "CS201", "MATH101", "MATH115", "BIO101", "ECON101", "PHYS101",
+    ];
+    let mut ws = named(sb.port, "eight", &eight);
+    let errors = expect_boards(&mut ws, &eight);
+    assert!(errors.is_empty(), "{errors:?}");
+    ws.assert_alive();
+}
+
+#[test]
+fn an_unknown_course_in_the_upgrade_gets_an_empty_board() {
+    let sb = demo();
+    let mut ws = named(sb.port, "unknown", &["NOPE-404", "CS101"]);
+    let mut empty_seen = false;
+    for _ in 0..2 {
+        let f = ws.next_of_type("frame", T).expect("both answers");
+        if f["course"] == "NOPE-404" {
+            assert_eq!(f["full"], true);
+            assert_eq!(f["sections"], serde_json::json!([]), "{f}");
+            empty_seen = true;
+        }
+    }
+    assert!(empty_seen);
+    ws.assert_alive();
+}
+
+#[test]
+fn hostile_codes_in_the_upgrade_get_bad_course_and_the_rest_are_watched() {
+    let sb = demo();
+    let before = metric_value(&sb.metrics(), "seatboard_client_errors_total");
+    let long = "A".repeat(65);
+    let hostile = [
+        "%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+        "CS%20101",
+        "a%00b",
+        "%FF%FE",
+        "",
+        "..%2F..%2Fetc",
+        long.as_str(),
+    ];
+    let mut courses: Vec<&str> = hostile.to_vec();
+    courses.push("CS101");
+    let mut ws = named(sb.port, "hostile", &courses);
+    let errors = expect_boards(&mut ws, &["CS101"]);
+    let mut all = errors;
+    while all.len() < 7 {
+        all.push(
+            ws.next_of_type("error", T).expect("an error per bad code")["code"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    // `..%2F..%2Fetc` decodes to `../../etc`: malformed too.
+    assert_eq!(all.len(), 7, "{all:?}");
+    assert!(all.iter().all(|c| c == "bad_course"), "{all:?}");
+    ws.assert_alive();
+    assert!(
+        wait_for(T, || {
+            let n = metric_value(&sb.metrics(), "seatboard_client_errors_total");
+            (n >= before + 7.0).then_some(())
+        })
+        .is_some(),
+        "the refusals are counted"
+    );
+}
+
+#[test]
+fn more_than_32_courses_in_the_upgrade_are_refused_past_the_cap() {
+    let sb = demo();
+    let codes: Vec<String> = (0..34).map(|i| format!("C{i}")).collect();
+    let refs: Vec<&str> = codes.iter().map(String::as_str).collect();
+    let mut ws = named(sb.port, "many", &refs);
+    let errors = expect_boards(&mut ws, &refs[..32]);
+    let mut all = errors;
+    while all.len() < 2 {
+        all.push(
+            ws.next_of_type("error", T).expect("an error past the cap")["code"]
+                .as_str()
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    assert_eq!(all, ["too_many_courses", "too_many_courses"]);
+    // Unwatching one makes room, as for watch messages.
+    ws.text(r#"{"op":"unwatch","course":"C0"}"#);
+    ws.text(r#"{"op":"watch","course":"CS101"}"#);
+    expect_boards(&mut ws, &["CS101"]);
+    ws.assert_alive();
+}
+
+#[test]
+fn a_held_course_rides_in_the_same_write_as_the_101() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    // The first viewer makes the one shard hold CS101.
+    let mut first = named(sb.port, "first", &["CS101"]);
+    first.next_of_type("frame", T).expect("first board");
+    let mut s = TcpStream::connect(("127.0.0.1", sb.port)).expect("connect");
+    s.set_read_timeout(Some(T)).expect("timeout");
+    s.write_all(upgrade_request("/ws?user=second&course=CS101", "").as_bytes())
+        .expect("upgrade");
+    // One send of the 101, the hello and the board is one read on loopback.
+    let mut buf = vec![0u8; 256 * 1024];
+    let n = s.read(&mut buf).expect("read");
+    let end = buf[..n]
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("the 101's head")
+        + 4;
+    assert!(buf.starts_with(b"HTTP/1.1 101"));
+    let mut at = end;
+    let mut types = Vec::new();
+    while let Ok(Some(f)) = shards::read_server_frame(&buf[at..n]) {
+        let v: serde_json::Value = serde_json::from_slice(f.payload).expect("JSON");
+        types.push(v["type"].as_str().unwrap_or("").to_string());
+        at += f.len;
+    }
+    assert_eq!(at, n, "whole frames only");
+    assert_eq!(types, ["hello", "frame", "presence"]);
+}
