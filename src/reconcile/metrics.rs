@@ -62,7 +62,7 @@ fn reject_index(r: Reject) -> usize {
     match r {
         Reject::Json => 0,
         Reject::TooLarge => 2,
-        Reject::Schema | Reject::ChannelMismatch => 1,
+        Reject::Schema | Reject::ChannelMismatch | Reject::TooManySections => 1,
     }
 }
 
