@@ -51,6 +51,10 @@ fn single_pipeline<T: FromRedisValue>(
     c: &mut redis::Connection,
     p: &redis::Pipeline,
 ) -> RedisResult<T> {
+    if p.is_transaction() {
+        // MULTI/EXEC: one reply carries the results; the crate's own read.
+        return p.query(c);
+    }
     c.send_packed_command(&p.get_packed_pipeline())?;
     let mut replies = Vec::with_capacity(p.len());
     for _ in 0..p.len() {

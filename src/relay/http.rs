@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// What the endpoint serves: the Prometheus text and the health JSON.
 pub trait Figures: Send + Sync + 'static {
+    /// The name of the endpoint's thread (`relay-http`, ...).
+    fn thread(&self) -> &'static str;
     /// The body of `GET /metrics`.
     fn metrics(&self) -> String;
     /// The body of `GET /healthz`.
@@ -143,8 +145,10 @@ fn accept_all(listener: &TcpListener, conns: &mut Vec<Conn>) {
             Err(e) if e.kind() == ErrorKind::Interrupted => {}
             Err(e) if e.kind() == ErrorKind::WouldBlock => return,
             Err(e) => {
-                // Out of descriptors or the like: the next turn tries again.
+                // Out of descriptors or the like: the next turn tries again,
+                // a moment later (the listener stays readable meanwhile).
                 tracing::debug!(error = %e, "metrics accept failed");
+                std::thread::sleep(Duration::from_millis(10));
                 return;
             }
         }
@@ -210,12 +214,12 @@ fn serve(listener: TcpListener, figures: &dyn Figures) {
     }
 }
 
-/// Serves `listener` on a thread of its own (`relay-http`) for the life of
-/// the process.
+/// Serves `listener` on a thread of its own ([`Figures::thread`]) for the
+/// life of the process.
 pub fn spawn<F: Figures>(listener: TcpListener, figures: Arc<F>) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     std::thread::Builder::new()
-        .name("relay-http".into())
+        .name(figures.thread().into())
         .spawn(move || serve(listener, &*figures))
         .map(|_| ())
 }

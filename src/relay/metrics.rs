@@ -196,6 +196,10 @@ impl Shared {
 }
 
 impl super::http::Figures for Shared {
+    fn thread(&self) -> &'static str {
+        "relay-http"
+    }
+
     fn metrics(&self) -> String {
         self.render()
     }
