@@ -12,7 +12,7 @@
 //! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
 //! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
-//!   [`process_stats`], [`shard_set`]: shared plumbing.
+//!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 
 pub mod analytics;
 pub mod auth;
@@ -37,3 +37,4 @@ pub mod rehearse;
 pub mod relay;
 pub mod shard;
 pub mod shard_set;
+pub mod worker_http;

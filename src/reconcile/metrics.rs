@@ -237,6 +237,20 @@ impl Shared {
     }
 }
 
+impl crate::worker_http::Figures for Shared {
+    fn thread(&self) -> &'static str {
+        "reconcile-http"
+    }
+
+    fn metrics(&self) -> String {
+        self.render()
+    }
+
+    fn healthz(&self) -> String {
+        Shared::healthz(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

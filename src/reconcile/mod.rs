@@ -6,15 +6,14 @@
 //! `flags.rs` the command line; `source.rs` the database trait, with
 //! `postgres.rs` and `mysql.rs`; `row.rs` a row checked by section 2's
 //! rules; `decide.rs` the pure, clock-free rule of what to look up, leave,
-//! write or replace; `store.rs` the Redis side; `metrics.rs` and `http.rs`
-//! the figures; `run.rs` the loop and `--check`.
+//! write or replace; `store.rs` the Redis side; `metrics.rs` the figures
+//! (served by `crate::worker_http`); `run.rs` the loop and `--check`.
 //!
 //! SIGTERM or SIGINT: the statement in flight is cancelled on the server,
 //! what a check was about to write is dropped, exit 0 within 2 s.
 
 pub mod decide;
 pub mod flags;
-pub mod http;
 pub mod metrics;
 pub mod mysql;
 pub mod postgres;
@@ -113,7 +112,7 @@ pub fn main(args: ReconcileArgs) -> ExitCode {
         }
     };
     if let Some(addr) = c.metrics {
-        let started = TcpListener::bind(addr).and_then(|l| http::spawn(l, Arc::clone(&shared)));
+        let started = TcpListener::bind(addr).and_then(|l| crate::worker_http::spawn(l, Arc::clone(&shared)));
         if let Err(e) = started {
             line(&format!("error: cannot start: --metrics {addr}: {e}"));
             return ExitCode::from(1);

@@ -195,7 +195,7 @@ impl Shared {
     }
 }
 
-impl super::http::Figures for Shared {
+impl crate::worker_http::Figures for Shared {
     fn thread(&self) -> &'static str {
         "relay-http"
     }

@@ -3,7 +3,7 @@
 //! loopback UDP, `recv.rs`, one thread each), the newest per section is held
 //! in a bounded map (`pending.rs`), one writer thread writes it to Redis the
 //! section 2 way (`writer.rs`), and `/metrics` + `/healthz` answer on a
-//! loopback port (`http.rs`, figures in `metrics.rs`). The receive threads
+//! loopback port (`crate::worker_http`, figures in `metrics.rs`). The receive threads
 //! never wait on Redis: they only take the map's lock for one map operation.
 //!
 //! SIGTERM or SIGINT: the receive threads stop, the writer writes what is
@@ -12,7 +12,6 @@
 //! `dropped{reason="redis_down"}`; exit 0.
 
 pub mod error;
-pub mod http;
 pub mod metrics;
 pub mod pending;
 pub mod recv;
@@ -134,7 +133,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     )));
     if let Some(addr) = c.metrics {
         let l = TcpListener::bind(addr).map_err(|source| StartError::Metrics { addr, source })?;
-        http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
+        crate::worker_http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
     }
     let mut receivers = Vec::new();
     if let Some(path) = &c.socket {
