@@ -112,7 +112,8 @@ pub fn main(args: ReconcileArgs) -> ExitCode {
         }
     };
     if let Some(addr) = c.metrics {
-        let started = TcpListener::bind(addr).and_then(|l| crate::worker_http::spawn(l, Arc::clone(&shared)));
+        let started =
+            TcpListener::bind(addr).and_then(|l| crate::worker_http::spawn(l, Arc::clone(&shared)));
         if let Err(e) = started {
             line(&format!("error: cannot start: --metrics {addr}: {e}"));
             return ExitCode::from(1);
