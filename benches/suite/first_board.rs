@@ -107,7 +107,10 @@ fn rows(out: &mut Outcome, rtt: f64, passes: &[Vec<Pass>; 2]) {
     let mean =
         |ps: &[Pass], f: fn(&Pass) -> f64| ps.iter().map(f).sum::<f64>() / ps.len().max(1) as f64;
     let mut figs = Vec::new();
-    for (name, ps) in [("watch", &passes[0]), ("upgrade", &passes[1])] {
+    for (name, how, ps) in [
+        ("watch", "sent in a watch message", &passes[0]),
+        ("upgrade", "named in the upgrade", &passes[1]),
+    ] {
         let (p50, p99, cpu) = (
             mean(ps, |p| p.p50_ms),
             mean(ps, |p| p.p99_ms),
@@ -115,7 +118,7 @@ fn rows(out: &mut Outcome, rtt: f64, passes: &[Vec<Pass>; 2]) {
         );
         out.row(
             &format!("rtt{rtt:.0}_{name}"),
-            format!("courses in a {name}: first full frame p50 {p50:.1} ms, p99 {p99:.1} ms after the TCP connect; {cpu:.0} µs of server CPU per connection"),
+            format!("courses {how}: first full frame p50 {p50:.1} ms, p99 {p99:.1} ms after the TCP connect; {cpu:.0} µs of server CPU per connection"),
             json!({"p50_ms": p50, "p99_ms": p99, "cpu_us_per_conn": cpu}),
         );
         figs.push((p50, p99, cpu));
