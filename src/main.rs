@@ -11,7 +11,14 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     seatboard::shard::allocator::purge_promptly();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // A refused flag under a unit: into the journal as an error.
+        Err(e) if e.use_stderr() && seatboard::logging::refusal_to_journal(&e.to_string()) => {
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+        Err(e) => e.exit(),
+    };
     let code = run(cli);
     // The last lines (`drained`, a refusal) reach stderr before the exit.
     seatboard::logging::flush(std::time::Duration::from_millis(500));

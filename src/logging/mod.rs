@@ -65,6 +65,24 @@ pub fn line(msg: &str) {
     sink::write_now(format!("{prefix}{msg}\n").as_bytes());
 }
 
+/// Writes a command-line refusal (clap's message, several lines) to stderr
+/// with every line at error priority when stderr is the journal, so
+/// `journalctl -p err` shows the flag it names even on a later line.
+/// Returns false, writing nothing, when stderr is not the journal.
+pub fn refusal_to_journal(text: &str) -> bool {
+    if !journal::stderr_is_journal() {
+        return false;
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        out.push_str("<3>");
+        out.push_str(l);
+        out.push('\n');
+    }
+    sink::write_now(out.as_bytes());
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::colour;

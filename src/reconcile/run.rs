@@ -3,6 +3,8 @@
 //! wait shortened by a random 0-10 %), jittered backoff capped at 30 s (never
 //! faster than the interval) while the database or Redis fails. One check:
 //! the rows read, checked, planned, looked up in Redis, judged, repaired.
+//! The first check that reads both the database and Redis logs one info line,
+//! `reconciler checking`, once per process (a clean start logs no warning).
 //! `--check` is one full check that writes nothing.
 
 use super::decide::{compare, Book, Candidate, Field, State};
@@ -57,6 +59,8 @@ pub struct Worker {
     pub stop: Arc<AtomicBool>,
     /// The newest `updated_at` seen, µs.
     newest_us: Option<i64>,
+    /// Whether a check has completed since start (its one info line logged).
+    checking: bool,
     logs: [Every; 4],
 }
 
@@ -91,6 +95,7 @@ impl Worker {
             timing,
             stop,
             newest_us: None,
+            checking: false,
             logs: Default::default(),
         }
     }
@@ -227,7 +232,16 @@ impl Worker {
             let sweep = Instant::now() >= next_sweep;
             match self.check(sweep) {
                 Ok(want_sweep) => {
-                    if failures > 0 {
+                    if !self.checking {
+                        // Once per process: the database and Redis both read.
+                        self.checking = true;
+                        tracing::info!(
+                            rows = self.shared.rows.load(Relaxed),
+                            interval_ms = t.interval.as_millis() as u64,
+                            sweep_s = t.sweep.as_secs(),
+                            "reconciler checking"
+                        );
+                    } else if failures > 0 {
                         tracing::info!("database and Redis answer again");
                     }
                     failures = 0;

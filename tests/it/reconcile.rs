@@ -7,7 +7,9 @@
 //! (a forged 2^53 leaves every board), `--check` prints and writes nothing,
 //! hostile rows are skipped and counted, a slow statement is cut off at its
 //! timeout while an `UPDATE` never waits, a database down at start is
-//! waited for, one connection at most under a SELECT-only role, and
+//! waited for, one connection at most under a SELECT-only role, one
+//! `reconciler checking` line once the database and Redis have been read
+//! (none before, never a second, no warning at a clean start), and
 //! SIGTERM cancels the statement on the server and exits 0 within 2 s.
 
 use crate::common::*;
@@ -40,6 +42,37 @@ struct Reconciler {
 
 impl Reconciler {
     fn start(db: &str, query: &str, redis: &str, extra: &[&str]) -> Reconciler {
+        let level = std::env::var("RECONCILE_TEST_LOG").unwrap_or_else(|_| "warn".into());
+        Reconciler::spawn(db, query, redis, extra, &level, Stdio::inherit())
+    }
+
+    /// Started at `--log-level info`, its stderr lines sent to the receiver
+    /// as they come.
+    fn start_logged(
+        db: &str,
+        query: &str,
+        redis: &str,
+    ) -> (Reconciler, std::sync::mpsc::Receiver<String>) {
+        use std::io::{BufRead, BufReader};
+        let mut r = Reconciler::spawn(db, query, redis, &[], "info", Stdio::piped());
+        let err = r.child.stderr.take().expect("stderr");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        (r, rx)
+    }
+
+    fn spawn(
+        db: &str,
+        query: &str,
+        redis: &str,
+        extra: &[&str],
+        level: &str,
+        stderr: Stdio,
+    ) -> Reconciler {
         let metrics = free_port();
         let mut args: Vec<String> = vec![
             "reconcile".into(),
@@ -50,7 +83,7 @@ impl Reconciler {
             "--metrics".into(),
             format!("127.0.0.1:{metrics}"),
             "--log-level".into(),
-            std::env::var("RECONCILE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+            level.into(),
         ];
         for (flag, v) in [
             ("--interval-ms", INTERVAL_MS.to_string()),
@@ -67,8 +100,9 @@ impl Reconciler {
         let child = seatboard_command()
             .args(&args)
             .env("SEATBOARD_RECONCILE_DB", db)
+            .env("NO_COLOR", "1")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn seatboard reconcile");
         let r = Reconciler { child, metrics };
@@ -560,6 +594,90 @@ fn a_database_down_at_start_is_waited_for_and_sigterm_cancels_the_statement() {
         (q == "0").then_some(())
     })
     .expect("the statement is gone on the server");
+}
+
+/// How many of `log`'s lines contain `text`.
+fn count(log: &[String], text: &str) -> usize {
+    log.iter().filter(|l| l.contains(text)).count()
+}
+
+/// Lines at WARN or ERROR.
+fn warnings(log: &[String]) -> Vec<&String> {
+    log.iter()
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect()
+}
+
+#[test]
+fn one_checking_line_once_the_database_and_redis_are_read_and_no_warning_at_a_clean_start() {
+    const CHECKING: &str = "reconciler checking";
+    let mut pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RC8", 0, 7, 1);
+    let url = pg.url("reader", "S3cretPw");
+    let checks = |r: &Reconciler| {
+        r.metric("seatboard_reconcile_checks_total{kind=\"incremental\"}")
+            + r.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}")
+    };
+
+    // A clean start: the line once the first check has read both, no warning.
+    let (rec, rx) = Reconciler::start_logged(&url, PG_QUERY, &redis.uri());
+    let mut log = Vec::new();
+    wait_for(Duration::from_secs(10), || {
+        log.extend(rx.try_iter());
+        (count(&log, CHECKING) > 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no `{CHECKING}` line: {log:#?}"));
+    assert!(checks(&rec) >= 1.0, "logged before a check completed");
+    // Later checks (and the repair of the section) add no second line.
+    rec.next_checks(3.0);
+    wait_for(Duration::from_secs(10), || {
+        (hash_version(&redis, "RC8", 0) == Some(1)).then_some(())
+    })
+    .expect("the section is written");
+    log.extend(rx.try_iter());
+    assert_eq!(count(&log, CHECKING), 1, "{log:#?}");
+    let line = log.iter().find(|l| l.contains(CHECKING)).expect("line");
+    assert!(line.contains("INFO"), "{line}");
+    assert!(warnings(&log).is_empty(), "a clean start warned: {log:#?}");
+
+    // The database lost and back: a warning, then "answer again", and still
+    // one checking line.
+    pg.stop();
+    wait_for(Duration::from_secs(10), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
+    })
+    .expect("the database down is counted");
+    pg.restart();
+    wait_for(Duration::from_secs(40), || {
+        log.extend(rx.try_iter());
+        (count(&log, "database and Redis answer again") > 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no recovery line: {log:#?}"));
+    assert_eq!(count(&log, CHECKING), 1, "{log:#?}");
+    assert!(!warnings(&log).is_empty(), "the outage was not logged");
+    drop(rec);
+
+    // Down at start: no checking line until the database answers, then one
+    // (and no "answer again": nothing had answered before).
+    pg.stop();
+    let (rec, rx) = Reconciler::start_logged(&url, PG_QUERY, &redis.uri());
+    wait_for(Duration::from_secs(10), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
+    })
+    .expect("the database down is counted");
+    let mut log: Vec<String> = rx.try_iter().collect();
+    assert_eq!(count(&log, CHECKING), 0, "{log:#?}");
+    pg.restart();
+    wait_for(Duration::from_secs(40), || {
+        log.extend(rx.try_iter());
+        (count(&log, CHECKING) > 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no `{CHECKING}` line once the database is back: {log:#?}"));
+    rec.next_checks(2.0);
+    log.extend(rx.try_iter());
+    assert_eq!(count(&log, CHECKING), 1, "{log:#?}");
+    assert_eq!(count(&log, "answer again"), 0, "{log:#?}");
 }
 
 const MY_QUERY: &str = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats WHERE updated_at >= ?";

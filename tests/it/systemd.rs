@@ -38,6 +38,21 @@ fn units_verify_clean() {
         out.status.success() && stderr.trim().is_empty(),
         "verify complained:\n{stderr}"
     );
+    // A refused flag or value (exit 2) is not restarted in a loop, whatever
+    // the unit's Restart=.
+    for unit in [
+        "seatboard.service",
+        "seatboard-analytics.service",
+        "seatboard-relay.service",
+        "seatboard-reconcile.service",
+    ] {
+        let text = std::fs::read_to_string(dir.join(unit)).expect("unit file");
+        assert!(
+            text.lines()
+                .any(|l| l.trim() == "RestartPreventExitStatus=2"),
+            "{unit} lacks RestartPreventExitStatus=2"
+        );
+    }
     let hub = std::fs::read_to_string(dir.join("seatboard.service")).unwrap();
     for needed in [
         "Type=notify",

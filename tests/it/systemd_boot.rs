@@ -4,17 +4,21 @@
 //! (refused with the placeholder secret, `active` only once it listens,
 //! pinned, on io_uring, serving a board that updates, its log lines at their
 //! journal priorities), `systemctl kill -s KILL` followed by a restart, the
-//! worker units started and stopped with no warning, the relay's socket group,
-//! an upgrade that restarts the running units and keeps the edited env file, a
-//! stop that drains within `TimeoutStopSec`, and `apt purge` leaving no unit,
-//! user, group or socket. Skipped, saying why, on a machine that cannot boot
+//! worker units refusing a bad flag without a restart loop, then started and
+//! stopped with no warning, the reconciler reading a PostgreSQL on the host
+//! (`database.rs`) and healing a lost publish on the hub's board, the relay's
+//! socket group, an upgrade that restarts the running units and keeps the
+//! edited env file, a stop that drains within `TimeoutStopSec`, and `apt
+//! purge` leaving no unit, process, user, group or socket. Skipped, saying why, on a machine that cannot boot
 //! a container (not root, no `CAP_SYS_ADMIN`, tools missing).
 
 mod container;
+mod database;
 
 use crate::common;
 use common::*;
 use container::Container;
+use database::Selection;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -25,7 +29,11 @@ use std::time::{Duration, Instant};
 const WORKERS: &[(&str, &str)] = &[
     ("seatboard-analytics.service", "analytics worker subscribed"),
     ("seatboard-relay.service", "seatboard relay running"),
+    ("seatboard-reconcile.service", "reconciler checking"),
 ];
+
+/// The reconciler's unit.
+const RECONCILE: &str = "seatboard-reconcile.service";
 
 /// The hub's unit.
 const HUB: &str = "seatboard.service";
@@ -99,6 +107,38 @@ fn lines(c: &Container, unit: &str, invocation: &str) -> Vec<(u8, String)> {
     journal(c, unit, invocation)
         .into_iter()
         .filter(|r| r["_SYSTEMD_UNIT"] == unit && r["_TRANSPORT"] == "stdout")
+        .map(|r| {
+            let p = r["PRIORITY"]
+                .as_str()
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(255);
+            (p, r["MESSAGE"].as_str().unwrap_or_default().to_string())
+        })
+        .collect()
+}
+
+/// The journal's cursor now (its last entry's).
+fn cursor(c: &Container) -> String {
+    let out = c.sh("journalctl --no-pager -o json -n 1");
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|r| r["__CURSOR"].as_str().map(str::to_owned))
+        .expect("a journal entry")
+}
+
+/// The binary's own lines after `cursor`: (priority, message). A process
+/// that exits at once (a refused flag) may be gone before journald reads its
+/// cgroup, so its lines can lack the unit and invocation fields; the units
+/// are started one at a time, so the lines after the cursor are that unit's.
+/// Filtered here, not by journalctl: bookworm's journalctl (252), given
+/// matches with `--after-cursor`, was seen to skip the first entry matching.
+fn lines_after(c: &Container, cursor: &str) -> Vec<(u8, String)> {
+    let out = c.sh(&format!(
+        "journalctl --no-pager -o json --after-cursor='{cursor}' || true"
+    ));
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r["SYSLOG_IDENTIFIER"] == "seatboard" && r["_TRANSPORT"] == "stdout")
         .map(|r| {
             let p = r["PRIORITY"]
                 .as_str()
@@ -187,6 +227,8 @@ fn the_deb_under_a_booted_systemd() {
         return;
     }
     let began = Instant::now();
+    // PostgreSQL's initdb runs while the packages are built and the root boots.
+    let selection = Selection::start();
     let root = container::root();
     let pkg = Scratch::new("boot-pkg");
     let v1 = build_deb(&pkg.0, None);
@@ -198,6 +240,7 @@ fn the_deb_under_a_booted_systemd() {
     let booting = Instant::now();
     let c = Container::boot(&root, &pkg.0);
     eprintln!("systemd_boot: booted in {:?}", booting.elapsed());
+    let selection = selection.join().expect("PostgreSQL");
 
     c.sh(&format!("apt-get install -y -q /pkg/{v1} >/dev/null"));
     c.sh("getent group seatboard-publish");
@@ -216,7 +259,45 @@ fn the_deb_under_a_booted_systemd() {
     );
     c.sh(&format!("systemctl reset-failed {HUB}"));
 
-    // The operator's edits.
+    // The workers refuse a bad flag the same way, whatever their Restart=:
+    // the shipped env file names no database for the reconciler, and the
+    // manager's environment gives the relay a UDP address off loopback.
+    c.sh("systemctl set-environment SEATBOARD_RELAY_UDP=192.0.2.1:7440");
+    for (unit, flag) in [(RECONCILE, "--db"), ("seatboard-relay.service", "--udp")] {
+        // Type=simple: the start returns before the process refuses.
+        let cursor = cursor(&c);
+        c.run(&format!("systemctl start {unit}"));
+        let failed = wait_for(Duration::from_secs(20), || {
+            (c.prop(unit, "ActiveState") == "failed").then_some(())
+        });
+        assert!(
+            failed.is_some(),
+            "{unit} not failed: {}",
+            c.prop(unit, "ActiveState")
+        );
+        assert_eq!(c.prop(unit, "ExecMainStatus"), "2", "{unit}");
+        assert_eq!(c.prop(unit, "NRestarts"), "0", "{unit}");
+        // journald may file the last lines just after the unit failed.
+        let named = wait_for(Duration::from_secs(10), || {
+            let l = lines_after(&c, &cursor);
+            l.iter()
+                .any(|(p, m)| *p == 3 && m.contains(flag))
+                .then_some(())
+        });
+        assert!(
+            named.is_some(),
+            "{unit}'s refusal is an error naming {flag}: {:#?}",
+            lines_after(&c, &cursor)
+        );
+    }
+    c.sh("systemctl unset-environment SEATBOARD_RELAY_UDP");
+    c.sh(&format!(
+        "systemctl reset-failed {RECONCILE} seatboard-relay.service"
+    ));
+
+    // The operator's edits (the reconciler's lines come through /pkg: the
+    // query's quotes and `$1` stay as an operator types them).
+    std::fs::write(pkg.0.join("reconcile.env"), selection.env_lines()).expect("reconcile.env");
     c.sh(&format!(
         "set -e; f=/etc/seatboard/seatboard.env
         sed -i -e 's|^REALTIME_REDIS_URI=.*|REALTIME_REDIS_URI={uri}|' \
@@ -224,7 +305,8 @@ fn the_deb_under_a_booted_systemd() {
                -e 's|^SEATBOARD_LISTEN=.*|SEATBOARD_LISTEN=127.0.0.1:{hub_port}|' \
                -e 's|^SEATBOARD_ALLOWED_ORIGINS=.*|SEATBOARD_ALLOWED_ORIGINS=|' $f
         printf '%s\\n' SEATBOARD_SHARDS=2 SEATBOARD_DRAIN_MS={DRAIN_MS} SEATBOARD_RELAY_UDP= \
-               SEATBOARD_RELAY_METRICS=127.0.0.1:{relay_metrics} >> $f",
+               SEATBOARD_RELAY_METRICS=127.0.0.1:{relay_metrics} >> $f
+        cat /pkg/reconcile.env >> $f",
         uri = redis.uri()
     ));
 
@@ -326,6 +408,32 @@ fn the_deb_under_a_booted_systemd() {
         );
         assert_no_warning(&c, unit, &inv);
     }
+
+    // The reconciler heals a lost publish: a row committed in the database
+    // whose publish never happened shows on the board the hub serves, read
+    // under the SELECT-only role through one session.
+    let mut ws = viewer(hub_port, "BOOT202");
+    selection.commit("BOOT202", 1, 12, 3);
+    let t = Instant::now();
+    wait_taken(&mut ws, 12);
+    eprintln!("systemd_boot: a lost publish healed in {:?}", t.elapsed());
+    drop(ws);
+    let repaired = wait_for(Duration::from_secs(10), || {
+        let n = metric(
+            selection.metrics,
+            "seatboard_reconcile_repaired_total{reason=\"missing\"}",
+        );
+        (n == 1.0).then_some(())
+    });
+    assert!(repaired.is_some(), "the repair is not counted once");
+    let health: Value = serde_json::from_str(
+        &http_get(selection.metrics, "/healthz")
+            .expect("reconcile /healthz")
+            .body,
+    )
+    .expect("healthz JSON");
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(selection.sessions(), ["reader"]);
 
     // The relay's socket: 0660, group seatboard-publish; a member publishes,
     // anyone else is refused.
@@ -437,9 +545,20 @@ fn the_deb_under_a_booted_systemd() {
         assert_no_warning(&c, unit, &inv);
     }
 
-    // Purge with the relay running: no unit, user, group, socket or config left.
+    // Purge with the relay and the reconciler running: no unit, process,
+    // user, group, socket or config left, and the database session closed.
     start(&c, "seatboard-relay.service");
+    start(&c, RECONCILE);
     c.sh("apt-get purge -y -q seatboard >/dev/null");
+    assert!(
+        !c.run("pgrep -x seatboard").status.success(),
+        "a seatboard process outlived the purge: {}",
+        c.sh("ps -eo pid,comm,args | grep seatboard || true")
+    );
+    let closed = wait_for(Duration::from_secs(5), || {
+        selection.sessions().is_empty().then_some(())
+    });
+    assert!(closed.is_some(), "{:?}", selection.sessions());
     let left = c.sh(
         "ls /lib/systemd/system /etc/systemd/system /etc/systemd/system/*.wants 2>/dev/null | grep seatboard || true",
     );
