@@ -75,6 +75,22 @@ pub fn next_of_type(ws: &mut Ws, ty: &str, timeout: Duration) -> Option<Value> {
     None
 }
 
+/// Reads until the server closes: whether a `reconnect` hint came before the
+/// close, and the close code (a drain's check).
+pub fn read_to_close(ws: &mut Ws) -> (bool, Option<u16>) {
+    let mut hinted = false;
+    while let Ok(msg) = ws.read() {
+        match msg {
+            Message::Text(t) => {
+                hinted |= serde_json::from_str::<Value>(&t).is_ok_and(|v| v["type"] == "reconnect")
+            }
+            Message::Close(f) => return (hinted, f.map(|f| u16::from(f.code))),
+            _ => {}
+        }
+    }
+    (hinted, None)
+}
+
 pub fn send_json(ws: &mut Ws, v: Value) {
     ws.send(Message::Text(v.to_string().into())).expect("send");
 }

@@ -257,20 +257,7 @@ fn the_image_builds_runs_not_root_and_drains_on_sigterm() {
     store.podman_ok(&["stop", "--time", "30", &id]);
     let took = t.elapsed();
     assert!(took < Duration::from_secs(15), "stop took {took:?}");
-    let mut told = false;
-    let mut code = None;
-    while let Ok(msg) = ws.read() {
-        match msg {
-            tungstenite::Message::Text(t) => {
-                told |= serde_json::from_str::<Value>(&t).is_ok_and(|v| v["type"] == "reconnect")
-            }
-            tungstenite::Message::Close(f) => {
-                code = f.map(|f| u16::from(f.code));
-                break;
-            }
-            _ => {}
-        }
-    }
+    let (told, code) = read_to_close(&mut ws);
     assert!(told, "no reconnect hint");
     assert_eq!(code, Some(1012));
     assert_eq!(
