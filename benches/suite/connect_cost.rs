@@ -8,7 +8,9 @@
 //! generator, clients and pace drive every one. For seatboard's ways each
 //! row also splits the CPU by thread (shards, presence, ingest, state
 //! reader) and counts the frames sent per connection, so the product's own
-//! work (presence, course subscriptions) shows apart from the front door's.
+//! work (presence, course subscriptions) shows apart from the front door's;
+//! every way's row counts its server's context switches per connection (its
+//! wake-ups).
 
 use crate::children::Fleet;
 use crate::floor_server;
@@ -188,15 +190,14 @@ pub fn run(o: &Opts) -> Outcome {
         .collect();
     let (floor_us, uws_us) = (mean[3], mean[4]);
     for (i, way) in WAYS.iter().enumerate() {
-        let (threads, frames) = split[i].mean();
-        let detail = if way.target == Target::Seatboard {
-            format!(
+        let (threads, frames, switches) = split[i].mean();
+        let mut detail = format!("; {switches:.2} context switches per connection");
+        if way.target == Target::Seatboard {
+            detail += &format!(
                 "; by thread {}; {frames:.2} frames sent per connection",
                 by_thread_text(&threads, 1)
-            )
-        } else {
-            String::new()
-        };
+            );
+        }
         out.row(
             &format!("{}_cpu_us_per_conn", way.name),
             format!(
@@ -206,7 +207,7 @@ pub fn run(o: &Opts) -> Outcome {
                 mean[i] / floor_us.max(1e-9),
                 mean[i] / uws_us.max(1e-9)
             ),
-            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames}),
+            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames, "switches_per_conn": switches}),
         );
     }
     let _ = floor.kill();
@@ -220,6 +221,7 @@ pub fn run(o: &Opts) -> Outcome {
 struct Split {
     threads: BTreeMap<String, f64>,
     frames: f64,
+    switches: f64,
     runs: usize,
 }
 
@@ -229,12 +231,13 @@ impl Split {
             *self.threads.entry(k.clone()).or_insert(0.0) += v;
         }
         self.frames += s.frames;
+        self.switches += s.switches;
         self.runs += s.runs;
     }
 
     /// The mean over the runs: CPU µs per connection by thread (threads
-    /// under 0.05 µs left out), frames per connection.
-    fn mean(&self) -> (BTreeMap<String, f64>, f64) {
+    /// under 0.05 µs left out), frames and context switches per connection.
+    fn mean(&self) -> (BTreeMap<String, f64>, f64, f64) {
         let n = self.runs.max(1) as f64;
         let threads = self
             .threads
@@ -242,7 +245,7 @@ impl Split {
             .map(|(k, v)| (k.clone(), v / n))
             .filter(|(_, v)| *v >= 0.05)
             .collect();
-        (threads, self.frames / n)
+        (threads, self.frames / n, self.switches / n)
     }
 }
 
@@ -266,11 +269,13 @@ fn one_way(
     settle(pid);
     let frames = || sb.map_or(0.0, |s| s.metric("seatboard_frames_sent_total"));
     let (frames0, th0) = (frames(), procs::cpu_by_thread(pid));
+    let sw0: u64 = procs::wakeups(pid).values().sum();
     let before = procs::usage(pid);
     let mut f: Fleet = fleet(&po, port, courses, o.skew, false, 600.0);
     let answered = way.watch && way.target != Target::Uws;
     let ok = wait_answered(&mut f, o.clients as u64, answered, Duration::from_secs(120));
     let after = procs::usage(pid);
+    let sw1: u64 = procs::wakeups(pid).values().sum();
     let (th1, frames1) = (procs::cpu_by_thread(pid), frames());
     out.check(
         ok,
@@ -281,6 +286,7 @@ fn one_way(
     let split = Split {
         threads: sb.map_or_else(BTreeMap::new, |_| per_each(&th0, &th1, n)),
         frames: (frames1 - frames0).max(0.0) / n as f64,
+        switches: sw1.saturating_sub(sw0) as f64 / n as f64,
         runs: 1,
     };
     (
