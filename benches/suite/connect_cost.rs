@@ -5,11 +5,16 @@
 //! (`/ws?course=C`); the connect floor (`floor_server.rs`); and
 //! uWebSockets.js upgrading and subscribing the socket to its course's topic
 //! (`benches/uws/server.cjs`, on two worker threads). The same load
-//! generator, clients and pace drive every one.
+//! generator, clients and pace drive every one. For seatboard's ways each
+//! row also splits the CPU by thread (shards, presence, ingest, state
+//! reader) and counts the frames sent per connection, so the product's own
+//! work (presence, course subscriptions) shows apart from the front door's;
+//! every way's row counts its server's context switches per connection (its
+//! wake-ups).
 
 use crate::children::Fleet;
 use crate::floor_server;
-use crate::measure::progress;
+use crate::measure::{by_thread_text, per_each, progress};
 use crate::procs;
 use crate::reconnect::wait_answered;
 use crate::redis_rig::RedisRig;
@@ -17,6 +22,7 @@ use crate::server::serve;
 use crate::setup::{course_names, fleet, server_flags};
 use crate::{Opts, Outcome};
 use serde_json::json;
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -159,6 +165,7 @@ pub fn run(o: &Opts) -> Outcome {
         Target::Uws => (uws.child.id(), uws.port),
     };
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
+    let mut split: Vec<Split> = vec![Split::default(); WAYS.len()];
     for round in 0..2 {
         let mut order: Vec<usize> = (0..WAYS.len()).collect();
         if round == 1 {
@@ -167,7 +174,9 @@ pub fn run(o: &Opts) -> Outcome {
         for i in order {
             let way = WAYS[i];
             let (pid, port) = where_(way.target);
-            let per = one_way(o, &courses, way, pid, port, &mut out);
+            let sb = (way.target == Target::Seatboard).then_some(&server);
+            let (per, s) = one_way(o, &courses, way, (pid, port), sb, &mut out);
+            split[i].add(&s);
             progress(
                 o,
                 format!("[connect_cost] {}: {per:.0} µs per connection", way.name),
@@ -181,16 +190,24 @@ pub fn run(o: &Opts) -> Outcome {
         .collect();
     let (floor_us, uws_us) = (mean[3], mean[4]);
     for (i, way) in WAYS.iter().enumerate() {
+        let (threads, frames, switches) = split[i].mean();
+        let mut detail = format!("; {switches:.2} context switches per connection");
+        if way.target == Target::Seatboard {
+            detail += &format!(
+                "; by thread {}; {frames:.2} frames sent per connection",
+                by_thread_text(&threads, 1)
+            );
+        }
         out.row(
             &format!("{}_cpu_us_per_conn", way.name),
             format!(
-                "{:.0} µs per connection ({}), {:.2}x the connect floor, {:.2}x uWebSockets.js",
+                "{:.0} µs per connection ({}), {:.2}x the connect floor, {:.2}x uWebSockets.js{detail}",
                 mean[i],
                 cpu[i].iter().map(|v| format!("{v:.0}")).collect::<Vec<_>>().join(", "),
                 mean[i] / floor_us.max(1e-9),
                 mean[i] / uws_us.max(1e-9)
             ),
-            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9)}),
+            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames, "switches_per_conn": switches}),
         );
     }
     let _ = floor.kill();
@@ -198,25 +215,82 @@ pub fn run(o: &Opts) -> Outcome {
     out
 }
 
+/// One way's CPU per connection by thread and frames sent per connection,
+/// summed over its runs (seatboard's ways only).
+#[derive(Clone, Default)]
+struct Split {
+    threads: BTreeMap<String, f64>,
+    frames: f64,
+    switches: f64,
+    runs: usize,
+}
+
+impl Split {
+    fn add(&mut self, s: &Split) {
+        for (k, v) in &s.threads {
+            *self.threads.entry(k.clone()).or_insert(0.0) += v;
+        }
+        self.frames += s.frames;
+        self.switches += s.switches;
+        self.runs += s.runs;
+    }
+
+    /// The mean over the runs: CPU µs per connection by thread (threads
+    /// under 0.05 µs left out), frames and context switches per connection.
+    fn mean(&self) -> (BTreeMap<String, f64>, f64, f64) {
+        let n = self.runs.max(1) as f64;
+        let threads = self
+            .threads
+            .iter()
+            .map(|(k, v)| (k.clone(), v / n))
+            .filter(|(_, v)| *v >= 0.05)
+            .collect();
+        (threads, self.frames / n, self.switches / n)
+    }
+}
+
 /// One connect phase of `--clients` new clients on `port`: the CPU `pid`
 /// spent per connection until every one is open (and answered, when it
 /// watches a seatboard or the floor); then they leave and `pid` settles.
-fn one_way(o: &Opts, courses: &[String], way: Way, pid: u32, port: u16, out: &mut Outcome) -> f64 {
+/// With `sb` (a seatboard way) also the CPU by thread and the frames sent.
+fn one_way(
+    o: &Opts,
+    courses: &[String],
+    way: Way,
+    (pid, port): (u32, u16),
+    sb: Option<&testkit::proc::Seatboard>,
+    out: &mut Outcome,
+) -> (f64, Split) {
     let po = Opts {
         no_watch: !way.watch,
         upgrade_courses: way.named,
         ..o.clone()
     };
     settle(pid);
+    let frames = || sb.map_or(0.0, |s| s.metric("seatboard_frames_sent_total"));
+    let (frames0, th0) = (frames(), procs::cpu_by_thread(pid));
+    let sw0: u64 = procs::wakeups(pid).values().sum();
     let before = procs::usage(pid);
     let mut f: Fleet = fleet(&po, port, courses, o.skew, false, 600.0);
     let answered = way.watch && way.target != Target::Uws;
     let ok = wait_answered(&mut f, o.clients as u64, answered, Duration::from_secs(120));
     let after = procs::usage(pid);
+    let sw1: u64 = procs::wakeups(pid).values().sum();
+    let (th1, frames1) = (procs::cpu_by_thread(pid), frames());
     out.check(
         ok,
         &format!("{}: not every client connected (and answered)", way.name),
     );
     drop(f);
-    after.cpu_us.saturating_sub(before.cpu_us) as f64 / o.clients.max(1) as f64
+    let n = o.clients.max(1) as u64;
+    let split = Split {
+        threads: sb.map_or_else(BTreeMap::new, |_| per_each(&th0, &th1, n)),
+        frames: (frames1 - frames0).max(0.0) / n as f64,
+        switches: sw1.saturating_sub(sw0) as f64 / n as f64,
+        runs: 1,
+    };
+    (
+        after.cpu_us.saturating_sub(before.cpu_us) as f64 / n as f64,
+        split,
+    )
 }
