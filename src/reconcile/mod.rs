@@ -24,9 +24,11 @@ pub mod store;
 
 use crate::logging::{line, usage};
 use crate::redis::commands::Commands;
-use flags::{FlagError, Kind, ReconcileArgs};
+use flags::{Checked, FlagError, Kind, ReconcileArgs};
 use metrics::Shared;
 use run::{CheckError, Worker};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
 use source::{CancelSlot, Source};
 use std::net::TcpListener;
 use std::process::ExitCode;
@@ -40,45 +42,55 @@ const STOP_WAIT: Duration = Duration::from_millis(1500);
 
 /// Runs `seatboard reconcile` (or `--check`) to its exit code.
 pub fn main(args: ReconcileArgs) -> ExitCode {
-    let c = match flags::check(&args) {
+    let c = match checked(&args) {
         Ok(c) => c,
-        Err(e) => return usage(&e),
+        Err(code) => return code,
     };
+    let opened = match open(&args, &c) {
+        Ok(o) => o,
+        Err(code) => return code,
+    };
+    if args.check {
+        return check(opened.worker);
+    }
+    let signals = match listen(&c, &opened.shared) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    serve(&args, &c, opened, signals)
+}
+
+/// The worker and what stops it: the flag it polls and the slot that
+/// cancels its statement in flight.
+struct Opened {
+    worker: Worker,
+    shared: Arc<Shared>,
+    stop: Arc<AtomicBool>,
+    slot: CancelSlot,
+}
+
+/// The flag check and the log level: exit 2 with the reason if either is wrong.
+fn checked(args: &ReconcileArgs) -> Result<Checked, ExitCode> {
+    let c = flags::check(args).map_err(|e| usage(&e))?;
     if let Err(e) = crate::logging::init(&args.target.log_level) {
-        return usage(&format!(
+        return Err(usage(&format!(
             "invalid value '{}' for '--log-level': {e}",
             args.target.log_level
-        ));
+        )));
     }
+    Ok(c)
+}
+
+/// Opens the database (exit 2 with the reason if it refuses) and the Redis
+/// store, and builds the worker over them.
+fn open(args: &ReconcileArgs, c: &Checked) -> Result<Opened, ExitCode> {
     let slot = CancelSlot::default();
-    let t = c.timing;
-    let source: Result<Box<dyn Source>, String> = match c.kind {
-        Kind::Postgres => postgres::Pg::new(
-            &args.db,
-            c.ca.as_deref(),
-            &args.query,
-            t.statement_timeout,
-            slot.clone(),
-        )
-        .map(|s| Box::new(s) as Box<dyn Source>),
-        Kind::Mysql => mysql::My::new(
-            &args.db,
-            args.db_ca.clone(),
-            &args.query,
-            t.statement_timeout,
-            slot.clone(),
-        )
-        .map(|s| Box::new(s) as Box<dyn Source>),
-    };
-    let source = match source {
-        Ok(s) => s,
-        Err(why) => {
-            return usage(&FlagError::Db {
-                shown: flags::redact(&args.db),
-                why,
-            })
-        }
-    };
+    let source = source(args, c, &slot).map_err(|why| {
+        usage(&FlagError::Db {
+            shown: flags::redact(&args.db),
+            why,
+        })
+    })?;
     let shared = Arc::new(Shared::new());
     let store = Store {
         link: Commands::new(&c.redis, "reconcile"),
@@ -87,38 +99,92 @@ pub fn main(args: ReconcileArgs) -> ExitCode {
         commands: 0,
     };
     let stop = Arc::new(AtomicBool::new(false));
-    let mut worker = Worker::new(source, store, Arc::clone(&shared), t, Arc::clone(&stop));
-    if args.check {
-        return match run::check_once(&mut worker) {
-            Ok(true) => ExitCode::SUCCESS,
-            Ok(false) => ExitCode::from(1),
-            Err(e) => {
-                let why = match e {
-                    CheckError::Db(d) => d.to_string(),
-                    CheckError::Redis(r) => format!("Redis: {r}"),
-                    CheckError::Stopped => "stopped".into(),
-                };
-                line(&format!("error: cannot check: {why}"));
-                ExitCode::from(3)
-            }
-        };
+    let worker = Worker::new(
+        source,
+        store,
+        Arc::clone(&shared),
+        c.timing,
+        Arc::clone(&stop),
+    );
+    Ok(Opened {
+        worker,
+        shared,
+        stop,
+        slot,
+    })
+}
+
+/// The database `--db` names, its statements cancellable through `slot`.
+fn source(args: &ReconcileArgs, c: &Checked, slot: &CancelSlot) -> Result<Box<dyn Source>, String> {
+    let timeout = c.timing.statement_timeout;
+    match c.kind {
+        Kind::Postgres => postgres::Pg::new(
+            &args.db,
+            c.ca.as_deref(),
+            &args.query,
+            timeout,
+            slot.clone(),
+        )
+        .map(|s| Box::new(s) as Box<dyn Source>),
+        Kind::Mysql => mysql::My::new(
+            &args.db,
+            args.db_ca.clone(),
+            &args.query,
+            timeout,
+            slot.clone(),
+        )
+        .map(|s| Box::new(s) as Box<dyn Source>),
     }
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = match signal_hook::iterator::Signals::new([SIGTERM, SIGINT]) {
+}
+
+/// `--check`: one full check; exit 0 when Redis agrees with the database, 1
+/// when it does not, 3 when the database or Redis cannot be read.
+fn check(mut worker: Worker) -> ExitCode {
+    match run::check_once(&mut worker) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            let why = match e {
+                CheckError::Db(d) => d.to_string(),
+                CheckError::Redis(r) => format!("Redis: {r}"),
+                CheckError::Stopped => "stopped".into(),
+            };
+            line(&format!("error: cannot check: {why}"));
+            ExitCode::from(3)
+        }
+    }
+}
+
+/// The start of the long run: SIGTERM and SIGINT caught, and the metrics
+/// endpoint if `--metrics` names one; exit 1 if either cannot start.
+fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Signals, ExitCode> {
+    let signals = match Signals::new([SIGTERM, SIGINT]) {
         Ok(s) => s,
         Err(e) => {
             line(&format!("error: cannot start: signals: {e}"));
-            return ExitCode::from(1);
+            return Err(ExitCode::from(1));
         }
     };
     if let Some(addr) = c.metrics {
         let started =
-            TcpListener::bind(addr).and_then(|l| crate::worker_http::spawn(l, Arc::clone(&shared)));
+            TcpListener::bind(addr).and_then(|l| crate::worker_http::spawn(l, Arc::clone(shared)));
         if let Err(e) = started {
             line(&format!("error: cannot start: --metrics {addr}: {e}"));
-            return ExitCode::from(1);
+            return Err(ExitCode::from(1));
         }
     }
+    Ok(signals)
+}
+
+/// The run: the worker on its thread until SIGTERM or SIGINT, then the
+/// statement in flight cancelled and the worker waited for; exit 0.
+fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals) -> ExitCode {
+    let Opened {
+        mut worker,
+        stop,
+        slot,
+        ..
+    } = opened;
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
     let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     let spawned = std::thread::Builder::new()
