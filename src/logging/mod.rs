@@ -17,6 +17,7 @@ use std::time::Duration;
 /// journald files it under. Lines go through the writer thread of [`sink`]: a
 /// stalled or closed stderr drops lines, it never stops a thread.
 pub fn init(level: &str) -> Result<(), String> {
+    bare_targets_refused(level)?;
     let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
     sink::start();
     tracing_subscriber::fmt()
@@ -32,6 +33,21 @@ pub fn init(level: &str) -> Result<(), String> {
         })
         .try_init()
         .map_err(|e| e.to_string())
+}
+
+/// A directive that is a bare word but no level (`nope`, `inf`) is a target
+/// name to the filter: every other line would vanish. Such a typo is a bad
+/// value, not a silent log-off.
+fn bare_targets_refused(level: &str) -> Result<(), String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    match level.split(',').map(str::trim).find(|d| {
+        !d.is_empty() && !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
+    }) {
+        Some(d) => Err(format!(
+            "'{d}' is no level (trace, debug, info, warn, error, off) and no target=level"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Whether stderr is the journal's stream, looked at once per process.
@@ -85,7 +101,25 @@ pub fn refusal_to_journal(text: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::colour;
+    use super::{bare_targets_refused, colour};
+
+    #[test]
+    fn a_bare_word_that_is_no_level_is_refused() {
+        for ok in [
+            "info",
+            "WARN",
+            "off",
+            "seatboard=debug,warn",
+            "debug, h2=off",
+            "",
+        ] {
+            assert_eq!(bare_targets_refused(ok), Ok(()), "{ok}");
+        }
+        for bad in ["nope", "inf", "info,nope", "warning"] {
+            let e = bare_targets_refused(bad).expect_err(bad);
+            assert!(e.contains("no level"), "{e}");
+        }
+    }
 
     #[test]
     fn colour_only_on_a_terminal_without_no_color() {
