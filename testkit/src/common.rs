@@ -33,6 +33,25 @@ pub fn publish_section(uri: &str, course: &str, section: &str, total: &str, take
     assert!(st.success(), "publish {course} {section} {taken}/{total}");
 }
 
+/// Why a test that needs root and these tools on `PATH` cannot run here
+/// (its skip message), or None when it can.
+pub fn root_without(tools: &[&str]) -> Option<String> {
+    // SAFETY: geteuid(2) has no arguments and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    tools
+        .iter()
+        .find(|tool| {
+            !std::process::Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(|tool| format!("{tool} is not installed (tests/run.sh installs it)"))
+}
+
 pub type Ws = WebSocket<MaybeTlsStream<TcpStream>>;
 
 /// Opens a WebSocket to `path` (with its query) on `port`.

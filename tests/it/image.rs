@@ -85,23 +85,7 @@ impl Drop for Store {
 }
 
 fn missing_tool() -> Option<String> {
-    // SAFETY: geteuid(2) has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    for tool in ["buildah", "podman"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(format!(
-                "{tool} is not installed (tests/run.sh installs it)"
-            ));
-        }
-    }
-    None
+    root_without(&["buildah", "podman"])
 }
 
 /// This process's hard `nofile` limit: a `--ulimit` the runtime may set

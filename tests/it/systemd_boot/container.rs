@@ -22,21 +22,8 @@ pub struct Container {
 /// skipped with that message (it needs root, `systemd-nspawn` and
 /// `debootstrap`, which `tests/run.sh` installs, and `CAP_SYS_ADMIN`).
 pub fn cannot_boot() -> Option<String> {
-    // SAFETY: geteuid(2) has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root (systemd-nspawn and debootstrap need it)".into());
-    }
-    for tool in ["systemd-nspawn", "debootstrap", "nsenter"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(format!(
-                "{tool} is not installed (tests/run.sh installs systemd-container and debootstrap)"
-            ));
-        }
+    if let Some(why) = root_without(&["systemd-nspawn", "debootstrap", "nsenter"]) {
+        return Some(why);
     }
     // CAP_SYS_ADMIN (bit 21) in the effective set: mounts and namespaces.
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
