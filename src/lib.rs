@@ -13,6 +13,7 @@
 //! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
+//! - [`planted`]: the simulator's planted bugs (feature `planted-bugs` only).
 
 pub mod analytics;
 pub mod auth;
@@ -27,6 +28,7 @@ pub mod ingest;
 pub mod logging;
 pub mod metrics;
 pub mod node;
+pub mod planted;
 pub mod presence;
 pub mod process_stats;
 pub mod publish;

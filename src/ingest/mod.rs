@@ -336,6 +336,10 @@ impl<S: Source> Ingest<S> {
         } else {
             snap.replaces(held)
         };
+        let fresh = fresh
+            || (via != Via::Live
+                && held.is_some_and(|h| !h.same_state(&snap))
+                && crate::planted::active(crate::planted::Bug::ReadBackwards));
         let live = via == Via::Live;
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !fresh {
@@ -386,6 +390,9 @@ impl<S: Source> Ingest<S> {
             SourceEvent::Subscribed(None) => self.want_all_reads(),
             SourceEvent::Reconnected => {
                 self.metrics.redis_reconnects.fetch_add(1, Relaxed);
+                if crate::planted::active(crate::planted::Bug::NoRereadAfterReconnect) {
+                    return;
+                }
                 self.reread_all();
             }
         }

@@ -1,0 +1,196 @@
+//! One simulated node: the product's real ingest router (`Ingest`) over the
+//! simulated source, its real shard cores (`shards::Shard`), and the channels
+//! between them, pumped in one thread.
+
+use crate::adapter::{self, Link, SimSource, SubCmd};
+use crossbeam_channel::{unbounded, Receiver};
+use seatboard::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
+use seatboard::ingest::reader::ReadRequest;
+use seatboard::ingest::source::SourceEvent;
+use seatboard::ingest::Ingest;
+use seatboard::metrics::Metrics;
+use shards::{Action, ConnId, Shard, ShardConfig};
+use std::sync::{Arc, Mutex};
+
+/// The shard's send queue bound in the simulation (small, so that a viewer
+/// that stops reading fills it).
+pub const QUEUE_BYTES: usize = 4 * 1024;
+
+/// The admin tick (ms).
+const ADMIN_TICK_MS: u64 = 750;
+
+/// What a pump of the node asks of the world.
+#[derive(Debug, Default)]
+pub struct Out {
+    /// Pub/sub commands to write to Redis.
+    pub subs: Vec<SubCmd>,
+    /// State reader requests.
+    pub reads: Vec<ReadRequest>,
+    /// Connections the shard ends: (shard, conn, cut).
+    pub ends: Vec<(usize, ConnId, bool)>,
+    /// Presence joins (+1) and leaves (-1) as the shards reported them.
+    pub presence: Vec<(Arc<str>, Arc<str>, i32)>,
+}
+
+/// One node.
+pub struct Node {
+    /// The ingest router.
+    pub ingest: Ingest<SimSource>,
+    /// The shard cores.
+    pub shards: Vec<Shard>,
+    inboxes: Vec<Arc<Inbox>>,
+    /// The source's side of the pub/sub connection.
+    pub link: Arc<Mutex<Link>>,
+    reads: Receiver<ReadRequest>,
+    presence: Receiver<PresenceCmd>,
+    /// Its metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+impl Node {
+    /// A node started at `now` with `shards` cores, connected to Redis.
+    pub fn new(id: usize, shards: usize, seed: u64, now: u64) -> Node {
+        let metrics = Arc::new(Metrics::new(shards));
+        let inboxes: Vec<Arc<Inbox>> = (0..shards).map(|_| Inbox::new()).collect();
+        let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
+        let link = Arc::new(Mutex::new(Link {
+            connected: true,
+            ..Link::default()
+        }));
+        let (ptx, presence) = unbounded();
+        let (rtx, reads) = unbounded();
+        let ingest = Ingest::new(
+            SimSource(Arc::clone(&link)),
+            outlets,
+            Arc::clone(&metrics),
+            Some(ptx),
+            rtx,
+            ADMIN_TICK_MS,
+            now,
+        );
+        let shards = (0..shards)
+            .map(|i| {
+                Shard::new(ShardConfig {
+                    tick_ms: 200,
+                    send_queue_bytes: QUEUE_BYTES,
+                    slow_consumer_ms: 5_000,
+                    ping_ms: 30_000,
+                    idle_ms: 75_000,
+                    node: format!("n{id}"),
+                    seed: seed ^ (i as u64 + 1),
+                })
+            })
+            .collect();
+        Node {
+            ingest,
+            shards,
+            inboxes,
+            link,
+            reads,
+            presence,
+            metrics,
+        }
+    }
+
+    /// A source event into the router.
+    pub fn event(&mut self, ev: SourceEvent, now: u64) {
+        self.ingest.event(ev, now);
+    }
+
+    /// A command into the router (a state reader answer).
+    pub fn command(&mut self, cmd: IngestCmd, now: u64) {
+        self.ingest.command(cmd, now);
+    }
+
+    /// The earliest timer of the router and the shards.
+    pub fn next_timer(&self) -> Option<u64> {
+        let shards = self.shards.iter().filter_map(Shard::poll_timeout).min();
+        match (self.ingest.poll_timeout(), shards) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Runs every timer due at `now`.
+    pub fn timers(&mut self, now: u64) {
+        if self.ingest.poll_timeout().is_some_and(|t| t <= now) {
+            self.ingest.handle_timeout(now);
+        }
+        for s in &mut self.shards {
+            if s.poll_timeout().is_some_and(|t| t <= now) {
+                s.handle_timeout(now);
+            }
+        }
+    }
+
+    /// Moves everything between the router and the shards until nothing is
+    /// left to move, and collects what goes out of the node.
+    pub fn pump(&mut self, now: u64, out: &mut Out) {
+        for _ in 0..64 {
+            let mut moved = false;
+            self.ingest.flush();
+            for (i, shard) in self.shards.iter_mut().enumerate() {
+                let inbox = &self.inboxes[i];
+                while let Some(batch) = inbox.try_snapshots() {
+                    moved = true;
+                    for s in &batch {
+                        shard.handle_snapshot(s);
+                    }
+                }
+                while let Some(c) = inbox.try_control() {
+                    moved = true;
+                    match c {
+                        Control::Seed { course, sections } => {
+                            shard.handle_seed(&course, &sections, now)
+                        }
+                        Control::Presence(counts) => {
+                            for (course, n) in counts.iter() {
+                                shard.handle_presence(course, *n);
+                            }
+                        }
+                        Control::Roster { conn, frame } => shard.deliver(conn, frame),
+                        Control::Admin(msg) => shard.handle_admin(&msg),
+                        Control::Drain | Control::CloseAll | Control::Probe => {}
+                    }
+                }
+                while let Some(a) = shard.poll_action() {
+                    moved = true;
+                    match a {
+                        Action::Interest { course, watching } => {
+                            let gate = if watching { shard.gate(&course) } else { None };
+                            let cmd = IngestCmd::Interest {
+                                shard: i,
+                                course,
+                                watching,
+                                gate,
+                            };
+                            self.ingest.command(cmd, now);
+                        }
+                        Action::PresenceJoin { course, user } => out.presence.push((course, user, 1)),
+                        Action::PresenceLeave { course, user } => {
+                            out.presence.push((course, user, -1))
+                        }
+                        Action::Roster { .. } => {}
+                        Action::AdminFeed { connected } => {
+                            let cmd = IngestCmd::AdminFeed {
+                                shard: i,
+                                connected,
+                            };
+                            self.ingest.command(cmd, now);
+                        }
+                        Action::Close { conn, .. } => out.ends.push((i, conn, false)),
+                        Action::Cut { conn } => out.ends.push((i, conn, true)),
+                    }
+                }
+                while shard.poll_ready().is_some() {}
+            }
+            self.ingest.flush();
+            if !moved {
+                break;
+            }
+        }
+        out.reads.extend(self.reads.try_iter());
+        while self.presence.try_recv().is_ok() {}
+        out.subs.append(&mut adapter::lock(&self.link).outbox);
+    }
+}

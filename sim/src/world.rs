@@ -1,0 +1,768 @@
+//! The simulated deployment on a virtual clock: Redis, nodes, publishers and
+//! viewers, driven through a schedule, with every invariant checked as it runs.
+
+use crate::adapter::{self, SubCmd};
+use crate::node::{Node, Out, QUEUE_BYTES};
+use crate::redis::Redis;
+use crate::rng::Rng;
+use crate::schedule::{Op, Shape, Step, COURSES};
+use crate::viewer::{At, Read, Viewer};
+use seatboard::channels::{Discovery, IngestCmd};
+use seatboard::ingest::reader::ReadRequest;
+use serde_json::Value;
+use shards::{Role, Snapshot, WsOptions};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+/// The start of the virtual clock (Unix ms, as the product's clocks read).
+pub const T0: u64 = 1_764_420_000_000;
+/// How long after the last fault every open viewer's board must equal the
+/// truth: the contract's 2 s after Redis answers again, plus the simulated
+/// reconnect backoff and link delays.
+pub const BOUND_MS: u64 = 2_000 + MAX_BACKOFF_MS + 4 * MAX_DELAY_MS + VIEWER_TICK_MS;
+/// The longest one-way delay on a link in normal operation.
+const MAX_DELAY_MS: u64 = 25;
+/// The source's longest reconnect backoff.
+const MAX_BACKOFF_MS: u64 = 400;
+/// How often viewers that read take what is queued to them.
+const VIEWER_TICK_MS: u64 = 50;
+/// The version of the final round of publishes (above any drawn).
+const FINAL_VERSION: u64 = 1 << 40;
+/// Slack over a queue's bound: answers and close frames go past it.
+const QUEUE_SLACK: usize = 16 * 1024;
+
+/// An invariant that broke.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The invariant's name.
+    pub invariant: &'static str,
+    /// What was seen.
+    pub detail: String,
+    /// Virtual ms from the start.
+    pub at: u64,
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[{}] at t={}: {}", self.invariant, self.at, self.detail)
+    }
+}
+
+/// A pub/sub connection's or the reader's end, as Redis sees it.
+#[derive(Debug, Clone, Copy)]
+enum Conn {
+    Publisher,
+    Sub { node: usize, gen: u64 },
+    Reader { node: usize, node_gen: u64 },
+}
+
+/// A command arriving at Redis.
+#[derive(Debug)]
+enum Cmd {
+    Publish(Arc<Snapshot>),
+    Sub(SubCmd),
+    Read { courses: Vec<Arc<str>>, epoch: u64 },
+    Discover,
+}
+
+/// Something due at a virtual moment.
+#[derive(Debug)]
+enum Ev {
+    Step(usize),
+    AtRedis(Conn, Cmd),
+    /// A pub/sub delivery to a node's connection of generation `gen`.
+    Message { node: usize, gen: u64, course: String, payload: Arc<str> },
+    Ack { node: usize, gen: u64, course: Option<String>, subscribe: bool },
+    Answer { node: usize, node_gen: u64, cmd: IngestCmd },
+    Reconnect { node: usize, gen: u64 },
+    ViewerTick,
+    /// Redis answers again: what it held is run in arrival order.
+    Thaw,
+    Quiet,
+    CheckHash,
+    FinalRound,
+    CheckFinal,
+}
+
+struct Slot {
+    node: Node,
+    gen: u64,
+    /// FIFO arrival of the last message each way on the pub/sub link and the reader's.
+    up: u64,
+    down: u64,
+    reader: u64,
+}
+
+struct Publisher {
+    last: u64,
+    slow_until: u64,
+    slow_ms: u64,
+    lose_next: bool,
+}
+
+/// The whole deployment.
+pub struct World {
+    /// Virtual time (Unix ms).
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Ev>,
+    redis: Redis,
+    /// Redis is down (restarting) until then: commands fail.
+    down_until: u64,
+    slots: Vec<Slot>,
+    viewers: Vec<Viewer>,
+    publishers: Vec<Publisher>,
+    /// Every (course, section, version) PUBLISHed, with its section JSON.
+    published: HashMap<(String, u32, u64), Value>,
+    rng: Rng,
+    steps: Vec<Step>,
+    shape: Shape,
+    /// Events handled.
+    pub events: u64,
+    trace: bool,
+    /// Whether a fault lost writes the state hashes held.
+    lossy: bool,
+    /// The truth after the final round.
+    final_truth: BTreeMap<String, BTreeMap<u32, Value>>,
+    /// Commands that reached a frozen Redis, in arrival order.
+    held: Vec<(Conn, Cmd)>,
+}
+
+impl World {
+    /// A deployment of `shape` that will run `steps`, its delays drawn from `seed`.
+    pub fn new(seed: u64, shape: Shape, steps: Vec<Step>, trace: bool) -> World {
+        let mut rng = Rng::new(seed.rotate_left(17) ^ 0xd1ce);
+        let slots = (0..shape.nodes)
+            .map(|i| Slot {
+                node: Node::new(i, shape.shards, seed ^ (i as u64) << 8, T0),
+                gen: 0,
+                up: T0,
+                down: T0,
+                reader: T0,
+            })
+            .collect();
+        let viewers = (0..shape.viewers)
+            .map(|v| {
+                let node = rng.below(shape.nodes as u64) as usize;
+                let shard = rng.below(shape.shards as u64) as usize;
+                Viewer::new(&format!("u{}", v % 4), node, shard)
+            })
+            .collect();
+        let publishers = (0..shape.publishers)
+            .map(|_| Publisher {
+                last: T0,
+                slow_until: 0,
+                slow_ms: 0,
+                lose_next: false,
+            })
+            .collect();
+        let lossy = steps.iter().any(|s| s.op.loses_writes());
+        let mut w = World {
+            now: T0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            redis: Redis::new(shape.nodes),
+            down_until: 0,
+            slots,
+            viewers,
+            publishers,
+            published: HashMap::new(),
+            rng,
+            steps,
+            shape,
+            events: 0,
+            trace,
+            lossy,
+            final_truth: BTreeMap::new(),
+            held: Vec::new(),
+        };
+        for i in 0..w.steps.len() {
+            let at = T0 + w.steps[i].at;
+            w.at(at, Ev::Step(i));
+        }
+        let last_fault = w
+            .steps
+            .iter()
+            .filter(|s| s.op.is_fault())
+            .map(|s| s.at + s.op.lasts_ms())
+            .max()
+            .unwrap_or(0);
+        let quiet = T0 + w.shape.busy_ms.max(last_fault);
+        w.at(T0, Ev::ViewerTick);
+        w.at(quiet, Ev::Quiet);
+        w.at(quiet + BOUND_MS, Ev::CheckHash);
+        w.at(quiet + BOUND_MS + 1, Ev::FinalRound);
+        w.at(quiet + 2 * BOUND_MS, Ev::CheckFinal);
+        w
+    }
+
+    fn at(&mut self, t: u64, ev: Ev) {
+        self.seq += 1;
+        self.queue.insert((t, self.seq), ev);
+    }
+
+    fn delay(&mut self) -> u64 {
+        // Mostly quick, sometimes up to the bound: order differs across links.
+        if self.rng.chance(100) {
+            self.rng.range(5, MAX_DELAY_MS)
+        } else {
+            self.rng.range(0, 5)
+        }
+    }
+
+    fn log(&self, what: impl FnOnce() -> String) {
+        if self.trace {
+            println!("{:>7} {}", self.now - T0, what());
+        }
+    }
+
+    fn fail(&self, invariant: &'static str, detail: String) -> Failure {
+        Failure {
+            invariant,
+            detail,
+            at: self.now - T0,
+        }
+    }
+
+    /// Runs to the end; the first invariant broken, if any.
+    pub fn run(&mut self) -> Result<(), Failure> {
+        let mut same = 0u32;
+        loop {
+            let q = self.queue.keys().next().map(|k| k.0);
+            let timer = self.slots.iter().filter_map(|s| s.node.next_timer()).min();
+            let t = match (q, timer) {
+                (None, _) => return Ok(()),
+                (Some(q), Some(tm)) if tm < q => tm,
+                (Some(q), _) => q,
+            };
+            if t <= self.now {
+                same += 1;
+                if same > 100_000 {
+                    return Err(self.fail("no busy loop", "a timer is always due".into()));
+                }
+            } else {
+                same = 0;
+            }
+            self.now = self.now.max(t);
+            self.events += 1;
+            if timer.is_some_and(|tm| tm == t && q.is_none_or(|q| tm < q)) {
+                let now = self.now;
+                for s in &mut self.slots {
+                    s.node.timers(now);
+                }
+            } else if let Some((_, ev)) = self.queue.pop_first() {
+                if let Some(done) = self.handle(ev)? {
+                    return Ok(done);
+                }
+            }
+            self.pump()?;
+        }
+    }
+
+    fn pump(&mut self) -> Result<(), Failure> {
+        for i in 0..self.slots.len() {
+            let mut out = Out::default();
+            let now = self.now;
+            self.slots[i].node.pump(now, &mut out);
+            self.route(i, out);
+        }
+        // Every queue stays within its bound.
+        for (v, viewer) in self.viewers.iter().enumerate() {
+            if let Some(at) = viewer.at {
+                let q = self.slots[at.node].node.shards[at.shard].queued_bytes(at.conn);
+                if q > QUEUE_BYTES + QUEUE_SLACK {
+                    return Err(self.fail(
+                        "every queue stays within its bound",
+                        format!("viewer {v} has {q} bytes queued"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn route(&mut self, node: usize, out: Out) {
+        let gen = self.redis.subs[node].gen;
+        for c in out.subs {
+            let d = self.delay();
+            let s = &mut self.slots[node];
+            s.up = s.up.max(self.now + d);
+            let t = s.up;
+            self.log(|| format!("node {node} writes {c:?}"));
+            self.at(t, Ev::AtRedis(Conn::Sub { node, gen }, Cmd::Sub(c)));
+        }
+        for r in out.reads {
+            let cmd = match r {
+                ReadRequest::States { courses, epoch } => Cmd::Read { courses, epoch },
+                ReadRequest::Discover { .. } => Cmd::Discover,
+                ReadRequest::Reconnected | ReadRequest::Shutdown => continue,
+            };
+            let d = self.delay();
+            let s = &mut self.slots[node];
+            s.reader = s.reader.max(self.now + d);
+            let (t, node_gen) = (s.reader, s.gen);
+            self.log(|| format!("node {node} reader asks {cmd:?}"));
+            self.at(t, Ev::AtRedis(Conn::Reader { node, node_gen }, cmd));
+        }
+        for (shard, conn, cut) in out.ends {
+            if !cut {
+                // The close frame is queued: the viewer reads it and goes.
+                continue;
+            }
+            self.slots[node].node.shards[shard].disconnect(conn);
+            for v in &mut self.viewers {
+                if v.at.is_some_and(|a| a.node == node && a.shard == shard && a.conn == conn) {
+                    v.at = None;
+                    v.fresh();
+                }
+            }
+        }
+    }
+
+    /// Handles one event; `Some(())` when the run is over.
+    fn handle(&mut self, ev: Ev) -> Result<Option<()>, Failure> {
+        match ev {
+            Ev::Step(i) => {
+                let step = self.steps[i].clone();
+                self.log(|| format!("STEP {step}"));
+                self.step(step.op);
+            }
+            Ev::AtRedis(conn, cmd) => self.at_redis(conn, cmd),
+            Ev::Message {
+                node,
+                gen,
+                course,
+                payload,
+            } => {
+                if gen == self.redis.subs[node].gen {
+                    self.log(|| format!("node {node} gets {payload}"));
+                    let ev = adapter::message(&course, payload.as_bytes());
+                    let now = self.now;
+                    self.slots[node].node.event(ev, now);
+                }
+            }
+            Ev::Ack {
+                node,
+                gen,
+                course,
+                subscribe,
+            } => {
+                if gen == self.redis.subs[node].gen {
+                    self.log(|| format!("node {node} ack {course:?} sub={subscribe}"));
+                    let link = &self.slots[node].node.link;
+                    if let Some(ev) = adapter::acked(link, course.as_deref(), subscribe) {
+                        let now = self.now;
+                        self.slots[node].node.event(ev, now);
+                    }
+                }
+            }
+            Ev::Answer {
+                node,
+                node_gen,
+                cmd,
+            } => {
+                if node_gen == self.slots[node].gen {
+                    self.log(|| format!("node {node} reader answers {cmd:?}"));
+                    let now = self.now;
+                    self.slots[node].node.command(cmd, now);
+                }
+            }
+            Ev::Reconnect { node, gen } => {
+                if gen == self.redis.subs[node].gen {
+                    if self.now < self.down_until {
+                        let t = self.down_until + self.rng.range(10, MAX_BACKOFF_MS);
+                        self.at(t, Ev::Reconnect { node, gen });
+                    } else {
+                        self.log(|| format!("node {node} pub/sub reconnects"));
+                        let ev = adapter::reconnect(&self.slots[node].node.link);
+                        let now = self.now;
+                        self.slots[node].node.event(ev, now);
+                    }
+                }
+            }
+            Ev::ViewerTick => {
+                self.viewers_read()?;
+                self.at(self.now + VIEWER_TICK_MS, Ev::ViewerTick);
+            }
+            Ev::Thaw => {
+                if self.now < self.redis.frozen_until {
+                    let t = self.redis.frozen_until;
+                    self.at(t, Ev::Thaw);
+                } else {
+                    for (conn, cmd) in std::mem::take(&mut self.held) {
+                        self.at_redis(conn, cmd);
+                    }
+                }
+            }
+            Ev::Quiet => {
+                self.log(|| "QUIET: faults over, every viewer reads".into());
+                for v in &mut self.viewers {
+                    v.stalled = false;
+                }
+            }
+            Ev::CheckHash => {
+                if !self.lossy {
+                    let truth = self.hash_truth();
+                    self.converged(&truth, "every open board equals the state hashes")?;
+                }
+            }
+            Ev::FinalRound => self.final_round(),
+            Ev::CheckFinal => {
+                let truth = std::mem::take(&mut self.final_truth);
+                self.converged(&truth, "every open board equals the last publishes")?;
+                return Ok(Some(()));
+            }
+        }
+        Ok(None)
+    }
+
+    fn step(&mut self, op: Op) {
+        let now = self.now;
+        match op {
+            Op::Publish {
+                publisher,
+                course,
+                section,
+                version,
+            } => self.publish(publisher, course, section, version),
+            Op::Watch { viewer, course } => {
+                let c = COURSES[course % COURSES.len()].to_owned();
+                let v = &mut self.viewers[viewer];
+                v.watching.insert(c.clone());
+                if let Some(at) = v.at {
+                    let text = format!(r#"{{"op":"watch","course":"{c}"}}"#);
+                    self.slots[at.node].node.shards[at.shard].handle_text(at.conn, &text, now);
+                }
+            }
+            Op::Unwatch { viewer, course } => {
+                let c = COURSES[course % COURSES.len()].to_owned();
+                let v = &mut self.viewers[viewer];
+                if v.watching.remove(&c) {
+                    v.forget(&c);
+                    if let Some(at) = v.at {
+                        let text = format!(r#"{{"op":"unwatch","course":"{c}"}}"#);
+                        self.slots[at.node].node.shards[at.shard].handle_text(at.conn, &text, now);
+                    }
+                }
+            }
+            Op::Hop {
+                viewer,
+                node,
+                shard,
+            } => {
+                self.drop_viewer(viewer);
+                self.viewers[viewer].next = (node, shard);
+            }
+            Op::Stall { viewer } => self.viewers[viewer].stalled = true,
+            Op::Unstall { viewer } => self.viewers[viewer].stalled = false,
+            Op::SlowPublisher { publisher, ms } => {
+                let p = &mut self.publishers[publisher];
+                p.slow_until = now + ms;
+                p.slow_ms = ms;
+            }
+            Op::LosePublish { publisher } => self.publishers[publisher].lose_next = true,
+            Op::ResetPubsub { node } => self.reset_link(node),
+            Op::Freeze { ms } => self.redis.frozen_until = self.redis.frozen_until.max(now + ms),
+            Op::Restart { ms } => {
+                self.redis.lose_keyspace();
+                self.down_until = self.down_until.max(now + ms);
+                for n in 0..self.slots.len() {
+                    self.reset_link(n);
+                }
+            }
+            Op::Failover { lag_ms } => {
+                self.redis.failover(now, lag_ms);
+                for n in 0..self.slots.len() {
+                    self.reset_link(n);
+                }
+            }
+            Op::NodeRestart { node } => {
+                for v in 0..self.viewers.len() {
+                    if self.viewers[v].at.is_some_and(|a| a.node == node) {
+                        self.viewers[v].at = None;
+                        self.viewers[v].fresh();
+                    }
+                }
+                let s = &mut self.slots[node];
+                s.gen += 1;
+                s.node = Node::new(node, self.shape.shards, s.gen, now);
+                self.redis.subs[node].gen += 1;
+                self.redis.subs[node].channels.clear();
+                self.redis.subs[node].pattern = false;
+                if now < self.down_until {
+                    adapter::reset(&self.slots[node].node.link);
+                    let gen = self.redis.subs[node].gen;
+                    self.at(self.down_until, Ev::Reconnect { node, gen });
+                }
+            }
+        }
+    }
+
+    fn reset_link(&mut self, node: usize) {
+        let sub = &mut self.redis.subs[node];
+        sub.gen += 1;
+        sub.channels.clear();
+        sub.pattern = false;
+        let gen = sub.gen;
+        adapter::reset(&self.slots[node].node.link);
+        let t = self.now + self.rng.range(10, MAX_BACKOFF_MS);
+        self.at(t, Ev::Reconnect { node, gen });
+    }
+
+    fn publish(&mut self, publisher: usize, course: usize, section: u32, version: u64) {
+        let code = COURSES[course % COURSES.len()];
+        let taken = ((version * 7 + u64::from(section) * 3) % 50) as u32;
+        let snap = Snapshot::build(code.into(), section, 50, taken, None, Some(version), None);
+        let d = self.delay();
+        let now = self.now;
+        let p = &mut self.publishers[publisher];
+        if std::mem::take(&mut p.lose_next) {
+            self.log(|| format!("publish lost: {code}/{section} v{version}"));
+            return;
+        }
+        let extra = if now < p.slow_until { p.slow_ms } else { 0 };
+        p.last = p.last.max(now + d + extra);
+        let t = p.last;
+        self.at(t, Ev::AtRedis(Conn::Publisher, Cmd::Publish(Arc::new(snap))));
+    }
+
+    fn at_redis(&mut self, conn: Conn, cmd: Cmd) {
+        if self.now < self.redis.frozen_until || !self.held.is_empty() {
+            // Held in arrival order (each connection stays in order) until it thaws.
+            if self.held.is_empty() {
+                let t = self.redis.frozen_until;
+                self.at(t, Ev::Thaw);
+            }
+            self.held.push((conn, cmd));
+            return;
+        }
+        let down = self.now < self.down_until;
+        match (conn, cmd) {
+            (Conn::Publisher, Cmd::Publish(snap)) => {
+                if down {
+                    self.log(|| format!("publish refused, Redis down: {}", snap.to_payload()));
+                    return;
+                }
+                let payload: Arc<str> = snap.to_payload().into();
+                let wrote = self.redis.cas(self.now, &snap, &payload);
+                self.log(|| format!("redis PUBLISH {payload} (cas wrote: {wrote})"));
+                if let (Some(v), Ok(json)) = (snap.version, serde_json::from_str(&snap.json)) {
+                    self.published
+                        .insert((snap.course.to_string(), snap.section, v), json);
+                }
+                for (node, gen) in self.redis.receivers(&snap.course) {
+                    let d = self.delay();
+                    let s = &mut self.slots[node];
+                    s.down = s.down.max(self.now + d);
+                    let t = s.down;
+                    let ev = Ev::Message {
+                        node,
+                        gen,
+                        course: snap.course.to_string(),
+                        payload: Arc::clone(&payload),
+                    };
+                    self.at(t, ev);
+                }
+            }
+            (Conn::Sub { node, gen }, Cmd::Sub(c)) => {
+                if down || gen != self.redis.subs[node].gen {
+                    return;
+                }
+                let sub = &mut self.redis.subs[node];
+                let (course, subscribe) = match c {
+                    SubCmd::Subscribe(c) => {
+                        sub.channels.insert(c.clone());
+                        (Some(c), true)
+                    }
+                    SubCmd::Unsubscribe(c) => {
+                        sub.channels.remove(&c);
+                        (Some(c), false)
+                    }
+                    SubCmd::Pattern(on) => {
+                        sub.pattern = on;
+                        (None, on)
+                    }
+                };
+                let d = self.delay();
+                let s = &mut self.slots[node];
+                s.down = s.down.max(self.now + d);
+                let t = s.down;
+                self.at(
+                    t,
+                    Ev::Ack {
+                        node,
+                        gen,
+                        course,
+                        subscribe,
+                    },
+                );
+            }
+            (Conn::Reader { node, node_gen }, cmd) => {
+                let answer = match cmd {
+                    Cmd::Read { courses, epoch } => {
+                        let hashes = (!down)
+                            .then(|| courses.iter().map(|c| self.redis.read(c)).collect());
+                        IngestCmd::States {
+                            courses,
+                            hashes,
+                            epoch,
+                        }
+                    }
+                    Cmd::Discover => IngestCmd::Discovered((!down).then(|| Discovery {
+                        courses: self.redis.hashes.keys().cloned().collect(),
+                        states: Vec::new(),
+                    })),
+                    _ => return,
+                };
+                let d = self.delay();
+                let s = &mut self.slots[node];
+                s.reader = s.reader.max(self.now + d);
+                let t = s.reader;
+                self.at(
+                    t,
+                    Ev::Answer {
+                        node,
+                        node_gen,
+                        cmd: answer,
+                    },
+                );
+            }
+            _ => {}
+        }
+    }
+
+    fn drop_viewer(&mut self, v: usize) {
+        if let Some(at) = self.viewers[v].at.take() {
+            if at.node_gen == self.slots[at.node].gen {
+                self.slots[at.node].node.shards[at.shard].disconnect(at.conn);
+            }
+        }
+        self.viewers[v].fresh();
+    }
+
+    fn viewers_read(&mut self) -> Result<(), Failure> {
+        let now = self.now;
+        for v in 0..self.viewers.len() {
+            if self.viewers[v].at.is_none() {
+                // (Re)connect where it was sent, and watch again.
+                let (node, shard) = self.viewers[v].next;
+                let node_gen = self.slots[node].gen;
+                let s = &mut self.slots[node].node.shards[shard];
+                let user = Arc::clone(&self.viewers[v].user);
+                let conn = s.connect(user, Role::Student, WsOptions::VIEWER, now);
+                for c in &self.viewers[v].watching {
+                    s.handle_text(conn, &format!(r#"{{"op":"watch","course":"{c}"}}"#), now);
+                }
+                self.viewers[v].at = Some(At {
+                    node,
+                    node_gen,
+                    shard,
+                    conn,
+                });
+                self.log(|| format!("viewer {v} connects to node {node} shard {shard}"));
+            }
+            if self.viewers[v].stalled {
+                continue;
+            }
+            let Some(at) = self.viewers[v].at else {
+                continue;
+            };
+            let shard = &mut self.slots[at.node].node.shards[at.shard];
+            let published = &self.published;
+            let lookup = |c: &str, s: u32, ver: u64| published.get(&(c.to_owned(), s, ver)).cloned();
+            while let Some(b) = shard.poll_frame(at.conn) {
+                match self.viewers[v].merge(&b, lookup) {
+                    Read::Ok => {}
+                    Read::Closed => {
+                        shard.disconnect(at.conn);
+                        self.viewers[v].at = None;
+                        self.viewers[v].fresh();
+                        break;
+                    }
+                    Read::Broke(inv, detail) => {
+                        return Err(Failure {
+                            invariant: inv,
+                            detail: format!("viewer {v} on node {}: {detail}", at.node),
+                            at: now - T0,
+                        })
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn hash_truth(&self) -> BTreeMap<String, BTreeMap<u32, Value>> {
+        let mut truth = BTreeMap::new();
+        for (course, h) in &self.redis.hashes {
+            let mut board = BTreeMap::new();
+            for (section, p) in h {
+                if let Ok(s) = Snapshot::parse(p.as_bytes(), Some(course)) {
+                    if let Ok(v) = serde_json::from_str(&s.json) {
+                        board.insert(*section, v);
+                    }
+                }
+            }
+            truth.insert(course.clone(), board);
+        }
+        truth
+    }
+
+    fn final_round(&mut self) {
+        self.log(|| "FINAL ROUND: every section published once more".into());
+        for p in &mut self.publishers {
+            p.lose_next = false;
+        }
+        for c in 0..self.shape.courses {
+            for s in 0..self.shape.sections {
+                self.publish(0, c, s, FINAL_VERSION);
+                let code = COURSES[c].to_owned();
+                let taken = ((FINAL_VERSION * 7 + u64::from(s) * 3) % 50) as u32;
+                let snap = Snapshot::build(code.as_str().into(), s, 50, taken, None, Some(FINAL_VERSION), None);
+                if let Ok(v) = serde_json::from_str(&snap.json) {
+                    self.final_truth.entry(code).or_default().insert(s, v);
+                }
+            }
+        }
+    }
+
+    fn converged(
+        &self,
+        truth: &BTreeMap<String, BTreeMap<u32, Value>>,
+        invariant: &'static str,
+    ) -> Result<(), Failure> {
+        let empty = BTreeMap::new();
+        for (i, v) in self.viewers.iter().enumerate() {
+            let Some(at) = v.at else { continue };
+            for c in &v.watching {
+                let want = truth.get(c).unwrap_or(&empty);
+                let got = v.boards.get(c);
+                if got != Some(want) {
+                    return Err(self.fail(
+                        invariant,
+                        format!(
+                            "viewer {i} on node {} shard {} course {c}: shows {} want {}",
+                            at.node,
+                            at.shard,
+                            show(got),
+                            show(Some(want))
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn show(b: Option<&BTreeMap<u32, Value>>) -> String {
+    match b {
+        None => "nothing (no answer)".into(),
+        Some(b) => b
+            .iter()
+            .map(|(s, v)| format!("{s}:v{}", v["version"]))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
