@@ -80,6 +80,9 @@ if ! (cd tests/browser && node -e 'const fs = require("fs");
 fi
 
 cargo test --workspace --all-targets "$@"
+# The simulator's planted bugs, each of which it must catch (feature
+# `planted-bugs`: never in a normal build).
+cargo test -p sim --features planted-bugs --test planted
 # The shell's tests again on the other runtimes: epoll, and the tokio shell
 # (`--driver tokio`, feature `tokio-shell`). `SEATBOARD_DRIVER` is the
 # `--driver` of every node a test starts without one of its own.

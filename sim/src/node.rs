@@ -166,7 +166,9 @@ impl Node {
                             };
                             self.ingest.command(cmd, now);
                         }
-                        Action::PresenceJoin { course, user } => out.presence.push((course, user, 1)),
+                        Action::PresenceJoin { course, user } => {
+                            out.presence.push((course, user, 1))
+                        }
                         Action::PresenceLeave { course, user } => {
                             out.presence.push((course, user, -1))
                         }

@@ -36,6 +36,9 @@ pub struct Viewer {
     pub boards: BTreeMap<String, BTreeMap<u32, Value>>,
     /// The highest version shown per (course, section) on this connection and watch.
     pub seen: BTreeMap<(String, u32), u64>,
+    /// Courses unwatched while frames were still queued, with the bytes
+    /// queued then and not read yet: those frames belong to the old watch.
+    pub rewatch: BTreeMap<String, usize>,
 }
 
 /// What a frame a viewer read breaks, if anything.
@@ -60,6 +63,7 @@ impl Viewer {
             stalled: false,
             boards: BTreeMap::new(),
             seen: BTreeMap::new(),
+            rewatch: BTreeMap::new(),
         }
     }
 
@@ -67,12 +71,18 @@ impl Viewer {
     pub fn fresh(&mut self) {
         self.boards.clear();
         self.seen.clear();
+        self.rewatch.clear();
     }
 
-    /// Forgets a course (unwatched).
-    pub fn forget(&mut self, course: &str) {
+    /// Forgets a course (unwatched) with `queued` bytes still to read: the
+    /// frames among them belong to the old watch.
+    pub fn forget(&mut self, course: &str, queued: usize) {
         self.boards.remove(course);
-        self.seen.retain(|(c, _), _| c != course);
+        if queued == 0 {
+            self.seen.retain(|(c, _), _| c != course);
+        } else {
+            self.rewatch.insert(course.to_owned(), queued);
+        }
     }
 
     /// Merges one server frame, checking each section shown against what was
@@ -93,6 +103,22 @@ impl Viewer {
             Some(0x81) => {}
             _ => return Read::Ok,
         }
+        // Frames queued before an unwatch belong to the old watch; past
+        // them, a new watch of the course starts afresh.
+        let olds: BTreeSet<String> = self.rewatch.keys().cloned().collect();
+        for left in self.rewatch.values_mut() {
+            *left = left.saturating_sub(bytes.len());
+        }
+        let done: Vec<String> = self
+            .rewatch
+            .iter()
+            .filter(|(_, left)| **left == 0)
+            .map(|(c, _)| c.clone())
+            .collect();
+        for c in done {
+            self.rewatch.remove(&c);
+            self.seen.retain(|(k, _), _| *k != c);
+        }
         let v: Value = match serde_json::from_slice(frame.payload) {
             Ok(v) => v,
             Err(e) => return Read::Broke("text frames are JSON", e.to_string()),
@@ -103,7 +129,7 @@ impl Viewer {
         let Some(course) = v["course"].as_str() else {
             return Read::Broke("frames name a course", v.to_string());
         };
-        if !self.watching.contains(course) {
+        if !self.watching.contains(course) || olds.contains(course) {
             return Read::Ok;
         }
         let board = self.boards.entry(course.to_owned()).or_default();

@@ -72,10 +72,27 @@ enum Ev {
     Step(usize),
     AtRedis(Conn, Cmd),
     /// A pub/sub delivery to a node's connection of generation `gen`.
-    Message { node: usize, gen: u64, course: String, payload: Arc<str> },
-    Ack { node: usize, gen: u64, course: Option<String>, subscribe: bool },
-    Answer { node: usize, node_gen: u64, cmd: IngestCmd },
-    Reconnect { node: usize, gen: u64 },
+    Message {
+        node: usize,
+        gen: u64,
+        course: String,
+        payload: Arc<str>,
+    },
+    Ack {
+        node: usize,
+        gen: u64,
+        course: Option<String>,
+        subscribe: bool,
+    },
+    Answer {
+        node: usize,
+        node_gen: u64,
+        cmd: IngestCmd,
+    },
+    Reconnect {
+        node: usize,
+        gen: u64,
+    },
     ViewerTick,
     /// Redis answers again: what it held is run in arrival order.
     Thaw,
@@ -312,7 +329,9 @@ impl World {
             }
             self.slots[node].node.shards[shard].disconnect(conn);
             for v in &mut self.viewers {
-                if v.at.is_some_and(|a| a.node == node && a.shard == shard && a.conn == conn) {
+                if v.at
+                    .is_some_and(|a| a.node == node && a.shard == shard && a.conn == conn)
+                {
                     v.at = None;
                     v.fresh();
                 }
@@ -439,7 +458,10 @@ impl World {
                 let c = COURSES[course % COURSES.len()].to_owned();
                 let v = &mut self.viewers[viewer];
                 if v.watching.remove(&c) {
-                    v.forget(&c);
+                    let queued = v.at.map_or(0, |at| {
+                        self.slots[at.node].node.shards[at.shard].queued_bytes(at.conn)
+                    });
+                    v.forget(&c, queued);
                     if let Some(at) = v.at {
                         let text = format!(r#"{{"op":"unwatch","course":"{c}"}}"#);
                         self.slots[at.node].node.shards[at.shard].handle_text(at.conn, &text, now);
@@ -524,7 +546,10 @@ impl World {
         let extra = if now < p.slow_until { p.slow_ms } else { 0 };
         p.last = p.last.max(now + d + extra);
         let t = p.last;
-        self.at(t, Ev::AtRedis(Conn::Publisher, Cmd::Publish(Arc::new(snap))));
+        self.at(
+            t,
+            Ev::AtRedis(Conn::Publisher, Cmd::Publish(Arc::new(snap))),
+        );
     }
 
     fn at_redis(&mut self, conn: Conn, cmd: Cmd) {
@@ -601,8 +626,8 @@ impl World {
             (Conn::Reader { node, node_gen }, cmd) => {
                 let answer = match cmd {
                     Cmd::Read { courses, epoch } => {
-                        let hashes = (!down)
-                            .then(|| courses.iter().map(|c| self.redis.read(c)).collect());
+                        let hashes =
+                            (!down).then(|| courses.iter().map(|c| self.redis.read(c)).collect());
                         IngestCmd::States {
                             courses,
                             hashes,
@@ -670,7 +695,8 @@ impl World {
             };
             let shard = &mut self.slots[at.node].node.shards[at.shard];
             let published = &self.published;
-            let lookup = |c: &str, s: u32, ver: u64| published.get(&(c.to_owned(), s, ver)).cloned();
+            let lookup =
+                |c: &str, s: u32, ver: u64| published.get(&(c.to_owned(), s, ver)).cloned();
             while let Some(b) = shard.poll_frame(at.conn) {
                 match self.viewers[v].merge(&b, lookup) {
                     Read::Ok => {}
@@ -719,7 +745,15 @@ impl World {
                 self.publish(0, c, s, FINAL_VERSION);
                 let code = COURSES[c].to_owned();
                 let taken = ((FINAL_VERSION * 7 + u64::from(s) * 3) % 50) as u32;
-                let snap = Snapshot::build(code.as_str().into(), s, 50, taken, None, Some(FINAL_VERSION), None);
+                let snap = Snapshot::build(
+                    code.as_str().into(),
+                    s,
+                    50,
+                    taken,
+                    None,
+                    Some(FINAL_VERSION),
+                    None,
+                );
                 if let Ok(v) = serde_json::from_str(&snap.json) {
                     self.final_truth.entry(code).or_default().insert(s, v);
                 }

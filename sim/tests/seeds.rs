@@ -29,5 +29,9 @@ fn a_seed_replays_exactly() {
     let b = sim::run_seed(7, false);
     assert_eq!(a.events, b.events);
     assert_eq!(a.failure, b.failure);
-    assert!(a.events > 1_000, "the run did something: {} events", a.events);
+    assert!(
+        a.events > 1_000,
+        "the run did something: {} events",
+        a.events
+    );
 }

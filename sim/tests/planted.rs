@@ -1,0 +1,31 @@
+//! The simulator can fail: each planted bug (feature `planted-bugs`) must be
+//! caught within a stated number of seeds.
+#![cfg(feature = "planted-bugs")]
+
+use seatboard::planted::{plant, Bug};
+
+/// The first seed in `0..within` whose run breaks an invariant with `bug` planted.
+fn caught(bug: Bug, within: u64) -> Option<(u64, sim::Failure)> {
+    plant(Some(bug));
+    let found = (0..within).find_map(|seed| sim::run_seed(seed, false).failure.map(|f| (seed, f)));
+    plant(None);
+    found
+}
+
+#[test]
+fn a_read_taking_a_section_backwards_is_caught() {
+    let (seed, f) = caught(Bug::ReadBackwards, 40).expect("caught within 40 seeds");
+    println!("seed {seed}: {f}");
+}
+
+#[test]
+fn a_read_before_the_subscription_is_confirmed_is_caught() {
+    let (seed, f) = caught(Bug::ReadBeforeConfirmed, 40).expect("caught within 40 seeds");
+    println!("seed {seed}: {f}");
+}
+
+#[test]
+fn no_reread_after_a_reconnect_is_caught() {
+    let (seed, f) = caught(Bug::NoRereadAfterReconnect, 40).expect("caught within 40 seeds");
+    println!("seed {seed}: {f}");
+}
