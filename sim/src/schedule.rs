@@ -72,6 +72,9 @@ pub enum Op {
     /// Fault: a publisher's next commands take this long to reach Redis
     /// (a message delayed past later ones on another connection).
     SlowPublisher { publisher: usize, ms: u64 },
+    /// Fault: a node's links to Redis slow for `ms` (its subscriptions and
+    /// its state reads' answers each take `ms` longer).
+    SlowLink { node: usize, ms: u64 },
     /// Fault: a publish lost before it reached Redis.
     LosePublish { publisher: usize },
     /// Fault: a node's pub/sub connection reset (in-flight lost).
@@ -92,6 +95,7 @@ impl Op {
         matches!(
             self,
             Op::SlowPublisher { .. }
+                | Op::SlowLink { .. }
                 | Op::LosePublish { .. }
                 | Op::ResetPubsub { .. }
                 | Op::Freeze { .. }
@@ -109,7 +113,10 @@ impl Op {
     /// How long after it starts the fault is over (virtual ms).
     pub fn lasts_ms(&self) -> u64 {
         match self {
-            Op::Freeze { ms } | Op::Restart { ms } | Op::SlowPublisher { ms, .. } => *ms,
+            Op::Freeze { ms }
+            | Op::Restart { ms }
+            | Op::SlowPublisher { ms, .. }
+            | Op::SlowLink { ms, .. } => *ms,
             _ => 0,
         }
     }
@@ -135,6 +142,8 @@ impl fmt::Display for Step {
 pub struct Faults {
     /// Publisher connections slowed (reordering across connections).
     pub slow_publisher: bool,
+    /// A node's links slowed (subscriptions and read answers).
+    pub slow_link: bool,
     /// Publishes lost.
     pub lose_publish: bool,
     /// Pub/sub connection resets.
@@ -155,6 +164,7 @@ impl Faults {
     /// Every fault on.
     pub const ALL: Faults = Faults {
         slow_publisher: true,
+        slow_link: true,
         lose_publish: true,
         reset: true,
         freeze: true,
@@ -167,6 +177,7 @@ impl Faults {
     /// Every fault off.
     pub const NONE: Faults = Faults {
         slow_publisher: false,
+        slow_link: false,
         lose_publish: false,
         reset: false,
         freeze: false,
@@ -181,6 +192,7 @@ impl Faults {
         let mut b = || rng.chance(500);
         Faults {
             slow_publisher: b(),
+            slow_link: b(),
             lose_publish: b(),
             reset: b(),
             freeze: b(),
@@ -213,6 +225,10 @@ pub fn draw(rng: &mut Rng, shape: &Shape, faults: Faults) -> Vec<Step> {
         let publisher = rng.below(shape.publishers as u64) as usize;
         let node = rng.below(shape.nodes as u64) as usize;
         let op = match rng.below(100) {
+            0..=2 if faults.slow_link => Op::SlowLink {
+                node,
+                ms: rng.range(20, 400),
+            },
             0..=44 => {
                 let section = rng.below(u64::from(shape.sections)) as u32;
                 let v = &mut versions[course][section as usize];

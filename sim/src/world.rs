@@ -109,6 +109,9 @@ struct Slot {
     up: u64,
     down: u64,
     reader: u64,
+    /// Until when its subscriptions and read answers are slowed, and by how much.
+    slow_until: u64,
+    slow_ms: u64,
 }
 
 struct Publisher {
@@ -157,6 +160,8 @@ impl World {
                 up: T0,
                 down: T0,
                 reader: T0,
+                slow_until: 0,
+                slow_ms: 0,
             })
             .collect();
         let viewers = (0..shape.viewers)
@@ -301,8 +306,13 @@ impl World {
 
     fn route(&mut self, node: usize, out: Out) {
         let gen = self.redis.subs[node].gen;
+        let slow = if self.now < self.slots[node].slow_until {
+            self.slots[node].slow_ms
+        } else {
+            0
+        };
         for c in out.subs {
-            let d = self.delay();
+            let d = self.delay() + slow;
             let s = &mut self.slots[node];
             s.up = s.up.max(self.now + d);
             let t = s.up;
@@ -483,6 +493,11 @@ impl World {
                 p.slow_until = now + ms;
                 p.slow_ms = ms;
             }
+            Op::SlowLink { node, ms } => {
+                let s = &mut self.slots[node];
+                s.slow_until = now + ms;
+                s.slow_ms = ms;
+            }
             Op::LosePublish { publisher } => self.publishers[publisher].lose_next = true,
             Op::ResetPubsub { node } => self.reset_link(node),
             Op::Freeze { ms } => self.redis.frozen_until = self.redis.frozen_until.max(now + ms),
@@ -640,7 +655,13 @@ impl World {
                     })),
                     _ => return,
                 };
-                let d = self.delay();
+                let s = &self.slots[node];
+                let slow = if self.now < s.slow_until {
+                    s.slow_ms
+                } else {
+                    0
+                };
+                let d = self.delay() + slow;
                 let s = &mut self.slots[node];
                 s.reader = s.reader.max(self.now + d);
                 let t = s.reader;
