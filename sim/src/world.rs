@@ -761,10 +761,10 @@ impl World {
         for p in &mut self.publishers {
             p.lose_next = false;
         }
-        for c in 0..self.shape.courses {
+        for (c, code) in COURSES.iter().enumerate().take(self.shape.courses) {
             for s in 0..self.shape.sections {
                 self.publish(0, c, s, FINAL_VERSION);
-                let code = COURSES[c].to_owned();
+                let code = (*code).to_owned();
                 let taken = ((FINAL_VERSION * 7 + u64::from(s) * 3) % 50) as u32;
                 let snap = Snapshot::build(
                     code.as_str().into(),
