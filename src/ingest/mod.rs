@@ -66,6 +66,9 @@ struct Board {
     /// A snapshot or a state hash named it: kept for admins after its last
     /// viewer leaves (a made-up name is kept only while watched).
     named: bool,
+    /// Its state hash has been read (a viewer's read or a discovery): a
+    /// discovery cut short by a failed read leaves the rest to the next one.
+    state_read: bool,
     /// Its admin entry as last sent (while the firehose is on).
     shown: Option<admin::Shown>,
 }

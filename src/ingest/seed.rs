@@ -162,6 +162,9 @@ impl<S: Source> Ingest<S> {
     /// One course's state hash merged into its board (routed as snapshots to
     /// shards already seeded).
     fn merge_read(&mut self, course: &Arc<str>, payloads: Vec<Vec<u8>>, via: Via, now_ms: u64) {
+        if let Some(b) = self.boards.get_mut(course) {
+            b.state_read = true;
+        }
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
                 Ok(mut s) => {
@@ -244,8 +247,14 @@ impl<S: Source> Ingest<S> {
         if self.discovering {
             return;
         }
-        // Courses held already follow the channel: only new ones are read.
-        let have: HashSet<Arc<str>> = self.boards.keys().cloned().collect();
+        // Courses read already follow the channel: only the others are read
+        // (new ones, and those a discovery cut short by a failed read left).
+        let have: HashSet<Arc<str>> = self
+            .boards
+            .iter()
+            .filter(|(_, b)| b.state_read)
+            .map(|(c, _)| Arc::clone(c))
+            .collect();
         self.discovering = self.reader.send(ReadRequest::Discover { have }).is_ok();
     }
 

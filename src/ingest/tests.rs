@@ -763,3 +763,33 @@ fn a_read_asked_before_a_reconnect_does_not_count_as_loaded_after_it() {
     assert!(!r.ingest.has_unloaded());
     assert_eq!(r.log(), ["sub A", "load A", "load A"]);
 }
+
+#[test]
+fn a_discovery_cut_short_leaves_the_unread_courses_to_the_next_rescan() {
+    let mut r = rig(1);
+    let cmd = IngestCmd::AdminFeed {
+        shard: 0,
+        connected: true,
+    };
+    assert!(r.ingest.command(cmd, T0));
+    let asked = r.asked();
+    assert!(matches!(&asked[..], [ReadRequest::Discover { have }] if have.is_empty()));
+    // The scan found three courses; a failed read left B and C unread. A live
+    // snapshot of C arrives before the next rescan.
+    let cut = Discovery {
+        courses: vec!["A".into(), "B".into(), "C".into()],
+        states: vec![(Arc::from("A"), vec![payload("A", 1, 2, 1)])],
+    };
+    assert!(r.ingest.command(IngestCmd::Discovered(Some(cut)), T0));
+    r.ingest.event(message("C", 2, 1, 1), T0);
+    // The next rescan reads B and C (C's other sections are still unknown),
+    // not A again.
+    let later = T0 + super::admin::RESCAN_MS;
+    r.ingest.handle_timeout(later);
+    let asked = r.asked();
+    let [ReadRequest::Discover { have }] = &asked[..] else {
+        panic!("no rescan asked: {asked:?}");
+    };
+    let have: Vec<&str> = have.iter().map(|c| &**c).collect();
+    assert_eq!(have, ["A"]);
+}
