@@ -385,7 +385,9 @@ fn a_new_admin_gets_every_state_hash_at_once_then_deltas_each_tick_while_somethi
     r.presence_cmds();
     // At once, not at the next tick: a full message with every course.
     let first = one_admin(&r, 1);
-    assert!(first.delta.is_none());
+    // (The entries as a delta too, for a feed there that holds a full one
+    // already; a new feed takes the full one.)
+    assert_eq!(courses_of(&first.delta.expect("the new entries")), ["A", "B"]);
     assert_eq!(admin_json(&first.full)["full"], true);
     assert_eq!(courses_of(&first.full), ["A", "B"]);
     assert_eq!(r.ingest.poll_timeout(), Some(T0 + ADMIN_TICK));
@@ -792,4 +794,32 @@ fn a_discovery_cut_short_leaves_the_unread_courses_to_the_next_rescan() {
     };
     let have: Vec<&str> = have.iter().map(|c| &**c).collect();
     assert_eq!(have, ["A"]);
+}
+
+#[test]
+fn an_admin_tick_before_the_discovery_answers_leaves_the_new_admin_no_course_short() {
+    let mut r = rig(1);
+    r.hash("A", vec![payload("A", 1, 2, 1)]);
+    r.hash("B", vec![payload("B", 1, 3, 1)]);
+    let cmd = IngestCmd::AdminFeed {
+        shard: 0,
+        connected: true,
+    };
+    assert!(r.ingest.command(cmd, T0));
+    let discovery = r.asked();
+    assert!(matches!(&discovery[..], [ReadRequest::Discover { .. }]));
+    // A slow Redis: a snapshot and a whole admin tick pass before the
+    // discovery answers. The tick's message reaches the admin shard, whose new
+    // feed takes its full aggregate (one course).
+    r.ingest.event(message("C", 1, 1, 1), T0 + 10);
+    r.ingest.handle_timeout(T0 + ADMIN_TICK);
+    assert_eq!(courses_of(&one_admin(&r, 0).full), ["C"]);
+    // The discovery's courses then reach that feed as a delta (it is no longer
+    // owed a full one, so a full one alone would never be shown to it).
+    for req in discovery {
+        r.answer(req);
+    }
+    let msg = one_admin(&r, 0);
+    assert_eq!(courses_of(&msg.delta.expect("a delta")), ["A", "B"]);
+    assert_eq!(courses_of(&msg.full), ["A", "B", "C"]);
 }
