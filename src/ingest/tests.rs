@@ -387,7 +387,10 @@ fn a_new_admin_gets_every_state_hash_at_once_then_deltas_each_tick_while_somethi
     let first = one_admin(&r, 1);
     // (The entries as a delta too, for a feed there that holds a full one
     // already; a new feed takes the full one.)
-    assert_eq!(courses_of(&first.delta.expect("the new entries")), ["A", "B"]);
+    assert_eq!(
+        courses_of(&first.delta.expect("the new entries")),
+        ["A", "B"]
+    );
     assert_eq!(admin_json(&first.full)["full"], true);
     assert_eq!(courses_of(&first.full), ["A", "B"]);
     assert_eq!(r.ingest.poll_timeout(), Some(T0 + ADMIN_TICK));
