@@ -11,6 +11,7 @@
 //! - [`analytics`]: the `analytics` worker process and its report.
 //! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
 //! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
+//! - [`supervisor`]: the one owner of a process's long-lived threads.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 
@@ -37,4 +38,5 @@ pub mod rehearse;
 pub mod relay;
 pub mod shard;
 pub mod shard_set;
+pub mod supervisor;
 pub mod worker_http;
