@@ -27,6 +27,10 @@ use std::time::{Duration, Instant};
 /// How often shards are probed when systemd's watchdog is off.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
+/// How long a node closing everything at once (the second signal, or a
+/// drain past its window) waits for its connections to go.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// How long a failed node waits for its connections to close before it exits.
 const FAIL_GRACE: Duration = Duration::from_secs(5);
 
@@ -229,7 +233,8 @@ impl Hub {
                     drain_started = Some(Instant::now());
                 } else {
                     tracing::info!(signal = sig, "second signal: closing everything now");
-                    return self.close_all();
+                    self.close_all(CLOSE_GRACE);
+                    return 0;
                 }
             }
             if let Some(t) = drain_started {
@@ -242,7 +247,8 @@ impl Hub {
                 if t.elapsed()
                     > Duration::from_millis(self.node.config.drain_ms) + Duration::from_secs(5)
                 {
-                    return self.close_all();
+                    self.close_all(CLOSE_GRACE);
+                    return 0;
                 }
             }
             // Draining: watch the connection count closely; otherwise sleep
@@ -264,14 +270,7 @@ impl Hub {
             "a long-lived thread panicked: the node reports itself failed, closes its connections and exits"
         );
         sd_notify::notify("STOPPING=1\nSTATUS=failed: a thread panicked");
-        for i in &self.inboxes {
-            i.control(Control::CloseAll);
-        }
-        let t = Instant::now();
-        while self.node.open.load(Relaxed) > 0 && t.elapsed() < FAIL_GRACE {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.stop_threads();
+        self.close_all(FAIL_GRACE);
         EXIT_FAILED
     }
 
@@ -311,16 +310,17 @@ impl Hub {
         every
     }
 
-    fn close_all(&self) -> i32 {
+    /// Closes every connection, waits up to `grace` for them to go, then
+    /// stops the threads.
+    fn close_all(&self, grace: Duration) {
         for i in &self.inboxes {
             i.control(Control::CloseAll);
         }
         let t = Instant::now();
-        while self.node.open.load(Relaxed) > 0 && t.elapsed() < Duration::from_secs(2) {
+        while self.node.open.load(Relaxed) > 0 && t.elapsed() < grace {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.stop_threads();
-        0
     }
 
     /// Stops the node's threads in [`STOP_ORDER`] (the shards, then what
