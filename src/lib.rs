@@ -10,7 +10,9 @@
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
 //! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
-//! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
+//! - [`rehearse`]: `seatboard rehearse`, a load rehearsal against running
+//!   nodes on the `loadgen` crate's viewers.
+//! - [`supervisor`]: the one owner of a process's long-lived threads.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 
@@ -37,4 +39,5 @@ pub mod rehearse;
 pub mod relay;
 pub mod shard;
 pub mod shard_set;
+pub mod supervisor;
 pub mod worker_http;

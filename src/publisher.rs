@@ -12,6 +12,7 @@
 use crate::publish::script;
 use crate::redis::commands::Commands;
 use crate::redis::{Error, Mode, PubSubMode, Redis, RedisFlags};
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use shards::{Reject, Snapshot};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -54,7 +55,6 @@ struct Counters {
 pub struct Publisher {
     tx: Option<Sender<Snapshot>>,
     counters: Arc<Counters>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Publisher {
@@ -66,14 +66,13 @@ impl Publisher {
         let (tx, rx) = bounded(config.queue.max(1));
         let counters = Arc::new(Counters::default());
         let c = Arc::clone(&counters);
-        let thread = std::thread::Builder::new()
-            .name("seatboard-publisher".into())
-            .spawn(move || run(link, rx, c, config))
-            .map_err(PublisherError::Thread)?;
+        supervisor::spawn("seatboard-publisher", Policy::Logged, move || {
+            run(link, rx, c, config)
+        })
+        .map_err(PublisherError::Thread)?;
         Ok(Publisher {
             tx: Some(tx),
             counters,
-            thread: Some(thread),
         })
     }
 
@@ -138,7 +137,6 @@ impl Drop for Publisher {
         // Closing the queue ends the thread after what it holds; a black-holed
         // Redis delays that by at most one timeout, and nobody waits for it.
         self.tx = None;
-        drop(self.thread.take());
     }
 }
 

@@ -165,6 +165,15 @@ impl Auth {
         }
     }
 
+    /// Ends the JWKS thread, if one runs (at shutdown).
+    pub fn stop(&self) {
+        if let Auth::Jwt(v) = self {
+            if let Some(j) = &v.jwks {
+                j.stop();
+            }
+        }
+    }
+
     /// `/healthz` `auth`: false until the JWKS (when there is one) was fetched once.
     pub fn healthy(&self) -> bool {
         match self {

@@ -6,6 +6,7 @@
 use super::fetch::Target;
 use super::jwks::{self, HeldKey};
 use crate::clock;
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -126,10 +127,13 @@ impl JwksSource {
             return Ok(());
         };
         let me = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("seatboard-jwks".into())
-            .spawn(move || me.run(kicked))
-            .map(drop)
+        supervisor::spawn("seatboard-jwks", Policy::FailsNode, move || me.run(kicked))
+    }
+
+    /// Ends the fetching thread at shutdown (after [`supervisor::stop`]):
+    /// a kick wakes its wait, and it sees the stop.
+    pub fn stop(&self) {
+        let _ = self.kick.try_send(());
     }
 
     fn run(&self, kicked: Receiver<()>) {
@@ -143,7 +147,11 @@ impl JwksSource {
                 Duration::from_secs(1u64 << failures.min(5)).min(RETRY_CAP)
             };
             let deadline = Instant::now() + wait;
-            match kicked.recv_deadline(deadline) {
+            let kick = kicked.recv_deadline(deadline);
+            if supervisor::stopping() {
+                return;
+            }
+            match kick {
                 Ok(()) => {
                     // Asked for by an unknown kid: at most one fetch per 10 s.
                     let due = self.last_fetch_ms.load(Relaxed) + KICK_SPACING_MS;

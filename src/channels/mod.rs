@@ -2,10 +2,11 @@
 //! snapshot channel that the ingest side coalesces into when full, an
 //! unbounded control channel for rare messages, and a waker so a sleeping
 //! shard notices either), the ingest thread's commands and the presence
-//! worker's commands (with [`wake`], the ingest thread's eventfd wake-up).
-//! Threads only ever talk through these types, so no worker module needs
-//! another's.
+//! worker's commands (with [`wake`], the eventfd wake-up and the ingest
+//! thread's mailbox, and [`poll`], the one `poll(2)` wrapper). Threads only
+//! ever talk through these types, so no worker module needs another's.
 
+pub mod poll;
 pub mod wake;
 
 use crate::clock;
@@ -49,6 +50,8 @@ pub enum Control {
     /// Liveness probe for the systemd watchdog: the shard's loop answers by
     /// moving its heartbeat.
     Probe,
+    /// Shutdown, once drained or closed: the shard's thread ends.
+    Stop,
 }
 
 /// What shards (and the presence worker) tell the ingest thread.

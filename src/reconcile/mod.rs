@@ -24,6 +24,7 @@ pub mod store;
 
 use crate::logging::{line, usage};
 use crate::redis::commands::Commands;
+use crate::supervisor::{self, Policy};
 use flags::{Checked, FlagError, Kind, ReconcileArgs};
 use metrics::Shared;
 use run::{CheckError, Worker};
@@ -34,7 +35,7 @@ use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use store::Store;
 
 /// How long after SIGTERM the worker is waited for (the contract's 2 s, with margin).
@@ -186,13 +187,7 @@ fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals
         ..
     } = opened;
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    let spawned = std::thread::Builder::new()
-        .name("reconcile".into())
-        .spawn(move || {
-            worker.run(stop_rx);
-            let _ = done_tx.send(());
-        });
+    let spawned = supervisor::spawn("reconcile", Policy::Logged, move || worker.run(stop_rx));
     if let Err(e) = spawned {
         line(&format!("error: cannot start: thread: {e}"));
         return ExitCode::from(1);
@@ -209,7 +204,7 @@ fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals
     stop.store(true, Relaxed);
     let _ = stop_tx.try_send(());
     slot.cancel();
-    let _ = done_rx.recv_timeout(STOP_WAIT);
+    supervisor::join("reconcile", Instant::now() + STOP_WAIT);
     crate::logging::flush(Duration::from_millis(200));
     ExitCode::SUCCESS
 }

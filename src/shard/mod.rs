@@ -22,6 +22,7 @@ use crossbeam_channel::Sender;
 use ctx::ShardCtx;
 use runtime::monoio_runtime::{self, Built, Monoio};
 use runtime::Runtime;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -84,5 +85,14 @@ async fn serve<R: Runtime>(
     let _ = ready.send(Ok(name));
     drop(ready);
     R::spawn(tick::tick_loop::<R>(Rc::clone(&ctx)));
-    http::front_door::accept_loop::<R>(ctx, listener).await
+    let stopper = Rc::clone(&ctx);
+    let mut accept = std::pin::pin!(http::front_door::accept_loop::<R>(ctx, listener));
+    // Told to stop, the shard leaves its tasks to its runtime's drop.
+    std::future::poll_fn(|cx| {
+        if stopper.stop.poll_take(cx) {
+            return std::task::Poll::Ready(());
+        }
+        accept.as_mut().poll(cx)
+    })
+    .await
 }

@@ -64,6 +64,7 @@ mod storm;
 mod syscall_filter;
 mod systemd;
 mod systemd_boot;
+mod threads;
 mod tokio_shell;
 mod uring_denied;
 mod version;
