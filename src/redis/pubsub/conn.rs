@@ -1,9 +1,10 @@
 //! A raw Redis connection (TCP, or TLS over rustls) with AUTH done, read by
-//! the bounded streaming RESP reader: what the pub/sub sources run on.
+//! the bounded streaming RESP reader (`resp.rs`): what the pub/sub source
+//! runs on, many of them polled from one thread without blocking.
 
 use super::resp::{Item, Reader};
-use super::slots::Addr;
-use super::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use crate::redis::slots::Addr;
+use crate::redis::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
@@ -214,6 +215,20 @@ impl PubConn {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Reads what is there without waiting for more: bytes TLS holds
+    /// decrypted, or what a readable socket has ([`Fill::Nothing`] otherwise).
+    pub fn fill_ready(&mut self) -> io::Result<Fill> {
+        let readable = self.stream.tls_pending()
+            || wait_readable(&[self.fd()], Duration::ZERO)
+                .first()
+                .copied()
+                .unwrap_or(false);
+        if !readable {
+            return Ok(Fill::Nothing);
+        }
+        self.fill(Duration::from_millis(1))
     }
 
     /// The next complete frame already buffered.
