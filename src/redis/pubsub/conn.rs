@@ -89,6 +89,9 @@ pub struct PubConn {
     stream: Stream,
     reader: Reader,
     read_timeout: Option<Duration>,
+    /// Bytes came since a read last found nothing ready: a whole frame may be
+    /// buffered.
+    unread: bool,
     /// Last time anything arrived.
     pub last_rx: Instant,
     /// When a keepalive PING went out unanswered.
@@ -132,6 +135,7 @@ impl PubConn {
             stream,
             reader: Reader::new(cap),
             read_timeout: None,
+            unread: true,
             last_rx: Instant::now(),
             ping_sent: None,
         };
@@ -201,6 +205,7 @@ impl PubConn {
             Ok(_) => {
                 self.last_rx = Instant::now();
                 self.ping_sent = None;
+                self.unread = true;
                 Ok(Fill::Data)
             }
             Err(e)
@@ -226,6 +231,7 @@ impl PubConn {
                 .copied()
                 .unwrap_or(false);
         if !readable {
+            self.unread = false;
             return Ok(Fill::Nothing);
         }
         self.fill(Duration::from_millis(1))
@@ -238,9 +244,12 @@ impl PubConn {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// Bytes received but not parsed yet (or held decrypted by TLS).
+    /// Whether a frame may be buffered (or held decrypted by TLS): bytes
+    /// came since [`PubConn::fill_ready`] last found nothing to read, which
+    /// its callers ask only once every whole frame is taken (a part of one
+    /// waits for the socket).
     pub fn buffered(&mut self) -> bool {
-        self.reader.buffered() > 0 || self.stream.tls_pending()
+        self.unread || self.stream.tls_pending()
     }
 
     /// Pings a silent connection; an error when a ping went unanswered too long.

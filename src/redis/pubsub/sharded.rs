@@ -13,7 +13,7 @@
 //! frozen primary holds up only the channels it owns.
 
 use super::classic::{message_event, PING_AFTER, PING_DEADLINE};
-use super::conn::{classify, packed, wait_readable, Fill, Frame, PubConn};
+use super::conn::{classify, packed, Fill, Frame, PubConn};
 use super::dialer::{Dialed, Dialer};
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
@@ -480,20 +480,8 @@ impl Source for Sharded {
         if let Some(ev) = self.buffered_event() {
             return Some(ev);
         }
-        if self.conns.is_empty() {
-            return self.pending.pop_front();
-        }
-        // TLS may hold decrypted bytes the socket no longer shows.
-        let mut ready: Vec<bool> = self.conns.iter_mut().map(|c| c.buffered()).collect();
-        if !ready.iter().any(|r| *r) {
-            let fds: Vec<_> = self.conns.iter().map(|c| c.fd()).collect();
-            ready = wait_readable(&fds, Duration::ZERO);
-        }
         for i in (0..self.conns.len()).rev() {
-            if !ready.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            match self.conns[i].fill(Duration::from_millis(1)) {
+            match self.conns[i].fill_ready() {
                 Ok(Fill::Closed) => self.lose(i, "closed by Redis"),
                 Ok(_) => {}
                 Err(e) => self.lose(i, &format!("read: {e}")),
