@@ -69,10 +69,15 @@ fn a_hung_primarys_dial_holds_up_no_other_primarys_channels() {
     let mut ws = ws_connect(sb.port, "/ws?user=v").expect("connect");
     next_json(&mut ws).expect("hello");
     // The hung primaries' courses first: their dials are on their way (and
-    // hang) when the live course is watched.
+    // hang) when the live course is watched (the ingest thread dials at the
+    // end of the turn that counts the subscriptions).
     for c in &gone {
         send_json(&mut ws, json!({"op":"watch","course":c}));
     }
+    wait_for(T, || {
+        (sb.metric("seatboard_subscriptions") == 2.0).then_some(())
+    })
+    .expect("the hung primaries' courses watched");
     let watched = Instant::now();
     send_json(&mut ws, json!({"op":"watch","course":live}));
     let channel = format!("seats:{live}");
