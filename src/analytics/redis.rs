@@ -7,9 +7,9 @@
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
 use crate::clock;
-use crate::ingest::any::AnySource;
-use crate::ingest::source::{Source, SourceEvent};
 use crate::redis::commands::Commands;
+use crate::redis::pubsub::conn::wait_readable;
+use crate::redis::pubsub::{PubSub, Source, SourceEvent};
 use crate::redis::Redis;
 use shards::snapshot::valid_course;
 use shards::Snapshot;
@@ -228,7 +228,8 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
         last_reject_log: None,
         down_since: None,
     };
-    let mut source = AnySource::new(redis, &args.channel_prefix)?;
+    let mut source = PubSub::new(redis, &args.channel_prefix)?;
+    let mut fds = Vec::new();
     source.set_firehose(true);
     let mut cmd = Commands::new(redis, "analytics");
     // Sharded pub/sub has no pattern form: every course with a state hash is
@@ -250,7 +251,14 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
                 .poll_timeout()
                 .map_or(STOP_CHECK, |s| s.min(STOP_CHECK)),
         };
-        let ev = source.poll(wait);
+        // Sleeps on the source's sockets until one is readable or `wait` ends.
+        let mut ev = source.poll();
+        if ev.is_none() && !wait.is_zero() {
+            fds.clear();
+            source.wait_fds(&mut fds);
+            wait_readable(&fds, wait);
+            ev = source.poll();
+        }
         source.flush();
         let up = source.connected();
         if up && !was_up {

@@ -11,11 +11,11 @@ use crate::channels::wake::Wake;
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::failure;
-use crate::ingest::source::Source;
 use crate::ingest::states::StateStore;
 use crate::ingest::{self, reader, Ingest};
 use crate::node::Node;
 use crate::presence::{self, PresenceStore, PresenceTiming, Worker};
+use crate::redis::pubsub::Source;
 use crate::shard;
 use crate::supervisor::{self, Policy};
 use crossbeam_channel::unbounded;
@@ -111,7 +111,7 @@ where
         Some(presence_tx.clone()),
         read_tx,
         config.admin_tick_ms,
-        clock::unix_ms(),
+        clock::now_ms(),
     );
     let (reader_ingest, reader_node) = (ingest_tx.clone(), Arc::clone(&node));
     supervisor::spawn("seatboard-states", Policy::FailsNode, move || {

@@ -7,7 +7,7 @@
 use super::{Board, Ingest};
 use crate::channels::Control;
 use crate::channels::PresenceCmd;
-use crate::ingest::source::Source;
+use crate::redis::pubsub::Source;
 use shards::server_msg::{self, AdminRow};
 use shards::AdminMsg;
 use std::sync::Arc;

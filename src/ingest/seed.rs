@@ -9,7 +9,7 @@ use super::reader::ReadRequest;
 use super::{Board, Ingest, Load, Via};
 use crate::channels::Control;
 use crate::channels::Discovery;
-use crate::ingest::source::Source;
+use crate::redis::pubsub::Source;
 use shards::{Gate, Snapshot};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -222,8 +222,7 @@ impl<S: Source> Ingest<S> {
     pub(super) fn seeds_overdue(&mut self, now_ms: u64) {
         let down = !self.source.connected() && !self.source.connecting();
         while let Some((due, _)) = self.seed_deadlines.front() {
-            // (A deadline further off than the patience: the clock stepped back.)
-            if !down && *due > now_ms && *due <= now_ms + SEED_PATIENCE_MS {
+            if !down && *due > now_ms {
                 break;
             }
             let Some((_, course)) = self.seed_deadlines.pop_front() else {

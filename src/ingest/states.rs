@@ -4,7 +4,7 @@
 //! round trip (or a frozen Redis's timeout) never holds up a snapshot.
 
 use crate::redis::commands::Commands;
-use crate::redis::conn::{wait_readable, PubConn};
+use crate::redis::pubsub::conn::{wait_readable, PubConn};
 use crate::redis::slots::Addr;
 use crate::redis::Redis;
 use crate::redis::IO_TIMEOUT;

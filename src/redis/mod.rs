@@ -2,15 +2,14 @@
 //! URIs, TLS (`rediss://`, rustls, verified against `--redis-ca` or the
 //! system roots), AUTH from the URI, standalone or cluster mode, timeouts and
 //! the reconnect backoff. `commands` is the command client (slot-routed in a
-//! cluster), `conn` the raw connection the streaming pub/sub readers use.
+//! cluster), `pubsub` the pub/sub source of `serve` and `analytics` (its raw
+//! connection and streaming RESP reader, its dialer).
 
 pub mod backoff;
 pub mod commands;
 pub mod config;
-pub mod conn;
-pub mod dialer;
 pub mod error;
-pub mod resp;
+pub mod pubsub;
 pub mod slots;
 
 pub use config::{PubSubMode, RedisFlags, RedisMode};

@@ -43,6 +43,7 @@ mod publishing_docs;
 mod reconcile;
 mod redis_cluster;
 mod redis_cluster_tls;
+mod redis_dial;
 mod redis_distance;
 mod redis_freeze;
 mod redis_ingest;

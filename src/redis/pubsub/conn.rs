@@ -1,9 +1,10 @@
 //! A raw Redis connection (TCP, or TLS over rustls) with AUTH done, read by
-//! the bounded streaming RESP reader: what the pub/sub sources run on.
+//! the bounded streaming RESP reader (`resp.rs`): what the pub/sub source
+//! runs on, many of them polled from one thread without blocking.
 
 use super::resp::{Item, Reader};
-use super::slots::Addr;
-use super::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use crate::redis::slots::Addr;
+use crate::redis::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
@@ -88,6 +89,9 @@ pub struct PubConn {
     stream: Stream,
     reader: Reader,
     read_timeout: Option<Duration>,
+    /// Bytes came since a read last found nothing ready: a whole frame may be
+    /// buffered.
+    unread: bool,
     /// Last time anything arrived.
     pub last_rx: Instant,
     /// When a keepalive PING went out unanswered.
@@ -131,6 +135,7 @@ impl PubConn {
             stream,
             reader: Reader::new(cap),
             read_timeout: None,
+            unread: true,
             last_rx: Instant::now(),
             ping_sent: None,
         };
@@ -200,6 +205,7 @@ impl PubConn {
             Ok(_) => {
                 self.last_rx = Instant::now();
                 self.ping_sent = None;
+                self.unread = true;
                 Ok(Fill::Data)
             }
             Err(e)
@@ -216,6 +222,21 @@ impl PubConn {
         }
     }
 
+    /// Reads what is there without waiting for more: bytes TLS holds
+    /// decrypted, or what a readable socket has ([`Fill::Nothing`] otherwise).
+    pub fn fill_ready(&mut self) -> io::Result<Fill> {
+        let readable = self.stream.tls_pending()
+            || wait_readable(&[self.fd()], Duration::ZERO)
+                .first()
+                .copied()
+                .unwrap_or(false);
+        if !readable {
+            self.unread = false;
+            return Ok(Fill::Nothing);
+        }
+        self.fill(Duration::from_millis(1))
+    }
+
     /// The next complete frame already buffered.
     pub fn next_frame(&mut self) -> io::Result<Option<Vec<Item>>> {
         self.reader
@@ -223,9 +244,12 @@ impl PubConn {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// Bytes received but not parsed yet (or held decrypted by TLS).
+    /// Whether a frame may be buffered (or held decrypted by TLS): bytes
+    /// came since [`PubConn::fill_ready`] last found nothing to read, which
+    /// its callers ask only once every whole frame is taken (a part of one
+    /// waits for the socket).
     pub fn buffered(&mut self) -> bool {
-        self.reader.buffered() > 0 || self.stream.tls_pending()
+        self.unread || self.stream.tls_pending()
     }
 
     /// Pings a silent connection; an error when a ping went unanswered too long.
