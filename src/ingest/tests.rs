@@ -792,7 +792,7 @@ fn a_discovery_cut_short_leaves_the_unread_courses_to_the_next_rescan() {
         states: vec![(Arc::from("A"), vec![payload("A", 1, 2, 1)])],
     };
     assert!(r.ingest.command(IngestCmd::Discovered(Some(cut)), T0));
-    r.ingest.event(message("C", 2, 1, 1), T0);
+    r.ingest.event(message("C", 2, 1, 1), T0, T0);
     // The next rescan reads B and C (C's other sections are still unknown),
     // not A again.
     let later = T0 + super::admin::RESCAN_MS;
@@ -820,7 +820,7 @@ fn an_admin_tick_before_the_discovery_answers_leaves_the_new_admin_no_course_sho
     // A slow Redis: a snapshot and a whole admin tick pass before the
     // discovery answers. The tick's message reaches the admin shard, whose new
     // feed takes its full aggregate (one course).
-    r.ingest.event(message("C", 1, 1, 1), T0 + 10);
+    r.ingest.event(message("C", 1, 1, 1), T0 + 10, T0 + 10);
     r.ingest.handle_timeout(T0 + ADMIN_TICK);
     assert_eq!(courses_of(&one_admin(&r, 0).full), ["C"]);
     // The discovery's courses then reach that feed as a delta (it is no longer
