@@ -205,8 +205,7 @@ impl Error {
     pub fn is_noscript(&self) -> bool {
         match self {
             Error::Command { source, .. } => {
-                let text = source.to_string();
-                text.contains("NOSCRIPT") || text.contains("NoScript")
+                source.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript)
             }
             _ => false,
         }
