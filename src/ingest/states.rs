@@ -107,7 +107,11 @@ impl RedisStates {
             if waiting == 0 || left.is_zero() {
                 break;
             }
-            let slice = if waiting == 1 { left } else { PONG_SLICE.min(left) };
+            let slice = if waiting == 1 {
+                left
+            } else {
+                PONG_SLICE.min(left)
+            };
             for (i, node) in nodes.iter().enumerate() {
                 let (Some(t), None) = (sent[i], took[i]) else {
                     continue;
