@@ -145,18 +145,6 @@ fn reject_index(r: Reject) -> usize {
     Reject::ALL.iter().position(|&x| x == r).unwrap_or(0)
 }
 
-/// Appends the state hash's compare-and-set + PUBLISH for one snapshot to a
-/// pipeline (`full_text`: `EVAL` instead of `EVALSHA`, after a `NOSCRIPT`).
-pub fn add_to_pipeline(
-    p: &mut ::redis::Pipeline,
-    channel_prefix: &str,
-    state_prefix: &str,
-    s: &Snapshot,
-    full_text: bool,
-) {
-    add_expiring(p, channel_prefix, state_prefix, None, s, full_text);
-}
-
 /// `PEXPIRE` of `s`'s state hash, when its keys are to expire.
 fn expire(state_prefix: &str, ttl: Option<Duration>, s: &Snapshot) -> Option<::redis::Cmd> {
     let ttl = ttl?;
@@ -164,27 +152,6 @@ fn expire(state_prefix: &str, ttl: Option<Duration>, s: &Snapshot) -> Option<::r
     c.arg(format!("{state_prefix}{}", s.course))
         .arg(ttl.as_millis().max(1) as u64);
     Some(c)
-}
-
-/// [`add_to_pipeline`] with the state hash's time to live set after the write.
-fn add_expiring(
-    p: &mut ::redis::Pipeline,
-    channel_prefix: &str,
-    state_prefix: &str,
-    ttl: Option<Duration>,
-    s: &Snapshot,
-    full_text: bool,
-) {
-    let payload = s.to_payload();
-    p.add_command(script::cmd(state_prefix, s, &payload, full_text))
-        .ignore();
-    if let Some(c) = expire(state_prefix, ttl, s) {
-        p.add_command(c).ignore();
-    }
-    p.cmd("PUBLISH")
-        .arg(format!("{channel_prefix}{}", s.course))
-        .arg(payload)
-        .ignore();
 }
 
 /// Writes snapshots the way the contract asks: the state hash by the
@@ -230,27 +197,29 @@ fn write_once(
     batch: &[Snapshot],
     full_text: bool,
 ) -> Result<(), Error> {
+    let payloads: Vec<String> = batch.iter().map(Snapshot::to_payload).collect();
+    let set = |(s, p): (&Snapshot, &String)| {
+        let set = script::cmd(state_prefix, s, p, full_text);
+        std::iter::once(set).chain(expire(state_prefix, ttl, s))
+    };
     if link.mode()? == Mode::Standalone {
-        let mut p = ::redis::pipe();
-        for s in batch {
-            add_expiring(&mut p, channel_prefix, state_prefix, ttl, s, full_text);
-        }
-        return link.raw_pipeline::<()>(&p);
+        let cmds: Vec<::redis::Cmd> = batch
+            .iter()
+            .zip(&payloads)
+            .flat_map(|(s, p)| {
+                let mut publish = ::redis::cmd("PUBLISH");
+                publish.arg(format!("{channel_prefix}{}", s.course)).arg(p);
+                set((s, p)).chain(std::iter::once(publish))
+            })
+            .collect();
+        return link.pipeline::<()>(&cmds);
     }
     let publish = match link.redis().pubsub {
         PubSubMode::Sharded => "SPUBLISH",
         PubSubMode::Classic => "PUBLISH",
     };
-    let payloads: Vec<String> = batch.iter().map(Snapshot::to_payload).collect();
-    let hashes: Vec<::redis::Cmd> = batch
-        .iter()
-        .zip(&payloads)
-        .flat_map(|(s, p)| {
-            let set = script::cmd(state_prefix, s, p, full_text);
-            std::iter::once(set).chain(expire(state_prefix, ttl, s))
-        })
-        .collect();
-    link.exec(&hashes)?;
+    let hashes: Vec<::redis::Cmd> = batch.iter().zip(&payloads).flat_map(set).collect();
+    link.pipeline::<()>(&hashes)?;
     let pubs: Vec<::redis::Cmd> = batch
         .iter()
         .zip(payloads)
@@ -261,7 +230,7 @@ fn write_once(
         })
         .collect();
     match link.redis().pubsub {
-        PubSubMode::Sharded => link.exec(&pubs),
+        PubSubMode::Sharded => link.pipeline::<()>(&pubs),
         // PUBLISH has no key to route by: any node takes it (and the cluster
         // broadcasts it), one at a time.
         PubSubMode::Classic => pubs.iter().try_for_each(|c| link.query::<()>(c)),
