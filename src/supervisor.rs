@@ -24,6 +24,8 @@ pub enum Policy {
 
 /// One started thread.
 struct Entry {
+    /// Its place in start order, never reused.
+    id: u64,
     name: String,
     handle: Option<JoinHandle<()>>,
     /// Its closure returned or unwound.
@@ -47,11 +49,11 @@ fn threads() -> MutexGuard<'static, Vec<Entry>> {
 }
 
 /// Marks its thread ended when dropped, returned or unwound.
-struct Ended(usize);
+struct Ended(u64);
 
 impl Drop for Ended {
     fn drop(&mut self) {
-        if let Some(e) = threads().get_mut(self.0) {
+        if let Some(e) = threads().iter_mut().find(|e| e.id == self.0) {
             e.done = true;
         }
         ENDED.notify_all();
@@ -66,17 +68,30 @@ pub fn spawn(
 ) -> std::io::Result<()> {
     install_panic_hook();
     let name = name.into();
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = NEXT_ID.fetch_add(1, Relaxed);
     let mut all = threads();
-    let index = all.len();
+    // Threads started again and again under one name (a dial per attempt)
+    // leave no trace once ended: their earlier ones are joined here.
+    all.retain_mut(|e| {
+        let gone = e.done && e.name == name;
+        if gone {
+            if let Some(h) = e.handle.take() {
+                let _ = h.join();
+            }
+        }
+        !gone
+    });
     let handle = std::thread::Builder::new()
         .name(name.clone())
         .spawn(move || {
             POLICY.with(|p| p.set(Some(policy)));
-            let _ended = Ended(index);
+            let _ended = Ended(id);
             failure::trip_at_start();
             f();
         })?;
     all.push(Entry {
+        id,
         name,
         handle: Some(handle),
         done: false,

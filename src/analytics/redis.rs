@@ -6,9 +6,9 @@
 
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
+use crate::channels::poll::wait_readable;
 use crate::clock;
 use crate::redis::commands::Commands;
-use crate::redis::pubsub::conn::wait_readable;
 use crate::redis::pubsub::{PubSub, Source, SourceEvent};
 use crate::redis::Redis;
 use shards::snapshot::valid_course;

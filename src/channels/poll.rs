@@ -26,3 +26,12 @@ pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> usize {
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
     usize::try_from(n).unwrap_or(0)
 }
+
+/// Waits up to `timeout` until one of `fds` is readable; which ones are.
+pub fn wait_readable(fds: &[std::os::fd::RawFd], timeout: Duration) -> Vec<bool> {
+    let mut p: Vec<libc::pollfd> = fds.iter().map(|&fd| interest(fd, libc::POLLIN)).collect();
+    if poll(&mut p, Some(timeout)) == 0 {
+        return vec![false; fds.len()];
+    }
+    p.iter().map(|x| x.revents != 0).collect()
+}

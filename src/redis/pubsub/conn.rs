@@ -176,17 +176,6 @@ impl PubConn {
         }
     }
 
-    /// Waits until `deadline` for the answer to a [`PubConn::ping`] sent on a
-    /// connection that holds no subscription: true if it came.
-    pub fn pong_by(&mut self, deadline: Instant) -> io::Result<bool> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match self.reply(left)? {
-            Some(Item::Error(e)) => Err(io::Error::other(String::from_utf8_lossy(&e).into_owned())),
-            Some(_) => Ok(true),
-            None => Ok(false),
-        }
-    }
-
     /// Writes a whole command.
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)?;
@@ -226,7 +215,7 @@ impl PubConn {
     /// decrypted, or what a readable socket has ([`Fill::Nothing`] otherwise).
     pub fn fill_ready(&mut self) -> io::Result<Fill> {
         let readable = self.stream.tls_pending()
-            || wait_readable(&[self.fd()], Duration::ZERO)
+            || crate::channels::poll::wait_readable(&[self.fd()], Duration::ZERO)
                 .first()
                 .copied()
                 .unwrap_or(false);
@@ -320,25 +309,6 @@ pub enum Fill {
     Nothing,
     /// The peer closed the connection.
     Closed,
-}
-
-/// Waits up to `timeout` until one of `fds` is readable; the readable ones.
-pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `p` is a valid, exclusively borrowed array of `p.len()` pollfds.
-    let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
-    if n <= 0 {
-        return vec![false; fds.len()];
-    }
-    p.iter().map(|x| x.revents != 0).collect()
 }
 
 /// What one pub/sub frame is.

@@ -12,6 +12,7 @@ use crate::redis::commands::Commands;
 use crate::redis::error::{ConnectError, Error};
 use crate::redis::slots::{Addr, SlotMap};
 use crate::redis::{Mode, Redis};
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::HashSet;
 use std::io;
@@ -74,9 +75,9 @@ impl Dialer {
             wake: Arc::new(Wake::new()?),
         };
         let (r, a) = (Arc::clone(redis), answers.clone());
-        std::thread::Builder::new()
-            .name("seatboard-dial".into())
-            .spawn(move || serve(&r, what, &job_rx, &a))?;
+        supervisor::spawn("seatboard-dial", Policy::FailsNode, move || {
+            serve(&r, what, &job_rx, &a)
+        })?;
         Ok(Dialer {
             redis: Arc::clone(redis),
             jobs,
@@ -102,12 +103,10 @@ impl Dialer {
             return;
         }
         let (redis, answers, at) = (Arc::clone(&self.redis), self.answers.clone(), addr.clone());
-        let started = std::thread::Builder::new()
-            .name("seatboard-dial".into())
-            .spawn(move || {
-                let conn = PubConn::open(&redis, &at, shards::snapshot::MAX_PAYLOAD);
-                answers.send(Dialed::Conn(at, conn));
-            });
+        let started = supervisor::spawn("seatboard-dial-node", Policy::FailsNode, move || {
+            let conn = PubConn::open(&redis, &at, shards::snapshot::MAX_PAYLOAD);
+            answers.send(Dialed::Conn(at, conn));
+        });
         if let Err(e) = started {
             self.answers.send(Dialed::Conn(addr.clone(), Err(e)));
         }
@@ -171,8 +170,8 @@ fn serve(redis: &Arc<Redis>, what: &'static str, jobs: &Receiver<Job>, answers: 
 
 #[cfg(test)]
 mod tests {
-    use super::super::conn::wait_readable;
     use super::*;
+    use crate::channels::poll::wait_readable;
     use crate::redis::RedisFlags;
     use std::net::TcpListener;
     use std::time::{Duration, Instant};
