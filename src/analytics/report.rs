@@ -178,9 +178,9 @@ pub enum ReportError {
         command: &'static str,
         /// The stream.
         key: String,
-        /// Why.
+        /// Why (boxed: the driver's error is large).
         #[source]
-        source: Error,
+        source: Box<Error>,
     },
     /// Stdout refused the table.
     #[error("cannot write: {0}")]
@@ -198,7 +198,7 @@ pub fn run(
         move |source| ReportError::Read {
             command,
             key: key.to_owned(),
-            source,
+            source: Box::new(source),
         }
     };
     let mut series = Vec::new();
