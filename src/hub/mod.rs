@@ -137,7 +137,8 @@ where
     })?;
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let (ready_tx, ready_rx) = crossbeam_channel::bounded::<Result<&'static str, String>>(n);
+    let (ready_tx, ready_rx) =
+        crossbeam_channel::bounded::<Result<&'static str, shard::StartError>>(n);
     for (index, listener) in listeners.into_iter().enumerate() {
         let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
         let ctx_parts = (

@@ -77,7 +77,7 @@ pub enum FlagError {
         /// The URL with its credentials masked.
         shown: String,
         /// Why (never holds the URL).
-        why: String,
+        why: super::source::UrlError,
     },
     /// `--query` without its bind parameter.
     #[error("invalid value for '--query': one bind parameter ({param}), the lower bound of updated_at, is required")]

@@ -30,7 +30,7 @@ use metrics::Shared;
 use run::{CheckError, Worker};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
-use source::{CancelSlot, Source};
+use source::{CancelSlot, Source, UrlError};
 use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -116,7 +116,11 @@ fn open(args: &ReconcileArgs, c: &Checked) -> Result<Opened, ExitCode> {
 }
 
 /// The database `--db` names, its statements cancellable through `slot`.
-fn source(args: &ReconcileArgs, c: &Checked, slot: &CancelSlot) -> Result<Box<dyn Source>, String> {
+fn source(
+    args: &ReconcileArgs,
+    c: &Checked,
+    slot: &CancelSlot,
+) -> Result<Box<dyn Source>, UrlError> {
     let timeout = c.timing.statement_timeout;
     match c.kind {
         Kind::Postgres => postgres::Pg::new(

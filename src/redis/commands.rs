@@ -363,6 +363,17 @@ impl Commands {
         self.backoff.reset();
     }
 
+    /// How long until the next call may try to connect (zero while a
+    /// connection is held or the backoff is over): callers that wait for
+    /// Redis wait on this client's backoff, not one of their own.
+    pub fn retry_in(&self) -> Duration {
+        if self.con.is_some() {
+            Duration::ZERO
+        } else {
+            self.backoff.wait()
+        }
+    }
+
     /// Whether a connection is currently held.
     pub fn is_connected(&self) -> bool {
         self.con.is_some()

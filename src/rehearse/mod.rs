@@ -3,7 +3,7 @@
 //! `loadgen` crate (one copy, shared with the bench suite); this module
 //! holds the flags' run, the feed, the verdict and the report.
 //!
-//! - `run.rs` (flags to verdict), `feed.rs` (the publisher), `verdict.rs`
+//! - `run.rs` (flags to verdict, its refusals in `error.rs`), `feed.rs` (the publisher), `verdict.rs`
 //!   (figures, targets, JSON), `report.rs` (the HTML report), `cleanup.rs`
 //!   (Redis), `workers.rs` (viewer loops on threads, or `children.rs`: child
 //!   processes past one process's open files), `nodes.rs` (each node's `/metrics`
@@ -12,6 +12,7 @@
 
 mod children;
 mod cleanup;
+mod error;
 mod feed;
 mod nodes;
 mod progress;
