@@ -244,7 +244,7 @@ struct Series {
     refreshed: Option<Instant>,
 }
 
-fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, String> {
+fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, crate::redis::Error> {
     let mut changed = false;
     match s.last_id.clone() {
         None => {
@@ -324,6 +324,8 @@ fn run(
                     last_error = None;
                 }
                 Err(e) => {
+                    // Its text, shown on the page and logged once while it lasts.
+                    let e = e.to_string();
                     if last_error.as_deref() != Some(e.as_str()) {
                         tracing::warn!(error = %e, session, "history: XRANGE failed");
                     }

@@ -36,7 +36,7 @@ pub fn read_viewers(
     con: &mut Commands,
     prefix: &str,
     now_ms: u64,
-) -> Result<HashMap<String, u64>, String> {
+) -> Result<HashMap<String, u64>, crate::redis::Error> {
     let keys: Vec<(Vec<u8>, String)> = con
         .scan(prefix, Some("zset"))?
         .into_iter()
@@ -67,7 +67,7 @@ pub fn read_viewers(
                     match con.query::<u64>(&zcount(k)) {
                         Ok(n) => v.push(n),
                         Err(_) if con.is_connected() => v.push(0),
-                        Err(e) => return Err(e.to_string()),
+                        Err(e) => return Err(e),
                     }
                 }
                 v
@@ -81,7 +81,12 @@ pub fn read_viewers(
 }
 
 /// Appends one entry: `XADD <key> MAXLEN ~ <max_len> * bucket_start_ms .. bucket_ms .. courses ..`.
-pub fn append(con: &mut Commands, key: &str, max_len: u64, e: &Entry) -> Result<String, String> {
+pub fn append(
+    con: &mut Commands,
+    key: &str,
+    max_len: u64,
+    e: &Entry,
+) -> Result<String, crate::redis::Error> {
     con.query(
         redis::cmd("XADD")
             .arg(key)
@@ -96,7 +101,6 @@ pub fn append(con: &mut Commands, key: &str, max_len: u64, e: &Entry) -> Result<
             .arg("courses")
             .arg(e.courses_json()),
     )
-    .map_err(|e| e.to_string())
 }
 
 struct Loop<'a> {
@@ -134,7 +138,7 @@ impl Loop<'_> {
         }
     }
 
-    fn flush_pending(&mut self, cmd: &mut Commands) -> Result<(), String> {
+    fn flush_pending(&mut self, cmd: &mut Commands) -> Result<(), crate::redis::Error> {
         if let Some(e) = self.pending.take() {
             match append(cmd, &self.key, self.args.max_len, &e) {
                 Ok(id) => tracing::info!(
@@ -152,7 +156,7 @@ impl Loop<'_> {
     }
 
     /// Closes the bucket in flight if it is over.
-    fn close_due(&mut self, cmd: &mut Commands) -> Result<(), String> {
+    fn close_due(&mut self, cmd: &mut Commands) -> Result<(), crate::redis::Error> {
         let now = clock::unix_ms();
         if !self.buckets.due(now) {
             return Ok(());
