@@ -14,7 +14,7 @@ use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use shards::{ConnId, Gate, Snapshot};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::Waker;
@@ -464,4 +464,28 @@ mod tests {
         assert_eq!(out.backlog(), 0);
         assert_eq!(wakes.0.load(SeqCst), 2);
     }
+}
+
+/// What the ingest thread asks the state reader.
+#[derive(Debug)]
+pub enum ReadRequest {
+    /// Read these courses' state hashes (each confirmed subscribed), answered
+    /// with [`IngestCmd::States`] carrying the same `epoch`.
+    States {
+        /// Courses to read.
+        courses: Vec<Arc<str>>,
+        /// The ingest thread's subscription epoch when it asked.
+        epoch: u64,
+    },
+    /// Find every course with a state hash and read those not in `have`,
+    /// answered with [`IngestCmd::Discovered`].
+    Discover {
+        /// Courses whose state the ingest thread holds already.
+        have: HashSet<Arc<str>>,
+    },
+    /// The pub/sub connection came back: the reads that follow go at once,
+    /// not after the command connection's own backoff from the outage.
+    Reconnected,
+    /// Stop the thread.
+    Shutdown,
 }

@@ -14,13 +14,13 @@ pub mod states;
 mod tests;
 
 use crate::channels::wake::IngestRx;
+use crate::channels::ReadRequest;
 use crate::channels::{IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crate::redis::pubsub::{Source, SourceEvent};
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
-use reader::ReadRequest;
 use shards::{Gate, Snapshot};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;

@@ -8,7 +8,7 @@
 
 use super::states::StateStore;
 use crate::channels::wake::IngestTx;
-use crate::channels::{Discovery, IngestCmd};
+use crate::channels::{Discovery, IngestCmd, ReadRequest};
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::{BTreeMap, HashSet};
@@ -24,30 +24,6 @@ pub const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// How often `/api/courses` is rebuilt from the state hashes (the contract's cache bound).
 pub const COURSES_EVERY: Duration = Duration::from_secs(10);
-
-/// What the ingest thread asks the state reader.
-#[derive(Debug)]
-pub enum ReadRequest {
-    /// Read these courses' state hashes (each confirmed subscribed), answered
-    /// with [`IngestCmd::States`] carrying the same `epoch`.
-    States {
-        /// Courses to read.
-        courses: Vec<Arc<str>>,
-        /// The ingest thread's subscription epoch when it asked.
-        epoch: u64,
-    },
-    /// Find every course with a state hash and read those not in `have`,
-    /// answered with [`IngestCmd::Discovered`].
-    Discover {
-        /// Courses whose state the ingest thread holds already.
-        have: HashSet<Arc<str>>,
-    },
-    /// The pub/sub connection came back: the reads that follow go at once,
-    /// not after the command connection's own backoff from the outage.
-    Reconnected,
-    /// Stop the thread.
-    Shutdown,
-}
 
 /// The requests gathered in one turn.
 #[derive(Default)]

@@ -5,10 +5,10 @@
 //! section backwards (the version rule; gaps only where a live snapshot came
 //! first). Also the admin firehose's discovery, asked of the same reader.
 
-use super::reader::ReadRequest;
 use super::{Board, Ingest, Load, Via};
 use crate::channels::Control;
 use crate::channels::Discovery;
+use crate::channels::ReadRequest;
 use crate::redis::pubsub::Source;
 use shards::{Gate, Snapshot};
 use std::collections::HashSet;

@@ -2,9 +2,9 @@
 //! confirmations the test controls, and the state reader's part played by
 //! the test (requests answered from a table, or left in flight).
 
-use super::reader::ReadRequest;
 use super::*;
 use crate::channels::Discovery;
+use crate::channels::ReadRequest;
 use crate::channels::{Control, Inbox};
 use crossbeam_channel::{unbounded, Receiver};
 use std::collections::HashSet;

@@ -2,7 +2,7 @@
 //! twin, and their check: a refusal names its flag (exit 2) and never shows
 //! the password of `--db`.
 
-use crate::cli::RedisTarget;
+use crate::redis::RedisTarget;
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -13,7 +13,7 @@ pub mod error;
 pub mod pubsub;
 pub mod slots;
 
-pub use config::{PubSubMode, RedisFlags, RedisMode};
+pub use config::{PubSubMode, RedisFlags, RedisMode, RedisTarget};
 pub use error::{ConfigError, ConnectError, Error, NodeError, TrustError};
 
 use redis::{ConnectionAddr, ConnectionInfo, TlsCertificates};
