@@ -7,6 +7,7 @@
 //! ever talk through these types, so no worker module needs another's.
 
 pub mod poll;
+pub mod signals;
 pub mod wake;
 
 use crate::clock;

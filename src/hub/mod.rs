@@ -7,7 +7,7 @@ pub mod sd_notify;
 
 pub use crate::shard_set::ShardSet;
 
-use crate::channels::wake::Wake;
+use crate::channels::signals::Stop;
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::failure;
@@ -20,7 +20,6 @@ use crate::shard;
 use crate::supervisor::{self, Policy};
 use crossbeam_channel::unbounded;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicI32, AtomicUsize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,13 +51,6 @@ const STOP_ORDER: [&str; 7] = [
     "seatboard-",
 ];
 
-/// SIGTERM/SIGINT caught: how many arrived unhandled, and the last one.
-#[derive(Default)]
-struct Signals {
-    count: AtomicUsize,
-    last: AtomicI32,
-}
-
 /// A started node: what `main` needs to wait on it.
 pub struct Hub {
     /// The shared node state.
@@ -67,11 +59,10 @@ pub struct Hub {
     ingest: crate::channels::wake::IngestTx,
     presence: crossbeam_channel::Sender<PresenceCmd>,
     /// SIGTERM/SIGINT, caught from before the port opens: a signal that arrives
-    /// as soon as the node listens is a drain, not the default death.
-    signals: Arc<Signals>,
-    /// Signalled by those signals and by a failure, so the main thread
-    /// sleeps in `poll(2)` instead of looking every few milliseconds.
-    wake: Arc<Wake>,
+    /// as soon as the node listens is a drain, not the default death. Its
+    /// wake-up is written by a failure too, so the main thread sleeps in
+    /// `poll(2)` instead of looking every few milliseconds.
+    stop: Arc<Stop>,
 }
 
 /// Binds, starts every thread, and returns once all shards listen.
@@ -83,20 +74,8 @@ where
 {
     let config = &node.config;
     let n = config.shards;
-    let wake = Arc::new(Wake::new()?);
-    let signals = Arc::new(Signals::default());
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        let (signals, wake) = (Arc::clone(&signals), Arc::clone(&wake));
-        let handler = move || {
-            signals.last.store(sig, Relaxed);
-            signals.count.fetch_add(1, Relaxed);
-            wake.wake();
-        };
-        // SAFETY: the handler only stores to atomics and writes to an
-        // eventfd (`write(2)`), all async-signal-safe; it allocates nothing.
-        unsafe { signal_hook::low_level::register(sig, handler) }?;
-    }
-    failure::install(Arc::clone(&wake));
+    let stop = Stop::catch()?;
+    failure::install(Arc::clone(stop.wake()));
     let listeners = listener::bind(config.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
     let (ingest_tx, ingest_rx) = crate::channels::wake::channel()?;
@@ -172,8 +151,7 @@ where
         inboxes,
         ingest: ingest_tx,
         presence: presence_tx,
-        signals,
-        wake,
+        stop,
     })
 }
 
@@ -218,8 +196,8 @@ impl Hub {
                 return self.fail(thread);
             }
             let next_probe = self.watchdog(every, watchdog.is_some(), &mut probe);
-            let sig = self.signals.last.load(Relaxed);
-            for _ in 0..self.signals.count.swap(0, Relaxed) {
+            let (count, sig) = self.stop.take();
+            for _ in 0..count {
                 if drain_started.is_none() {
                     tracing::info!(
                         signal = sig,
@@ -259,7 +237,7 @@ impl Hub {
             } else {
                 next_probe
             };
-            self.wake.wait(wait);
+            self.stop.wait(wait);
         }
     }
 

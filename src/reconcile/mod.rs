@@ -22,14 +22,13 @@ pub mod run;
 pub mod source;
 pub mod store;
 
+use crate::channels::signals::Stop;
 use crate::logging::{line, usage};
 use crate::redis::commands::Commands;
 use crate::supervisor::{self, Policy};
 use flags::{Checked, FlagError, Kind, ReconcileArgs};
 use metrics::Shared;
 use run::{CheckError, Worker};
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 use source::{CancelSlot, Source, UrlError};
 use std::net::TcpListener;
 use std::process::ExitCode;
@@ -162,8 +161,8 @@ fn check(mut worker: Worker) -> ExitCode {
 
 /// The start of the long run: SIGTERM and SIGINT caught, and the metrics
 /// endpoint if `--metrics` names one; exit 1 if either cannot start.
-fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Signals, ExitCode> {
-    let signals = match Signals::new([SIGTERM, SIGINT]) {
+fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Arc<Stop>, ExitCode> {
+    let signals = match Stop::catch() {
         Ok(s) => s,
         Err(e) => {
             line(&format!("error: cannot start: signals: {e}"));
@@ -183,7 +182,7 @@ fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Signals, ExitCode> {
 
 /// The run: the worker on its thread until SIGTERM or SIGINT, then the
 /// statement in flight cancelled and the worker waited for; exit 0.
-fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals) -> ExitCode {
+fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, signals: Arc<Stop>) -> ExitCode {
     let Opened {
         mut worker,
         stop,
@@ -203,7 +202,7 @@ fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals
         metrics = ?c.metrics,
         "seatboard reconcile running"
     );
-    let sig = signals.forever().next();
+    let sig = signals.next();
     tracing::info!(signal = ?sig, "stopping: the statement in flight is cancelled");
     stop.store(true, Relaxed);
     let _ = stop_tx.try_send(());

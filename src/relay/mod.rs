@@ -17,6 +17,7 @@ pub mod pending;
 pub mod recv;
 pub mod writer;
 
+use crate::channels::signals::Stop;
 use crate::cli::RelayArgs;
 use crate::logging::usage;
 use crate::redis::commands::Commands;
@@ -120,10 +121,8 @@ pub fn main(args: RelayArgs) -> ExitCode {
 }
 
 fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
     // Caught before anything opens: a signal from then on drains.
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(StartError::Signals)?;
+    let stop = Stop::catch().map_err(StartError::Signals)?;
     let max = args.max_pending as usize;
     let max_bytes = usize::try_from(args.max_pending_bytes).unwrap_or(usize::MAX);
     // Last versions written are remembered for twice as many sections as may be held.
@@ -176,7 +175,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
         max_pending_bytes = max_bytes,
         "seatboard relay running"
     );
-    let sig = signals.forever().next();
+    let sig = stop.next();
     let end = Instant::now() + DRAIN;
     tracing::info!(signal = ?sig, "stopping: writing what is held");
     shared.stop.store(true, Relaxed);
