@@ -6,6 +6,7 @@
 use super::fetch::Target;
 use super::jwks::{self, HeldKey};
 use crate::clock;
+use crate::redis::backoff::Backoff;
 use crate::supervisor::{self, Policy};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -17,6 +18,10 @@ pub const REFRESH: Duration = Duration::from_secs(300);
 
 /// Fewest milliseconds between two fetches asked for by an unknown `kid`.
 pub const KICK_SPACING_MS: u64 = 10_000;
+
+/// First wait before a retry while the provider does not answer (jittered,
+/// doubled each failure).
+const RETRY_FIRST: Duration = Duration::from_secs(2);
 
 /// Longest wait between retries while the provider does not answer.
 const RETRY_CAP: Duration = Duration::from_secs(30);
@@ -139,12 +144,15 @@ impl JwksSource {
     fn run(&self, kicked: Receiver<()>) {
         let mut failures = 0u32;
         let mut warned: Option<Instant> = None;
+        let mut retry = Backoff::new(RETRY_FIRST, RETRY_CAP);
         loop {
             self.fetch_once(&mut failures, &mut warned);
             let wait = if failures == 0 {
+                retry.reset();
                 REFRESH
             } else {
-                Duration::from_secs(1u64 << failures.min(5)).min(RETRY_CAP)
+                retry.failed();
+                retry.wait()
             };
             let deadline = Instant::now() + wait;
             let kick = kicked.recv_deadline(deadline);
