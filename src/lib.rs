@@ -10,8 +10,10 @@
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
 //! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
-//! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
+//! - [`rehearse`]: `seatboard rehearse`, a deployment driven by the `loadgen`
+//!   crate's viewers.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
+//!   [`exposition`] (the one table every `/metrics` renders from),
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 
 pub mod analytics;
@@ -20,6 +22,7 @@ pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod exposition;
 pub mod failure;
 pub mod history;
 pub mod hub;
