@@ -71,6 +71,12 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+impl Default for Shared {
+    fn default() -> Self {
+        Shared::new()
+    }
+}
+
 impl Shared {
     /// Every counter at 0, nothing reached yet, started now.
     pub fn new() -> Shared {
