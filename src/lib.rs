@@ -14,6 +14,7 @@
 //!   nodes on the `loadgen` crate's viewers.
 //! - [`supervisor`]: the one owner of a process's long-lived threads.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
+//!   [`exposition`] (the one table every `/metrics` renders from),
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 
 pub mod analytics;
@@ -22,6 +23,7 @@ pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod exposition;
 pub mod failure;
 pub mod history;
 pub mod hub;

@@ -8,7 +8,7 @@
 use super::cleanup;
 use super::error::{FlagError, UrlProblem};
 use super::feed::Feed;
-use super::nodes::{Endpoint, NodeSeen, Watch};
+use super::nodes::{NodeSeen, Watch};
 use super::progress::{Progress, Status};
 use super::verdict::{Figures, Second};
 use super::workers::{per_process, Workers};
@@ -19,6 +19,7 @@ use crate::publisher::{Publisher, PublisherConfig};
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
 use loadgen::report::Report;
+use loadgen::scrape::Endpoint;
 use loadgen::transport::Tls;
 use loadgen::{raise_nofile, Config, Hist};
 use std::net::ToSocketAddrs;
