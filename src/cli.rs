@@ -1,6 +1,7 @@
 //! The command line: subcommands and flags, each flag with its environment twin.
 
 use crate::node::{Compression, Driver};
+use crate::redis::RedisTarget;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 
@@ -217,23 +218,6 @@ pub struct HubArgs {
     pub analytics_prefix: String,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "SEATBOARD_LOG", default_value = "info")]
-    pub log_level: String,
-}
-
-/// Where the publishing subcommands write: Redis and the two publishing prefixes.
-#[derive(Args, Debug, Clone)]
-pub struct RedisTarget {
-    /// Redis: URIs, mode, pub/sub flavour, CA.
-    #[command(flatten)]
-    pub redis: crate::redis::RedisFlags,
-    /// Pub/sub channel prefix.
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
-    pub channel_prefix: String,
-    /// State hash prefix.
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
-    pub state_prefix: String,
-    /// Log level (error, warn, info, debug, trace).
-    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
     pub log_level: String,
 }
 

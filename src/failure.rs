@@ -1,14 +1,12 @@
 //! A long-lived thread that panics fails the node on purpose: `/healthz` and
 //! `/readyz` answer 503 and the process exits non-zero so systemd restarts
-//! it, instead of a node that looks alive while its board is frozen.
+//! it, instead of a node that looks alive while its board is frozen. Which
+//! threads count is their [`Policy`](crate::supervisor::Policy), given when
+//! the supervisor starts them; here is what their panic leaves behind, and
+//! the test hooks that trip one.
 
-use std::io::Write;
-use std::os::unix::net::UnixStream;
-use std::sync::OnceLock;
-
-/// Threads named so are the node's long-lived ones (ingest, presence, shards,
-/// and the helpers beside them); a panic in any of them fails the node.
-const LONG_LIVED: &str = "seatboard-";
+use crate::channels::wake::Wake;
+use std::sync::{Arc, OnceLock};
 
 /// The course whose watch trips the test hook (see [`trip`]).
 pub const TRIP_COURSE: &str = "PANIC-TEST";
@@ -16,32 +14,40 @@ pub const TRIP_COURSE: &str = "PANIC-TEST";
 /// The first long-lived thread that panicked.
 static FAILED: OnceLock<String> = OnceLock::new();
 
-/// Wakes the main thread's wait (the hub's signal socket).
-static WAKE: OnceLock<UnixStream> = OnceLock::new();
+/// Wakes the main thread's wait (the hub's eventfd).
+static WAKE: OnceLock<Arc<Wake>> = OnceLock::new();
 
-/// Installs the panic hook that records a long-lived thread's panic and wakes
-/// the main thread through `wake`. The panic is recorded before the default
-/// hook prints it, so a stalled stderr cannot hide it.
-pub fn install(wake: UnixStream) {
-    if WAKE.set(wake).is_err() {
-        return;
-    }
-    let print = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let thread = std::thread::current();
-        let name = thread.name().unwrap_or_default();
-        if name.starts_with(LONG_LIVED) && FAILED.set(name.to_owned()).is_ok() {
-            if let Some(mut w) = WAKE.get() {
-                let _ = w.write(&[1]);
-            }
+/// Has a failure wake the hub through `wake` (one that came before is seen
+/// by the hub's first look at [`failed`]).
+pub fn install(wake: Arc<Wake>) {
+    let _ = WAKE.set(wake);
+}
+
+/// Records that the thread `name` panicked (the first one is kept), and
+/// wakes the hub. Called from the panic hook, before the panic is printed.
+pub fn record(name: &str) {
+    if FAILED.set(name.to_owned()).is_ok() {
+        if let Some(w) = WAKE.get() {
+            w.wake();
         }
-        print(info);
-    }));
+    }
 }
 
 /// The thread whose panic failed the node, if one did.
 pub fn failed() -> Option<&'static str> {
     FAILED.get().map(String::as_str)
+}
+
+/// The calling thread's name starts with the non-empty value of `var`.
+fn named_by(var: &'static str, cell: &'static OnceLock<Option<String>>) -> Option<String> {
+    let who = cell.get_or_init(|| std::env::var(var).ok());
+    let thread = std::thread::current();
+    match (who, thread.name()) {
+        (Some(who), Some(name)) if !who.is_empty() && name.starts_with(who.as_str()) => {
+            Some(name.to_owned())
+        }
+        _ => None,
+    }
 }
 
 /// The test hook: with `SEATBOARD_TEST_PANIC` naming a thread (a prefix of
@@ -52,11 +58,17 @@ pub fn trip(course: &str) {
     if course != TRIP_COURSE {
         return;
     }
-    let who = WHO.get_or_init(|| std::env::var("SEATBOARD_TEST_PANIC").ok());
-    let thread = std::thread::current();
-    if let (Some(who), Some(name)) = (who, thread.name()) {
-        if !who.is_empty() && name.starts_with(who.as_str()) {
-            panic!("SEATBOARD_TEST_PANIC: {name} panics on a watch of {TRIP_COURSE}");
-        }
+    if let Some(name) = named_by("SEATBOARD_TEST_PANIC", &WHO) {
+        panic!("SEATBOARD_TEST_PANIC: {name} panics on a watch of {TRIP_COURSE}");
+    }
+}
+
+/// The test hook for threads that handle no watch: with
+/// `SEATBOARD_TEST_PANIC_AT_START` naming a thread (a prefix of its name),
+/// that thread panics as soon as the supervisor starts it.
+pub fn trip_at_start() {
+    static WHO: OnceLock<Option<String>> = OnceLock::new();
+    if let Some(name) = named_by("SEATBOARD_TEST_PANIC_AT_START", &WHO) {
+        panic!("SEATBOARD_TEST_PANIC_AT_START: {name} panics at its start");
     }
 }

@@ -9,6 +9,7 @@ use crate::analytics::worker::{Buckets, Closed, Entry};
 use crate::clock;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
+use crate::supervisor::{self, Policy};
 use serde::Serialize;
 use shards::Snapshot;
 use std::collections::{HashMap, VecDeque};
@@ -164,6 +165,12 @@ impl History {
         }
     }
 
+    /// Ends the refresher's wait at once (at shutdown, after
+    /// [`supervisor::stop`]): its wake-up channel is dropped.
+    pub fn stop(&self) {
+        self.wake.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
     /// Records one demo snapshot into the in-process series (demo only).
     pub fn record_demo(&self, snap: &Snapshot) {
         let now = clock::unix_ms();
@@ -237,7 +244,7 @@ struct Series {
     refreshed: Option<Instant>,
 }
 
-fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, String> {
+fn refresh(con: &mut Commands, key: &str, s: &mut Series) -> Result<bool, crate::redis::Error> {
     let mut changed = false;
     match s.last_id.clone() {
         None => {
@@ -280,13 +287,11 @@ pub fn start(
     let (tx, rx) = crossbeam_channel::bounded::<()>(1);
     *history.wake.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
     history.running.store(true, Relaxed);
-    std::thread::Builder::new()
-        .name("seatboard-history".into())
-        .spawn(move || {
-            let con = Commands::new(&redis, "history");
-            run(&history, &prefix, &stop, con, &rx)
-        })?;
-    Ok(())
+    supervisor::spawn("seatboard-history", Policy::FailsNode, move || {
+        let con = Commands::new(&redis, "history");
+        let stop = move || stop() || supervisor::stopping();
+        run(&history, &prefix, &stop, con, &rx)
+    })
 }
 
 fn run(
@@ -319,6 +324,8 @@ fn run(
                     last_error = None;
                 }
                 Err(e) => {
+                    // Its text, shown on the page and logged once while it lasts.
+                    let e = e.to_string();
                     if last_error.as_deref() != Some(e.as_str()) {
                         tracing::warn!(error = %e, session, "history: XRANGE failed");
                     }

@@ -10,8 +10,11 @@
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
 //! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
-//! - [`rehearse`]: the viewers' client of `rehearse` and of the bench suite.
+//! - [`rehearse`]: `seatboard rehearse`, a load rehearsal against running
+//!   nodes on the `loadgen` crate's viewers.
+//! - [`supervisor`]: the one owner of a process's long-lived threads.
 //! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
+//!   [`exposition`] (the one table every `/metrics` renders from),
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 //! - [`planted`]: the simulator's planted bugs (feature `planted-bugs` only).
 
@@ -21,6 +24,7 @@ pub mod channels;
 pub mod cli;
 pub mod clock;
 pub mod cmd;
+pub mod exposition;
 pub mod failure;
 pub mod history;
 pub mod hub;
@@ -39,4 +43,5 @@ pub mod rehearse;
 pub mod relay;
 pub mod shard;
 pub mod shard_set;
+pub mod supervisor;
 pub mod worker_http;

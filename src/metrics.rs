@@ -1,66 +1,9 @@
 //! Node metrics: plain atomics written by their one owner, summed on scrape and
-//! rendered in the Prometheus text format.
+//! rendered as one table of families ([`crate::exposition`]).
 
+use crate::exposition::{Family, Histogram, Samples};
 use shards::Reject;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
-
-/// A fixed-bucket histogram of seconds, lock-free.
-pub struct Histogram {
-    bounds: &'static [f64],
-    counts: Vec<AtomicU64>,
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    /// A histogram with these upper bounds (seconds).
-    pub fn new(bounds: &'static [f64]) -> Self {
-        Histogram {
-            bounds,
-            counts: (0..=bounds.len()).map(|_| AtomicU64::new(0)).collect(),
-            sum_us: AtomicU64::new(0),
-        }
-    }
-
-    /// Records one observation in microseconds.
-    pub fn observe_us(&self, us: u64) {
-        let secs = us as f64 / 1e6;
-        let i = self
-            .bounds
-            .iter()
-            .position(|b| secs <= *b)
-            .unwrap_or(self.bounds.len());
-        self.counts[i].fetch_add(1, Relaxed);
-        self.sum_us.fetch_add(us, Relaxed);
-    }
-
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Relaxed)).sum()
-    }
-
-    fn render(&self, out: &mut String, name: &str, labels: &str) {
-        let mut cum = 0;
-        let sep = if labels.is_empty() { "" } else { "," };
-        for (i, b) in self.bounds.iter().enumerate() {
-            cum += self.counts[i].load(Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"{b}\"}} {cum}");
-        }
-        cum += self.counts[self.bounds.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cum}");
-        let lb = if labels.is_empty() {
-            String::new()
-        } else {
-            format!("{{{labels}}}")
-        };
-        let _ = writeln!(
-            out,
-            "{name}_sum{lb} {}",
-            self.sum_us.load(Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "{name}_count{lb} {cum}");
-    }
-}
 
 /// Bucket bounds for tick durations.
 pub const TICK_BOUNDS: &[f64] = &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
@@ -210,9 +153,6 @@ pub const SEED_BOUNDS: &[f64] = &[
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
 ];
 
-/// Picks one counter out of a shard's metrics.
-type ShardField = fn(&ShardMetrics) -> &AtomicU64;
-
 /// Everything `/metrics` shows.
 pub struct Metrics {
     /// Per-shard numbers.
@@ -353,396 +293,288 @@ impl Metrics {
     /// The Prometheus text exposition: every family of [`FAMILIES`], in order.
     pub fn render(&self) -> String {
         let mut o = String::with_capacity(8192);
-        let now_ms = crate::clock::now_ms();
-        for f in FAMILIES {
-            let name = f.name;
-            let _ = writeln!(o, "# HELP {name} {}\n# TYPE {name} {}", f.help, f.kind);
-            match f.samples {
-                Samples::One(value) => {
-                    let _ = writeln!(o, "{name} {}", value(self));
-                }
-                Samples::ShardSum(field) => {
-                    let sum: u64 = self.shards.iter().map(|s| field(s).load(Relaxed)).sum();
-                    let _ = writeln!(o, "{name} {sum}");
-                }
-                Samples::PerShard(value) => {
-                    for (i, s) in self.shards.iter().enumerate() {
-                        let _ = writeln!(o, "{name}{{shard=\"{i}\"}} {}", value(s, now_ms));
-                    }
-                }
-                Samples::Labelled(label, values) => {
-                    for (v, n) in values(self) {
-                        let _ = writeln!(o, "{name}{{{label}=\"{v}\"}} {n}");
-                    }
-                }
-                Samples::ShardHistogram(histogram) => {
-                    for (i, s) in self.shards.iter().enumerate() {
-                        histogram(s).render(&mut o, name, &format!("shard=\"{i}\""));
-                    }
-                }
-                Samples::Histogram(histogram) => histogram(self).render(&mut o, name, ""),
-                Samples::Nodes(values) => {
-                    for (node, n) in values(self) {
-                        match node {
-                            Some(node) => {
-                                let _ = writeln!(o, "{name}{{node=\"{node}\"}} {n}");
-                            }
-                            None => {
-                                let _ = writeln!(o, "{name} {n}");
-                            }
-                        }
-                    }
-                }
-            }
-        }
+        crate::exposition::render(self, FAMILIES, &mut o);
         o
     }
-}
 
-/// A sample's value as the exposition writes it.
-#[derive(Debug, Clone, Copy)]
-enum Num {
-    U(u64),
-    I(i64),
-    F(f64),
-}
-
-impl std::fmt::Display for Num {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Num::U(n) => n.fmt(f),
-            Num::I(n) => n.fmt(f),
-            Num::F(n) => n.fmt(f),
-        }
+    /// The sum of one counter over the shards.
+    fn shard_sum(&self, field: fn(&ShardMetrics) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| field(s).load(Relaxed)).sum()
     }
 }
 
-/// One sample of a per-Redis-node family: the node (`None`: standalone) and its value.
-type NodeSample = (Option<String>, Num);
-
-/// Where one family's samples come from.
-enum Samples {
-    /// One node-wide sample, no labels.
-    One(fn(&Metrics) -> Num),
-    /// One sample, the sum of a counter over the shards.
-    ShardSum(ShardField),
-    /// One sample per shard, labelled `shard` (given the time, in process ms).
-    PerShard(fn(&ShardMetrics, u64) -> Num),
-    /// One sample per value of the label named first.
-    Labelled(&'static str, fn(&Metrics) -> Vec<(String, u64)>),
-    /// One histogram per shard, labelled `shard`.
-    ShardHistogram(fn(&ShardMetrics) -> &Histogram),
-    /// One node-wide histogram.
-    Histogram(fn(&Metrics) -> &Histogram),
-    /// One sample per Redis node (label `node`), or one without a label for a
-    /// standalone Redis.
-    Nodes(fn(&Metrics) -> Vec<NodeSample>),
-}
-
-/// One metric family of `/metrics`: what it is called, its type and help
-/// text, and where its samples come from.
-struct Family {
-    name: &'static str,
-    kind: &'static str,
-    help: &'static str,
-    samples: Samples,
-}
-
-const fn gauge(name: &'static str, help: &'static str, samples: Samples) -> Family {
-    Family {
-        name,
-        kind: "gauge",
-        help,
-        samples,
+/// One sample per shard, labelled `shard`.
+fn per_shard<V: std::fmt::Display>(
+    m: &Metrics,
+    s: &mut Samples<'_>,
+    v: impl Fn(&ShardMetrics) -> V,
+) {
+    for (i, shard) in m.shards.iter().enumerate() {
+        s.labelled("shard", i, v(shard));
     }
 }
 
-const fn counter(name: &'static str, help: &'static str, samples: Samples) -> Family {
-    Family {
-        name,
-        kind: "counter",
-        help,
-        samples,
-    }
-}
-
-const fn histogram(name: &'static str, help: &'static str, samples: Samples) -> Family {
-    Family {
-        name,
-        kind: "histogram",
-        help,
-        samples,
-    }
-}
-
-fn load(v: &AtomicU64) -> Num {
-    Num::U(v.load(Relaxed))
+fn load(v: &AtomicU64) -> u64 {
+    v.load(Relaxed)
 }
 
 /// Every metric family, in `/metrics` order.
-const FAMILIES: &[Family] = &[
-    gauge(
+const FAMILIES: &[Family<Metrics>] = &[
+    Family::gauge(
         "seatboard_connections",
         "Open connections per shard (WebSocket and Server-Sent Events).",
-        Samples::PerShard(|s, _| load(&s.connections)),
+        |m, s| per_shard(m, s, |sh| load(&sh.connections)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_courses_watched",
         "Courses with a viewer, per shard.",
-        Samples::PerShard(|s, _| load(&s.courses)),
+        |m, s| per_shard(m, s, |sh| load(&sh.courses)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_shard_core",
         "The CPU core each shard is pinned to (-1: not pinned).",
-        Samples::PerShard(|s, _| Num::I(s.core.load(Relaxed))),
+        |m, s| per_shard(m, s, |sh| sh.core.load(Relaxed)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_shard_heartbeat_age_seconds",
         "Time since each shard's event loop last ran (probed every few seconds).",
-        Samples::PerShard(|s, now_ms| {
-            Num::F(now_ms.saturating_sub(s.heartbeat_ms.load(Relaxed)) as f64 / 1e3)
-        }),
+        |m, s| {
+            let now_ms = crate::clock::now_ms();
+            per_shard(m, s, |sh| {
+                now_ms.saturating_sub(sh.heartbeat_ms.load(Relaxed)) as f64 / 1e3
+            })
+        },
     ),
-    gauge(
+    Family::gauge(
         "seatboard_driver_shards",
         "Shards running on each I/O driver.",
-        Samples::Labelled("driver", |m| {
-            DRIVERS
-                .iter()
-                .zip(&m.driver_shards)
-                .map(|(d, n)| (d.to_string(), n.load(Relaxed)))
-                .collect()
-        }),
+        |m, s| s.each("driver", &DRIVERS, &m.driver_shards),
     ),
-    counter(
+    Family::counter(
         "seatboard_log_dropped_total",
         "Log lines dropped because stderr stopped taking them (a closed or stalled log reader, a full disk).",
-        Samples::One(|_| Num::U(crate::logging::dropped())),
+        |_, s| s.one(crate::logging::dropped()),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_thread_failed",
         "1 once a long-lived thread of the node panicked: the node reports itself failed and exits.",
-        Samples::One(|_| Num::U(crate::failure::failed().is_some() as u64)),
+        |_, s| s.one(crate::failure::failed().is_some() as u64),
     ),
-    counter(
+    Family::counter(
         "seatboard_pin_failures_total",
         "Shards whose thread could not be pinned to a core.",
-        Samples::One(|m| load(&m.pin_failures)),
+        |m, s| s.one(load(&m.pin_failures)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_max_connections",
         "The node's connection cap (--max-connections).",
-        Samples::One(|m| load(&m.max_connections)),
+        |m, s| s.one(load(&m.max_connections)),
     ),
-    gauge(
+    Family::gauge(
         "process_start_time_seconds",
         "Start time of the process since the Unix epoch, in seconds.",
-        Samples::One(|m| Num::F(m.started_unix_s)),
+        |m, s| s.one(m.started_unix_s),
     ),
-    counter(
+    Family::counter(
         "process_cpu_seconds_total",
         "Total user and system CPU time of the process, in seconds.",
-        Samples::One(|_| Num::F(crate::process_stats::cpu_seconds())),
+        |_, s| s.one(crate::process_stats::cpu_seconds()),
     ),
-    gauge(
+    Family::gauge(
         "process_resident_memory_bytes",
         "Resident memory of the process, in bytes.",
-        Samples::One(|_| Num::U(crate::process_stats::resident_bytes())),
+        |_, s| s.one(crate::process_stats::resident_bytes()),
     ),
-    counter(
+    Family::counter(
         "seatboard_handshakes_accepted_total",
         "WebSocket upgrades accepted.",
-        Samples::One(|m| load(&m.handshakes_accepted)),
+        |m, s| s.one(load(&m.handshakes_accepted)),
     ),
-    counter(
+    Family::counter(
         "seatboard_handshakes_refused_total",
         "Requests refused before the upgrade, by reason.",
-        Samples::Labelled("reason", |m| {
-            Refusal::ALL
-                .iter()
-                .zip(&m.refused)
-                .map(|(r, n)| (r.label().to_string(), n.load(Relaxed)))
-                .collect()
-        }),
+        |m, s| {
+            for (r, n) in Refusal::ALL.iter().zip(&m.refused) {
+                s.labelled("reason", r.label(), load(n));
+            }
+        },
     ),
-    counter(
+    Family::counter(
         "seatboard_ws_closes_total",
         "Close frames sent, by code.",
-        Samples::Labelled("code", |m| {
-            CLOSE_CODES
-                .iter()
-                .zip(&m.closes)
-                .map(|(c, n)| {
-                    let code = if *c == 0 {
-                        "other".to_string()
-                    } else {
-                        c.to_string()
-                    };
-                    (code, n.load(Relaxed))
-                })
-                .collect()
-        }),
+        |m, s| {
+            for (c, n) in CLOSE_CODES.iter().zip(&m.closes) {
+                match c {
+                    0 => s.labelled("code", "other", load(n)),
+                    c => s.labelled("code", c, load(n)),
+                }
+            }
+        },
     ),
-    counter(
+    Family::counter(
         "seatboard_frames_sent_total",
         "Frames queued to clients.",
-        Samples::ShardSum(|s| &s.frames_queued),
+        |m, s| s.one(m.shard_sum(|sh| &sh.frames_queued)),
     ),
-    counter(
+    Family::counter(
         "seatboard_frames_dropped_total",
         "Frames dropped because a send queue was full.",
-        Samples::ShardSum(|s| &s.frames_dropped),
+        |m, s| s.one(m.shard_sum(|sh| &sh.frames_dropped)),
     ),
-    counter(
+    Family::counter(
         "seatboard_resyncs_total",
         "Full frames sent to heal a client that missed one.",
-        Samples::ShardSum(|s| &s.resyncs),
+        |m, s| s.one(m.shard_sum(|sh| &sh.resyncs)),
     ),
-    counter(
+    Family::counter(
         "seatboard_frames_rendered_total",
         "Course frames encoded (once per course per tick).",
-        Samples::ShardSum(|s| &s.frames_rendered),
+        |m, s| s.one(m.shard_sum(|sh| &sh.frames_rendered)),
     ),
-    counter(
+    Family::counter(
         "seatboard_bytes_out_total",
         "Bytes written to WebSocket clients.",
-        Samples::ShardSum(|s| &s.bytes_out),
+        |m, s| s.one(m.shard_sum(|sh| &sh.bytes_out)),
     ),
-    counter(
+    Family::counter(
         "seatboard_send_batches_total",
         "Batches of frames an io_uring shard sent with one submission (epoll and tokio shards send each frame with its own send(2)).",
-        Samples::ShardSum(|s| &s.send_batches),
+        |m, s| s.one(m.shard_sum(|sh| &sh.send_batches)),
     ),
-    counter(
+    Family::counter(
         "seatboard_ws_bytes_sent_total",
         "WebSocket bytes written to clients, as on the wire (compressed or not).",
-        Samples::ShardSum(|s| &s.bytes_out),
+        |m, s| s.one(m.shard_sum(|sh| &sh.bytes_out)),
     ),
-    counter(
+    Family::counter(
         "seatboard_ws_payload_bytes_total",
         "WebSocket payload bytes queued to clients, before compression.",
-        Samples::ShardSum(|s| &s.ws_payload_bytes),
+        |m, s| s.one(m.shard_sum(|sh| &sh.ws_payload_bytes)),
     ),
-    counter(
+    Family::counter(
         "seatboard_slow_consumer_closes_total",
         "Connections closed 4001.",
-        Samples::ShardSum(|s| &s.slow_consumer_closes),
+        |m, s| s.one(m.shard_sum(|sh| &sh.slow_consumer_closes)),
     ),
-    counter(
+    Family::counter(
         "seatboard_idle_closes_total",
         "Connections closed for 75 s of silence.",
-        Samples::ShardSum(|s| &s.idle_closes),
+        |m, s| s.one(m.shard_sum(|sh| &sh.idle_closes)),
     ),
-    counter(
+    Family::counter(
         "seatboard_client_errors_total",
         "Client mistakes answered with an error message.",
-        Samples::ShardSum(|s| &s.client_errors),
+        |m, s| s.one(m.shard_sum(|sh| &sh.client_errors)),
     ),
-    counter(
+    Family::counter(
         "seatboard_ingest_messages_total",
         "Valid snapshots received.",
-        Samples::One(|m| load(&m.ingest_messages)),
+        |m, s| s.one(load(&m.ingest_messages)),
     ),
-    counter(
+    Family::counter(
         "seatboard_ingest_rejected_total",
         "Payloads dropped, by reason.",
-        Samples::Labelled("reason", |m| {
-            Reject::ALL
-                .iter()
-                .zip(&m.ingest_rejected)
-                .map(|(r, n)| (r.label().to_string(), n.load(Relaxed)))
-                .collect()
-        }),
+        |m, s| {
+            for (r, n) in Reject::ALL.iter().zip(&m.ingest_rejected) {
+                s.labelled("reason", r.label(), load(n));
+            }
+        },
     ),
-    counter(
+    Family::counter(
         "seatboard_ingest_duplicates_total",
         "Snapshots seen twice (overlapping subscriptions) or stale.",
-        Samples::One(|m| load(&m.ingest_duplicates)),
+        |m, s| s.one(load(&m.ingest_duplicates)),
     ),
-    counter(
+    Family::counter(
         "seatboard_state_stale_total",
         "State hash entries read older than the version this node held (kept the newer): a publisher writing the hash out of order.",
-        Samples::One(|m| load(&m.state_stale)),
+        |m, s| s.one(load(&m.state_stale)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_redis_connected",
         "1 while the pub/sub source is connected.",
-        Samples::One(|m| load(&m.redis_connected)),
+        |m, s| s.one(load(&m.redis_connected)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_subscriptions",
         "Per-course channel subscriptions held.",
-        Samples::One(|m| load(&m.subscriptions)),
+        |m, s| s.one(load(&m.subscriptions)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_firehose",
         "1 while the pattern subscription is held.",
-        Samples::One(|m| load(&m.firehose)),
+        |m, s| s.one(load(&m.firehose)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_ingest_courses",
         "Courses the node holds a board of (watched, or known while an admin is connected).",
-        Samples::One(|m| load(&m.ingest_courses)),
+        |m, s| s.one(load(&m.ingest_courses)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_draining",
         "1 while draining.",
-        Samples::One(|m| load(&m.draining)),
+        |m, s| s.one(load(&m.draining)),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_connections_total_open",
         "Open connections on the node (WebSocket and Server-Sent Events).",
-        Samples::One(|m| Num::U(m.connections())),
+        |m, s| s.one(m.connections()),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_connections_by_transport",
         "Open connections on the node, by transport.",
-        Samples::Labelled("transport", |m| {
-            let sse: u64 = m.shards.iter().map(|s| s.sse_connections.load(Relaxed)).sum();
-            vec![
-                ("websocket".into(), m.connections().saturating_sub(sse)),
-                ("sse".into(), sse),
-            ]
-        }),
+        |m, s| {
+            let sse = m.shard_sum(|sh| &sh.sse_connections);
+            s.labelled("transport", "websocket", m.connections().saturating_sub(sse));
+            s.labelled("transport", "sse", sse);
+        },
     ),
-    counter(
+    Family::counter(
         "seatboard_redis_reconnects_total",
         "Reconnects to Redis.",
-        Samples::One(|m| load(&m.redis_reconnects)),
+        |m, s| s.one(load(&m.redis_reconnects)),
     ),
-    counter(
+    Family::counter(
         "seatboard_presence_errors_total",
         "Presence pipelines that failed.",
-        Samples::One(|m| load(&m.presence_errors)),
+        |m, s| s.one(load(&m.presence_errors)),
     ),
-    histogram(
+    Family::histogram(
         "seatboard_tick_duration_seconds",
         "Time of one render pass, per shard.",
-        Samples::ShardHistogram(|s| &s.tick),
+        |m, s| {
+            for (i, sh) in m.shards.iter().enumerate() {
+                s.histogram(&sh.tick, &format!("shard=\"{i}\""));
+            }
+        },
     ),
-    histogram(
+    Family::histogram(
         "seatboard_update_latency_seconds",
         "From a snapshot's ts to its arrival at the hub.",
-        Samples::Histogram(|m| &m.update_latency),
+        |m, s| s.histogram(&m.update_latency, ""),
     ),
-    gauge(
+    Family::gauge(
         "seatboard_redis_rtt_seconds",
         "Round trip to Redis as the node last measured it (a PING every second), per node in a cluster; NaN while Redis does not answer.",
-        Samples::Nodes(|m| {
+        |m, s| {
             let rtt = m.redis_rtt.lock().unwrap_or_else(|e| e.into_inner());
-            rtt.iter()
-                .map(|(node, s)| (node.clone(), Num::F(s.unwrap_or(f64::NAN))))
-                .collect()
-        }),
+            for (node, secs) in rtt.iter() {
+                let secs = secs.unwrap_or(f64::NAN);
+                match node {
+                    Some(node) => s.labelled("node", node, secs),
+                    None => s.one(secs),
+                }
+            }
+        },
     ),
-    histogram(
+    Family::histogram(
         "seatboard_seed_seconds",
         "From a course's first watch on this node to its state hash read and seeded.",
-        Samples::Histogram(|m| &m.seed),
+        |m, s| s.histogram(&m.seed, ""),
     ),
-    histogram(
+    Family::histogram(
         "seatboard_presence_pipeline_seconds",
         "Presence pipeline round trip.",
-        Samples::Histogram(|m| &m.presence_pipeline),
+        |m, s| s.histogram(&m.presence_pipeline, ""),
     ),
 ];

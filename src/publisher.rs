@@ -12,6 +12,7 @@
 use crate::publish::script;
 use crate::redis::commands::Commands;
 use crate::redis::{Error, Mode, PubSubMode, Redis, RedisFlags};
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use shards::{Reject, Snapshot};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -54,7 +55,6 @@ struct Counters {
 pub struct Publisher {
     tx: Option<Sender<Snapshot>>,
     counters: Arc<Counters>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Publisher {
@@ -66,14 +66,13 @@ impl Publisher {
         let (tx, rx) = bounded(config.queue.max(1));
         let counters = Arc::new(Counters::default());
         let c = Arc::clone(&counters);
-        let thread = std::thread::Builder::new()
-            .name("seatboard-publisher".into())
-            .spawn(move || run(link, rx, c, config))
-            .map_err(PublisherError::Thread)?;
+        supervisor::spawn("seatboard-publisher", Policy::Logged, move || {
+            run(link, rx, c, config)
+        })
+        .map_err(PublisherError::Thread)?;
         Ok(Publisher {
             tx: Some(tx),
             counters,
-            thread: Some(thread),
         })
     }
 
@@ -138,25 +137,12 @@ impl Drop for Publisher {
         // Closing the queue ends the thread after what it holds; a black-holed
         // Redis delays that by at most one timeout, and nobody waits for it.
         self.tx = None;
-        drop(self.thread.take());
     }
 }
 
 /// Where [`Reject::ALL`] lists `r`.
 fn reject_index(r: Reject) -> usize {
     Reject::ALL.iter().position(|&x| x == r).unwrap_or(0)
-}
-
-/// Appends the state hash's compare-and-set + PUBLISH for one snapshot to a
-/// pipeline (`full_text`: `EVAL` instead of `EVALSHA`, after a `NOSCRIPT`).
-pub fn add_to_pipeline(
-    p: &mut ::redis::Pipeline,
-    channel_prefix: &str,
-    state_prefix: &str,
-    s: &Snapshot,
-    full_text: bool,
-) {
-    add_expiring(p, channel_prefix, state_prefix, None, s, full_text);
 }
 
 /// `PEXPIRE` of `s`'s state hash, when its keys are to expire.
@@ -166,27 +152,6 @@ fn expire(state_prefix: &str, ttl: Option<Duration>, s: &Snapshot) -> Option<::r
     c.arg(format!("{state_prefix}{}", s.course))
         .arg(ttl.as_millis().max(1) as u64);
     Some(c)
-}
-
-/// [`add_to_pipeline`] with the state hash's time to live set after the write.
-fn add_expiring(
-    p: &mut ::redis::Pipeline,
-    channel_prefix: &str,
-    state_prefix: &str,
-    ttl: Option<Duration>,
-    s: &Snapshot,
-    full_text: bool,
-) {
-    let payload = s.to_payload();
-    p.add_command(script::cmd(state_prefix, s, &payload, full_text))
-        .ignore();
-    if let Some(c) = expire(state_prefix, ttl, s) {
-        p.add_command(c).ignore();
-    }
-    p.cmd("PUBLISH")
-        .arg(format!("{channel_prefix}{}", s.course))
-        .arg(payload)
-        .ignore();
 }
 
 /// Writes snapshots the way the contract asks: the state hash by the
@@ -232,27 +197,29 @@ fn write_once(
     batch: &[Snapshot],
     full_text: bool,
 ) -> Result<(), Error> {
+    let payloads: Vec<String> = batch.iter().map(Snapshot::to_payload).collect();
+    let set = |(s, p): (&Snapshot, &String)| {
+        let set = script::cmd(state_prefix, s, p, full_text);
+        std::iter::once(set).chain(expire(state_prefix, ttl, s))
+    };
     if link.mode()? == Mode::Standalone {
-        let mut p = ::redis::pipe();
-        for s in batch {
-            add_expiring(&mut p, channel_prefix, state_prefix, ttl, s, full_text);
-        }
-        return link.raw_pipeline::<()>(&p);
+        let cmds: Vec<::redis::Cmd> = batch
+            .iter()
+            .zip(&payloads)
+            .flat_map(|(s, p)| {
+                let mut publish = ::redis::cmd("PUBLISH");
+                publish.arg(format!("{channel_prefix}{}", s.course)).arg(p);
+                set((s, p)).chain(std::iter::once(publish))
+            })
+            .collect();
+        return link.pipeline::<()>(&cmds);
     }
     let publish = match link.redis().pubsub {
         PubSubMode::Sharded => "SPUBLISH",
         PubSubMode::Classic => "PUBLISH",
     };
-    let payloads: Vec<String> = batch.iter().map(Snapshot::to_payload).collect();
-    let hashes: Vec<::redis::Cmd> = batch
-        .iter()
-        .zip(&payloads)
-        .flat_map(|(s, p)| {
-            let set = script::cmd(state_prefix, s, p, full_text);
-            std::iter::once(set).chain(expire(state_prefix, ttl, s))
-        })
-        .collect();
-    link.exec(&hashes)?;
+    let hashes: Vec<::redis::Cmd> = batch.iter().zip(&payloads).flat_map(set).collect();
+    link.pipeline::<()>(&hashes)?;
     let pubs: Vec<::redis::Cmd> = batch
         .iter()
         .zip(payloads)
@@ -263,7 +230,7 @@ fn write_once(
         })
         .collect();
     match link.redis().pubsub {
-        PubSubMode::Sharded => link.exec(&pubs),
+        PubSubMode::Sharded => link.pipeline::<()>(&pubs),
         // PUBLISH has no key to route by: any node takes it (and the cluster
         // broadcasts it), one at a time.
         PubSubMode::Classic => pubs.iter().try_for_each(|c| link.query::<()>(c)),

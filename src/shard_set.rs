@@ -1,5 +1,10 @@
 //! How many shard threads a node runs, within the limit it supports.
 
+/// A `--shards` count outside 1 to [`ShardSet::MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("--shards must be between 1 and {}", ShardSet::MAX)]
+pub struct OutOfRange;
+
 /// The shard threads of a node. The limit is the ingest's per-course set of
 /// watching shards (one bit each in a `u128`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -12,7 +17,7 @@ impl ShardSet {
     pub const MAX: usize = 128;
 
     /// `--shards N`, or (none given) one shard per usable core, at most [`Self::MAX`].
-    pub fn new(requested: Option<usize>) -> Result<Self, String> {
+    pub fn new(requested: Option<usize>) -> Result<Self, OutOfRange> {
         let count = match requested {
             Some(n) => n,
             None => std::thread::available_parallelism()
@@ -22,7 +27,7 @@ impl ShardSet {
         if (1..=Self::MAX).contains(&count) {
             Ok(ShardSet { count })
         } else {
-            Err(format!("--shards must be between 1 and {}", Self::MAX))
+            Err(OutOfRange)
         }
     }
 
@@ -45,7 +50,11 @@ mod tests {
     fn one_to_128_shards_and_the_default_fits() {
         assert_eq!(ShardSet::new(Some(1)).map(ShardSet::len), Ok(1));
         assert_eq!(ShardSet::new(Some(128)).map(ShardSet::len), Ok(128));
-        assert!(ShardSet::new(Some(0)).is_err());
+        assert_eq!(ShardSet::new(Some(0)), Err(super::OutOfRange));
+        assert_eq!(
+            super::OutOfRange.to_string(),
+            "--shards must be between 1 and 128"
+        );
         assert!(ShardSet::new(Some(129)).is_err());
         let default = ShardSet::new(None).expect("the default is always valid");
         assert!((1..=ShardSet::MAX).contains(&default.len()));

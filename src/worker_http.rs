@@ -6,6 +6,8 @@
 //! taken within the same time once written, or the connection is dropped;
 //! past [`MAX_CONNS`] open connections the oldest is dropped for a new one.
 
+use crate::channels::poll;
+use crate::supervisor::{self, Policy};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -163,39 +165,22 @@ fn serve(listener: TcpListener, figures: &dyn Figures) {
         let now = Instant::now();
         conns.retain(|c| c.deadline > now);
         fds.clear();
-        fds.push(libc::pollfd {
-            fd: listener.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
-        for c in &conns {
-            fds.push(libc::pollfd {
-                fd: c.stream.as_raw_fd(),
-                events: if c.out.is_some() {
-                    libc::POLLOUT
-                } else {
-                    libc::POLLIN
-                },
-                revents: 0,
-            });
-        }
+        fds.push(poll::interest(listener.as_raw_fd(), libc::POLLIN));
+        fds.extend(conns.iter().map(|c| {
+            let events = if c.out.is_some() {
+                libc::POLLOUT
+            } else {
+                libc::POLLIN
+            };
+            poll::interest(c.stream.as_raw_fd(), events)
+        }));
         let wait = conns
             .iter()
             .map(|c| c.deadline.saturating_duration_since(now))
             .min()
             .unwrap_or(HEAD_DEADLINE)
             .max(Duration::from_millis(1));
-        // SAFETY: `fds` is a live, initialised array of `fds.len()` pollfds
-        // that poll(2) only writes `revents` of; every descriptor in it is
-        // owned by `listener` or a `Conn` alive for the call.
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                wait.as_millis().min(i32::MAX as u128) as i32,
-            )
-        };
-        if n <= 0 {
+        if poll::poll(&mut fds, Some(wait)) == 0 {
             continue;
         }
         // Connections first (their indices match `fds[1..]`), then new ones.
@@ -218,8 +203,7 @@ fn serve(listener: TcpListener, figures: &dyn Figures) {
 /// life of the process.
 pub fn spawn<F: Figures>(listener: TcpListener, figures: Arc<F>) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
-    std::thread::Builder::new()
-        .name(figures.thread().into())
-        .spawn(move || serve(listener, &*figures))
-        .map(|_| ())
+    supervisor::spawn(figures.thread(), Policy::Logged, move || {
+        serve(listener, &*figures)
+    })
 }

@@ -1,18 +1,19 @@
-//! The load-generator children (this binary re-executed as `__loadgen`):
-//! started, commanded over stdin, their progress and reports read from
-//! stdout.
+//! The load-generator children (this binary re-executed as `__loadgen`,
+//! through the `loadgen` crate's one parent, `loadgen::ChildLoop`: the config
+//! on the child's stdin): commanded, their progress and reports read.
 
 use crate::procs::usage;
-use loadgen::{message, Command as LoadgenCommand, Config, Counters, Output};
+use loadgen::{Command as LoadgenCommand, Config, Counters, Output};
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+/// The hidden subcommand a child runs.
+pub const SUBCOMMAND: &str = "__loadgen";
+
 /// The load-generator children and their messages.
 pub struct Fleet {
-    children: Vec<(Child, Option<ChildStdin>)>,
+    children: Vec<loadgen::ChildLoop>,
     rx: mpsc::Receiver<(usize, Output)>,
     /// Latest progress counters per child.
     pub progress: Vec<Counters>,
@@ -23,32 +24,14 @@ impl Fleet {
     pub fn start(configs: Vec<Config>) -> Fleet {
         let exe = std::env::current_exe().expect("current exe");
         let (tx, rx) = mpsc::channel();
-        let mut children = Vec::new();
-        for (i, cfg) in configs.iter().enumerate() {
-            let mut child = Command::new(&exe)
-                .arg("__loadgen")
-                .arg(serde_json::to_string(cfg).expect("config json"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn load generator");
-            let out = child.stdout.take().expect("stdout");
-            let stdin = child.stdin.take();
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines() {
-                    let Ok(line) = line else { break };
-                    // A line that is no output is a broken child: say so.
-                    let o = message::parse::<Output>(&line)
-                        .unwrap_or_else(|e| panic!("load generator {i}: {e}"));
-                    if tx.send((i, o)).is_err() {
-                        break;
-                    }
-                }
-            });
-            children.push((child, stdin));
-        }
+        let children: Vec<loadgen::ChildLoop> = configs
+            .iter()
+            .enumerate()
+            .map(|(i, cfg)| {
+                loadgen::ChildLoop::spawn(&exe, SUBCOMMAND, i, cfg, tx.clone())
+                    .expect("spawn load generator")
+            })
+            .collect();
         let n = children.len();
         Fleet {
             children,
@@ -59,7 +42,7 @@ impl Fleet {
 
     /// Pids of the children.
     pub fn pids(&self) -> Vec<u32> {
-        self.children.iter().map(|c| c.0.id()).collect()
+        self.children.iter().map(loadgen::ChildLoop::pid).collect()
     }
 
     /// Summed CPU time of the children, µs.
@@ -128,12 +111,8 @@ impl Fleet {
 
     /// Sends one command to every child (see `loadgen::Command`).
     pub fn command(&mut self, cmd: LoadgenCommand) {
-        let line = message::line(&cmd);
-        for (_, stdin) in &mut self.children {
-            if let Some(s) = stdin {
-                let _ = writeln!(s, "{line}");
-                let _ = s.flush();
-            }
+        for c in &mut self.children {
+            c.send(&cmd);
         }
     }
 
@@ -162,29 +141,10 @@ impl Fleet {
             Duration::from_secs(30),
             self.children.len(),
         );
-        for (c, stdin) in &mut self.children {
-            stdin.take();
-            let end = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < end {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
+        for c in self.children.drain(..) {
+            c.wait(Duration::from_secs(10));
         }
-        self.children.clear();
         reports
-    }
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for (c, _) in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
     }
 }
 

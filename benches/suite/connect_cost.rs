@@ -151,7 +151,7 @@ pub fn run(o: &Opts) -> Outcome {
     let redis = RedisRig::start();
     let server = serve(&redis, &server_flags(o, &["--max-conns-per-user", "64"]));
     let mut publisher =
-        testkit::publish::Publisher::connect(redis.port, courses.clone(), o.sections);
+        testkit::publish::SelectionApi::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
     let floor_cfg = floor_server::ConnectConfig {
         port: testkit::proc::free_port(),

@@ -8,7 +8,7 @@ use crate::measure::{
     correctness, counter, cpu_pct, machine_row, merged_latency, progress, wire_row,
 };
 use crate::procs::{self, Usage};
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use crate::setup::{fleet, server_flags, wait_open};
@@ -36,7 +36,7 @@ pub fn run(o: &Opts) -> Outcome {
     let redis = RedisRig::start();
     let server = serve(&redis, &server_flags(o, &[]));
     let courses = vec!["HOT".to_string()];
-    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    let mut publisher = SelectionApi::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, 0.0, false, o.seconds + 900.0);
     let open = wait_open(o, &mut f, o.clients, "fanout");
@@ -63,7 +63,7 @@ pub fn run(o: &Opts) -> Outcome {
 fn publish_window(
     o: &Opts,
     server: &Seatboard,
-    publisher: &mut Publisher,
+    publisher: &mut SelectionApi,
     f: &mut Fleet,
     interval: Duration,
 ) -> Window {

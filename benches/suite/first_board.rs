@@ -19,7 +19,7 @@ use serde_json::json;
 use std::net::SocketAddr;
 use std::time::Duration;
 use testkit::delay_proxy::DelayProxy;
-use testkit::publish::Publisher;
+use testkit::publish::SelectionApi;
 
 /// One measured fleet: first-board p50 and p99 (ms), server CPU per connection (µs).
 struct Pass {
@@ -34,7 +34,7 @@ pub fn run(o: &Opts) -> Outcome {
     let courses = course_names(o.courses);
     let redis = RedisRig::start();
     let server = serve(&redis, &server_flags(o, &["--max-conns-per-user", "64"]));
-    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    let mut publisher = SelectionApi::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
     let n = o.clients as u64;
     let mut warm = fleet(o, server.port, &courses, o.skew, false, 1800.0);

@@ -8,9 +8,9 @@
 use crate::Outcome;
 use loadgen::{zipf_cdf, zipf_pick};
 use seatboard::channels::{Inbox, IngestCmd, Outlet};
-use seatboard::ingest::source::{Source, SourceEvent};
 use seatboard::ingest::Ingest;
 use seatboard::metrics::Metrics;
+use seatboard::redis::pubsub::{Source, SourceEvent};
 use serde_json::json;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 struct Quiet;
 
 impl Source for Quiet {
-    fn poll(&mut self, _timeout: Duration) -> Option<SourceEvent> {
+    fn poll(&mut self) -> Option<SourceEvent> {
         None
     }
     fn subscribe(&mut self, _course: &str) {}
@@ -70,7 +70,11 @@ pub fn run(n: usize, courses: usize, sections: u32, skew: f64) -> Outcome {
     let t = Instant::now();
     let mut routed = 0u64;
     for (i, (course, payload)) in msgs.into_iter().enumerate() {
-        ingest.event(SourceEvent::Message { course, payload }, 1_764_420_000_200);
+        ingest.event(
+            SourceEvent::Message { course, payload },
+            200,
+            1_764_420_000_200,
+        );
         if i % 1024 == 1023 {
             ingest.flush();
             routed += drain(&inboxes);

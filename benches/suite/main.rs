@@ -83,10 +83,11 @@ fn main() {
         floor_server::run_connect(cfg);
         return;
     }
-    if args.first().map(String::as_str) == Some("__loadgen") {
-        let cfg: loadgen::Config =
-            serde_json::from_str(args.get(1).expect("config")).expect("loadgen config");
-        loadgen::run(cfg);
+    if args.first().map(String::as_str) == Some(children::SUBCOMMAND) {
+        if let Err(e) = loadgen::child_main() {
+            eprintln!("error: {}: bad config: {e}", children::SUBCOMMAND);
+            std::process::exit(2);
+        }
         return;
     }
     if !args.iter().any(|a| a == "--bench") {

@@ -4,7 +4,7 @@
 
 use crate::children::Fleet;
 use crate::procs::{self, Usage};
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::{Opts, Outcome};
 use loadgen::Hist;
 use serde_json::{json, Value};
@@ -83,7 +83,7 @@ pub fn merged_latency(reports: &[Value]) -> Hist {
 }
 
 /// (clients whose board equals the publisher's, clients checked).
-pub fn correctness(reports: &[Value], p: &Publisher, expected_clients: usize) -> (u64, u64) {
+pub fn correctness(reports: &[Value], p: &SelectionApi, expected_clients: usize) -> (u64, u64) {
     let mut ok = 0;
     for r in reports {
         for d in r["digests"].as_array().into_iter().flatten() {

@@ -49,20 +49,18 @@ fn snapshots(n: usize, base_version: u64) -> Vec<Snapshot> {
 }
 
 fn plain(link: &mut Commands, batch: &[Snapshot]) -> Result<(), String> {
-    let mut p = ::redis::pipe();
+    let mut cmds = Vec::with_capacity(2 * batch.len());
     for s in batch {
         let payload = s.to_payload();
-        p.cmd("HSET")
-            .arg(format!("seatstate:{}", s.course))
+        let mut set = ::redis::cmd("HSET");
+        set.arg(format!("seatstate:{}", s.course))
             .arg(s.section)
-            .arg(&payload)
-            .ignore();
-        p.cmd("PUBLISH")
-            .arg(format!("seats:{}", s.course))
-            .arg(payload)
-            .ignore();
+            .arg(&payload);
+        let mut publish = ::redis::cmd("PUBLISH");
+        publish.arg(format!("seats:{}", s.course)).arg(payload);
+        cmds.extend([set, publish]);
     }
-    Ok(link.raw_pipeline::<()>(&p)?)
+    Ok(link.pipeline::<()>(&cmds)?)
 }
 
 /// Writes `all` one way in batches, adding what it took to `cost`.

@@ -15,7 +15,7 @@
 use crate::children::Fleet;
 use crate::measure::{counter, progress};
 use crate::procs;
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use crate::setup::{course_names, fleet};
@@ -85,7 +85,7 @@ fn run_pass(o: &Opts, pass: &str, out: &mut Outcome) {
     let courses = course_names(o.courses);
     let redis = RedisRig::start();
     let server = serve(&redis, &pass_flags(o, pass));
-    let mut publisher = Publisher::connect(redis.port, courses.clone(), o.sections);
+    let mut publisher = SelectionApi::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
     let fill = Opts {
         connect_rate: if pass == "wide" {

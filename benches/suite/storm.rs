@@ -11,7 +11,7 @@ use crate::measure::{
     correctness, counter, cpu_pct, machine_row, merged_latency, progress, usage_sum, wire_row,
 };
 use crate::procs::{self, Usage};
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::redis_rig::RedisRig;
 use crate::server::serve;
 use crate::setup::{course_names, fleet, server_flags, start_redis, wait_open};
@@ -60,9 +60,9 @@ pub fn run(o: &Opts) -> Outcome {
     let server = serve(&redis, &server_flags(o, mode));
     let mut publisher = if o.cluster {
         let direct = |p| redis.direct_port(p);
-        Publisher::connect_cluster_via(&redis.ports, courses.clone(), o.sections, direct)
+        SelectionApi::connect_cluster_via(&redis.ports, courses.clone(), o.sections, direct)
     } else {
-        Publisher::connect(redis.port, courses.clone(), o.sections)
+        SelectionApi::connect(redis.port, courses.clone(), o.sections)
     };
     publisher.seed();
     let mut f = fleet(o, server.port, &courses, o.skew, false, o.seconds + 900.0);
@@ -129,7 +129,7 @@ fn publish_window(
     o: &Opts,
     server: &Seatboard,
     redis: &RedisRig,
-    publisher: &mut Publisher,
+    publisher: &mut SelectionApi,
     f: &mut Fleet,
 ) -> Window {
     let m0 = f.mark();
@@ -219,7 +219,7 @@ fn seeding_rows(out: &mut Outcome, reports: &[Value], (start_us, end_us): (u64, 
 }
 
 /// The clients, what was published and the server's CPU.
-fn load_rows(out: &mut Outcome, o: &Opts, publisher: &Publisher, w: &Window, open: u64) {
+fn load_rows(out: &mut Outcome, o: &Opts, publisher: &SelectionApi, w: &Window, open: u64) {
     let cpu = cpu_pct(w.u0, w.u1, w.dt);
     out.row(
         "clients",

@@ -3,7 +3,7 @@
 //! one pass to the next, never catching up after a stall (Redis down or
 //! frozen: the storm moves on), into any [`Sink`].
 
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use loadgen::{now_us, zipf_cdf, zipf_pick};
 use std::time::Instant;
 
@@ -34,15 +34,15 @@ pub trait Sink: Send {
     }
 }
 
-impl Sink for Publisher {
+impl Sink for SelectionApi {
     fn queue(&mut self, course: usize, section: u32, t_us: u64) {
-        Publisher::queue(self, course, section, t_us);
+        SelectionApi::queue(self, course, section, t_us);
     }
     fn flush(&mut self) {
-        Publisher::flush(self);
+        SelectionApi::flush(self);
     }
     fn versions(&self) -> Vec<Vec<u64>> {
-        Publisher::versions(self)
+        SelectionApi::versions(self)
     }
     fn courses(&self) -> usize {
         self.courses.len()
@@ -51,7 +51,7 @@ impl Sink for Publisher {
         self.published
     }
     fn seed(&mut self, _sections: u32) {
-        Publisher::seed(self);
+        SelectionApi::seed(self);
     }
 }
 

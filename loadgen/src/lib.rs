@@ -2,7 +2,9 @@
 //! thread driving thousands of WebSocket (or SSE) clients, each watching one to
 //! `max_courses` courses. `seatboard rehearse` runs several of them (threads,
 //! and child processes past one process's open files); the bench suite runs
-//! the same loop (its binary re-executed as `__loadgen <json>`). Each is
+//! the same loop (its binary re-executed as `__loadgen`). Both start child
+//! processes through one parent, [`children`], the config on the child's
+//! stdin, never on argv; both read `/metrics` with one scraper, [`scrape`]. Each is
 //! driven by [`Command`]s and answers with [`Output`]s (typed values on a
 //! thread, one JSON line each on stdin/stdout for a child process; see
 //! [`message`]):
@@ -61,6 +63,7 @@
 
 pub mod backoff;
 pub mod board;
+pub mod children;
 mod config;
 pub mod counters;
 mod gen;
@@ -71,6 +74,7 @@ mod nofile;
 pub mod recovery;
 pub mod report;
 mod run;
+pub mod scrape;
 pub mod seeding;
 pub mod sse;
 mod token;
@@ -78,6 +82,7 @@ pub mod transport;
 pub mod ws;
 
 pub use board::{digest, now_us, zipf_cdf, zipf_pick};
+pub use children::{child_main, ChildLoop};
 pub use config::Config;
 pub use counters::Counters;
 pub use hist::Hist;

@@ -48,7 +48,8 @@ pub enum Output {
     Mark(Counters),
     /// The answer to [`Command::Report`] (or the end of its time).
     Report(Box<Report>),
-    /// A command line that was not a command.
+    /// A line that did not read: a command line the loop could not read,
+    /// or (from a child's parent, [`crate::children`]) an output line.
     Rejected(MessageError),
 }
 

@@ -6,10 +6,10 @@
 
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
+use crate::channels::poll::wait_readable;
 use crate::clock;
-use crate::ingest::any::AnySource;
-use crate::ingest::source::{Source, SourceEvent};
 use crate::redis::commands::Commands;
+use crate::redis::pubsub::{PubSub, Source, SourceEvent};
 use crate::redis::Redis;
 use shards::snapshot::valid_course;
 use shards::Snapshot;
@@ -36,7 +36,7 @@ pub fn read_viewers(
     con: &mut Commands,
     prefix: &str,
     now_ms: u64,
-) -> Result<HashMap<String, u64>, String> {
+) -> Result<HashMap<String, u64>, crate::redis::Error> {
     let keys: Vec<(Vec<u8>, String)> = con
         .scan(prefix, Some("zset"))?
         .into_iter()
@@ -67,7 +67,7 @@ pub fn read_viewers(
                     match con.query::<u64>(&zcount(k)) {
                         Ok(n) => v.push(n),
                         Err(_) if con.is_connected() => v.push(0),
-                        Err(e) => return Err(e.to_string()),
+                        Err(e) => return Err(e),
                     }
                 }
                 v
@@ -81,7 +81,12 @@ pub fn read_viewers(
 }
 
 /// Appends one entry: `XADD <key> MAXLEN ~ <max_len> * bucket_start_ms .. bucket_ms .. courses ..`.
-pub fn append(con: &mut Commands, key: &str, max_len: u64, e: &Entry) -> Result<String, String> {
+pub fn append(
+    con: &mut Commands,
+    key: &str,
+    max_len: u64,
+    e: &Entry,
+) -> Result<String, crate::redis::Error> {
     con.query(
         redis::cmd("XADD")
             .arg(key)
@@ -96,7 +101,6 @@ pub fn append(con: &mut Commands, key: &str, max_len: u64, e: &Entry) -> Result<
             .arg("courses")
             .arg(e.courses_json()),
     )
-    .map_err(|e| e.to_string())
 }
 
 struct Loop<'a> {
@@ -134,7 +138,7 @@ impl Loop<'_> {
         }
     }
 
-    fn flush_pending(&mut self, cmd: &mut Commands) -> Result<(), String> {
+    fn flush_pending(&mut self, cmd: &mut Commands) -> Result<(), crate::redis::Error> {
         if let Some(e) = self.pending.take() {
             match append(cmd, &self.key, self.args.max_len, &e) {
                 Ok(id) => tracing::info!(
@@ -152,7 +156,7 @@ impl Loop<'_> {
     }
 
     /// Closes the bucket in flight if it is over.
-    fn close_due(&mut self, cmd: &mut Commands) -> Result<(), String> {
+    fn close_due(&mut self, cmd: &mut Commands) -> Result<(), crate::redis::Error> {
         let now = clock::unix_ms();
         if !self.buckets.due(now) {
             return Ok(());
@@ -228,7 +232,8 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
         last_reject_log: None,
         down_since: None,
     };
-    let mut source = AnySource::new(redis, &args.channel_prefix)?;
+    let mut source = PubSub::new(redis, &args.channel_prefix)?;
+    let mut fds = Vec::new();
     source.set_firehose(true);
     let mut cmd = Commands::new(redis, "analytics");
     // Sharded pub/sub has no pattern form: every course with a state hash is
@@ -250,7 +255,14 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
                 .poll_timeout()
                 .map_or(STOP_CHECK, |s| s.min(STOP_CHECK)),
         };
-        let ev = source.poll(wait);
+        // Sleeps on the source's sockets until one is readable or `wait` ends.
+        let mut ev = source.poll();
+        if ev.is_none() && !wait.is_zero() {
+            fds.clear();
+            source.wait_fds(&mut fds);
+            wait_readable(&fds, wait);
+            ev = source.poll();
+        }
         source.flush();
         let up = source.connected();
         if up && !was_up {

@@ -4,6 +4,7 @@
 use super::worker::Entry;
 use super::ReportArgs;
 use crate::redis::commands::Commands;
+use crate::redis::Error;
 use redis::streams::StreamRangeReply;
 use std::io::Write;
 
@@ -34,7 +35,7 @@ pub fn read_after(
     key: &str,
     after: Option<&str>,
     count: usize,
-) -> Result<Page, String> {
+) -> Result<Page, Error> {
     let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
     let reply: StreamRangeReply = con.query(
         redis::cmd("XRANGE")
@@ -50,7 +51,7 @@ pub fn read_after(
 }
 
 /// The last `count` entries, oldest first (`XREVRANGE + - COUNT n`).
-pub fn read_last(con: &mut Commands, key: &str, count: usize) -> Result<Page, String> {
+pub fn read_last(con: &mut Commands, key: &str, count: usize) -> Result<Page, Error> {
     let reply: StreamRangeReply = con.query(
         redis::cmd("XREVRANGE")
             .arg(key)
@@ -167,23 +168,47 @@ pub fn render(
     writeln!(out, "{} entries, {rows} course rows in {key}", series.len())
 }
 
+/// Why `seatboard analytics report` failed (exit 1).
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// The stream could not be read.
+    #[error("{command} {key}: {source}")]
+    Read {
+        /// `XRANGE` or `XREVRANGE`.
+        command: &'static str,
+        /// The stream.
+        key: String,
+        /// Why (boxed: the driver's error is large).
+        #[source]
+        source: Box<Error>,
+    },
+    /// Stdout refused the table.
+    #[error("cannot write: {0}")]
+    Write(#[source] std::io::Error),
+}
+
 /// `seatboard analytics report`: reads the whole stream (or its last `--last` entries) and prints it.
 pub fn run(
     con: &mut Commands,
     key: &str,
     args: &ReportArgs,
     out: &mut impl Write,
-) -> Result<(), String> {
+) -> Result<(), ReportError> {
+    let read = |command| {
+        move |source| ReportError::Read {
+            command,
+            key: key.to_owned(),
+            source: Box::new(source),
+        }
+    };
     let mut series = Vec::new();
     if args.last > 0 {
-        series = read_last(con, key, args.last)
-            .map_err(|e| format!("XREVRANGE {key}: {e}"))?
-            .0;
+        series = read_last(con, key, args.last).map_err(read("XREVRANGE"))?.0;
     } else {
         let mut after: Option<String> = None;
         loop {
-            let (page, last) = read_after(con, key, after.as_deref(), PAGE)
-                .map_err(|e| format!("XRANGE {key}: {e}"))?;
+            let (page, last) =
+                read_after(con, key, after.as_deref(), PAGE).map_err(read("XRANGE"))?;
             series.extend(page);
             match last {
                 Some(id) if after.as_deref() != Some(id.as_str()) => after = Some(id),
@@ -191,7 +216,7 @@ pub fn run(
             }
         }
     }
-    render(out, key, &series, args.csv).map_err(|e| format!("cannot write: {e}"))
+    render(out, key, &series, args.csv).map_err(ReportError::Write)
 }
 
 #[cfg(test)]

@@ -104,17 +104,23 @@ pub struct Parsed {
     pub ignored: Vec<String>,
 }
 
-fn one(i: usize, v: serde_json::Value) -> Result<Result<HeldKey, String>, JwksError> {
+/// One key of a set: held, or passed over (and why).
+enum Found {
+    Held(HeldKey),
+    Ignored(String),
+}
+
+fn one(i: usize, v: serde_json::Value) -> Result<Found, JwksError> {
     let jwk: Jwk =
         serde_json::from_value(v).map_err(|source| JwksError::NotAJwk { index: i, source })?;
     let name = || format!("key {i} (kid {:?})", jwk.kid.as_deref().unwrap_or(""));
     if jwk.use_.as_deref().is_some_and(|u| u != "sig") {
-        return Ok(Err(format!("{}: use {:?}", name(), jwk.use_)));
+        return Ok(Found::Ignored(format!("{}: use {:?}", name(), jwk.use_)));
     }
     let alg = match jwk.alg.as_deref() {
         None => None,
         Some(a) => match Alg::parse(a) {
-            Some(Alg::Hs256) | None => return Ok(Err(format!("{}: alg {a}", name()))),
+            Some(Alg::Hs256) | None => return Ok(Found::Ignored(format!("{}: alg {a}", name()))),
             some => some,
         },
     };
@@ -125,13 +131,13 @@ fn one(i: usize, v: serde_json::Value) -> Result<Result<HeldKey, String>, JwksEr
         other => Err(KeyError::Unsupported(format!("kty {other}"))),
     };
     match key {
-        Ok(key) => Ok(Ok(HeldKey {
+        Ok(key) => Ok(Found::Held(HeldKey {
             kid: jwk.kid,
             alg,
             key,
         })),
         Err(e @ (KeyError::TooShort(_) | KeyError::Unsupported(_))) => {
-            Ok(Err(format!("{}: {e}", name())))
+            Ok(Found::Ignored(format!("{}: {e}", name())))
         }
         Err(source @ KeyError::Malformed(_)) => Err(JwksError::Malformed {
             key: name(),
@@ -149,8 +155,8 @@ pub fn parse(body: &[u8]) -> Result<Parsed, JwksError> {
     let mut out = Parsed::default();
     for (i, v) in set.keys.into_iter().enumerate() {
         match one(i, v)? {
-            Ok(k) => out.keys.push(k),
-            Err(why) => out.ignored.push(why),
+            Found::Held(k) => out.keys.push(k),
+            Found::Ignored(why) => out.ignored.push(why),
         }
     }
     if out.keys.len() > MAX_KEYS {

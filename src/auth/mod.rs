@@ -18,14 +18,45 @@ pub mod keys;
 pub mod refresh;
 pub mod verifier;
 
+use crate::exposition::Family;
 pub use error::FlagError;
 pub use jwks::JwksError;
 use shards::http_head::RequestHead;
 use shards::Role;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 pub use verifier::{Verifier, MAX_TOKEN_BYTES};
+
+/// The identity provider's figures at one scrape.
+#[derive(Default)]
+struct Reading {
+    ok: u64,
+    error: u64,
+    keys: u64,
+    unavailable: u64,
+}
+
+/// The auth families, in `/metrics` order (after the node's).
+const FAMILIES: &[Family<Reading>] = &[
+    Family::counter(
+        "seatboard_jwks_fetches_total",
+        "JWKS fetches by result.",
+        |r, s| {
+            s.labelled("result", "ok", r.ok);
+            s.labelled("result", "error", r.error);
+        },
+    ),
+    Family::gauge(
+        "seatboard_jwks_keys",
+        "Signing keys held from the JWKS now.",
+        |r, s| s.one(r.keys),
+    ),
+    Family::counter(
+        "seatboard_auth_key_unavailable_total",
+        "Upgrades refused with 503 because their signing key was not held while the JWKS could not be fetched.",
+        |r, s| s.one(r.unavailable),
+    ),
+];
 
 /// The authenticated identity of an upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +196,15 @@ impl Auth {
         }
     }
 
+    /// Ends the JWKS thread, if one runs (at shutdown).
+    pub fn stop(&self) {
+        if let Auth::Jwt(v) = self {
+            if let Some(j) = &v.jwks {
+                j.stop();
+            }
+        }
+    }
+
     /// `/healthz` `auth`: false until the JWKS (when there is one) was fetched once.
     pub fn healthy(&self) -> bool {
         match self {
@@ -175,28 +215,16 @@ impl Auth {
 
     /// Appends the auth metrics to a `/metrics` exposition.
     pub fn render_metrics(&self, out: &mut String) {
-        let (ok, err, keys, unavailable) = match self {
-            Auth::Jwt(v) => (
-                v.jwks.as_ref().map_or(0, |j| j.fetches_ok.load(Relaxed)),
-                v.jwks.as_ref().map_or(0, |j| j.fetches_error.load(Relaxed)),
-                v.jwks_keys(),
-                v.unavailable.load(Relaxed),
-            ),
-            Auth::None => (0, 0, 0, 0),
+        let reading = match self {
+            Auth::Jwt(v) => Reading {
+                ok: v.jwks.as_ref().map_or(0, |j| j.fetches_ok.load(Relaxed)),
+                error: v.jwks.as_ref().map_or(0, |j| j.fetches_error.load(Relaxed)),
+                keys: v.jwks_keys() as u64,
+                unavailable: v.unavailable.load(Relaxed),
+            },
+            Auth::None => Reading::default(),
         };
-        let _ = write!(
-            out,
-            "# HELP seatboard_jwks_fetches_total JWKS fetches by result.\n\
-             # TYPE seatboard_jwks_fetches_total counter\n\
-             seatboard_jwks_fetches_total{{result=\"ok\"}} {ok}\n\
-             seatboard_jwks_fetches_total{{result=\"error\"}} {err}\n\
-             # HELP seatboard_jwks_keys Signing keys held from the JWKS now.\n\
-             # TYPE seatboard_jwks_keys gauge\n\
-             seatboard_jwks_keys {keys}\n\
-             # HELP seatboard_auth_key_unavailable_total Upgrades refused with 503 because their signing key was not held while the JWKS could not be fetched.\n\
-             # TYPE seatboard_auth_key_unavailable_total counter\n\
-             seatboard_auth_key_unavailable_total {unavailable}\n"
-        );
+        crate::exposition::render(&reading, FAMILIES, out);
     }
 
     /// The identity behind a request head: 401 ([`Denied::Invalid`]) or 503

@@ -6,6 +6,8 @@
 use super::fetch::Target;
 use super::jwks::{self, HeldKey};
 use crate::clock;
+use crate::redis::backoff::Backoff;
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -16,6 +18,10 @@ pub const REFRESH: Duration = Duration::from_secs(300);
 
 /// Fewest milliseconds between two fetches asked for by an unknown `kid`.
 pub const KICK_SPACING_MS: u64 = 10_000;
+
+/// First wait before a retry while the provider does not answer (jittered,
+/// doubled each failure).
+const RETRY_FIRST: Duration = Duration::from_secs(2);
 
 /// Longest wait between retries while the provider does not answer.
 const RETRY_CAP: Duration = Duration::from_secs(30);
@@ -126,24 +132,34 @@ impl JwksSource {
             return Ok(());
         };
         let me = Arc::clone(self);
-        std::thread::Builder::new()
-            .name("seatboard-jwks".into())
-            .spawn(move || me.run(kicked))
-            .map(drop)
+        supervisor::spawn("seatboard-jwks", Policy::FailsNode, move || me.run(kicked))
+    }
+
+    /// Ends the fetching thread at shutdown (after [`supervisor::stop`]):
+    /// a kick wakes its wait, and it sees the stop.
+    pub fn stop(&self) {
+        let _ = self.kick.try_send(());
     }
 
     fn run(&self, kicked: Receiver<()>) {
         let mut failures = 0u32;
         let mut warned: Option<Instant> = None;
+        let mut retry = Backoff::new(RETRY_FIRST, RETRY_CAP);
         loop {
             self.fetch_once(&mut failures, &mut warned);
             let wait = if failures == 0 {
+                retry.reset();
                 REFRESH
             } else {
-                Duration::from_secs(1u64 << failures.min(5)).min(RETRY_CAP)
+                retry.failed();
+                retry.wait()
             };
             let deadline = Instant::now() + wait;
-            match kicked.recv_deadline(deadline) {
+            let kick = kicked.recv_deadline(deadline);
+            if supervisor::stopping() {
+                return;
+            }
+            match kick {
                 Ok(()) => {
                     // Asked for by an unknown kid: at most one fetch per 10 s.
                     let due = self.last_fetch_ms.load(Relaxed) + KICK_SPACING_MS;

@@ -2,10 +2,12 @@
 //! snapshot channel that the ingest side coalesces into when full, an
 //! unbounded control channel for rare messages, and a waker so a sleeping
 //! shard notices either), the ingest thread's commands and the presence
-//! worker's commands (with [`wake`], the ingest thread's eventfd wake-up).
-//! Threads only ever talk through these types, so no worker module needs
-//! another's.
+//! worker's commands (with [`wake`], the eventfd wake-up and the ingest
+//! thread's mailbox, and [`poll`], the one `poll(2)` wrapper). Threads only
+//! ever talk through these types, so no worker module needs another's.
 
+pub mod poll;
+pub mod signals;
 pub mod wake;
 
 use crate::clock;
@@ -13,7 +15,7 @@ use atomic_waker::AtomicWaker;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, unbounded, Receiver, Sender, TrySendError};
 use shards::{ConnId, Gate, Snapshot};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{fence, AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 use std::task::Waker;
@@ -49,6 +51,8 @@ pub enum Control {
     /// Liveness probe for the systemd watchdog: the shard's loop answers by
     /// moving its heartbeat.
     Probe,
+    /// Shutdown, once drained or closed: the shard's thread ends.
+    Stop,
 }
 
 /// What shards (and the presence worker) tell the ingest thread.
@@ -461,4 +465,28 @@ mod tests {
         assert_eq!(out.backlog(), 0);
         assert_eq!(wakes.0.load(SeqCst), 2);
     }
+}
+
+/// What the ingest thread asks the state reader.
+#[derive(Debug)]
+pub enum ReadRequest {
+    /// Read these courses' state hashes (each confirmed subscribed), answered
+    /// with [`IngestCmd::States`] carrying the same `epoch`.
+    States {
+        /// Courses to read.
+        courses: Vec<Arc<str>>,
+        /// The ingest thread's subscription epoch when it asked.
+        epoch: u64,
+    },
+    /// Find every course with a state hash and read those not in `have`,
+    /// answered with [`IngestCmd::Discovered`].
+    Discover {
+        /// Courses whose state the ingest thread holds already.
+        have: HashSet<Arc<str>>,
+    },
+    /// The pub/sub connection came back: the reads that follow go at once,
+    /// not after the command connection's own backoff from the outage.
+    Reconnected,
+    /// Stop the thread.
+    Shutdown,
 }

@@ -1,15 +1,18 @@
-//! The ingest thread's mailbox: commands go over a channel, and each send also
-//! bumps an eventfd, so the thread can sleep in `poll(2)` on its source's
-//! sockets and that eventfd instead of waking every few milliseconds to look.
+//! The one way to wake a sleeping thread, an eventfd ([`Wake`]: the hub's
+//! signals and failures, the ingest mailbox), and the ingest thread's
+//! mailbox: commands go over a channel, and each send also bumps the eventfd,
+//! so the thread can sleep in `poll(2)` on its source's sockets and that
+//! eventfd instead of waking every few milliseconds to look.
 
-use crate::channels::IngestCmd;
+use crate::channels::{poll, IngestCmd};
 use crossbeam_channel::{unbounded, Receiver, SendError, Sender};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// An eventfd that makes a sleeping ingest thread's `poll(2)` return.
+/// An eventfd that makes a sleeping thread's `poll(2)` return; [`Wake::wake`]
+/// is one `write(2)`, so a signal handler may call it.
 #[derive(Debug)]
 pub struct Wake {
     fd: OwnedFd,
@@ -48,6 +51,14 @@ impl Wake {
     pub fn fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
+
+    /// Sleeps until woken or `timeout` passes, and resets the counter.
+    pub fn wait(&self, timeout: Duration) {
+        let mut fd = [poll::interest(self.fd(), libc::POLLIN)];
+        if poll::poll(&mut fd, Some(timeout)) > 0 {
+            self.drain();
+        }
+    }
 }
 
 /// The sending side: shards and the presence worker hold clones.
@@ -85,25 +96,12 @@ impl IngestRx {
     /// deadline is never woken for early).
     pub fn wait(&mut self, fds: &[RawFd], timeout: Option<Duration>) {
         self.pollfds.clear();
-        for fd in std::iter::once(self.wake.fd()).chain(fds.iter().copied()) {
-            self.pollfds.push(libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
-        let ms = timeout.map_or(-1, |t| {
-            t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32
-        });
-        // SAFETY: `pollfds` is a live, exclusively borrowed array of
-        // `pollfds.len()` pollfd.
-        unsafe {
-            libc::poll(
-                self.pollfds.as_mut_ptr(),
-                self.pollfds.len() as libc::nfds_t,
-                ms,
-            )
-        };
+        self.pollfds.extend(
+            std::iter::once(self.wake.fd())
+                .chain(fds.iter().copied())
+                .map(|fd| poll::interest(fd, libc::POLLIN)),
+        );
+        poll::poll(&mut self.pollfds, timeout);
         if self.pollfds[0].revents != 0 {
             self.wake.drain();
         }

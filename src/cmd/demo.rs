@@ -6,6 +6,7 @@ use crate::hub;
 use crate::ingest::bus::{bus, BusPublisher};
 use crate::node::Node;
 use crate::presence::memory::MemoryPresence;
+use crate::supervisor::{self, Policy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,16 +28,16 @@ pub fn start(node: Arc<Node>) -> std::io::Result<hub::Hub> {
     }
     let states = source.states();
     let hub = hub::start(Arc::clone(&node), source, states, MemoryPresence::default())?;
-    std::thread::Builder::new()
-        .name("seatboard-simulator".into())
-        .spawn(move || simulate(publisher, window, &node))?;
+    supervisor::spawn("seatboard-simulator", Policy::FailsNode, move || {
+        simulate(publisher, window, &node)
+    })?;
     Ok(hub)
 }
 
 fn simulate(bus: BusPublisher, mut window: SelectionWindow, node: &Node) {
     let interval = Duration::from_secs_f64(1.0 / DEMO_RATE);
     let mut next = Instant::now();
-    loop {
+    while !supervisor::stopping() {
         next += interval;
         let now = Instant::now();
         if next > now {

@@ -5,17 +5,17 @@
 use crate::cli::HubArgs;
 use crate::history;
 use crate::hub::{self, Hub};
-use crate::ingest::any::AnySource;
 use crate::ingest::states::RedisStates;
 use crate::node::Node;
 use crate::presence::redis::RedisPresence;
+use crate::redis::pubsub::PubSub;
 use crate::redis::Redis;
 use std::sync::Arc;
 
 /// Starts the hub with Redis pub/sub and presence, then the history refresher.
 pub fn start(node: Arc<Node>, redis: Arc<Redis>, args: &HubArgs) -> std::io::Result<Hub> {
     *node.redis_health.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&redis.health));
-    let source = AnySource::new(&redis, &args.channel_prefix)?;
+    let source = PubSub::new(&redis, &args.channel_prefix)?;
     let states = RedisStates::new(&redis, &args.state_prefix);
     let store = RedisPresence::new(&redis, &args.presence_prefix);
     let hub = hub::start(Arc::clone(&node), source, states, store)?;

@@ -1,20 +1,23 @@
 //! Starting a node: the listeners, the ingest and presence threads, one pinned
-//! monoio runtime per shard, and the signal loop that drains and exits.
+//! monoio runtime per shard (each started by the supervisor), and the signal
+//! loop that drains, stops the threads in order, joins them and exits.
 
 pub mod listener;
 pub mod sd_notify;
 
 pub use crate::shard_set::ShardSet;
 
+use crate::channels::signals::Stop;
 use crate::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::failure;
-use crate::ingest::source::Source;
 use crate::ingest::states::StateStore;
 use crate::ingest::{self, reader, Ingest};
 use crate::node::Node;
 use crate::presence::{self, PresenceStore, PresenceTiming, Worker};
+use crate::redis::pubsub::Source;
 use crate::shard;
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::unbounded;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -23,11 +26,30 @@ use std::time::{Duration, Instant};
 /// How often shards are probed when systemd's watchdog is off.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
+/// How long a node closing everything at once (the second signal, or a
+/// drain past its window) waits for its connections to go.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// How long a failed node waits for its connections to close before it exits.
 const FAIL_GRACE: Duration = Duration::from_secs(5);
 
 /// The exit code of a node that failed (EX_SOFTWARE): systemd restarts it.
 pub const EXIT_FAILED: i32 = 70;
+
+/// How long the threads have, all told, to end once told to stop.
+const JOIN_LIMIT: Duration = Duration::from_secs(3);
+
+/// The node's threads, in the order they are stopped and joined (a prefix of
+/// their names each); what tells each to stop is in [`Hub::stop_threads`].
+const STOP_ORDER: [&str; 7] = [
+    "seatboard-shard-",
+    "seatboard-ingest",
+    "seatboard-states",
+    "seatboard-presence",
+    "seatboard-history",
+    "seatboard-jwks",
+    "seatboard-",
+];
 
 /// A started node: what `main` needs to wait on it.
 pub struct Hub {
@@ -37,11 +59,10 @@ pub struct Hub {
     ingest: crate::channels::wake::IngestTx,
     presence: crossbeam_channel::Sender<PresenceCmd>,
     /// SIGTERM/SIGINT, caught from before the port opens: a signal that arrives
-    /// as soon as the node listens is a drain, not the default death.
-    signals: signal_hook::iterator::Signals,
-    /// Becomes readable when one of those signals arrives, so the main
-    /// thread sleeps in `poll(2)` instead of looking every few milliseconds.
-    signal_wake: std::os::unix::net::UnixStream,
+    /// as soon as the node listens is a drain, not the default death. Its
+    /// wake-up is written by a failure too, so the main thread sleeps in
+    /// `poll(2)` instead of looking every few milliseconds.
+    stop: Arc<Stop>,
 }
 
 /// Binds, starts every thread, and returns once all shards listen.
@@ -53,21 +74,8 @@ where
 {
     let config = &node.config;
     let n = config.shards;
-    let signals = {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?
-    };
-    let signal_wake = {
-        use signal_hook::consts::{SIGINT, SIGTERM};
-        let (rx, tx) = std::os::unix::net::UnixStream::pair()?;
-        rx.set_nonblocking(true)?;
-        tx.set_nonblocking(true)?;
-        for sig in [SIGTERM, SIGINT] {
-            signal_hook::low_level::pipe::register(sig, tx.try_clone()?)?;
-        }
-        failure::install(tx);
-        rx
-    };
+    let stop = Stop::catch()?;
+    failure::install(Arc::clone(stop.wake()));
     let listeners = listener::bind(config.listen, n)?;
     let inboxes: Vec<Arc<Inbox>> = (0..n).map(|_| Inbox::new()).collect();
     let (ingest_tx, ingest_rx) = crate::channels::wake::channel()?;
@@ -82,15 +90,15 @@ where
         Some(presence_tx.clone()),
         read_tx,
         config.admin_tick_ms,
-        clock::unix_ms(),
+        clock::now_ms(),
     );
     let (reader_ingest, reader_node) = (ingest_tx.clone(), Arc::clone(&node));
-    std::thread::Builder::new()
-        .name("seatboard-states".into())
-        .spawn(move || reader::run(states, read_rx, reader_ingest, reader_node))?;
-    std::thread::Builder::new()
-        .name("seatboard-ingest".into())
-        .spawn(move || ingest::run(ingest, ingest_rx))?;
+    supervisor::spawn("seatboard-states", Policy::FailsNode, move || {
+        reader::run(states, read_rx, reader_ingest, reader_node)
+    })?;
+    supervisor::spawn("seatboard-ingest", Policy::FailsNode, move || {
+        ingest::run(ingest, ingest_rx)
+    })?;
 
     let worker = Worker::new(
         store,
@@ -103,12 +111,13 @@ where
         Arc::clone(&node),
         clock::unix_ms(),
     );
-    std::thread::Builder::new()
-        .name("seatboard-presence".into())
-        .spawn(move || presence::run(worker, presence_rx))?;
+    supervisor::spawn("seatboard-presence", Policy::FailsNode, move || {
+        presence::run(worker, presence_rx)
+    })?;
 
     let cores = core_affinity::get_core_ids().unwrap_or_default();
-    let (ready_tx, ready_rx) = crossbeam_channel::bounded::<Result<&'static str, String>>(n);
+    let (ready_tx, ready_rx) =
+        crossbeam_channel::bounded::<Result<&'static str, shard::StartError>>(n);
     for (index, listener) in listeners.into_iter().enumerate() {
         let core = (!cores.is_empty()).then(|| cores[index % cores.len()]);
         let ctx_parts = (
@@ -118,13 +127,15 @@ where
             presence_tx.clone(),
         );
         let ready = ready_tx.clone();
-        std::thread::Builder::new()
-            .name(format!("seatboard-shard-{index}"))
-            .spawn(move || {
+        supervisor::spawn(
+            format!("seatboard-shard-{index}"),
+            Policy::FailsNode,
+            move || {
                 let (node, inbox, ingest, presence) = ctx_parts;
                 pin(&node, index, core);
                 shard::run(index, node, inbox, ingest, presence, listener, ready);
-            })?;
+            },
+        )?;
     }
     drop(ready_tx);
     for _ in 0..n {
@@ -140,8 +151,7 @@ where
         inboxes,
         ingest: ingest_tx,
         presence: presence_tx,
-        signals,
-        signal_wake,
+        stop,
     })
 }
 
@@ -173,7 +183,7 @@ fn pin(node: &Node, index: usize, core: Option<core_affinity::CoreId>) {
 
 impl Hub {
     /// Waits for SIGTERM/SIGINT, drains, and returns the exit code.
-    pub fn wait(mut self) -> i32 {
+    pub fn wait(self) -> i32 {
         let mut drain_started: Option<Instant> = None;
         let watchdog = sd_notify::watchdog_interval();
         // Shards are probed at least every PROBE_EVERY, with or without
@@ -182,16 +192,18 @@ impl Hub {
         let every = watchdog.map_or(PROBE_EVERY, |w| w.min(PROBE_EVERY));
         let mut probe: Option<(Instant, u64)> = None;
         loop {
+            if let Some(thread) = failure::failed() {
+                return self.fail(thread);
+            }
             let next_probe = self.watchdog(every, watchdog.is_some(), &mut probe);
-            let pending: Vec<i32> = self.signals.pending().collect();
-            for sig in pending {
+            let (count, sig) = self.stop.take();
+            for _ in 0..count {
                 if drain_started.is_none() {
                     tracing::info!(
                         signal = sig,
                         drain_ms = self.node.config.drain_ms,
                         "draining"
                     );
-                    self.node.draining.store(true, Relaxed);
                     self.node.metrics.draining.store(1, Relaxed);
                     sd_notify::notify("STOPPING=1\nSTATUS=draining");
                     for i in &self.inboxes {
@@ -200,7 +212,8 @@ impl Hub {
                     drain_started = Some(Instant::now());
                 } else {
                     tracing::info!(signal = sig, "second signal: closing everything now");
-                    return self.close_all();
+                    self.close_all(CLOSE_GRACE);
+                    return 0;
                 }
             }
             if let Some(t) = drain_started {
@@ -213,7 +226,8 @@ impl Hub {
                 if t.elapsed()
                     > Duration::from_millis(self.node.config.drain_ms) + Duration::from_secs(5)
                 {
-                    return self.close_all();
+                    self.close_all(CLOSE_GRACE);
+                    return 0;
                 }
             }
             // Draining: watch the connection count closely; otherwise sleep
@@ -223,10 +237,7 @@ impl Hub {
             } else {
                 next_probe
             };
-            self.sleep_until_signal(wait);
-            if let Some(thread) = failure::failed() {
-                return self.fail(thread);
-            }
+            self.stop.wait(wait);
         }
     }
 
@@ -237,33 +248,9 @@ impl Hub {
             thread,
             "a long-lived thread panicked: the node reports itself failed, closes its connections and exits"
         );
-        self.node.draining.store(true, Relaxed);
         sd_notify::notify("STOPPING=1\nSTATUS=failed: a thread panicked");
-        for i in &self.inboxes {
-            i.control(Control::CloseAll);
-        }
-        let t = Instant::now();
-        while self.node.open.load(Relaxed) > 0 && t.elapsed() < FAIL_GRACE {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.stop_threads();
+        self.close_all(FAIL_GRACE);
         EXIT_FAILED
-    }
-
-    /// Sleeps up to `wait`, or until SIGTERM/SIGINT arrives.
-    fn sleep_until_signal(&self, wait: Duration) {
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        let mut fd = libc::pollfd {
-            fd: self.signal_wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
-        // SAFETY: one live pollfd for the socket this hub owns.
-        unsafe { libc::poll(&mut fd, 1, ms) };
-        let mut buf = [0u8; 64];
-        while matches!((&self.signal_wake).read(&mut buf), Ok(n) if n > 0) {}
     }
 
     /// Probes every shard's loop; pets the systemd watchdog (when `pet`) only
@@ -302,20 +289,43 @@ impl Hub {
         every
     }
 
-    fn close_all(&self) -> i32 {
+    /// Closes every connection, waits up to `grace` for them to go, then
+    /// stops the threads.
+    fn close_all(&self, grace: Duration) {
         for i in &self.inboxes {
             i.control(Control::CloseAll);
         }
         let t = Instant::now();
-        while self.node.open.load(Relaxed) > 0 && t.elapsed() < Duration::from_secs(2) {
+        while self.node.open.load(Relaxed) > 0 && t.elapsed() < grace {
             std::thread::sleep(Duration::from_millis(10));
         }
         self.stop_threads();
-        0
     }
 
+    /// Stops the node's threads in [`STOP_ORDER`] (the shards, then what
+    /// feeds them), joining each, and logs which were joined and which are
+    /// left (the log writer, which writes the last lines, always is).
     fn stop_threads(&self) {
-        let _ = self.ingest.send(IngestCmd::Shutdown);
-        let _ = self.presence.send(PresenceCmd::Shutdown);
+        supervisor::stop();
+        let by = Instant::now() + JOIN_LIMIT;
+        let mut joined = Vec::new();
+        for prefix in STOP_ORDER {
+            match prefix {
+                "seatboard-shard-" => {
+                    for i in &self.inboxes {
+                        i.control(Control::Stop);
+                    }
+                }
+                "seatboard-ingest" => drop(self.ingest.send(IngestCmd::Shutdown)),
+                "seatboard-presence" => drop(self.presence.send(PresenceCmd::Shutdown)),
+                "seatboard-history" => self.node.history.stop(),
+                "seatboard-jwks" => self.node.auth.stop(),
+                // The states reader ends with the ingest thread, the rest
+                // (the demo's simulator) on `supervisor::stopping`.
+                _ => {}
+            }
+            joined.extend(supervisor::join(prefix, by));
+        }
+        tracing::info!(?joined, left = ?supervisor::running(), "threads joined");
     }
 }

@@ -7,7 +7,7 @@
 use super::{Board, Ingest};
 use crate::channels::Control;
 use crate::channels::PresenceCmd;
-use crate::ingest::source::Source;
+use crate::redis::pubsub::Source;
 use shards::server_msg::{self, AdminRow};
 use shards::AdminMsg;
 use std::sync::Arc;
@@ -72,21 +72,21 @@ impl<S: Source> Ingest<S> {
     }
 
     /// A shard's first admin feed opened: it needs a full aggregate now, not at
-    /// the next tick. Entries that changed since the last message go to the
-    /// other admin shards as a delta (rates stay as last shown: the tick is not over).
+    /// the next tick. Entries that changed since the last message go to every
+    /// admin shard as a delta (rates stay as last shown: the tick is not over),
+    /// this one included: a feed there that a tick already gave a full
+    /// aggregate (a tick can pass while the discovery is read) takes the
+    /// delta, a feed still owed one the full aggregate.
     pub(super) fn admin_answer(&mut self, shard: usize) {
-        let msg = self.admin_msg(None).unwrap_or_else(|| AdminMsg {
-            full: self.admin_full(),
-            delta: None,
-        });
-        let others = self.admin_shards & !(1 << shard);
-        let full_only = AdminMsg {
-            full: msg.full.clone(),
-            delta: None,
-        };
-        self.send_admin(full_only, 1 << shard);
-        if msg.delta.is_some() {
-            self.send_admin(msg, others);
+        match self.admin_msg(None) {
+            Some(msg) => self.send_admin(msg, self.admin_shards | 1 << shard),
+            None => {
+                let full = AdminMsg {
+                    full: self.admin_full(),
+                    delta: None,
+                };
+                self.send_admin(full, 1 << shard);
+            }
         }
     }
 

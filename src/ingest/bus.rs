@@ -1,9 +1,9 @@
 //! The embedded in-process bus of `demo`: the simulator publishes into it the way
 //! the selection API publishes into Redis (a state table plus a channel).
 
-use super::source::{Source, SourceEvent};
 use super::states::{RoundTrip, StateStore};
 use crate::channels::wake::Wake;
+use crate::redis::pubsub::{Source, SourceEvent};
 use crossbeam_channel::{unbounded, Receiver, Sender};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::os::fd::RawFd;
@@ -109,10 +109,9 @@ pub fn bus() -> std::io::Result<(BusPublisher, Bus)> {
 }
 
 impl Source for Bus {
-    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent> {
-        let deadline = std::time::Instant::now() + timeout;
+    fn poll(&mut self) -> Option<SourceEvent> {
         loop {
-            let (course, payload) = self.rx.recv_deadline(deadline).ok()?;
+            let (course, payload) = self.rx.try_recv().ok()?;
             // Like Redis, only what is subscribed is delivered.
             if self.firehose || self.subscribed.contains(&course) {
                 return Some(SourceEvent::Message { course, payload });

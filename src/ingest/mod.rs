@@ -5,27 +5,23 @@
 //! the state reader thread (`reader.rs`), whose answers arrive as commands.
 
 mod admin;
-pub mod any;
 pub mod bus;
-pub mod classic;
 pub mod reader;
 pub mod scan;
 mod seed;
-pub mod sharded;
-pub mod source;
 pub mod states;
 #[cfg(test)]
 mod tests;
 
 use crate::channels::wake::IngestRx;
+use crate::channels::ReadRequest;
 use crate::channels::{IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
+use crate::redis::pubsub::{Source, SourceEvent};
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
-use reader::ReadRequest;
 use shards::{Gate, Snapshot};
-use source::{Source, SourceEvent};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -56,7 +52,7 @@ struct Board {
     load: Load,
     /// Shards waiting for its seed (their first viewer's watch answer).
     awaiting: u128,
-    /// When it was first watched (Unix ms), until its state is seeded.
+    /// When it was first watched (monotonic ms), until its state is seeded.
     watched_at: Option<u64>,
     /// Sections a live snapshot changed while its state read was in flight:
     /// the read only fills gaps and newer versions there.
@@ -66,6 +62,9 @@ struct Board {
     /// A snapshot or a state hash named it: kept for admins after its last
     /// viewer leaves (a made-up name is kept only while watched).
     named: bool,
+    /// Its state hash has been read (a viewer's read or a discovery): a
+    /// discovery cut short by a failed read leaves the rest to the next one.
+    state_read: bool,
     /// Its admin entry as last sent (while the firehose is on).
     shown: Option<admin::Shown>,
 }
@@ -85,13 +84,19 @@ enum Via {
 /// How often a failed state-hash read is retried (ms).
 const RETRY_LOAD_MS: u64 = 1_000;
 
+/// How often snapshots held back for a full shard channel are offered again.
+pub const BACKLOG_RETRY: Duration = Duration::from_millis(1);
+
 /// Log at most this many rejects per second.
 const REJECT_LOGS_PER_SEC: u32 = 5;
 
 /// The routing core of the ingest thread, separate from its loop for tests.
 /// Like a shard it reads no clock: every call that decides something by time
-/// takes `now_ms` (Unix ms, the clock `ts` and presence scores use), and
-/// [`Ingest::poll_timeout`] says when [`Ingest::handle_timeout`] is due.
+/// takes `now_ms` (monotonic ms, [`clock::now_ms`]), [`Ingest::event`] also
+/// the wall clock (`unix_ms`, which a snapshot's `ts` is compared with), and
+/// [`Ingest::poll_timeout`] says when [`Ingest::handle_timeout`] is due. (An
+/// outlet looks at the shards' monotonic clock when it decides whether a batch
+/// wakes its shard: `src/channels/mod.rs`.)
 pub struct Ingest<S: Source> {
     source: S,
     outlets: Vec<Outlet>,
@@ -108,7 +113,7 @@ pub struct Ingest<S: Source> {
     /// State reads asked in this turn of the loop, sent as one request by
     /// [`Ingest::flush`].
     reads: Vec<Arc<str>>,
-    /// When shards waiting for a seed get what is held instead (Unix ms, course).
+    /// When shards waiting for a seed get what is held instead (monotonic ms, course).
     seed_deadlines: VecDeque<(u64, Arc<str>)>,
     /// A discovery is asked of the state reader and not answered yet.
     discovering: bool,
@@ -291,7 +296,7 @@ impl<S: Source> Ingest<S> {
     fn rejected(&mut self, r: shards::Reject, course: &str, now_ms: u64) {
         self.metrics().reject(r);
         let now = now_ms;
-        if now.abs_diff(self.reject_log.0) >= 1_000 {
+        if now.saturating_sub(self.reject_log.0) >= 1_000 {
             if self.reject_log.1 > REJECT_LOGS_PER_SEC {
                 tracing::warn!(
                     suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC,
@@ -366,8 +371,9 @@ impl<S: Source> Ingest<S> {
         true
     }
 
-    /// Handles one source event.
-    pub fn event(&mut self, ev: SourceEvent, now_ms: u64) {
+    /// Handles one source event at `now_ms` (monotonic); `unix_ms` is what a
+    /// snapshot's `ts` is measured against.
+    pub fn event(&mut self, ev: SourceEvent, now_ms: u64, unix_ms: u64) {
         match ev {
             SourceEvent::Message { course, payload } => {
                 match Snapshot::parse(&payload, Some(&course)) {
@@ -376,7 +382,7 @@ impl<S: Source> Ingest<S> {
                         if let Some(ts) = s.ts {
                             self.metrics()
                                 .update_latency
-                                .observe_us(now_ms.saturating_sub(ts).saturating_mul(1000));
+                                .observe_us(unix_ms.saturating_sub(ts).saturating_mul(1000));
                         }
                         self.accept(Arc::new(s), Via::Live);
                     }
@@ -403,10 +409,7 @@ impl<S: Source> Ingest<S> {
     /// admin tick) together with the courses the presence worker must count
     /// for admins.
     pub fn handle_timeout(&mut self, now_ms: u64) {
-        // A wall clock stepped back must not stall the ticks.
         let tick = self.admin_tick_ms;
-        self.next_retry_ms = self.next_retry_ms.min(now_ms + RETRY_LOAD_MS);
-        self.next_admin_ms = self.next_admin_ms.min(now_ms + tick);
         if now_ms >= self.next_retry_ms {
             self.next_retry_ms = now_ms + RETRY_LOAD_MS;
             self.want_all_reads();
@@ -424,7 +427,7 @@ impl<S: Source> Ingest<S> {
         self.publish_subscriptions();
     }
 
-    /// When [`Ingest::handle_timeout`] has work next (Unix ms): the admin tick
+    /// When [`Ingest::handle_timeout`] has work next (monotonic ms): the admin tick
     /// only while an admin is connected, the reread only while a read failed,
     /// a seed's deadline only while one waits; `None` while there is nothing to do.
     pub fn poll_timeout(&self) -> Option<u64> {
@@ -440,19 +443,17 @@ impl<S: Source> Ingest<S> {
     /// command wake-up before it must poll the source or run its timers: until
     /// the first of the router's timers ([`Ingest::poll_timeout`]) and the
     /// source's timed work (`None`: until woken); `Some(ZERO)`: not at all
-    /// (something buffered or due, or a backlog to retry).
+    /// (something buffered or due). A backlog is retried every
+    /// [`BACKLOG_RETRY`].
     pub fn sleep_for(&mut self, now_ms: u64) -> Option<Duration> {
-        if self.backlog() {
-            return Some(Duration::ZERO);
-        }
-
         let timers = self
             .poll_timeout()
             .map(|t| Duration::from_millis(t.saturating_sub(now_ms)));
-        match (timers, self.source.poll_timeout()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let backlog = self.backlog().then_some(BACKLOG_RETRY);
+        [timers, self.source.poll_timeout(), backlog]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Sends batched snapshots to shards, and this turn's state reads to the
@@ -504,7 +505,7 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, mut commands: IngestRx) {
     let mut fds = Vec::new();
     loop {
         while let Some(cmd) = commands.try_recv() {
-            if !ingest.command(cmd, clock::unix_ms()) {
+            if !ingest.command(cmd, clock::now_ms()) {
                 return;
             }
         }
@@ -513,31 +514,21 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, mut commands: IngestRx) {
         ingest.flush();
         let up = ingest.source().connected();
         ingest.metrics.redis_connected.store(up as u64, Relaxed);
-        let sleep = ingest.sleep_for(clock::unix_ms());
+        let sleep = ingest.sleep_for(clock::now_ms());
         if sleep != Some(Duration::ZERO) {
             fds.clear();
             ingest.source.wait_fds(&mut fds);
             commands.wait(&fds, sleep);
         }
-        // Readable, woken or due: read what is there without waiting long (a
-        // backlog retries at this pace).
-        let wait = Duration::from_millis(1);
-        let mut n = 0;
-        if let Some(ev) = ingest.source.poll(wait) {
-            ingest.event(ev, clock::unix_ms());
-            n += 1;
-            // Take whatever else is ready, then route it as one batch per shard.
-            while n < 1024 {
-                match ingest.source.poll(Duration::ZERO) {
-                    Some(ev) => {
-                        ingest.event(ev, clock::unix_ms());
-                        n += 1;
-                    }
-                    None => break,
-                }
-            }
+        // Readable, woken or due: take what is ready without waiting, then
+        // route it as one batch per shard.
+        for _ in 0..1024 {
+            let Some(ev) = ingest.source.poll() else {
+                break;
+            };
+            ingest.event(ev, clock::now_ms(), clock::unix_ms());
         }
-        ingest.handle_timeout(clock::unix_ms());
+        ingest.handle_timeout(clock::now_ms());
         ingest.flush();
     }
 }

@@ -8,7 +8,7 @@
 
 use super::states::StateStore;
 use crate::channels::wake::IngestTx;
-use crate::channels::{Discovery, IngestCmd};
+use crate::channels::{Discovery, IngestCmd, ReadRequest};
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use std::collections::{BTreeMap, HashSet};
@@ -24,30 +24,6 @@ pub const PING_EVERY: Duration = Duration::from_secs(1);
 
 /// How often `/api/courses` is rebuilt from the state hashes (the contract's cache bound).
 pub const COURSES_EVERY: Duration = Duration::from_secs(10);
-
-/// What the ingest thread asks the state reader.
-#[derive(Debug)]
-pub enum ReadRequest {
-    /// Read these courses' state hashes (each confirmed subscribed), answered
-    /// with [`IngestCmd::States`] carrying the same `epoch`.
-    States {
-        /// Courses to read.
-        courses: Vec<Arc<str>>,
-        /// The ingest thread's subscription epoch when it asked.
-        epoch: u64,
-    },
-    /// Find every course with a state hash and read those not in `have`,
-    /// answered with [`IngestCmd::Discovered`].
-    Discover {
-        /// Courses whose state the ingest thread holds already.
-        have: HashSet<Arc<str>>,
-    },
-    /// The pub/sub connection came back: the reads that follow go at once,
-    /// not after the command connection's own backoff from the outage.
-    Reconnected,
-    /// Stop the thread.
-    Shutdown,
-}
 
 /// The requests gathered in one turn.
 #[derive(Default)]
@@ -145,7 +121,10 @@ pub fn run<T: StateStore>(
     }
 }
 
-/// Scans for courses with a state hash and reads those not in `have`.
+/// Scans for courses with a state hash and reads those not in `have`. A
+/// failed read ends the pass with what was read so far: the courses it left
+/// are read by the next rescan, so a large keyspace on a slow Redis is taken
+/// in pieces rather than all or nothing.
 fn discover<T: StateStore>(store: &mut T, have: &HashSet<Arc<str>>) -> Option<Discovery> {
     let courses = store.scan()?;
     let new: Vec<Arc<str>> = courses
@@ -155,8 +134,67 @@ fn discover<T: StateStore>(store: &mut T, have: &HashSet<Arc<str>>) -> Option<Di
         .collect();
     let mut states = Vec::with_capacity(new.len());
     for batch in new.chunks(READ_BATCH) {
-        let hashes = store.read(batch)?;
+        let Some(hashes) = store.read(batch) else {
+            tracing::debug!(
+                read = states.len(),
+                left = new.len() - states.len(),
+                "discovery cut short by a failed read; the rest at the next rescan"
+            );
+            break;
+        };
         states.extend(batch.iter().cloned().zip(hashes));
     }
     Some(Discovery { courses, states })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store of `n` courses whose `fail_at`-th read (counted from 0) fails.
+    struct Flaky {
+        n: usize,
+        reads: usize,
+        fail_at: usize,
+    }
+
+    impl StateStore for Flaky {
+        fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
+            let i = self.reads;
+            self.reads += 1;
+            (i != self.fail_at).then(|| {
+                courses
+                    .iter()
+                    .map(|c| vec![c.as_bytes().to_vec()])
+                    .collect()
+            })
+        }
+        fn scan(&mut self) -> Option<Vec<String>> {
+            Some((0..self.n).map(|i| format!("C{i:05}")).collect())
+        }
+        fn ping(&mut self) -> Vec<super::super::states::RoundTrip> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_failed_read_ends_a_discovery_with_what_was_read() {
+        let mut store = Flaky {
+            n: 3 * READ_BATCH,
+            reads: 0,
+            fail_at: 1,
+        };
+        let d = discover(&mut store, &HashSet::new()).expect("the scan answered");
+        assert_eq!(d.courses.len(), 3 * READ_BATCH);
+        // The first batch, and nothing past the failed second one.
+        assert_eq!(d.states.len(), READ_BATCH);
+        assert_eq!(store.reads, 2);
+        assert_eq!(&*d.states[0].0, "C00000");
+        // The next pass reads only what is not held.
+        let have: HashSet<Arc<str>> = d.states.iter().map(|(c, _)| Arc::clone(c)).collect();
+        store.fail_at = usize::MAX;
+        let d = discover(&mut store, &have).expect("the scan answered");
+        assert_eq!(d.states.len(), 2 * READ_BATCH);
+        assert_eq!(&*d.states[0].0, &format!("C{READ_BATCH:05}"));
+    }
 }

@@ -6,10 +6,11 @@
 //! cap is asked afterwards (`HLEN`).
 
 use crate::redis::commands::Commands;
+use crate::redis::Error;
 use shards::MAX_SECTIONS;
 
 /// The sorted, valid course codes that have a state hash.
-pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, String> {
+pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, Error> {
     let keys = link.scan(prefix, None)?;
     let mut courses: Vec<String> = keys
         .iter()

@@ -5,11 +5,11 @@
 //! section backwards (the version rule; gaps only where a live snapshot came
 //! first). Also the admin firehose's discovery, asked of the same reader.
 
-use super::reader::ReadRequest;
 use super::{Board, Ingest, Load, Via};
 use crate::channels::Control;
 use crate::channels::Discovery;
-use crate::ingest::source::Source;
+use crate::channels::ReadRequest;
+use crate::redis::pubsub::Source;
 use shards::{Gate, Snapshot};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
@@ -164,6 +164,9 @@ impl<S: Source> Ingest<S> {
     /// One course's state hash merged into its board (routed as snapshots to
     /// shards already seeded).
     fn merge_read(&mut self, course: &Arc<str>, payloads: Vec<Vec<u8>>, via: Via, now_ms: u64) {
+        if let Some(b) = self.boards.get_mut(course) {
+            b.state_read = true;
+        }
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
                 Ok(mut s) => {
@@ -221,8 +224,7 @@ impl<S: Source> Ingest<S> {
     pub(super) fn seeds_overdue(&mut self, now_ms: u64) {
         let down = !self.source.connected() && !self.source.connecting();
         while let Some((due, _)) = self.seed_deadlines.front() {
-            // (A deadline further off than the patience: the clock stepped back.)
-            if !down && *due > now_ms && *due <= now_ms + SEED_PATIENCE_MS {
+            if !down && *due > now_ms {
                 break;
             }
             let Some((_, course)) = self.seed_deadlines.pop_front() else {
@@ -246,8 +248,14 @@ impl<S: Source> Ingest<S> {
         if self.discovering {
             return;
         }
-        // Courses held already follow the channel: only new ones are read.
-        let have: HashSet<Arc<str>> = self.boards.keys().cloned().collect();
+        // Courses read already follow the channel: only the others are read
+        // (new ones, and those a discovery cut short by a failed read left).
+        let have: HashSet<Arc<str>> = self
+            .boards
+            .iter()
+            .filter(|(_, b)| b.state_read)
+            .map(|(c, _)| Arc::clone(c))
+            .collect();
         self.discovering = self.reader.send(ReadRequest::Discover { have }).is_ok();
     }
 

@@ -1,21 +1,25 @@
-//! Where the state hashes are read: Redis for `serve` (pipelined, one
-//! pipeline per primary in a cluster), the bus's table for `demo`. Only the
-//! state reader thread (`reader.rs`) calls a store, so a read that takes a
-//! round trip (or a frozen Redis's timeout) never holds up a snapshot.
+//! Where the state hashes are read: Redis for `serve` (through the command
+//! client, one pipeline per primary in a cluster), the bus's table for
+//! `demo`. Only the state reader thread (`reader.rs`) calls a store, so a read
+//! that takes a round trip (or a frozen Redis's timeout) never holds up a
+//! snapshot. The round-trip probe goes through the same client (standalone),
+//! or PINGs each primary of the client's slot map (cluster), which is read
+//! again only when the client's connection is new or saw a redirect.
 
 use crate::redis::commands::Commands;
-use crate::redis::conn::{wait_readable, PubConn};
 use crate::redis::slots::Addr;
-use crate::redis::Redis;
-use crate::redis::IO_TIMEOUT;
-use std::collections::hash_map::Entry;
+use crate::redis::{Mode, Redis, IO_TIMEOUT};
+use ::redis::Value;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The largest reply the probe's connections read (a `PONG`).
-const PING_REPLY_CAP: usize = 64;
+/// How long the probe waits on one primary's connection before looking at
+/// the next one's while several are unanswered: answers are taken about as
+/// they come, so a silent primary delays no other's round trip by more than
+/// this (the last one unanswered is waited on for the time left).
+const PONG_SLICE: Duration = Duration::from_micros(200);
 
 /// One round trip as measured: the node it was measured to (`None` for a
 /// standalone Redis), and its seconds (`None`: no answer).
@@ -42,16 +46,18 @@ pub trait StateStore: Send {
 
 /// The state hashes in Redis, through the bounded command client.
 pub struct RedisStates {
+    /// The command client every read, scan and standalone probe goes
+    /// through; in a cluster, the probe takes the primaries from its slot map.
     link: Commands,
-    /// The round-trip probe's own connection: a node that does not answer
-    /// it never costs the reads their connection.
-    probe: Commands,
     /// The primaries of the last slot map read: pinged one by one when the
     /// map cannot be read now (its read may have gone to a silent primary).
     primaries: Vec<Addr>,
-    /// The probe's connection to each primary of a cluster: one that does
-    /// not answer costs only its own round trip.
-    pings: HashMap<Addr, PubConn>,
+    /// The probe's connection to each primary of a cluster (opened by
+    /// [`Redis::connect_node`], as every command connection is): one that
+    /// does not answer costs only its own round trip, never the reads their
+    /// connection (the cluster connection would retry a silent node, then be
+    /// dropped whole).
+    pings: HashMap<Addr, ::redis::Connection>,
     prefix: String,
     /// The courses read since [`StateStore::take_over_cap`] whose hash held
     /// more fields than read, with how many were read.
@@ -63,56 +69,64 @@ impl RedisStates {
     pub fn new(redis: &Arc<Redis>, state_prefix: &str) -> Self {
         RedisStates {
             link: Commands::new(redis, "state reads"),
-            probe: Commands::new(redis, "round-trip probe"),
             primaries: Vec::new(),
             pings: HashMap::new(),
             prefix: state_prefix.to_owned(),
             over_cap: Vec::new(),
         }
     }
-}
 
-impl RedisStates {
-    /// PINGs every primary at once on the probe's own connections and takes
-    /// the answers as they come, for at most [`IO_TIMEOUT`]; a connection
-    /// that fails or stays silent is dropped (opened again next time).
+    /// PINGs every primary at once on the probe's connections and takes the
+    /// answers as they come, for at most [`IO_TIMEOUT`]; a connection that
+    /// fails or stays silent is dropped (opened again next time).
     fn ping_each(&mut self, nodes: &[Addr]) -> Vec<RoundTrip> {
         self.pings.retain(|a, _| nodes.contains(a));
-        let redis = Arc::clone(self.probe.redis());
+        let redis = Arc::clone(self.link.redis());
+        let ping = ::redis::cmd("PING").get_packed_command();
         let mut sent = Vec::with_capacity(nodes.len());
         for node in nodes {
             let t = Instant::now();
-            let conn = match self.pings.entry(node.clone()) {
-                Entry::Occupied(c) => Some(c.into_mut()),
-                Entry::Vacant(v) => PubConn::open(&redis, node, PING_REPLY_CAP)
-                    .ok()
-                    .map(|c| v.insert(c)),
-            };
-            sent.push(conn.is_some_and(|c| c.ping().is_ok()).then_some(t));
+            if !self.pings.contains_key(node) {
+                if let Ok(c) = redis.connect_node(node) {
+                    self.pings.insert(node.clone(), c);
+                }
+            }
+            let ok = self
+                .pings
+                .get_mut(node)
+                .is_some_and(|c| c.send_packed_command(&ping).is_ok());
+            sent.push(ok.then_some(t));
         }
-        // Answers are taken as they come, so a silent primary delays no other's.
         let deadline = Instant::now() + IO_TIMEOUT;
         let mut took: Vec<Option<f64>> = vec![None; nodes.len()];
         loop {
-            let waiting: Vec<usize> = (0..nodes.len())
-                .filter(|&i| sent[i].is_some() && took[i].is_none())
-                .collect();
             let left = deadline.saturating_duration_since(Instant::now());
-            if waiting.is_empty() || left.is_zero() {
+            let waiting = (0..nodes.len())
+                .filter(|&i| sent[i].is_some() && took[i].is_none())
+                .count();
+            if waiting == 0 || left.is_zero() {
                 break;
             }
-            let fds: Vec<_> = waiting
-                .iter()
-                .filter_map(|&i| self.pings.get(&nodes[i]).map(PubConn::fd))
-                .collect();
-            let ready = wait_readable(&fds, left);
-            for (&i, _) in waiting.iter().zip(ready).filter(|(_, r)| *r) {
-                // Readable: the read takes what is there (a few ms at most).
-                let by = Instant::now() + Duration::from_millis(5);
-                let pong = self.pings.get_mut(&nodes[i]).map(|c| c.pong_by(by));
-                match pong {
-                    Some(Ok(true)) => took[i] = sent[i].map(|t| t.elapsed().as_secs_f64()),
-                    Some(Ok(false)) => {}
+            let slice = if waiting == 1 {
+                left
+            } else {
+                PONG_SLICE.min(left)
+            };
+            for (i, node) in nodes.iter().enumerate() {
+                let (Some(t), None) = (sent[i], took[i]) else {
+                    continue;
+                };
+                let Some(c) = self.pings.get_mut(node) else {
+                    continue;
+                };
+                let answer = c
+                    .set_read_timeout(Some(slice))
+                    .and_then(|()| c.recv_response());
+                match answer {
+                    Ok(Value::SimpleString(s)) if s == "PONG" => {
+                        took[i] = Some(t.elapsed().as_secs_f64())
+                    }
+                    Err(e) if e.is_timeout() => {}
                     _ => sent[i] = None,
                 }
             }
@@ -176,28 +190,27 @@ impl StateStore for RedisStates {
     }
 
     fn ping(&mut self) -> Vec<RoundTrip> {
-        let ping = ::redis::cmd("PING");
-        let nodes = match self.probe.slot_map() {
+        let nodes = match self.link.known_slot_map() {
             Ok(Some(map)) => {
                 self.primaries = map.primaries();
                 self.primaries.clone()
             }
             Ok(None) => {
                 let t = Instant::now();
-                let ok = self.probe.query::<String>(&ping).is_ok();
+                let ok = self.link.query::<String>(&::redis::cmd("PING")).is_ok();
                 return vec![(None, ok.then(|| t.elapsed().as_secs_f64()))];
             }
             Err(_) if !self.primaries.is_empty() => self.primaries.clone(),
             Err(_) => {
-                if self.probe.redis().mode() == Some(crate::redis::Mode::Cluster) {
-                    self.probe.redis().health.nodes_up.store(0, Relaxed);
+                if self.link.redis().mode() == Some(Mode::Cluster) {
+                    self.link.redis().health.nodes_up.store(0, Relaxed);
                 }
                 return Vec::new();
             }
         };
         let rtt = self.ping_each(&nodes);
         let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
-        self.probe.redis().health.nodes_up.store(up as u64, Relaxed);
+        self.link.redis().health.nodes_up.store(up as u64, Relaxed);
         rtt
     }
 }

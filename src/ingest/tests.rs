@@ -2,9 +2,9 @@
 //! confirmations the test controls, and the state reader's part played by
 //! the test (requests answered from a table, or left in flight).
 
-use super::reader::ReadRequest;
 use super::*;
 use crate::channels::Discovery;
+use crate::channels::ReadRequest;
 use crate::channels::{Control, Inbox};
 use crossbeam_channel::{unbounded, Receiver};
 use std::collections::HashSet;
@@ -34,7 +34,7 @@ struct World {
 struct Fake(Arc<Mutex<World>>);
 
 impl Source for Fake {
-    fn poll(&mut self, _timeout: Duration) -> Option<SourceEvent> {
+    fn poll(&mut self) -> Option<SourceEvent> {
         None
     }
     fn subscribe(&mut self, course: &str) {
@@ -293,16 +293,16 @@ fn snapshots_go_only_to_watching_shards_once_and_never_backwards() {
     r.interest(2, "A", true);
     r.interest(1, "B", true);
     r.control(0);
-    r.ingest.event(message("A", 1, 5, 2), T0);
-    r.ingest.event(message("B", 1, 6, 1), T0);
-    r.ingest.event(message("Z", 1, 7, 1), T0); // nobody watches Z
+    r.ingest.event(message("A", 1, 5, 2), T0, T0);
+    r.ingest.event(message("B", 1, 6, 1), T0, T0);
+    r.ingest.event(message("Z", 1, 7, 1), T0, T0); // nobody watches Z
     assert_eq!(r.routed(0), [("A".into(), 1, 5)]);
     assert_eq!(r.routed(2), [("A".into(), 1, 5)]);
     assert_eq!(r.routed(1), [("B".into(), 1, 6)]);
     // The same publish seen twice, and an older version: neither is routed.
     let dups = r.metrics.ingest_duplicates.load(Relaxed);
-    r.ingest.event(message("A", 1, 5, 2), T0);
-    r.ingest.event(message("A", 1, 4, 1), T0);
+    r.ingest.event(message("A", 1, 5, 2), T0, T0);
+    r.ingest.event(message("A", 1, 4, 1), T0, T0);
     assert!(r.routed(0).is_empty());
     assert_eq!(r.metrics.ingest_duplicates.load(Relaxed), dups + 2);
     // A message whose course does not match its channel is rejected.
@@ -311,6 +311,7 @@ fn snapshots_go_only_to_watching_shards_once_and_never_backwards() {
             course: "A".into(),
             payload: payload("B", 1, 9, 9),
         },
+        T0,
         T0,
     );
     assert!(r.routed(0).is_empty() && r.routed(1).is_empty());
@@ -341,7 +342,7 @@ fn an_admin_swaps_per_course_subscriptions_for_the_firehose_and_back() {
     r.admin(0, true);
     assert!(r.log().is_empty());
     // Unwatched courses are followed but routed to no shard.
-    r.ingest.event(message("B", 2, 1, 1), T0);
+    r.ingest.event(message("B", 2, 1, 1), T0, T0);
     assert!(r.routed(0).is_empty() && r.routed(1).is_empty());
     // Back to per-course subscriptions when the last admin leaves, for the
     // watched course only.
@@ -385,13 +386,18 @@ fn a_new_admin_gets_every_state_hash_at_once_then_deltas_each_tick_while_somethi
     r.presence_cmds();
     // At once, not at the next tick: a full message with every course.
     let first = one_admin(&r, 1);
-    assert!(first.delta.is_none());
+    // (The entries as a delta too, for a feed there that holds a full one
+    // already; a new feed takes the full one.)
+    assert_eq!(
+        courses_of(&first.delta.expect("the new entries")),
+        ["A", "B"]
+    );
     assert_eq!(admin_json(&first.full)["full"], true);
     assert_eq!(courses_of(&first.full), ["A", "B"]);
     assert_eq!(r.ingest.poll_timeout(), Some(T0 + ADMIN_TICK));
     // One publish seen through two subscriptions counts once.
-    r.ingest.event(message("A", 2, 4, 2), T0 + 10);
-    r.ingest.event(message("A", 2, 4, 2), T0 + 11);
+    r.ingest.event(message("A", 2, 4, 2), T0 + 10, T0 + 10);
+    r.ingest.event(message("A", 2, 4, 2), T0 + 11, T0 + 11);
     r.ingest.handle_timeout(T0 + ADMIN_TICK - 1);
     assert!(r.control(1).is_empty(), "not before the tick");
     r.ingest.handle_timeout(T0 + ADMIN_TICK);
@@ -481,7 +487,7 @@ fn a_made_up_course_watched_while_an_admin_is_connected_leaves_nothing_behind() 
     assert_eq!(courses_of(&one_admin(&r, 0).full), ["REAL"]);
     // A watched course that a snapshot names stays after its viewer left.
     r.interest(0, "LATE", true);
-    r.ingest.event(message("LATE", 1, 1, 1), T0);
+    r.ingest.event(message("LATE", 1, 1, 1), T0, T0);
     r.interest(0, "LATE", false);
     assert!(r.ingest.boards.contains_key("LATE"));
 }
@@ -496,14 +502,14 @@ fn a_reconnect_rereads_every_watched_course() {
     r.routed(0);
     // While the link was down, A moved on.
     r.hash("A", vec![payload("A", 1, 9, 5)]);
-    r.ingest.event(SourceEvent::Reconnected, T0 + 5);
+    r.ingest.event(SourceEvent::Reconnected, T0 + 5, T0 + 5);
     r.turn();
     let mut log = r.log();
     log.sort();
     assert_eq!(log, ["load A", "load B"]);
     assert_eq!(r.routed(0), [("A".into(), 1, 9)]);
     // Reading the same state again routes nothing (versions keep it idempotent).
-    r.ingest.event(SourceEvent::Reconnected, T0 + 6);
+    r.ingest.event(SourceEvent::Reconnected, T0 + 6, T0 + 6);
     r.turn();
     assert!(r.routed(0).is_empty());
 }
@@ -571,12 +577,15 @@ fn the_thread_sleeps_until_the_first_timed_work_of_router_or_source() {
     r.ingest.handle_timeout(T0 + 1_000);
     r.turn();
     assert_eq!(r.ingest.sleep_for(T0 + 1_000), None);
-    // A shard whose channel is full: retried without sleeping.
+    // A shard whose channel is full: retried every millisecond, at once
+    // when the source has something.
     for v in 1..=200 {
-        r.ingest.event(message("A", 1, 1, v), T0);
+        r.ingest.event(message("A", 1, 1, v), T0, T0);
         r.ingest.flush();
     }
     assert!(r.ingest.backlog());
+    assert_eq!(r.ingest.sleep_for(T0), Some(BACKLOG_RETRY));
+    r.world.lock().unwrap().due = Some(Duration::ZERO);
     assert_eq!(r.ingest.sleep_for(T0), Some(Duration::ZERO));
 }
 
@@ -593,12 +602,12 @@ fn a_course_is_read_once_its_subscription_is_confirmed_and_other_courses_flow_me
     assert!(r.asked().is_empty(), "no read before the confirmation");
     assert!(r.control(0).is_empty(), "no seed before the read");
     // B's snapshots are routed while A's subscription is on its way.
-    r.ingest.event(message("B", 1, 7, 1), T0);
+    r.ingest.event(message("B", 1, 7, 1), T0, T0);
     assert_eq!(r.routed(0), [("B".into(), 1, 7)]);
     // Confirmed: the read goes out, and its answer seeds the shard.
     r.world.lock().unwrap().confirmed.insert("A".into());
     r.ingest
-        .event(SourceEvent::Subscribed(Some("A".into())), T0 + 3);
+        .event(SourceEvent::Subscribed(Some("A".into())), T0 + 3, T0 + 3);
     let asked = r.asked();
     assert!(
         matches!(&asked[..], [ReadRequest::States { courses, .. }] if courses.len() == 1 && &*courses[0] == "A"),
@@ -649,12 +658,13 @@ fn a_read_that_comes_back_after_live_snapshots_never_takes_a_section_backwards()
     r.interest_only(0, "A", true);
     let asked = r.asked();
     // Newer snapshots arrive on the channel before the read's answer.
-    r.ingest.event(message("A", 1, 9, 5), T0 + 1);
+    r.ingest.event(message("A", 1, 9, 5), T0 + 1, T0 + 1);
     r.ingest.event(
         SourceEvent::Message {
             course: "A".into(),
             payload: unversioned(8),
         },
+        T0 + 1,
         T0 + 1,
     );
     for a in asked {
@@ -676,6 +686,7 @@ fn a_read_that_comes_back_after_live_snapshots_never_takes_a_section_backwards()
             course: "A".into(),
             payload: unversioned(2),
         },
+        T0 + 2,
         T0 + 2,
     );
     assert!(r.routed(0).contains(&("A".into(), 2, 2)));
@@ -746,7 +757,7 @@ fn a_read_asked_before_a_reconnect_does_not_count_as_loaded_after_it() {
     let before = r.asked();
     // The link drops and comes back; A is not confirmed again yet.
     r.world.lock().unwrap().confirmed.clear();
-    r.ingest.event(SourceEvent::Reconnected, T0 + 1);
+    r.ingest.event(SourceEvent::Reconnected, T0 + 1, T0 + 1);
     for a in before {
         r.answer(a);
     }
@@ -758,8 +769,66 @@ fn a_read_asked_before_a_reconnect_does_not_count_as_loaded_after_it() {
     assert_eq!(r.routed(0), [("A".into(), 1, 2)]);
     r.world.lock().unwrap().confirmed.insert("A".into());
     r.ingest
-        .event(SourceEvent::Subscribed(Some("A".into())), T0 + 2);
+        .event(SourceEvent::Subscribed(Some("A".into())), T0 + 2, T0 + 2);
     r.turn();
     assert!(!r.ingest.has_unloaded());
     assert_eq!(r.log(), ["sub A", "load A", "load A"]);
+}
+
+#[test]
+fn a_discovery_cut_short_leaves_the_unread_courses_to_the_next_rescan() {
+    let mut r = rig(1);
+    let cmd = IngestCmd::AdminFeed {
+        shard: 0,
+        connected: true,
+    };
+    assert!(r.ingest.command(cmd, T0));
+    let asked = r.asked();
+    assert!(matches!(&asked[..], [ReadRequest::Discover { have }] if have.is_empty()));
+    // The scan found three courses; a failed read left B and C unread. A live
+    // snapshot of C arrives before the next rescan.
+    let cut = Discovery {
+        courses: vec!["A".into(), "B".into(), "C".into()],
+        states: vec![(Arc::from("A"), vec![payload("A", 1, 2, 1)])],
+    };
+    assert!(r.ingest.command(IngestCmd::Discovered(Some(cut)), T0));
+    r.ingest.event(message("C", 2, 1, 1), T0, T0);
+    // The next rescan reads B and C (C's other sections are still unknown),
+    // not A again.
+    let later = T0 + super::admin::RESCAN_MS;
+    r.ingest.handle_timeout(later);
+    let asked = r.asked();
+    let [ReadRequest::Discover { have }] = &asked[..] else {
+        panic!("no rescan asked: {asked:?}");
+    };
+    let have: Vec<&str> = have.iter().map(|c| &**c).collect();
+    assert_eq!(have, ["A"]);
+}
+
+#[test]
+fn an_admin_tick_before_the_discovery_answers_leaves_the_new_admin_no_course_short() {
+    let mut r = rig(1);
+    r.hash("A", vec![payload("A", 1, 2, 1)]);
+    r.hash("B", vec![payload("B", 1, 3, 1)]);
+    let cmd = IngestCmd::AdminFeed {
+        shard: 0,
+        connected: true,
+    };
+    assert!(r.ingest.command(cmd, T0));
+    let discovery = r.asked();
+    assert!(matches!(&discovery[..], [ReadRequest::Discover { .. }]));
+    // A slow Redis: a snapshot and a whole admin tick pass before the
+    // discovery answers. The tick's message reaches the admin shard, whose new
+    // feed takes its full aggregate (one course).
+    r.ingest.event(message("C", 1, 1, 1), T0 + 10, T0 + 10);
+    r.ingest.handle_timeout(T0 + ADMIN_TICK);
+    assert_eq!(courses_of(&one_admin(&r, 0).full), ["C"]);
+    // The discovery's courses then reach that feed as a delta (it is no longer
+    // owed a full one, so a full one alone would never be shown to it).
+    for req in discovery {
+        r.answer(req);
+    }
+    let msg = one_admin(&r, 0);
+    assert_eq!(courses_of(&msg.delta.expect("a delta")), ["A", "B"]);
+    assert_eq!(courses_of(&msg.full), ["A", "B", "C"]);
 }

@@ -16,9 +16,9 @@ use std::time::Duration;
 /// journal, each line starts with its syslog priority (`<4>` a warning), which
 /// journald files it under. Lines go through the writer thread of [`sink`]: a
 /// stalled or closed stderr drops lines, it never stops a thread.
-pub fn init(level: &str) -> Result<(), String> {
+pub fn init(level: &str) -> Result<(), InitError> {
     bare_targets_refused(level)?;
-    let filter = tracing_subscriber::EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+    let filter = tracing_subscriber::EnvFilter::try_new(level)?;
     sink::start();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -31,21 +31,34 @@ pub fn init(level: &str) -> Result<(), String> {
             journal: to_journal(),
             inner: tracing_subscriber::fmt::format().with_target(false),
         })
-        .try_init()
-        .map_err(|e| e.to_string())
+        .try_init()?;
+    Ok(())
+}
+
+/// Why logging could not be set up: a `--log-level` refused (exit 2, the
+/// caller names the flag) or a second set-up in one process.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// A bare word that is no level (a typo such as `nope`).
+    #[error("'{0}' is no level (trace, debug, info, warn, error, off) and no target=level")]
+    NotALevel(String),
+    /// A directive the filter cannot parse.
+    #[error(transparent)]
+    Filter(#[from] tracing_subscriber::filter::ParseError),
+    /// A subscriber was already set.
+    #[error(transparent)]
+    Set(#[from] Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// A directive that is a bare word but no level (`nope`, `inf`) is a target
 /// name to the filter: every other line would vanish. Such a typo is a bad
 /// value, not a silent log-off.
-fn bare_targets_refused(level: &str) -> Result<(), String> {
+fn bare_targets_refused(level: &str) -> Result<(), InitError> {
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
     match level.split(',').map(str::trim).find(|d| {
         !d.is_empty() && !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
     }) {
-        Some(d) => Err(format!(
-            "'{d}' is no level (trace, debug, info, warn, error, off) and no target=level"
-        )),
+        Some(d) => Err(InitError::NotALevel(d.to_owned())),
         None => Ok(()),
     }
 }
@@ -113,10 +126,10 @@ mod tests {
             "debug, h2=off",
             "",
         ] {
-            assert_eq!(bare_targets_refused(ok), Ok(()), "{ok}");
+            assert!(bare_targets_refused(ok).is_ok(), "{ok}");
         }
         for bad in ["nope", "inf", "info,nope", "warning"] {
-            let e = bare_targets_refused(bad).expect_err(bad);
+            let e = bare_targets_refused(bad).expect_err(bad).to_string();
             assert!(e.contains("no level"), "{e}");
         }
     }

@@ -4,6 +4,7 @@
 //! viewers. A line that cannot be queued or written is dropped and counted
 //! (`seatboard_log_dropped_total`).
 
+use crate::supervisor::{self, Policy};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
 use std::io::Write;
 use std::sync::atomic::AtomicU64;
@@ -32,9 +33,8 @@ pub fn dropped() -> u64 {
 pub fn start() {
     QUEUE.get_or_init(|| {
         let (tx, rx) = crossbeam_channel::bounded(QUEUE_LINES);
-        let spawned = std::thread::Builder::new()
-            .name("log-writer".into())
-            .spawn(move || write_lines(rx));
+        // Never joined: it writes the process's last lines ([`flush`]).
+        let spawned = supervisor::spawn("log-writer", Policy::Logged, move || write_lines(rx));
         if spawned.is_err() {
             // No thread: the queue fills and lines are counted as dropped.
             DROPPED.fetch_add(1, Relaxed);

@@ -9,7 +9,7 @@ pub use users::UserCounts;
 
 use crate::auth::Auth;
 use crate::metrics::Metrics;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 /// What all shards of a node share.
@@ -22,8 +22,6 @@ pub struct Node {
     pub auth: Auth,
     /// Metrics (shared with the ingest thread, which needs nothing else of the node).
     pub metrics: Arc<Metrics>,
-    /// Set on the first SIGTERM/SIGINT.
-    pub draining: AtomicBool,
     /// Open WebSocket connections on the node (the `max-connections` cap).
     pub open: AtomicU64,
     /// Per-user connection counts.
@@ -52,7 +50,6 @@ impl Node {
             config,
             auth,
             metrics,
-            draining: AtomicBool::new(false),
             open: AtomicU64::new(0),
             users: UserCounts::new(),
             courses_json: RwLock::new("[]".into()),
@@ -61,9 +58,10 @@ impl Node {
         }
     }
 
-    /// True while a drain runs.
+    /// True while a drain runs (the one drain state, `seatboard_draining`,
+    /// set on the first SIGTERM/SIGINT), or once a thread failed the node.
     pub fn draining(&self) -> bool {
-        self.draining.load(Relaxed)
+        self.metrics.draining.load(Relaxed) != 0 || crate::failure::failed().is_some()
     }
 
     /// Whether the page that sent this upgrade may connect with its token

@@ -56,7 +56,7 @@ impl PresenceStore for RedisPresence {
         add.arg(&key).arg(expiry_ms).arg(user);
         Ok(self
             .link
-            .exec(&[add, pexpire(&key, key_ttl_ms(expiry_ms))])?)
+            .pipeline::<()>(&[add, pexpire(&key, key_ttl_ms(expiry_ms))])?)
     }
 
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
@@ -76,7 +76,7 @@ impl PresenceStore for RedisPresence {
         if cmds.is_empty() {
             return Ok(());
         }
-        Ok(self.link.exec(&cmds)?)
+        Ok(self.link.pipeline::<()>(&cmds)?)
     }
 
     fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
@@ -97,7 +97,7 @@ impl PresenceStore for RedisPresence {
         courses.sort_unstable();
         courses.dedup();
         cmds.extend(courses.into_iter().map(|c| pexpire(&self.key(c), ttl)));
-        Ok(self.link.exec(&cmds)?)
+        Ok(self.link.pipeline::<()>(&cmds)?)
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {

@@ -2,7 +2,7 @@
 //! twin, and their check: a refusal names its flag (exit 2) and never shows
 //! the password of `--db`.
 
-use crate::cli::RedisTarget;
+use crate::redis::RedisTarget;
 use clap::Args;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -77,7 +77,7 @@ pub enum FlagError {
         /// The URL with its credentials masked.
         shown: String,
         /// Why (never holds the URL).
-        why: String,
+        why: super::source::UrlError,
     },
     /// `--query` without its bind parameter.
     #[error("invalid value for '--query': one bind parameter ({param}), the lower bound of updated_at, is required")]

@@ -1,15 +1,16 @@
 //! The reconciler's figures (contract §11): counters and gauges as atomics,
-//! the query-time histogram, rendered for `/metrics` with every series at 0
-//! from start, and the `/healthz` JSON.
+//! the query-time histogram, rendered for `/metrics` from one table of
+//! families ([`crate::exposition`]) with every series at 0 from start, and
+//! the `/healthz` JSON.
 
 use super::decide::State;
+use crate::exposition::{Family, Histogram};
 use shards::snapshot::Reject;
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Upper bounds of the query-time histogram's buckets, in seconds.
-const BUCKETS: [f64; 12] = [
+const BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
@@ -25,7 +26,6 @@ pub enum ErrorKind {
 }
 
 /// What the reconciler's threads share.
-#[derive(Default)]
 pub struct Shared {
     checks: [AtomicU64; 2],
     /// Rows read from the database.
@@ -35,9 +35,7 @@ pub struct Shared {
     pub ahead: AtomicU64,
     rejected: [AtomicU64; 3],
     errors: [AtomicU64; 3],
-    query_buckets: [AtomicU64; BUCKETS.len()],
-    query_count: AtomicU64,
-    query_sum_us: AtomicU64,
+    query: Histogram,
     /// Whether the last statement was answered.
     pub db_up: AtomicBool,
     /// Whether Redis answered the last command.
@@ -73,12 +71,29 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+impl Default for Shared {
+    fn default() -> Self {
+        Shared::new()
+    }
+}
+
 impl Shared {
     /// Every counter at 0, nothing reached yet, started now.
     pub fn new() -> Shared {
-        let s = Shared::default();
-        s.started_ms.store(now_ms(), Relaxed);
-        s
+        Shared {
+            checks: Default::default(),
+            rows: AtomicU64::new(0),
+            repaired: Default::default(),
+            ahead: AtomicU64::new(0),
+            rejected: Default::default(),
+            errors: Default::default(),
+            query: Histogram::new(BUCKETS),
+            db_up: AtomicBool::new(false),
+            redis_up: AtomicBool::new(false),
+            last_check_ms: AtomicU64::new(0),
+            redis_commands: AtomicU64::new(0),
+            started_ms: AtomicU64::new(now_ms()),
+        }
     }
 
     /// Counts a complete check.
@@ -109,113 +124,13 @@ impl Shared {
 
     /// Records one query's time.
     pub fn query_time(&self, secs: f64) {
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if secs <= *b {
-                self.query_buckets[i].fetch_add(1, Relaxed);
-            }
-        }
-        self.query_count.fetch_add(1, Relaxed);
-        self.query_sum_us.fetch_add((secs * 1e6) as u64, Relaxed);
+        self.query.observe_us((secs * 1e6) as u64);
     }
 
     /// `/metrics`.
     pub fn render(&self) -> String {
         let mut out = String::with_capacity(4096);
-        let mut family = |name: &str, kind: &str, help: &str, rows: &[(String, String)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
-        };
-        let one = |v: u64| vec![(String::new(), v.to_string())];
-        let by = |label: &str, names: &[&str], vals: &[AtomicU64]| -> Vec<(String, String)> {
-            names
-                .iter()
-                .zip(vals)
-                .map(|(n, v)| (format!("{{{label}=\"{n}\"}}"), v.load(Relaxed).to_string()))
-                .collect()
-        };
-        family(
-            "seatboard_reconcile_checks_total",
-            "counter",
-            "Checks of the database against Redis, by kind.",
-            &by("kind", &["incremental", "sweep"], &self.checks),
-        );
-        family(
-            "seatboard_reconcile_rows_total",
-            "counter",
-            "Rows read from the database.",
-            &one(self.rows.load(Relaxed)),
-        );
-        family(
-            "seatboard_reconcile_repaired_total",
-            "counter",
-            "Sections written to Redis because a publish was lost, by what Redis held.",
-            &by("reason", &["missing", "behind", "ahead"], &self.repaired),
-        );
-        family(
-            "seatboard_reconcile_ahead_total",
-            "counter",
-            "Sections found with a version greater than the database's.",
-            &one(self.ahead.load(Relaxed)),
-        );
-        family(
-            "seatboard_reconcile_rejected_total",
-            "counter",
-            "Rows skipped by the snapshot rules, by reason.",
-            &by("reason", &["json", "schema", "too_large"], &self.rejected),
-        );
-        family(
-            "seatboard_reconcile_errors_total",
-            "counter",
-            "Checks that failed, by kind.",
-            &by("kind", &["db", "timeout", "redis"], &self.errors),
-        );
-        let mut rows: Vec<(String, String)> = BUCKETS
-            .iter()
-            .zip(&self.query_buckets)
-            .map(|(b, n)| {
-                (
-                    format!("_bucket{{le=\"{b}\"}}"),
-                    n.load(Relaxed).to_string(),
-                )
-            })
-            .collect();
-        let count = self.query_count.load(Relaxed);
-        rows.push(("_bucket{le=\"+Inf\"}".into(), count.to_string()));
-        rows.push((
-            "_sum".into(),
-            format!("{}", self.query_sum_us.load(Relaxed) as f64 / 1e6),
-        ));
-        rows.push(("_count".into(), count.to_string()));
-        family(
-            "seatboard_reconcile_query_seconds",
-            "histogram",
-            "Time of one query of the database.",
-            &rows,
-        );
-        family(
-            "seatboard_reconcile_db_up",
-            "gauge",
-            "1 when the database answered the last statement, else 0.",
-            &one(u64::from(self.db_up.load(Relaxed))),
-        );
-        family(
-            "seatboard_reconcile_redis_up",
-            "gauge",
-            "1 when Redis answered the last command, else 0.",
-            &one(u64::from(self.redis_up.load(Relaxed))),
-        );
-        family(
-            "seatboard_reconcile_last_check_timestamp_seconds",
-            "gauge",
-            "When the last complete check ended, seconds since the epoch (0: none yet).",
-            &[(
-                String::new(),
-                format!("{}", self.last_check_ms.load(Relaxed) as f64 / 1000.0),
-            )],
-        );
+        crate::exposition::render(self, FAMILIES, &mut out);
         out
     }
 
@@ -236,6 +151,60 @@ impl Shared {
         )
     }
 }
+
+/// The reconciler's families, in `/metrics` order.
+const FAMILIES: &[Family<Shared>] = &[
+    Family::counter(
+        "seatboard_reconcile_checks_total",
+        "Checks of the database against Redis, by kind.",
+        |m, s| s.each("kind", &["incremental", "sweep"], &m.checks),
+    ),
+    Family::counter(
+        "seatboard_reconcile_rows_total",
+        "Rows read from the database.",
+        |m, s| s.one(m.rows.load(Relaxed)),
+    ),
+    Family::counter(
+        "seatboard_reconcile_repaired_total",
+        "Sections written to Redis because a publish was lost, by what Redis held.",
+        |m, s| s.each("reason", &["missing", "behind", "ahead"], &m.repaired),
+    ),
+    Family::counter(
+        "seatboard_reconcile_ahead_total",
+        "Sections found with a version greater than the database's.",
+        |m, s| s.one(m.ahead.load(Relaxed)),
+    ),
+    Family::counter(
+        "seatboard_reconcile_rejected_total",
+        "Rows skipped by the snapshot rules, by reason.",
+        |m, s| s.each("reason", &["json", "schema", "too_large"], &m.rejected),
+    ),
+    Family::counter(
+        "seatboard_reconcile_errors_total",
+        "Checks that failed, by kind.",
+        |m, s| s.each("kind", &["db", "timeout", "redis"], &m.errors),
+    ),
+    Family::histogram(
+        "seatboard_reconcile_query_seconds",
+        "Time of one query of the database.",
+        |m, s| s.histogram(&m.query, ""),
+    ),
+    Family::gauge(
+        "seatboard_reconcile_db_up",
+        "1 when the database answered the last statement, else 0.",
+        |m, s| s.one(u64::from(m.db_up.load(Relaxed))),
+    ),
+    Family::gauge(
+        "seatboard_reconcile_redis_up",
+        "1 when Redis answered the last command, else 0.",
+        |m, s| s.one(u64::from(m.redis_up.load(Relaxed))),
+    ),
+    Family::gauge(
+        "seatboard_reconcile_last_check_timestamp_seconds",
+        "When the last complete check ended, seconds since the epoch (0: none yet).",
+        |m, s| s.one(m.last_check_ms.load(Relaxed) as f64 / 1000.0),
+    ),
+];
 
 impl crate::worker_http::Figures for Shared {
     fn thread(&self) -> &'static str {

@@ -22,19 +22,19 @@ pub mod run;
 pub mod source;
 pub mod store;
 
+use crate::channels::signals::Stop;
 use crate::logging::{line, usage};
 use crate::redis::commands::Commands;
+use crate::supervisor::{self, Policy};
 use flags::{Checked, FlagError, Kind, ReconcileArgs};
 use metrics::Shared;
 use run::{CheckError, Worker};
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
-use source::{CancelSlot, Source};
+use source::{CancelSlot, Source, UrlError};
 use std::net::TcpListener;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use store::Store;
 
 /// How long after SIGTERM the worker is waited for (the contract's 2 s, with margin).
@@ -115,7 +115,11 @@ fn open(args: &ReconcileArgs, c: &Checked) -> Result<Opened, ExitCode> {
 }
 
 /// The database `--db` names, its statements cancellable through `slot`.
-fn source(args: &ReconcileArgs, c: &Checked, slot: &CancelSlot) -> Result<Box<dyn Source>, String> {
+fn source(
+    args: &ReconcileArgs,
+    c: &Checked,
+    slot: &CancelSlot,
+) -> Result<Box<dyn Source>, UrlError> {
     let timeout = c.timing.statement_timeout;
     match c.kind {
         Kind::Postgres => postgres::Pg::new(
@@ -157,8 +161,8 @@ fn check(mut worker: Worker) -> ExitCode {
 
 /// The start of the long run: SIGTERM and SIGINT caught, and the metrics
 /// endpoint if `--metrics` names one; exit 1 if either cannot start.
-fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Signals, ExitCode> {
-    let signals = match Signals::new([SIGTERM, SIGINT]) {
+fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Arc<Stop>, ExitCode> {
+    let signals = match Stop::catch() {
         Ok(s) => s,
         Err(e) => {
             line(&format!("error: cannot start: signals: {e}"));
@@ -178,7 +182,7 @@ fn listen(c: &Checked, shared: &Arc<Shared>) -> Result<Signals, ExitCode> {
 
 /// The run: the worker on its thread until SIGTERM or SIGINT, then the
 /// statement in flight cancelled and the worker waited for; exit 0.
-fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals) -> ExitCode {
+fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, signals: Arc<Stop>) -> ExitCode {
     let Opened {
         mut worker,
         stop,
@@ -186,13 +190,7 @@ fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals
         ..
     } = opened;
     let (stop_tx, stop_rx) = crossbeam_channel::bounded::<()>(1);
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
-    let spawned = std::thread::Builder::new()
-        .name("reconcile".into())
-        .spawn(move || {
-            worker.run(stop_rx);
-            let _ = done_tx.send(());
-        });
+    let spawned = supervisor::spawn("reconcile", Policy::Logged, move || worker.run(stop_rx));
     if let Err(e) = spawned {
         line(&format!("error: cannot start: thread: {e}"));
         return ExitCode::from(1);
@@ -204,12 +202,12 @@ fn serve(args: &ReconcileArgs, c: &Checked, opened: Opened, mut signals: Signals
         metrics = ?c.metrics,
         "seatboard reconcile running"
     );
-    let sig = signals.forever().next();
+    let sig = signals.next();
     tracing::info!(signal = ?sig, "stopping: the statement in flight is cancelled");
     stop.store(true, Relaxed);
     let _ = stop_tx.try_send(());
     slot.cancel();
-    let _ = done_rx.recv_timeout(STOP_WAIT);
+    supervisor::join("reconcile", Instant::now() + STOP_WAIT);
     crate::logging::flush(Duration::from_millis(200));
     ExitCode::SUCCESS
 }

@@ -8,7 +8,7 @@
 
 use super::flags::redact;
 use super::row::Row;
-use super::source::{civil_us, us_civil, CancelSlot, DbError, Source};
+use super::source::{civil_us, us_civil, CancelSlot, DbError, Source, UrlError};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, SslOpts, Statement, Value};
 use std::path::PathBuf;
@@ -64,11 +64,11 @@ impl My {
         query: &str,
         timeout: Duration,
         cancel: CancelSlot,
-    ) -> Result<My, String> {
+    ) -> Result<My, UrlError> {
         let (url, mode) = split_ssl_mode(url);
         let opts = Opts::from_url(&url).map_err(|e| match e {
-            mysql::UrlError::UnknownParameter(p) => format!("unknown parameter {p}"),
-            _ => "not a valid MySQL URL".to_owned(),
+            mysql::UrlError::UnknownParameter(p) => UrlError::UnknownParameter(p),
+            _ => UrlError::NotMysql,
         })?;
         let base = SslOpts::default();
         let base = match ca {
@@ -83,7 +83,7 @@ impl My {
             ),
             Some("VERIFY_CA") => Some(base.with_danger_skip_domain_validation(true)),
             Some("VERIFY_IDENTITY") => Some(base),
-            Some(other) => return Err(format!("ssl-mode {other} is not one of DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY")),
+            Some(other) => return Err(UrlError::SslMode(other.to_owned())),
         };
         let io = timeout + Duration::from_secs(5);
         let opts = OptsBuilder::from_opts(opts)

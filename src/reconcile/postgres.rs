@@ -7,7 +7,7 @@
 
 use super::flags::redact;
 use super::row::Row;
-use super::source::{CancelSlot, DbError, Source};
+use super::source::{CancelSlot, DbError, Source, UrlError};
 use postgres::config::SslMode;
 use postgres::error::SqlState;
 use postgres::types::Type;
@@ -35,14 +35,13 @@ impl Pg {
         query: &str,
         timeout: Duration,
         cancel: CancelSlot,
-    ) -> Result<Pg, String> {
+    ) -> Result<Pg, UrlError> {
         let mut config = Config::from_str(url).map_err(|e| {
             // The parser's message names an option, never its value.
-            let text = e.to_string();
-            if text.contains('@') {
-                "not a valid PostgreSQL URL".to_owned()
+            if e.to_string().contains('@') {
+                UrlError::NotPostgres
             } else {
-                text
+                UrlError::Postgres(e)
             }
         })?;
         config
@@ -53,7 +52,7 @@ impl Pg {
         let tls = match config.get_ssl_mode() {
             SslMode::Disable => None,
             _ => {
-                let c = crate::redis::tls_config(ca).map_err(|e| format!("TLS: {e}"))?;
+                let c = crate::redis::tls_config(ca).map_err(UrlError::Tls)?;
                 Some(MakeRustlsConnect::new(c))
             }
         };

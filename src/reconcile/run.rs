@@ -9,10 +9,11 @@
 
 use super::decide::{compare, Book, Candidate, Field, State};
 use super::flags::Timing;
-use super::metrics::{now_ms, ErrorKind, Shared};
+use super::metrics::{ErrorKind, Shared};
 use super::row;
 use super::source::{DbError, Source};
 use super::store::Store;
+use crate::redis::backoff::Backoff;
 use crossbeam_channel::Receiver;
 use shards::Snapshot;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -173,7 +174,7 @@ impl Worker {
             return Err(CheckError::Stopped);
         }
         let looked: Vec<(Candidate, Field)> = cands.into_iter().zip(fields).collect();
-        let out = self.book.judge(looked, now_ms());
+        let out = self.book.judge(looked, crate::clock::now_ms());
         for (s, redis) in &out.newly_ahead {
             self.shared.ahead.fetch_add(1, Relaxed);
             if self.logs[1].ready() {
@@ -217,7 +218,9 @@ impl Worker {
         let t = self.timing;
         let mut next_sweep = Instant::now();
         let mut next = Instant::now();
-        let mut failures = 0u32;
+        // From the interval, doubling to 30 s while the database or Redis fails.
+        let mut backoff = Backoff::new(t.interval, BACKOFF_CAP);
+        let mut failing = false;
         loop {
             let wait = next.saturating_duration_since(Instant::now());
             if !wait.is_zero() {
@@ -241,10 +244,11 @@ impl Worker {
                             sweep_s = t.sweep.as_secs(),
                             "reconciler checking"
                         );
-                    } else if failures > 0 {
+                    } else if failing {
                         tracing::info!("database and Redis answer again");
                     }
-                    failures = 0;
+                    failing = false;
+                    backoff.reset();
                     if sweep {
                         next_sweep = Instant::now() + jitter(t.sweep);
                     }
@@ -258,12 +262,9 @@ impl Worker {
                     if self.stop.load(Relaxed) {
                         return;
                     }
-                    failures = failures.saturating_add(1);
-                    let exp = t
-                        .interval
-                        .saturating_mul(1u32 << failures.min(16).saturating_sub(1));
-                    let wait = exp.min(BACKOFF_CAP).mul_f64(0.5 + fastrand::f64() * 0.5);
-                    let wait = wait.max(t.interval);
+                    failing = true;
+                    backoff.failed();
+                    let wait = backoff.wait().max(t.interval);
                     let idx = if matches!(e, CheckError::Redis(_)) {
                         2
                     } else {

@@ -6,6 +6,33 @@
 use super::row::Row;
 use std::sync::{Arc, Mutex};
 
+/// Why the client refused `--db` (exit 2); never holds the URL or its
+/// password.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    /// PostgreSQL's parser refused it; its message names an option, never
+    /// its value.
+    #[error("{0}")]
+    Postgres(#[source] postgres::Error),
+    /// PostgreSQL's parser refused it with a message that may quote the URL.
+    #[error("not a valid PostgreSQL URL")]
+    NotPostgres,
+    /// A MySQL URL parameter the client does not know.
+    #[error("unknown parameter {0}")]
+    UnknownParameter(String),
+    /// The MySQL client refused it.
+    #[error("not a valid MySQL URL")]
+    NotMysql,
+    /// A MySQL `ssl-mode` of no known kind.
+    #[error(
+        "ssl-mode {0} is not one of DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY"
+    )]
+    SslMode(String),
+    /// The trust roots for TLS (`--db-ca`, else the system's) are unusable.
+    #[error("TLS: {0}")]
+    Tls(#[source] crate::redis::TrustError),
+}
+
 /// Why a check could not read the database.
 #[derive(Debug, thiserror::Error)]
 pub enum DbError {

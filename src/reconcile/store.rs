@@ -90,9 +90,9 @@ impl Store {
         }
         self.commands += 2 * snaps.len() as u64;
         // The hash before the channel, as every publisher does.
-        self.link.exec(&sets)?;
+        self.link.pipeline::<()>(&sets)?;
         if single || sharded {
-            self.link.exec(&pubs)
+            self.link.pipeline::<()>(&pubs)
         } else {
             pubs.iter().try_for_each(|c| self.link.query::<()>(c))
         }

@@ -1,5 +1,6 @@
-//! Jittered exponential backoff between reconnect attempts, capped at 2 s (the
-//! contract's cap), shared by every Redis client.
+//! Jittered exponential backoff between attempts: capped at 2 s (the
+//! contract's cap) for every Redis client, and the one backoff of the
+//! product's other retries (the reconciler's, from its interval to 30 s; the JWKS fetch's, 2 s to 30 s).
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ pub const BACKOFF_CAP: Duration = Duration::from_secs(2);
 /// When the next attempt may be made.
 #[derive(Debug)]
 pub struct Backoff {
+    first: Duration,
     delay: Duration,
     cap: Duration,
     not_before: Instant,
@@ -27,9 +29,16 @@ impl Backoff {
     /// the pub/sub readers retry sooner, so a Redis that answers again after a
     /// freeze is found within the contract's 2 s with time left to reread.
     pub fn capped(cap: Duration) -> Self {
+        Backoff::new(BACKOFF_START, cap.min(BACKOFF_CAP))
+    }
+
+    /// A backoff from `first` doubling up to `cap`, for retries that are not
+    /// a Redis client's (no contract cap applies).
+    pub fn new(first: Duration, cap: Duration) -> Self {
         Backoff {
-            delay: BACKOFF_START.min(cap),
-            cap: cap.min(BACKOFF_CAP),
+            first: first.min(cap),
+            delay: first.min(cap),
+            cap,
             not_before: Instant::now(),
         }
     }
@@ -56,7 +65,7 @@ impl Backoff {
 
     /// Records a success: the next failure starts from the shortest delay.
     pub fn reset(&mut self) {
-        self.delay = BACKOFF_START;
+        self.delay = self.first;
         self.not_before = Instant::now();
     }
 }
@@ -81,5 +90,12 @@ mod tests {
         }
         assert_eq!(c.delay, Duration::from_millis(500));
         assert!(c.wait() <= Duration::from_millis(500), "{:?}", c.wait());
+        let mut d = Backoff::new(Duration::from_secs(1), Duration::from_secs(30));
+        for _ in 0..20 {
+            d.failed();
+        }
+        assert_eq!(d.delay, Duration::from_secs(30));
+        d.reset();
+        assert_eq!(d.delay, Duration::from_secs(1));
     }
 }

@@ -1,20 +1,24 @@
 //! The command client: one lazily (re)connected connection, to the one Redis
-//! in standalone mode or to the whole cluster in cluster mode (each key
-//! command goes to its slot's primary, `MOVED`/`ASK` followed by the redis
-//! crate's cluster connection, pipelines grouped per primary, a pipeline's
-//! redirected commands sent again on their own so they follow it too). Every call is
-//! bounded by timeouts (a standalone pipeline fails at its first reply not
-//! read in time, not after a timeout per reply); a failure drops the connection and backs off, so the
-//! next call starts from a fresh slot map (refresh on connection loss); the
-//! cluster connection is also rebuilt every 30 s (periodic map refresh).
+//! in standalone mode (opened by [`Redis::connect_node`]) or to the whole
+//! cluster in cluster mode (each key command goes to its slot's primary,
+//! `MOVED`/`ASK` followed by the redis crate's cluster connection). Batches go
+//! through one method, [`Commands::pipeline`]: grouped per primary in a
+//! cluster, a pipeline's redirected commands sent again on their own so they
+//! follow it too. Every call is bounded by timeouts (a standalone pipeline
+//! fails at its first reply not read in time, not after a timeout per reply);
+//! a failure drops the connection and backs off, so the next call starts from
+//! a fresh slot map (refresh on connection loss); the cluster connection is
+//! also rebuilt every 30 s (periodic map refresh), and the slot map it read is
+//! kept until then.
 
 use super::backoff::Backoff;
 use super::error::{ConnectError, Error, NodeError};
 use super::slots::{Addr, SlotMap};
-use super::{glob_escape, Mode, Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use super::{glob_escape, Mode, Redis, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
+use std::any::TypeId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,32 +39,32 @@ pub struct Commands {
     built: Instant,
     backoff: Backoff,
     what: &'static str,
+    /// The slot map read on this connection, until it is rebuilt or a
+    /// redirect shows the map moved.
+    map: Option<SlotMap>,
 }
 
 fn convert<T: FromRedisValue>(v: Value) -> RedisResult<T> {
     T::from_redis_value(v).map_err(Into::into)
 }
 
-/// A pipeline on one connection, its replies read until the first that
-/// fails. The redis crate's `Pipeline::query` goes on reading every reply
-/// after one timed out, each under its own read timeout, so a frozen Redis
-/// held a pipeline of N commands for N timeouts; here a pipeline waits one
-/// timeout at most, and the caller drops the connection with the replies
-/// left unread. A reply that is Redis's error fails the pipeline, as there.
-fn single_pipeline<T: FromRedisValue>(
-    c: &mut redis::Connection,
-    p: &redis::Pipeline,
-) -> RedisResult<T> {
-    if p.is_transaction() {
-        // MULTI/EXEC: one reply carries the results; the crate's own read.
-        return p.query(c);
+/// Commands as one pipeline on one connection, their replies read until the
+/// first that fails. The redis crate's `Pipeline::query` goes on reading every
+/// reply after one timed out, each under its own read timeout, so a frozen
+/// Redis held a pipeline of N commands for N timeouts; here a pipeline waits
+/// one timeout at most, and the caller drops the connection with the replies
+/// left unread. Every reply comes back, Redis's errors as values.
+fn single_pipeline(c: &mut redis::Connection, cmds: &[Cmd]) -> RedisResult<Vec<Value>> {
+    let mut packed = Vec::new();
+    for cmd in cmds {
+        cmd.write_packed_command(&mut packed);
     }
-    c.send_packed_command(&p.get_packed_pipeline())?;
-    let mut replies = Vec::with_capacity(p.len());
-    for _ in 0..p.len() {
+    c.send_packed_command(&packed)?;
+    let mut replies = Vec::with_capacity(cmds.len());
+    for _ in 0..cmds.len() {
         replies.push(c.recv_response()?);
     }
-    convert(Value::Array(replies).extract_error()?)
+    Ok(replies)
 }
 
 /// The positions of a pipeline's commands that the cluster sent elsewhere or
@@ -90,6 +94,7 @@ impl Commands {
             built: Instant::now(),
             backoff: Backoff::default(),
             what,
+            map: None,
         }
     }
 
@@ -104,13 +109,7 @@ impl Commands {
             Mode::Standalone => {
                 let mut last = NodeError::NoNode;
                 for addr in self.redis.candidates() {
-                    let r = self.redis.node_client(&addr).and_then(|c| {
-                        let con = c.get_connection_with_timeout(CONNECT_TIMEOUT)?;
-                        con.set_read_timeout(Some(IO_TIMEOUT))?;
-                        con.set_write_timeout(Some(IO_TIMEOUT))?;
-                        Ok(con)
-                    });
-                    match r {
+                    match self.redis.connect_node(&addr) {
                         Ok(c) => return Ok(Con::Single(c)),
                         Err(source) => {
                             last = NodeError::Failed {
@@ -150,6 +149,7 @@ impl Commands {
                 Ok(c) => {
                     tracing::debug!(what = self.what, "Redis connected");
                     self.con = Some(c);
+                    self.map = None;
                     self.built = Instant::now();
                 }
                 Err(source) => {
@@ -205,56 +205,31 @@ impl Commands {
         })
     }
 
-    /// Commands sent as pipelines (one per primary in a cluster); every reply,
-    /// in order. In a cluster, a batch in which a command was redirected
-    /// (`MOVED`, `ASK`, `TRYAGAIN`) is read again one command at a time, the
-    /// path that follows redirects: only for batches that may run twice (reads,
-    /// idempotent writes); writes that must not use [`Commands::exec`].
-    pub fn pipeline<T: FromRedisValue>(&mut self, cmds: &[Cmd]) -> Result<T, Error> {
-        self.batch(cmds, |c, cmds, _| {
-            let replies = cmds
-                .iter()
-                .map(|cmd| cmd.query::<Value>(c))
-                .collect::<RedisResult<Vec<Value>>>()?;
-            convert(Value::Array(replies))
-        })
-    }
-
-    /// Commands sent as pipelines (one per primary in a cluster), replies
-    /// unread. In a cluster, only the commands that were redirected (`MOVED`,
-    /// `ASK`, `TRYAGAIN`) are sent again, one at a time on the path that
-    /// follows redirects: the others are done and do not run twice.
-    pub fn exec(&mut self, cmds: &[Cmd]) -> Result<(), Error> {
-        self.batch(cmds, |c, cmds, redirected| {
-            redirected
-                .iter()
-                .filter_map(|&i| cmds.get(i))
-                .try_for_each(|cmd| cmd.query::<()>(c))
-        })
-    }
-
-    /// Runs `cmds` as pipelines; in a cluster, a pipeline whose only failures
-    /// are redirects goes to `redo` with the positions of the redirected
-    /// commands. (The redis crate's cluster pipeline returns a `MOVED`/`ASK`
-    /// reply as the command's result instead of following it.)
-    fn batch<T: FromRedisValue>(
-        &mut self,
-        cmds: &[Cmd],
-        mut redo: impl FnMut(&mut ClusterConnection, &[Cmd], &[usize]) -> RedisResult<T>,
-    ) -> Result<T, Error> {
-        let mut single: Option<redis::Pipeline> = None;
+    /// The one pipeline: `cmds` sent at once (one pipeline per primary in a
+    /// cluster), every reply in order, Redis's first error failing it. A
+    /// standalone pipeline stops at the first reply that fails or times out
+    /// and drops the connection ([`single_pipeline`]). In a cluster, the
+    /// commands redirected (`MOVED`, `ASK`, `TRYAGAIN`) are sent again, one at
+    /// a time on the path that follows redirects (the redis crate's cluster
+    /// pipeline returns such a reply instead of following it, and drops the
+    /// other replies with it): with `T = ()` those alone (the others are done
+    /// and never run twice, so any write goes here); a caller that takes
+    /// replies has the others read again one at a time too, so its batch must
+    /// be one that may run twice (reads, idempotent writes). A redirect also
+    /// makes the next [`Commands::known_slot_map`] read the map again.
+    pub fn pipeline<T: FromRedisValue + 'static>(&mut self, cmds: &[Cmd]) -> Result<T, Error> {
+        if cmds.is_empty() {
+            // Nothing to send (a cluster pipeline refuses to be empty).
+            return convert(Value::Array(Vec::new())).map_err(|source| Error::Command {
+                what: self.what,
+                source,
+            });
+        }
+        let replies_taken = TypeId::of::<T>() != TypeId::of::<()>();
         let mut cluster: Option<redis::cluster::ClusterPipeline> = None;
-        self.run(|c| match c {
-            Con::Single(c) => single_pipeline(
-                c,
-                single.get_or_insert_with(|| {
-                    let mut p = redis::pipe();
-                    for cmd in cmds {
-                        p.add_command(cmd.clone());
-                    }
-                    p
-                }),
-            ),
+        let mut moved = false;
+        let r = self.run(|c| match c {
+            Con::Single(c) => convert(Value::Array(single_pipeline(c, cmds)?).extract_error()?),
             Con::Cluster(c) => {
                 let p = cluster.get_or_insert_with(|| {
                     let mut p = redis::cluster::cluster_pipe();
@@ -263,15 +238,28 @@ impl Commands {
                     }
                     p
                 });
-                match p.query(c) {
-                    Err(e) => match redirected(&e) {
-                        Some(at) => redo(c, cmds, &at),
-                        None => Err(e),
-                    },
-                    ok => ok,
+                let e = match p.query::<Value>(c) {
+                    Ok(replies) => return convert(replies),
+                    Err(e) => e,
+                };
+                let at = redirected(&e).ok_or(e)?;
+                moved = true;
+                let again: Vec<usize> = if replies_taken {
+                    (0..cmds.len()).collect()
+                } else {
+                    at
+                };
+                let mut replies = vec![Value::Nil; cmds.len()];
+                for i in again {
+                    replies[i] = cmds[i].query::<Value>(&mut **c)?;
                 }
+                convert(Value::Array(replies))
             }
-        })
+        });
+        if moved {
+            self.map = None;
+        }
+        r
     }
 
     /// The mode in use, connecting first (which resolves `auto`).
@@ -280,17 +268,6 @@ impl Commands {
             Mode::Standalone
         } else {
             Mode::Cluster
-        })
-    }
-
-    /// A pipeline as built by the caller, standalone mode only (its fast path).
-    pub fn raw_pipeline<T: FromRedisValue>(&mut self, p: &redis::Pipeline) -> Result<T, Error> {
-        self.run(|c| match c {
-            Con::Single(c) => single_pipeline(c, p),
-            Con::Cluster(_) => Err(redis::RedisError::from((
-                redis::ErrorKind::Client,
-                "a standalone pipeline on a cluster",
-            ))),
         })
     }
 
@@ -310,7 +287,22 @@ impl Commands {
         })
     }
 
-    /// The cluster's slot map (`CLUSTER SLOTS`); `None` in standalone mode.
+    /// The cluster's slot map as last read on this connection; `None` in
+    /// standalone mode. `CLUSTER SLOTS` is read only when needed: on a new
+    /// connection (after a failure, and every [`MAP_REFRESH`]) or after a
+    /// redirect; the map read is kept till then.
+    pub fn known_slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
+        if self.connect()?.is_single() {
+            return Ok(None);
+        }
+        match &self.map {
+            Some(map) => Ok(Some(map.clone())),
+            None => self.slot_map(),
+        }
+    }
+
+    /// The cluster's slot map read now (`CLUSTER SLOTS`); `None` in
+    /// standalone mode.
     pub fn slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
         if self.connect()?.is_single() {
             return Ok(None);
@@ -324,12 +316,13 @@ impl Commands {
             .unwrap_or_default();
         let map = SlotMap::parse(&reply, &seed).ok_or(Error::NoSlotMap)?;
         self.redis.learn(&map);
+        self.map = Some(map.clone());
         Ok(Some(map))
     }
 
     /// The nodes that hold keys: every primary in a cluster, the one node otherwise.
     pub fn primaries(&mut self) -> Result<Vec<Addr>, Error> {
-        match self.slot_map()? {
+        match self.known_slot_map()? {
             Some(m) => Ok(m.primaries()),
             None => Ok(vec![("".into(), 0)]),
         }
@@ -368,6 +361,17 @@ impl Commands {
     /// retry time.
     pub fn retry_now(&mut self) {
         self.backoff.reset();
+    }
+
+    /// How long until the next call may try to connect (zero while a
+    /// connection is held or the backoff is over): callers that wait for
+    /// Redis wait on this client's backoff, not one of their own.
+    pub fn retry_in(&self) -> Duration {
+        if self.con.is_some() {
+            Duration::ZERO
+        } else {
+            self.backoff.wait()
+        }
     }
 
     /// Whether a connection is currently held.

@@ -199,3 +199,20 @@ mod tests {
         );
     }
 }
+
+/// Where the publishing subcommands write: Redis and the two publishing prefixes.
+#[derive(Args, Debug, Clone)]
+pub struct RedisTarget {
+    /// Redis: URIs, mode, pub/sub flavour, CA.
+    #[command(flatten)]
+    pub redis: RedisFlags,
+    /// Pub/sub channel prefix.
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
+    pub channel_prefix: String,
+    /// State hash prefix.
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    pub state_prefix: String,
+    /// Log level (error, warn, info, debug, trace).
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
+    pub log_level: String,
+}

@@ -204,10 +204,10 @@ impl Error {
     /// True when Redis answered that it does not hold a script (`NOSCRIPT`).
     pub fn is_noscript(&self) -> bool {
         match self {
-            Error::Command { source, .. } => {
-                let text = source.to_string();
-                text.contains("NOSCRIPT") || text.contains("NoScript")
-            }
+            Error::Command { source, .. } => source.clone().into_server_errors().is_some_and(|e| {
+                e.iter()
+                    .any(|(_, e)| e.kind() == Some(redis::ServerErrorKind::NoScript))
+            }),
             _ => false,
         }
     }
@@ -260,5 +260,16 @@ mod tests {
         assert!(e.to_string().starts_with("presence: "), "{e}");
         assert!(!e.is_unreachable());
         assert!(Error::Backoff { what: "x" }.is_unreachable());
+    }
+
+    #[test]
+    fn noscript_is_known_by_its_kind() {
+        let error = |reply: &[u8]| {
+            let value = redis::parse_redis_value(reply).expect("RESP");
+            let source = value.extract_error().expect_err("an error reply");
+            Error::Command { what: "p", source }
+        };
+        assert!(error(b"-NOSCRIPT No matching script.\r\n").is_noscript());
+        assert!(!error(b"-ERR NOSCRIPT in the text only\r\n").is_noscript());
     }
 }

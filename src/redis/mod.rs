@@ -1,19 +1,19 @@
 //! The one Redis layer every Redis client of seatboard goes through: seed
 //! URIs, TLS (`rediss://`, rustls, verified against `--redis-ca` or the
 //! system roots), AUTH from the URI, standalone or cluster mode, timeouts and
-//! the reconnect backoff. `commands` is the command client (slot-routed in a
-//! cluster), `conn` the raw connection the streaming pub/sub readers use.
+//! the reconnect backoff. A command connection to a node is opened one way
+//! ([`Redis::connect_node`]); `commands` is the command client (slot-routed in
+//! a cluster), `pubsub` the pub/sub source of `serve` and `analytics` (its raw
+//! connection and streaming RESP reader, its dialer).
 
 pub mod backoff;
 pub mod commands;
 pub mod config;
-pub mod conn;
-pub mod dialer;
 pub mod error;
-pub mod resp;
+pub mod pubsub;
 pub mod slots;
 
-pub use config::{PubSubMode, RedisFlags, RedisMode};
+pub use config::{PubSubMode, RedisFlags, RedisMode, RedisTarget};
 pub use error::{ConfigError, ConnectError, Error, NodeError, TrustError};
 
 use redis::{ConnectionAddr, ConnectionInfo, TlsCertificates};
@@ -82,9 +82,15 @@ pub struct Redis {
     pub health: Arc<Health>,
 }
 
+/// A deployment's one TLS configuration, built once from one source of trust
+/// (the `--redis-ca` PEM, or the system roots without it): as rustls's
+/// configuration for the connections opened here, and as the redis crate's
+/// certificates for the command client (the crate takes PEM only, never a
+/// rustls configuration).
 struct Tls {
-    /// The `--redis-ca` PEM, if given (otherwise the system roots).
-    ca_pem: Option<Vec<u8>>,
+    /// The crate's form: the same PEM (`None`: the system roots, which the
+    /// crate loads as [`trust_roots`] does).
+    certs: Option<TlsCertificates>,
     rustls: Arc<rustls::ClientConfig>,
 }
 
@@ -142,7 +148,10 @@ impl Redis {
         let tls = if tls {
             let cfg = tls_config(ca_pem.as_deref()).map_err(unusable)?;
             Some(Tls {
-                ca_pem,
+                certs: ca_pem.map(|root_cert| TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(root_cert),
+                }),
                 rustls: Arc::new(cfg),
             })
         } else {
@@ -164,11 +173,7 @@ impl Redis {
     }
 
     fn certs(&self) -> Option<TlsCertificates> {
-        let ca = self.tls.as_ref()?.ca_pem.clone()?;
-        Some(TlsCertificates {
-            client_tls: None,
-            root_cert: Some(ca),
-        })
+        self.tls.as_ref()?.certs.clone()
     }
 
     /// The seed's connection details moved to `addr` (same TLS and credentials).
@@ -213,17 +218,24 @@ impl Redis {
         k.extend(map.nodes().iter().cloned());
     }
 
-    /// A single-node client for `addr`.
-    pub fn node_client(&self, addr: &Addr) -> redis::RedisResult<redis::Client> {
+    /// The one way a connection to one node is opened (TCP, TLS, `AUTH` from
+    /// the URI): within [`CONNECT_TIMEOUT`], then every read and write
+    /// bounded by [`IO_TIMEOUT`].
+    pub fn connect_node(&self, addr: &Addr) -> redis::RedisResult<redis::Connection> {
         let info = self.info_for(addr);
-        match self.certs() {
-            Some(c) => redis::Client::build_with_tls(info, c),
-            None => redis::Client::open(info),
-        }
+        let client = match self.certs() {
+            Some(c) => redis::Client::build_with_tls(info, c)?,
+            None => redis::Client::open(info)?,
+        };
+        let con = client.get_connection_with_timeout(CONNECT_TIMEOUT)?;
+        con.set_read_timeout(Some(IO_TIMEOUT))?;
+        con.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(con)
     }
 
-    /// A cluster client seeded with every candidate node.
-    pub fn cluster_client(&self) -> redis::RedisResult<redis::cluster::ClusterClient> {
+    /// A cluster client seeded with every candidate node (its connections
+    /// opened as [`Redis::connect_node`]'s are, slot map and all).
+    pub(crate) fn cluster_client(&self) -> redis::RedisResult<redis::cluster::ClusterClient> {
         let infos: Vec<ConnectionInfo> =
             self.candidates().iter().map(|a| self.info_for(a)).collect();
         let mut b = redis::cluster::ClusterClientBuilder::new(infos)
@@ -268,11 +280,9 @@ impl Redis {
         }
         let mut last = NodeError::NoNode;
         for addr in self.candidates() {
-            let r = self.node_client(&addr).and_then(|c| {
-                let mut con = c.get_connection_with_timeout(CONNECT_TIMEOUT)?;
-                con.set_read_timeout(Some(IO_TIMEOUT))?;
-                redis::cmd("INFO").arg("cluster").query::<String>(&mut con)
-            });
+            let r = self
+                .connect_node(&addr)
+                .and_then(|mut con| redis::cmd("INFO").arg("cluster").query::<String>(&mut con));
             match r {
                 Ok(info) => {
                     let cluster = info.lines().any(|l| l.trim() == "cluster_enabled:1");

@@ -10,7 +10,7 @@ pub fn delete(
     names: &[String],
     state: &str,
     presence: &str,
-) -> Result<u64, String> {
+) -> Result<u64, crate::redis::Error> {
     let keys: Vec<String> = names
         .iter()
         .flat_map(|n| [format!("{state}{n}"), format!("{presence}{n}")])

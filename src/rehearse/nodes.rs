@@ -8,12 +8,11 @@
 //! (`seatboard_seed_seconds`). Answers at one URL from different
 //! processes (a load balancer in front) are told apart by
 //! `process_start_time_seconds`, each its own series. An `https://` URL is
-//! scraped over TLS (the viewers' roots and name rules, `transport.rs`).
+//! scraped over TLS (the viewers' roots and name rules, `transport.rs`), by
+//! the one scraper, `loadgen::scrape`.
 
-use loadgen::transport::Tls;
+use loadgen::scrape::Endpoint;
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -216,13 +215,7 @@ pub fn parse(text: &str) -> Option<Scrape> {
         rtt_s: f64::NAN,
         seed: Vec::new(),
     };
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.trim().parse::<f64>() else {
-            continue;
-        };
+    for (name, v) in loadgen::scrape::samples(text) {
         if name.starts_with("seatboard_redis_rtt_seconds") {
             s.rtt_s = nan_max(s.rtt_s, v);
             continue;
@@ -253,55 +246,9 @@ pub fn parse(text: &str) -> Option<Scrape> {
     (!s.started.is_nan()).then_some(s)
 }
 
-/// Where one URL's `/metrics` is: the address, the `Host` header, the path.
-#[derive(Clone)]
-pub struct Endpoint {
-    /// The URL as given.
-    pub url: String,
-    /// Where to connect.
-    pub addr: SocketAddr,
-    /// The `Host` header.
-    pub host: String,
-    /// The path before `/metrics`.
-    pub base: String,
-    /// TLS, for an `https://` URL.
-    pub tls: Option<Tls>,
-}
-
 /// One `GET /metrics`, within about two seconds.
 fn scrape(e: &Endpoint) -> Option<Scrape> {
-    let sock = TcpStream::connect_timeout(&e.addr, Duration::from_secs(1)).ok()?;
-    sock.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    sock.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
-    let req = format!(
-        "GET {}/metrics HTTP/1.1\r\nHost: {}\r\nUser-Agent: seatboard-rehearse\r\nConnection: close\r\n\r\n",
-        e.base, e.host
-    );
-    let buf = match &e.tls {
-        None => exchange(sock, &req)?,
-        Some(tls) => exchange(tls.blocking(sock).ok()?, &req)?,
-    };
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.1 200").then_some(())?;
-    parse(body)
-}
-
-/// Sends `req` and reads the answer to its end (at most 4 MiB).
-fn exchange(mut sock: impl Read + Write, req: &str) -> Option<Vec<u8>> {
-    sock.write_all(req.as_bytes()).ok()?;
-    sock.flush().ok()?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 16 * 1024];
-    while buf.len() < 4 << 20 {
-        match sock.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            // A TLS peer may close without close_notify: what came is kept.
-            Err(_) => break,
-        }
-    }
-    Some(buf)
+    parse(&e.get("/metrics", Duration::from_secs(2))?)
 }
 
 /// The scraping thread and what it saw.

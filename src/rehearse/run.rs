@@ -6,8 +6,9 @@
 //! written to Redis.
 
 use super::cleanup;
+use super::error::{FlagError, UrlProblem};
 use super::feed::Feed;
-use super::nodes::{Endpoint, NodeSeen, Watch};
+use super::nodes::{NodeSeen, Watch};
 use super::progress::{Progress, Status};
 use super::verdict::{Figures, Second};
 use super::workers::{per_process, Workers};
@@ -18,6 +19,7 @@ use crate::publisher::{Publisher, PublisherConfig};
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
 use loadgen::report::Report;
+use loadgen::scrape::Endpoint;
 use loadgen::transport::Tls;
 use loadgen::{raise_nofile, Config, Hist};
 use std::net::ToSocketAddrs;
@@ -48,16 +50,17 @@ fn host_name(authority: &str) -> &str {
 }
 
 /// Where an http:// or https:// URL given as `flag` points.
-fn endpoint(url: &str, flag: &str) -> Result<Url, String> {
-    let bad = |why: &str| format!("invalid value '{url}' for '{flag}': {why}");
-    let (rest, https) =
-        match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
-            (Some(r), _) => (r, true),
-            (None, Some(r)) => (r, false),
-            _ => return Err(bad(
-                "an http:// or https:// URL (the load balancer as browsers reach it, or a node)",
-            )),
-        };
+fn endpoint(url: &str, flag: &'static str) -> Result<Url, FlagError> {
+    let bad = |problem| FlagError::Url {
+        flag,
+        url: url.to_owned(),
+        problem,
+    };
+    let (rest, https) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
+        (Some(r), _) => (r, true),
+        (None, Some(r)) => (r, false),
+        _ => return Err(bad(UrlProblem::Scheme)),
+    };
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let name = host_name(host);
     let with_port = if host.len() > name.len() {
@@ -69,11 +72,11 @@ fn endpoint(url: &str, flag: &str) -> Result<Url, String> {
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| bad(&format!("{host} does not resolve")))?;
+        .ok_or_else(|| bad(UrlProblem::Unresolved(host.to_owned())))?;
     let tls = https
         .then(|| Tls::new(name))
         .transpose()
-        .map_err(|e| bad(&e))?;
+        .map_err(|e| bad(UrlProblem::ServerName(e)))?;
     Ok(Url {
         addr,
         host: host.to_string(),
@@ -87,7 +90,7 @@ fn endpoint(url: &str, flag: &str) -> Result<Url, String> {
 }
 
 /// The nodes to watch: `--nodes`, else the target.
-fn endpoints(args: &RehearseArgs) -> Result<Vec<Endpoint>, String> {
+fn endpoints(args: &RehearseArgs) -> Result<Vec<Endpoint>, FlagError> {
     let urls = if args.nodes.is_empty() {
         vec![args.target.clone()]
     } else {
@@ -140,7 +143,7 @@ fn key_ttl(duration_s: f64) -> Duration {
 
 /// Whether `path` can be written, found by opening it for writing without
 /// truncating it (a file made for the check is removed again).
-fn writable(path: &std::path::Path, flag: &str) -> Result<(), String> {
+fn writable(path: &std::path::Path, flag: &'static str) -> Result<(), FlagError> {
     let existed = path.exists();
     let opened = std::fs::OpenOptions::new()
         .append(true)
@@ -153,25 +156,24 @@ fn writable(path: &std::path::Path, flag: &str) -> Result<(), String> {
             }
             Ok(())
         }
-        Err(e) => Err(format!(
-            "invalid value '{}' for '{flag}': cannot write it: {e}",
-            path.display()
-        )),
+        Err(source) => Err(FlagError::Unwritable {
+            flag,
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// Whether this host has `ip` (a socket can be bound to it).
-fn local_address(ip: std::net::IpAddr) -> Result<(), String> {
+fn local_address(ip: std::net::IpAddr) -> Result<(), FlagError> {
     match std::net::UdpSocket::bind((ip, 0)) {
         Ok(_) => Ok(()),
-        Err(e) => Err(format!(
-            "invalid value '{ip}' for '--source-addrs': not an address of this host: {e}"
-        )),
+        Err(source) => Err(FlagError::NotLocal { ip, source }),
     }
 }
 
 /// The flags checked as the contract asks: the first stderr line names the flag.
-fn check(args: &RehearseArgs) -> Result<(), String> {
+fn check(args: &RehearseArgs) -> Result<(), FlagError> {
     let p = &args.rehearsal_prefix;
     if p.is_empty()
         || p.len() > 53
@@ -179,18 +181,18 @@ fn check(args: &RehearseArgs) -> Result<(), String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
     {
-        return Err(format!(
-            "invalid value '{p}' for '--rehearsal-prefix': 1-53 of [A-Za-z0-9_.-]"
-        ));
+        return Err(FlagError::Prefix(p.clone()));
     }
     if let Some(s) = args.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
-        crate::auth::check_secret(s.as_bytes()).map_err(|e| format!("--jwt-secret: {e}"))?;
+        crate::auth::check_secret(s.as_bytes()).map_err(FlagError::Secret)?;
     }
     if let Some(f) = &args.token_file {
-        let text =
-            std::fs::read_to_string(f).map_err(|e| format!("--token-file {}: {e}", f.display()))?;
+        let text = std::fs::read_to_string(f).map_err(|source| FlagError::TokenFile {
+            path: f.clone(),
+            source,
+        })?;
         if text.lines().all(|l| l.trim().is_empty()) {
-            return Err(format!("--token-file {}: no token in it", f.display()));
+            return Err(FlagError::NoToken { path: f.clone() });
         }
     }
     for (path, flag) in [(&args.json, "--json"), (&args.report, "--report")] {
@@ -642,7 +644,10 @@ mod tests {
             "seats.example.edu",
             "https://no-such-host.invalid",
         ] {
-            let e = endpoint(bad, "--target").err().unwrap_or_default();
+            let e = endpoint(bad, "--target")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
             assert!(e.contains("'--target'"), "{bad}: {e}");
         }
     }

@@ -1,12 +1,13 @@
 //! The viewers spread over viewer loops ([`loadgen::run_with`]), each one
 //! epoll loop of at most 5,000 viewers: threads of this process while one
 //! process's open files hold them all, else one child process each
-//! ([`super::children`]). Typed commands in and outputs back over channels
-//! (JSON lines on pipes for a child); a message that does not read is logged
-//! with its loop's number, never dropped silently.
+//! ([`loadgen::ChildLoop`], running [`super::children`]). Typed commands in
+//! and outputs back over channels (JSON lines on pipes for a child); a
+//! message that does not read is logged with its loop's number, never
+//! dropped silently.
 
-use super::children::ChildLoop;
-use loadgen::{run_with, Command, Config, Counters, Hist, Output, Report};
+use super::children::SUBCOMMAND;
+use loadgen::{run_with, ChildLoop, Command, Config, Counters, Hist, Output, Report};
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 
@@ -90,11 +91,16 @@ impl Workers {
         let in_children = base.clients > per_process;
         let per_loop = PER_THREAD.min(per_process);
         let (tx, rx) = mpsc::channel();
+        let exe = std::env::current_exe();
         let mut loops = Vec::new();
         for (i, c) in split(base, sse_clients, per_loop).into_iter().enumerate() {
             let tx = tx.clone();
             if in_children {
-                match ChildLoop::spawn(i, &c, tx) {
+                let spawned = exe
+                    .as_ref()
+                    .map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+                    .and_then(|exe| ChildLoop::spawn(exe, SUBCOMMAND, i, &c, tx));
+                match spawned {
                     Ok(child) => loops.push(Loop::Child(child)),
                     Err(e) => crate::logging::line(&format!(
                         "warning: rehearse: cannot start a viewers process: {e}"

@@ -1,10 +1,11 @@
 //! The relay's figures: what the receive threads count (atomics), what the
-//! pending map counts (read under its lock), rendered for `/metrics` in the
-//! Prometheus text format with every series at 0 from start, and the
+//! pending map counts (read under its lock), rendered for `/metrics` from
+//! one table of families ([`crate::exposition`]) with every series at 0
+//! from start, and the
 //! `/healthz` JSON (contract §10).
 
-use super::pending::Pending;
-use std::fmt::Write as _;
+use super::pending::{Counts, Pending};
+use crate::exposition::Family;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -117,70 +118,22 @@ impl Shared {
         self.rejected[why.index()].load(Relaxed)
     }
 
-    /// `/metrics`.
+    /// `/metrics`: the figures read once (the pending map under one lock),
+    /// then rendered.
     pub fn render(&self) -> String {
         let (counts, pending) = {
             let p = self.pending();
-            (p.counts(), p.len())
+            (p.counts(), p.len() as u64)
+        };
+        let reading = Reading {
+            received: self.received.load(Relaxed),
+            rejected: Rejected::ALL.map(|r| self.rejected(r)),
+            counts,
+            pending,
+            redis_up: self.redis_up(),
         };
         let mut out = String::with_capacity(2048);
-        let mut family = |name: &str, kind: &str, help: &str, rows: &[(&str, u64)]| {
-            let _ = writeln!(out, "# HELP {name} {help}");
-            let _ = writeln!(out, "# TYPE {name} {kind}");
-            for (labels, v) in rows {
-                let _ = writeln!(out, "{name}{labels} {v}");
-            }
-        };
-        family(
-            "seatboard_relay_received_total",
-            "counter",
-            "Datagrams received.",
-            &[("", self.received.load(Relaxed))],
-        );
-        let rejected: Vec<(String, u64)> = Rejected::ALL
-            .iter()
-            .map(|r| (format!("{{reason=\"{}\"}}", r.label()), self.rejected(*r)))
-            .collect();
-        let rows: Vec<(&str, u64)> = rejected.iter().map(|(l, v)| (l.as_str(), *v)).collect();
-        family(
-            "seatboard_relay_rejected_total",
-            "counter",
-            "Datagrams refused by the snapshot rules, by reason.",
-            &rows,
-        );
-        family(
-            "seatboard_relay_coalesced_total",
-            "counter",
-            "Snapshots dropped for a newer one of their section (held or already written).",
-            &[("", counts.coalesced)],
-        );
-        family(
-            "seatboard_relay_published_total",
-            "counter",
-            "Snapshots written to Redis (state hash, then channel).",
-            &[("", counts.published)],
-        );
-        family(
-            "seatboard_relay_dropped_total",
-            "counter",
-            "Snapshots dropped: full (a new section past --max-pending or --max-pending-bytes), redis_down (Redis never took it).",
-            &[
-                ("{reason=\"full\"}", counts.dropped_full),
-                ("{reason=\"redis_down\"}", counts.dropped_redis_down),
-            ],
-        );
-        family(
-            "seatboard_relay_pending",
-            "gauge",
-            "Sections held for Redis (being written included).",
-            &[("", pending as u64)],
-        );
-        family(
-            "seatboard_relay_redis_up",
-            "gauge",
-            "1 when Redis answered the relay's last command, else 0.",
-            &[("", u64::from(self.redis_up()))],
-        );
+        crate::exposition::render(&reading, FAMILIES, &mut out);
         out
     }
 
@@ -194,6 +147,61 @@ impl Shared {
         )
     }
 }
+
+/// The relay's figures at one scrape.
+struct Reading {
+    received: u64,
+    rejected: [u64; 3],
+    counts: Counts,
+    pending: u64,
+    redis_up: bool,
+}
+
+/// The relay's families, in `/metrics` order.
+const FAMILIES: &[Family<Reading>] = &[
+    Family::counter(
+        "seatboard_relay_received_total",
+        "Datagrams received.",
+        |r, s| s.one(r.received),
+    ),
+    Family::counter(
+        "seatboard_relay_rejected_total",
+        "Datagrams refused by the snapshot rules, by reason.",
+        |r, s| {
+            for (why, n) in Rejected::ALL.iter().zip(r.rejected) {
+                s.labelled("reason", why.label(), n);
+            }
+        },
+    ),
+    Family::counter(
+        "seatboard_relay_coalesced_total",
+        "Snapshots dropped for a newer one of their section (held or already written).",
+        |r, s| s.one(r.counts.coalesced),
+    ),
+    Family::counter(
+        "seatboard_relay_published_total",
+        "Snapshots written to Redis (state hash, then channel).",
+        |r, s| s.one(r.counts.published),
+    ),
+    Family::counter(
+        "seatboard_relay_dropped_total",
+        "Snapshots dropped: full (a new section past --max-pending or --max-pending-bytes), redis_down (Redis never took it).",
+        |r, s| {
+            s.labelled("reason", "full", r.counts.dropped_full);
+            s.labelled("reason", "redis_down", r.counts.dropped_redis_down);
+        },
+    ),
+    Family::gauge(
+        "seatboard_relay_pending",
+        "Sections held for Redis (being written included).",
+        |r, s| s.one(r.pending),
+    ),
+    Family::gauge(
+        "seatboard_relay_redis_up",
+        "1 when Redis answered the relay's last command, else 0.",
+        |r, s| s.one(u64::from(r.redis_up)),
+    ),
+];
 
 impl crate::worker_http::Figures for Shared {
     fn thread(&self) -> &'static str {

@@ -17,10 +17,12 @@ pub mod pending;
 pub mod recv;
 pub mod writer;
 
+use crate::channels::signals::Stop;
 use crate::cli::RelayArgs;
 use crate::logging::usage;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
+use crate::supervisor::{self, Policy};
 use error::{FlagError, StartError};
 use metrics::Shared;
 use pending::Pending;
@@ -119,10 +121,8 @@ pub fn main(args: RelayArgs) -> ExitCode {
 }
 
 fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
     // Caught before anything opens: a signal from then on drains.
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT]).map_err(StartError::Signals)?;
+    let stop = Stop::catch().map_err(StartError::Signals)?;
     let max = args.max_pending as usize;
     let max_bytes = usize::try_from(args.max_pending_bytes).unwrap_or(usize::MAX);
     // Last versions written are remembered for twice as many sections as may be held.
@@ -135,18 +135,16 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
         let l = TcpListener::bind(addr).map_err(|source| StartError::Metrics { addr, source })?;
         crate::worker_http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
     }
-    let mut receivers = Vec::new();
     if let Some(path) = &c.socket {
         let s = recv::bind_unix(path).map_err(StartError::Socket)?;
-        receivers.push(recv::spawn("unix", s, Arc::clone(&shared)).map_err(thread("relay-unix"))?);
+        recv::spawn("unix", s, Arc::clone(&shared)).map_err(thread("relay-unix"))?;
     }
     if let Some(addr) = c.udp {
         let s = recv::bind_udp(addr).map_err(StartError::Udp)?;
-        receivers.push(recv::spawn("udp", s, Arc::clone(&shared)).map_err(thread("relay-udp"))?);
+        recv::spawn("udp", s, Arc::clone(&shared)).map_err(thread("relay-udp"))?;
     }
     let draining = Arc::new(AtomicBool::new(false));
     let deadline: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
-    let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(1);
     {
         let mut w = Writer {
             link: Commands::new(&c.redis, "relay"),
@@ -155,22 +153,19 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
             shared: Arc::clone(&shared),
         };
         let (d, dl) = (Arc::clone(&draining), Arc::clone(&deadline));
-        std::thread::Builder::new()
-            .name("relay-writer".into())
-            .spawn(move || {
-                w.run(
-                    || {
-                        if d.load(Relaxed) {
-                            Phase::Drain
-                        } else {
-                            Phase::Run
-                        }
-                    },
-                    || dl.get().copied(),
-                );
-                let _ = done_tx.send(());
-            })
-            .map_err(thread("relay-writer"))?;
+        supervisor::spawn("relay-writer", Policy::Logged, move || {
+            w.run(
+                || {
+                    if d.load(Relaxed) {
+                        Phase::Drain
+                    } else {
+                        Phase::Run
+                    }
+                },
+                || dl.get().copied(),
+            );
+        })
+        .map_err(thread("relay-writer"))?;
     }
     tracing::info!(
         socket = ?c.socket,
@@ -180,13 +175,12 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
         max_pending_bytes = max_bytes,
         "seatboard relay running"
     );
-    let sig = signals.forever().next();
+    let sig = stop.next();
     let end = Instant::now() + DRAIN;
     tracing::info!(signal = ?sig, "stopping: writing what is held");
     shared.stop.store(true, Relaxed);
-    for r in receivers {
-        let _ = r.join();
-    }
+    supervisor::join("relay-unix", end);
+    supervisor::join("relay-udp", end);
     if let Some(p) = &c.socket {
         let _ = std::fs::remove_file(p);
     }
@@ -195,7 +189,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     shared.work.notify_all();
     // The writer stops at the deadline at the latest, but one Redis call
     // in progress may outlast it: nobody waits for that.
-    let _ = done_rx.recv_timeout(end.saturating_duration_since(Instant::now()));
+    supervisor::join("relay-writer", end);
     let left = shared.pending().drop_all();
     let counts = shared.pending().counts();
     if left > 0 {

@@ -5,6 +5,7 @@
 
 use super::error::BindError;
 use super::metrics::{Rejected, Shared};
+use crate::supervisor::{self, Policy};
 use shards::{Reject, Snapshot};
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -152,33 +153,27 @@ impl Recv for UdpSocket {
     }
 }
 
-/// Starts a thread that reads `sock` until the stop flag is set.
-pub fn spawn(
-    name: &str,
-    sock: impl Recv,
-    shared: Arc<Shared>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(format!("relay-{name}"))
-        .spawn(move || {
-            // One byte past the limit: a longer datagram is cut there and
-            // still seen as too large.
-            let mut buf = vec![0u8; shards::snapshot::MAX_PAYLOAD + 1];
-            while !shared.stop.load(Relaxed) {
-                match sock.recv_one(&mut buf) {
-                    Ok(n) => handle(&shared, &buf[..n]),
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                        ) => {}
-                    Err(e) => {
-                        tracing::warn!(error = %e, "receive failed");
-                        std::thread::sleep(POLL);
-                    }
+/// Starts the thread `relay-<name>` that reads `sock` until the stop flag is set.
+pub fn spawn(name: &str, sock: impl Recv, shared: Arc<Shared>) -> std::io::Result<()> {
+    supervisor::spawn(format!("relay-{name}"), Policy::Logged, move || {
+        // One byte past the limit: a longer datagram is cut there and
+        // still seen as too large.
+        let mut buf = vec![0u8; shards::snapshot::MAX_PAYLOAD + 1];
+        while !shared.stop.load(Relaxed) {
+            match sock.recv_one(&mut buf) {
+                Ok(n) => handle(&shared, &buf[..n]),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => {
+                    tracing::warn!(error = %e, "receive failed");
+                    std::thread::sleep(POLL);
                 }
             }
-        })
+        }
+    })
 }
 
 #[cfg(test)]

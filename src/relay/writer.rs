@@ -3,8 +3,9 @@
 //! path (the compare-and-set script by `EVALSHA`, `NOSCRIPT` loaded again,
 //! hash before channel, `PUBLISH`, or `SPUBLISH` per slot owner in a sharded
 //! cluster), pipelined. A batch that fails is held again; Redis is then
-//! retried with jittered backoff capped at 2 s. Redis is pinged every second
-//! while idle. Every call is bounded by the Redis layer's timeouts (a
+//! retried after the command client's own backoff (jittered, capped at 2 s;
+//! the writer keeps none of its own). Redis is pinged every second while
+//! idle. Every call is bounded by the Redis layer's timeouts (a
 //! pipeline fails at its first reply not read in time), and each call is
 //! also marked in [`Shared`], which shows Redis down once a call has waited
 //! [`super::metrics::STALL`], whatever it waits on; a batch is bounded in
@@ -12,7 +13,6 @@
 
 use super::metrics::Shared;
 use crate::publisher::write;
-use crate::redis::backoff::Backoff;
 use crate::redis::commands::Commands;
 use crate::redis::Error;
 use shards::Snapshot;
@@ -33,36 +33,34 @@ const IDLE_PING: Duration = Duration::from_secs(1);
 /// into one write per interval. (Boards render every 200 ms.)
 pub const LINGER: Duration = Duration::from_millis(2);
 
-/// Whether a failed call failed on the way to Redis (connect, timeout,
-/// reset, backoff) rather than by Redis's own error reply: then the
-/// snapshots are held, never dropped.
-pub fn is_io(error: &str) -> bool {
-    let e = error.to_ascii_lowercase();
-    [
-        "os error",
-        "timed out",
-        "timeout",
-        "connect",
-        "broken pipe",
-        "reset",
-        "eof",
-        "redis down",
-        "not connected",
-        "io error",
-        "clusterdown",
-        "tryagain",
-        "loading",
-        "masterdown",
-        "readonly",
-    ]
-    .iter()
-    .any(|m| e.contains(m))
+/// Whether a failed call failed on the way to Redis, or Redis could not
+/// serve it for now, rather than by Redis's own refusal: then the snapshots
+/// are held, never dropped. Decided by kind: no connection (the client's
+/// backoff, a failed connect), the driver's I/O failure (timeout, reset,
+/// EOF), or a reply that says "not now" (`LOADING`, `CLUSTERDOWN`,
+/// `TRYAGAIN`, `MASTERDOWN`, `READONLY` on a demoted primary).
+pub fn held(e: &Error) -> bool {
+    match e {
+        Error::Command { source, .. } => unavailable(source),
+        Error::NoSlotMap => false,
+        e => e.is_unreachable(),
+    }
 }
 
-/// [`is_io`] for a typed error: no connection (backoff, connect) or the
-/// driver's I/O failure.
-fn held(e: &Error) -> bool {
-    e.is_unreachable() || is_io(&e.to_string())
+/// Whether the driver's error means Redis could not be reached or could not
+/// serve the command for now.
+fn unavailable(e: &::redis::RedisError) -> bool {
+    use ::redis::{ErrorKind, ServerErrorKind as S};
+    e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || matches!(
+            e.kind(),
+            ErrorKind::ClusterConnectionNotFound
+                | ErrorKind::Server(
+                    S::BusyLoading | S::ClusterDown | S::TryAgain | S::MasterDown | S::ReadOnly
+                )
+        )
 }
 
 /// Where the writer writes.
@@ -88,7 +86,6 @@ pub enum Phase {
 
 impl Writer {
     fn ping(&mut self) -> bool {
-        self.link.retry_now();
         self.shared.call_started();
         let up = self
             .link
@@ -97,6 +94,13 @@ impl Writer {
         self.shared.call_ended();
         self.shared.redis_up.store(up, Relaxed);
         up
+    }
+
+    /// After Redis refused a call (the client backs off after any failure):
+    /// whether it answers at once.
+    fn answers(&mut self) -> bool {
+        self.link.retry_now();
+        self.ping()
     }
 
     fn write(&mut self, batch: &[Snapshot]) -> Result<(), Error> {
@@ -120,7 +124,7 @@ impl Writer {
                 self.shared.pending().done(&batch, Instant::now());
                 true
             }
-            Err(e) if !held(&e) && self.ping() => {
+            Err(e) if !held(&e) && self.answers() => {
                 // Redis answers but refused the batch: write one by one, and
                 // drop (counted) what Redis refuses on its own. Should Redis
                 // stop answering meanwhile, the rest is held again.
@@ -160,7 +164,6 @@ impl Writer {
     /// Runs until `phase` says drain and nothing is held, or `deadline`
     /// passes while draining.
     pub fn run(&mut self, phase: impl Fn() -> Phase, deadline: impl Fn() -> Option<Instant>) {
-        let mut backoff = Backoff::default();
         let mut last_contact = Instant::now() - IDLE_PING;
         let mut down = false;
         let mut last_write = Instant::now() - LINGER;
@@ -169,8 +172,10 @@ impl Writer {
             if draining && deadline().is_some_and(|d| Instant::now() >= d) {
                 return;
             }
-            if down && !backoff.ready() {
-                let wait = backoff.wait().min(Duration::from_millis(100));
+            // While Redis is down, the client's backoff says when to try again.
+            let retry_in = self.link.retry_in();
+            if down && !retry_in.is_zero() {
+                let wait = retry_in.min(Duration::from_millis(100));
                 let p = self.shared.pending();
                 let _ = self.shared.work.wait_timeout(p, wait);
                 continue;
@@ -197,34 +202,24 @@ impl Writer {
             if batch.is_empty() {
                 if (down || last_contact.elapsed() >= IDLE_PING) && !draining {
                     down = !self.ping();
-                    if down {
-                        backoff.failed();
-                    } else {
-                        backoff.reset();
+                    if !down {
                         last_contact = Instant::now();
                     }
                 }
                 continue;
             }
             last_write = Instant::now();
-            if down {
-                // This loop's backoff (jittered, capped at 2 s) decides when
-                // to try again, not a second one inside the client.
-                self.link.retry_now();
-            }
             if self.write_batch(batch) {
                 if down {
                     tracing::info!("Redis answers again");
                 }
                 down = false;
-                backoff.reset();
                 last_contact = Instant::now();
             } else {
                 if !down {
                     tracing::warn!("Redis not answering; holding snapshots");
                 }
                 down = true;
-                backoff.failed();
             }
         }
     }
@@ -232,25 +227,64 @@ impl Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::is_io;
+    use super::held;
+    use crate::redis::{ConnectError, Error, NodeError};
+    use std::io;
+
+    fn command(source: ::redis::RedisError) -> Error {
+        Error::Command {
+            what: "relay",
+            source,
+        }
+    }
+
+    /// A reply as Redis sends it, parsed by the driver.
+    fn reply(line: &str) -> Error {
+        let wire = format!("-{line}\r\n");
+        match ::redis::parse_redis_value(wire.as_bytes()).and_then(|v| v.extract_error()) {
+            Err(e) => command(e),
+            Ok(v) => panic!("{line}: no error: {v:?}"),
+        }
+    }
 
     #[test]
     fn held_on_the_way_dropped_on_a_refusal() {
-        for e in [
-            "relay: Resource temporarily unavailable (os error 11)",
-            "relay: connect: Connection refused (os error 111)",
-            "relay: Redis down, waiting to reconnect",
-            "relay: broken pipe",
-            "relay: CLUSTERDOWN The cluster is down",
-            "relay: LOADING Redis is loading the dataset in memory",
+        for kind in [
+            io::ErrorKind::WouldBlock,
+            io::ErrorKind::TimedOut,
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::ConnectionReset,
+            io::ErrorKind::BrokenPipe,
+            io::ErrorKind::UnexpectedEof,
         ] {
-            assert!(is_io(e), "{e}");
+            let e = command(io::Error::from(kind).into());
+            assert!(held(&e), "{kind:?}: {e}");
+        }
+        let connect = Error::Connect {
+            what: "relay",
+            source: ConnectError::Standalone(NodeError::NoNode),
+        };
+        for e in [
+            Error::Backoff { what: "relay" },
+            Error::NotConnected { what: "relay" },
+            connect,
+            reply("CLUSTERDOWN The cluster is down"),
+            reply("LOADING Redis is loading the dataset in memory"),
+            reply("TRYAGAIN Multiple keys request during rehashing of slot"),
+            reply("MASTERDOWN Link with MASTER is down"),
+            reply("READONLY You can't write against a read only replica."),
+        ] {
+            assert!(held(&e), "{e}");
         }
         for e in [
-            "relay: OOM command not allowed when used memory > 'maxmemory'.",
-            "relay: WRONGTYPE: Operation against a key holding the wrong kind of value",
+            reply("OOM command not allowed when used memory > 'maxmemory'."),
+            reply("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            reply("ERR Error running script: payload refused"),
+            // A refusal whose text reads like a connection problem is still a refusal.
+            reply("ERR connect timeout reset eof loading"),
+            Error::NoSlotMap,
         ] {
-            assert!(!is_io(e), "{e}");
+            assert!(!held(&e), "{e}");
         }
     }
 }

@@ -37,6 +37,8 @@ pub struct ShardCtx {
     pub conns: RefCell<ConnTable>,
     /// Wakes the tick loop to recompute its deadline.
     pub kick: LocalNotify,
+    /// Ends the shard's accept loop, and with it the thread (`Control::Stop`).
+    pub stop: LocalNotify,
     /// When the shard next returns freed memory to the OS (ms).
     pub next_purge_ms: Cell<u64>,
     /// Frames rendered as of the last return of freed memory.
@@ -79,6 +81,7 @@ impl ShardCtx {
             presence_round: RefCell::default(),
             conns: RefCell::default(),
             kick: Default::default(),
+            stop: Default::default(),
             next_purge_ms: Default::default(),
             rendered_at_purge: Default::default(),
             sends: RefCell::new(Sends::Direct),

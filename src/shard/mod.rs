@@ -22,11 +22,13 @@ use crossbeam_channel::Sender;
 use ctx::ShardCtx;
 use runtime::monoio_runtime::{self, Built, Monoio};
 use runtime::Runtime;
+pub use runtime::StartError;
+use std::future::Future;
 use std::rc::Rc;
 use std::sync::Arc;
 
 /// How a shard thread reports that it serves (its driver's name) or why not.
-pub type Ready = crossbeam_channel::Sender<Result<&'static str, String>>;
+pub type Ready = crossbeam_channel::Sender<Result<&'static str, StartError>>;
 
 /// Runs shard `index` on the calling thread until it ends: builds its context
 /// and the runtime `--driver` names (monoio on io_uring, with the batched
@@ -74,7 +76,7 @@ async fn serve<R: Runtime>(
     let listener = match R::listener(listener) {
         Ok(l) => l,
         Err(e) => {
-            let _ = ready.send(Err(format!("listener setup failed: {e}")));
+            let _ = ready.send(Err(StartError::Listener(e)));
             return;
         }
     };
@@ -84,5 +86,14 @@ async fn serve<R: Runtime>(
     let _ = ready.send(Ok(name));
     drop(ready);
     R::spawn(tick::tick_loop::<R>(Rc::clone(&ctx)));
-    http::front_door::accept_loop::<R>(ctx, listener).await
+    let stopper = Rc::clone(&ctx);
+    let mut accept = std::pin::pin!(http::front_door::accept_loop::<R>(ctx, listener));
+    // Told to stop, the shard leaves its tasks to its runtime's drop.
+    std::future::poll_fn(|cx| {
+        if stopper.stop.poll_take(cx) {
+            return std::task::Poll::Ready(());
+        }
+        accept.as_mut().poll(cx)
+    })
+    .await
 }

@@ -52,6 +52,7 @@ fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
                 Control::Drain => shard.start_drain(now, drain_ms),
                 Control::CloseAll => shard.close_all(close::GOING_AWAY),
                 Control::Probe => {}
+                Control::Stop => ctx.stop.notify(),
             }
         }
         let rendered = shard.stats().frames_rendered;

@@ -1,7 +1,7 @@
 //! What seatboard's integration tests (`tests/it`) and its bench suite
 //! (`benches/suite`) share: `redis-server`, `seatboard` and HAProxy
 //! processes on free ports and killed on drop (`proc`), a plain-HTTP client
-//! (`http`), the metrics scraper (`scrape`), the WebSocket client and
+//! (`http`), the product's metrics scraper (`scrape`, the `loadgen` crate's), the WebSocket client and
 //! board (`common`), Redis Cluster (`cluster_util`), latency between a process
 //! and Redis (`delay_proxy`), HAProxy on the shipped
 //! configuration (`lb`), tokens and a JWKS server (`jwt_util`), and the
@@ -16,5 +16,5 @@ pub mod lb;
 pub mod proc;
 pub mod publish;
 pub mod relay;
-pub mod scrape;
+pub use loadgen::scrape;
 pub mod wait;

@@ -1,83 +1,77 @@
-//! The selection-API stand-in of the bench suite and the tests: writes the state hash with the
-//! contract's compare-and-set script (`EVALSHA <sha> 1 <state-prefix>C
-//! <section> <json> <version>`) + `PUBLISH <channel-prefix>C <json>` pipelined
-//! over one plain RESP connection, as `seatboard publish` does (in a cluster:
-//! the hashes first, pipelined per slot owner, then `SPUBLISH` the same way),
-//! and remembers the last state it published so the runner can check what
-//! clients ended up with.
+//! The selection-API stand-in of the bench suite and the tests
+//! ([`SelectionApi`]): writes the state hash with the contract's
+//! compare-and-set script (`EVALSHA <sha> 1 <state-prefix>C <section> <json>
+//! <version>`) + `PUBLISH <channel-prefix>C <json>` pipelined through
+//! seatboard's own command client (`Commands::pipeline`, the redis crate
+//! underneath), as `seatboard publish` does (in a cluster: the hashes first,
+//! pipelined per slot owner, then `SPUBLISH` the same way), and remembers the
+//! last state it published so the runner can check what clients ended up with.
 //!
 //! Every snapshot carries `seat_info.t`, its publish time in µs since the Unix
 //! epoch (and the contract's `ts` in ms), for end-to-end latency.
 
 use loadgen::{digest, now_us, zipf_cdf, zipf_pick};
+use redis::Cmd;
 use seatboard::publish::script;
 use seatboard::redis::commands::Commands;
 use seatboard::redis::slots::SlotMap;
-use seatboard::redis::{Redis as SbRedis, RedisFlags, RedisMode};
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use seatboard::redis::{Error, Redis, RedisFlags, RedisMode};
 use std::time::{Duration, Instant};
 
-/// One Redis node's connection and the pipeline queued for it.
+/// One Redis node's command client and the pipelines queued for it.
 struct NodePipe {
     /// The port the slot map names it by.
     port: u16,
-    /// The port it is reached on.
-    direct: u16,
-    out: TcpStream,
-    replies: BufReader<TcpStream>,
-    /// Phase 1 (standalone: everything): HSET (+ PUBLISH).
-    first: Vec<u8>,
-    first_n: usize,
+    link: Commands,
+    /// Phase 1 (standalone: everything): the script (+ PUBLISH).
+    first: Vec<Cmd>,
     /// Phase 2 (cluster): SPUBLISH, sent once every hash is written.
-    second: Vec<u8>,
-    second_n: usize,
+    second: Vec<Cmd>,
 }
 
 impl NodePipe {
-    fn connect(port: u16) -> NodePipe {
-        NodePipe::connect_at(port, port)
-    }
-
     /// The node the slot map names `port`, reached on `direct` (the same
-    /// unless the cluster announces proxies).
+    /// unless the cluster announces proxies), as one standalone Redis.
     fn connect_at(port: u16, direct: u16) -> NodePipe {
-        let out = TcpStream::connect(("127.0.0.1", direct)).expect("connect redis");
-        out.set_nodelay(true).expect("nodelay");
-        let replies = BufReader::new(out.try_clone().expect("clone"));
-        let mut n = NodePipe {
+        let mut flags = RedisFlags::new(&format!("redis://127.0.0.1:{direct}"));
+        flags.redis_mode = RedisMode::Standalone;
+        let redis = Redis::from_flags(&flags).expect("node flags");
+        let mut link = Commands::new(&redis, "test publisher");
+        load_script(&mut link).expect("SCRIPT LOAD");
+        NodePipe {
             port,
-            direct,
-            out,
-            replies,
+            link,
             first: Vec::new(),
-            first_n: 0,
             second: Vec::new(),
-            second_n: 0,
-        };
-        load_script(&mut n.out, &mut n.replies).expect("SCRIPT LOAD");
-        n
+        }
     }
 }
 
 /// `SCRIPT LOAD`s the compare-and-set, so `EVALSHA` finds it (again after a
-/// restart: [`Publisher::flush`] calls this on every reconnect).
-fn load_script(out: &mut TcpStream, replies: &mut BufReader<TcpStream>) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    command(&mut buf, &[b"SCRIPT", b"LOAD", script::SOURCE.as_bytes()]);
-    out.write_all(&buf)?;
-    let mut line = String::new();
-    for _ in 0..2 {
-        line.clear();
-        if replies.read_line(&mut line)? == 0 || line.starts_with('-') {
-            return Err(std::io::Error::other(format!("SCRIPT LOAD: {line}")));
+/// restart: [`SelectionApi::flush`] calls this after a `NOSCRIPT`).
+fn load_script(link: &mut Commands) -> Result<(), Error> {
+    let mut load = redis::cmd("SCRIPT");
+    load.arg("LOAD").arg(script::SOURCE);
+    link.query::<String>(&load).map(drop)
+}
+
+/// Whether a failed flush is worth sending again: Redis away (restarting) or
+/// still loading, or the script lost; any other error reply is a bug.
+fn transient(e: &Error) -> bool {
+    match e {
+        Error::Command { source, .. } => {
+            let loading = redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading);
+            source.kind() == loading
+                || e.is_noscript()
+                || source.is_io_error()
+                || source.is_connection_dropped()
         }
+        _ => e.is_unreachable(),
     }
-    Ok(())
 }
 
 /// Publishes snapshots and tracks the final state.
-pub struct Publisher {
+pub struct SelectionApi {
     nodes: Vec<NodePipe>,
     /// Cluster: the slot map (`nodes` are its primaries).
     cluster: Option<SlotMap>,
@@ -90,27 +84,14 @@ pub struct Publisher {
     pub published: u64,
 }
 
-fn bulk(buf: &mut Vec<u8>, s: &[u8]) {
-    buf.extend_from_slice(format!("${}\r\n", s.len()).as_bytes());
-    buf.extend_from_slice(s);
-    buf.extend_from_slice(b"\r\n");
-}
-
-fn command(buf: &mut Vec<u8>, args: &[&[u8]]) {
-    buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-    for a in args {
-        bulk(buf, a);
-    }
-}
-
 const TOTAL: u32 = 60;
 
-impl Publisher {
+impl SelectionApi {
     /// Connects to Redis on `port`, for `courses` of `sections` sections each.
-    pub fn connect(port: u16, courses: Vec<String>, sections: u32) -> Publisher {
+    pub fn connect(port: u16, courses: Vec<String>, sections: u32) -> SelectionApi {
         let state = vec![vec![(0, 0); sections as usize]; courses.len()];
-        Publisher {
-            nodes: vec![NodePipe::connect(port)],
+        SelectionApi {
+            nodes: vec![NodePipe::connect_at(port, port)],
             cluster: None,
             courses,
             sections,
@@ -121,11 +102,11 @@ impl Publisher {
 
     /// Connects to every primary of the cluster whose nodes listen on `ports`
     /// (slot map read once through seatboard's own Redis layer).
-    pub fn connect_cluster(ports: &[u16], courses: Vec<String>, sections: u32) -> Publisher {
-        Publisher::connect_cluster_via(ports, courses, sections, |p| p)
+    pub fn connect_cluster(ports: &[u16], courses: Vec<String>, sections: u32) -> SelectionApi {
+        SelectionApi::connect_cluster_via(ports, courses, sections, |p| p)
     }
 
-    /// [`Publisher::connect_cluster`], reaching the primary the slot map
+    /// [`SelectionApi::connect_cluster`], reaching the primary the slot map
     /// names by port `p` on port `direct(p)` (a cluster whose nodes announce
     /// delay proxies, published to from near).
     pub fn connect_cluster_via(
@@ -133,7 +114,7 @@ impl Publisher {
         courses: Vec<String>,
         sections: u32,
         direct: impl Fn(u16) -> u16,
-    ) -> Publisher {
+    ) -> SelectionApi {
         let uri = ports
             .iter()
             .map(|p| format!("redis://127.0.0.1:{p}"))
@@ -141,12 +122,12 @@ impl Publisher {
             .join(",");
         let mut flags = RedisFlags::new(&uri);
         flags.redis_mode = RedisMode::Cluster;
-        let redis = SbRedis::from_flags(&flags).expect("cluster flags");
+        let redis = Redis::from_flags(&flags).expect("cluster flags");
         let map = Commands::new(&redis, "bench")
             .slot_map()
             .expect("slot map")
             .expect("a cluster");
-        let mut p = Publisher::connect(ports[0], courses, sections);
+        let mut p = SelectionApi::connect(ports[0], courses, sections);
         p.nodes = map
             .primaries()
             .iter()
@@ -178,36 +159,23 @@ impl Publisher {
         );
         let key = format!("seatstate:{name}");
         let chan = format!("seats:{name}");
-        let section = section.to_string();
-        let version = version.to_string();
         let (h, p) = (self.node_of(key.as_bytes()), self.node_of(chan.as_bytes()));
-        let hset: [&[u8]; 7] = [
-            b"EVALSHA",
-            script::sha1_hex().as_bytes(),
-            b"1",
-            key.as_bytes(),
-            section.as_bytes(),
-            json.as_bytes(),
-            version.as_bytes(),
-        ];
+        let mut set = redis::cmd("EVALSHA");
+        set.arg(script::sha1_hex())
+            .arg(1)
+            .arg(key)
+            .arg(section)
+            .arg(&json)
+            .arg(version);
         if self.cluster.is_some() {
-            let n = &mut self.nodes[h];
-            command(&mut n.first, &hset);
-            n.first_n += 1;
-            let n = &mut self.nodes[p];
-            command(
-                &mut n.second,
-                &[b"SPUBLISH", chan.as_bytes(), json.as_bytes()],
-            );
-            n.second_n += 1;
+            self.nodes[h].first.push(set);
+            let mut publish = redis::cmd("SPUBLISH");
+            publish.arg(chan).arg(json);
+            self.nodes[p].second.push(publish);
         } else {
-            let n = &mut self.nodes[0];
-            command(&mut n.first, &hset);
-            command(
-                &mut n.first,
-                &[b"PUBLISH", chan.as_bytes(), json.as_bytes()],
-            );
-            n.first_n += 2;
+            let mut publish = redis::cmd("PUBLISH");
+            publish.arg(chan).arg(json);
+            self.nodes[0].first.extend([set, publish]);
         }
         self.published += 1;
     }
@@ -219,30 +187,22 @@ impl Publisher {
     pub fn flush(&mut self) {
         for second in [false, true] {
             for n in &mut self.nodes {
-                let (buf, count) = if second {
-                    (&mut n.second, &mut n.second_n)
-                } else {
-                    (&mut n.first, &mut n.first_n)
-                };
-                if buf.is_empty() {
+                let cmds = if second { &mut n.second } else { &mut n.first };
+                if cmds.is_empty() {
                     continue;
                 }
                 let end = Instant::now() + Duration::from_secs(60);
-                while let Err(e) = try_flush(&mut n.out, &mut n.replies, buf, *count) {
+                while let Err(e) = n.link.pipeline::<()>(cmds) {
+                    assert!(transient(&e), "redis error: {e}");
                     assert!(Instant::now() < end, "redis gone for 60 s: {e}");
                     std::thread::sleep(Duration::from_millis(20));
-                    if let Ok(out) = TcpStream::connect(("127.0.0.1", n.direct)) {
-                        let _ = out.set_nodelay(true);
-                        if let Ok(r) = out.try_clone() {
-                            n.replies = BufReader::new(r);
-                            n.out = out;
-                            // A restarted Redis has lost the script.
-                            let _ = load_script(&mut n.out, &mut n.replies);
-                        }
+                    n.link.retry_now();
+                    if e.is_noscript() {
+                        // A restarted Redis has lost the script.
+                        let _ = load_script(&mut n.link);
                     }
                 }
-                buf.clear();
-                *count = 0;
+                cmds.clear();
             }
         }
     }
@@ -316,26 +276,4 @@ impl Publisher {
             .collect();
         digest(&board)
     }
-}
-
-fn try_flush(
-    out: &mut TcpStream,
-    replies: &mut BufReader<TcpStream>,
-    buf: &[u8],
-    pending: usize,
-) -> std::io::Result<()> {
-    use std::io::{Error, ErrorKind};
-    out.write_all(buf)?;
-    let mut line = String::new();
-    for _ in 0..pending {
-        line.clear();
-        if replies.read_line(&mut line)? == 0 {
-            return Err(Error::new(ErrorKind::UnexpectedEof, "redis closed"));
-        }
-        if line.starts_with("-LOADING") || line.starts_with("-NOSCRIPT") {
-            return Err(Error::other(line.trim_end().to_string()));
-        }
-        assert!(!line.starts_with('-'), "redis error: {line}");
-    }
-    Ok(())
 }

@@ -125,7 +125,7 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
     );
 
     let courses: Vec<String> = (0..20).map(|i| format!("F{i:02}")).collect();
-    let mut publisher = publish::Publisher::connect(redis.port, courses.clone(), 4);
+    let mut publisher = publish::SelectionApi::connect(redis.port, courses.clone(), 4);
     publisher.seed();
     let mut viewers = Viewers::start(lb_port, &courses);
     let t = Instant::now();
@@ -148,7 +148,7 @@ fn killing_a_node_behind_haproxy_every_viewer_sees_a_true_board_again() {
     );
 
     let mut rng_section = 0u32;
-    let mut publish_for = |p: &mut publish::Publisher, d: Duration, v: &Viewers| {
+    let mut publish_for = |p: &mut publish::SelectionApi, d: Duration, v: &Viewers| {
         let end = Instant::now() + d;
         let mut next_ref = Instant::now();
         while Instant::now() < end {

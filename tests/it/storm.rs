@@ -1,4 +1,4 @@
-//! A connection storm against `--accept-rate 1000`: a few thousand upgrade
+//! A connection storm against `--accept-rate 300`: a few thousand upgrade
 //! attempts in about a second from loopback. The bucket lets through what its
 //! rate and burst allow and refuses the rest with 503 + Retry-After, cheaply,
 //! while existing clients keep receiving their frames on time.
@@ -39,7 +39,7 @@ fn storm_is_refused_503_while_existing_clients_keep_their_frames() {
         "--shards",
         "2",
         "--accept-rate",
-        "1000",
+        "300",
         "--accept-burst",
         "200",
         "--tick-ms",
@@ -126,14 +126,22 @@ fn storm_is_refused_503_while_existing_clients_keep_their_frames() {
             assert!(ra.is_some_and(|s| s >= 1), "503 without Retry-After >= 1");
         }
     }
-    // Burst plus rate over the storm's duration (both shards' shares), with slack.
-    let allowed = 200.0 + 1000.0 * storm.as_secs_f64();
+    // Burst plus rate over the storm's duration (both shards' shares), with
+    // slack. The storm offers well over that however slow the machine (at
+    // least 2,000 attempts within 4 s, the bucket at most ~1,560), so every
+    // attempt past the bucket's share is refused.
+    let allowed = 200.0 + 300.0 * storm.as_secs_f64();
+    let most = allowed * 1.1 + 20.0;
     assert!(
-        (accepted as f64) <= allowed * 1.1 + 20.0,
+        (accepted as f64) <= most,
         "{accepted} accepted, the bucket allows ~{allowed:.0}"
     );
     assert!(accepted >= 150, "the burst was let through: {accepted}");
-    assert!(refused >= results.len() / 3, "{refused} refused");
+    assert!(
+        refused as f64 >= results.len() as f64 - most && refused > 0,
+        "{refused} refused of {}",
+        results.len()
+    );
     let counted = sb.metric("seatboard_handshakes_refused_total{reason=\"rate_limited\"}");
     assert_eq!(counted as usize, refused);
     // The viewers' frames kept coming during the storm.

@@ -7,7 +7,7 @@ use super::Rig;
 use crate::children::Fleet;
 use crate::measure::counter;
 use crate::procs;
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::Opts;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -83,7 +83,7 @@ pub(super) fn storm_with_event(
     o: &Opts,
     event: &str,
     rig: Rig,
-    publisher: &mut Publisher,
+    publisher: &mut SelectionApi,
     f: &mut Fleet,
     roles: Vec<(&'static str, Vec<u32>)>,
 ) -> (StormRun, Rig) {

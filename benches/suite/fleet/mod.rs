@@ -22,7 +22,7 @@ use crate::children::Fleet;
 use crate::lb::{self, Bind, Haproxy};
 use crate::measure::{counter, progress};
 use crate::node::ServeNode;
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::setup::course_names;
 use crate::{Opts, Outcome};
 use cpu::{roles, storm_with_event};
@@ -117,7 +117,7 @@ pub fn run_event(
     let mut problems = Vec::new();
     let rig = start_rig(o, haproxy_procs);
     let courses = course_names(o.courses);
-    let mut publisher = Publisher::connect(rig.redis.port, courses.clone(), o.sections);
+    let mut publisher = SelectionApi::connect(rig.redis.port, courses.clone(), o.sections);
     publisher.seed();
     let lb_port = rig.lb.port;
     let lb_pids = rig.lb.pids();

@@ -5,7 +5,7 @@
 use super::event::Ask;
 use crate::children::Fleet;
 use crate::measure::progress;
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::storm_pub::StormPub;
 use crate::Opts;
 use loadgen::Command;
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 #[allow(clippy::too_many_arguments)]
 pub(super) fn storm_through(
     o: &Opts,
-    p: &mut Publisher,
+    p: &mut SelectionApi,
     f: &mut Fleet,
     rx: &mpsc::Receiver<Ask>,
     ack: &mpsc::Sender<()>,
@@ -122,7 +122,7 @@ impl StormLoop {
 
     /// Sends the load generators the reference board every 500 ms (not
     /// while paused) and right after a resume.
-    fn reference(&mut self, f: &mut Fleet, p: &Publisher, now: Instant) {
+    fn reference(&mut self, f: &mut Fleet, p: &SelectionApi, now: Instant) {
         if (!self.paused && now >= self.next_ref) || self.send_ref {
             self.send_ref = false;
             self.next_ref = now + Duration::from_millis(500);
@@ -133,7 +133,7 @@ impl StormLoop {
     }
 
     /// A progress line each second.
-    fn show_progress(&mut self, o: &Opts, f: &mut Fleet, p: &Publisher, el: f64, now: Instant) {
+    fn show_progress(&mut self, o: &Opts, f: &mut Fleet, p: &SelectionApi, el: f64, now: Instant) {
         if now >= self.next_progress {
             self.next_progress += Duration::from_secs(1);
             progress(

@@ -33,7 +33,7 @@ mod summary;
 use crate::children::Fleet;
 use crate::cluster_util::Cluster;
 use crate::node::ServeNode;
-use crate::publish::Publisher;
+use crate::publish::SelectionApi;
 use crate::server::SECRET;
 use crate::storm_pub::Sink;
 use crate::{Opts, Outcome};
@@ -103,7 +103,7 @@ pub fn run(o: &Opts) -> Outcome {
     let port = proxy.as_ref().map_or(hubs[0].port, |lb| lb.port);
     let courses = crate::setup::course_names(o.courses);
     let mut publisher: Box<dyn Sink> = match &store {
-        Store::Single(r) => Box::new(Publisher::connect(r.port, courses.clone(), o.sections)),
+        Store::Single(r) => Box::new(SelectionApi::connect(r.port, courses.clone(), o.sections)),
         Store::Cluster(c) => Box::new(ClusterPub::connect(&c.uri(), courses.clone(), o.sections)),
     };
     publisher.seed(o.sections);

@@ -16,6 +16,24 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
+/// Why a shard thread does not serve: no runtime could be built, or its
+/// listener could not be moved onto the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `--driver uring` on a kernel without io_uring.
+    #[error("io_uring unavailable: {0}")]
+    NoIoUring(#[source] io::Error),
+    /// The epoll runtime could not be built.
+    #[error("epoll runtime failed: {0}")]
+    NoEpoll(#[source] io::Error),
+    /// The tokio runtime could not be built.
+    #[error("tokio runtime failed: {0}")]
+    NoTokio(#[source] io::Error),
+    /// The listener could not be set up on the runtime.
+    #[error("listener setup failed: {0}")]
+    Listener(#[source] io::Error),
+}
+
 /// One runtime's sockets, tasks and timer, as the shard loops use them.
 #[allow(async_fn_in_trait)]
 pub trait Runtime: 'static {

@@ -2,7 +2,7 @@
 //! (io_uring or epoll) and [`Runtime`] over its sockets, tasks and timer. The
 //! loops themselves are runtime-free.
 
-use super::{sys, Runtime};
+use super::{sys, Runtime, StartError};
 use crate::node::Driver;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
@@ -37,7 +37,7 @@ pub fn block_on<F: Future<Output = ()>>(
     driver: Driver,
     shard: usize,
     make: impl FnOnce(Built) -> F,
-) -> Result<(), String> {
+) -> Result<(), StartError> {
     #[cfg(target_os = "linux")]
     if driver != Driver::Epoll {
         match monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
@@ -49,7 +49,7 @@ pub fn block_on<F: Future<Output = ()>>(
                 rt.block_on(make(Built::IoUring));
                 return Ok(());
             }
-            Err(e) if driver == Driver::Uring => return Err(format!("io_uring unavailable: {e}")),
+            Err(e) if driver == Driver::Uring => return Err(StartError::NoIoUring(e)),
             Err(e) => {
                 if shard == 0 {
                     tracing::warn!(error = %e, "io_uring unavailable, falling back to epoll");
@@ -65,7 +65,7 @@ pub fn block_on<F: Future<Output = ()>>(
             rt.block_on(make(Built::Epoll));
             Ok(())
         }
-        Err(e) => Err(format!("epoll runtime failed: {e}")),
+        Err(e) => Err(StartError::NoEpoll(e)),
     }
 }
 

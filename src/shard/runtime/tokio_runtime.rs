@@ -3,7 +3,7 @@
 //! [`Runtime`] over its sockets, tasks and timer. The loops themselves are
 //! runtime-free.
 
-use super::Runtime;
+use super::{Runtime, StartError};
 use std::future::Future;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -13,12 +13,12 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// Builds a tokio current-thread runtime and a `LocalSet` and runs `task`
 /// on them until it ends; `Err` says why no runtime could be built.
-pub fn block_on(task: impl Future<Output = ()>) -> Result<(), String> {
+pub fn block_on(task: impl Future<Output = ()>) -> Result<(), StartError> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
         .build()
-        .map_err(|e| format!("tokio runtime failed: {e}"))?;
+        .map_err(StartError::NoTokio)?;
     tokio::task::LocalSet::new().block_on(&rt, task);
     Ok(())
 }

@@ -1,21 +1,21 @@
-//! The classic Redis `Source` of `serve`: one pub/sub connection owned by the
-//! ingest thread (SUBSCRIBE per watched course, or PSUBSCRIBE `<prefix>*` while
-//! admins watch). Used for a standalone Redis and for `--pubsub classic` in a
-//! cluster (any one node hears every PUBLISH there; on failure it moves to
-//! another node). Nothing here waits on Redis: connections are opened on the
-//! source's [`Dialer`] thread, the (un)subscriptions of one
-//! turn of the ingest loop are written as one command at its end
+//! Classic placement: one pub/sub connection to one node (SUBSCRIBE per
+//! watched course, or PSUBSCRIBE `<prefix>*` while admins watch). Used for a
+//! standalone Redis and for `--pubsub classic` in a cluster (any one node
+//! hears every PUBLISH there; on failure it moves to another node). Nothing
+//! here waits on Redis: connections are opened by the source's [`Dialer`],
+//! the (un)subscriptions of one turn of the ingest loop are written as one
+//! command at its end
 //! ([`Source::flush`]), and each confirmation comes back as
 //! [`SourceEvent::Subscribed`]. Redis going away is routine: the source
 //! reports itself disconnected, reconnects with jittered backoff capped at
 //! 2 s, restores exactly the subscriptions it should hold and tells the
 //! router to reseed as they are confirmed.
 
+use super::conn::{classify, packed, Fill, Frame, PubConn};
+use super::dialer::{Dialed, Dialer};
+use super::resp::Item;
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
-use crate::redis::conn::{classify, packed, Fill, Frame, PubConn};
-use crate::redis::dialer::{Dialed, Dialer};
-use crate::redis::resp::Item;
 use crate::redis::slots::Addr;
 use crate::redis::{glob_escape, Mode, Redis};
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
@@ -74,7 +74,7 @@ pub fn batched(cmd: &str, channels: &[String], out: &mut Vec<u8>) {
 }
 
 /// A `Source` on classic Redis pub/sub.
-pub struct ClassicSource {
+pub struct Classic {
     redis: Arc<Redis>,
     /// Opens connections and reads the slot map of a cluster in classic mode
     /// (which node to use next) off the ingest thread.
@@ -93,15 +93,15 @@ pub struct ClassicSource {
     pending: VecDeque<SourceEvent>,
     backoff: Backoff,
     ever_connected: bool,
-    /// "Unreachable at start" is logged once.
-    start_warned: bool,
+    /// A dial failed before the first connection: Redis is down, not on its way.
+    failed_at_start: bool,
 }
 
-impl ClassicSource {
+impl Classic {
     /// A source on `redis` with this channel prefix; starts connecting at
     /// once but an unreachable Redis is not an error (it keeps retrying).
     pub fn new(redis: &Arc<Redis>, channel_prefix: &str, dialer: Dialer) -> Self {
-        let mut s = ClassicSource {
+        let mut s = Classic {
             redis: Arc::clone(redis),
             dialer,
             node: 0,
@@ -115,7 +115,7 @@ impl ClassicSource {
             pending: VecDeque::new(),
             backoff: Backoff::capped(RECONNECT_CAP),
             ever_connected: false,
-            start_warned: false,
+            failed_at_start: false,
         };
         s.connect();
         s
@@ -168,7 +168,7 @@ impl ClassicSource {
             Ok(_) => return,
             Err(e) => {
                 tracing::debug!(error = %e, node = %format!("{}:{}", addr.0, addr.1), "Redis pub/sub connect failed");
-                if !self.ever_connected && !std::mem::replace(&mut self.start_warned, true) {
+                if !self.ever_connected && !std::mem::replace(&mut self.failed_at_start, true) {
                     tracing::warn!("Redis unreachable at start; serving degraded and retrying");
                 }
                 self.node = self.node.wrapping_add(1);
@@ -249,17 +249,18 @@ impl ClassicSource {
         }
     }
 
-    /// Reads (bounded by `timeout`) into the buffer; false if the connection died.
-    fn fill(&mut self, timeout: Duration) -> bool {
+    /// Reads what a readable socket holds into the buffer; false if nothing
+    /// came (not readable, or the connection died).
+    fn fill(&mut self) -> bool {
         let Some(sub) = &mut self.sub else {
             return false;
         };
-        match sub.conn.fill(timeout) {
+        match sub.conn.fill_ready() {
             Ok(Fill::Closed) => {
                 self.drop_sub("closed by Redis");
                 false
             }
-            Ok(_) => true,
+            Ok(f) => f == Fill::Data,
             Err(e) => {
                 self.drop_sub(&format!("read: {e}"));
                 false
@@ -345,23 +346,20 @@ impl ClassicSource {
     }
 }
 
-impl Source for ClassicSource {
-    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent> {
+impl Source for Classic {
+    fn poll(&mut self) -> Option<SourceEvent> {
         if let Some(ev) = self.pending.pop_front() {
             return Some(ev);
         }
         self.answers();
         if self.sub.is_none() {
-            // The ingest thread sleeps until the backoff ends or the dialer answers.
+            // The owner sleeps until the backoff ends or the dialer answers.
             if self.backoff.ready() && !self.dialer.busy() {
                 self.connect();
             }
-            self.dialer.wait(timeout);
-            self.answers();
             return self.pending.pop_front();
         }
         self.keepalive();
-        let deadline = std::time::Instant::now() + timeout;
         loop {
             match self.buffered_frame() {
                 Err(()) => return None,
@@ -376,13 +374,8 @@ impl Source for ClassicSource {
                 }
                 Ok(None) => {}
             }
-            let now = std::time::Instant::now();
-            // A zero timeout only drains what is already buffered.
-            if now >= deadline || !self.fill(deadline - now) {
-                return None;
-            }
-            if self.sub.as_mut().is_some_and(|s| !s.conn.buffered()) {
-                return None;
+            if !self.fill() {
+                return self.pending.pop_front();
             }
         }
     }
@@ -447,7 +440,7 @@ impl Source for ClassicSource {
             return Some(Duration::ZERO);
         }
         let Some(sub) = self.sub.as_mut() else {
-            // A dial on its way wakes the thread through the dialer's socket.
+            // A dial on its way wakes the thread through the dialer's eventfd.
             return (!self.dialer.busy()).then(|| self.backoff.wait());
         };
         if sub.conn.buffered() {
@@ -458,7 +451,7 @@ impl Source for ClassicSource {
 
     fn wait_fds(&self, fds: &mut Vec<RawFd>) {
         fds.extend(self.sub.as_ref().map(|s| s.conn.fd()));
-        fds.push(self.dialer.fd());
+        fds.extend(self.dialer.wait_fd());
     }
 
     fn connected(&self) -> bool {
@@ -466,6 +459,6 @@ impl Source for ClassicSource {
     }
 
     fn connecting(&self) -> bool {
-        !self.ever_connected && !self.start_warned
+        !self.ever_connected && !self.failed_at_start
     }
 }

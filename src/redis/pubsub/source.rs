@@ -1,9 +1,13 @@
-//! Where snapshots come from: Redis pub/sub in `serve`, the embedded bus in `demo`.
+//! Where snapshots come from: Redis pub/sub in `serve` and `analytics`, the
+//! embedded bus in `demo`.
 //!
-//! A source never waits on Redis: subscriptions are written and their
-//! confirmations come back later as [`SourceEvent::Subscribed`], so the
-//! ingest thread keeps routing every other course's snapshots meanwhile. The
-//! state hashes are read elsewhere (`states.rs`, on the state reader thread).
+//! A source never waits on Redis and never sleeps: subscriptions are written
+//! and their confirmations come back later as [`SourceEvent::Subscribed`], so
+//! the ingest thread keeps routing every other course's snapshots meanwhile.
+//! Its owner sleeps in `poll(2)` on [`Source::wait_fds`] (and its own
+//! wake-ups) for at most [`Source::poll_timeout`], then takes what is ready
+//! with [`Source::poll`]. The state hashes are read elsewhere
+//! (`src/ingest/states.rs`, on the state reader thread).
 
 use std::os::fd::RawFd;
 use std::time::Duration;
@@ -33,8 +37,9 @@ pub enum SourceEvent {
 
 /// A pub/sub source owned by the ingest thread.
 pub trait Source: Send {
-    /// Waits up to `timeout` for the next event.
-    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent>;
+    /// The next event ready now (buffered, or on a readable socket), without
+    /// waiting; also runs the source's timed work when due.
+    fn poll(&mut self) -> Option<SourceEvent>;
     /// Starts delivering `course` (SUBSCRIBE, written without waiting for the
     /// confirmation: that arrives as [`SourceEvent::Subscribed`]).
     fn subscribe(&mut self, course: &str);

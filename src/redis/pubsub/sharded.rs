@@ -1,4 +1,4 @@
-//! The sharded Redis Cluster `Source` (`--pubsub sharded`, contract §2a): each
+//! Sharded placement in a Redis Cluster (`--pubsub sharded`, contract §2a): each
 //! watched course's channel is `SSUBSCRIBE`d on the primary that owns its slot,
 //! one pub/sub connection per primary that owns a watched channel and none to
 //! the others. A connection loss, a `MOVED` reply, or the server unsubscribing
@@ -8,16 +8,16 @@
 //! course with a state hash (found by the state reader's scan, handed over
 //! with [`Source::cover`]) is subscribed. `SSUBSCRIBE`s are written without
 //! waiting (one pipeline per primary per turn); each confirmation comes back
-//! as [`SourceEvent::Subscribed`]. Connections are opened and the slot map
-//! read on the source's [`Dialer`] thread: a frozen primary holds up only the
-//! channels it owns.
+//! as [`SourceEvent::Subscribed`]. Connections are opened by the source's
+//! [`Dialer`], one thread per dial, and the slot map read on its map thread: a
+//! frozen primary holds up only the channels it owns.
 
 use super::classic::{message_event, PING_AFTER, PING_DEADLINE};
+use super::conn::{classify, packed, Fill, Frame, PubConn};
+use super::dialer::{Dialed, Dialer};
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::MAP_REFRESH;
-use crate::redis::conn::{classify, packed, wait_readable, Fill, Frame, PubConn};
-use crate::redis::dialer::{Dialed, Dialer};
 use crate::redis::slots::{Addr, SlotMap};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::os::fd::RawFd;
@@ -27,7 +27,7 @@ fn show(a: &Addr) -> String {
     format!("{}:{}", a.0, a.1)
 }
 
-/// How far [`ShardedSource::place`] got.
+/// How far [`Sharded::place`] got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placed {
     /// Every channel's `SSUBSCRIBE` is written.
@@ -39,17 +39,16 @@ enum Placed {
 }
 
 /// A `Source` on sharded pub/sub in a Redis Cluster.
-pub struct ShardedSource {
+pub struct Sharded {
     /// Opens the connections and reads the slot map (`CLUSTER SLOTS`).
     dialer: Dialer,
     channel_prefix: String,
     map: Option<SlotMap>,
     map_at: Instant,
     map_dirty: bool,
-    /// Whether the last slot-map read succeeded.
-    up: bool,
-    /// Whether a slot map was ever read or failed (the first failure is logged).
-    tried: bool,
+    /// Whether the last slot-map read succeeded (`None`: none answered yet;
+    /// the first failure is logged).
+    up: Option<bool>,
     conns: Vec<PubConn>,
     /// Where each subscribed course's channel is confirmed subscribed.
     placed: HashMap<String, Addr>,
@@ -82,18 +81,17 @@ pub struct ShardedSource {
     rr: usize,
 }
 
-impl ShardedSource {
+impl Sharded {
     /// A source on a cluster through `dialer`; asks for the slot map at once,
     /// but an unreachable cluster is not an error (it keeps retrying).
     pub fn new(channel_prefix: &str, dialer: Dialer) -> Self {
-        let mut s = ShardedSource {
+        let mut s = Sharded {
             dialer,
             channel_prefix: channel_prefix.to_owned(),
             map: None,
             map_at: Instant::now(),
             map_dirty: true,
-            up: false,
-            tried: false,
+            up: None,
             conns: Vec::new(),
             placed: HashMap::new(),
             sent: HashMap::new(),
@@ -134,7 +132,7 @@ impl ShardedSource {
         d
     }
 
-    /// Whether `course` should be subscribed now ([`ShardedSource::desired`] for one).
+    /// Whether `course` should be subscribed now ([`Sharded::desired`] for one).
     fn is_desired(&self, course: &str) -> bool {
         self.wanted.contains(course)
             || (self.firehose
@@ -348,7 +346,7 @@ impl ShardedSource {
 
     /// A slot-map read came back.
     fn map_read(&mut self, read: Result<Option<SlotMap>, crate::redis::error::Error>) {
-        let first = !std::mem::replace(&mut self.tried, true);
+        let first = self.up.is_none();
         match read {
             Ok(Some(m)) => {
                 // Channels whose slot changed owner move there.
@@ -367,12 +365,12 @@ impl ShardedSource {
                 self.map = Some(m);
                 self.map_at = Instant::now();
                 self.map_dirty = false;
-                self.up = true;
+                self.up = Some(true);
                 self.need = true;
             }
             Ok(None) => {
                 tracing::error!("--pubsub sharded needs a Redis Cluster; this one is standalone");
-                self.up = false;
+                self.up = Some(false);
                 self.backoff.failed();
             }
             Err(e) => {
@@ -380,10 +378,10 @@ impl ShardedSource {
                     tracing::warn!(
                         "Redis Cluster unreachable at start; serving degraded and retrying"
                     );
-                } else if self.up {
+                } else if self.up == Some(true) {
                     tracing::warn!(error = %e, "Redis Cluster slot map unavailable");
                 }
-                self.up = false;
+                self.up = Some(false);
                 self.backoff.failed();
             }
         }
@@ -468,8 +466,8 @@ impl ShardedSource {
     }
 }
 
-impl Source for ShardedSource {
-    fn poll(&mut self, timeout: Duration) -> Option<SourceEvent> {
+impl Source for Sharded {
+    fn poll(&mut self) -> Option<SourceEvent> {
         if let Some(ev) = self.pending.pop_front() {
             return Some(ev);
         }
@@ -482,22 +480,8 @@ impl Source for ShardedSource {
         if let Some(ev) = self.buffered_event() {
             return Some(ev);
         }
-        if self.conns.is_empty() {
-            self.dialer.wait(timeout);
-            self.reconcile();
-            return self.pending.pop_front();
-        }
-        // TLS may hold decrypted bytes the socket no longer shows.
-        let mut ready: Vec<bool> = self.conns.iter_mut().map(|c| c.buffered()).collect();
-        if !ready.iter().any(|r| *r) {
-            let fds: Vec<_> = self.conns.iter().map(|c| c.fd()).collect();
-            ready = wait_readable(&fds, timeout);
-        }
         for i in (0..self.conns.len()).rev() {
-            if !ready.get(i).copied().unwrap_or(false) {
-                continue;
-            }
-            match self.conns[i].fill(Duration::from_millis(1)) {
+            match self.conns[i].fill_ready() {
                 Ok(Fill::Closed) => self.lose(i, "closed by Redis"),
                 Ok(_) => {}
                 Err(e) => self.lose(i, &format!("read: {e}")),
@@ -563,7 +547,7 @@ impl Source for ShardedSource {
         let now = Instant::now();
         let far = now + MAP_REFRESH;
         // A map read or a dial on its way wakes the thread through the dialer's
-        // socket; otherwise the next map read and any placement wait for the backoff.
+        // eventfd; otherwise the next map read and any placement wait for the backoff.
         let mut due = far;
         if !self.dialer.busy() {
             let stale = self.map_dirty || self.map.is_none();
@@ -583,14 +567,14 @@ impl Source for ShardedSource {
 
     fn wait_fds(&self, fds: &mut Vec<RawFd>) {
         fds.extend(self.conns.iter().map(PubConn::fd));
-        fds.push(self.dialer.fd());
+        fds.extend(self.dialer.wait_fd());
     }
 
     fn connected(&self) -> bool {
-        self.up && !self.stuck
+        self.up == Some(true) && !self.stuck
     }
 
     fn connecting(&self) -> bool {
-        !self.tried
+        self.up.is_none()
     }
 }

@@ -1,9 +1,10 @@
 //! A raw Redis connection (TCP, or TLS over rustls) with AUTH done, read by
-//! the bounded streaming RESP reader: what the pub/sub sources run on.
+//! the bounded streaming RESP reader (`resp.rs`): what the pub/sub source
+//! runs on, many of them polled from one thread without blocking.
 
 use super::resp::{Item, Reader};
-use super::slots::Addr;
-use super::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use crate::redis::slots::Addr;
+use crate::redis::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
@@ -88,6 +89,9 @@ pub struct PubConn {
     stream: Stream,
     reader: Reader,
     read_timeout: Option<Duration>,
+    /// Bytes came since a read last found nothing ready: a whole frame may be
+    /// buffered.
+    unread: bool,
     /// Last time anything arrived.
     pub last_rx: Instant,
     /// When a keepalive PING went out unanswered.
@@ -131,6 +135,7 @@ impl PubConn {
             stream,
             reader: Reader::new(cap),
             read_timeout: None,
+            unread: true,
             last_rx: Instant::now(),
             ping_sent: None,
         };
@@ -171,17 +176,6 @@ impl PubConn {
         }
     }
 
-    /// Waits until `deadline` for the answer to a [`PubConn::ping`] sent on a
-    /// connection that holds no subscription: true if it came.
-    pub fn pong_by(&mut self, deadline: Instant) -> io::Result<bool> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match self.reply(left)? {
-            Some(Item::Error(e)) => Err(io::Error::other(String::from_utf8_lossy(&e).into_owned())),
-            Some(_) => Ok(true),
-            None => Ok(false),
-        }
-    }
-
     /// Writes a whole command.
     pub fn send(&mut self, bytes: &[u8]) -> io::Result<()> {
         self.stream.write_all(bytes)?;
@@ -200,6 +194,7 @@ impl PubConn {
             Ok(_) => {
                 self.last_rx = Instant::now();
                 self.ping_sent = None;
+                self.unread = true;
                 Ok(Fill::Data)
             }
             Err(e)
@@ -216,6 +211,21 @@ impl PubConn {
         }
     }
 
+    /// Reads what is there without waiting for more: bytes TLS holds
+    /// decrypted, or what a readable socket has ([`Fill::Nothing`] otherwise).
+    pub fn fill_ready(&mut self) -> io::Result<Fill> {
+        let readable = self.stream.tls_pending()
+            || crate::channels::poll::wait_readable(&[self.fd()], Duration::ZERO)
+                .first()
+                .copied()
+                .unwrap_or(false);
+        if !readable {
+            self.unread = false;
+            return Ok(Fill::Nothing);
+        }
+        self.fill(Duration::from_millis(1))
+    }
+
     /// The next complete frame already buffered.
     pub fn next_frame(&mut self) -> io::Result<Option<Vec<Item>>> {
         self.reader
@@ -223,9 +233,12 @@ impl PubConn {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
     }
 
-    /// Bytes received but not parsed yet (or held decrypted by TLS).
+    /// Whether a frame may be buffered (or held decrypted by TLS): bytes
+    /// came since [`PubConn::fill_ready`] last found nothing to read, which
+    /// its callers ask only once every whole frame is taken (a part of one
+    /// waits for the socket).
     pub fn buffered(&mut self) -> bool {
-        self.reader.buffered() > 0 || self.stream.tls_pending()
+        self.unread || self.stream.tls_pending()
     }
 
     /// Pings a silent connection; an error when a ping went unanswered too long.
@@ -296,25 +309,6 @@ pub enum Fill {
     Nothing,
     /// The peer closed the connection.
     Closed,
-}
-
-/// Waits up to `timeout` until one of `fds` is readable; the readable ones.
-pub fn wait_readable(fds: &[RawFd], timeout: Duration) -> Vec<bool> {
-    let mut p: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&fd| libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        })
-        .collect();
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `p` is a valid, exclusively borrowed array of `p.len()` pollfds.
-    let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };
-    if n <= 0 {
-        return vec![false; fds.len()];
-    }
-    p.iter().map(|x| x.revents != 0).collect()
 }
 
 /// What one pub/sub frame is.
