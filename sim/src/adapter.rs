@@ -1,9 +1,13 @@
 //! The one place the simulator meets the product's pub/sub `Source` trait:
 //! a source whose subscriptions go to the simulated Redis and whose
 //! confirmations and messages the world hands to the router. Re-point this
-//! file when the trait changes; nothing else in the simulator names it.
+//! file when the trait changes; nothing else in the simulator names it (the
+//! shell's moving types, `SourceEvent` and `ReadRequest`, are re-exported
+//! from here).
 
-use seatboard::ingest::source::{Source, SourceEvent};
+pub use seatboard::channels::ReadRequest;
+use seatboard::redis::pubsub::Source;
+pub use seatboard::redis::pubsub::SourceEvent;
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -65,7 +69,7 @@ impl SimSource {
 }
 
 impl Source for SimSource {
-    fn poll(&mut self, _timeout: Duration) -> Option<SourceEvent> {
+    fn poll(&mut self) -> Option<SourceEvent> {
         // The world hands events to the router itself.
         None
     }

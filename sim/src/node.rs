@@ -2,14 +2,13 @@
 //! simulated source, its real shard cores (`shards::Shard`), and the channels
 //! between them, pumped in one thread.
 
-use crate::adapter::{self, Link, SimSource, SubCmd};
+use crate::adapter::{self, Link, ReadRequest, SimSource, SourceEvent, SubCmd};
 use crossbeam_channel::{unbounded, Receiver};
 use seatboard::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
-use seatboard::ingest::reader::ReadRequest;
-use seatboard::ingest::source::SourceEvent;
 use seatboard::ingest::Ingest;
 use seatboard::metrics::Metrics;
 use shards::{Action, ConnId, Shard, ShardConfig};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 /// The shard's send queue bound in the simulation (small, so that a viewer
@@ -45,6 +44,9 @@ pub struct Node {
     presence: Receiver<PresenceCmd>,
     /// Its metrics.
     pub metrics: Arc<Metrics>,
+    /// Per section, the highest version its board held and how many
+    /// write-losing faults had happened when it first held it.
+    high: HashMap<(Arc<str>, u32), (u64, u64)>,
 }
 
 impl Node {
@@ -89,12 +91,51 @@ impl Node {
             reads,
             presence,
             metrics,
+            high: HashMap::new(),
         }
     }
 
-    /// A source event into the router.
+    /// Checks the node's own board against the highest versions it held: a
+    /// section's version never goes down while its board is kept, except
+    /// below one first held before the latest of `faults` write-losing faults
+    /// (a state hash that lost the write may then be read afresh). A board
+    /// dropped (its last viewer gone) starts afresh. Names the section that
+    /// went back.
+    pub fn went_backwards(&mut self, faults: u64) -> Option<String> {
+        let mut seen = HashSet::new();
+        let mut back = None;
+        for (course, section, version) in self.ingest.held() {
+            let key = (Arc::clone(course), section);
+            seen.insert(key.clone());
+            let Some(v) = version else { continue };
+            match self.high.get_mut(&key) {
+                Some((high, at)) if v < *high => {
+                    if *at == faults && back.is_none() {
+                        back = Some(format!(
+                            "{course}/{section} held v{high}, now v{v} with no write lost since"
+                        ));
+                    }
+                    *high = v;
+                    *at = faults;
+                }
+                Some((high, at)) if v > *high => {
+                    *high = v;
+                    *at = faults;
+                }
+                Some(_) => {}
+                None => {
+                    self.high.insert(key, (v, faults));
+                }
+            }
+        }
+        self.high.retain(|k, _| seen.contains(k));
+        back
+    }
+
+    /// A source event into the router; the virtual clock stands for both the
+    /// monotonic and the wall clock (no snapshot carries a `ts`).
     pub fn event(&mut self, ev: SourceEvent, now: u64) {
-        self.ingest.event(ev, now);
+        self.ingest.event(ev, now, now);
     }
 
     /// A command into the router (a state reader answer).
@@ -150,7 +191,7 @@ impl Node {
                         }
                         Control::Roster { conn, frame } => shard.deliver(conn, frame),
                         Control::Admin(msg) => shard.handle_admin(&msg),
-                        Control::Drain | Control::CloseAll | Control::Probe => {}
+                        Control::Drain | Control::CloseAll | Control::Probe | Control::Stop => {}
                     }
                 }
                 while let Some(a) = shard.poll_action() {

@@ -1,14 +1,13 @@
 //! The simulated deployment on a virtual clock: Redis, nodes, publishers and
 //! viewers, driven through a schedule, with every invariant checked as it runs.
 
-use crate::adapter::{self, SubCmd};
+use crate::adapter::{self, ReadRequest, SubCmd};
 use crate::node::{Node, Out, QUEUE_BYTES};
 use crate::redis::Redis;
 use crate::rng::Rng;
 use crate::schedule::{Op, Shape, Step, COURSES};
 use crate::viewer::{At, Read, Viewer};
 use seatboard::channels::{Discovery, IngestCmd};
-use seatboard::ingest::reader::ReadRequest;
 use serde_json::Value;
 use shards::{Role, Snapshot, WsOptions};
 use std::collections::{BTreeMap, HashMap};
@@ -143,6 +142,8 @@ pub struct World {
     trace: bool,
     /// Whether a fault lost writes the state hashes held.
     lossy: bool,
+    /// Write-losing faults so far (a Redis restart, a failover).
+    lost_writes: u64,
     /// The truth after the final round.
     final_truth: BTreeMap<String, BTreeMap<u32, Value>>,
     /// Commands that reached a frozen Redis, in arrival order.
@@ -196,6 +197,7 @@ impl World {
             events: 0,
             trace,
             lossy,
+            lost_writes: 0,
             final_truth: BTreeMap::new(),
             held: Vec::new(),
         };
@@ -288,6 +290,12 @@ impl World {
             let now = self.now;
             self.slots[i].node.pump(now, &mut out);
             self.route(i, out);
+            if let Some(d) = self.slots[i].node.went_backwards(self.lost_writes) {
+                return Err(self.fail(
+                    "a node's board never goes backwards",
+                    format!("node {i}: {d}"),
+                ));
+            }
         }
         // Every queue stays within its bound.
         for (v, viewer) in self.viewers.iter().enumerate() {
@@ -448,6 +456,9 @@ impl World {
 
     fn step(&mut self, op: Op) {
         let now = self.now;
+        if op.loses_writes() {
+            self.lost_writes += 1;
+        }
         match op {
             Op::Publish {
                 publisher,

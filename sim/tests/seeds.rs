@@ -29,9 +29,7 @@ fn a_seed_replays_exactly() {
     let b = sim::run_seed(7, false);
     assert_eq!(a.events, b.events);
     assert_eq!(a.failure, b.failure);
-    assert!(
-        a.events > 1_000,
-        "the run did something: {} events",
-        a.events
-    );
+    // Seed 7's 120 steps, with the deliveries, acknowledgements, reads and
+    // viewer ticks they cause, come to about 800 events.
+    assert!(a.events > 500, "the run did something: {} events", a.events);
 }

@@ -494,6 +494,14 @@ impl<S: Source> Ingest<S> {
     pub fn source(&self) -> &S {
         &self.source
     }
+
+    /// Every section this node's board holds, with its version: what the
+    /// simulator checks never goes backwards.
+    pub fn held(&self) -> impl Iterator<Item = (&Arc<str>, u32, Option<u64>)> {
+        self.boards
+            .iter()
+            .flat_map(|(c, b)| b.sections.values().map(move |s| (c, s.section, s.version)))
+    }
 }
 
 /// Runs the ingest thread until `Shutdown`. It sleeps in `poll(2)` on every
