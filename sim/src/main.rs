@@ -3,6 +3,9 @@
 //! invariant, the shrunk schedule and the command that replays it.
 //! `--seed S [--keep i,j,…] [--trace]`: one seed (only the kept steps of its
 //! schedule), every event printed with `--trace`.
+//! `--no-shrink`: a failure is printed as found (a quick count of failures).
+//! `--plant BUG` (feature `planted-bugs`): runs with one planted bug
+//! (`read-backwards`, `read-before-confirmed`, `no-reread`).
 
 use sim::schedule::Step;
 use std::process::ExitCode;
@@ -14,6 +17,8 @@ struct Args {
     seed: Option<u64>,
     keep: Option<Vec<usize>>,
     trace: bool,
+    plant: Option<String>,
+    shrink: bool,
 }
 
 fn parse() -> Result<Args, String> {
@@ -23,6 +28,8 @@ fn parse() -> Result<Args, String> {
         seed: None,
         keep: None,
         trace: false,
+        plant: None,
+        shrink: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -37,6 +44,8 @@ fn parse() -> Result<Args, String> {
                 a.keep = Some(keep.map_err(|e| format!("--keep: {e}"))?);
             }
             "--trace" => a.trace = true,
+            "--plant" => a.plant = Some(value()?),
+            "--no-shrink" => a.shrink = false,
             other => return Err(format!("unknown flag {other}")),
         }
     }
@@ -51,6 +60,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(bug) = &args.plant {
+        if let Err(e) = plant(bug) {
+            eprintln!("sim: --plant: {e}");
+            return ExitCode::from(2);
+        }
+    }
     // A panic in the product is reported as a failure, not printed raw.
     std::panic::set_hook(Box::new(|_| {}));
     if let Some(seed) = args.seed {
@@ -84,7 +99,11 @@ fn main() -> ExitCode {
         events += out.events;
         if let Some(f) = out.failure {
             failed += 1;
-            report(seed, &f);
+            if args.shrink {
+                report(seed, &f);
+            } else {
+                println!("seed {seed}: FAILED {f}");
+            }
         }
     }
     let secs = started.elapsed().as_secs_f64();
@@ -106,6 +125,26 @@ fn main() -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Plants the named bug in this thread's product code.
+#[cfg(feature = "planted-bugs")]
+fn plant(name: &str) -> Result<(), String> {
+    use seatboard::planted::Bug;
+    let bug = match name {
+        "read-backwards" => Bug::ReadBackwards,
+        "read-before-confirmed" => Bug::ReadBeforeConfirmed,
+        "no-reread" => Bug::NoRereadAfterReconnect,
+        other => return Err(format!("no planted bug {other}")),
+    };
+    seatboard::planted::plant(Some(bug));
+    Ok(())
+}
+
+/// Without the feature there is nothing to plant.
+#[cfg(not(feature = "planted-bugs"))]
+fn plant(_name: &str) -> Result<(), String> {
+    Err("built without the planted-bugs feature".into())
 }
 
 fn report(seed: u64, f: &sim::Failure) {
