@@ -23,7 +23,9 @@ fn a_read_taking_a_section_backwards_is_caught() {
 
 #[test]
 fn a_read_before_the_subscription_is_confirmed_is_caught() {
-    let (seed, f) = caught(Bug::ReadBeforeConfirmed, 200).expect("caught within 200 seeds");
+    // The rarest to show (6 of the first 1,000 seeds, the first two at 190
+    // and 198): a later publish of the section hides it.
+    let (seed, f) = caught(Bug::ReadBeforeConfirmed, 400).expect("caught within 400 seeds");
     println!("seed {seed}: {f}");
 }
 
