@@ -168,6 +168,16 @@ pub fn acked(link: &Mutex<Link>, course: Option<&str>, subscribe: bool) -> Optio
     }
 }
 
+/// Whether a state read of `course` may be asked now (the contract's
+/// subscribe-then-read rule): its channel or the pattern is confirmed on the
+/// live connection, or the course is no longer wanted (a read asked before
+/// its last viewer left in the same turn).
+pub fn may_read(link: &Mutex<Link>, course: &str) -> bool {
+    let l = lock(link);
+    !l.wanted.contains(course)
+        || (l.connected && (l.confirmed.contains(course) || l.pattern_confirmed))
+}
+
 /// The connection dropped: nothing is confirmed, nothing written goes out.
 pub fn reset(link: &Mutex<Link>) {
     let mut l = lock(link);

@@ -289,6 +289,18 @@ impl World {
             let mut out = Out::default();
             let now = self.now;
             self.slots[i].node.pump(now, &mut out);
+            for r in &out.reads {
+                let ReadRequest::States { courses, .. } = r else {
+                    continue;
+                };
+                let link = &self.slots[i].node.link;
+                if let Some(c) = courses.iter().find(|c| !adapter::may_read(link, c)) {
+                    return Err(self.fail(
+                        "a state read waits for its subscription's confirmation",
+                        format!("node {i} asks to read {c} before Redis confirmed it"),
+                    ));
+                }
+            }
             self.route(i, out);
             if let Some(d) = self.slots[i].node.went_backwards(self.lost_writes) {
                 return Err(self.fail(
