@@ -110,10 +110,15 @@ impl Node {
             let Some(v) = version else { continue };
             match self.high.get_mut(&key) {
                 Some((high, at)) if v < *high => {
-                    if *at == faults && back.is_none() {
-                        back = Some(format!(
+                    // The first by name, whatever order the board map keeps.
+                    let first = back
+                        .as_ref()
+                        .is_none_or(|(k, _): &((Arc<str>, u32), String)| key < *k);
+                    if *at == faults && first {
+                        let d = format!(
                             "{course}/{section} held v{high}, now v{v} with no write lost since"
-                        ));
+                        );
+                        back = Some((key.clone(), d));
                     }
                     *high = v;
                     *at = faults;
@@ -129,7 +134,7 @@ impl Node {
             }
         }
         self.high.retain(|k, _| seen.contains(k));
-        back
+        back.map(|(_, d)| d)
     }
 
     /// A source event into the router; the virtual clock stands for both the

@@ -294,7 +294,9 @@ impl World {
                     continue;
                 };
                 let link = &self.slots[i].node.link;
-                if let Some(c) = courses.iter().find(|c| !adapter::may_read(link, c)) {
+                // The first by name, whatever order the router gathered them in.
+                let early = courses.iter().filter(|c| !adapter::may_read(link, c)).min();
+                if let Some(c) = early {
                     return Err(self.fail(
                         "a state read waits for its subscription's confirmation",
                         format!("node {i} asks to read {c} before Redis confirmed it"),
