@@ -46,7 +46,7 @@ pub enum Command {
     Analytics(AnalyticsArgs),
     /// Print an HS256 token signed with --jwt-secret (for trials and load tests).
     #[command(allow_negative_numbers = true)]
-    Token(crate::cmd::token::TokenArgs),
+    Token(TokenArgs),
     /// Rehearse a selection window against a running deployment before it opens.
     #[command(allow_negative_numbers = true)]
     Rehearse(RehearseArgs),
@@ -389,4 +389,52 @@ pub struct ReportArgs {
     /// Only the last N entries (0: all).
     #[arg(long, default_value_t = 0)]
     pub last: usize,
+}
+
+/// The role a minted token carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenRole {
+    /// A student (the `/ws` feed).
+    Student,
+    /// An admin (also `/ws/admin`).
+    Admin,
+}
+
+/// Flags of `seatboard token`.
+#[derive(Args, Debug, Clone)]
+pub struct TokenArgs {
+    /// User id (`sub`).
+    #[arg(long)]
+    pub user: String,
+    /// Role claim.
+    #[arg(long, value_enum, default_value = "student")]
+    pub role: TokenRole,
+    /// Lifetime: seconds, or a number with s, m, h or d (`90s`, `30m`, `1h`, `7d`).
+    #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+    pub ttl: u64,
+    /// HS256 secret, at least 32 bytes (the one `serve` verifies with).
+    #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: Option<String>,
+}
+
+/// Longest lifetime minted: a year.
+const MAX_TTL_S: u64 = 366 * 86_400;
+
+/// Seconds of a `--ttl` value.
+pub fn parse_ttl(s: &str) -> Result<u64, String> {
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let mult = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{s:?}: use seconds or s, m, h, d (`1h`)")),
+    };
+    match num.parse::<u64>().ok().and_then(|n| n.checked_mul(mult)) {
+        Some(t) if (1..=MAX_TTL_S).contains(&t) => Ok(t),
+        _ => Err(format!("{s:?}: between 1 s and 366 d")),
+    }
 }
