@@ -131,10 +131,6 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
         max_bytes,
         max.saturating_mul(2),
     )));
-    if let Some(addr) = c.metrics {
-        let l = TcpListener::bind(addr).map_err(|source| StartError::Metrics { addr, source })?;
-        crate::worker_http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
-    }
     if let Some(path) = &c.socket {
         let s = recv::bind_unix(path).map_err(StartError::Socket)?;
         recv::spawn("unix", s, Arc::clone(&shared)).map_err(thread("relay-unix"))?;
@@ -142,6 +138,12 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     if let Some(addr) = c.udp {
         let s = recv::bind_udp(addr).map_err(StartError::Udp)?;
         recv::spawn("udp", s, Arc::clone(&shared)).map_err(thread("relay-udp"))?;
+    }
+    // Served once the sockets are bound: `/healthz` answering means a
+    // datagram sent now is taken.
+    if let Some(addr) = c.metrics {
+        let l = TcpListener::bind(addr).map_err(|source| StartError::Metrics { addr, source })?;
+        crate::worker_http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
     }
     let draining = Arc::new(AtomicBool::new(false));
     let deadline: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());

@@ -30,21 +30,31 @@ fn example(file: &str, url: &str, mode: &str, taken: u32, version: u64) {
     } else {
         "node"
     };
-    let st = Command::new(prog)
-        .arg(docs().join("publishing").join(file))
-        .args([
-            url,
-            mode,
-            "CS101",
-            "1",
-            "40",
-            &taken.to_string(),
-            &version.to_string(),
-        ])
-        .arg(script_file())
-        .status()
-        .expect(prog);
-    assert!(st.success(), "{file} {mode} v{version}");
+    // The examples are fire-and-forget publishers with their own deadlines
+    // (1 s to connect, 2 s a write): on a loaded machine a write may miss
+    // them, which the example counts and reports as a failure. A publish is
+    // idempotent, so it is run again, three times at most.
+    for attempt in 1..=3 {
+        let st = Command::new(prog)
+            .arg(docs().join("publishing").join(file))
+            .args([
+                url,
+                mode,
+                "CS101",
+                "1",
+                "40",
+                &taken.to_string(),
+                &version.to_string(),
+            ])
+            .arg(script_file())
+            .status()
+            .expect(prog);
+        if st.success() {
+            return;
+        }
+        eprintln!("{file} {mode} v{version}: attempt {attempt} counted a failed write");
+    }
+    panic!("{file} {mode} v{version}: three runs, none published");
 }
 
 #[test]
