@@ -11,6 +11,8 @@ pub enum Bug {
     ReadBeforeConfirmed = 2,
     /// No reread of the boards after the pub/sub connection came back.
     NoRereadAfterReconnect = 3,
+    /// Presence re-scored without renewing its key's TTL (`PEXPIRE`).
+    RefreshWithoutTtl = 4,
 }
 
 #[cfg(feature = "planted-bugs")]

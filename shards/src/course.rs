@@ -51,6 +51,10 @@ pub(crate) struct Course {
     pub presence_msg: Option<Bytes>,
     /// The same count as a Server-Sent Event, made once when an SSE viewer needs it.
     pub presence_sse: Option<Bytes>,
+    /// A watch answer showed a count other than `presence` (the shard's own
+    /// users, before any count came): the next count goes out even if it
+    /// equals `presence`, or that viewer would keep the one it was shown.
+    pub presence_mixed: bool,
     /// True while the course sits in the shard's render schedule.
     pub scheduled: bool,
     /// `scheduled` and the pacer's due moment, shared with the ingest thread.
@@ -77,6 +81,7 @@ impl Course {
             presence: None,
             presence_msg: None,
             presence_sse: None,
+            presence_mixed: false,
             scheduled: false,
             gate: Gate::default(),
             full_cache: None,

@@ -7,6 +7,7 @@
 
 pub mod adapter;
 pub mod node;
+pub mod presence;
 pub mod redis;
 pub mod rng;
 pub mod schedule;

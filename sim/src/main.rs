@@ -5,7 +5,8 @@
 //! schedule), every event printed with `--trace`.
 //! `--no-shrink`: a failure is printed as found (a quick count of failures).
 //! `--plant BUG` (feature `planted-bugs`): runs with one planted bug
-//! (`read-backwards`, `read-before-confirmed`, `no-reread`).
+//! (`read-backwards`, `read-before-confirmed`, `no-reread`,
+//! `refresh-without-ttl`).
 
 use sim::schedule::Step;
 use std::process::ExitCode;
@@ -135,6 +136,7 @@ fn plant(name: &str) -> Result<(), String> {
         "read-backwards" => Bug::ReadBackwards,
         "read-before-confirmed" => Bug::ReadBeforeConfirmed,
         "no-reread" => Bug::NoRereadAfterReconnect,
+        "refresh-without-ttl" => Bug::RefreshWithoutTtl,
         other => return Err(format!("no planted bug {other}")),
     };
     seatboard::planted::plant(Some(bug));

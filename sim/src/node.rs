@@ -1,12 +1,17 @@
 //! One simulated node: the product's real ingest router (`Ingest`) over the
-//! simulated source, its real shard cores (`shards::Shard`), and the channels
-//! between them, pumped in one thread.
+//! simulated source, its real shard cores (`shards::Shard`), its real presence
+//! worker and Redis store over the simulated Redis, and the channels between
+//! them, pumped in one thread.
 
 use crate::adapter::{self, Link, ReadRequest, SimSource, SourceEvent, SubCmd};
+use crate::presence::{Sets, SimLink};
 use crossbeam_channel::{unbounded, Receiver};
+use seatboard::channels::wake::IngestRx;
 use seatboard::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use seatboard::ingest::Ingest;
 use seatboard::metrics::Metrics;
+use seatboard::presence::redis::RedisPresence;
+use seatboard::presence::{PresenceTiming, Worker};
 use shards::{Action, ConnId, Shard, ShardConfig};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -18,6 +23,13 @@ pub const QUEUE_BYTES: usize = 4 * 1024;
 /// The admin tick (ms).
 const ADMIN_TICK_MS: u64 = 750;
 
+/// The presence tick (ms): counts read and pushed this often.
+pub const PRESENCE_TICK_MS: u64 = 500;
+/// The presence TTL (ms): members re-scored every half of it.
+pub const PRESENCE_TTL_MS: u64 = 2_000;
+/// The presence keys' prefix.
+const PRESENCE_PREFIX: &str = "presence:";
+
 /// What a pump of the node asks of the world.
 #[derive(Debug, Default)]
 pub struct Out {
@@ -27,8 +39,6 @@ pub struct Out {
     pub reads: Vec<ReadRequest>,
     /// Connections the shard ends: (shard, conn, cut).
     pub ends: Vec<(usize, ConnId, bool)>,
-    /// Presence joins (+1) and leaves (-1) as the shards reported them.
-    pub presence: Vec<(Arc<str>, Arc<str>, i32)>,
 }
 
 /// One node.
@@ -42,6 +52,10 @@ pub struct Node {
     pub link: Arc<Mutex<Link>>,
     reads: Receiver<ReadRequest>,
     presence: Receiver<PresenceCmd>,
+    /// The presence worker, its store the product's over the simulated Redis.
+    pub worker: Worker<RedisPresence<SimLink>>,
+    /// What the worker sends the router (its counts).
+    to_ingest: IngestRx,
     /// Its metrics.
     pub metrics: Arc<Metrics>,
     /// Per section, the highest version its board held and how many
@@ -50,8 +64,9 @@ pub struct Node {
 }
 
 impl Node {
-    /// A node started at `now` with `shards` cores, connected to Redis.
-    pub fn new(id: usize, shards: usize, seed: u64, now: u64) -> Node {
+    /// A node started at `now` with `shards` cores, connected to Redis
+    /// (its presence keys in `sets`).
+    pub fn new(id: usize, shards: usize, seed: u64, now: u64, sets: &Arc<Mutex<Sets>>) -> Node {
         let metrics = Arc::new(Metrics::new(shards));
         let inboxes: Vec<Arc<Inbox>> = (0..shards).map(|_| Inbox::new()).collect();
         let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
@@ -68,6 +83,20 @@ impl Node {
             Some(ptx),
             rtx,
             ADMIN_TICK_MS,
+            now,
+        );
+        let (itx, to_ingest) = seatboard::channels::wake::channel().expect("an eventfd");
+        let store = RedisPresence::on(SimLink(Arc::clone(sets)), PRESENCE_PREFIX);
+        let timing = PresenceTiming {
+            tick_ms: PRESENCE_TICK_MS,
+            ttl_ms: PRESENCE_TTL_MS,
+        };
+        let worker = Worker::new(
+            store,
+            timing,
+            inboxes.clone(),
+            Some(itx),
+            Arc::clone(&metrics),
             now,
         );
         let shards = (0..shards)
@@ -90,6 +119,8 @@ impl Node {
             link,
             reads,
             presence,
+            worker,
+            to_ingest,
             metrics,
             high: HashMap::new(),
         }
@@ -148,19 +179,23 @@ impl Node {
         self.ingest.command(cmd, now);
     }
 
-    /// The earliest timer of the router and the shards.
+    /// The earliest timer of the router, the presence worker and the shards.
     pub fn next_timer(&self) -> Option<u64> {
         let shards = self.shards.iter().filter_map(Shard::poll_timeout).min();
-        match (self.ingest.poll_timeout(), shards) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let t = match (self.ingest.poll_timeout(), shards) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(u64::MAX),
+        };
+        Some(t.min(self.worker.poll_timeout()))
     }
 
     /// Runs every timer due at `now`.
     pub fn timers(&mut self, now: u64) {
         if self.ingest.poll_timeout().is_some_and(|t| t <= now) {
             self.ingest.handle_timeout(now);
+        }
+        if self.worker.poll_timeout() <= now {
+            self.worker.handle_timeout(now);
         }
         for s in &mut self.shards {
             if s.poll_timeout().is_some_and(|t| t <= now) {
@@ -174,6 +209,17 @@ impl Node {
     pub fn pump(&mut self, now: u64, out: &mut Out) {
         for _ in 0..64 {
             let mut moved = false;
+            // The router's commands to the worker (count every course while
+            // an admin watches), then the worker's counts to the router.
+            for cmd in self.presence.try_iter() {
+                moved = true;
+                self.worker.command(cmd, now);
+            }
+            while let Some(cmd) = self.to_ingest.try_recv() {
+                moved = true;
+                self.ingest.command(cmd, now);
+            }
+            let mut joins = Vec::new();
             self.ingest.flush();
             for (i, shard) in self.shards.iter_mut().enumerate() {
                 let inbox = &self.inboxes[i];
@@ -213,10 +259,10 @@ impl Node {
                             self.ingest.command(cmd, now);
                         }
                         Action::PresenceJoin { course, user } => {
-                            out.presence.push((course, user, 1))
+                            joins.push(PresenceCmd::Join { course, user })
                         }
                         Action::PresenceLeave { course, user } => {
-                            out.presence.push((course, user, -1))
+                            joins.push(PresenceCmd::Leave { course, user })
                         }
                         Action::Roster { .. } => {}
                         Action::AdminFeed { connected } => {
@@ -232,13 +278,16 @@ impl Node {
                 }
                 while shard.poll_ready().is_some() {}
             }
+            // What the shards' round reported goes to the worker as one batch.
+            if !joins.is_empty() {
+                self.worker.commands(joins, now);
+            }
             self.ingest.flush();
             if !moved {
                 break;
             }
         }
         out.reads.extend(self.reads.try_iter());
-        while self.presence.try_recv().is_ok() {}
         out.subs.append(&mut adapter::lock(&self.link).outbox);
     }
 }

@@ -1,10 +1,12 @@
 //! The simulated Redis: state hashes under the publish script's
-//! compare-and-set rule, pub/sub per connection, the faults that lose data
-//! (a restart without its keyspace, a failover to a replica that missed the
-//! last writes).
+//! compare-and-set rule, pub/sub per connection, presence sorted sets, the
+//! faults that lose data (a restart without its keyspace, a failover to a
+//! replica that missed the last writes).
 
+use crate::presence::{self, Sets};
 use shards::Snapshot;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 
 /// One node's pub/sub connection as Redis sees it.
 #[derive(Debug, Default, Clone)]
@@ -26,6 +28,8 @@ pub struct Redis {
     pub subs: Vec<SubConn>,
     /// Until when (virtual ms) it answers nothing.
     pub frozen_until: u64,
+    /// Presence keys, shared with every node's presence store.
+    pub presence: Arc<Mutex<Sets>>,
     /// Writes that a replica may not have yet: (when, course, section, value before).
     undo: Vec<(u64, String, u32, Option<String>)>,
 }
@@ -102,10 +106,12 @@ impl Redis {
     pub fn lose_keyspace(&mut self) {
         self.hashes.clear();
         self.undo.clear();
+        presence::lock(&self.presence).clear();
     }
 
     /// A failover to a replica that missed the writes of the last `lag_ms`.
     pub fn failover(&mut self, now: u64, lag_ms: u64) {
+        presence::lock(&self.presence).failover(lag_ms);
         while let Some((t, ..)) = self.undo.last() {
             if *t + lag_ms < now {
                 break;

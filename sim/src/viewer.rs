@@ -36,6 +36,8 @@ pub struct Viewer {
     pub boards: BTreeMap<String, BTreeMap<u32, Value>>,
     /// The highest version shown per (course, section) on this connection and watch.
     pub seen: BTreeMap<(String, u32), u64>,
+    /// The last viewer count shown per course on this connection and watch.
+    pub presence: BTreeMap<String, u64>,
     /// Courses unwatched while frames were still queued, with the bytes
     /// queued then and not read yet: those frames belong to the old watch.
     pub rewatch: BTreeMap<String, usize>,
@@ -63,6 +65,7 @@ impl Viewer {
             stalled: false,
             boards: BTreeMap::new(),
             seen: BTreeMap::new(),
+            presence: BTreeMap::new(),
             rewatch: BTreeMap::new(),
         }
     }
@@ -71,6 +74,7 @@ impl Viewer {
     pub fn fresh(&mut self) {
         self.boards.clear();
         self.seen.clear();
+        self.presence.clear();
         self.rewatch.clear();
     }
 
@@ -78,6 +82,7 @@ impl Viewer {
     /// frames among them belong to the old watch.
     pub fn forget(&mut self, course: &str, queued: usize) {
         self.boards.remove(course);
+        self.presence.remove(course);
         if queued == 0 {
             self.seen.retain(|(c, _), _| c != course);
         } else {
@@ -123,6 +128,14 @@ impl Viewer {
             Ok(v) => v,
             Err(e) => return Read::Broke("text frames are JSON", e.to_string()),
         };
+        if v["type"] == "presence" {
+            if let (Some(course), Some(n)) = (v["course"].as_str(), v["viewers"].as_u64()) {
+                if self.watching.contains(course) && !olds.contains(course) {
+                    self.presence.insert(course.to_owned(), n);
+                }
+            }
+            return Read::Ok;
+        }
         if v["type"] != "frame" {
             return Read::Ok;
         }

@@ -2,7 +2,8 @@
 //! viewers, driven through a schedule, with every invariant checked as it runs.
 
 use crate::adapter::{self, ReadRequest, SubCmd};
-use crate::node::{Node, Out, QUEUE_BYTES};
+use crate::node::{Node, Out, PRESENCE_TICK_MS, PRESENCE_TTL_MS, QUEUE_BYTES};
+use crate::presence;
 use crate::redis::Redis;
 use crate::rng::Rng;
 use crate::schedule::{Op, Shape, Step, COURSES};
@@ -10,7 +11,7 @@ use crate::viewer::{At, Read, Viewer};
 use seatboard::channels::{Discovery, IngestCmd};
 use serde_json::Value;
 use shards::{Role, Snapshot, WsOptions};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -20,6 +21,16 @@ pub const T0: u64 = 1_764_420_000_000;
 /// truth: the contract's 2 s after Redis answers again, plus the simulated
 /// reconnect backoff and link delays.
 pub const BOUND_MS: u64 = 2_000 + MAX_BACKOFF_MS + 4 * MAX_DELAY_MS + VIEWER_TICK_MS;
+/// How long after the last fault every count a viewer is shown equals the
+/// distinct users watching the course on any node: a dead node's members
+/// fall out one presence TTL after its last re-score, a lost write is
+/// rewritten at the next re-score (TTL/2), then one presence tick to count,
+/// the removals' window, and the viewers' read.
+pub const PRESENCE_BOUND_MS: u64 = PRESENCE_TTL_MS
+    + PRESENCE_TICK_MS
+    + seatboard::presence::LEAVE_WINDOW_MS
+    + VIEWER_TICK_MS
+    + 4 * MAX_DELAY_MS;
 /// The longest one-way delay on a link in normal operation.
 const MAX_DELAY_MS: u64 = 25;
 /// The source's longest reconnect backoff.
@@ -93,6 +104,8 @@ enum Ev {
         gen: u64,
     },
     ViewerTick,
+    /// From now on every presence count shown must be the truth.
+    PresenceSettled,
     /// Redis answers again: what it held is run in arrival order.
     Thaw,
     Quiet,
@@ -148,15 +161,23 @@ pub struct World {
     final_truth: BTreeMap<String, BTreeMap<u32, Value>>,
     /// Commands that reached a frozen Redis, in arrival order.
     held: Vec<(Conn, Cmd)>,
+    /// Past the presence bound: every count shown is checked.
+    presence_settled: bool,
 }
 
 impl World {
     /// A deployment of `shape` that will run `steps`, its delays drawn from `seed`.
     pub fn new(seed: u64, shape: Shape, steps: Vec<Step>, trace: bool) -> World {
         let mut rng = Rng::new(seed.rotate_left(17) ^ 0xd1ce);
+        let redis = Redis::new(shape.nodes);
+        {
+            let mut sets = presence::lock(&redis.presence);
+            sets.now = T0;
+            sets.reachable = true;
+        }
         let slots = (0..shape.nodes)
             .map(|i| Slot {
-                node: Node::new(i, shape.shards, seed ^ (i as u64) << 8, T0),
+                node: Node::new(i, shape.shards, seed ^ (i as u64) << 8, T0, &redis.presence),
                 gen: 0,
                 up: T0,
                 down: T0,
@@ -185,7 +206,7 @@ impl World {
             now: T0,
             seq: 0,
             queue: BTreeMap::new(),
-            redis: Redis::new(shape.nodes),
+            redis,
             down_until: 0,
             slots,
             viewers,
@@ -200,6 +221,7 @@ impl World {
             lost_writes: 0,
             final_truth: BTreeMap::new(),
             held: Vec::new(),
+            presence_settled: false,
         };
         for i in 0..w.steps.len() {
             let at = T0 + w.steps[i].at;
@@ -216,6 +238,7 @@ impl World {
         w.at(T0, Ev::ViewerTick);
         w.at(quiet, Ev::Quiet);
         w.at(quiet + BOUND_MS, Ev::CheckHash);
+        w.at(quiet + PRESENCE_BOUND_MS, Ev::PresenceSettled);
         w.at(quiet + BOUND_MS + 1, Ev::FinalRound);
         w.at(quiet + 2 * BOUND_MS, Ev::CheckFinal);
         w
@@ -270,6 +293,11 @@ impl World {
             }
             self.now = self.now.max(t);
             self.events += 1;
+            {
+                let mut sets = presence::lock(&self.redis.presence);
+                sets.now = self.now;
+                sets.reachable = self.now >= self.redis.frozen_until && self.now >= self.down_until;
+            }
             if timer.is_some_and(|tm| tm == t && q.is_none_or(|q| tm < q)) {
                 let now = self.now;
                 for s in &mut self.slots {
@@ -311,6 +339,7 @@ impl World {
                 ));
             }
         }
+        self.presence_keys_keep_their_ttl()?;
         // Every queue stays within its bound.
         for (v, viewer) in self.viewers.iter().enumerate() {
             if let Some(at) = viewer.at {
@@ -432,6 +461,13 @@ impl World {
                     }
                 }
             }
+            Ev::PresenceSettled => {
+                self.log(|| "PRESENCE SETTLED: every count shown is the truth".into());
+                self.presence_settled = true;
+                for v in 0..self.viewers.len() {
+                    self.counts_true(v)?;
+                }
+            }
             Ev::ViewerTick => {
                 self.viewers_read()?;
                 self.at(self.now + VIEWER_TICK_MS, Ev::ViewerTick);
@@ -548,7 +584,7 @@ impl World {
                 }
                 let s = &mut self.slots[node];
                 s.gen += 1;
-                s.node = Node::new(node, self.shape.shards, s.gen, now);
+                s.node = Node::new(node, self.shape.shards, s.gen, now, &self.redis.presence);
                 self.redis.subs[node].gen += 1;
                 self.redis.subs[node].channels.clear();
                 self.redis.subs[node].pattern = false;
@@ -739,6 +775,7 @@ impl World {
             let Some(at) = self.viewers[v].at else {
                 continue;
             };
+            let shown = self.trace.then(|| self.viewers[v].presence.clone());
             let shard = &mut self.slots[at.node].node.shards[at.shard];
             let published = &self.published;
             let lookup =
@@ -760,6 +797,75 @@ impl World {
                         })
                     }
                 }
+            }
+            if shown.is_some_and(|s| s != self.viewers[v].presence) {
+                let now = &self.viewers[v].presence;
+                self.log(|| format!("viewer {v} is shown counts {now:?}"));
+            }
+            if self.presence_settled {
+                self.counts_true(v)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The distinct users watching `course` on any node (viewers connected).
+    fn watchers(&self, course: &str) -> BTreeSet<&str> {
+        self.viewers
+            .iter()
+            .filter(|v| v.at.is_some() && v.watching.contains(course))
+            .map(|v| &*v.user)
+            .collect()
+    }
+
+    /// Past the presence bound, the count viewer `v` is shown for each course
+    /// it watches equals the distinct users watching that course on any node.
+    fn counts_true(&self, v: usize) -> Result<(), Failure> {
+        let viewer = &self.viewers[v];
+        let Some(at) = viewer.at else {
+            return Ok(());
+        };
+        for c in &viewer.watching {
+            let users = self.watchers(c);
+            let shown = viewer.presence.get(c).copied();
+            if shown != Some(users.len() as u64) {
+                let users: Vec<&str> = users.into_iter().collect();
+                return Err(self.fail(
+                    "presence counts converge to distinct users",
+                    format!(
+                        "viewer {v} on node {} course {c}: shown {} viewers, {} users watch it ({})",
+                        at.node,
+                        shown.map_or("no count".into(), |n| n.to_string()),
+                        users.len(),
+                        users.join(",")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every presence key carries a TTL that outlasts its members (the
+    /// contract renews it with every re-score): a key without one outlives a
+    /// dead node's viewers for ever, one shorter takes live members with it.
+    fn presence_keys_keep_their_ttl(&self) -> Result<(), Failure> {
+        let mut sets = presence::lock(&self.redis.presence);
+        for (key, k) in sets.keys() {
+            let last = k.members.values().max().copied().unwrap_or(0);
+            let bad = match k.expires {
+                None => Some("no TTL".to_owned()),
+                Some(e) if e < last => Some(format!(
+                    "expires at t={} before its member's expiry t={}",
+                    e.saturating_sub(T0),
+                    last.saturating_sub(T0)
+                )),
+                Some(_) => None,
+            };
+            if let Some(why) = bad {
+                return Err(self.fail(
+                    "a presence key's TTL outlasts its members",
+                    format!("{key}: {why}"),
+                ));
             }
         }
         Ok(())

@@ -36,3 +36,16 @@ fn no_reread_after_a_reconnect_is_caught() {
     let (seed, f) = caught(Bug::NoRereadAfterReconnect, 200).expect("caught within 200 seeds");
     println!("seed {seed}: {f}");
 }
+
+#[test]
+fn presence_refreshed_without_the_key_ttl_is_caught() {
+    // The re-score leaves the key's TTL where the last single add put it:
+    // the key then expires before its members (or, made by a re-score, has
+    // no TTL at all and outlives a dead node's viewers).
+    let (seed, f) = caught(Bug::RefreshWithoutTtl, 200).expect("caught within 200 seeds");
+    assert_eq!(
+        f.invariant, "a presence key's TTL outlasts its members",
+        "{f}"
+    );
+    println!("seed {seed}: {f}");
+}

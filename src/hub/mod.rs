@@ -108,7 +108,7 @@ where
         },
         inboxes.clone(),
         Some(ingest_tx.clone()),
-        Arc::clone(&node),
+        Arc::clone(&node.metrics),
         clock::unix_ms(),
     );
     supervisor::spawn("seatboard-presence", Policy::FailsNode, move || {

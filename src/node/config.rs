@@ -62,27 +62,3 @@ pub struct NodeConfig {
     /// Selection window id (`/api/history`'s default session).
     pub session: String,
 }
-
-#[cfg(test)]
-impl NodeConfig {
-    /// A node on an ephemeral loopback port with the default clocks and caps.
-    pub(crate) fn for_tests(shards: usize) -> Self {
-        NodeConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            shards,
-            driver: Driver::Auto,
-            compression: Compression::On,
-            tick_ms: 200,
-            admin_tick_ms: 750,
-            presence_tick_ms: 3000,
-            presence_ttl_ms: 30_000,
-            accept_rate: 2000,
-            accept_burst: 500,
-            max_connections: 200_000,
-            max_conns_per_user: 16,
-            drain_ms: 45_000,
-            origins: OriginRule::parse(""),
-            session: "default".into(),
-        }
-    }
-}

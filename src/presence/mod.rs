@@ -11,7 +11,7 @@ pub use error::StoreError;
 use crate::channels::wake::IngestTx;
 use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
-use crate::node::Node;
+use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use shards::server_msg;
 use std::collections::{HashMap, HashSet};
@@ -86,7 +86,7 @@ pub struct Worker<P: PresenceStore> {
     members: HashMap<(Arc<str>, Arc<str>), u32>,
     inboxes: Vec<Arc<Inbox>>,
     ingest: Option<IngestTx>,
-    node: Arc<Node>,
+    metrics: Arc<Metrics>,
     count_all: bool,
     extra: Vec<Arc<str>>,
     /// Members whose write failed: rewritten on the next refresh.
@@ -111,7 +111,7 @@ impl<P: PresenceStore> Worker<P> {
         timing: PresenceTiming,
         inboxes: Vec<Arc<Inbox>>,
         ingest: Option<IngestTx>,
-        node: Arc<Node>,
+        metrics: Arc<Metrics>,
         now_ms: u64,
     ) -> Self {
         Worker {
@@ -122,7 +122,7 @@ impl<P: PresenceStore> Worker<P> {
             members: HashMap::new(),
             inboxes,
             ingest,
-            node,
+            metrics,
             count_all: false,
             extra: Vec::new(),
             dirty: false,
@@ -134,7 +134,7 @@ impl<P: PresenceStore> Worker<P> {
     }
 
     fn failed(&mut self, what: &str, e: StoreError) {
-        self.node.metrics.presence_errors.fetch_add(1, Relaxed);
+        self.metrics.presence_errors.fetch_add(1, Relaxed);
         self.dirty = true;
         tracing::debug!(error = %e, "presence {what} failed");
     }
@@ -318,8 +318,7 @@ impl<P: PresenceStore> Worker<P> {
             Ok(c) => c,
             Err(e) => return self.failed("count", e),
         };
-        self.node
-            .metrics
+        self.metrics
             .presence_pipeline
             .observe_us(started.elapsed().as_micros() as u64);
         let counts: Arc<Vec<(Arc<str>, u64)>> = Arc::new(courses.into_iter().zip(counts).collect());

@@ -8,21 +8,52 @@
 
 use super::{PresenceStore, StoreResult};
 use crate::redis::commands::Commands;
-use crate::redis::Redis;
-use redis::Cmd;
+use crate::redis::{Error, Redis};
+use redis::{Cmd, FromRedisValue};
 use std::sync::Arc;
 
+/// Where the store's commands go and the clock its key TTLs are read from:
+/// the shared command client and the wall clock in `serve`, a simulated
+/// Redis on a virtual clock in the simulator (`sim/`).
+pub trait PresenceLink: Send {
+    /// One command and its reply.
+    fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error>;
+    /// Commands sent at once, every reply in order.
+    fn pipeline<T: FromRedisValue + 'static>(&mut self, cmds: &[Cmd]) -> Result<T, Error>;
+    /// Now, Unix ms (the clock of the scores).
+    fn unix_ms(&self) -> u64;
+}
+
+impl PresenceLink for Commands {
+    fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error> {
+        Commands::query(self, cmd)
+    }
+    fn pipeline<T: FromRedisValue + 'static>(&mut self, cmds: &[Cmd]) -> Result<T, Error> {
+        Commands::pipeline(self, cmds)
+    }
+    fn unix_ms(&self) -> u64 {
+        crate::clock::unix_ms()
+    }
+}
+
 /// Presence in Redis sorted sets.
-pub struct RedisPresence {
-    link: Commands,
+pub struct RedisPresence<L: PresenceLink = Commands> {
+    link: L,
     prefix: String,
 }
 
 impl RedisPresence {
     /// A store on `redis` with keys `<prefix><course>`; connects lazily.
     pub fn new(redis: &Arc<Redis>, prefix: &str) -> Self {
+        RedisPresence::on(Commands::new(redis, "presence"), prefix)
+    }
+}
+
+impl<L: PresenceLink> RedisPresence<L> {
+    /// A store whose commands go over `link`, with keys `<prefix><course>`.
+    pub fn on(link: L, prefix: &str) -> Self {
         RedisPresence {
-            link: Commands::new(redis, "presence"),
+            link,
             prefix: prefix.to_owned(),
         }
     }
@@ -30,11 +61,11 @@ impl RedisPresence {
     fn key(&self, course: &str) -> String {
         format!("{}{course}", self.prefix)
     }
-}
 
-/// The key TTL that lasts until `expiry_ms` (Unix ms), at least 1 ms.
-fn key_ttl_ms(expiry_ms: u64) -> u64 {
-    expiry_ms.saturating_sub(crate::clock::unix_ms()).max(1)
+    /// The key TTL that lasts until `expiry_ms` (Unix ms), at least 1 ms.
+    fn key_ttl_ms(&self, expiry_ms: u64) -> u64 {
+        expiry_ms.saturating_sub(self.link.unix_ms()).max(1)
+    }
 }
 
 fn pexpire(key: &str, ttl_ms: u64) -> Cmd {
@@ -49,14 +80,14 @@ fn trim(key: &str, now_ms: u64) -> Cmd {
     c
 }
 
-impl PresenceStore for RedisPresence {
+impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
     fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
         let key = self.key(course);
         let mut add = redis::cmd("ZADD");
         add.arg(&key).arg(expiry_ms).arg(user);
         Ok(self
             .link
-            .pipeline::<()>(&[add, pexpire(&key, key_ttl_ms(expiry_ms))])?)
+            .pipeline::<()>(&[add, pexpire(&key, self.key_ttl_ms(expiry_ms))])?)
     }
 
     fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
@@ -92,11 +123,13 @@ impl PresenceStore for RedisPresence {
             return Ok(());
         }
         // Each course's key once, after its members.
-        let ttl = key_ttl_ms(expiry_ms);
+        let ttl = self.key_ttl_ms(expiry_ms);
         let mut courses: Vec<&str> = members.iter().map(|(c, _)| &**c).collect();
         courses.sort_unstable();
         courses.dedup();
-        cmds.extend(courses.into_iter().map(|c| pexpire(&self.key(c), ttl)));
+        if !crate::planted::active(crate::planted::Bug::RefreshWithoutTtl) {
+            cmds.extend(courses.into_iter().map(|c| pexpire(&self.key(c), ttl)));
+        }
         Ok(self.link.pipeline::<()>(&cmds)?)
     }
 

@@ -1,8 +1,6 @@
 //! The presence worker's timing, refcounts and store failures, on a fake store.
 
 use super::*;
-use crate::auth::Auth;
-use crate::node::NodeConfig;
 use bytes::Bytes;
 use std::sync::Mutex;
 
@@ -80,7 +78,7 @@ struct Rig {
 }
 
 fn rig() -> Rig {
-    let node = Arc::new(Node::new(NodeConfig::for_tests(2), Auth::None));
+    let metrics = Arc::new(crate::metrics::Metrics::new(2));
     let calls = Arc::new(Mutex::new(Calls::default()));
     let inboxes: Vec<Arc<Inbox>> = (0..2).map(|_| Inbox::new()).collect();
     let (tx, ingest) = crate::channels::wake::channel().expect("eventfd");
@@ -89,7 +87,7 @@ fn rig() -> Rig {
         ttl_ms: TTL,
     };
     let store = Fake(Arc::clone(&calls), Default::default());
-    let w = Worker::new(store, timing, inboxes.clone(), Some(tx), node, T0);
+    let w = Worker::new(store, timing, inboxes.clone(), Some(tx), metrics, T0);
     Rig {
         w,
         calls,

@@ -59,10 +59,11 @@ impl Shard {
         let Some(c) = self.courses.get_mut(course) else {
             return;
         };
-        if c.presence == Some(viewers) {
+        if c.presence == Some(viewers) && !c.presence_mixed {
             return;
         }
         c.presence = Some(viewers);
+        c.presence_mixed = false;
         let msg = server_msg::presence(course, viewers);
         c.presence_msg = Some(msg.clone());
         c.presence_sse = None;

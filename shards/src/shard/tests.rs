@@ -118,3 +118,44 @@ fn a_healed_viewer_gets_the_count_it_missed() {
         "{after:?}"
     );
 }
+
+/// The counts a connection was sent, in order.
+fn counts(shard: &mut Shard, id: ConnId) -> Vec<u64> {
+    let mut seen = Vec::new();
+    while let Some(f) = shard.poll_frame(id) {
+        let text = String::from_utf8_lossy(&f).into_owned();
+        if let Some(at) = text.find("\"viewers\":") {
+            let n: String = text[at + 10..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            seen.extend(n.parse::<u64>().ok());
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_viewer_shown_its_own_watch_count_gets_the_next_count_even_if_unchanged() {
+    // Found by the simulator (seed 251): the watch answer counts the shard's
+    // own users (2) above the last count pushed (1); when that count came
+    // again it was taken as unchanged, and the viewer kept 2 for ever.
+    let mut shard = Shard::new(ShardConfig::default());
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    shard.handle_presence("C", 1);
+    let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(v, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(counts(&mut shard, v), vec![2], "its own watch counted");
+    shard.handle_text(u, r#"{"op":"unwatch","course":"C"}"#, 0);
+    shard.handle_presence("C", 1);
+    assert_eq!(
+        counts(&mut shard, v).last(),
+        Some(&1),
+        "the true count again"
+    );
+    // Once every viewer holds the count, an unchanged one is not sent again.
+    shard.handle_presence("C", 1);
+    assert_eq!(counts(&mut shard, v), Vec::<u64>::new());
+}

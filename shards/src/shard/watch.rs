@@ -107,6 +107,9 @@ impl Shard {
             Transport::WebSocket { deflate: false } => plain.clone(),
         };
         let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
+        if c.presence != Some(viewers) {
+            c.presence_mixed = true;
+        }
         let presence = server_msg::presence(course, viewers);
         // The answer replaces what came before; if the queue has no room for it
         // (a client that asks but never reads), a full frame is owed instead, so
