@@ -74,7 +74,12 @@ impl Shard {
             if self.conn(id).is_some_and(|c| c.transport.is_sse()) && as_sse.is_none() {
                 as_sse = sse_event::event(&msg);
             }
-            self.send_or_drop_as(id, &msg, &msg, as_sse.as_ref());
+            if !self.send_or_drop_as(id, &msg, &msg, as_sse.as_ref()) {
+                // No room: a full frame is owed, and the count goes with it
+                // when the viewer heals (a count is sent only when it
+                // changes, so a dropped one would never come again).
+                self.owe_full(id, course);
+            }
         }
         if let Some(c) = self.courses.get_mut(course) {
             c.presence_sse = as_sse;

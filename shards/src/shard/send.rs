@@ -72,25 +72,29 @@ impl Shard {
 
     /// [`Shard::send_or_drop`] with a compressed twin for deflate
     /// connections and an event twin for SSE streams.
+    /// False when it was dropped.
     pub(super) fn send_or_drop_as(
         &mut self,
         id: ConnId,
         plain: &Bytes,
         deflated: &Bytes,
         sse: Option<&Bytes>,
-    ) {
-        if let Some(c) = self.conn(id) {
-            let len = match (c.transport, sse) {
-                (Transport::Sse, Some(e)) => e.len(),
-                // An event is its JSON plus at most 32 bytes of field names.
-                (Transport::Sse, None) => plain.len() + 32,
-                (Transport::WebSocket { deflate: true }, _) => deflated.len(),
-                (Transport::WebSocket { deflate: false }, _) => plain.len(),
-            };
-            if c.queue.within_bound(len) {
-                self.send_always_as(id, plain, deflated, sse);
-            }
+    ) -> bool {
+        let Some(c) = self.conn(id) else {
+            return false;
+        };
+        let len = match (c.transport, sse) {
+            (Transport::Sse, Some(e)) => e.len(),
+            // An event is its JSON plus at most 32 bytes of field names.
+            (Transport::Sse, None) => plain.len() + 32,
+            (Transport::WebSocket { deflate: true }, _) => deflated.len(),
+            (Transport::WebSocket { deflate: false }, _) => plain.len(),
+        };
+        if !c.queue.within_bound(len) {
+            return false;
         }
+        self.send_always_as(id, plain, deflated, sse);
+        true
     }
 
     /// Delivers a reply built outside (a roster, a pong) to one connection.

@@ -159,3 +159,50 @@ fn a_viewer_shown_its_own_watch_count_gets_the_next_count_even_if_unchanged() {
     shard.handle_presence("C", 1);
     assert_eq!(counts(&mut shard, v), Vec::<u64>::new());
 }
+
+#[test]
+fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
+    // Found by the simulator (seeds 1002356, 1003625, 1004227): a viewer that
+    // stopped reading had its queue full when the count changed; the count
+    // was dropped, nothing was owed, and it kept the old count for ever.
+    let count = server_msg::presence("C", 2);
+    // A queue that holds one delta and not a count after it.
+    let delta = {
+        let mut probe = Shard::new(ShardConfig::default());
+        let id = probe.connect("u", Role::Student, WsOptions::VIEWER, 0);
+        probe.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+        probe.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+        while probe.poll_frame(id).is_some() {}
+        probe.handle_snapshot(&snap(1, 2, Some(2)));
+        probe.handle_timeout(400);
+        probe.queued_bytes(id)
+    };
+    assert!(delta > 0, "the probe queued a delta");
+    let bound = delta + count.len() - 1;
+    let mut shard = Shard::new(ShardConfig {
+        send_queue_bytes: bound,
+        ..ShardConfig::default()
+    });
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+    shard.handle_presence("C", 1);
+    while shard.poll_frame(id).is_some() {}
+    shard.handle_snapshot(&snap(1, 2, Some(2)));
+    shard.handle_timeout(400);
+    let queued = shard.queued_bytes(id);
+    assert!(
+        queued > 0 && queued + count.len() > bound,
+        "{queued} of {bound} queued"
+    );
+    shard.handle_presence("C", 2);
+    let mut shown = counts(&mut shard, id);
+    assert!(!shown.contains(&2), "no room for the count: {shown:?}");
+    shard.handle_timeout(2_000);
+    shown.extend(counts(&mut shard, id));
+    assert_eq!(
+        shown.last(),
+        Some(&2),
+        "the count comes with the full frame"
+    );
+}

@@ -135,6 +135,15 @@ impl Shard {
             return;
         };
         conn.queue.refused(now_ms);
+        self.owe_full(id, course);
+    }
+
+    /// `id` is owed a full frame of `course` (with its count) at the next
+    /// render that finds room in its queue.
+    pub(super) fn owe_full(&mut self, id: ConnId, course: &str) {
+        let Some(conn) = self.conn(id) else {
+            return;
+        };
         let Some(pos) = conn.watch_pos(course) else {
             return;
         };
