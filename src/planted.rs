@@ -13,6 +13,8 @@ pub enum Bug {
     NoRereadAfterReconnect = 3,
     /// Presence re-scored without renewing its key's TTL (`PEXPIRE`).
     RefreshWithoutTtl = 4,
+    /// The firehose's pattern subscribed without dropping the per-course ones.
+    FirehoseKeepsNarrow = 5,
 }
 
 #[cfg(feature = "planted-bugs")]

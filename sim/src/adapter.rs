@@ -6,9 +6,9 @@
 //! from here).
 
 pub use seatboard::channels::ReadRequest;
+use seatboard::redis::pubsub::classic_subs::ClassicSubs;
 use seatboard::redis::pubsub::Source;
 pub use seatboard::redis::pubsub::SourceEvent;
-use std::collections::{BTreeMap, BTreeSet};
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -29,28 +29,26 @@ pub enum SubCmd {
 pub struct Link {
     /// The connection is up.
     pub connected: bool,
-    /// Channels whose subscription Redis confirmed on this connection.
-    pub confirmed: BTreeSet<String>,
-    /// The pattern's subscription is confirmed.
-    pub pattern_confirmed: bool,
-    /// Courses the router wants (resubscribed after a reconnect).
-    pub wanted: BTreeSet<String>,
-    /// The router wants the pattern.
-    pub pattern: bool,
+    /// The product's own subscription bookkeeping (the classic source's).
+    pub subs: ClassicSubs,
     /// Commands written and not yet taken by the world.
     pub outbox: Vec<SubCmd>,
-    /// Per channel, (un)subscriptions written whose acknowledgement has not
-    /// come back: a channel counts as confirmed only once the last one has.
-    pub pending: BTreeMap<String, u32>,
 }
 
 impl Link {
-    /// Writes one command, counting it against its channel's acknowledgements.
-    pub fn write(&mut self, cmd: SubCmd) {
-        if let SubCmd::Subscribe(c) | SubCmd::Unsubscribe(c) = &cmd {
-            *self.pending.entry(c.clone()).or_default() += 1;
+    /// Writes this turn's (un)subscriptions, in the classic source's order.
+    fn write(&mut self) {
+        let w = self.subs.take_writes();
+        if w.psubscribe {
+            self.outbox.push(SubCmd::Pattern(true));
         }
-        self.outbox.push(cmd);
+        self.outbox
+            .extend(w.subscribe.into_iter().map(SubCmd::Subscribe));
+        self.outbox
+            .extend(w.unsubscribe.into_iter().map(SubCmd::Unsubscribe));
+        if w.punsubscribe {
+            self.outbox.push(SubCmd::Pattern(false));
+        }
     }
 }
 
@@ -74,39 +72,23 @@ impl Source for SimSource {
         None
     }
     fn subscribe(&mut self, course: &str) {
-        let mut l = self.link();
-        l.wanted.insert(course.to_owned());
-        // A classic source under the pattern writes no narrow subscription.
-        if !l.pattern {
-            l.write(SubCmd::Subscribe(course.to_owned()));
-        }
+        self.link().subs.subscribe(course);
     }
     fn unsubscribe(&mut self, course: &str) {
-        let mut l = self.link();
-        l.wanted.remove(course);
-        l.confirmed.remove(course);
-        if !l.pattern {
-            l.write(SubCmd::Unsubscribe(course.to_owned()));
-        }
+        self.link().subs.unsubscribe(course);
     }
     fn set_firehose(&mut self, on: bool) {
+        self.link().subs.set_firehose(on);
+    }
+    fn flush(&mut self) {
         let mut l = self.link();
-        l.pattern = on;
-        l.write(SubCmd::Pattern(on));
-        if on {
-            // The classic source drops its narrow subscriptions under the pattern.
-            let narrow: Vec<String> = l.confirmed.iter().cloned().collect();
-            for c in narrow {
-                l.write(SubCmd::Unsubscribe(c));
-            }
-            l.confirmed.clear();
-        } else {
-            l.pattern_confirmed = false;
+        if l.subs.due() {
+            l.write();
         }
     }
     fn subscribed(&self, course: &str) -> bool {
         let l = self.link();
-        l.connected && (l.confirmed.contains(course) || l.pattern_confirmed)
+        l.connected && l.subs.subscribed(course)
     }
     fn connected(&self) -> bool {
         self.link().connected
@@ -136,70 +118,42 @@ pub fn reconnected() -> SourceEvent {
 }
 
 /// An acknowledgement from Redis of a (un)subscription (`None`: the
-/// pattern's): the confirmation the router hears of, once the channel's last
-/// command is acknowledged and it is still wanted.
+/// pattern's): the confirmation the router hears of, as the classic source
+/// takes it.
 pub fn acked(link: &Mutex<Link>, course: Option<&str>, subscribe: bool) -> Option<SourceEvent> {
     let mut l = lock(link);
+    if !l.connected || !subscribe {
+        return None;
+    }
     match course {
-        None => {
-            if subscribe && l.pattern && l.connected {
-                l.pattern_confirmed = true;
-                return Some(SourceEvent::Subscribed(None));
-            }
-            None
-        }
-        Some(c) => {
-            let left = match l.pending.get_mut(c) {
-                Some(n) => {
-                    *n = n.saturating_sub(1);
-                    *n
-                }
-                None => 0,
-            };
-            if left == 0 {
-                l.pending.remove(c);
-            }
-            if left == 0 && subscribe && l.wanted.contains(c) && l.connected {
-                l.confirmed.insert(c.to_owned());
-                return Some(SourceEvent::Subscribed(Some(c.to_owned())));
-            }
-            None
-        }
+        None => l.subs.pattern_confirmed(),
+        Some(c) => l.subs.course_confirmed(c),
     }
 }
 
 /// Whether a state read of `course` may be asked now (the contract's
 /// subscribe-then-read rule): its channel or the pattern is confirmed on the
-/// live connection, or the course is no longer wanted (a read asked before
-/// its last viewer left in the same turn).
+/// live connection, or (no pattern wanted) the course is no longer wanted
+/// (a read asked before its last viewer left in the same turn).
 pub fn may_read(link: &Mutex<Link>, course: &str) -> bool {
     let l = lock(link);
-    !l.wanted.contains(course)
-        || (l.connected && (l.confirmed.contains(course) || l.pattern_confirmed))
+    (!l.subs.firehose() && !l.subs.wants(course)) || (l.connected && l.subs.subscribed(course))
 }
 
 /// The connection dropped: nothing is confirmed, nothing written goes out.
 pub fn reset(link: &Mutex<Link>) {
     let mut l = lock(link);
     l.connected = false;
-    l.confirmed.clear();
-    l.pattern_confirmed = false;
-    l.pending.clear();
+    l.subs.dropped();
     l.outbox.clear();
 }
 
-/// The connection is back: every wanted channel (or the pattern) is written
-/// again, and the router hears of the reconnect.
+/// The connection is back: every subscription wanted (or the pattern) is
+/// written again, and the router hears of the reconnect.
 pub fn reconnect(link: &Mutex<Link>) -> SourceEvent {
     let mut l = lock(link);
     l.connected = true;
-    if l.pattern {
-        l.write(SubCmd::Pattern(true));
-    } else {
-        let wanted: Vec<String> = l.wanted.iter().cloned().collect();
-        for c in wanted {
-            l.write(SubCmd::Subscribe(c));
-        }
-    }
+    l.subs.connected();
+    l.write();
     SourceEvent::Reconnected
 }

@@ -6,7 +6,7 @@
 //! `--no-shrink`: a failure is printed as found (a quick count of failures).
 //! `--plant BUG` (feature `planted-bugs`): runs with one planted bug
 //! (`read-backwards`, `read-before-confirmed`, `no-reread`,
-//! `refresh-without-ttl`).
+//! `refresh-without-ttl`, `firehose-keeps-narrow`).
 
 use sim::schedule::Step;
 use std::process::ExitCode;
@@ -137,6 +137,7 @@ fn plant(name: &str) -> Result<(), String> {
         "read-before-confirmed" => Bug::ReadBeforeConfirmed,
         "no-reread" => Bug::NoRereadAfterReconnect,
         "refresh-without-ttl" => Bug::RefreshWithoutTtl,
+        "firehose-keeps-narrow" => Bug::FirehoseKeepsNarrow,
         other => return Err(format!("no planted bug {other}")),
     };
     seatboard::planted::plant(Some(bug));

@@ -70,10 +70,12 @@ impl Node {
         let metrics = Arc::new(Metrics::new(shards));
         let inboxes: Vec<Arc<Inbox>> = (0..shards).map(|_| Inbox::new()).collect();
         let outlets = inboxes.iter().map(|i| Outlet::new(Arc::clone(i))).collect();
-        let link = Arc::new(Mutex::new(Link {
+        let mut up = Link {
             connected: true,
             ..Link::default()
-        }));
+        };
+        up.subs.connected();
+        let link = Arc::new(Mutex::new(up));
         let (ptx, presence) = unbounded();
         let (rtx, reads) = unbounded();
         let ingest = Ingest::new(

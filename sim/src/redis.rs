@@ -75,14 +75,20 @@ impl Redis {
         true
     }
 
-    /// The nodes whose connection receives a publish on `course`.
+    /// The nodes whose connection receives a publish on `course`, once per
+    /// matching subscription: a connection subscribed to the channel and to
+    /// the pattern receives it twice (`message` and `pmessage`), as Redis does.
     pub fn receivers(&self, course: &str) -> Vec<(usize, u64)> {
-        self.subs
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.pattern || s.channels.contains(course))
-            .map(|(i, s)| (i, s.gen))
-            .collect()
+        let mut to = Vec::new();
+        for (i, s) in self.subs.iter().enumerate() {
+            if s.channels.contains(course) {
+                to.push((i, s.gen));
+            }
+            if s.pattern {
+                to.push((i, s.gen));
+            }
+        }
+        to
     }
 
     /// A course's state hash, one payload per section.

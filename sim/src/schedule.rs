@@ -87,6 +87,10 @@ pub enum Op {
     Failover { lag_ms: u64 },
     /// Fault: a node killed and started again.
     NodeRestart { node: usize },
+    /// An admin opens `/ws/admin` on a node (its firehose turns on), if none is there.
+    AdminJoin { node: usize, shard: usize },
+    /// The node's admin leaves (its firehose turns off).
+    AdminLeave { node: usize },
 }
 
 impl Op {
@@ -158,6 +162,8 @@ pub struct Faults {
     pub node_restart: bool,
     /// Viewers that stop reading.
     pub stall: bool,
+    /// Admins that come and go (not a fault: the firehose's subscriptions).
+    pub admin: bool,
 }
 
 impl Faults {
@@ -172,6 +178,7 @@ impl Faults {
         failover: true,
         node_restart: true,
         stall: true,
+        admin: true,
     };
 
     /// Every fault off.
@@ -185,6 +192,7 @@ impl Faults {
         failover: false,
         node_restart: false,
         stall: false,
+        admin: false,
     };
 
     /// A seed's own mix: each fault on with probability one half.
@@ -200,6 +208,7 @@ impl Faults {
             failover: b(),
             node_restart: b(),
             stall: b(),
+            admin: b(),
         }
     }
 }
@@ -224,6 +233,18 @@ pub fn draw(rng: &mut Rng, shape: &Shape, faults: Faults) -> Vec<Step> {
         let course = rng.below(shape.courses as u64) as usize;
         let publisher = rng.below(shape.publishers as u64) as usize;
         let node = rng.below(shape.nodes as u64) as usize;
+        if faults.admin && rng.chance(40) {
+            let op = if rng.chance(600) {
+                Op::AdminJoin {
+                    node,
+                    shard: rng.below(shape.shards as u64) as usize,
+                }
+            } else {
+                Op::AdminLeave { node }
+            };
+            steps.push(Step { at, op });
+            continue;
+        }
         let op = match rng.below(100) {
             0..=2 if faults.slow_link => Op::SlowLink {
                 node,

@@ -163,6 +163,10 @@ pub struct World {
     held: Vec<(Conn, Cmd)>,
     /// Past the presence bound: every count shown is checked.
     presence_settled: bool,
+    /// Per node, its admin's connection (shard, conn, the node's generation).
+    admins: Vec<Option<(usize, shards::ConnId, u64)>>,
+    /// Per node, pub/sub commands on their way to Redis.
+    inflight: Vec<u64>,
 }
 
 impl World {
@@ -222,6 +226,8 @@ impl World {
             final_truth: BTreeMap::new(),
             held: Vec::new(),
             presence_settled: false,
+            admins: vec![None; shape.nodes],
+            inflight: vec![0; shape.nodes],
         };
         for i in 0..w.steps.len() {
             let at = T0 + w.steps[i].at;
@@ -340,6 +346,7 @@ impl World {
             }
         }
         self.presence_keys_keep_their_ttl()?;
+        self.pattern_alone()?;
         // Every queue stays within its bound.
         for (v, viewer) in self.viewers.iter().enumerate() {
             if let Some(at) = viewer.at {
@@ -368,6 +375,7 @@ impl World {
             s.up = s.up.max(self.now + d);
             let t = s.up;
             self.log(|| format!("node {node} writes {c:?}"));
+            self.inflight[node] += 1;
             self.at(t, Ev::AtRedis(Conn::Sub { node, gen }, Cmd::Sub(c)));
         }
         for r in out.reads {
@@ -575,7 +583,27 @@ impl World {
                     self.reset_link(n);
                 }
             }
+            Op::AdminJoin { node, shard } => {
+                if self.admins[node].is_none() {
+                    let s = &mut self.slots[node];
+                    let conn = s.node.shards[shard].connect(
+                        Arc::from("admin"),
+                        Role::Admin,
+                        WsOptions::ADMIN_FEED,
+                        now,
+                    );
+                    self.admins[node] = Some((shard, conn, s.gen));
+                }
+            }
+            Op::AdminLeave { node } => {
+                if let Some((shard, conn, gen)) = self.admins[node].take() {
+                    if gen == self.slots[node].gen {
+                        self.slots[node].node.shards[shard].disconnect(conn);
+                    }
+                }
+            }
             Op::NodeRestart { node } => {
+                self.admins[node] = None;
                 for v in 0..self.viewers.len() {
                     if self.viewers[v].at.is_some_and(|a| a.node == node) {
                         self.viewers[v].at = None;
@@ -667,6 +695,7 @@ impl World {
                 }
             }
             (Conn::Sub { node, gen }, Cmd::Sub(c)) => {
+                self.inflight[node] = self.inflight[node].saturating_sub(1);
                 if down || gen != self.redis.subs[node].gen {
                     return;
                 }
@@ -750,6 +779,15 @@ impl World {
 
     fn viewers_read(&mut self) -> Result<(), Failure> {
         let now = self.now;
+        // Admins read everything they are sent.
+        for n in 0..self.admins.len() {
+            if let Some((shard, conn, gen)) = self.admins[n] {
+                if gen == self.slots[n].gen {
+                    let s = &mut self.slots[n].node.shards[shard];
+                    while s.poll_frame(conn).is_some() {}
+                }
+            }
+        }
         for v in 0..self.viewers.len() {
             if self.viewers[v].at.is_none() {
                 // (Re)connect where it was sent, and watch again.
@@ -839,6 +877,33 @@ impl World {
                         users.len(),
                         users.join(",")
                     ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// A node holds the pattern subscription only while an admin is connected
+    /// to it, and then no per-course subscription (checked once the node's
+    /// commands have reached Redis).
+    fn pattern_alone(&self) -> Result<(), Failure> {
+        for (n, sub) in self.redis.subs.iter().enumerate() {
+            if self.inflight[n] > 0 || !sub.pattern {
+                continue;
+            }
+            if let Some(c) = sub.channels.iter().next() {
+                return Err(self.fail(
+                    "the pattern only with an admin, and then no course channel",
+                    format!(
+                        "node {n} holds the pattern and {} course channels ({c}, …)",
+                        sub.channels.len()
+                    ),
+                ));
+            }
+            if self.admins[n].is_none() {
+                return Err(self.fail(
+                    "the pattern only with an admin, and then no course channel",
+                    format!("node {n} holds the pattern with no admin connected"),
                 ));
             }
         }

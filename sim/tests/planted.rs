@@ -49,3 +49,15 @@ fn presence_refreshed_without_the_key_ttl_is_caught() {
     );
     println!("seed {seed}: {f}");
 }
+
+#[test]
+fn the_firehose_without_dropping_the_course_channels_is_caught() {
+    // The pattern comes on for an admin while the course channels stay: the
+    // node holds both, and Redis delivers every publish on them twice.
+    let (seed, f) = caught(Bug::FirehoseKeepsNarrow, 200).expect("caught within 200 seeds");
+    assert_eq!(
+        f.invariant, "the pattern only with an admin, and then no course channel",
+        "{f}"
+    );
+    println!("seed {seed}: {f}");
+}

@@ -11,6 +11,7 @@
 //! 2 s, restores exactly the subscriptions it should hold and tells the
 //! router to reseed as they are confirmed.
 
+use super::classic_subs::ClassicSubs;
 use super::conn::{classify, packed, Fill, Frame, PubConn};
 use super::dialer::{Dialed, Dialer};
 use super::resp::Item;
@@ -18,7 +19,7 @@ use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
 use crate::redis::slots::Addr;
 use crate::redis::{glob_escape, Mode, Redis};
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,18 +35,9 @@ pub const RECONNECT_CAP: Duration = Duration::from_millis(500);
 /// Channels per (UN)SUBSCRIBE command when many go at once.
 pub const SUBSCRIBE_BATCH: usize = 512;
 
-/// The live pub/sub connection.
+/// The live pub/sub connection (what it holds is in [`ClassicSubs`]).
 struct Sub {
     conn: PubConn,
-    /// Whether this connection asked for the pattern subscription.
-    pattern: bool,
-    /// Whether Redis confirmed it.
-    pattern_confirmed: bool,
-    /// SUBSCRIBE confirmations still to come, per course: a course counts as
-    /// subscribed only once the last one it was sent is confirmed.
-    unconfirmed: HashMap<String, u32>,
-    /// Courses whose channel is confirmed subscribed.
-    confirmed: HashSet<String>,
     /// Redis answered on it: a connection to a frozen Redis (which the
     /// kernel still accepts) does not count as connected.
     alive: bool,
@@ -84,12 +76,9 @@ pub struct Classic {
     channel_prefix: String,
     pattern: String,
     sub: Option<Sub>,
-    /// Per-course subscriptions wanted; always empty while the firehose is on.
-    courses: BTreeSet<String>,
-    firehose: bool,
-    /// Channels to (un)subscribe at the end of this turn.
-    to_sub: Vec<String>,
-    to_unsub: Vec<String>,
+    /// The subscriptions wanted, this turn's writes, and what the live
+    /// connection holds.
+    subs: ClassicSubs,
     pending: VecDeque<SourceEvent>,
     backoff: Backoff,
     ever_connected: bool,
@@ -108,10 +97,7 @@ impl Classic {
             channel_prefix: channel_prefix.to_owned(),
             pattern: format!("{}*", glob_escape(channel_prefix)),
             sub: None,
-            courses: BTreeSet::new(),
-            firehose: false,
-            to_sub: Vec::new(),
-            to_unsub: Vec::new(),
+            subs: ClassicSubs::default(),
             pending: VecDeque::new(),
             backoff: Backoff::capped(RECONNECT_CAP),
             ever_connected: false,
@@ -129,8 +115,7 @@ impl Classic {
         if let Some(s) = self.sub.take() {
             tracing::warn!(reason = why, node = %format!("{}:{}", s.conn.addr.0, s.conn.addr.1), "Redis pub/sub connection lost; reconnecting");
         }
-        self.to_sub.clear();
-        self.to_unsub.clear();
+        self.subs.dropped();
         // Next attempt on the next node (a cluster in classic mode: any node
         // hears every PUBLISH; standalone: the same one again).
         self.node = self.node.wrapping_add(1);
@@ -176,19 +161,8 @@ impl Classic {
                 return;
             }
         };
-        self.sub = Some(Sub {
-            conn,
-            pattern: false,
-            pattern_confirmed: false,
-            unconfirmed: HashMap::new(),
-            confirmed: HashSet::new(),
-            alive: false,
-        });
-        if self.firehose {
-            self.to_unsub.clear();
-        } else {
-            self.to_sub = self.courses.iter().cloned().collect();
-        }
+        self.sub = Some(Sub { conn, alive: false });
+        self.subs.connected();
         self.write_pending();
         // A PING after the subscriptions: the first answer proves the
         // connection alive, and none within PING_DEADLINE gives it up.
@@ -203,43 +177,34 @@ impl Classic {
         self.backoff.reset();
         let first = !self.ever_connected;
         self.ever_connected = true;
-        if first && !self.firehose && self.courses.is_empty() {
+        if first && !self.subs.firehose() && self.subs.courses() == 0 {
             return None;
         }
         tracing::info!(
-            courses = self.courses.len(),
-            firehose = self.firehose,
+            courses = self.subs.courses(),
+            firehose = self.subs.firehose(),
             "Redis pub/sub connected; subscriptions restored"
         );
         Some(SourceEvent::Reconnected)
     }
 
-    /// Writes this turn's (un)subscriptions as a few commands: the pattern
-    /// first when it is wanted, per-course channels, and the pattern's removal
-    /// last (so no publish falls between the two kinds of subscription).
+    /// Writes this turn's (un)subscriptions as a few commands, in the order
+    /// [`ClassicSubs::take_writes`] gives them.
     fn write_pending(&mut self) {
-        let firehose = self.firehose;
-        let to_sub = std::mem::take(&mut self.to_sub);
-        let to_unsub = std::mem::take(&mut self.to_unsub);
-        let sub_channels: Vec<String> = to_sub.iter().map(|c| self.channel(c)).collect();
-        let unsub_channels: Vec<String> = to_unsub.iter().map(|c| self.channel(c)).collect();
+        let w = self.subs.take_writes();
+        let sub_channels: Vec<String> = w.subscribe.iter().map(|c| self.channel(c)).collect();
+        let unsub_channels: Vec<String> = w.unsubscribe.iter().map(|c| self.channel(c)).collect();
         let Some(sub) = &mut self.sub else {
             return;
         };
         let mut out = Vec::new();
-        if firehose && !sub.pattern {
+        if w.psubscribe {
             out.extend(packed("PSUBSCRIBE", [self.pattern.as_str()]));
-            sub.pattern = true;
         }
         batched("SUBSCRIBE", &sub_channels, &mut out);
-        for c in to_sub {
-            *sub.unconfirmed.entry(c).or_default() += 1;
-        }
         batched("UNSUBSCRIBE", &unsub_channels, &mut out);
-        if !firehose && sub.pattern {
+        if w.punsubscribe {
             out.extend(packed("PUNSUBSCRIBE", [self.pattern.as_str()]));
-            sub.pattern = false;
-            sub.pattern_confirmed = false;
         }
         if out.is_empty() {
             return;
@@ -309,29 +274,14 @@ impl Classic {
 
     /// A (P)SUBSCRIBE confirmation: the course (or every course) may be read now.
     fn confirmed(&mut self, kind: &[u8], channel: &[u8]) -> Option<SourceEvent> {
-        let sub = self.sub.as_mut()?;
+        self.sub.as_ref()?;
         match kind {
-            b"psubscribe" if sub.pattern => {
-                sub.pattern_confirmed = true;
-                // The pattern covers every course: per-course confirmations no longer matter.
-                sub.confirmed.clear();
-                Some(SourceEvent::Subscribed(None))
-            }
+            b"psubscribe" => self.subs.pattern_confirmed(),
             b"subscribe" => {
                 let course = std::str::from_utf8(channel)
                     .ok()?
                     .strip_prefix(self.channel_prefix.as_str())?;
-                let left = sub.unconfirmed.get_mut(course)?;
-                *left = left.saturating_sub(1);
-                if *left > 0 {
-                    return None;
-                }
-                sub.unconfirmed.remove(course);
-                if !self.courses.contains(course) {
-                    return None;
-                }
-                sub.confirmed.insert(course.to_owned());
-                Some(SourceEvent::Subscribed(Some(course.to_owned())))
+                self.subs.course_confirmed(course)
             }
             _ => None,
         }
@@ -381,58 +331,26 @@ impl Source for Classic {
     }
 
     fn subscribe(&mut self, course: &str) {
-        // While the pattern is held no per-course subscription exists.
-        if self.firehose || !self.courses.insert(course.to_owned()) {
-            return;
-        }
-        self.to_unsub.retain(|c| c != course);
-        self.to_sub.push(course.to_owned());
+        self.subs.subscribe(course);
     }
 
     fn unsubscribe(&mut self, course: &str) {
-        if self.courses.remove(course) {
-            if let Some(s) = &mut self.sub {
-                s.confirmed.remove(course);
-            }
-            let before = self.to_sub.len();
-            self.to_sub.retain(|c| c != course);
-            if self.to_sub.len() == before {
-                self.to_unsub.push(course.to_owned());
-            }
-        }
+        self.subs.unsubscribe(course);
     }
 
     fn set_firehose(&mut self, on: bool) {
-        if on == self.firehose {
-            return;
-        }
-        self.firehose = on;
-        if on {
-            // The pattern covers every course: the per-course subscriptions
-            // go after the PSUBSCRIBE on the same connection, so nothing falls
-            // between. (Confirmed ones stay counted until the pattern is.)
-            self.to_sub.clear();
-            let courses = std::mem::take(&mut self.courses);
-            self.to_unsub.extend(courses);
-        }
-        // Off: the router subscribes the watched courses again in this turn,
-        // and the pattern goes after them (see `write_pending`).
+        self.subs.set_firehose(on);
     }
 
     fn flush(&mut self) {
-        let pattern_change = self
-            .sub
-            .as_ref()
-            .is_some_and(|s| s.pattern != self.firehose);
-        if !self.to_sub.is_empty() || !self.to_unsub.is_empty() || pattern_change {
+        // Without a connection the writes are dropped: a new one writes everything.
+        if self.subs.due() {
             self.write_pending();
         }
     }
 
     fn subscribed(&self, course: &str) -> bool {
-        self.sub
-            .as_ref()
-            .is_some_and(|s| s.pattern_confirmed || s.confirmed.contains(course))
+        self.sub.is_some() && self.subs.subscribed(course)
     }
 
     fn poll_timeout(&mut self) -> Option<Duration> {

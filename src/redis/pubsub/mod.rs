@@ -8,6 +8,7 @@
 //! and reads the slot map off the owner's thread.
 
 mod classic;
+pub mod classic_subs;
 pub mod conn;
 pub mod dialer;
 pub mod resp;
