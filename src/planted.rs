@@ -15,6 +15,8 @@ pub enum Bug {
     RefreshWithoutTtl = 4,
     /// The firehose's pattern subscribed without dropping the per-course ones.
     FirehoseKeepsNarrow = 5,
+    /// A live snapshot dropped as stale or a duplicate still counted for admins.
+    AdminCountsDuplicates = 6,
 }
 
 #[cfg(feature = "planted-bugs")]

@@ -6,7 +6,7 @@
 //! `--no-shrink`: a failure is printed as found (a quick count of failures).
 //! `--plant BUG` (feature `planted-bugs`): runs with one planted bug
 //! (`read-backwards`, `read-before-confirmed`, `no-reread`,
-//! `refresh-without-ttl`, `firehose-keeps-narrow`).
+//! `refresh-without-ttl`, `firehose-keeps-narrow`, `admin-counts-duplicates`).
 
 use sim::schedule::Step;
 use std::process::ExitCode;
@@ -138,6 +138,7 @@ fn plant(name: &str) -> Result<(), String> {
         "no-reread" => Bug::NoRereadAfterReconnect,
         "refresh-without-ttl" => Bug::RefreshWithoutTtl,
         "firehose-keeps-narrow" => Bug::FirehoseKeepsNarrow,
+        "admin-counts-duplicates" => Bug::AdminCountsDuplicates,
         other => return Err(format!("no planted bug {other}")),
     };
     seatboard::planted::plant(Some(bug));

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 pub const QUEUE_BYTES: usize = 4 * 1024;
 
 /// The admin tick (ms).
-const ADMIN_TICK_MS: u64 = 750;
+pub const ADMIN_TICK_MS: u64 = 750;
 
 /// The presence tick (ms): counts read and pushed this often.
 pub const PRESENCE_TICK_MS: u64 = 500;

@@ -31,6 +31,11 @@ pub const PRESENCE_BOUND_MS: u64 = PRESENCE_TTL_MS
     + seatboard::presence::LEAVE_WINDOW_MS
     + VIEWER_TICK_MS
     + 4 * MAX_DELAY_MS;
+/// The router's admin tick (ms), as the simulated nodes run it.
+const ADMIN_TICK_MS: u64 = crate::node::ADMIN_TICK_MS;
+/// How far back a delta's tick may reach: the tick, the shard's hand-over
+/// and the admin's read.
+const ADMIN_WINDOW_MS: u64 = ADMIN_TICK_MS + 2 * VIEWER_TICK_MS;
 /// The longest one-way delay on a link in normal operation.
 const MAX_DELAY_MS: u64 = 25;
 /// The source's longest reconnect backoff.
@@ -41,6 +46,9 @@ const VIEWER_TICK_MS: u64 = 50;
 const FINAL_VERSION: u64 = 1 << 40;
 /// Slack over a queue's bound: answers and close frames go past it.
 const QUEUE_SLACK: usize = 16 * 1024;
+
+/// A publish delivered to a node: (when, course, (section, version)).
+type Delivery = (u64, String, (u32, Option<u64>));
 
 /// An invariant that broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +94,8 @@ enum Ev {
         node: usize,
         gen: u64,
         course: String,
+        /// The publish's section and version (what an admin rate may count).
+        publish: (u32, Option<u64>),
         payload: Arc<str>,
     },
     Ack {
@@ -163,10 +173,14 @@ pub struct World {
     held: Vec<(Conn, Cmd)>,
     /// Past the presence bound: every count shown is checked.
     presence_settled: bool,
-    /// Per node, its admin's connection (shard, conn, the node's generation).
-    admins: Vec<Option<(usize, shards::ConnId, u64)>>,
+    /// Per node, its admin's connection (shard, conn, the node's generation,
+    /// when it connected: the node's firehose has been on since).
+    admins: Vec<Option<(usize, shards::ConnId, u64, u64)>>,
     /// Per node, pub/sub commands on their way to Redis.
     inflight: Vec<u64>,
+    /// Per node, the publishes its pub/sub connection delivered lately:
+    /// (when, course, (section, version)), one entry per delivery.
+    delivered: Vec<std::collections::VecDeque<Delivery>>,
 }
 
 impl World {
@@ -228,6 +242,7 @@ impl World {
             presence_settled: false,
             admins: vec![None; shape.nodes],
             inflight: vec![0; shape.nodes],
+            delivered: vec![Default::default(); shape.nodes],
         };
         for i in 0..w.steps.len() {
             let at = T0 + w.steps[i].at;
@@ -421,10 +436,20 @@ impl World {
                 node,
                 gen,
                 course,
+                publish,
                 payload,
             } => {
                 if gen == self.redis.subs[node].gen {
                     self.log(|| format!("node {node} gets {payload}"));
+                    let d = &mut self.delivered[node];
+                    d.push_back((self.now, course.clone(), publish));
+                    // Only the last two admin ticks' worth is ever asked for.
+                    while d
+                        .front()
+                        .is_some_and(|(t, ..)| *t + 2 * ADMIN_WINDOW_MS < self.now)
+                    {
+                        d.pop_front();
+                    }
                     let ev = adapter::message(&course, payload.as_bytes());
                     let now = self.now;
                     self.slots[node].node.event(ev, now);
@@ -592,11 +617,11 @@ impl World {
                         WsOptions::ADMIN_FEED,
                         now,
                     );
-                    self.admins[node] = Some((shard, conn, s.gen));
+                    self.admins[node] = Some((shard, conn, s.gen, now));
                 }
             }
             Op::AdminLeave { node } => {
-                if let Some((shard, conn, gen)) = self.admins[node].take() {
+                if let Some((shard, conn, gen, _)) = self.admins[node].take() {
                     if gen == self.slots[node].gen {
                         self.slots[node].node.shards[shard].disconnect(conn);
                     }
@@ -689,6 +714,7 @@ impl World {
                         node,
                         gen,
                         course: snap.course.to_string(),
+                        publish: (snap.section, snap.version),
                         payload: Arc::clone(&payload),
                     };
                     self.at(t, ev);
@@ -781,10 +807,20 @@ impl World {
         let now = self.now;
         // Admins read everything they are sent.
         for n in 0..self.admins.len() {
-            if let Some((shard, conn, gen)) = self.admins[n] {
+            if let Some((shard, conn, gen, since)) = self.admins[n] {
                 if gen == self.slots[n].gen {
                     let s = &mut self.slots[n].node.shards[shard];
-                    while s.poll_frame(conn).is_some() {}
+                    let mut frames = Vec::new();
+                    while let Some(b) = s.poll_frame(conn) {
+                        frames.push(b);
+                    }
+                    // Until the firehose's first tick, a rate shown may be
+                    // one of an earlier admin's (the last tick then).
+                    if now >= since + ADMIN_WINDOW_MS {
+                        for b in frames {
+                            self.admin_counts_once(n, &b)?;
+                        }
+                    }
                 }
             }
         }
@@ -876,6 +912,52 @@ impl World {
                         shown.map_or("no count".into(), |n| n.to_string()),
                         users.len(),
                         users.join(",")
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// An admin message's rates count each publish once, whatever the
+    /// subscriptions (a connection on a channel and the pattern receives it
+    /// twice): a course's updates in a tick (its rate times the tick) are at
+    /// most the distinct publishes of it the node was delivered in that tick
+    /// (looked for over the tick and the admin's read: once the firehose's
+    /// first tick is past, every message is made at a tick, with that
+    /// tick's rates).
+    fn admin_counts_once(&self, node: usize, frame: &[u8]) -> Result<(), Failure> {
+        let Ok(Some(f)) = shards::read_server_frame(frame) else {
+            return Ok(());
+        };
+        let Ok(v) = serde_json::from_slice::<Value>(f.payload) else {
+            return Ok(());
+        };
+        if v["type"] != "admin" {
+            return Ok(());
+        }
+        self.log(|| format!("admin on node {node} reads {v}"));
+        let from = self.now.saturating_sub(ADMIN_WINDOW_MS);
+        for c in v["courses"].as_array().into_iter().flatten() {
+            let (Some(course), Some(rate)) = (c["course"].as_str(), c["updates_per_s"].as_f64())
+            else {
+                continue;
+            };
+            let updates = (rate * ADMIN_TICK_MS as f64 / 1000.0).round() as usize;
+            if updates == 0 {
+                continue;
+            }
+            let distinct: BTreeSet<(u32, Option<u64>)> = self.delivered[node]
+                .iter()
+                .filter(|(t, c, _)| *t >= from && c == course)
+                .map(|(.., p)| *p)
+                .collect();
+            if updates > distinct.len() {
+                return Err(self.fail(
+                    "the admin aggregate counts each publish once",
+                    format!(
+                        "node {node} {course}: {rate}/s is {updates} updates in a tick, {} distinct publishes delivered",
+                        distinct.len()
                     ),
                 ));
             }

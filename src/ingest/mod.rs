@@ -349,6 +349,9 @@ impl<S: Source> Ingest<S> {
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !fresh {
             self.metrics.ingest_duplicates.fetch_add(1, Relaxed);
+            if live && crate::planted::active(crate::planted::Bug::AdminCountsDuplicates) {
+                board.updates += 1;
+            }
             return false;
         }
         if live {
