@@ -192,3 +192,80 @@ impl ClassicSubs {
             .is_some_and(|s| s.pattern_confirmed || s.confirmed.contains(course))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn courses(names: &[&str]) -> Vec<String> {
+        names.iter().map(|c| (*c).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_firehose_subscribes_the_pattern_first_and_drops_the_course_channels() {
+        let mut s = ClassicSubs::default();
+        s.connected();
+        s.subscribe("A");
+        s.subscribe("B");
+        assert_eq!(s.take_writes().subscribe, courses(&["A", "B"]));
+        assert!(s.course_confirmed("A").is_some());
+        s.set_firehose(true);
+        let w = s.take_writes();
+        assert!(w.psubscribe && !w.punsubscribe, "{w:?}");
+        assert_eq!(w.unsubscribe, courses(&["A", "B"]));
+        assert!(w.subscribe.is_empty());
+        // A confirmed channel still counts until the pattern is confirmed.
+        assert!(s.subscribed("A") && !s.subscribed("C"));
+        assert!(matches!(
+            s.pattern_confirmed(),
+            Some(SourceEvent::Subscribed(None))
+        ));
+        assert!(s.subscribed("C"));
+        // A course watched under the pattern writes nothing.
+        s.subscribe("C");
+        assert!(!s.due());
+    }
+
+    #[test]
+    fn off_again_the_course_channels_go_before_the_pattern_leaves() {
+        let mut s = ClassicSubs::default();
+        s.connected();
+        s.set_firehose(true);
+        s.take_writes();
+        s.set_firehose(false);
+        s.subscribe("A");
+        let w = s.take_writes();
+        assert_eq!(w.subscribe, courses(&["A"]));
+        assert!(w.punsubscribe && !w.psubscribe, "{w:?}");
+        assert!(!s.subscribed("A"), "the pattern's confirmation is gone");
+        assert!(s.course_confirmed("A").is_some());
+        assert!(s.subscribed("A"));
+    }
+
+    #[test]
+    fn a_new_connection_writes_what_is_wanted_and_nothing_is_confirmed() {
+        let mut s = ClassicSubs::default();
+        s.connected();
+        s.subscribe("A");
+        s.take_writes();
+        s.course_confirmed("A");
+        s.dropped();
+        assert!(!s.subscribed("A"));
+        assert_eq!(
+            s.take_writes(),
+            Writes::default(),
+            "nothing without a connection"
+        );
+        s.connected();
+        assert_eq!(s.take_writes().subscribe, courses(&["A"]));
+        s.set_firehose(true);
+        s.take_writes();
+        s.dropped();
+        s.connected();
+        let w = s.take_writes();
+        assert!(
+            w.psubscribe && w.subscribe.is_empty() && w.unsubscribe.is_empty(),
+            "{w:?}"
+        );
+    }
+}
