@@ -1,6 +1,7 @@
 //! seatboard's deterministic simulator: a whole deployment (simulated Redis,
-//! nodes running the product's real ingest router and shard cores, selection
-//! API instances publishing out of order, viewers) in one thread on a virtual
+//! nodes running the product's real ingest router, classic subscription
+//! bookkeeping, shard cores and presence worker, selection API instances
+//! publishing out of order, viewers, admins) in one thread on a virtual
 //! clock, driven by a seed. A failure names the invariant it broke, and is
 //! shrunk to the shortest schedule that still breaks it and replayed from
 //! its seed.
