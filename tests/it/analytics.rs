@@ -16,6 +16,10 @@ struct Worker(Child);
 
 impl Worker {
     fn start(redis: &RedisServer, session: &str, bucket_ms: u64) -> Worker {
+        Worker::start_with(redis, session, bucket_ms, &[])
+    }
+
+    fn start_with(redis: &RedisServer, session: &str, bucket_ms: u64, extra: &[&str]) -> Worker {
         let child = Command::new(bin())
             .args([
                 "analytics",
@@ -28,6 +32,7 @@ impl Worker {
                 "--log-level",
                 "warn",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -326,6 +331,77 @@ fn survives_a_redis_restart() {
         (sum == 5).then_some(sum)
     });
     assert_eq!(sum, Some(5), "{:?}", entries(&mut c, "analytics:blip"));
+}
+
+/// The worker's `/metrics` body once it answers 200.
+fn worker_metrics(port: u16) -> String {
+    wait_for(Duration::from_secs(10), || {
+        let r = http_get(port, "/metrics").ok()?;
+        (r.status == 200).then_some(r.body)
+    })
+    .expect("the worker's /metrics did not answer")
+}
+
+/// A Redis restart early in a long bucket, the worker back well before the
+/// bucket ends: the bucket is given up at the reconnect (counted in
+/// `/metrics`), and snapshots published after the reconnect, still inside
+/// that bucket, are written. They used to be counted into the bucket marked
+/// lost and dropped with it, with nothing logged but the loss itself (the
+/// occasional failure of `survives_a_redis_restart`, whose 500 ms buckets
+/// hit this only when the worker came back inside the bucket of the kill).
+#[test]
+fn snapshots_after_a_reconnect_inside_the_lost_bucket_are_written() {
+    const BUCKET: u64 = 5_000;
+    let mut redis = RedisServer::start();
+    let mport = free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let _w = Worker::start_with(&redis, "inside", BUCKET, &["--metrics", &maddr]);
+    wait_subscribed(&redis, 1);
+    let lost = r#"seatboard_analytics_buckets_lost_total{reason="redis_down"}"#;
+    assert_eq!(metric_value(&worker_metrics(mport), lost), 0.0);
+    for attempt in 0..3u32 {
+        let course = format!("CHEM{attempt}");
+        // Early in a bucket: the restart and the resubscribe have 4 s of it left.
+        align_to_bucket_start(BUCKET);
+        let end = unix_ms() - unix_ms() % BUCKET + BUCKET;
+        redis.restart();
+        wait_subscribed(&redis, 1);
+        // The worker has read the reconnect: the bucket of the restart is given up.
+        let want = f64::from(attempt + 1);
+        wait_for(Duration::from_secs(10), || {
+            (metric_value(&worker_metrics(mport), lost) >= want).then_some(())
+        })
+        .expect("the bucket of the restart was not counted lost at the reconnect");
+        let mut c = con(&redis);
+        publish_burst(&mut c, &course, 5);
+        if unix_ms() + 1_000 > end {
+            // Too slow to land inside the bucket of the restart (a loaded
+            // machine): that is not the case shown here, so again.
+            eprintln!("attempt {attempt}: back too late in the bucket; again");
+            continue;
+        }
+        let sum = wait_for(Duration::from_millis(BUCKET + 10_000), || {
+            let es = entries(&mut c, "analytics:inside");
+            let sum: u64 = course_updates(&es, &course).iter().map(|r| r.0).sum();
+            (sum == 5).then_some(sum)
+        });
+        assert_eq!(sum, Some(5), "{:?}", entries(&mut c, "analytics:inside"));
+        let m = worker_metrics(mport);
+        assert_eq!(
+            metric_value(&m, "seatboard_analytics_snapshots_total"),
+            5.0,
+            "{m}"
+        );
+        assert_eq!(metric_value(&m, "seatboard_analytics_redis_up"), 1.0, "{m}");
+        let healthz = http_get(mport, "/healthz").expect("healthz");
+        assert!(
+            healthz.body.contains(r#""status":"ok""#),
+            "{}",
+            healthz.body
+        );
+        return;
+    }
+    panic!("Redis was never back within 4 s of a restart in three attempts");
 }
 
 #[test]
