@@ -404,6 +404,58 @@ fn snapshots_after_a_reconnect_inside_the_lost_bucket_are_written() {
     panic!("Redis was never back within 4 s of a restart in three attempts");
 }
 
+/// Redis refusing the `XADD` (out of memory) while pub/sub goes on: the
+/// entry is held back, snapshots keep being counted (they were dropped
+/// unseen while the held entry could not be written), the bucket that ends
+/// meanwhile is given up and counted, and once Redis takes writes again the
+/// held entry and the next ones are written, in bucket order.
+#[test]
+fn a_refused_xadd_holds_the_entry_and_drops_nothing_unseen() {
+    const BUCKET: u64 = 2_000;
+    let redis = RedisServer::start();
+    let mport = free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let _w = Worker::start_with(&redis, "oom", BUCKET, &["--metrics", &maddr]);
+    wait_subscribed(&redis, 1);
+    let mut c = con(&redis);
+    let m = |name: &str| metric_value(&worker_metrics(mport), name);
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        wait_for(Duration::from_secs(15), || f().then_some(()))
+            .unwrap_or_else(|| panic!("{what}: {}", worker_metrics(mport)));
+    };
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    align_to_bucket_start(BUCKET);
+    publish_burst(&mut c, "OOM1", 3);
+    until("the refused entry is not held", &|| {
+        m("seatboard_analytics_held_entry") == 1.0
+    });
+    // Published while the held entry cannot be written: counted, and their
+    // bucket, which cannot be written before the held one, counted lost.
+    publish_burst(&mut c, "OOM1", 4);
+    until("snapshots dropped unseen", &|| {
+        m("seatboard_analytics_snapshots_total") == 7.0
+    });
+    let unwritten = r#"seatboard_analytics_buckets_lost_total{reason="unwritten"}"#;
+    until("the bucket behind the held entry not counted lost", &|| {
+        m(unwritten) >= 1.0
+    });
+    assert_eq!(redis.cli(&["EXISTS", "analytics:oom"]), "0");
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    until("the held entry is not written", &|| {
+        m("seatboard_analytics_held_entry") == 0.0
+    });
+    publish_burst(&mut c, "OOM1", 2);
+    let es = wait_for(Duration::from_secs(15), || {
+        let es = entries(&mut c, "analytics:oom");
+        (course_updates(&es, "OOM1").len() == 2).then_some(es)
+    })
+    .unwrap_or_else(|| panic!("{:?}", entries(&mut c, "analytics:oom")));
+    let rows: Vec<u64> = course_updates(&es, "OOM1").iter().map(|r| r.0).collect();
+    assert_eq!(rows, vec![3, 2], "{es:?}");
+    assert!(es.windows(2).all(|p| p[0].0 < p[1].0), "{es:?}");
+    assert_eq!(m("seatboard_analytics_entries_total"), 2.0);
+}
+
 #[test]
 fn hub_serves_history_to_admins_only() {
     let redis = RedisServer::start();
