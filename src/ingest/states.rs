@@ -203,14 +203,14 @@ impl StateStore for RedisStates {
             Err(_) if !self.primaries.is_empty() => self.primaries.clone(),
             Err(_) => {
                 if self.link.redis().mode() == Some(Mode::Cluster) {
-                    self.link.redis().health.nodes_up.store(0, Relaxed);
+                    self.link.redis().nodes_up.store(0, Relaxed);
                 }
                 return Vec::new();
             }
         };
         let rtt = self.ping_each(&nodes);
         let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
-        self.link.redis().health.nodes_up.store(up as u64, Relaxed);
+        self.link.redis().nodes_up.store(up as u64, Relaxed);
         rtt
     }
 }

@@ -13,7 +13,7 @@
 
 use super::backoff::Backoff;
 use super::error::{ConnectError, Error, NodeError};
-use super::slots::{Addr, SlotMap};
+use super::slots::SlotMap;
 use super::{glob_escape, Mode, Redis, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -141,29 +141,24 @@ impl Commands {
         if matches!(self.con, Some(Con::Cluster(_))) && self.built.elapsed() >= MAP_REFRESH {
             self.con = None;
         }
-        if self.con.is_none() {
-            if !self.backoff.ready() {
-                return Err(Error::Backoff { what: self.what });
-            }
-            match self.open() {
-                Ok(c) => {
-                    tracing::debug!(what = self.what, "Redis connected");
-                    self.con = Some(c);
-                    self.map = None;
-                    self.built = Instant::now();
-                }
-                Err(source) => {
+        let con = match self.con.take() {
+            Some(con) => con,
+            None if !self.backoff.ready() => return Err(Error::Backoff { what: self.what }),
+            None => {
+                let con = self.open().map_err(|source| {
                     self.backoff.failed();
-                    return Err(Error::Connect {
+                    Error::Connect {
                         what: self.what,
                         source,
-                    });
-                }
+                    }
+                })?;
+                tracing::debug!(what = self.what, "Redis connected");
+                self.map = None;
+                self.built = Instant::now();
+                con
             }
-        }
-        self.con
-            .as_mut()
-            .ok_or(Error::NotConnected { what: self.what })
+        };
+        Ok(self.con.insert(con))
     }
 
     /// Runs `f` on the connection, connecting first if needed. Any error drops
@@ -271,22 +266,6 @@ impl Commands {
         })
     }
 
-    /// One command on one node (`SCAN` is per node in a cluster).
-    pub fn query_on<T: FromRedisValue>(&mut self, node: &Addr, cmd: &Cmd) -> Result<T, Error> {
-        self.run(|c| match c {
-            Con::Single(c) => cmd.query(c),
-            Con::Cluster(c) => c
-                .route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: node.0.clone(),
-                        port: node.1,
-                    }),
-                )
-                .and_then(convert),
-        })
-    }
-
     /// The cluster's slot map as last read on this connection; `None` in
     /// standalone mode. `CLUSTER SLOTS` is read only when needed: on a new
     /// connection (after a failure, and every [`MAP_REFRESH`]) or after a
@@ -320,19 +299,16 @@ impl Commands {
         Ok(Some(map))
     }
 
-    /// The nodes that hold keys: every primary in a cluster, the one node otherwise.
-    pub fn primaries(&mut self) -> Result<Vec<Addr>, Error> {
-        match self.known_slot_map()? {
-            Some(m) => Ok(m.primaries()),
-            None => Ok(vec![("".into(), 0)]),
-        }
-    }
-
-    /// Every key matching `<prefix>*` (of `type_` if given), over every primary.
+    /// Every key matching `<prefix>*` (of `type_` if given), over every
+    /// primary in a cluster (`SCAN` is per node), the one node otherwise.
     pub fn scan(&mut self, prefix: &str, type_: Option<&str>) -> Result<Vec<Vec<u8>>, Error> {
         let pattern = format!("{}*", glob_escape(prefix));
         let mut keys = Vec::new();
-        for node in self.primaries()? {
+        let nodes = match self.known_slot_map()? {
+            Some(m) => m.primaries(),
+            None => vec![("".into(), 0)],
+        };
+        for node in nodes {
             let mut cursor: u64 = 0;
             loop {
                 let mut cmd = redis::cmd("SCAN");
@@ -344,7 +320,18 @@ impl Commands {
                 if let Some(t) = type_ {
                     cmd.arg("TYPE").arg(t);
                 }
-                let (next, page): (u64, Vec<Vec<u8>>) = self.query_on(&node, &cmd)?;
+                let (next, page): (u64, Vec<Vec<u8>>) = self.run(|c| match c {
+                    Con::Single(c) => cmd.query(c),
+                    Con::Cluster(c) => c
+                        .route_command(
+                            &cmd,
+                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                host: node.0.clone(),
+                                port: node.1,
+                            }),
+                        )
+                        .and_then(convert),
+                })?;
                 keys.extend(page);
                 if next == 0 {
                     break;

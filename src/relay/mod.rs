@@ -133,11 +133,12 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     )));
     if let Some(path) = &c.socket {
         let s = recv::bind_unix(path).map_err(StartError::Socket)?;
-        recv::spawn("unix", s, Arc::clone(&shared)).map_err(thread("relay-unix"))?;
+        recv::spawn("unix", move |b| s.recv(b), Arc::clone(&shared))
+            .map_err(thread("relay-unix"))?;
     }
     if let Some(addr) = c.udp {
         let s = recv::bind_udp(addr).map_err(StartError::Udp)?;
-        recv::spawn("udp", s, Arc::clone(&shared)).map_err(thread("relay-udp"))?;
+        recv::spawn("udp", move |b| s.recv(b), Arc::clone(&shared)).map_err(thread("relay-udp"))?;
     }
     // Served once the sockets are bound: `/healthz` answering means a
     // datagram sent now is taken.

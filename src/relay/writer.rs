@@ -186,7 +186,7 @@ impl Writer {
             }
             let batch = {
                 let mut p = self.shared.pending();
-                if !p.has_work() {
+                if p.held() == 0 {
                     if draining {
                         return;
                     }
@@ -266,7 +266,6 @@ mod tests {
         };
         for e in [
             Error::Backoff { what: "relay" },
-            Error::NotConnected { what: "relay" },
             connect,
             reply("CLUSTERDOWN The cluster is down"),
             reply("LOADING Redis is loading the dataset in memory"),
