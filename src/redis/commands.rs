@@ -12,7 +12,7 @@
 //! kept until then.
 
 use super::backoff::Backoff;
-use super::error::{ConnectError, Error, NodeError};
+use super::error::{ConnectError, Error};
 use super::slots::SlotMap;
 use super::{glob_escape, Mode, Redis, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
@@ -106,22 +106,11 @@ impl Commands {
     fn open(&self) -> Result<Con, ConnectError> {
         let mode = self.redis.resolve()?;
         match mode {
-            Mode::Standalone => {
-                let mut last = NodeError::NoNode;
-                for addr in self.redis.candidates() {
-                    match self.redis.connect_node(&addr) {
-                        Ok(c) => return Ok(Con::Single(c)),
-                        Err(source) => {
-                            last = NodeError::Failed {
-                                host: addr.0,
-                                port: addr.1,
-                                source,
-                            }
-                        }
-                    }
-                }
-                Err(ConnectError::Standalone(last))
-            }
+            Mode::Standalone => self
+                .redis
+                .first_node(|addr| self.redis.connect_node(addr))
+                .map(|(_, c)| Con::Single(c))
+                .map_err(ConnectError::Standalone),
             Mode::Cluster => {
                 let con = self
                     .redis

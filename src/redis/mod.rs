@@ -250,22 +250,31 @@ impl Redis {
             RedisMode::Cluster => return Ok(self.set_mode(Mode::Cluster)),
             RedisMode::Auto => {}
         }
+        let (addr, info) = self
+            .first_node(|addr| {
+                let mut con = self.connect_node(addr)?;
+                redis::cmd("INFO").arg("cluster").query::<String>(&mut con)
+            })
+            .map_err(ConnectError::ModeUnknown)?;
+        let m = if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+            Mode::Cluster
+        } else {
+            Mode::Standalone
+        };
+        tracing::info!(mode = ?m, node = %format!("{}:{}", addr.0, addr.1), "Redis mode detected");
+        Ok(self.set_mode(m))
+    }
+
+    /// `f` on each candidate node in turn: the first that succeeds, with its
+    /// node, or the last failure.
+    pub(crate) fn first_node<T>(
+        &self,
+        mut f: impl FnMut(&Addr) -> redis::RedisResult<T>,
+    ) -> Result<(Addr, T), NodeError> {
         let mut last = NodeError::NoNode;
         for addr in self.candidates() {
-            let r = self
-                .connect_node(&addr)
-                .and_then(|mut con| redis::cmd("INFO").arg("cluster").query::<String>(&mut con));
-            match r {
-                Ok(info) => {
-                    let cluster = info.lines().any(|l| l.trim() == "cluster_enabled:1");
-                    let m = if cluster {
-                        Mode::Cluster
-                    } else {
-                        Mode::Standalone
-                    };
-                    tracing::info!(mode = ?m, node = %format!("{}:{}", addr.0, addr.1), "Redis mode detected");
-                    return Ok(self.set_mode(m));
-                }
+            match f(&addr) {
+                Ok(v) => return Ok((addr, v)),
                 Err(source) => {
                     last = NodeError::Failed {
                         host: addr.0,
@@ -275,7 +284,7 @@ impl Redis {
                 }
             }
         }
-        Err(ConnectError::ModeUnknown(last))
+        Err(last)
     }
 
     /// The AUTH credentials from the URI.
