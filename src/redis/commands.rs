@@ -248,10 +248,9 @@ impl Commands {
 
     /// The mode in use, connecting first (which resolves `auto`).
     pub fn mode(&mut self) -> Result<Mode, Error> {
-        Ok(if self.connect()?.is_single() {
-            Mode::Standalone
-        } else {
-            Mode::Cluster
+        Ok(match self.connect()? {
+            Con::Single(_) => Mode::Standalone,
+            Con::Cluster(_) => Mode::Cluster,
         })
     }
 
@@ -260,7 +259,7 @@ impl Commands {
     /// connection (after a failure, and every [`MAP_REFRESH`]) or after a
     /// redirect; the map read is kept till then.
     pub fn known_slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
-        if self.connect()?.is_single() {
+        if self.mode()? == Mode::Standalone {
             return Ok(None);
         }
         match &self.map {
@@ -272,7 +271,7 @@ impl Commands {
     /// The cluster's slot map read now (`CLUSTER SLOTS`); `None` in
     /// standalone mode.
     pub fn slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
-        if self.connect()?.is_single() {
+        if self.mode()? == Mode::Standalone {
             return Ok(None);
         }
         let reply: Value = self.query(&redis::cmd("CLUSTER").arg("SLOTS").clone())?;
@@ -353,12 +352,6 @@ impl Commands {
     /// Whether a connection is currently held.
     pub fn is_connected(&self) -> bool {
         self.con.is_some()
-    }
-}
-
-impl Con {
-    fn is_single(&self) -> bool {
-        matches!(self, Con::Single(_))
     }
 }
 
