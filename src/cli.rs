@@ -368,6 +368,9 @@ pub struct AnalyticsArgs {
     /// Approximate stream length cap (`XADD MAXLEN ~`).
     #[arg(long, env = "SEATBOARD_ANALYTICS_MAX_LEN", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_len: u64,
+    /// Address of GET /metrics and GET /healthz (IP:PORT); '' (the default) turns it off.
+    #[arg(long, env = "SEATBOARD_ANALYTICS_METRICS", default_value = "")]
+    pub metrics: String,
     /// Log level (error, warn, info, debug, trace).
     #[arg(long, env = "SEATBOARD_LOG", default_value = "info", global = true)]
     pub log_level: String,

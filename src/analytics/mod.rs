@@ -4,6 +4,7 @@
 //! only) at the end of every wall-clock-aligned bucket and appends one stream
 //! entry per non-idle bucket.
 
+pub mod metrics;
 pub mod redis;
 pub mod report;
 pub mod worker;
@@ -28,6 +29,17 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
     if args.session.is_empty() {
         return usage("invalid value '' for '--session': must not be empty");
     }
+    let metrics_addr: Option<std::net::SocketAddr> = match args.metrics.trim() {
+        "" => None,
+        m => match m.parse() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                return usage(&format!(
+                    "invalid value '{m}' for '--metrics': not an IP:PORT"
+                ))
+            }
+        },
+    };
     let redis = match crate::redis::Redis::from_flags(&args.redis) {
         Ok(r) => r,
         Err(e) => return usage(&e),
@@ -53,7 +65,16 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
                     return ExitCode::from(1);
                 }
             }
-            match redis::run(&redis, &args, &stop) {
+            let figures = std::sync::Arc::new(metrics::Shared::default());
+            if let Some(addr) = metrics_addr {
+                let started = std::net::TcpListener::bind(addr)
+                    .and_then(|l| crate::worker_http::spawn(l, std::sync::Arc::clone(&figures)));
+                if let Err(e) = started {
+                    crate::logging::line(&format!("error: cannot start: --metrics {addr}: {e}"));
+                    return ExitCode::from(1);
+                }
+            }
+            match redis::run(&redis, &args, &stop, figures) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     crate::logging::line(&format!("error: cannot start: {e}"));

@@ -4,6 +4,7 @@
 //! (SCAN + ZCOUNT on every primary, XADD). A Redis blip loses at most the
 //! bucket in flight, and says so.
 
+use super::metrics::{Lost, Rejected, Shared};
 use super::worker::{Buckets, Closed, Entry};
 use super::{stream_key, AnalyticsArgs};
 use crate::channels::poll::wait_readable;
@@ -14,6 +15,7 @@ use crate::redis::Redis;
 use shards::snapshot::valid_course;
 use shards::Snapshot;
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,6 +105,8 @@ pub fn append(
     )
 }
 
+/// The worker's loop state: the buckets, the entry held back by a failed
+/// `XADD`, the link as last seen, and the figures `/metrics` shows.
 struct Loop<'a> {
     args: &'a AnalyticsArgs,
     key: String,
@@ -113,15 +117,125 @@ struct Loop<'a> {
     last_reject_log: Option<Instant>,
     /// Set while Redis is unreachable, for the "reconnected" line.
     down_since: Option<Instant>,
+    /// Whether the pub/sub connection was up at the end of the last turn.
+    was_up: bool,
+    /// The "subscribed" line was logged (once, at the first connection).
+    announced: bool,
+    figures: Arc<Shared>,
 }
 
 impl Loop<'_> {
+    /// Sleeps on the source's sockets until one is readable, the bucket in
+    /// flight ends (while Redis is up), the source's timed work or the next
+    /// look at the stop flag; then takes the event ready, if any, and writes
+    /// what the source was asked for.
+    fn next_event(&self, source: &mut PubSub, fds: &mut Vec<RawFd>) -> Option<SourceEvent> {
+        // While Redis is away no bucket closes: only the source's own timing counts.
+        let wait = match self.was_up {
+            true => sleep_for(&self.buckets, source.poll_timeout(), clock::unix_ms()),
+            false => source
+                .poll_timeout()
+                .map_or(STOP_CHECK, |s| s.min(STOP_CHECK)),
+        };
+        let mut ev = source.poll();
+        if ev.is_none() && !wait.is_zero() {
+            fds.clear();
+            source.wait_fds(fds);
+            wait_readable(fds, wait);
+            ev = source.poll();
+        }
+        source.flush();
+        ev
+    }
+
+    /// Follows the pub/sub link: a drop loses the bucket in flight; the
+    /// reconnect gives that bucket up at once (logged and counted) and counts
+    /// again from there, so no snapshot read after it is dropped.
+    fn on_link(&mut self, up: bool, connecting: bool) {
+        self.figures.redis_up.store(up, Relaxed);
+        if up && !self.was_up {
+            match self.down_since.take() {
+                Some(t) => tracing::info!(
+                    down_ms = t.elapsed().as_millis() as u64,
+                    "reconnected to Redis, counting again"
+                ),
+                None if !self.announced => {
+                    tracing::info!(stream = self.key, "analytics worker subscribed")
+                }
+                None => {}
+            }
+            self.announced = true;
+            if let Some(start) = self.buckets.resume(clock::unix_ms()) {
+                self.figures.lost(Lost::RedisDown);
+                tracing::warn!(
+                    bucket_start_ms = start,
+                    bucket_ms = self.buckets.bucket_ms(),
+                    "bucket lost: the Redis connection dropped during it (what it counted is dropped; counting resumes at the reconnect)"
+                );
+            }
+        } else if !up && self.was_up {
+            self.buckets.lose();
+            tracing::warn!(
+                bucket_start_ms = self.buckets.start_ms(),
+                "Redis connection lost; reconnecting (the bucket in flight is lost)"
+            );
+            self.down_since = Some(Instant::now());
+        } else if !up && self.down_since.is_none() && !connecting {
+            // Only once a connection attempt failed: the first poll of a
+            // clean start runs while the first connection is on its way.
+            tracing::warn!("Redis unavailable; retrying");
+            self.down_since = Some(Instant::now());
+        }
+        self.was_up = up;
+    }
+
+    /// Writes what is owed to the stream, in bucket order: the entry held
+    /// back by a failed `XADD` first, then the bucket in flight if it ended.
+    /// A bucket that ends while the held entry still cannot be written is
+    /// given up (logged and counted) rather than written out of order.
+    fn write_due(&mut self, cmd: &mut Commands) {
+        let held = self.flush_pending(cmd).is_ok();
+        let now = clock::unix_ms();
+        if !self.buckets.due(now) {
+            return;
+        }
+        if !held {
+            let start = self.buckets.start_ms();
+            self.buckets.lose();
+            self.buckets.close(now, &HashMap::new());
+            self.figures.lost(Lost::Unwritten);
+            tracing::warn!(
+                bucket_start_ms = start,
+                "bucket lost: the entry before it is still unwritten (Redis refuses the XADD)"
+            );
+            return;
+        }
+        let _ = self.close_due(cmd, now);
+    }
+
+    /// Counts what the source delivered into the bucket in flight.
+    fn on_event(&mut self, ev: Option<SourceEvent>) {
+        match ev {
+            Some(SourceEvent::Message { course, payload }) => self.on_message(&course, &payload),
+            Some(SourceEvent::Oversize { course }) => {
+                self.rejected += 1;
+                self.figures.rejected(Rejected::Oversize);
+                tracing::warn!(course, "dropping an oversized snapshot (not counted)");
+            }
+            _ => {}
+        }
+    }
+
     fn on_message(&mut self, course: &str, payload: &[u8]) {
         let channel = format!("{}{course}", self.args.channel_prefix);
         match Snapshot::parse(payload, Some(course)) {
-            Ok(s) => self.buckets.on_snapshot(&s),
+            Ok(s) => {
+                self.buckets.on_snapshot(&s);
+                self.figures.snapshots.fetch_add(1, Relaxed);
+            }
             Err(why) => {
                 self.rejected += 1;
+                self.figures.rejected(Rejected::Malformed);
                 let due = self
                     .last_reject_log
                     .is_none_or(|t| t.elapsed() >= REJECT_LOG_EVERY);
@@ -141,11 +255,15 @@ impl Loop<'_> {
     fn flush_pending(&mut self, cmd: &mut Commands) -> Result<(), crate::redis::Error> {
         if let Some(e) = self.pending.take() {
             match append(cmd, &self.key, self.args.max_len, &e) {
-                Ok(id) => tracing::info!(
-                    bucket_start_ms = e.bucket_start_ms,
-                    id,
-                    "appended a bucket held back by the outage"
-                ),
+                Ok(id) => {
+                    self.figures.entries.fetch_add(1, Relaxed);
+                    self.figures.held.store(false, Relaxed);
+                    tracing::info!(
+                        bucket_start_ms = e.bucket_start_ms,
+                        id,
+                        "appended a bucket held back by the outage"
+                    )
+                }
                 Err(err) => {
                     self.pending = Some(e);
                     return Err(err);
@@ -155,50 +273,56 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Closes the bucket in flight if it is over.
-    fn close_due(&mut self, cmd: &mut Commands) -> Result<(), crate::redis::Error> {
-        let now = clock::unix_ms();
-        if !self.buckets.due(now) {
-            return Ok(());
-        }
+    /// Closes the bucket in flight, over at `now`: its viewer counts read,
+    /// its entry appended (or held back for the reconnect).
+    fn close_due(&mut self, cmd: &mut Commands, now: u64) -> Result<(), crate::redis::Error> {
         let start = self.buckets.start_ms();
-        let viewers = if self.buckets.is_lost() {
-            HashMap::new()
-        } else {
-            match read_viewers(cmd, &self.args.presence_prefix, now) {
-                Ok(v) => v,
-                Err(e) => {
-                    // Without its viewer counts the bucket cannot be written.
-                    self.buckets.lose();
-                    self.buckets.close(now, &HashMap::new());
-                    tracing::warn!(
-                        bucket_start_ms = start,
-                        error = %e,
-                        "bucket lost: cannot read presence"
-                    );
-                    return Err(e);
-                }
+        let viewers = match self.buckets.is_lost() {
+            // Given up already: no viewer counts needed.
+            true => Ok(HashMap::new()),
+            false => read_viewers(cmd, &self.args.presence_prefix, now),
+        };
+        let viewers = match viewers {
+            Ok(v) => v,
+            Err(e) => {
+                // Without its viewer counts the bucket cannot be written.
+                self.buckets.lose();
+                self.buckets.close(now, &HashMap::new());
+                self.figures.lost(Lost::Presence);
+                tracing::warn!(
+                    bucket_start_ms = start,
+                    error = %e,
+                    "bucket lost: cannot read presence"
+                );
+                return Err(e);
             }
         };
         match self.buckets.close(now, &viewers) {
             (Closed::Write, Some(e)) => match append(cmd, &self.key, self.args.max_len, &e) {
-                Ok(id) => tracing::debug!(
-                    bucket_start_ms = start,
-                    courses = e.courses.len(),
-                    id,
-                    "bucket appended"
-                ),
+                Ok(id) => {
+                    self.figures.entries.fetch_add(1, Relaxed);
+                    tracing::debug!(
+                        bucket_start_ms = start,
+                        courses = e.courses.len(),
+                        id,
+                        "bucket appended"
+                    )
+                }
                 Err(err) => {
                     tracing::warn!(bucket_start_ms = start, error = %err, "XADD failed; holding the entry for the reconnect");
                     self.pending = Some(e);
+                    self.figures.held.store(true, Relaxed);
                     return Err(err);
                 }
             },
-            (Closed::Lost, _) => tracing::warn!(
-                bucket_start_ms = start,
-                bucket_ms = self.buckets.bucket_ms(),
-                "bucket lost: the Redis connection dropped during it (nothing written for it)"
-            ),
+            (Closed::Lost, _) => {
+                self.figures.lost(Lost::RedisDown);
+                tracing::warn!(
+                    bucket_start_ms = start,
+                    bucket_ms = self.buckets.bucket_ms(),
+                    "bucket lost: the Redis connection dropped during it (nothing written for it)"
+                )
+            }
             _ => tracing::trace!(bucket_start_ms = start, "idle bucket, nothing written"),
         }
         Ok(())
@@ -212,9 +336,15 @@ fn sleep_for(buckets: &Buckets, source: Option<Duration>, now_ms: u64) -> Durati
     source.map_or(STOP_CHECK, |s| s.min(STOP_CHECK)).min(bucket)
 }
 
-/// Runs the worker until `stop` is set (SIGTERM/SIGINT). A bucket in flight at
-/// the stop is dropped, never flushed partial. Fails only if a thread cannot start.
-pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::io::Result<()> {
+/// Runs the worker until `stop` is set (SIGTERM/SIGINT), its figures in
+/// `figures`. A bucket in flight at the stop is dropped, never flushed
+/// partial. Fails only if a thread cannot start.
+pub fn run(
+    redis: &Arc<Redis>,
+    args: &AnalyticsArgs,
+    stop: &AtomicBool,
+    figures: Arc<Shared>,
+) -> std::io::Result<()> {
     let key = stream_key(&args.analytics_prefix, &args.session);
     tracing::info!(
         stream = key,
@@ -231,6 +361,9 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
         rejected: 0,
         last_reject_log: None,
         down_since: None,
+        was_up: false,
+        announced: false,
+        figures,
     };
     let mut source = PubSub::new(redis, &args.channel_prefix)?;
     let mut fds = Vec::new();
@@ -239,8 +372,6 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
     // Sharded pub/sub has no pattern form: every course with a state hash is
     // subscribed, rescanned every few seconds.
     let mut next_scan = Instant::now();
-    let mut was_up = false;
-    let mut announced = false;
     while !stop.load(Relaxed) {
         if redis.sharded() && Instant::now() >= next_scan {
             next_scan = Instant::now() + RESCAN;
@@ -248,68 +379,14 @@ pub fn run(redis: &Arc<Redis>, args: &AnalyticsArgs, stop: &AtomicBool) -> std::
                 source.cover(&courses);
             }
         }
-        // While Redis is away no bucket closes: only the source's own timing counts.
-        let wait = match was_up {
-            true => sleep_for(&lp.buckets, source.poll_timeout(), clock::unix_ms()),
-            false => source
-                .poll_timeout()
-                .map_or(STOP_CHECK, |s| s.min(STOP_CHECK)),
-        };
-        // Sleeps on the source's sockets until one is readable or `wait` ends.
-        let mut ev = source.poll();
-        if ev.is_none() && !wait.is_zero() {
-            fds.clear();
-            source.wait_fds(&mut fds);
-            wait_readable(&fds, wait);
-            ev = source.poll();
+        let ev = lp.next_event(&mut source, &mut fds);
+        lp.on_link(source.connected(), source.connecting());
+        if lp.was_up {
+            // The clock is looked at before every message is counted, so a
+            // message read after a boundary never lands in the closed bucket.
+            lp.write_due(&mut cmd);
         }
-        source.flush();
-        let up = source.connected();
-        if up && !was_up {
-            match lp.down_since.take() {
-                Some(t) => tracing::info!(
-                    down_ms = t.elapsed().as_millis() as u64,
-                    "reconnected to Redis, counting again"
-                ),
-                None if !announced => {
-                    tracing::info!(stream = lp.key, "analytics worker subscribed")
-                }
-                None => {}
-            }
-            announced = true;
-        } else if !up && was_up {
-            if !lp.buckets.is_lost() {
-                lp.buckets.lose();
-            }
-            tracing::warn!(
-                bucket_start_ms = lp.buckets.start_ms(),
-                "Redis connection lost; reconnecting (the bucket in flight is lost)"
-            );
-            lp.down_since = Some(Instant::now());
-        } else if !up && lp.down_since.is_none() && !source.connecting() {
-            // Only once a connection attempt failed: the first poll of a
-            // clean start runs while the first connection is on its way.
-            tracing::warn!("Redis unavailable; retrying");
-            lp.down_since = Some(Instant::now());
-        }
-        was_up = up;
-        if !up {
-            continue;
-        }
-        if lp.pending.is_some() && lp.flush_pending(&mut cmd).is_err() {
-            continue;
-        }
-        // The clock is looked at before every message is counted, so a
-        // message read after a boundary never lands in the closed bucket.
-        let _ = lp.close_due(&mut cmd);
-        match ev {
-            Some(SourceEvent::Message { course, payload }) => lp.on_message(&course, &payload),
-            Some(SourceEvent::Oversize { course }) => {
-                lp.rejected += 1;
-                tracing::warn!(course, "dropping an oversized snapshot (not counted)");
-            }
-            _ => {}
-        }
+        lp.on_event(ev);
     }
     if lp.pending.is_some() {
         tracing::warn!("stopping with one bucket unwritten (Redis was down)");

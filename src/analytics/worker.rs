@@ -170,6 +170,22 @@ impl Buckets {
         self.lost
     }
 
+    /// Redis is back at `now_ms`. A bucket marked lost is given up now, not
+    /// when it ends: what it counted is dropped and counting starts afresh,
+    /// in what is left of it (a partial bucket, like the first after start)
+    /// or in the bucket holding `now_ms` if it ended meanwhile. Snapshots
+    /// read after the reconnect are counted. Returns the start of the bucket
+    /// given up, if one was lost.
+    pub fn resume(&mut self, now_ms: u64) -> Option<u64> {
+        if !std::mem::replace(&mut self.lost, false) {
+            return None;
+        }
+        let start = self.start_ms;
+        self.updates.clear();
+        self.start_ms = align(now_ms, self.bucket_ms).max(start);
+        Some(start)
+    }
+
     /// Closes the bucket in flight with the viewer counts read at its end
     /// (course -> unexpired members) and opens the bucket holding `now_ms`.
     /// Returns the entry to append, or why there is none.
@@ -357,6 +373,53 @@ mod tests {
         let (why, e) = b.close(2000, &none());
         assert_eq!(why, Closed::Write);
         assert_eq!(e.expect("entry").courses[0].updates, 1);
+    }
+
+    #[test]
+    fn a_reconnect_inside_the_lost_bucket_counts_what_follows_it() {
+        let mut b = Buckets::new(1000, 10_000);
+        b.on_snapshot(&snap("A", 0, 1, 2, Some(1)));
+        // The connection drops at 10,100 and is back at 10,400: the same bucket.
+        b.lose();
+        assert_eq!(b.resume(10_400), Some(10_000));
+        assert!(!b.is_lost());
+        assert_eq!(b.resume(10_450), None, "given up once");
+        // Five snapshots after the reconnect: written for the rest of the bucket.
+        for v in 2..7 {
+            b.on_snapshot(&snap("A", 0, 1, 2, Some(v)));
+        }
+        let (why, e) = b.close(11_000, &none());
+        assert_eq!(why, Closed::Write);
+        let e = e.expect("entry");
+        assert_eq!(e.bucket_start_ms, 10_000);
+        assert_eq!(
+            e.courses[0].updates, 5,
+            "the one before the drop is not counted"
+        );
+    }
+
+    #[test]
+    fn a_reconnect_after_the_lost_bucket_counts_in_the_current_one() {
+        let mut b = Buckets::new(1000, 10_000);
+        b.on_snapshot(&snap("A", 0, 1, 2, None));
+        b.lose();
+        // Back 3.2 s later: the buckets that passed meanwhile are skipped.
+        assert_eq!(b.resume(13_200), Some(10_000));
+        assert_eq!(
+            (b.start_ms(), b.due(13_999), b.due(14_000)),
+            (13_000, false, true)
+        );
+        b.on_snapshot(&snap("A", 0, 2, 2, None));
+        let (_, e) = b.close(14_000, &none());
+        let e = e.expect("entry");
+        assert_eq!((e.bucket_start_ms, e.courses[0].updates), (13_000, 1));
+        // Without a loss a reconnect changes nothing.
+        b.on_snapshot(&snap("A", 0, 2, 2, None));
+        assert_eq!(b.resume(14_500), None);
+        assert_eq!(
+            b.close(15_000, &none()).1.expect("entry").courses[0].updates,
+            1
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 /// Starts the hub with Redis pub/sub and presence, then the history refresher.
 pub fn start(node: Arc<Node>, redis: Arc<Redis>, args: &HubArgs) -> std::io::Result<Hub> {
-    *node.redis_health.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&redis.health));
+    let _ = node.redis.set(Arc::clone(&redis));
     let source = PubSub::new(&redis, &args.channel_prefix)?;
     let states = RedisStates::new(&redis, &args.state_prefix);
     let store = RedisPresence::new(&redis, &args.presence_prefix);

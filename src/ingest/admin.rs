@@ -60,9 +60,7 @@ impl<S: Source> Ingest<S> {
     /// admin shard if any entry changed.
     pub(super) fn admin_tick(&mut self) {
         if !self.firehose() {
-            for b in self.boards.values_mut() {
-                b.updates = 0;
-            }
+            self.reset_updates();
             return;
         }
         let secs = self.admin_tick_ms as f64 / 1000.0;
@@ -154,13 +152,6 @@ impl<S: Source> Ingest<S> {
             .filter(|(_, b)| b.named)
             .map(|(c, _)| Arc::clone(c))
             .collect()
-    }
-
-    /// Runs the rescan when due, and tells the presence worker what to count.
-    pub(super) fn admin_timers(&mut self, now_ms: u64) {
-        if self.firehose() && now_ms >= self.next_scan_ms {
-            self.discover(now_ms);
-        }
     }
 
     /// Tells the presence worker which courses to count for admins.

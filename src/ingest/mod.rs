@@ -163,10 +163,6 @@ impl<S: Source> Ingest<S> {
         }
     }
 
-    fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Whether an admin is connected somewhere (the pattern subscription is held).
     pub fn firehose(&self) -> bool {
         self.admin_shards != 0
@@ -178,11 +174,9 @@ impl<S: Source> Ingest<S> {
         } else {
             self.boards.values().filter(|b| b.shards != 0).count() as u64
         };
-        self.metrics().subscriptions.store(subs, Relaxed);
-        self.metrics()
-            .firehose
-            .store(self.firehose() as u64, Relaxed);
-        self.metrics()
+        self.metrics.subscriptions.store(subs, Relaxed);
+        self.metrics.firehose.store(self.firehose() as u64, Relaxed);
+        self.metrics
             .ingest_courses
             .store(self.boards.len() as u64, Relaxed);
     }
@@ -294,16 +288,15 @@ impl<S: Source> Ingest<S> {
     }
 
     fn rejected(&mut self, r: shards::Reject, course: &str, now_ms: u64) {
-        self.metrics().reject(r);
-        let now = now_ms;
-        if now.saturating_sub(self.reject_log.0) >= 1_000 {
+        self.metrics.reject(r);
+        if now_ms.saturating_sub(self.reject_log.0) >= 1_000 {
             if self.reject_log.1 > REJECT_LOGS_PER_SEC {
                 tracing::warn!(
                     suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC,
                     "ingest rejects not logged"
                 );
             }
-            self.reject_log = (now, 0);
+            self.reject_log = (now_ms, 0);
         }
         self.reject_log.1 += 1;
         if self.reject_log.1 <= REJECT_LOGS_PER_SEC {
@@ -381,9 +374,9 @@ impl<S: Source> Ingest<S> {
             SourceEvent::Message { course, payload } => {
                 match Snapshot::parse(&payload, Some(&course)) {
                     Ok(s) => {
-                        self.metrics().ingest_messages.fetch_add(1, Relaxed);
+                        self.metrics.ingest_messages.fetch_add(1, Relaxed);
                         if let Some(ts) = s.ts {
-                            self.metrics()
+                            self.metrics
                                 .update_latency
                                 .observe_us(unix_ms.saturating_sub(ts).saturating_mul(1000));
                         }
@@ -426,7 +419,10 @@ impl<S: Source> Ingest<S> {
             self.admin_tick();
             self.admin_presence();
         }
-        self.admin_timers(now_ms);
+        if self.firehose() && now_ms >= self.next_scan_ms {
+            // The rescan for courses with a state hash.
+            self.discover(now_ms);
+        }
         self.publish_subscriptions();
     }
 
@@ -481,7 +477,7 @@ impl<S: Source> Ingest<S> {
             .any(|b| b.shards != 0 && b.load == Load::Unread)
     }
 
-    /// Starts counting updates afresh (the first admin connected).
+    /// Starts counting updates afresh (the first admin connected; no admin at a tick).
     fn reset_updates(&mut self) {
         for b in self.boards.values_mut() {
             b.updates = 0;
@@ -491,11 +487,6 @@ impl<S: Source> Ingest<S> {
     /// Whether some shard's channel is full and snapshots wait coalesced.
     pub fn backlog(&self) -> bool {
         self.outlets.iter().any(|o| o.backlog() > 0)
-    }
-
-    /// The source, for health reporting.
-    pub fn source(&self) -> &S {
-        &self.source
     }
 
     /// Every section this node's board holds, with its version: what the
@@ -523,7 +514,7 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, mut commands: IngestRx) {
         // What the commands asked for (subscriptions, reads, seeds and the
         // snapshots a read merged) goes out before the thread sleeps.
         ingest.flush();
-        let up = ingest.source().connected();
+        let up = ingest.source.connected();
         ingest.metrics.redis_connected.store(up as u64, Relaxed);
         let sleep = ingest.sleep_for(clock::now_ms());
         if sleep != Some(Duration::ZERO) {

@@ -5,7 +5,7 @@
 //! section backwards (the version rule; gaps only where a live snapshot came
 //! first). Also the admin firehose's discovery, asked of the same reader.
 
-use super::{Board, Ingest, Load, Via};
+use super::{Ingest, Load, Via};
 use crate::channels::Control;
 use crate::channels::Discovery;
 use crate::channels::ReadRequest;
@@ -265,16 +265,7 @@ impl<S: Source> Ingest<S> {
         self.discovering = false;
         if let Some(d) = found.filter(|_| self.firehose()) {
             for c in &d.courses {
-                match self.boards.get_mut(c.as_str()) {
-                    Some(b) => b.named = true,
-                    None => {
-                        let board = Board {
-                            named: true,
-                            ..Board::default()
-                        };
-                        self.boards.insert(Arc::from(c.as_str()), board);
-                    }
-                }
+                self.boards.entry(Arc::from(c.as_str())).or_default().named = true;
             }
             // Not taken as a course's read: a viewer who comes for one of
             // them has it read once its subscription is confirmed.

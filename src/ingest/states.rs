@@ -8,18 +8,11 @@
 
 use crate::redis::commands::Commands;
 use crate::redis::slots::Addr;
-use crate::redis::{Mode, Redis, IO_TIMEOUT};
-use ::redis::Value;
+use crate::redis::{Mode, Redis};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// How long the probe waits on one primary's connection before looking at
-/// the next one's while several are unanswered: answers are taken about as
-/// they come, so a silent primary delays no other's round trip by more than
-/// this (the last one unanswered is waited on for the time left).
-const PONG_SLICE: Duration = Duration::from_micros(200);
+use std::time::Instant;
 
 /// One round trip as measured: the node it was measured to (`None` for a
 /// standalone Redis), and its seconds (`None`: no answer).
@@ -76,70 +69,46 @@ impl RedisStates {
         }
     }
 
-    /// PINGs every primary at once on the probe's connections and takes the
-    /// answers as they come, for at most [`IO_TIMEOUT`]; a connection that
-    /// fails or stays silent is dropped (opened again next time).
+    /// PINGs every primary at once, each on its probe connection (opened
+    /// first if needed) on a thread of its own, so a silent primary costs
+    /// only its own round trip (bounded by the connect and I/O timeouts); a
+    /// connection that fails or stays silent is dropped (opened again next
+    /// time).
     fn ping_each(&mut self, nodes: &[Addr]) -> Vec<RoundTrip> {
-        self.pings.retain(|a, _| nodes.contains(a));
-        let redis = Arc::clone(self.link.redis());
-        let ping = ::redis::cmd("PING").get_packed_command();
-        let mut sent = Vec::with_capacity(nodes.len());
-        for node in nodes {
-            let t = Instant::now();
-            if !self.pings.contains_key(node) {
-                if let Ok(c) = redis.connect_node(node) {
-                    self.pings.insert(node.clone(), c);
-                }
-            }
-            let ok = self
-                .pings
-                .get_mut(node)
-                .is_some_and(|c| c.send_packed_command(&ping).is_ok());
-            sent.push(ok.then_some(t));
-        }
-        let deadline = Instant::now() + IO_TIMEOUT;
-        let mut took: Vec<Option<f64>> = vec![None; nodes.len()];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let waiting = (0..nodes.len())
-                .filter(|&i| sent[i].is_some() && took[i].is_none())
-                .count();
-            if waiting == 0 || left.is_zero() {
-                break;
-            }
-            let slice = if waiting == 1 {
-                left
-            } else {
-                PONG_SLICE.min(left)
-            };
-            for (i, node) in nodes.iter().enumerate() {
-                let (Some(t), None) = (sent[i], took[i]) else {
-                    continue;
-                };
-                let Some(c) = self.pings.get_mut(node) else {
-                    continue;
-                };
-                let answer = c
-                    .set_read_timeout(Some(slice))
-                    .and_then(|()| c.recv_response());
-                match answer {
-                    Ok(Value::SimpleString(s)) if s == "PONG" => {
-                        took[i] = Some(t.elapsed().as_secs_f64())
-                    }
-                    Err(e) if e.is_timeout() => {}
-                    _ => sent[i] = None,
-                }
-            }
-        }
-        for (node, t) in nodes.iter().zip(&took) {
-            if t.is_none() {
-                self.pings.remove(node);
-            }
-        }
+        let redis = self.link.redis();
+        let mut held = std::mem::take(&mut self.pings);
+        let took: Vec<(Option<::redis::Connection>, Option<f64>)> = std::thread::scope(|s| {
+            let probes: Vec<_> = nodes
+                .iter()
+                .map(|node| {
+                    let con = held.remove(node);
+                    s.spawn(move || {
+                        let t = Instant::now();
+                        let mut con = con.or_else(|| redis.connect_node(node).ok());
+                        let pong = con.as_mut().is_some_and(|c| {
+                            ::redis::cmd("PING")
+                                .query::<String>(c)
+                                .is_ok_and(|r| r == "PONG")
+                        });
+                        let rtt = pong.then(|| t.elapsed().as_secs_f64());
+                        (con.filter(|_| pong), rtt)
+                    })
+                })
+                .collect();
+            probes
+                .into_iter()
+                .map(|p| p.join().unwrap_or((None, None)))
+                .collect()
+        });
         nodes
             .iter()
             .zip(took)
-            .map(|(node, t)| (Some(format!("{}:{}", node.0, node.1)), t))
+            .map(|(node, (con, rtt))| {
+                if let Some(c) = con {
+                    self.pings.insert(node.clone(), c);
+                }
+                (Some(format!("{}:{}", node.0, node.1)), rtt)
+            })
             .collect()
     }
 }
@@ -203,14 +172,14 @@ impl StateStore for RedisStates {
             Err(_) if !self.primaries.is_empty() => self.primaries.clone(),
             Err(_) => {
                 if self.link.redis().mode() == Some(Mode::Cluster) {
-                    self.link.redis().health.nodes_up.store(0, Relaxed);
+                    self.link.redis().nodes_up.store(0, Relaxed);
                 }
                 return Vec::new();
             }
         };
         let rtt = self.ping_each(&nodes);
         let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
-        self.link.redis().health.nodes_up.store(up as u64, Relaxed);
+        self.link.redis().nodes_up.store(up as u64, Relaxed);
         rtt
     }
 }

@@ -10,7 +10,7 @@ pub use users::UserCounts;
 use crate::auth::Auth;
 use crate::metrics::Metrics;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 /// What all shards of a node share.
 pub struct Node {
@@ -30,8 +30,8 @@ pub struct Node {
     pub courses_json: RwLock<String>,
     /// `/api/history` cache (filled by the history thread, or the demo).
     pub history: Arc<crate::history::History>,
-    /// Redis mode and reachable primaries for `/healthz` (`serve` only).
-    pub redis_health: RwLock<Option<Arc<crate::redis::Health>>>,
+    /// The Redis deployment, for `/healthz`'s mode and reachable primaries (`serve` only).
+    pub redis: OnceLock<Arc<crate::redis::Redis>>,
 }
 
 impl Node {
@@ -54,7 +54,7 @@ impl Node {
             users: UserCounts::new(),
             courses_json: RwLock::new("[]".into()),
             history,
-            redis_health: RwLock::new(None),
+            redis: OnceLock::new(),
         }
     }
 

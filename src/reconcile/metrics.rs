@@ -126,30 +126,6 @@ impl Shared {
     pub fn query_time(&self, secs: f64) {
         self.query.observe_us((secs * 1e6) as u64);
     }
-
-    /// `/metrics`.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        crate::exposition::render(self, FAMILIES, &mut out);
-        out
-    }
-
-    /// `/healthz`.
-    pub fn healthz(&self) -> String {
-        let (db, redis) = (self.db_up.load(Relaxed), self.redis_up.load(Relaxed));
-        let last = self.last_check_ms.load(Relaxed);
-        // Before the first check: how long since the start.
-        let since = if last == 0 {
-            self.started_ms.load(Relaxed)
-        } else {
-            last
-        };
-        let ago = now_ms().saturating_sub(since);
-        format!(
-            "{{\"status\":\"{}\",\"db\":{db},\"redis\":{redis},\"last_check_ms_ago\":{ago}}}",
-            if db && redis { "ok" } else { "degraded" }
-        )
-    }
 }
 
 /// The reconciler's families, in `/metrics` order.
@@ -212,22 +188,37 @@ impl crate::worker_http::Figures for Shared {
     }
 
     fn metrics(&self) -> String {
-        self.render()
+        let mut out = String::with_capacity(4096);
+        crate::exposition::render(self, FAMILIES, &mut out);
+        out
     }
 
     fn healthz(&self) -> String {
-        Shared::healthz(self)
+        let (db, redis) = (self.db_up.load(Relaxed), self.redis_up.load(Relaxed));
+        let last = self.last_check_ms.load(Relaxed);
+        // Before the first check: how long since the start.
+        let since = if last == 0 {
+            self.started_ms.load(Relaxed)
+        } else {
+            last
+        };
+        let ago = now_ms().saturating_sub(since);
+        format!(
+            "{{\"status\":\"{}\",\"db\":{db},\"redis\":{redis},\"last_check_ms_ago\":{ago}}}",
+            if db && redis { "ok" } else { "degraded" }
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker_http::Figures;
 
     #[test]
     fn every_series_at_zero_from_start() {
         let s = Shared::new();
-        let m = s.render();
+        let m = s.metrics();
         for line in [
             "seatboard_reconcile_checks_total{kind=\"incremental\"} 0",
             "seatboard_reconcile_checks_total{kind=\"sweep\"} 0",
@@ -254,7 +245,7 @@ mod tests {
             .starts_with(r#"{"status":"degraded","db":false,"redis":false"#));
         s.query_time(0.003);
         assert!(s
-            .render()
+            .metrics()
             .contains("seatboard_reconcile_query_seconds_bucket{le=\"0.005\"} 1"));
     }
 }

@@ -97,12 +97,4 @@ impl Store {
             pubs.iter().try_for_each(|c| self.link.query::<()>(c))
         }
     }
-
-    /// Whether Redis answers a `PING`.
-    pub fn ping(&mut self) -> bool {
-        self.link.retry_now();
-        self.link
-            .query::<String>(&::redis::cmd("PING"))
-            .is_ok_and(|r| r == "PONG")
-    }
 }

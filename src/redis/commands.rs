@@ -12,8 +12,8 @@
 //! kept until then.
 
 use super::backoff::Backoff;
-use super::error::{ConnectError, Error, NodeError};
-use super::slots::{Addr, SlotMap};
+use super::error::{ConnectError, Error};
+use super::slots::SlotMap;
 use super::{glob_escape, Mode, Redis, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
@@ -106,22 +106,11 @@ impl Commands {
     fn open(&self) -> Result<Con, ConnectError> {
         let mode = self.redis.resolve()?;
         match mode {
-            Mode::Standalone => {
-                let mut last = NodeError::NoNode;
-                for addr in self.redis.candidates() {
-                    match self.redis.connect_node(&addr) {
-                        Ok(c) => return Ok(Con::Single(c)),
-                        Err(source) => {
-                            last = NodeError::Failed {
-                                host: addr.0,
-                                port: addr.1,
-                                source,
-                            }
-                        }
-                    }
-                }
-                Err(ConnectError::Standalone(last))
-            }
+            Mode::Standalone => self
+                .redis
+                .first_node(|addr| self.redis.connect_node(addr))
+                .map(|(_, c)| Con::Single(c))
+                .map_err(ConnectError::Standalone),
             Mode::Cluster => {
                 let con = self
                     .redis
@@ -141,29 +130,24 @@ impl Commands {
         if matches!(self.con, Some(Con::Cluster(_))) && self.built.elapsed() >= MAP_REFRESH {
             self.con = None;
         }
-        if self.con.is_none() {
-            if !self.backoff.ready() {
-                return Err(Error::Backoff { what: self.what });
-            }
-            match self.open() {
-                Ok(c) => {
-                    tracing::debug!(what = self.what, "Redis connected");
-                    self.con = Some(c);
-                    self.map = None;
-                    self.built = Instant::now();
-                }
-                Err(source) => {
+        let con = match self.con.take() {
+            Some(con) => con,
+            None if !self.backoff.ready() => return Err(Error::Backoff { what: self.what }),
+            None => {
+                let con = self.open().map_err(|source| {
                     self.backoff.failed();
-                    return Err(Error::Connect {
+                    Error::Connect {
                         what: self.what,
                         source,
-                    });
-                }
+                    }
+                })?;
+                tracing::debug!(what = self.what, "Redis connected");
+                self.map = None;
+                self.built = Instant::now();
+                con
             }
-        }
-        self.con
-            .as_mut()
-            .ok_or(Error::NotConnected { what: self.what })
+        };
+        Ok(self.con.insert(con))
     }
 
     /// Runs `f` on the connection, connecting first if needed. Any error drops
@@ -264,26 +248,9 @@ impl Commands {
 
     /// The mode in use, connecting first (which resolves `auto`).
     pub fn mode(&mut self) -> Result<Mode, Error> {
-        Ok(if self.connect()?.is_single() {
-            Mode::Standalone
-        } else {
-            Mode::Cluster
-        })
-    }
-
-    /// One command on one node (`SCAN` is per node in a cluster).
-    pub fn query_on<T: FromRedisValue>(&mut self, node: &Addr, cmd: &Cmd) -> Result<T, Error> {
-        self.run(|c| match c {
-            Con::Single(c) => cmd.query(c),
-            Con::Cluster(c) => c
-                .route_command(
-                    cmd,
-                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                        host: node.0.clone(),
-                        port: node.1,
-                    }),
-                )
-                .and_then(convert),
+        Ok(match self.connect()? {
+            Con::Single(_) => Mode::Standalone,
+            Con::Cluster(_) => Mode::Cluster,
         })
     }
 
@@ -292,7 +259,7 @@ impl Commands {
     /// connection (after a failure, and every [`MAP_REFRESH`]) or after a
     /// redirect; the map read is kept till then.
     pub fn known_slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
-        if self.connect()?.is_single() {
+        if self.mode()? == Mode::Standalone {
             return Ok(None);
         }
         match &self.map {
@@ -304,7 +271,7 @@ impl Commands {
     /// The cluster's slot map read now (`CLUSTER SLOTS`); `None` in
     /// standalone mode.
     pub fn slot_map(&mut self) -> Result<Option<SlotMap>, Error> {
-        if self.connect()?.is_single() {
+        if self.mode()? == Mode::Standalone {
             return Ok(None);
         }
         let reply: Value = self.query(&redis::cmd("CLUSTER").arg("SLOTS").clone())?;
@@ -320,19 +287,16 @@ impl Commands {
         Ok(Some(map))
     }
 
-    /// The nodes that hold keys: every primary in a cluster, the one node otherwise.
-    pub fn primaries(&mut self) -> Result<Vec<Addr>, Error> {
-        match self.known_slot_map()? {
-            Some(m) => Ok(m.primaries()),
-            None => Ok(vec![("".into(), 0)]),
-        }
-    }
-
-    /// Every key matching `<prefix>*` (of `type_` if given), over every primary.
+    /// Every key matching `<prefix>*` (of `type_` if given), over every
+    /// primary in a cluster (`SCAN` is per node), the one node otherwise.
     pub fn scan(&mut self, prefix: &str, type_: Option<&str>) -> Result<Vec<Vec<u8>>, Error> {
         let pattern = format!("{}*", glob_escape(prefix));
         let mut keys = Vec::new();
-        for node in self.primaries()? {
+        let nodes = match self.known_slot_map()? {
+            Some(m) => m.primaries(),
+            None => vec![("".into(), 0)],
+        };
+        for node in nodes {
             let mut cursor: u64 = 0;
             loop {
                 let mut cmd = redis::cmd("SCAN");
@@ -344,7 +308,18 @@ impl Commands {
                 if let Some(t) = type_ {
                     cmd.arg("TYPE").arg(t);
                 }
-                let (next, page): (u64, Vec<Vec<u8>>) = self.query_on(&node, &cmd)?;
+                let (next, page): (u64, Vec<Vec<u8>>) = self.run(|c| match c {
+                    Con::Single(c) => cmd.query(c),
+                    Con::Cluster(c) => c
+                        .route_command(
+                            &cmd,
+                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                host: node.0.clone(),
+                                port: node.1,
+                            }),
+                        )
+                        .and_then(convert),
+                })?;
                 keys.extend(page);
                 if next == 0 {
                     break;
@@ -377,12 +352,6 @@ impl Commands {
     /// Whether a connection is currently held.
     pub fn is_connected(&self) -> bool {
         self.con.is_some()
-    }
-}
-
-impl Con {
-    fn is_single(&self) -> bool {
-        matches!(self, Con::Single(_))
     }
 }
 

@@ -171,12 +171,6 @@ pub enum Error {
         #[source]
         source: ConnectError,
     },
-    /// No connection held after connecting (should not happen).
-    #[error("{what}: not connected")]
-    NotConnected {
-        /// The client.
-        what: &'static str,
-    },
     /// The command (or pipeline) failed: an I/O error or Redis's error reply.
     #[error("{what}: {source}")]
     Command {
@@ -195,10 +189,7 @@ impl Error {
     /// True when the call failed on the way to Redis (no connection, backoff)
     /// rather than by a reply: nothing was done.
     pub fn is_unreachable(&self) -> bool {
-        matches!(
-            self,
-            Error::Backoff { .. } | Error::Connect { .. } | Error::NotConnected { .. }
-        )
+        matches!(self, Error::Backoff { .. } | Error::Connect { .. })
     }
 
     /// True when Redis answered that it does not hold a script (`NOSCRIPT`).
@@ -213,16 +204,9 @@ impl Error {
     }
 }
 
-/// For callers that report a failure as text (command-line messages).
+/// For callers that report a failure as text (the benches' messages).
 impl From<Error> for String {
     fn from(e: Error) -> String {
-        e.to_string()
-    }
-}
-
-/// For callers that report a failure as text (command-line messages).
-impl From<TrustError> for String {
-    fn from(e: TrustError) -> String {
         e.to_string()
     }
 }

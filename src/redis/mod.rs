@@ -18,7 +18,7 @@ pub use error::{ConfigError, ConnectError, Error, NodeError, TrustError};
 
 use redis::{ConnectionAddr, ConnectionInfo, TlsCertificates};
 use slots::{Addr, SlotMap};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -34,26 +34,6 @@ pub enum Mode {
     Standalone,
     /// A Redis Cluster.
     Cluster,
-}
-
-/// What `/healthz` reports about Redis beyond the pub/sub source's state.
-#[derive(Debug, Default)]
-pub struct Health {
-    /// 0 unknown yet, 1 standalone, 2 cluster.
-    mode: AtomicU8,
-    /// Cluster primaries reachable at the last check.
-    pub nodes_up: AtomicU64,
-}
-
-impl Health {
-    /// `"standalone"`, `"cluster"`, or `None` before the mode is known.
-    pub fn mode(&self) -> Option<&'static str> {
-        match self.mode.load(Relaxed) {
-            1 => Some("standalone"),
-            2 => Some("cluster"),
-            _ => None,
-        }
-    }
 }
 
 /// Escapes glob metacharacters so a prefix matches itself in PSUBSCRIBE/SCAN MATCH.
@@ -78,8 +58,8 @@ pub struct Redis {
     resolved: OnceLock<Mode>,
     /// Nodes learned from slot maps (seeds for later reconnects).
     known: Mutex<Vec<Addr>>,
-    /// Health figures for `/healthz`.
-    pub health: Arc<Health>,
+    /// Cluster primaries reachable at the last check (for `/healthz`).
+    pub nodes_up: AtomicU64,
 }
 
 /// A deployment's one TLS configuration, built once from one source of trust
@@ -145,22 +125,18 @@ impl Redis {
             path: f.redis_ca.clone().unwrap_or_default(),
             source,
         };
-        let tls = if tls {
-            let cfg = tls_config(ca_pem.as_deref()).map_err(unusable)?;
-            Some(Tls {
-                certs: ca_pem.map(|root_cert| TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(root_cert),
-                }),
-                rustls: Arc::new(cfg),
-            })
-        } else {
-            if f.redis_ca.is_some() {
-                // Checked anyway: a bad file should not wait for a TLS URI to fail.
-                tls_config(ca_pem.as_deref()).map_err(unusable)?;
-            }
-            None
-        };
+        // A `--redis-ca` is checked without a TLS URI too: a bad file should
+        // not wait for one to fail.
+        let cfg = (tls || ca_pem.is_some())
+            .then(|| tls_config(ca_pem.as_deref()).map_err(unusable))
+            .transpose()?;
+        let tls = cfg.filter(|_| tls).map(|cfg| Tls {
+            certs: ca_pem.map(|root_cert| TlsCertificates {
+                client_tls: None,
+                root_cert: Some(root_cert),
+            }),
+            rustls: Arc::new(cfg),
+        });
         Ok(Arc::new(Redis {
             seeds,
             tls,
@@ -168,7 +144,7 @@ impl Redis {
             pubsub: f.pubsub,
             resolved: OnceLock::new(),
             known: Mutex::new(Vec::new()),
-            health: Arc::new(Health::default()),
+            nodes_up: AtomicU64::new(0),
         }))
     }
 
@@ -261,11 +237,7 @@ impl Redis {
     }
 
     fn set_mode(&self, m: Mode) -> Mode {
-        let m = *self.resolved.get_or_init(|| m);
-        self.health
-            .mode
-            .store(if m == Mode::Cluster { 2 } else { 1 }, Relaxed);
-        m
+        *self.resolved.get_or_init(|| m)
     }
 
     /// The mode, asking the first reachable node (`INFO cluster`) under `auto`.
@@ -278,22 +250,31 @@ impl Redis {
             RedisMode::Cluster => return Ok(self.set_mode(Mode::Cluster)),
             RedisMode::Auto => {}
         }
+        let (addr, info) = self
+            .first_node(|addr| {
+                let mut con = self.connect_node(addr)?;
+                redis::cmd("INFO").arg("cluster").query::<String>(&mut con)
+            })
+            .map_err(ConnectError::ModeUnknown)?;
+        let m = if info.lines().any(|l| l.trim() == "cluster_enabled:1") {
+            Mode::Cluster
+        } else {
+            Mode::Standalone
+        };
+        tracing::info!(mode = ?m, node = %format!("{}:{}", addr.0, addr.1), "Redis mode detected");
+        Ok(self.set_mode(m))
+    }
+
+    /// `f` on each candidate node in turn: the first that succeeds, with its
+    /// node, or the last failure.
+    pub(crate) fn first_node<T>(
+        &self,
+        mut f: impl FnMut(&Addr) -> redis::RedisResult<T>,
+    ) -> Result<(Addr, T), NodeError> {
         let mut last = NodeError::NoNode;
         for addr in self.candidates() {
-            let r = self
-                .connect_node(&addr)
-                .and_then(|mut con| redis::cmd("INFO").arg("cluster").query::<String>(&mut con));
-            match r {
-                Ok(info) => {
-                    let cluster = info.lines().any(|l| l.trim() == "cluster_enabled:1");
-                    let m = if cluster {
-                        Mode::Cluster
-                    } else {
-                        Mode::Standalone
-                    };
-                    tracing::info!(mode = ?m, node = %format!("{}:{}", addr.0, addr.1), "Redis mode detected");
-                    return Ok(self.set_mode(m));
-                }
+            match f(&addr) {
+                Ok(v) => return Ok((addr, v)),
                 Err(source) => {
                     last = NodeError::Failed {
                         host: addr.0,
@@ -303,7 +284,7 @@ impl Redis {
                 }
             }
         }
-        Err(ConnectError::ModeUnknown(last))
+        Err(last)
     }
 
     /// The AUTH credentials from the URI.

@@ -43,11 +43,15 @@ pub enum FlagError {
 /// Why a receive socket could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    /// The socket's folder could not be made.
-    #[error("cannot make {}: {source}", dir.display())]
-    MakeDir {
-        /// The folder.
-        dir: PathBuf,
+    /// A call on the socket's path failed: making its folder ("cannot
+    /// make"), replacing a stale socket ("cannot replace"), binding it
+    /// ("cannot bind"), setting its mode ("cannot set the mode of").
+    #[error("{what} {}: {source}", path.display())]
+    Path {
+        /// What could not be done.
+        what: &'static str,
+        /// The socket, or its folder.
+        path: PathBuf,
         /// Why.
         #[source]
         source: io::Error,
@@ -58,44 +62,17 @@ pub enum BindError {
         /// The socket.
         path: PathBuf,
     },
-    /// A stale socket could not be removed.
-    #[error("cannot replace {}: {source}", path.display())]
-    Replace {
-        /// The socket.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
     /// The path holds something else.
     #[error("{} exists and is not a socket", path.display())]
     NotASocket {
         /// The path.
         path: PathBuf,
     },
-    /// The Unix socket could not be bound.
-    #[error("cannot bind {}: {source}", path.display())]
-    BindUnix {
-        /// The socket.
-        path: PathBuf,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
     /// The UDP socket could not be bound.
     #[error("cannot bind {addr}: {source}")]
     BindUdp {
         /// The address.
         addr: SocketAddr,
-        /// Why.
-        #[source]
-        source: io::Error,
-    },
-    /// The socket's mode could not be set.
-    #[error("cannot set the mode of {}: {source}", path.display())]
-    Mode {
-        /// The socket.
-        path: PathBuf,
         /// Why.
         #[source]
         source: io::Error,

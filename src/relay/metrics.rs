@@ -40,10 +40,6 @@ impl Rejected {
             Rejected::TooLarge => "too_large",
         }
     }
-
-    fn index(self) -> usize {
-        self as usize
-    }
 }
 
 /// What the relay's threads share.
@@ -110,41 +106,12 @@ impl Shared {
 
     /// Counts a refused datagram.
     pub fn reject(&self, why: Rejected) {
-        self.rejected[why.index()].fetch_add(1, Relaxed);
+        self.rejected[why as usize].fetch_add(1, Relaxed);
     }
 
     /// Refused datagrams so far for `why`.
     pub fn rejected(&self, why: Rejected) -> u64 {
-        self.rejected[why.index()].load(Relaxed)
-    }
-
-    /// `/metrics`: the figures read once (the pending map under one lock),
-    /// then rendered.
-    pub fn render(&self) -> String {
-        let (counts, pending) = {
-            let p = self.pending();
-            (p.counts(), p.len() as u64)
-        };
-        let reading = Reading {
-            received: self.received.load(Relaxed),
-            rejected: Rejected::ALL.map(|r| self.rejected(r)),
-            counts,
-            pending,
-            redis_up: self.redis_up(),
-        };
-        let mut out = String::with_capacity(2048);
-        crate::exposition::render(&reading, FAMILIES, &mut out);
-        out
-    }
-
-    /// `/healthz`.
-    pub fn healthz(&self) -> String {
-        let up = self.redis_up();
-        let pending = self.pending().len();
-        format!(
-            "{{\"status\":\"{}\",\"redis\":{up},\"pending\":{pending}}}",
-            if up { "ok" } else { "degraded" }
-        )
+        self.rejected[why as usize].load(Relaxed)
     }
 }
 
@@ -208,23 +175,43 @@ impl crate::worker_http::Figures for Shared {
         "relay-http"
     }
 
+    /// The figures read once (the pending map under one lock), then rendered.
     fn metrics(&self) -> String {
-        self.render()
+        let (counts, pending) = {
+            let p = self.pending();
+            (p.counts(), p.len() as u64)
+        };
+        let reading = Reading {
+            received: self.received.load(Relaxed),
+            rejected: Rejected::ALL.map(|r| self.rejected(r)),
+            counts,
+            pending,
+            redis_up: self.redis_up(),
+        };
+        let mut out = String::with_capacity(2048);
+        crate::exposition::render(&reading, FAMILIES, &mut out);
+        out
     }
 
     fn healthz(&self) -> String {
-        Shared::healthz(self)
+        let up = self.redis_up();
+        let pending = self.pending().len();
+        format!(
+            "{{\"status\":\"{}\",\"redis\":{up},\"pending\":{pending}}}",
+            if up { "ok" } else { "degraded" }
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker_http::Figures;
 
     #[test]
     fn every_series_at_zero_from_start() {
         let s = Shared::new(Pending::new(10, usize::MAX, 10));
-        let m = s.render();
+        let m = s.metrics();
         for line in [
             "seatboard_relay_received_total 0",
             "seatboard_relay_rejected_total{reason=\"json\"} 0",

@@ -29,10 +29,10 @@ use pending::Pending;
 use std::net::{SocketAddr, TcpListener};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use writer::{Phase, Writer};
+use writer::Writer;
 
 /// How long after SIGTERM the relay writes what it holds: with the receive
 /// threads' stop and the exit, within the contract's 2 s.
@@ -133,11 +133,12 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     )));
     if let Some(path) = &c.socket {
         let s = recv::bind_unix(path).map_err(StartError::Socket)?;
-        recv::spawn("unix", s, Arc::clone(&shared)).map_err(thread("relay-unix"))?;
+        recv::spawn("unix", move |b| s.recv(b), Arc::clone(&shared))
+            .map_err(thread("relay-unix"))?;
     }
     if let Some(addr) = c.udp {
         let s = recv::bind_udp(addr).map_err(StartError::Udp)?;
-        recv::spawn("udp", s, Arc::clone(&shared)).map_err(thread("relay-udp"))?;
+        recv::spawn("udp", move |b| s.recv(b), Arc::clone(&shared)).map_err(thread("relay-udp"))?;
     }
     // Served once the sockets are bound: `/healthz` answering means a
     // datagram sent now is taken.
@@ -145,8 +146,8 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
         let l = TcpListener::bind(addr).map_err(|source| StartError::Metrics { addr, source })?;
         crate::worker_http::spawn(l, Arc::clone(&shared)).map_err(thread("relay-http"))?;
     }
-    let draining = Arc::new(AtomicBool::new(false));
-    let deadline: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
+    // Set at the signal: the writer drains what is held until then.
+    let drain: Arc<OnceLock<Instant>> = Arc::new(OnceLock::new());
     {
         let mut w = Writer {
             link: Commands::new(&c.redis, "relay"),
@@ -154,20 +155,9 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
             state_prefix: args.target.state_prefix.clone(),
             shared: Arc::clone(&shared),
         };
-        let (d, dl) = (Arc::clone(&draining), Arc::clone(&deadline));
-        supervisor::spawn("relay-writer", Policy::Logged, move || {
-            w.run(
-                || {
-                    if d.load(Relaxed) {
-                        Phase::Drain
-                    } else {
-                        Phase::Run
-                    }
-                },
-                || dl.get().copied(),
-            );
-        })
-        .map_err(thread("relay-writer"))?;
+        let d = Arc::clone(&drain);
+        supervisor::spawn("relay-writer", Policy::Logged, move || w.run(&d))
+            .map_err(thread("relay-writer"))?;
     }
     tracing::info!(
         socket = ?c.socket,
@@ -186,8 +176,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     if let Some(p) = &c.socket {
         let _ = std::fs::remove_file(p);
     }
-    let _ = deadline.set(end);
-    draining.store(true, Relaxed);
+    let _ = drain.set(end);
     shared.work.notify_all();
     // The writer stops at the deadline at the latest, but one Redis call
     // in progress may outlast it: nobody waits for that.

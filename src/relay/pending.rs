@@ -130,10 +130,6 @@ impl Written {
             _ => false,
         }
     }
-
-    fn len(&self) -> usize {
-        self.cur.len() + self.old.len()
-    }
 }
 
 /// The held snapshots, oldest section first.
@@ -179,29 +175,14 @@ impl Pending {
         self.len() == 0
     }
 
-    /// What the held and in-flight snapshots cost, in bytes ([`cost`]).
-    pub fn bytes(&self) -> usize {
-        self.bytes
-    }
-
     /// Sections waiting to be taken (not in flight).
     pub fn held(&self) -> usize {
         self.map.len()
     }
 
-    /// Whether something waits to be taken.
-    pub fn has_work(&self) -> bool {
-        !self.map.is_empty()
-    }
-
     /// The counters so far.
     pub fn counts(&self) -> Counts {
         self.counts
-    }
-
-    /// Sections whose last written version is remembered.
-    pub fn remembered(&self) -> usize {
-        self.written.len()
     }
 
     /// A received snapshot at `now`: held if it is the newest of its section
@@ -456,7 +437,8 @@ mod tests {
         }
         let b = p.take(1000, usize::MAX, t0());
         p.done(&b, t0());
-        assert!(p.remembered() <= 100, "{}", p.remembered());
+        let remembered = p.written.cur.len() + p.written.old.len();
+        assert!(remembered <= 100, "{remembered}");
         // The most recent ones are still remembered.
         assert_eq!(p.offer(snap("A", 999, 1, Some(1)), t0()), Offer::Stale);
     }
@@ -477,14 +459,14 @@ mod tests {
         assert_eq!(p.offer(big(0, 2, 2000), t0()), Offer::Full);
         assert_eq!(p.offer(big(0, 3, 10), t0()), Offer::Replaced);
         assert_eq!(p.counts().dropped_full, 2);
-        assert!(p.bytes() <= one * 3);
+        assert!(p.bytes <= one * 3);
         // In flight counts until reported; given back, then written, frees it all.
         let b = p.take(10, one, t0());
         assert_eq!(b.len(), 2, "a batch stops once past its bytes");
         p.give_back(b);
         let b = p.take(10, usize::MAX, t0());
         p.done(&b, t0());
-        assert_eq!((p.bytes(), p.len()), (0, 0));
+        assert_eq!((p.bytes, p.len()), (0, 0));
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub fn handle(shared: &Shared, payload: &[u8]) {
             // per batch, not per datagram.
             let wake = {
                 let mut p = shared.pending();
-                let idle = !p.has_work();
+                let idle = p.held() == 0;
                 let offer = p.offer(s, std::time::Instant::now());
                 idle && offer == super::pending::Offer::Held
             };
@@ -83,43 +83,33 @@ pub fn held_by_another_kind(path: &Path) -> bool {
 /// socket file replaced, mode 0660. A socket another process still reads is
 /// an error, and so is a path that is not a socket.
 pub fn bind_unix(path: &Path) -> Result<UnixDatagram, BindError> {
-    let path_buf = || path.to_path_buf();
+    let failed = |what, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| BindError::Path { what, path, source }
+    };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         if !dir.exists() {
             std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o750)
                 .create(dir)
-                .map_err(|source| BindError::MakeDir {
-                    dir: dir.to_path_buf(),
-                    source,
-                })?;
+                .map_err(failed("cannot make", dir))?;
         }
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             let probe = UnixDatagram::unbound().map_err(BindError::Socket)?;
             if probe.connect(path).is_ok() {
-                return Err(BindError::InUse { path: path_buf() });
+                return Err(BindError::InUse { path: path.into() });
             }
-            std::fs::remove_file(path).map_err(|source| BindError::Replace {
-                path: path_buf(),
-                source,
-            })?;
+            std::fs::remove_file(path).map_err(failed("cannot replace", path))?;
         }
-        Ok(_) => return Err(BindError::NotASocket { path: path_buf() }),
+        Ok(_) => return Err(BindError::NotASocket { path: path.into() }),
         Err(_) => {}
     }
-    let sock = UnixDatagram::bind(path).map_err(|source| BindError::BindUnix {
-        path: path_buf(),
-        source,
-    })?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(|source| {
-        BindError::Mode {
-            path: path_buf(),
-            source,
-        }
-    })?;
+    let sock = UnixDatagram::bind(path).map_err(failed("cannot bind", path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+        .map_err(failed("cannot set the mode of", path))?;
     let _ = socket2::SockRef::from(&sock).set_recv_buffer_size(RCVBUF);
     sock.set_read_timeout(Some(POLL))
         .map_err(BindError::Socket)?;
@@ -135,32 +125,19 @@ pub fn bind_udp(addr: SocketAddr) -> Result<UdpSocket, BindError> {
     Ok(sock)
 }
 
-/// A socket the receive loop reads.
-pub trait Recv: Send + 'static {
-    /// One datagram into `buf`; its length.
-    fn recv_one(&self, buf: &mut [u8]) -> std::io::Result<usize>;
-}
-
-impl Recv for UnixDatagram {
-    fn recv_one(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.recv(buf)
-    }
-}
-
-impl Recv for UdpSocket {
-    fn recv_one(&self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.recv(buf)
-    }
-}
-
-/// Starts the thread `relay-<name>` that reads `sock` until the stop flag is set.
-pub fn spawn(name: &str, sock: impl Recv, shared: Arc<Shared>) -> std::io::Result<()> {
+/// Starts the thread `relay-<name>` that reads datagrams with `recv` (one
+/// into the buffer, its length) until the stop flag is set.
+pub fn spawn(
+    name: &str,
+    recv: impl Fn(&mut [u8]) -> std::io::Result<usize> + Send + 'static,
+    shared: Arc<Shared>,
+) -> std::io::Result<()> {
     supervisor::spawn(format!("relay-{name}"), Policy::Logged, move || {
         // One byte past the limit: a longer datagram is cut there and
         // still seen as too large.
         let mut buf = vec![0u8; shards::snapshot::MAX_PAYLOAD + 1];
         while !shared.stop.load(Relaxed) {
-            match sock.recv_one(&mut buf) {
+            match recv(&mut buf) {
                 Ok(n) => handle(&shared, &buf[..n]),
                 Err(e)
                     if matches!(

@@ -17,7 +17,7 @@ use crate::redis::commands::Commands;
 use crate::redis::Error;
 use shards::Snapshot;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Most snapshots written in one pipeline.
@@ -73,15 +73,6 @@ pub struct Writer {
     pub state_prefix: String,
     /// What the threads share.
     pub shared: Arc<Shared>,
-}
-
-/// What the writer is told to do next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    /// Write what arrives.
-    Run,
-    /// Write what is held, then return.
-    Drain,
 }
 
 impl Writer {
@@ -161,15 +152,15 @@ impl Writer {
         }
     }
 
-    /// Runs until `phase` says drain and nothing is held, or `deadline`
-    /// passes while draining.
-    pub fn run(&mut self, phase: impl Fn() -> Phase, deadline: impl Fn() -> Option<Instant>) {
+    /// Runs until `drain` is set and nothing is held, or the deadline it
+    /// holds passes.
+    pub fn run(&mut self, drain: &OnceLock<Instant>) {
         let mut last_contact = Instant::now() - IDLE_PING;
         let mut down = false;
         let mut last_write = Instant::now() - LINGER;
         loop {
-            let draining = phase() == Phase::Drain;
-            if draining && deadline().is_some_and(|d| Instant::now() >= d) {
+            let draining = drain.get().is_some();
+            if drain.get().is_some_and(|d| Instant::now() >= *d) {
                 return;
             }
             // While Redis is down, the client's backoff says when to try again.
@@ -186,7 +177,7 @@ impl Writer {
             }
             let batch = {
                 let mut p = self.shared.pending();
-                if !p.has_work() {
+                if p.held() == 0 {
                     if draining {
                         return;
                     }
@@ -266,7 +257,6 @@ mod tests {
         };
         for e in [
             Error::Backoff { what: "relay" },
-            Error::NotConnected { what: "relay" },
             connect,
             reply("CLUSTERDOWN The cluster is down"),
             reply("LOADING Redis is loading the dataset in memory"),

@@ -218,7 +218,14 @@ async function main() {
   if (!viewer) throw new Error('the board page stored no user id');
 
   step = `open the roster of ${course}`;
-  await page.locator(`#courses tbody tr[data-course="${course}"] td[data-col="viewers"]`).click();
+  // Rows sorted by updates/s move on every admin tick (750 ms), and a click
+  // waits for its target to hold still: on a loaded machine a moving row can
+  // outlast the click's deadline. Sorted by course the rows stay put.
+  await page.bringToFront();
+  await clickHeader(page, 'course');
+  const cell = page.locator(`#courses tbody tr[data-course="${course}"] td[data-col="viewers"]`);
+  await cell.scrollIntoViewIfNeeded({ timeout: STEP_TIMEOUT_MS });
+  await cell.click({ timeout: STEP_TIMEOUT_MS });
   await page.waitForFunction(() => {
     const r = document.getElementById('roster');
     return r && !r.hidden && /^\d[\d,.\s\u00a0\u202f]*$/.test(document.getElementById('roster-total').textContent.trim());

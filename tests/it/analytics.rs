@@ -16,6 +16,10 @@ struct Worker(Child);
 
 impl Worker {
     fn start(redis: &RedisServer, session: &str, bucket_ms: u64) -> Worker {
+        Worker::start_with(redis, session, bucket_ms, &[])
+    }
+
+    fn start_with(redis: &RedisServer, session: &str, bucket_ms: u64, extra: &[&str]) -> Worker {
         let child = Command::new(bin())
             .args([
                 "analytics",
@@ -28,6 +32,7 @@ impl Worker {
                 "--log-level",
                 "warn",
             ])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -326,6 +331,129 @@ fn survives_a_redis_restart() {
         (sum == 5).then_some(sum)
     });
     assert_eq!(sum, Some(5), "{:?}", entries(&mut c, "analytics:blip"));
+}
+
+/// The worker's `/metrics` body once it answers 200.
+fn worker_metrics(port: u16) -> String {
+    wait_for(Duration::from_secs(10), || {
+        let r = http_get(port, "/metrics").ok()?;
+        (r.status == 200).then_some(r.body)
+    })
+    .expect("the worker's /metrics did not answer")
+}
+
+/// A Redis restart early in a long bucket, the worker back well before the
+/// bucket ends: the bucket is given up at the reconnect (counted in
+/// `/metrics`), and snapshots published after the reconnect, still inside
+/// that bucket, are written. They used to be counted into the bucket marked
+/// lost and dropped with it, with nothing logged but the loss itself (the
+/// occasional failure of `survives_a_redis_restart`, whose 500 ms buckets
+/// hit this only when the worker came back inside the bucket of the kill).
+#[test]
+fn snapshots_after_a_reconnect_inside_the_lost_bucket_are_written() {
+    const BUCKET: u64 = 5_000;
+    let mut redis = RedisServer::start();
+    let mport = free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let _w = Worker::start_with(&redis, "inside", BUCKET, &["--metrics", &maddr]);
+    wait_subscribed(&redis, 1);
+    let lost = r#"seatboard_analytics_buckets_lost_total{reason="redis_down"}"#;
+    assert_eq!(metric_value(&worker_metrics(mport), lost), 0.0);
+    for attempt in 0..3u32 {
+        let course = format!("CHEM{attempt}");
+        // Early in a bucket: the restart and the resubscribe have 4 s of it left.
+        align_to_bucket_start(BUCKET);
+        let end = unix_ms() - unix_ms() % BUCKET + BUCKET;
+        redis.restart();
+        wait_subscribed(&redis, 1);
+        // The worker has read the reconnect: the bucket of the restart is given up.
+        let want = f64::from(attempt + 1);
+        wait_for(Duration::from_secs(10), || {
+            (metric_value(&worker_metrics(mport), lost) >= want).then_some(())
+        })
+        .expect("the bucket of the restart was not counted lost at the reconnect");
+        let mut c = con(&redis);
+        publish_burst(&mut c, &course, 5);
+        if unix_ms() + 1_000 > end {
+            // Too slow to land inside the bucket of the restart (a loaded
+            // machine): that is not the case shown here, so again.
+            eprintln!("attempt {attempt}: back too late in the bucket; again");
+            continue;
+        }
+        let sum = wait_for(Duration::from_millis(BUCKET + 10_000), || {
+            let es = entries(&mut c, "analytics:inside");
+            let sum: u64 = course_updates(&es, &course).iter().map(|r| r.0).sum();
+            (sum == 5).then_some(sum)
+        });
+        assert_eq!(sum, Some(5), "{:?}", entries(&mut c, "analytics:inside"));
+        let m = worker_metrics(mport);
+        assert_eq!(
+            metric_value(&m, "seatboard_analytics_snapshots_total"),
+            5.0,
+            "{m}"
+        );
+        assert_eq!(metric_value(&m, "seatboard_analytics_redis_up"), 1.0, "{m}");
+        let healthz = http_get(mport, "/healthz").expect("healthz");
+        assert!(
+            healthz.body.contains(r#""status":"ok""#),
+            "{}",
+            healthz.body
+        );
+        return;
+    }
+    panic!("Redis was never back within 4 s of a restart in three attempts");
+}
+
+/// Redis refusing the `XADD` (out of memory) while pub/sub goes on: the
+/// entry is held back, snapshots keep being counted (they were dropped
+/// unseen while the held entry could not be written), the bucket that ends
+/// meanwhile is given up and counted, and once Redis takes writes again the
+/// held entry and the next ones are written, in bucket order.
+#[test]
+fn a_refused_xadd_holds_the_entry_and_drops_nothing_unseen() {
+    const BUCKET: u64 = 2_000;
+    let redis = RedisServer::start();
+    let mport = free_port();
+    let maddr = format!("127.0.0.1:{mport}");
+    let _w = Worker::start_with(&redis, "oom", BUCKET, &["--metrics", &maddr]);
+    wait_subscribed(&redis, 1);
+    let mut c = con(&redis);
+    let m = |name: &str| metric_value(&worker_metrics(mport), name);
+    let until = |what: &str, f: &dyn Fn() -> bool| {
+        wait_for(Duration::from_secs(15), || f().then_some(()))
+            .unwrap_or_else(|| panic!("{what}: {}", worker_metrics(mport)));
+    };
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    align_to_bucket_start(BUCKET);
+    publish_burst(&mut c, "OOM1", 3);
+    until("the refused entry is not held", &|| {
+        m("seatboard_analytics_held_entry") == 1.0
+    });
+    // Published while the held entry cannot be written: counted, and their
+    // bucket, which cannot be written before the held one, counted lost.
+    publish_burst(&mut c, "OOM1", 4);
+    until("snapshots dropped unseen", &|| {
+        m("seatboard_analytics_snapshots_total") == 7.0
+    });
+    let unwritten = r#"seatboard_analytics_buckets_lost_total{reason="unwritten"}"#;
+    until("the bucket behind the held entry not counted lost", &|| {
+        m(unwritten) >= 1.0
+    });
+    assert_eq!(redis.cli(&["EXISTS", "analytics:oom"]), "0");
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    until("the held entry is not written", &|| {
+        m("seatboard_analytics_held_entry") == 0.0
+    });
+    publish_burst(&mut c, "OOM1", 2);
+    let es = wait_for(Duration::from_secs(15), || {
+        let es = entries(&mut c, "analytics:oom");
+        (course_updates(&es, "OOM1").len() == 2).then_some(es)
+    })
+    .unwrap_or_else(|| panic!("{:?}", entries(&mut c, "analytics:oom")));
+    let rows: Vec<u64> = course_updates(&es, "OOM1").iter().map(|r| r.0).collect();
+    assert_eq!(rows, vec![3, 2], "{es:?}");
+    assert!(es.windows(2).all(|p| p[0].0 < p[1].0), "{es:?}");
+    assert_eq!(m("seatboard_analytics_entries_total"), 2.0);
 }
 
 #[test]

@@ -26,11 +26,6 @@ impl Stream {
         }
     }
 
-    /// Bounds every blocking read.
-    pub fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        self.tcp().set_read_timeout(t)
-    }
-
     /// Decrypted bytes already held by TLS that a poll on the socket would not show.
     pub fn tls_pending(&mut self) -> bool {
         match self {
@@ -40,12 +35,6 @@ impl Stream {
                 .process_new_packets()
                 .is_ok_and(|st| st.plaintext_bytes_to_read() > 0),
         }
-    }
-}
-
-impl AsRawFd for Stream {
-    fn as_raw_fd(&self) -> RawFd {
-        self.tcp().as_raw_fd()
     }
 }
 
@@ -186,7 +175,7 @@ impl PubConn {
     pub fn fill(&mut self, timeout: Duration) -> io::Result<Fill> {
         let t = Some(timeout.max(Duration::from_millis(1)));
         if self.read_timeout != t {
-            self.stream.set_read_timeout(t)?;
+            self.stream.tcp().set_read_timeout(t)?;
             self.read_timeout = t;
         }
         match self.reader.read_from(&mut self.stream) {
@@ -243,15 +232,7 @@ impl PubConn {
 
     /// Pings a silent connection; an error when a ping went unanswered too long.
     pub fn keepalive(&mut self, after: Duration, deadline: Duration) -> io::Result<()> {
-        if !keepalive_in(
-            self.last_rx,
-            self.ping_sent,
-            Instant::now(),
-            after,
-            deadline,
-        )
-        .is_zero()
-        {
+        if !self.keepalive_due(after, deadline).is_zero() {
             return Ok(());
         }
         match self.ping_sent {
@@ -281,7 +262,7 @@ impl PubConn {
 
     /// The socket, for polling several connections at once.
     pub fn fd(&self) -> RawFd {
-        self.stream.as_raw_fd()
+        self.stream.tcp().as_raw_fd()
     }
 }
 

@@ -124,7 +124,7 @@ impl Reader {
             }
             let line = &data[1..eol];
             let after = eol + 2;
-            let item = match data[0] {
+            let (item, used) = match data[0] {
                 b'*' => {
                     let n = int(line)?;
                     if self.remaining > 0 {
@@ -143,12 +143,10 @@ impl Reader {
                 b'$' => {
                     let n = int(line)?;
                     if n < 0 {
-                        self.pos += after;
-                        Item::Nil
+                        (Item::Nil, after)
                     } else if n as usize > self.cap {
-                        self.pos += after;
                         self.skip = n as usize + 2;
-                        Item::Oversize(n as usize)
+                        (Item::Oversize(n as usize), after)
                     } else {
                         let n = n as usize;
                         if data.len() < after + n + 2 {
@@ -157,28 +155,15 @@ impl Reader {
                         if &data[after + n..after + n + 2] != b"\r\n" {
                             return Err("bulk string without CRLF");
                         }
-                        let bulk = data[after..after + n].to_vec();
-                        self.pos += after + n + 2;
-                        Item::Bulk(bulk)
+                        (Item::Bulk(data[after..after + n].to_vec()), after + n + 2)
                     }
                 }
-                b':' => {
-                    let v = int(line)?;
-                    self.pos += after;
-                    Item::Int(v)
-                }
-                b'+' => {
-                    let v = line.to_vec();
-                    self.pos += after;
-                    Item::Simple(v)
-                }
-                b'-' => {
-                    let v = line.to_vec();
-                    self.pos += after;
-                    Item::Error(v)
-                }
+                b':' => (Item::Int(int(line)?), after),
+                b'+' => (Item::Simple(line.to_vec()), after),
+                b'-' => (Item::Error(line.to_vec()), after),
                 _ => return Err("unknown RESP type"),
             };
+            self.pos += used;
             if let Some(frame) = self.push(item) {
                 return Ok(Some(frame));
             }

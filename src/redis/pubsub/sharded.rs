@@ -435,7 +435,11 @@ impl Sharded {
                 self.backoff.failed();
             }
         }
-        // No connection to a primary that owns no subscribed channel.
+        self.drop_unused();
+    }
+
+    /// Drops the connections to primaries that own no subscribed channel.
+    fn drop_unused(&mut self) {
         let used: BTreeSet<&Addr> = self.placed.values().chain(self.sent.values()).collect();
         self.conns.retain(|c| used.contains(&c.addr));
     }
@@ -502,8 +506,7 @@ impl Source for Sharded {
         self.wanted.remove(course);
         if !self.firehose {
             self.unplace(course);
-            let used: BTreeSet<&Addr> = self.placed.values().chain(self.sent.values()).collect();
-            self.conns.retain(|c| used.contains(&c.addr));
+            self.drop_unused();
         }
     }
 

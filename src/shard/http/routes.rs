@@ -2,6 +2,7 @@
 
 use super::response::Response;
 use crate::node::Node;
+use crate::redis::Mode;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What a request path is.
@@ -80,25 +81,19 @@ pub fn page(node: &Node, page: &str) -> Response {
     match page {
         "/healthz" => {
             let up = node.metrics.redis_connected.load(Relaxed) != 0;
-            let health = node
-                .redis_health
-                .read()
-                .map(|h| h.clone())
-                .unwrap_or_default();
             // In cluster mode: Redis is up while any primary answers; the node
             // is degraded while a watched course's slot has no reachable primary.
-            let (redis, extra) = match health.as_deref().map(|h| (h.mode(), h)) {
-                Some((Some("cluster"), h)) => {
-                    let n = h.nodes_up.load(Relaxed);
+            let (redis, extra) = match node.redis.get().map(|r| (r.mode(), r)) {
+                Some((Some(Mode::Cluster), r)) => {
+                    let n = r.nodes_up.load(Relaxed);
                     (
                         up || n > 0,
                         format!(",\"redis_mode\":\"cluster\",\"redis_nodes_up\":{n}"),
                     )
                 }
-                Some((Some(m), _)) => (up, format!(",\"redis_mode\":\"{m}\"")),
                 // `auto` before any seed answered: not (yet) a cluster; the
                 // field is always there for a node that talks to Redis.
-                Some((None, _)) => (up, ",\"redis_mode\":\"standalone\"".to_string()),
+                Some((_, _)) => (up, ",\"redis_mode\":\"standalone\"".to_string()),
                 None => (up, String::new()),
             };
             // A node whose long-lived thread panicked is failed, whatever else holds.
