@@ -21,21 +21,39 @@ pub fn free_port() -> u16 {
     }
     for _ in 0..span {
         let p = TEST_PORTS.start + (NEXT.fetch_add(1, Relaxed) % span) as u16;
-        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+        if !CLUSTER_PORTS.contains(&p) && TcpListener::bind(("127.0.0.1", p)).is_ok() {
             return p;
         }
     }
     panic!("no free port in {TEST_PORTS:?}")
 }
 
-/// A [`free_port`] whose Redis Cluster bus port (+10000) is free too.
+/// Where [`cluster_port`] hands out ports (and [`free_port`] never does): a
+/// Redis Cluster node also listens on its port + 10000 for the cluster bus,
+/// and 32000-32767 is neither a port [`free_port`] hands out nor one Linux
+/// gives an outgoing connection, so nothing takes a bus port between the
+/// check and the node's bind.
+const CLUSTER_PORTS: std::ops::Range<u16> = 22_000..22_768;
+
+/// A port for a Redis Cluster node: free, and its cluster bus port (+10000)
+/// free too, both outside every other caller's range.
 pub fn cluster_port() -> u16 {
-    loop {
-        let p = free_port();
-        if p < 55_000 && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = u32::from(CLUSTER_PORTS.end - CLUSTER_PORTS.start);
+    if NEXT.load(Relaxed) == u32::MAX {
+        let seed = std::process::id().wrapping_mul(7919) % span;
+        let _ = NEXT.compare_exchange(u32::MAX, seed, Relaxed, Relaxed);
+    }
+    for _ in 0..span {
+        let p = CLUSTER_PORTS.start + (NEXT.fetch_add(1, Relaxed) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", p)).is_ok()
+            && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+        {
             return p;
         }
     }
+    panic!("no free cluster port in {CLUSTER_PORTS:?}")
 }
 
 /// Whether process `pid` holds the listening TCP socket on 127.0.0.1:`port`
