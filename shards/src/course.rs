@@ -49,8 +49,6 @@ pub(crate) struct Course {
     pub presence: Option<u64>,
     /// That count's message, encoded once, resent to a viewer that heals.
     pub presence_msg: Option<Bytes>,
-    /// The same count as a Server-Sent Event, made once when an SSE viewer needs it.
-    pub presence_sse: Option<Bytes>,
     /// A watch answer showed a count other than `presence` (the shard's own
     /// users, before any count came): the next count goes out even if it
     /// equals `presence`, or that viewer would keep the one it was shown.
@@ -80,7 +78,6 @@ impl Course {
             awaiting_seed: Vec::new(),
             presence: None,
             presence_msg: None,
-            presence_sse: None,
             presence_mixed: false,
             scheduled: false,
             gate: Gate::default(),
@@ -157,12 +154,21 @@ impl Course {
         f
     }
 
-    /// The current count as a Server-Sent Event, wrapped once per count.
-    pub fn presence_sse(&mut self) -> Option<Bytes> {
-        if self.presence_sse.is_none() {
-            self.presence_sse = self.presence_msg.as_deref().and_then(sse_event::event);
+    /// The count that goes with a whole board (a watch answer, a heal): the
+    /// presence layer's, or this shard's own distinct users when none came
+    /// yet or they are more. Showing another number than `presence` marks
+    /// the course mixed, so the next count from the presence layer goes out
+    /// even if it equals `presence`.
+    pub fn count_with_board(&mut self) -> Bytes {
+        let viewers = self.presence.unwrap_or(0).max(self.users.len() as u64);
+        if self.presence == Some(viewers) {
+            if let Some(m) = &self.presence_msg {
+                return m.clone();
+            }
+        } else {
+            self.presence_mixed = true;
         }
-        self.presence_sse.clone()
+        server_msg::presence(&self.name, viewers)
     }
 
     /// The frame of sections changed since the last one.

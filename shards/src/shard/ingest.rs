@@ -66,7 +66,6 @@ impl Shard {
         c.presence_mixed = false;
         let msg = server_msg::presence(course, viewers);
         c.presence_msg = Some(msg.clone());
-        c.presence_sse = None;
         let targets: Vec<ConnId> = c.viewers.iter().map(|v| v.conn).collect();
         // Wrapped once, for the first SSE viewer, and shared by the rest.
         let mut as_sse: Option<Bytes> = None;
@@ -80,9 +79,6 @@ impl Shard {
                 // changes, so a dropped one would never come again).
                 self.owe_full(id, course);
             }
-        }
-        if let Some(c) = self.courses.get_mut(course) {
-            c.presence_sse = as_sse;
         }
     }
 }

@@ -68,7 +68,9 @@ impl Shard {
         c.dirty.clear();
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
-        let presence = c.presence_msg.clone();
+        // The count a healed viewer gets with its board (it may have missed one).
+        let presence = (c.owed > 0).then(|| c.count_with_board());
+        let mut presence_sse: Option<Bytes> = None;
         // The compressed twins, made at most once each for every viewer that
         // negotiated permessage-deflate.
         let mut delta_deflated: Option<Bytes> = None;
@@ -112,21 +114,22 @@ impl Shard {
                         v.owes_full = false;
                         owed -= 1;
                         self.stats.resyncs += 1;
-                        // A healed viewer may have missed a count too.
-                        let presence = if conn.transport.is_sse() {
-                            c.presence_sse()
-                        } else {
-                            presence.clone()
-                        };
-                        if let Some(p) = presence
-                            .as_ref()
-                            .filter(|p| conn.queue.within_bound(p.len()))
-                        {
+                        // A healed viewer may have missed a count too: it goes
+                        // with the board, past the bound as a watch answer's does.
+                        if let Some(plain) = &presence {
+                            let p = if conn.transport.is_sse() {
+                                presence_sse
+                                    .get_or_insert_with(|| {
+                                        sse_event::event(plain).unwrap_or_default()
+                                    })
+                                    .clone()
+                            } else {
+                                plain.clone()
+                            };
                             conn.queue.push_always(p.clone());
                             self.stats.frames_queued += 1;
                             self.stats.bytes_queued += p.len() as u64;
-                            self.stats.payload_bytes +=
-                                c.presence_msg.as_deref().map_or(0, payload_len);
+                            self.stats.payload_bytes += payload_len(plain);
                         }
                     }
                     if !conn.in_ready {

@@ -65,13 +65,8 @@ impl Shard {
     }
 
     /// Small informational messages: dropped when the queue is full (the next
-    /// count supersedes them), never counted as a missed frame.
-    pub(super) fn send_or_drop(&mut self, id: ConnId, msg: Bytes) {
-        self.send_or_drop_as(id, &msg, &msg, None);
-    }
-
-    /// [`Shard::send_or_drop`] with a compressed twin for deflate
-    /// connections and an event twin for SSE streams.
+    /// count supersedes them), never counted as a missed frame; a compressed
+    /// twin for deflate connections and an event twin for SSE streams.
     /// False when it was dropped.
     pub(super) fn send_or_drop_as(
         &mut self,

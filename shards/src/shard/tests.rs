@@ -206,3 +206,71 @@ fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
         "the count comes with the full frame"
     );
 }
+
+#[test]
+fn a_watch_answer_whose_count_finds_no_room_still_brings_the_count() {
+    // Found by the simulator (seed 1900369): a viewer that had stopped
+    // reading watched a course; its board fitted in the queue and the count
+    // after it did not, so the count was dropped, and with the count
+    // unchanged the viewer was shown none for ever.
+    let d = |taken: u32, version: u64| {
+        Arc::new(Snapshot::build(
+            "D".into(),
+            1,
+            50,
+            taken,
+            None,
+            Some(version),
+            None,
+        ))
+    };
+    let count = server_msg::presence("D", 1);
+    // The sizes: a delta of C, and D's board in a watch answer.
+    let (delta, board) = {
+        let mut probe = Shard::new(ShardConfig::default());
+        let id = probe.connect("u", Role::Student, WsOptions::VIEWER, 0);
+        probe.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+        probe.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+        while probe.poll_frame(id).is_some() {}
+        probe.handle_snapshot(&snap(1, 2, Some(2)));
+        probe.handle_timeout(400);
+        let delta = probe.queued_bytes(id);
+        while probe.poll_frame(id).is_some() {}
+        probe.handle_text(id, r#"{"op":"watch","course":"D"}"#, 400);
+        probe.handle_seed("D", &[d(1, 1)], 400);
+        (delta, probe.queued_bytes(id) - count.len())
+    };
+    assert!(
+        delta > 0 && board > 0,
+        "the probe queued a delta and a board"
+    );
+    // Room for the delta and the board, not for the count after them.
+    let bound = delta + board + count.len() - 1;
+    let mut shard = Shard::new(ShardConfig {
+        send_queue_bytes: bound,
+        ..ShardConfig::default()
+    });
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+    while shard.poll_frame(id).is_some() {}
+    shard.handle_snapshot(&snap(1, 2, Some(2)));
+    shard.handle_timeout(400);
+    assert_eq!(shard.queued_bytes(id), delta, "the delta waits unread");
+    shard.handle_text(id, r#"{"op":"watch","course":"D"}"#, 400);
+    shard.handle_seed("D", &[d(1, 1)], 400);
+    let mut frames = Vec::new();
+    while let Some(f) = shard.poll_frame(id) {
+        frames.push(f);
+    }
+    assert!(
+        frames
+            .iter()
+            .any(|f| String::from_utf8_lossy(f).contains(r#""full":true"#)),
+        "D's board"
+    );
+    assert!(
+        frames.iter().any(|f| f[..] == count[..]),
+        "D's count goes with its board"
+    );
+}

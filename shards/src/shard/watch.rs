@@ -5,7 +5,6 @@ use super::{Action, Shard, MAX_COURSES_PER_CONN};
 use crate::client_op::OpError;
 use crate::conn::{ConnId, Transport};
 use crate::course::{Course, Viewer};
-use crate::server_msg;
 use crate::snapshot::valid_course;
 use std::cmp::Reverse;
 use std::sync::Arc;
@@ -106,18 +105,17 @@ impl Shard {
             Transport::WebSocket { deflate: true } => c.full_frame_deflated(&mut self.deflater),
             Transport::WebSocket { deflate: false } => plain.clone(),
         };
-        let viewers = c.presence.unwrap_or(0).max(c.users.len() as u64);
-        if c.presence != Some(viewers) {
-            c.presence_mixed = true;
-        }
-        let presence = server_msg::presence(course, viewers);
+        let presence = c.count_with_board();
         // The answer replaces what came before; if the queue has no room for it
         // (a client that asks but never reads), a full frame is owed instead, so
         // what a client sends itself never grows its queue past the bound.
         self.clear_owed(id, course);
         if self.fits(id, frame.len()) {
             self.send_always_as(id, &plain, &frame, Some(&frame));
-            self.send_or_drop(id, presence);
+            // The count goes with the board, past the bound as the board does:
+            // a count is sent again only when it changes, so one dropped here
+            // would leave the viewer without it.
+            self.send_always(id, presence);
         } else {
             self.mark_owed(id, course, now_ms);
         }
