@@ -155,6 +155,14 @@ impl ClassicSubs {
             w.punsubscribe = true;
             sub.pattern = false;
             sub.pattern_confirmed = false;
+            // A channel confirmed before the pattern came, and unsubscribed
+            // under it, counted only while the pattern covered it: with the
+            // pattern gone it is covered no more, even if it is wanted again
+            // (its new SUBSCRIBE comes after its UNSUBSCRIBE, and a publish
+            // may fall between). Those wanted in this very turn go out before
+            // the pattern's removal and stay covered.
+            let wanted = &self.courses;
+            sub.confirmed.retain(|c| wanted.contains(c));
         }
         w
     }
@@ -238,6 +246,40 @@ mod tests {
         assert_eq!(w.subscribe, courses(&["A"]));
         assert!(w.punsubscribe && !w.psubscribe, "{w:?}");
         assert!(!s.subscribed("A"), "the pattern's confirmation is gone");
+        assert!(s.course_confirmed("A").is_some());
+        assert!(s.subscribed("A"));
+    }
+
+    #[test]
+    fn a_channel_dropped_under_an_unconfirmed_pattern_waits_for_its_own_confirmation() {
+        // Found by the simulator (seed 2001225): the firehose came and went
+        // while Redis was slow, before it confirmed the pattern; the course's
+        // old confirmation was still counted when it was watched again, its
+        // state was read before the new SUBSCRIBE was confirmed, and a publish
+        // that fell between its UNSUBSCRIBE and SUBSCRIBE was lost for good.
+        let mut s = ClassicSubs::default();
+        s.connected();
+        s.subscribe("A");
+        s.subscribe("B");
+        s.take_writes();
+        assert!(s.course_confirmed("A").is_some() && s.course_confirmed("B").is_some());
+        s.set_firehose(true);
+        assert_eq!(s.take_writes().unsubscribe, courses(&["A", "B"]));
+        assert!(s.subscribed("A"), "covered: its channel, then the pattern");
+        // Off before the pattern is confirmed; B is wanted again in this turn.
+        s.set_firehose(false);
+        s.subscribe("B");
+        let w = s.take_writes();
+        assert!(w.punsubscribe && w.subscribe == courses(&["B"]), "{w:?}");
+        assert!(
+            s.subscribed("B"),
+            "B's SUBSCRIBE goes before the pattern leaves"
+        );
+        assert!(!s.subscribed("A"), "nothing covers A any more");
+        // A watched again: read only once its own SUBSCRIBE is confirmed.
+        s.subscribe("A");
+        assert_eq!(s.take_writes().subscribe, courses(&["A"]));
+        assert!(!s.subscribed("A"));
         assert!(s.course_confirmed("A").is_some());
         assert!(s.subscribed("A"));
     }
