@@ -24,6 +24,18 @@ pub trait Figures: Send + Sync + 'static {
     fn healthz(&self) -> String;
 }
 
+/// A worker's `/healthz` body: `{"status":"ok"}` when `ok`, else
+/// `"degraded"`, then `fields` (JSON values written as they display: bools
+/// and numbers).
+pub fn health(ok: bool, fields: &[(&str, &dyn std::fmt::Display)]) -> String {
+    let mut out = format!("{{\"status\":\"{}\"", if ok { "ok" } else { "degraded" });
+    for (name, value) in fields {
+        out.push_str(&format!(",\"{name}\":{value}"));
+    }
+    out.push('}');
+    out
+}
+
 /// The largest request head read.
 const HEAD_MAX: usize = 8 * 1024;
 /// How long a request head may take from the accept to its blank line (and
