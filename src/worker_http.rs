@@ -219,3 +219,17 @@ pub fn spawn<F: Figures>(listener: TcpListener, figures: Arc<F>) -> std::io::Res
         serve(listener, &*figures)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::health;
+
+    #[test]
+    fn health_is_the_status_then_each_field_as_json() {
+        assert_eq!(
+            health(true, &[("redis", &true), ("pending", &3usize)]),
+            r#"{"status":"ok","redis":true,"pending":3}"#
+        );
+        assert_eq!(health(false, &[]), r#"{"status":"degraded"}"#);
+    }
+}
