@@ -18,10 +18,13 @@ pub struct Family<F> {
     samples: Sampler<F>,
 }
 
+/// A function that writes a family's samples from its figures `F`.
+pub type Write<F> = fn(&F, &mut Samples<'_>);
+
 /// How a family's samples are read from its figures.
 enum Sampler<F> {
     /// Written by a function of the family's own.
-    With(fn(&F, &mut Samples<'_>)),
+    With(Write<F>),
     /// One sample: a counter.
     Count(fn(&F) -> &AtomicU64),
     /// One sample per label value, zipped with its counters.
@@ -50,29 +53,17 @@ impl<F> Family<F> {
     }
 
     /// A gauge.
-    pub const fn gauge(
-        name: &'static str,
-        help: &'static str,
-        samples: fn(&F, &mut Samples<'_>),
-    ) -> Self {
+    pub const fn gauge(name: &'static str, help: &'static str, samples: Write<F>) -> Self {
         Family::new(name, "gauge", help, Sampler::With(samples))
     }
 
     /// A counter.
-    pub const fn counter(
-        name: &'static str,
-        help: &'static str,
-        samples: fn(&F, &mut Samples<'_>),
-    ) -> Self {
+    pub const fn counter(name: &'static str, help: &'static str, samples: Write<F>) -> Self {
         Family::new(name, "counter", help, Sampler::With(samples))
     }
 
     /// A histogram (its samples written by [`Samples::histogram`]).
-    pub const fn histogram(
-        name: &'static str,
-        help: &'static str,
-        samples: fn(&F, &mut Samples<'_>),
-    ) -> Self {
+    pub const fn histogram(name: &'static str, help: &'static str, samples: Write<F>) -> Self {
         Family::new(name, "histogram", help, Sampler::With(samples))
     }
 
