@@ -2,10 +2,12 @@
 //! the relay's, the reconciler's, the identity provider's) is a list of
 //! [`Family`] rendered by [`render`] in the Prometheus text format, each
 //! family's `# HELP` and `# TYPE` then its samples, every series present
-//! from start (at 0 until counted).
+//! from start (at 0 until counted). The common families (one counter, a
+//! counter per label value, a 0/1 flag) name the atomic they read; any other
+//! writes its samples with a function of its own.
 
 use std::fmt::{Display, Write as _};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// One metric family: its name, type and help text, and how its samples are
 /// written from the figures `F` it is rendered over.
@@ -13,50 +15,87 @@ pub struct Family<F> {
     name: &'static str,
     kind: &'static str,
     help: &'static str,
-    samples: fn(&F, &mut Samples<'_>),
+    samples: Sampler<F>,
+}
+
+/// A function that writes a family's samples from its figures `F`.
+pub type Write<F> = fn(&F, &mut Samples<'_>);
+
+/// How a family's samples are read from its figures.
+enum Sampler<F> {
+    /// Written by a function of the family's own.
+    With(Write<F>),
+    /// One sample: a counter.
+    Count(fn(&F) -> &AtomicU64),
+    /// One sample per label value, zipped with its counters.
+    Counts(
+        &'static str,
+        &'static [&'static str],
+        fn(&F) -> &[AtomicU64],
+    ),
+    /// One sample, 1 or 0: a flag.
+    Flag(fn(&F) -> &AtomicBool),
 }
 
 impl<F> Family<F> {
-    /// A gauge.
-    pub const fn gauge(
+    const fn new(
         name: &'static str,
+        kind: &'static str,
         help: &'static str,
-        samples: fn(&F, &mut Samples<'_>),
+        samples: Sampler<F>,
     ) -> Self {
         Family {
             name,
-            kind: "gauge",
+            kind,
             help,
             samples,
         }
+    }
+
+    /// A gauge.
+    pub const fn gauge(name: &'static str, help: &'static str, samples: Write<F>) -> Self {
+        Family::new(name, "gauge", help, Sampler::With(samples))
     }
 
     /// A counter.
-    pub const fn counter(
-        name: &'static str,
-        help: &'static str,
-        samples: fn(&F, &mut Samples<'_>),
-    ) -> Self {
-        Family {
-            name,
-            kind: "counter",
-            help,
-            samples,
-        }
+    pub const fn counter(name: &'static str, help: &'static str, samples: Write<F>) -> Self {
+        Family::new(name, "counter", help, Sampler::With(samples))
     }
 
     /// A histogram (its samples written by [`Samples::histogram`]).
-    pub const fn histogram(
+    pub const fn histogram(name: &'static str, help: &'static str, samples: Write<F>) -> Self {
+        Family::new(name, "histogram", help, Sampler::With(samples))
+    }
+
+    /// A counter without labels, read from one atomic.
+    pub const fn count(
         name: &'static str,
         help: &'static str,
-        samples: fn(&F, &mut Samples<'_>),
+        counter: fn(&F) -> &AtomicU64,
     ) -> Self {
-        Family {
+        Family::new(name, "counter", help, Sampler::Count(counter))
+    }
+
+    /// A counter with one label: a series per label value, each read from
+    /// the counter at its place.
+    pub const fn counts(
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        values: &'static [&'static str],
+        counters: fn(&F) -> &[AtomicU64],
+    ) -> Self {
+        Family::new(
             name,
-            kind: "histogram",
+            "counter",
             help,
-            samples,
-        }
+            Sampler::Counts(label, values, counters),
+        )
+    }
+
+    /// A gauge of 1 while a flag is set, else 0.
+    pub const fn flag(name: &'static str, help: &'static str, flag: fn(&F) -> &AtomicBool) -> Self {
+        Family::new(name, "gauge", help, Sampler::Flag(flag))
     }
 }
 
@@ -100,8 +139,21 @@ pub fn render<F>(figures: &F, families: &[Family<F>], out: &mut String) {
     for f in families {
         let name = f.name;
         let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {}", f.help, f.kind);
-        (f.samples)(figures, &mut Samples { out, name });
+        let s = &mut Samples { out, name };
+        match f.samples {
+            Sampler::With(write) => write(figures, s),
+            Sampler::Count(counter) => s.one(counter(figures).load(Relaxed)),
+            Sampler::Counts(label, values, counters) => s.each(label, values, counters(figures)),
+            Sampler::Flag(flag) => s.one(u64::from(flag(figures).load(Relaxed))),
+        }
     }
+}
+
+/// Every family of `families` rendered over `figures`: a whole `/metrics` body.
+pub fn text<F>(figures: &F, families: &[Family<F>]) -> String {
+    let mut out = String::with_capacity(families.len() * 160);
+    render(figures, families, &mut out);
+    out
 }
 
 /// A fixed-bucket histogram of seconds, lock-free.
@@ -169,6 +221,7 @@ mod tests {
         n: AtomicU64,
         by: [AtomicU64; 2],
         h: Histogram,
+        up: AtomicBool,
     }
 
     const FAMILIES: &[Family<Two>] = &[
@@ -179,12 +232,40 @@ mod tests {
         Family::histogram("t_seconds", "Times.", |t, s| s.histogram(&t.h, "")),
     ];
 
+    const READ: &[Family<Two>] = &[
+        Family::count("r_total", "One counter.", |t| &t.n),
+        Family::counts("r_by_total", "By kind.", "kind", &["a", "b"], |t| &t.by),
+        Family::flag("r_up", "A flag.", |t| &t.up),
+    ];
+
+    #[test]
+    fn the_common_families_read_their_atomics() {
+        let t = Two {
+            n: AtomicU64::new(7),
+            by: Default::default(),
+            h: Histogram::new(&[1.0]),
+            up: AtomicBool::new(false),
+        };
+        t.by[0].store(4, Relaxed);
+        let body = |t: &Two| text(t, READ);
+        assert_eq!(
+            body(&t),
+            "# HELP r_total One counter.\n# TYPE r_total counter\nr_total 7\n\
+             # HELP r_by_total By kind.\n# TYPE r_by_total counter\n\
+             r_by_total{kind=\"a\"} 4\nr_by_total{kind=\"b\"} 0\n\
+             # HELP r_up A flag.\n# TYPE r_up gauge\nr_up 0\n"
+        );
+        t.up.store(true, Relaxed);
+        assert!(body(&t).ends_with("\nr_up 1\n"));
+    }
+
     #[test]
     fn every_family_is_help_type_then_its_samples() {
         let t = Two {
             n: AtomicU64::new(3),
             by: Default::default(),
             h: Histogram::new(&[0.001, 1.0]),
+            up: AtomicBool::new(false),
         };
         t.by[1].store(2, Relaxed);
         t.h.observe_us(2_500);

@@ -4,8 +4,8 @@
 //! plus any session asked for recently). In `demo` the series is recorded in
 //! process from the simulator's snapshots.
 
-use crate::analytics::report::{read_after, read_last, PAGE};
-use crate::analytics::worker::{Buckets, Closed, Entry};
+use crate::analytics_stream::read::{read_after, read_last, PAGE};
+use crate::analytics_stream::{stream_key, Buckets, Closed, Entry};
 use crate::clock;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
@@ -314,7 +314,7 @@ fn run(
             if s.refreshed.is_some_and(|t| t.elapsed() < REFRESH) {
                 continue;
             }
-            let key = format!("{prefix}{session}");
+            let key = stream_key(prefix, session);
             match refresh(&mut con, &key, s) {
                 Ok(changed) => {
                     if changed || s.refreshed.is_none() || last_error.is_some() {
@@ -345,7 +345,7 @@ fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analytics::worker::CourseRow;
+    use crate::analytics_stream::CourseRow;
 
     fn row(course: &str, updates: u64, viewers: u64) -> CourseRow {
         CourseRow {

@@ -9,16 +9,21 @@
 //!   to shards only through [`channels`].
 //! - [`redis`], [`publisher`]: the Redis layer and the selection API's publisher.
 //! - [`analytics`]: the `analytics` worker process and its report.
+//! - [`analytics_stream`]: a session's analytics stream (its entries, the
+//!   bucket machine that makes them, their reading), which the worker, the
+//!   report and `/api/history` share.
 //! - [`reconcile`]: the `reconcile` worker, the database's repairs of Redis.
 //! - [`rehearse`]: `seatboard rehearse`, a load rehearsal against running
 //!   nodes on the `loadgen` crate's viewers.
 //! - [`supervisor`]: the one owner of a process's long-lived threads.
-//! - [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
+//! - [`allocator`], [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`exposition`] (the one table every `/metrics` renders from),
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 //! - [`planted`]: the simulator's planted bugs (feature `planted-bugs` only).
 
+pub mod allocator;
 pub mod analytics;
+pub mod analytics_stream;
 pub mod auth;
 pub mod channels;
 pub mod cli;

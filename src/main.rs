@@ -10,7 +10,7 @@ use std::process::ExitCode;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    seatboard::shard::allocator::purge_promptly();
+    seatboard::allocator::purge_promptly();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // A refused flag under a unit: into the journal as an error.

@@ -24,6 +24,18 @@ pub trait Figures: Send + Sync + 'static {
     fn healthz(&self) -> String;
 }
 
+/// A worker's `/healthz` body: `{"status":"ok"}` when `ok`, else
+/// `"degraded"`, then `fields` (JSON values written as they display: bools
+/// and numbers).
+pub fn health(ok: bool, fields: &[(&str, &dyn std::fmt::Display)]) -> String {
+    let mut out = format!("{{\"status\":\"{}\"", if ok { "ok" } else { "degraded" });
+    for (name, value) in fields {
+        out.push_str(&format!(",\"{name}\":{value}"));
+    }
+    out.push('}');
+    out
+}
+
 /// The largest request head read.
 const HEAD_MAX: usize = 8 * 1024;
 /// How long a request head may take from the accept to its blank line (and
@@ -206,4 +218,18 @@ pub fn spawn<F: Figures>(listener: TcpListener, figures: Arc<F>) -> std::io::Res
     supervisor::spawn(figures.thread(), Policy::Logged, move || {
         serve(listener, &*figures)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::health;
+
+    #[test]
+    fn health_is_the_status_then_each_field_as_json() {
+        assert_eq!(
+            health(true, &[("redis", &true), ("pending", &3usize)]),
+            r#"{"status":"ok","redis":true,"pending":3}"#
+        );
+        assert_eq!(health(false, &[]), r#"{"status":"degraded"}"#);
+    }
 }

@@ -20,9 +20,21 @@ pub fn run() -> i32 {
     i32::from(failed > 0)
 }
 
-/// Each scenario of the smoke with its short options.
+/// Each scenario of the smoke with its short options, in the order they run.
 fn plan() -> Vec<(&'static str, Opts)> {
-    let base = Opts {
+    let base = base();
+    [
+        costs(&base),
+        loads(&base),
+        workers(&base),
+        deployments(&base),
+    ]
+    .concat()
+}
+
+/// The short options every scenario starts from.
+fn base() -> Opts {
+    Opts {
         clients: 200,
         seconds: 2.0,
         rate: 2000.0,
@@ -31,120 +43,113 @@ fn plan() -> Vec<(&'static str, Opts)> {
         procs: 1,
         snapshots: 20_000,
         ..Opts::default()
-    };
+    }
+}
+
+/// `base` with what `change` sets.
+fn tuned(base: &Opts, change: impl FnOnce(&mut Opts)) -> Opts {
+    let mut o = base.clone();
+    change(&mut o);
+    o
+}
+
+/// What one thing costs a node: ingest, a publish, an idle connection, a
+/// connect, a first board.
+fn costs(base: &Opts) -> Vec<(&'static str, Opts)> {
     vec![
         ("ingest", base.clone()),
-        (
-            "publish_cost",
-            Opts {
-                snapshots: 2_000,
-                ..base.clone()
-            },
-        ),
+        ("publish_cost", tuned(base, |o| o.snapshots = 2_000)),
         ("idle", base.clone()),
         (
             "idle",
-            Opts {
-                upgrade_courses: true,
-                no_floor: true,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.upgrade_courses = true;
+                o.no_floor = true;
+            }),
         ),
+        ("connect_cost", tuned(base, |o| o.clients = 100)),
+        ("first_board", tuned(base, |o| o.clients = 100)),
+    ]
+}
+
+/// A node under load: storms (several processes, a cluster, a distant
+/// Redis while viewers connect), fan-out, the floor, handshakes, reconnects.
+fn loads(base: &Opts) -> Vec<(&'static str, Opts)> {
+    vec![
         (
-            "connect_cost",
-            Opts {
-                clients: 100,
-                ..base.clone()
-            },
-        ),
-        (
-            "first_board",
-            Opts {
-                clients: 100,
-                ..base.clone()
-            },
+            "storm",
+            tuned(base, |o| {
+                o.clients = 300;
+                o.procs = 2;
+            }),
         ),
         (
             "storm",
-            Opts {
-                clients: 300,
-                procs: 2,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.clients = 200;
+                o.cluster = true;
+            }),
         ),
         (
             "storm",
-            Opts {
-                clients: 200,
-                cluster: true,
-                ..base.clone()
-            },
-        ),
-        (
-            "storm",
-            Opts {
-                clients: 200,
-                redis_rtt_ms: 4.0,
-                connect_during: true,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.clients = 200;
+                o.redis_rtt_ms = 4.0;
+                o.connect_during = true;
+            }),
         ),
         ("fanout", base.clone()),
         (
             "floor",
-            Opts {
-                clients: 100,
-                seconds: 1.0,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.clients = 100;
+                o.seconds = 1.0;
+            }),
         ),
         ("handshake", base.clone()),
         ("reconnect", base.clone()),
-        (
-            "relay",
-            Opts {
-                seconds: 1.0,
-                ..base.clone()
-            },
-        ),
+    ]
+}
+
+/// The workers beside the nodes: the relay and the reconciler.
+fn workers(base: &Opts) -> Vec<(&'static str, Opts)> {
+    vec![
+        ("relay", tuned(base, |o| o.seconds = 1.0)),
         (
             "reconcile",
-            Opts {
-                courses: 50,
-                sections: 8,
-                rate: 500.0,
-                seconds: 1.0,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.courses = 50;
+                o.sections = 8;
+                o.rate = 500.0;
+                o.seconds = 1.0;
+            }),
         ),
+    ]
+}
+
+/// Whole deployments: the comparison, a fleet losing a node, the soak.
+fn deployments(base: &Opts) -> Vec<(&'static str, Opts)> {
+    vec![
         (
             "compare",
-            Opts {
-                clients: 100,
-                seconds: 1.0,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.clients = 100;
+                o.seconds = 1.0;
+            }),
         ),
         (
             "fleet",
-            Opts {
-                clients: 300,
-                event: Some("kill".into()),
-                before_s: 2.0,
-                after_s: 1.0,
-                max_wait_s: 20.0,
-                min_during_s: 1.0,
-                haproxy_procs: 1,
-                ..base.clone()
-            },
+            tuned(base, |o| {
+                o.clients = 300;
+                o.event = Some("kill".into());
+                o.before_s = 2.0;
+                o.after_s = 1.0;
+                o.max_wait_s = 20.0;
+                o.min_during_s = 1.0;
+                o.haproxy_procs = 1;
+            }),
         ),
-        (
-            "soak",
-            Opts {
-                minutes: 1.0,
-                ..base.clone()
-            },
-        ),
+        ("soak", tuned(base, |o| o.minutes = 1.0)),
     ]
 }
 

@@ -5,6 +5,7 @@
 //! counted here as well as logged.
 
 use crate::exposition::Family;
+use crate::worker_http::{health, Figures};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
 /// Why a bucket was given up (`seatboard_analytics_buckets_lost_total{reason}`).
@@ -57,69 +58,58 @@ impl Shared {
     pub fn rejected(&self, why: Rejected) {
         self.rejected[why as usize].fetch_add(1, Relaxed);
     }
-
-    /// `/metrics`.
-    pub fn render(&self) -> String {
-        let mut out = String::with_capacity(2048);
-        crate::exposition::render(self, FAMILIES, &mut out);
-        out
-    }
-
-    /// `/healthz`.
-    pub fn healthz(&self) -> String {
-        let (redis, held) = (self.redis_up.load(Relaxed), self.held.load(Relaxed));
-        format!(
-            "{{\"status\":\"{}\",\"redis\":{redis},\"held_entry\":{held}}}",
-            if redis && !held { "ok" } else { "degraded" }
-        )
-    }
 }
 
 /// The worker's families, in `/metrics` order.
 const FAMILIES: &[Family<Shared>] = &[
-    Family::counter(
+    Family::count(
         "seatboard_analytics_snapshots_total",
         "Snapshots counted into a bucket.",
-        |m, s| s.one(m.snapshots.load(Relaxed)),
+        |m| &m.snapshots,
     ),
-    Family::counter(
+    Family::counts(
         "seatboard_analytics_rejected_total",
         "Payloads not counted, by reason.",
-        |m, s| s.each("reason", &["malformed", "oversize"], &m.rejected),
+        "reason",
+        &["malformed", "oversize"],
+        |m| &m.rejected,
     ),
-    Family::counter(
+    Family::count(
         "seatboard_analytics_entries_total",
         "Entries appended to the session's stream.",
-        |m, s| s.one(m.entries.load(Relaxed)),
+        |m| &m.entries,
     ),
-    Family::counter(
+    Family::counts(
         "seatboard_analytics_buckets_lost_total",
         "Buckets given up (nothing, or only what followed a reconnect, written for them), by reason.",
-        |m, s| s.each("reason", &["redis_down", "presence", "unwritten"], &m.lost),
+        "reason",
+        &["redis_down", "presence", "unwritten"],
+        |m| &m.lost,
     ),
-    Family::gauge(
+    Family::flag(
         "seatboard_analytics_redis_up",
         "1 while the pub/sub connection is up, else 0.",
-        |m, s| s.one(u64::from(m.redis_up.load(Relaxed))),
+        |m| &m.redis_up,
     ),
-    Family::gauge(
+    Family::flag(
         "seatboard_analytics_held_entry",
         "1 while an entry whose XADD failed waits to be written, else 0.",
-        |m, s| s.one(u64::from(m.held.load(Relaxed))),
+        |m| &m.held,
     ),
 ];
 
-impl crate::worker_http::Figures for Shared {
+impl Figures for Shared {
     fn thread(&self) -> &'static str {
         "analytics-http"
     }
 
     fn metrics(&self) -> String {
-        self.render()
+        crate::exposition::text(self, FAMILIES)
     }
 
     fn healthz(&self) -> String {
-        Shared::healthz(self)
+        let (redis, held) = (self.redis_up.load(Relaxed), self.held.load(Relaxed));
+        health(redis && !held, &[("redis", &redis), ("held_entry", &held)])
     }
 }
 
@@ -130,7 +120,7 @@ mod tests {
     #[test]
     fn every_series_at_zero_from_start_and_each_loss_counted() {
         let s = Shared::default();
-        let m = s.render();
+        let m = s.metrics();
         for line in [
             "seatboard_analytics_snapshots_total 0",
             "seatboard_analytics_rejected_total{reason=\"malformed\"} 0",
@@ -148,7 +138,7 @@ mod tests {
         s.lost(Lost::Unwritten);
         s.lost(Lost::Unwritten);
         s.rejected(Rejected::Oversize);
-        let m = s.render();
+        let m = s.metrics();
         assert!(m.contains("seatboard_analytics_buckets_lost_total{reason=\"redis_down\"} 1\n"));
         assert!(m.contains("seatboard_analytics_buckets_lost_total{reason=\"unwritten\"} 2\n"));
         assert!(m.contains("seatboard_analytics_rejected_total{reason=\"oversize\"} 1\n"));

@@ -7,16 +7,11 @@
 pub mod metrics;
 pub mod redis;
 pub mod report;
-pub mod worker;
 
+use crate::analytics_stream::stream_key;
 pub use crate::cli::{AnalyticsArgs, AnalyticsCommand, ReportArgs};
 use crate::logging::{init as logging, usage};
 use std::process::ExitCode;
-
-/// The stream key of a session.
-pub fn stream_key(prefix: &str, session: &str) -> String {
-    format!("{prefix}{session}")
-}
 
 /// Runs `seatboard analytics [report]` and returns the process exit code.
 pub fn main(args: AnalyticsArgs) -> ExitCode {

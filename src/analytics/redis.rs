@@ -1,12 +1,12 @@
 //! The analytics worker's I/O loop on the shared Redis layer: the pattern
 //! subscription (classic pub/sub), or in a sharded cluster every course with a
-//! state hash shard-subscribed (rescanned every 5 s), plus the command client
-//! (SCAN + ZCOUNT on every primary, XADD). A Redis blip loses at most the
+//! state hash shard-subscribed (rescanned every 5 s, `crate::redis::state_keys`),
+//! plus the command client (SCAN + ZCOUNT on every primary, XADD). A Redis blip loses at most the
 //! bucket in flight, and says so.
 
 use super::metrics::{Lost, Rejected, Shared};
-use super::worker::{Buckets, Closed, Entry};
-use super::{stream_key, AnalyticsArgs};
+use super::AnalyticsArgs;
+use crate::analytics_stream::{stream_key, Buckets, Closed, Entry};
 use crate::channels::poll::wait_readable;
 use crate::clock;
 use crate::redis::commands::Commands;
@@ -89,20 +89,12 @@ pub fn append(
     max_len: u64,
     e: &Entry,
 ) -> Result<String, crate::redis::Error> {
-    con.query(
-        redis::cmd("XADD")
-            .arg(key)
-            .arg("MAXLEN")
-            .arg("~")
-            .arg(max_len)
-            .arg("*")
-            .arg("bucket_start_ms")
-            .arg(e.bucket_start_ms)
-            .arg("bucket_ms")
-            .arg(e.bucket_ms)
-            .arg("courses")
-            .arg(e.courses_json()),
-    )
+    let mut xadd = redis::cmd("XADD");
+    xadd.arg(key).arg("MAXLEN").arg("~").arg(max_len).arg("*");
+    for (field, value) in e.fields() {
+        xadd.arg(field).arg(value);
+    }
+    con.query(&xadd)
 }
 
 /// The worker's loop state: the buckets, the entry held back by a failed
@@ -375,7 +367,9 @@ pub fn run(
     while !stop.load(Relaxed) {
         if redis.sharded() && Instant::now() >= next_scan {
             next_scan = Instant::now() + RESCAN;
-            if let Ok(courses) = crate::ingest::scan::scan_courses(&mut cmd, &args.state_prefix) {
+            if let Ok(courses) =
+                crate::redis::state_keys::scan_courses(&mut cmd, &args.state_prefix)
+            {
                 source.cover(&courses);
             }
         }

@@ -1,70 +1,12 @@
-//! Reading a session's stream back: `seatboard analytics report` (a table or
-//! CSV on stdout), and the XRANGE reads the hub's history cache uses too.
+//! `seatboard analytics report`: a session's stream read back (by
+//! [`crate::analytics_stream::read`]) and printed as a table or CSV on stdout.
 
-use super::worker::Entry;
 use super::ReportArgs;
+use crate::analytics_stream::read::{read_after, read_last, PAGE};
+use crate::analytics_stream::Entry;
 use crate::redis::commands::Commands;
 use crate::redis::Error;
-use redis::streams::StreamRangeReply;
 use std::io::Write;
-
-/// Entries per XRANGE page.
-pub const PAGE: usize = 1000;
-
-/// One read of a stream: the parsed entries (id, entry), oldest first, and the
-/// last raw id read (even if that entry did not parse, so paging moves on).
-pub type Page = (Vec<(String, Entry)>, Option<String>);
-
-fn entries(reply: StreamRangeReply) -> Vec<(String, Entry)> {
-    reply
-        .ids
-        .into_iter()
-        .filter_map(|sid| {
-            let start: String = sid.get("bucket_start_ms")?;
-            let ms: String = sid.get("bucket_ms")?;
-            let courses: String = sid.get("courses")?;
-            let e = Entry::from_fields(&start, &ms, &courses)?;
-            Some((sid.id, e))
-        })
-        .collect()
-}
-
-/// Up to `count` entries after stream id `after` (exclusive; `None`: from the start), oldest first.
-pub fn read_after(
-    con: &mut Commands,
-    key: &str,
-    after: Option<&str>,
-    count: usize,
-) -> Result<Page, Error> {
-    let start = after.map_or_else(|| "-".to_owned(), |id| format!("({id}"));
-    let reply: StreamRangeReply = con.query(
-        redis::cmd("XRANGE")
-            .arg(key)
-            .arg(start)
-            .arg("+")
-            .arg("COUNT")
-            .arg(count),
-    )?;
-    // The last raw id, even if that entry did not parse, so paging moves on.
-    let last = reply.ids.last().map(|s| s.id.clone());
-    Ok((entries(reply), last))
-}
-
-/// The last `count` entries, oldest first (`XREVRANGE + - COUNT n`).
-pub fn read_last(con: &mut Commands, key: &str, count: usize) -> Result<Page, Error> {
-    let reply: StreamRangeReply = con.query(
-        redis::cmd("XREVRANGE")
-            .arg(key)
-            .arg("+")
-            .arg("-")
-            .arg("COUNT")
-            .arg(count),
-    )?;
-    let last = reply.ids.first().map(|s| s.id.clone());
-    let mut v = entries(reply);
-    v.reverse();
-    Ok((v, last))
-}
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of a Unix millisecond.
 pub fn utc(ms: u64) -> String {
@@ -222,7 +164,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analytics::worker::CourseRow;
+    use crate::analytics_stream::CourseRow;
 
     #[test]
     fn utc_dates() {

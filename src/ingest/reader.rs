@@ -109,7 +109,7 @@ pub fn run<T: StateStore>(
             // The answers sent since are freed on the ingest thread, which
             // hands their pages back to this thread's heap: returned to the
             // OS here, once a second.
-            crate::shard::allocator::collect(false);
+            crate::allocator::collect(false);
         }
         if Instant::now() >= next_courses {
             match store.scan() {

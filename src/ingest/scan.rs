@@ -1,28 +1,11 @@
-//! The courses with a state hash (`SCAN` on every primary: for the admin
-//! firehose, `/api/courses` and the analytics worker), and their state hashes
-//! read in pipelines rather than one round trip each, each read capped at a
-//! course's most sections (one `HSCAN` step), so one giant hash costs its
-//! batch no more than a course at the cap; how many fields it held past the
-//! cap is asked afterwards (`HLEN`).
+//! Courses' state hashes read in pipelines rather than one round trip each,
+//! each read capped at a course's most sections (one `HSCAN` step), so one
+//! giant hash costs its batch no more than a course at the cap; how many
+//! fields it held past the cap is asked afterwards (`HLEN`). Which courses
+//! have a state hash is `crate::redis::state_keys`'s `SCAN`.
 
 use crate::redis::commands::Commands;
-use crate::redis::Error;
 use shards::MAX_SECTIONS;
-
-/// The sorted, valid course codes that have a state hash.
-pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, Error> {
-    let keys = link.scan(prefix, None)?;
-    let mut courses: Vec<String> = keys
-        .iter()
-        .filter_map(|k| std::str::from_utf8(k).ok())
-        .filter_map(|k| k.strip_prefix(prefix))
-        .filter(|c| shards::snapshot::valid_course(c))
-        .map(str::to_owned)
-        .collect();
-    courses.sort();
-    courses.dedup();
-    Ok(courses)
-}
 
 /// One course's state hash as read: at most [`MAX_SECTIONS`] payloads.
 #[derive(Debug, Default, PartialEq, Eq)]

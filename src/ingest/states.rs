@@ -149,7 +149,7 @@ impl StateStore for RedisStates {
     }
 
     fn scan(&mut self) -> Option<Vec<String>> {
-        match super::scan::scan_courses(&mut self.link, &self.prefix) {
+        match crate::redis::state_keys::scan_courses(&mut self.link, &self.prefix) {
             Ok(c) => Some(c),
             Err(e) => {
                 tracing::debug!(error = %e, "course scan failed");

@@ -4,10 +4,11 @@
 //! the `/healthz` JSON.
 
 use super::decide::State;
+use crate::clock::unix_ms;
 use crate::exposition::{Family, Histogram};
+use crate::worker_http::{health, Figures};
 use shards::snapshot::Reject;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Upper bounds of the query-time histogram's buckets, in seconds.
 const BUCKETS: &[f64] = &[
@@ -64,13 +65,6 @@ fn reject_index(r: Reject) -> usize {
     }
 }
 
-/// The wall clock in ms since the epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 impl Default for Shared {
     fn default() -> Self {
         Shared::new()
@@ -92,14 +86,14 @@ impl Shared {
             redis_up: AtomicBool::new(false),
             last_check_ms: AtomicU64::new(0),
             redis_commands: AtomicU64::new(0),
-            started_ms: AtomicU64::new(now_ms()),
+            started_ms: AtomicU64::new(unix_ms()),
         }
     }
 
     /// Counts a complete check.
     pub fn check(&self, sweep: bool) {
         self.checks[usize::from(sweep)].fetch_add(1, Relaxed);
-        self.last_check_ms.store(now_ms(), Relaxed);
+        self.last_check_ms.store(unix_ms(), Relaxed);
     }
 
     /// Checks so far (`sweep`: full ones).
@@ -130,50 +124,58 @@ impl Shared {
 
 /// The reconciler's families, in `/metrics` order.
 const FAMILIES: &[Family<Shared>] = &[
-    Family::counter(
+    Family::counts(
         "seatboard_reconcile_checks_total",
         "Checks of the database against Redis, by kind.",
-        |m, s| s.each("kind", &["incremental", "sweep"], &m.checks),
+        "kind",
+        &["incremental", "sweep"],
+        |m| &m.checks,
     ),
-    Family::counter(
+    Family::count(
         "seatboard_reconcile_rows_total",
         "Rows read from the database.",
-        |m, s| s.one(m.rows.load(Relaxed)),
+        |m| &m.rows,
     ),
-    Family::counter(
+    Family::counts(
         "seatboard_reconcile_repaired_total",
         "Sections written to Redis because a publish was lost, by what Redis held.",
-        |m, s| s.each("reason", &["missing", "behind", "ahead"], &m.repaired),
+        "reason",
+        &["missing", "behind", "ahead"],
+        |m| &m.repaired,
     ),
-    Family::counter(
+    Family::count(
         "seatboard_reconcile_ahead_total",
         "Sections found with a version greater than the database's.",
-        |m, s| s.one(m.ahead.load(Relaxed)),
+        |m| &m.ahead,
     ),
-    Family::counter(
+    Family::counts(
         "seatboard_reconcile_rejected_total",
         "Rows skipped by the snapshot rules, by reason.",
-        |m, s| s.each("reason", &["json", "schema", "too_large"], &m.rejected),
+        "reason",
+        &["json", "schema", "too_large"],
+        |m| &m.rejected,
     ),
-    Family::counter(
+    Family::counts(
         "seatboard_reconcile_errors_total",
         "Checks that failed, by kind.",
-        |m, s| s.each("kind", &["db", "timeout", "redis"], &m.errors),
+        "kind",
+        &["db", "timeout", "redis"],
+        |m| &m.errors,
     ),
     Family::histogram(
         "seatboard_reconcile_query_seconds",
         "Time of one query of the database.",
         |m, s| s.histogram(&m.query, ""),
     ),
-    Family::gauge(
+    Family::flag(
         "seatboard_reconcile_db_up",
         "1 when the database answered the last statement, else 0.",
-        |m, s| s.one(u64::from(m.db_up.load(Relaxed))),
+        |m| &m.db_up,
     ),
-    Family::gauge(
+    Family::flag(
         "seatboard_reconcile_redis_up",
         "1 when Redis answered the last command, else 0.",
-        |m, s| s.one(u64::from(m.redis_up.load(Relaxed))),
+        |m| &m.redis_up,
     ),
     Family::gauge(
         "seatboard_reconcile_last_check_timestamp_seconds",
@@ -182,15 +184,13 @@ const FAMILIES: &[Family<Shared>] = &[
     ),
 ];
 
-impl crate::worker_http::Figures for Shared {
+impl Figures for Shared {
     fn thread(&self) -> &'static str {
         "reconcile-http"
     }
 
     fn metrics(&self) -> String {
-        let mut out = String::with_capacity(4096);
-        crate::exposition::render(self, FAMILIES, &mut out);
-        out
+        crate::exposition::text(self, FAMILIES)
     }
 
     fn healthz(&self) -> String {
@@ -202,10 +202,10 @@ impl crate::worker_http::Figures for Shared {
         } else {
             last
         };
-        let ago = now_ms().saturating_sub(since);
-        format!(
-            "{{\"status\":\"{}\",\"db\":{db},\"redis\":{redis},\"last_check_ms_ago\":{ago}}}",
-            if db && redis { "ok" } else { "degraded" }
+        let ago = unix_ms().saturating_sub(since);
+        health(
+            db && redis,
+            &[("db", &db), ("redis", &redis), ("last_check_ms_ago", &ago)],
         )
     }
 }
@@ -213,7 +213,6 @@ impl crate::worker_http::Figures for Shared {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker_http::Figures;
 
     #[test]
     fn every_series_at_zero_from_start() {

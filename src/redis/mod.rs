@@ -4,7 +4,8 @@
 //! the reconnect backoff. A command connection to a node is opened one way
 //! ([`Redis::connect_node`]); `commands` is the command client (slot-routed in
 //! a cluster), `pubsub` the pub/sub source of `serve` and `analytics` (its raw
-//! connection and streaming RESP reader, its dialer).
+//! connection and streaming RESP reader, its dialer), `state_keys` the scan
+//! for the courses with a state hash.
 
 pub mod backoff;
 pub mod commands;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod error;
 pub mod pubsub;
 pub mod slots;
+pub mod state_keys;
 
 pub use config::{PubSubMode, RedisFlags, RedisMode, RedisTarget};
 pub use error::{ConfigError, ConnectError, Error, NodeError, TrustError};

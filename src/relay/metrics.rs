@@ -188,18 +188,13 @@ impl crate::worker_http::Figures for Shared {
             pending,
             redis_up: self.redis_up(),
         };
-        let mut out = String::with_capacity(2048);
-        crate::exposition::render(&reading, FAMILIES, &mut out);
-        out
+        crate::exposition::text(&reading, FAMILIES)
     }
 
     fn healthz(&self) -> String {
         let up = self.redis_up();
         let pending = self.pending().len();
-        format!(
-            "{{\"status\":\"{}\",\"redis\":{up},\"pending\":{pending}}}",
-            if up { "ok" } else { "degraded" }
-        )
+        crate::worker_http::health(up, &[("redis", &up), ("pending", &pending)])
     }
 }
 

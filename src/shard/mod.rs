@@ -6,7 +6,6 @@
 //! clock (`tick.rs`). [`run`] picks the runtime; nothing is shared with other
 //! shards but the node's atomics.
 
-pub mod allocator;
 mod conn;
 mod ctx;
 mod http;

@@ -92,7 +92,7 @@ fn purge_freed_memory(ctx: &ShardCtx, now: u64) {
     ctx.next_purge_ms.set(now + PURGE_EVERY_MS);
     let rendered = ctx.shard.borrow().stats().frames_rendered;
     let quiet = ctx.rendered_at_purge.replace(rendered) == rendered;
-    super::allocator::collect(quiet);
+    crate::allocator::collect(quiet);
 }
 
 /// Ready when the inbox has mail, the shard was kicked, or the deadline passed

@@ -31,6 +31,7 @@ mod haproxy_limits;
 mod harness;
 mod image;
 mod jwks;
+mod layers;
 mod listener;
 mod log_colour;
 mod log_reader_gone;

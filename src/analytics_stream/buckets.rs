@@ -1,8 +1,9 @@
-//! The bucket state machine of the analytics worker: fed snapshots, viewer
+//! The bucket state machine of the analytics stream: fed snapshots, viewer
 //! counts and the time, it says when a bucket closes and what (if anything) to
-//! append for it. No I/O, so every rule is unit-tested without Redis.
+//! append for it. No I/O, so every rule is unit-tested without Redis. The
+//! analytics worker runs it over Redis, the demo's `/api/history` in process.
 
-use serde::{Deserialize, Serialize};
+use super::{CourseRow, Entry};
 use shards::Snapshot;
 use std::collections::{BTreeMap, HashMap};
 
@@ -10,48 +11,6 @@ use std::collections::{BTreeMap, HashMap};
 pub fn align(now_ms: u64, bucket_ms: u64) -> u64 {
     let b = bucket_ms.max(1);
     now_ms - now_ms % b
-}
-
-/// One course's line in a stream entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CourseRow {
-    /// Course code.
-    pub course: String,
-    /// Snapshots published for the course during the bucket.
-    pub updates: u64,
-    /// Unexpired presence members of the course when the bucket closed.
-    pub viewers: u64,
-    /// Seats taken, summed over the course's sections (latest snapshots seen).
-    pub seats_taken: u64,
-    /// Seats, summed over the course's sections (latest snapshots seen).
-    pub total_seats: u64,
-}
-
-/// What one non-idle bucket appends to the stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    /// Bucket start, Unix ms, a multiple of `bucket_ms`.
-    pub bucket_start_ms: u64,
-    /// Bucket length in ms.
-    pub bucket_ms: u64,
-    /// Every course with an update or a viewer in the bucket, by course code.
-    pub courses: Vec<CourseRow>,
-}
-
-impl Entry {
-    /// The `courses` field: a JSON array of [`CourseRow`].
-    pub fn courses_json(&self) -> String {
-        serde_json::to_string(&self.courses).unwrap_or_else(|_| "[]".into())
-    }
-
-    /// Reads an entry back from its stream fields; `None` when one is missing or malformed.
-    pub fn from_fields(bucket_start_ms: &str, bucket_ms: &str, courses: &str) -> Option<Entry> {
-        Some(Entry {
-            bucket_start_ms: bucket_start_ms.trim().parse().ok()?,
-            bucket_ms: bucket_ms.trim().parse().ok()?,
-            courses: serde_json::from_str(courses).ok()?,
-        })
-    }
 }
 
 #[derive(Debug, Clone, Copy)]
