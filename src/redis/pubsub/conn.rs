@@ -62,6 +62,26 @@ impl Write for Stream {
     }
 }
 
+/// A plain socket read as one `recv(2)` that does not wait (`WouldBlock`
+/// when nothing is there): no readiness check before it.
+struct DontWait<'a>(&'a TcpStream);
+
+impl Read for DontWait<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: `buf` is a live, exclusively borrowed buffer of `buf.len()`
+        // bytes, of which recv(2) writes at most that many.
+        let n = unsafe {
+            libc::recv(
+                self.0.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+    }
+}
+
 /// The RESP encoding of one command.
 pub fn packed(cmd: &str, args: impl IntoIterator<Item = impl AsRef<[u8]>>) -> Vec<u8> {
     let mut c = ::redis::cmd(cmd);
@@ -178,7 +198,13 @@ impl PubConn {
             self.stream.tcp().set_read_timeout(t)?;
             self.read_timeout = t;
         }
-        match self.reader.read_from(&mut self.stream) {
+        let read = self.reader.read_from(&mut self.stream);
+        self.took(read)
+    }
+
+    /// What one read brought, as a [`Fill`].
+    fn took(&mut self, read: io::Result<usize>) -> io::Result<Fill> {
+        match read {
             Ok(0) => Ok(Fill::Closed),
             Ok(_) => {
                 self.last_rx = Instant::now();
@@ -203,16 +229,31 @@ impl PubConn {
     /// Reads what is there without waiting for more: bytes TLS holds
     /// decrypted, or what a readable socket has ([`Fill::Nothing`] otherwise).
     pub fn fill_ready(&mut self) -> io::Result<Fill> {
-        let readable = self.stream.tls_pending()
-            || crate::channels::poll::wait_readable(&[self.fd()], Duration::ZERO)
-                .first()
-                .copied()
-                .unwrap_or(false);
-        if !readable {
+        let fill = match &self.stream {
+            // One recv(2) that does not wait.
+            Stream::Tcp(s) => {
+                let read = self.reader.read_from(&mut DontWait(s));
+                self.took(read)?
+            }
+            // TLS reads through rustls, which may hold decrypted bytes: read
+            // only when it does or the socket is readable.
+            Stream::Tls(_) => {
+                let readable = self.stream.tls_pending()
+                    || crate::channels::poll::wait_readable(&[self.fd()], Duration::ZERO)
+                        .first()
+                        .copied()
+                        .unwrap_or(false);
+                if readable {
+                    self.fill(Duration::from_millis(1))?
+                } else {
+                    Fill::Nothing
+                }
+            }
+        };
+        if fill == Fill::Nothing {
             self.unread = false;
-            return Ok(Fill::Nothing);
         }
-        self.fill(Duration::from_millis(1))
+        Ok(fill)
     }
 
     /// The next complete frame already buffered.

@@ -31,7 +31,10 @@ pub enum Item {
 
 /// The reader's buffer and its position inside a partly received frame.
 pub struct Reader {
+    /// Received bytes in `buf[..end]`; the rest is room for the next read,
+    /// zeroed once when the buffer grows rather than before every read.
     buf: Vec<u8>,
+    end: usize,
     pos: usize,
     items: Vec<Item>,
     /// Elements still expected in the current array (0: not inside one).
@@ -52,7 +55,8 @@ impl Reader {
     /// A reader that skips bulk strings longer than `cap` bytes.
     pub fn new(cap: usize) -> Reader {
         Reader {
-            buf: Vec::with_capacity(CHUNK),
+            buf: Vec::new(),
+            end: 0,
             pos: 0,
             items: Vec::new(),
             remaining: 0,
@@ -63,24 +67,26 @@ impl Reader {
 
     /// Bytes received but not parsed yet.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.pos
+        self.end - self.pos
     }
 
     /// Reads one chunk from `r` (honouring its timeout); `Ok(0)` is end of stream.
     pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
         if self.pos > 0 {
-            self.buf.drain(..self.pos);
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
             self.pos = 0;
         }
         // What is kept is at most one unfinished header line plus one bulk string
         // within the cap: the buffer never grows past that and one chunk.
-        if self.buf.len() > self.cap + LINE_MAX + 2 {
+        if self.end > self.cap + LINE_MAX + 2 {
             return Err(io::Error::other("pub/sub frame over the cap"));
         }
-        let len = self.buf.len();
-        self.buf.resize(len + CHUNK, 0);
-        let n = r.read(&mut self.buf[len..]);
-        self.buf.truncate(len + *n.as_ref().unwrap_or(&0));
+        if self.buf.len() < self.end + CHUNK {
+            self.buf.resize(self.end + CHUNK, 0);
+        }
+        let n = r.read(&mut self.buf[self.end..self.end + CHUNK]);
+        self.end += *n.as_ref().unwrap_or(&0);
         n
     }
 
@@ -108,7 +114,7 @@ impl Reader {
                 }
                 continue;
             }
-            let data = &self.buf[self.pos..];
+            let data = &self.buf[self.pos..self.end];
             let Some(eol) = data
                 .windows(2)
                 .take(LINE_MAX + 1)
