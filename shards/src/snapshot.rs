@@ -403,6 +403,43 @@ mod tests {
     }
 
     #[test]
+    fn a_payload_of_exactly_64_kib_is_taken_and_seat_info_null_is_none() {
+        let at = |len: usize| {
+            let head = r#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":{"pad":""#;
+            let tail = r#""}}"#;
+            let pad = "x".repeat(len - head.len() - tail.len());
+            Snapshot::parse(format!("{head}{pad}{tail}").as_bytes(), Some("CS101"))
+        };
+        assert!(at(MAX_PAYLOAD).is_ok(), "64 KiB is within the bound");
+        assert!(at(2_000).is_ok());
+        assert_eq!(at(MAX_PAYLOAD + 1), Err(Reject::TooLarge));
+        let null =
+            br#"{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":null}"#;
+        let s = Snapshot::parse(null, Some("CS101")).unwrap();
+        assert_eq!(&*s.json, r#"{"section":1,"total_seats":2,"seats_taken":1}"#);
+    }
+
+    #[test]
+    fn a_replace_at_the_same_version_with_other_seats_is_taken() {
+        let snap = |taken: u32, replace: bool| {
+            let text = format!(
+                r#"{{"course":"CS101","section":1,"total_seats":50,"seats_taken":{taken},"version":5,"replace":{replace}}}"#
+            );
+            Snapshot::parse(text.as_bytes(), Some("CS101")).unwrap()
+        };
+        let held = snap(3, false);
+        assert!(
+            snap(9, true).replaces(Some(&held)),
+            "other seats, same version"
+        );
+        assert!(!snap(3, true).replaces(Some(&held)), "the same state again");
+        assert!(
+            !snap(9, false).replaces(Some(&held)),
+            "without replace: not newer"
+        );
+    }
+
+    #[test]
     fn versions_are_integers_up_to_2_pow_53() {
         let p = |v: &str| {
             let text = format!(
