@@ -274,3 +274,52 @@ fn a_watch_answer_whose_count_finds_no_room_still_brings_the_count() {
         "D's count goes with its board"
     );
 }
+
+/// A course's count of viewers owed a full frame, and how many are.
+fn owed(shard: &Shard, course: &str) -> (u32, usize) {
+    let c = &shard.courses[course];
+    (c.owed, c.viewers.iter().filter(|v| v.owes_full).count())
+}
+
+#[test]
+fn the_count_of_owed_full_frames_follows_heals_answers_and_unwatches() {
+    // The count decides whether a render encodes a full frame and whether the
+    // course is rendered at all: one left too high renders it every tick.
+    let mut shard = Shard::new(ShardConfig {
+        send_queue_bytes: 200,
+        ..ShardConfig::default()
+    });
+    let ids: Vec<ConnId> = ["u", "v", "w"]
+        .iter()
+        .map(|u| {
+            let id = shard.connect(*u, Role::Student, WsOptions::VIEWER, 0);
+            shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+            id
+        })
+        .collect();
+    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+    // None reads: their queues fill and each comes to owe a full frame.
+    let mut t = 0;
+    for v in 2..12u64 {
+        t = v * 200;
+        shard.handle_snapshot(&snap(1, v as u32, Some(v)));
+        shard.handle_timeout(t);
+    }
+    assert_eq!(owed(&shard, "C"), (3, 3), "all three owe one");
+    // u unwatches, v watches again (the answer replaces what it owed).
+    shard.handle_text(ids[0], r#"{"op":"unwatch","course":"C"}"#, t);
+    assert_eq!(owed(&shard, "C"), (2, 2));
+    while shard.poll_frame(ids[1]).is_some() {}
+    shard.handle_text(ids[1], r#"{"op":"watch","course":"C"}"#, t);
+    assert_eq!(owed(&shard, "C"), (1, 1));
+    // w reads and heals at the next render: nothing is owed any more.
+    while shard.poll_frame(ids[2]).is_some() {}
+    shard.handle_timeout(t + 1_000);
+    assert_eq!(owed(&shard, "C"), (0, 0));
+    let rendered = shard.stats.frames_rendered;
+    shard.handle_timeout(t + 5_000);
+    assert_eq!(
+        shard.stats.frames_rendered, rendered,
+        "nothing changed and nothing owed: no render"
+    );
+}
