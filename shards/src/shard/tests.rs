@@ -160,6 +160,18 @@ fn a_viewer_shown_its_own_watch_count_gets_the_next_count_even_if_unchanged() {
     assert_eq!(counts(&mut shard, v), Vec::<u64>::new());
 }
 
+/// A viewer of course C that read its watch answer and then stopped reading,
+/// with one delta of C queued to it (at t = 400).
+fn stalled_on_a_delta(shard: &mut Shard) -> ConnId {
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+    while shard.poll_frame(id).is_some() {}
+    shard.handle_snapshot(&snap(1, 2, Some(2)));
+    shard.handle_timeout(400);
+    id
+}
+
 #[test]
 fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
     // Found by the simulator (seeds 1002356, 1003625, 1004227): a viewer that
@@ -169,12 +181,7 @@ fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
     // A queue that holds one delta and not a count after it.
     let delta = {
         let mut probe = Shard::new(ShardConfig::default());
-        let id = probe.connect("u", Role::Student, WsOptions::VIEWER, 0);
-        probe.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
-        probe.handle_seed("C", &[snap(1, 1, Some(1))], 0);
-        while probe.poll_frame(id).is_some() {}
-        probe.handle_snapshot(&snap(1, 2, Some(2)));
-        probe.handle_timeout(400);
+        let id = stalled_on_a_delta(&mut probe);
         probe.queued_bytes(id)
     };
     assert!(delta > 0, "the probe queued a delta");
@@ -228,12 +235,7 @@ fn a_watch_answer_whose_count_finds_no_room_still_brings_the_count() {
     // The sizes: a delta of C, and D's board in a watch answer.
     let (delta, board) = {
         let mut probe = Shard::new(ShardConfig::default());
-        let id = probe.connect("u", Role::Student, WsOptions::VIEWER, 0);
-        probe.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
-        probe.handle_seed("C", &[snap(1, 1, Some(1))], 0);
-        while probe.poll_frame(id).is_some() {}
-        probe.handle_snapshot(&snap(1, 2, Some(2)));
-        probe.handle_timeout(400);
+        let id = stalled_on_a_delta(&mut probe);
         let delta = probe.queued_bytes(id);
         while probe.poll_frame(id).is_some() {}
         probe.handle_text(id, r#"{"op":"watch","course":"D"}"#, 400);
@@ -250,12 +252,7 @@ fn a_watch_answer_whose_count_finds_no_room_still_brings_the_count() {
         send_queue_bytes: bound,
         ..ShardConfig::default()
     });
-    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
-    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
-    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
-    while shard.poll_frame(id).is_some() {}
-    shard.handle_snapshot(&snap(1, 2, Some(2)));
-    shard.handle_timeout(400);
+    let id = stalled_on_a_delta(&mut shard);
     assert_eq!(shard.queued_bytes(id), delta, "the delta waits unread");
     shard.handle_text(id, r#"{"op":"watch","course":"D"}"#, 400);
     shard.handle_seed("D", &[d(1, 1)], 400);
