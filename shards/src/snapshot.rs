@@ -186,8 +186,8 @@ impl Snapshot {
         let seats_taken = required(wire.seats_taken)?;
         let version = int(wire.version, MAX_VERSION as i64)?.map(|v| v as u64);
         let ts = int(wire.ts, i64::MAX)?.map(|v| v as u64);
+        // A JSON null reaches here as `None`.
         let seat_info = match wire.seat_info {
-            Some(raw) if raw.get() == "null" => None,
             Some(raw) if raw.get().starts_with('{') => Some(raw.get()),
             Some(_) => return Err(Reject::Schema),
             None => None,
