@@ -16,7 +16,7 @@
 //! - [`rehearse`]: `seatboard rehearse`, a load rehearsal against running
 //!   nodes on the `loadgen` crate's viewers.
 //! - [`supervisor`]: the one owner of a process's long-lived threads.
-//! - [`allocator`], [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
+//! - [`allocator`], [`sys`], [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`exposition`] (the one table every `/metrics` renders from),
 //!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
 //! - [`planted`]: the simulator's planted bugs (feature `planted-bugs` only).
@@ -49,4 +49,5 @@ pub mod relay;
 pub mod shard;
 pub mod shard_set;
 pub mod supervisor;
+pub mod sys;
 pub mod worker_http;

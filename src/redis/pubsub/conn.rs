@@ -68,17 +68,7 @@ struct DontWait<'a>(&'a TcpStream);
 
 impl Read for DontWait<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        // SAFETY: `buf` is a live, exclusively borrowed buffer of `buf.len()`
-        // bytes, of which recv(2) writes at most that many.
-        let n = unsafe {
-            libc::recv(
-                self.0.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        usize::try_from(n).map_err(|_| io::Error::last_os_error())
+        crate::sys::recv_now(self.0.as_raw_fd(), buf)
     }
 }
 

@@ -8,7 +8,7 @@ use super::host::Host;
 use super::io::{ConnIo, ConnTable, WriteSide};
 use super::send_ring::SendRing;
 use super::writing::hand_to_writer;
-use crate::shard::runtime::sys;
+use crate::sys;
 use bytes::Bytes;
 use shards::{ConnId, Shard};
 use std::io::ErrorKind;

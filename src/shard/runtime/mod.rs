@@ -5,7 +5,6 @@
 //! local to the shard thread, so nothing needs to be `Send`.
 
 pub mod monoio_runtime;
-pub mod sys;
 #[cfg(feature = "tokio-shell")]
 pub mod tokio_runtime;
 

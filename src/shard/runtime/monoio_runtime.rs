@@ -2,8 +2,9 @@
 //! (io_uring or epoll) and [`Runtime`] over its sockets, tasks and timer. The
 //! loops themselves are runtime-free.
 
-use super::{sys, Runtime, StartError};
+use super::{Runtime, StartError};
 use crate::node::Driver;
+use crate::sys;
 use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
 use monoio::net::{TcpListener, TcpStream};
 use std::future::Future;

@@ -1,6 +1,6 @@
 //! Non-blocking `send(2)`/`recv(2)` on a socket's descriptor, for the reads
-//! and writes that bypass the runtime's driver (monoio's `try_recv` and
-//! `try_send`, and a shard's direct sends).
+//! and writes that bypass a runtime's driver (monoio's `try_recv` and
+//! `try_send`, a shard's direct sends, the pub/sub connection's reads).
 
 use std::io::{self, ErrorKind};
 use std::os::fd::RawFd;
