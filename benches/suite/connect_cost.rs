@@ -10,7 +10,8 @@
 //! reader) and counts the frames sent per connection, so the product's own
 //! work (presence, course subscriptions) shows apart from the front door's;
 //! every way's row counts its server's context switches per connection (its
-//! wake-ups).
+//! wake-ups). `--against BIN` adds the same seatboard ways on another build,
+//! so a change is measured against the build before it in the same run.
 
 use crate::children::Fleet;
 use crate::floor_server;
@@ -18,7 +19,7 @@ use crate::measure::{by_thread_text, per_each, progress};
 use crate::procs;
 use crate::reconnect::wait_answered;
 use crate::redis_rig::RedisRig;
-use crate::server::serve;
+use crate::server::{serve, serve_bin};
 use crate::setup::{course_names, fleet, server_flags};
 use crate::{Opts, Outcome};
 use serde_json::json;
@@ -42,9 +43,35 @@ struct Way {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Target {
     Seatboard,
+    /// The `--against` build, served beside the one under test.
+    Against,
     Floor,
     Uws,
 }
+
+impl Target {
+    /// A seatboard build (this one or `--against`), whose CPU splits by thread.
+    fn is_seatboard(self) -> bool {
+        matches!(self, Target::Seatboard | Target::Against)
+    }
+}
+
+/// The ways `--against` adds: the upgrade alone and the upgrade naming its
+/// course, on the other build.
+const AGAINST_WAYS: [Way; 2] = [
+    Way {
+        name: "upgrade_only_against",
+        target: Target::Against,
+        watch: false,
+        named: false,
+    },
+    Way {
+        name: "upgrade_naming_course_against",
+        target: Target::Against,
+        watch: true,
+        named: true,
+    },
+];
 
 const WAYS: [Way; 5] = [
     Way {
@@ -149,7 +176,13 @@ pub fn run(o: &Opts) -> Outcome {
     let mut out = Outcome::new("connect_cost");
     let courses = course_names(o.courses);
     let redis = RedisRig::start();
-    let server = serve(&redis, &server_flags(o, &["--max-conns-per-user", "64"]));
+    let flags = server_flags(o, &["--max-conns-per-user", "64"]);
+    let server = serve(&redis, &flags);
+    let against = o.against.as_deref().map(|bin| serve_bin(Some(bin), &redis, &flags));
+    let mut ways = WAYS.to_vec();
+    if against.is_some() {
+        ways.extend(AGAINST_WAYS);
+    }
     let mut publisher =
         testkit::publish::SelectionApi::connect(redis.port, courses.clone(), o.sections);
     publisher.seed();
@@ -159,22 +192,27 @@ pub fn run(o: &Opts) -> Outcome {
     };
     let mut floor = floor_server::spawn("__connect_floor", &floor_cfg);
     let uws = Uws::start();
-    let where_ = |t: Target| match t {
-        Target::Seatboard => (server.child.id(), server.port),
-        Target::Floor => (floor.id(), floor_cfg.port),
-        Target::Uws => (uws.child.id(), uws.port),
+    let where_ = |t: Target| match (t, &against) {
+        (Target::Seatboard, _) | (Target::Against, None) => (server.child.id(), server.port),
+        (Target::Against, Some(a)) => (a.child.id(), a.port),
+        (Target::Floor, _) => (floor.id(), floor_cfg.port),
+        (Target::Uws, _) => (uws.child.id(), uws.port),
     };
-    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); WAYS.len()];
-    let mut split: Vec<Split> = vec![Split::default(); WAYS.len()];
+    let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
+    let mut split: Vec<Split> = vec![Split::default(); ways.len()];
     for round in 0..2 {
-        let mut order: Vec<usize> = (0..WAYS.len()).collect();
+        let mut order: Vec<usize> = (0..ways.len()).collect();
         if round == 1 {
             order.reverse();
         }
         for i in order {
-            let way = WAYS[i];
+            let way = ways[i];
             let (pid, port) = where_(way.target);
-            let sb = (way.target == Target::Seatboard).then_some(&server);
+            let sb = match (way.target, &against) {
+                (Target::Seatboard, _) => Some(&server),
+                (Target::Against, a) => a.as_ref(),
+                _ => None,
+            };
             let (per, s) = one_way(o, &courses, way, (pid, port), sb, &mut out);
             split[i].add(&s);
             progress(
@@ -189,10 +227,10 @@ pub fn run(o: &Opts) -> Outcome {
         .map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64)
         .collect();
     let (floor_us, uws_us) = (mean[3], mean[4]);
-    for (i, way) in WAYS.iter().enumerate() {
+    for (i, way) in ways.iter().enumerate() {
         let (threads, frames, switches) = split[i].mean();
         let mut detail = format!("; {switches:.2} context switches per connection");
-        if way.target == Target::Seatboard {
+        if way.target.is_seatboard() {
             detail += &format!(
                 "; by thread {}; {frames:.2} frames sent per connection",
                 by_thread_text(&threads, 1)
@@ -209,6 +247,20 @@ pub fn run(o: &Opts) -> Outcome {
             ),
             json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames, "switches_per_conn": switches}),
         );
+    }
+    if against.is_some() {
+        // This build's ways over the same ways of the other one, in this run.
+        for (this, other) in [(0, WAYS.len()), (2, WAYS.len() + 1)] {
+            let ratio = mean[this] / mean[other].max(1e-9);
+            out.row(
+                &format!("{}_to_against", WAYS[this].name),
+                format!(
+                    "{:.2}x the --against build ({:.0} against {:.0} µs per connection)",
+                    ratio, mean[this], mean[other]
+                ),
+                json!({"ratio": ratio, "this_us": mean[this], "against_us": mean[other]}),
+            );
+        }
     }
     let _ = floor.kill();
     let _ = floor.wait();

@@ -58,6 +58,9 @@ pub struct Opts {
     pub alg: Option<String>,
     /// Load generators: pre-minted tokens, one a line (else HS256 minted per connection).
     pub tokens_file: Option<String>,
+    /// `connect_cost`: another `seatboard` binary (e.g. main's build) served
+    /// beside this one and measured in the same run.
+    pub against: Option<String>,
     /// Soak: how long it runs.
     pub minutes: f64,
     /// Storm, fanout: viewers on `ws` (WebSocket), `sse` (Server-Sent
@@ -110,6 +113,7 @@ impl Default for Opts {
             no_floor: false,
             alg: None,
             tokens_file: None,
+            against: None,
             minutes: 20.0,
             transport: "ws".into(),
             pass: None,
@@ -129,6 +133,7 @@ pub const USAGE: &str =
 [--upgrade-courses (idle, reconnect: courses named in the upgrade, no watch message)] \
 [--client-rtt-ms N (first_board: the client round trip of its second half, default 50)] \
 [--no-floor (storm, fanout, idle: skip the floor run)] \
+[--against BIN (connect_cost: another seatboard build measured beside this one in the same run)] \
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
@@ -183,6 +188,7 @@ pub fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--upgrade-courses" => o.upgrade_courses = true,
             "--client-rtt-ms" => o.client_rtt_ms = num(val()?)?,
             "--no-floor" => o.no_floor = true,
+            "--against" => o.against = Some(val()?),
             "--alg" => o.alg = Some(val()?),
             "--transport" => {
                 o.transport = val()?;

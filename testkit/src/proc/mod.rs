@@ -14,4 +14,4 @@ pub use mariadb::{mariadb_installed, Mariadb};
 pub use port::{cluster_port, free_port, listens_on, loopback_tcp, TcpRow};
 pub use postgres::{pg_bin, Postgres};
 pub use redis::RedisServer;
-pub use seatboard::{bin, built_bin, seatboard_command, Seatboard};
+pub use seatboard::{bin, built_bin, command_for, seatboard_command, Seatboard};

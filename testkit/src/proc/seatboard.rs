@@ -39,14 +39,20 @@ pub fn built_bin() -> std::path::PathBuf {
 /// A command running the binary under test, through `SEATBOARD_BIN_WRAPPER`
 /// (e.g. `qemu-aarch64-static -L /usr/aarch64-linux-gnu`) when set.
 pub fn seatboard_command() -> Command {
+    command_for(&bin())
+}
+
+/// A command running the `seatboard` binary at `path`, through
+/// `SEATBOARD_BIN_WRAPPER` when set: another build beside the one under test.
+pub fn command_for(path: &str) -> Command {
     match std::env::var("SEATBOARD_BIN_WRAPPER") {
         Ok(w) if !w.trim().is_empty() => {
             let mut parts = w.split_whitespace();
             let mut c = Command::new(parts.next().unwrap_or("env"));
-            c.args(parts).arg(bin());
+            c.args(parts).arg(path);
             c
         }
-        _ => Command::new(bin()),
+        _ => Command::new(path),
     }
 }
 
@@ -77,6 +83,18 @@ impl Seatboard {
         env: &[(&str, &str)],
         log: Option<&Path>,
     ) -> Seatboard {
+        Self::spawn_cmd_on(seatboard_command(), port, args, env, log)
+    }
+
+    /// [`Seatboard::spawn_on`] with the command that runs the binary
+    /// ([`command_for`] another build).
+    pub fn spawn_cmd_on<S: AsRef<str>>(
+        mut cmd: Command,
+        port: u16,
+        args: &[S],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> Seatboard {
         let stderr = match log {
             Some(path) => std::fs::OpenOptions::new()
                 .create(true)
@@ -86,7 +104,7 @@ impl Seatboard {
                 .unwrap_or_else(|e| panic!("{}: {e}", path.display())),
             None => Stdio::inherit(),
         };
-        let child = seatboard_command()
+        let child = cmd
             .args(args.iter().map(AsRef::as_ref))
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .envs(env.iter().copied())
