@@ -58,8 +58,13 @@ impl<L: PresenceLink> RedisPresence<L> {
         }
     }
 
+    /// `<prefix><course>`, built without the formatting machinery: every
+    /// command of a batch names its key.
     fn key(&self, course: &str) -> String {
-        format!("{}{course}", self.prefix)
+        let mut key = String::with_capacity(self.prefix.len() + course.len());
+        key.push_str(&self.prefix);
+        key.push_str(course);
+        key
     }
 
     /// The key TTL that lasts until `expiry_ms` (Unix ms), at least 1 ms.
