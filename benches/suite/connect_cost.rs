@@ -178,7 +178,10 @@ pub fn run(o: &Opts) -> Outcome {
     let redis = RedisRig::start();
     let flags = server_flags(o, &["--max-conns-per-user", "64"]);
     let server = serve(&redis, &flags);
-    let against = o.against.as_deref().map(|bin| serve_bin(Some(bin), &redis, &flags));
+    let against = o
+        .against
+        .as_deref()
+        .map(|bin| serve_bin(Some(bin), &redis, &flags));
     let mut ways = WAYS.to_vec();
     if against.is_some() {
         ways.extend(AGAINST_WAYS);

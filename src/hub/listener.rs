@@ -26,8 +26,38 @@ fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     }
     s.set_tcp_nodelay(true)?;
     s.set_send_buffer_size(SEND_BUFFER_BYTES)?;
+    defer_accept(&s)?;
     s.set_nonblocking(true)?;
     Ok(s)
+}
+
+/// How long the kernel holds a new connection that has sent nothing before
+/// handing it over anyway (`TCP_DEFER_ACCEPT`, whole seconds: the first
+/// SYN-ACK retransmission, 1 s after the handshake); a shard counts it against
+/// the request head's deadline.
+pub const DEFER_ACCEPT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A connection is handed to a shard once its first bytes (the request head)
+/// have arrived, so accepting it and reading its head take one wake-up of the
+/// shard rather than two.
+fn defer_accept(s: &Socket) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let secs = DEFER_ACCEPT.as_secs() as libc::c_int;
+    // SAFETY: `s` is an open socket; the option value points to a live c_int
+    // of the length passed.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            (&secs as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// How long a port held by no process that can be found is tried again (an
@@ -163,8 +193,10 @@ mod tests {
         let listeners = bind("127.0.0.1:0".parse().expect("addr"), 1).expect("bind");
         let listener = &listeners[0];
         listener.set_nonblocking(false).expect("blocking");
-        let _client =
+        let mut client =
             std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        // The accept waits for the first bytes (the deferred accept).
+        std::io::Write::write_all(&mut client, b"G").expect("send");
         let (accepted, _) = listener.accept().expect("accept");
         let sock = socket2::SockRef::from(&accepted);
         assert!(sock.tcp_nodelay().expect("TCP_NODELAY"));
@@ -173,5 +205,31 @@ mod tests {
             sock.send_buffer_size().expect("SO_SNDBUF"),
             2 * SEND_BUFFER_BYTES
         );
+    }
+
+    #[test]
+    fn a_connection_is_handed_over_once_it_has_sent_something() {
+        let listeners = bind("127.0.0.1:0".parse().expect("addr"), 1).expect("bind");
+        let listener = &listeners[0];
+        let mut client =
+            std::net::TcpStream::connect(listener.local_addr().expect("addr")).expect("connect");
+        // Connected on the client's side, but the kernel holds it: nothing sent.
+        let held = listener.accept().map(drop).map_err(|e| e.kind());
+        assert_eq!(held, Err(io::ErrorKind::WouldBlock));
+        std::io::Write::write_all(&mut client, b"GET").expect("send");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let accepted = loop {
+            match listener.accept() {
+                Ok((s, _)) => break s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(std::time::Instant::now() < deadline, "never handed over");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        let mut buf = [0u8; 3];
+        std::io::Read::read_exact(&mut &accepted, &mut buf).expect("read");
+        assert_eq!(&buf, b"GET");
     }
 }

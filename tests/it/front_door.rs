@@ -464,6 +464,17 @@ fn head_not_complete_in_5_s_is_dropped() {
     // One silent client and one that trickles a byte every 300 ms (slowloris).
     let mut silent = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
     let mut trickle = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
+    // One that sends nothing at all: the kernel holds it for the listener's
+    // deferred accept, and that second counts against its 5 s.
+    let mute = TcpStream::connect(("127.0.0.1", sb.port)).unwrap();
+    let mute = std::thread::spawn(move || {
+        let mut mute = mute;
+        mute.set_read_timeout(Some(Duration::from_secs(12)))
+            .unwrap();
+        let mut buf = Vec::new();
+        let n = mute.read_to_end(&mut buf);
+        (n.is_ok() || buf.is_empty(), buf, start.elapsed())
+    });
     let t = std::thread::spawn(move || {
         let head = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
         for b in head.iter() {
@@ -502,7 +513,13 @@ fn head_not_complete_in_5_s_is_dropped() {
         "the trickler got an answer: {:?}",
         String::from_utf8_lossy(&got)
     );
-    assert!(refused(&sb, "head_timeout") >= 2.0);
+    let (closed, got, took) = mute.join().unwrap();
+    assert!(closed && got.is_empty(), "the mute client got {got:?}");
+    assert!(
+        took >= Duration::from_millis(4500) && took < Duration::from_millis(5800),
+        "the mute client was dropped after {took:?}, not 5 s after its connect"
+    );
+    assert!(refused(&sb, "head_timeout") >= 3.0);
     // The server still serves.
     assert_eq!(http_get(sb.port, "/healthz").unwrap().status, 200);
 }

@@ -42,9 +42,22 @@ enum HeadOutcome {
     Gone,
 }
 
+/// When the request head of a connection accepted now must be complete. The
+/// listener defers the accept until the first bytes arrive
+/// ([`crate::hub::listener::DEFER_ACCEPT`]): a connection handed over with
+/// nothing to read has been silent since its handshake, that long ago.
+fn head_deadline(fd: RawFd) -> Instant {
+    let now = Instant::now();
+    match sockopt::unread_bytes(fd) {
+        Some(0) => now + HEAD_DEADLINE - crate::hub::listener::DEFER_ACCEPT,
+        _ => now + HEAD_DEADLINE,
+    }
+}
+
 /// One accepted connection: its head, then an answer or the upgrade.
 async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
-    let (head, rest) = match read_head::<R>(&mut stream).await {
+    let deadline = head_deadline(R::fd(&stream));
+    let (head, rest) = match read_head::<R>(&mut stream, deadline).await {
         HeadOutcome::Head(h, rest) => (h, rest),
         HeadOutcome::Refused(why, resp) => {
             ctx.node.metrics.refuse(why);
@@ -64,8 +77,7 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
     }
 }
 
-async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
-    let deadline = Instant::now() + HEAD_DEADLINE;
+async fn read_head<R: Runtime>(stream: &mut R::Stream, deadline: Instant) -> HeadOutcome {
     let mut head: Vec<u8> = Vec::new();
     let mut buf = Vec::with_capacity(2048);
     loop {
