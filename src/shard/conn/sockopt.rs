@@ -15,15 +15,6 @@ pub fn unsent_bytes(fd: RawFd) -> Option<usize> {
     ok.then_some(unsent.max(0) as usize)
 }
 
-/// Bytes waiting to be read on socket `fd` (`None` if the kernel does not say).
-pub fn unread_bytes(fd: RawFd) -> Option<usize> {
-    let mut unread: libc::c_int = 0;
-    // SAFETY: `fd` is an open socket owned by the caller; FIONREAD writes one
-    // c_int to a live local.
-    let ok = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut unread) } == 0;
-    ok.then_some(unread.max(0) as usize)
-}
-
 /// Makes the close of socket `fd` a reset (SO_LINGER 0): the kernel drops
 /// what it still holds instead of keeping an orphaned socket to deliver it.
 pub fn reset_on_close(fd: RawFd) {

@@ -42,22 +42,9 @@ enum HeadOutcome {
     Gone,
 }
 
-/// When the request head of a connection accepted now must be complete. The
-/// listener defers the accept until the first bytes arrive
-/// ([`crate::hub::listener::DEFER_ACCEPT`]): a connection handed over with
-/// nothing to read has been silent since its handshake, that long ago.
-fn head_deadline(fd: RawFd) -> Instant {
-    let now = Instant::now();
-    match sockopt::unread_bytes(fd) {
-        Some(0) => now + HEAD_DEADLINE - crate::hub::listener::DEFER_ACCEPT,
-        _ => now + HEAD_DEADLINE,
-    }
-}
-
 /// One accepted connection: its head, then an answer or the upgrade.
 async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
-    let deadline = head_deadline(R::fd(&stream));
-    let (head, rest) = match read_head::<R>(&mut stream, deadline).await {
+    let (head, rest) = match read_head::<R>(&mut stream).await {
         HeadOutcome::Head(h, rest) => (h, rest),
         HeadOutcome::Refused(why, resp) => {
             ctx.node.metrics.refuse(why);
@@ -77,8 +64,30 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
     }
 }
 
-async fn read_head<R: Runtime>(stream: &mut R::Stream, deadline: Instant) -> HeadOutcome {
+/// Reads a request head. The listener hands a connection over once its first
+/// bytes have arrived ([`crate::hub::listener::DEFER_ACCEPT`]), so they are
+/// taken at once with one `recv(2)`, not a read through the runtime; a
+/// connection handed over with nothing to read has been silent for that
+/// second since its handshake, which counts against its 5 s.
+async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
+    let accepted = Instant::now();
     let mut head: Vec<u8> = Vec::new();
+    let mut first = [0u8; 2048];
+    let deadline = match crate::sys::recv_now(R::fd(stream), &mut first) {
+        Ok(0) => return HeadOutcome::Gone,
+        Ok(n) => {
+            head.extend_from_slice(&first[..n]);
+            if let Some(outcome) = parse_head(&mut head) {
+                return outcome;
+            }
+            accepted + HEAD_DEADLINE
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            accepted + HEAD_DEADLINE - crate::hub::listener::DEFER_ACCEPT
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => accepted + HEAD_DEADLINE,
+        Err(_) => return HeadOutcome::Gone,
+    };
     let mut buf = Vec::with_capacity(2048);
     loop {
         let (res, b) = match runtime::until::<R, _>(deadline, R::read(stream, buf)).await {
