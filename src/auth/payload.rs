@@ -324,7 +324,17 @@ mod tests {
     #[test]
     fn not_an_object_is_none() {
         let rules = Rules::new(None, None, "role");
-        for payload in ["[]", "[{\"sub\":\"u\"}]", "1", "\"x\"", "null", "true", "", "{", "{}x"] {
+        for payload in [
+            "[]",
+            "[{\"sub\":\"u\"}]",
+            "1",
+            "\"x\"",
+            "null",
+            "true",
+            "",
+            "{",
+            "{}x",
+        ] {
             assert_eq!(read(payload.as_bytes(), &rules), None, "{payload}");
         }
         assert_eq!(read(b"{}", &rules), Some(Claim::Obj(Vec::new())));
@@ -391,6 +401,9 @@ mod tests {
                 }
             }
         }
-        assert!(compared > 100_000 && accepted > 1_000, "{compared} {accepted}");
+        assert!(
+            compared > 100_000 && accepted > 1_000,
+            "{compared} {accepted}"
+        );
     }
 }

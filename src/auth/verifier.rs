@@ -302,8 +302,11 @@ mod tests {
         }
     }
 
-    /// What `v` makes of `payload` (signed, HS256 header): the user and role, or the refusal.
-    fn outcome(v: &Verifier, payload: &str) -> Result<(String, shards::Role), Denied> {
+    /// A token's user and role, or its refusal.
+    type Outcome = Result<(String, shards::Role), Denied>;
+
+    /// What `v` makes of `payload` (signed, HS256 header).
+    fn outcome(v: &Verifier, payload: &str) -> Outcome {
         v.verify(&signed(r#"{"alg":"HS256","typ":"JWT"}"#, payload), NOW)
             .map(|i| (i.user, i.role))
     }
@@ -315,7 +318,7 @@ mod tests {
         let at = |exp: f64| format!(r#"{{"sub":"u","exp":{exp}}}"#);
         let long = |n: usize| format!(r#"{{"sub":"{}","exp":1800000060}}"#, "u".repeat(n));
         let ok = |user: &str, role| Ok((user.to_owned(), role));
-        let cases: Vec<(&str, String, Result<(String, shards::Role), Denied>)> = vec![
+        let cases: Vec<(&str, String, Outcome)> = vec![
             ("plain", r#"{"sub":"u","exp":1800000060}"#.into(), ok("u", Student)),
             ("array claims", r#"[{"sub":"u","exp":1800000060}]"#.into(), Err(Denied::Invalid)),
             ("string claims", r#""u""#.into(), Err(Denied::Invalid)),
@@ -380,27 +383,107 @@ mod tests {
             "realm_access.roles",
         ));
         let ok = |role| Ok(("u".to_owned(), role));
-        let cases: Vec<(&str, &str, Result<(String, shards::Role), Denied>)> = vec![
-            ("all there", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard"}"#, ok(Student)),
-            ("aud in an array", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":["x","seatboard"]}"#, ok(Student)),
-            ("aud array without it", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":["x"]}"#, Err(Denied::Invalid)),
-            ("aud nested array", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":[["seatboard"]]}"#, Err(Denied::Invalid)),
-            ("aud another", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"other"}"#, Err(Denied::Invalid)),
-            ("aud a number", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":1}"#, Err(Denied::Invalid)),
-            ("aud missing", r#"{"sub":"u","exp":1800000060,"iss":"https://idp"}"#, Err(Denied::Invalid)),
-            ("iss another", r#"{"sub":"u","exp":1800000060,"iss":"https://idp2","aud":"seatboard"}"#, Err(Denied::Invalid)),
-            ("iss in an array", r#"{"sub":"u","exp":1800000060,"iss":["https://idp"],"aud":"seatboard"}"#, Err(Denied::Invalid)),
-            ("iss missing", r#"{"sub":"u","exp":1800000060,"aud":"seatboard"}"#, Err(Denied::Invalid)),
-            ("duplicate iss, last wins", r#"{"sub":"u","exp":1800000060,"iss":"x","aud":"seatboard","iss":"https://idp"}"#, ok(Student)),
-            ("duplicate iss, last wrong", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","iss":"x"}"#, Err(Denied::Invalid)),
-            ("nested role", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":["admin"]}}"#, ok(Admin)),
-            ("nested role string", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"x":1,"roles":"admin"}}"#, ok(Admin)),
-            ("intermediate a string", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":"admin"}"#, ok(Student)),
-            ("intermediate an array", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":[{"roles":["admin"]}]}"#, ok(Student)),
-            ("intermediate null", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":null}"#, ok(Student)),
-            ("duplicate intermediate, last wins", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":["admin"]},"realm_access":{}}"#, ok(Student)),
-            ("duplicate inner key, last wins", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":[],"roles":["admin"]}}"#, ok(Admin)),
-            ("role at the top level is not the path", r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","roles":["admin"]}"#, ok(Student)),
+        let cases: Vec<(&str, &str, Outcome)> = vec![
+            (
+                "all there",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard"}"#,
+                ok(Student),
+            ),
+            (
+                "aud in an array",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":["x","seatboard"]}"#,
+                ok(Student),
+            ),
+            (
+                "aud array without it",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":["x"]}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud nested array",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":[["seatboard"]]}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud another",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"other"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud a number",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":1}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud missing",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "iss another",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp2","aud":"seatboard"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "iss in an array",
+                r#"{"sub":"u","exp":1800000060,"iss":["https://idp"],"aud":"seatboard"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "iss missing",
+                r#"{"sub":"u","exp":1800000060,"aud":"seatboard"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "duplicate iss, last wins",
+                r#"{"sub":"u","exp":1800000060,"iss":"x","aud":"seatboard","iss":"https://idp"}"#,
+                ok(Student),
+            ),
+            (
+                "duplicate iss, last wrong",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","iss":"x"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "nested role",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":["admin"]}}"#,
+                ok(Admin),
+            ),
+            (
+                "nested role string",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"x":1,"roles":"admin"}}"#,
+                ok(Admin),
+            ),
+            (
+                "intermediate a string",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":"admin"}"#,
+                ok(Student),
+            ),
+            (
+                "intermediate an array",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":[{"roles":["admin"]}]}"#,
+                ok(Student),
+            ),
+            (
+                "intermediate null",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":null}"#,
+                ok(Student),
+            ),
+            (
+                "duplicate intermediate, last wins",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":["admin"]},"realm_access":{}}"#,
+                ok(Student),
+            ),
+            (
+                "duplicate inner key, last wins",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":[],"roles":["admin"]}}"#,
+                ok(Admin),
+            ),
+            (
+                "role at the top level is not the path",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","roles":["admin"]}"#,
+                ok(Student),
+            ),
         ];
         for (what, payload, want) in &cases {
             assert_eq!(&outcome(&v, payload), want, "{what}: {payload}");
@@ -447,35 +530,120 @@ mod tests {
             ("bad base64 signature", format!("{h}.{p}.{s}*")),
             ("padded signature", format!("{h}.{p}.{s}=")),
             ("padded payload", format!("{h}.{p}=.{s}")),
-            ("signature one character short", format!("{h}.{p}.{}", &s[..s.len() - 1])),
+            (
+                "signature one character short",
+                format!("{h}.{p}.{}", &s[..s.len() - 1]),
+            ),
             ("signature longer", format!("{h}.{p}.{s}AAAA")),
-            ("signature non-canonical last character", format!("{h}.{p}.{}{}", &s[..s.len() - 1], flipped)),
+            (
+                "signature non-canonical last character",
+                format!("{h}.{p}.{}{}", &s[..s.len() - 1], flipped),
+            ),
             ("signature empty", format!("{h}.{p}.")),
             ("signature of another key", other_key),
             ("two parts", format!("{h}.{p}")),
             ("four parts", format!("{h}.{p}.{s}.")),
-            ("header not JSON", signed("alg=HS256", r#"{"sub":"u","exp":1800000060}"#)),
-            ("header without alg", signed(r#"{"typ":"JWT"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("alg none", signed(r#"{"alg":"none"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("alg lower case", signed(r#"{"alg":"hs256"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("alg HS384", signed(r#"{"alg":"HS384"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("alg a number", signed(r#"{"alg":256}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("alg twice", signed(r#"{"alg":"HS256","alg":"HS256"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("crit empty", signed(r#"{"alg":"HS256","crit":[]}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("crit a string", signed(r#"{"alg":"HS256","crit":"exp"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("kid a number", signed(r#"{"alg":"HS256","kid":1}"#, r#"{"sub":"u","exp":1800000060}"#)),
+            (
+                "header not JSON",
+                signed("alg=HS256", r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "header without alg",
+                signed(r#"{"typ":"JWT"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg none",
+                signed(r#"{"alg":"none"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg lower case",
+                signed(r#"{"alg":"hs256"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg HS384",
+                signed(r#"{"alg":"HS384"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg a number",
+                signed(r#"{"alg":256}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg twice",
+                signed(
+                    r#"{"alg":"HS256","alg":"HS256"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "crit empty",
+                signed(
+                    r#"{"alg":"HS256","crit":[]}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "crit a string",
+                signed(
+                    r#"{"alg":"HS256","crit":"exp"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "kid a number",
+                signed(
+                    r#"{"alg":"HS256","kid":1}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
         ];
         for (what, token) in &bad {
-            assert_eq!(v.verify(token, NOW), Err(Denied::Invalid), "{what}: {token}");
+            assert_eq!(
+                v.verify(token, NOW),
+                Err(Denied::Invalid),
+                "{what}: {token}"
+            );
         }
         let fine: Vec<(&str, String)> = vec![
-            ("alg escaped", signed(r#"{"alg":"HS\u0032\u00356"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("kid and typ", signed(r#"{"typ":"JWT","kid":"k1","alg":"HS256"}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("kid null", signed(r#"{"alg":"HS256","kid":null}"#, r#"{"sub":"u","exp":1800000060}"#)),
+            (
+                "alg escaped",
+                signed(
+                    r#"{"alg":"HS\u0032\u00356"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "kid and typ",
+                signed(
+                    r#"{"typ":"JWT","kid":"k1","alg":"HS256"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "kid null",
+                signed(
+                    r#"{"alg":"HS256","kid":null}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
             // `Option` reads a JSON null as absent: a null `crit` is no extension.
-            ("crit null", signed(r#"{"alg":"HS256","crit":null}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("unknown header member", signed(r#"{"alg":"HS256","x":{"y":[1e400]}}"#, r#"{"sub":"u","exp":1800000060}"#)),
-            ("header as an array", signed(r#"["HS256"]"#, r#"{"sub":"u","exp":1800000060}"#)),
+            (
+                "crit null",
+                signed(
+                    r#"{"alg":"HS256","crit":null}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "unknown header member",
+                signed(
+                    r#"{"alg":"HS256","x":{"y":[1e400]}}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "header as an array",
+                signed(r#"["HS256"]"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
         ];
         for (what, token) in &fine {
             assert!(v.verify(token, NOW).is_ok(), "{what}: {token}");
