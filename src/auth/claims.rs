@@ -32,31 +32,43 @@ impl Rules {
         }
     }
 
+    /// Whether a top-level claim named `key` is read by these rules (the
+    /// others are parsed and dropped, see [`super::payload`]).
+    pub fn wants(&self, key: &str) -> bool {
+        match key {
+            "sub" | "exp" | "nbf" => true,
+            "iss" if self.issuer.is_some() => true,
+            "aud" if self.audience.is_some() => true,
+            _ => self.role_path.first().is_some_and(|first| first == key),
+        }
+    }
+
     /// The identity the claims carry, or `None` (401) when one rule fails.
-    pub fn check(&self, claims: &Value, now_s: f64) -> Option<super::Identity> {
-        let sub = claims.get("sub")?.as_str()?;
+    pub fn check<J: Json>(&self, claims: &J, now_s: f64) -> Option<super::Identity> {
+        let sub = claims.field("sub")?.text()?;
         if sub.is_empty() || sub.len() > MAX_USER {
             return None;
         }
-        let exp = claims.get("exp")?.as_f64()?;
+        let exp = claims.field("exp")?.number()?;
         if exp + LEEWAY_S < now_s {
             return None;
         }
-        match claims.get("nbf") {
+        match claims.field("nbf") {
             None => {}
-            Some(nbf) if nbf.as_f64()? > now_s + LEEWAY_S => return None,
+            Some(nbf) if nbf.number()? > now_s + LEEWAY_S => return None,
             Some(_) => {}
         }
         if let Some(iss) = &self.issuer {
-            if claims.get("iss")?.as_str()? != iss {
+            if claims.field("iss")?.text()? != iss {
                 return None;
             }
         }
         if let Some(aud) = &self.audience {
-            let ok = match claims.get("aud")? {
-                Value::String(s) => s == aud,
-                Value::Array(a) => a.iter().any(|v| v.as_str() == Some(aud)),
-                _ => false,
+            let aud_claim = claims.field("aud")?;
+            let ok = match (aud_claim.text(), aud_claim.items()) {
+                (Some(s), _) => s == aud,
+                (None, Some(a)) => a.iter().any(|v| v.text() == Some(aud)),
+                (None, None) => false,
             };
             if !ok {
                 return None;
@@ -69,24 +81,52 @@ impl Rules {
     }
 
     /// `admin` when the role claim is or contains `admin`, else `student`.
-    pub fn role(&self, claims: &Value) -> Role {
+    pub fn role<J: Json>(&self, claims: &J) -> Role {
         let mut v = claims;
         for step in &self.role_path {
-            match v.get(step) {
+            match v.field(step) {
                 Some(next) => v = next,
                 None => return Role::Student,
             }
         }
-        let admin = match v {
-            Value::String(s) => s == "admin",
-            Value::Array(a) => a.iter().any(|r| r.as_str() == Some("admin")),
-            _ => false,
+        let admin = match (v.text(), v.items()) {
+            (Some(s), _) => s == "admin",
+            (None, Some(a)) => a.iter().any(|r| r.text() == Some("admin")),
+            (None, None) => false,
         };
         if admin {
             Role::Admin
         } else {
             Role::Student
         }
+    }
+}
+
+/// The reads the rules make of a JSON value, so they are written once for a
+/// whole `serde_json::Value` tree and for the claims kept from a payload.
+pub trait Json: Sized {
+    /// The member `key` of an object (the last one, should the key repeat), else `None`.
+    fn field(&self, key: &str) -> Option<&Self>;
+    /// The string, if this is one.
+    fn text(&self) -> Option<&str>;
+    /// The number as `f64`, if this is one.
+    fn number(&self) -> Option<f64>;
+    /// The elements, if this is an array.
+    fn items(&self) -> Option<&[Self]>;
+}
+
+impl Json for Value {
+    fn field(&self, key: &str) -> Option<&Value> {
+        self.as_object()?.get(key)
+    }
+    fn text(&self) -> Option<&str> {
+        self.as_str()
+    }
+    fn number(&self) -> Option<f64> {
+        self.as_f64()
+    }
+    fn items(&self) -> Option<&[Value]> {
+        self.as_array().map(Vec::as_slice)
     }
 }
 

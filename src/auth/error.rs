@@ -69,9 +69,6 @@ pub enum FlagError {
         /// Its length in bytes.
         len: usize,
     },
-    /// A `--jwt-secret` the JWT library refused.
-    #[error("invalid --jwt-secret: {0}")]
-    Secret(#[source] jsonwebtoken::errors::Error),
     /// The `--jwt-public-key` file could not be read.
     #[error("invalid value '{}' for '--jwt-public-key': {source}", path.display())]
     PublicKeyUnreadable {

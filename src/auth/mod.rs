@@ -4,7 +4,8 @@
 //!
 //! - [`keys`]: public keys and their algorithms; [`jwks`]: a key set document;
 //! - [`fetch`]: the bounded HTTP(S) GET; [`refresh`]: the thread that keeps the set;
-//! - [`claims`]: `sub`, times, `iss`, `aud`, the role; [`verifier`]: all of it per token;
+//! - [`claims`]: `sub`, times, `iss`, `aud`, the role; [`payload`]: the claims
+//!   read from a token without a whole JSON tree; [`verifier`]: all of it per token;
 //! - [`error`]: a refused flag, a JWKS that could not be had.
 //!
 //! `seatboard token` mints HS256 tokens with [`mint`] for trials and load tests.
@@ -15,6 +16,7 @@ pub mod fetch;
 pub mod flags;
 pub mod jwks;
 pub mod keys;
+pub mod payload;
 pub mod refresh;
 pub mod verifier;
 
@@ -140,7 +142,7 @@ impl Auth {
         let secret = match secret {
             Some(s) => {
                 check_secret(s)?;
-                Some(jsonwebtoken::DecodingKey::from_secret(s).map_err(FlagError::Secret)?)
+                Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, s))
             }
             None => None,
         };

@@ -6,21 +6,28 @@ use super::claims::Rules;
 use super::error::FlagError;
 use super::jwks::HeldKey;
 use super::keys::{Alg, PublicKey};
+use super::payload::{self, Claim};
 use super::refresh::{JwksSource, Missing};
 use super::{Denied, Identity};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 /// Longest token accepted (contract §4b); longer ones are refused unparsed.
 pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 
+/// Decoded header and payload up to this size fit on the stack (a typical
+/// token's do); a longer token's are decoded into one `Vec`.
+const STACK_DECODE: usize = 1024;
+
 /// Verifies tokens; shared by every shard, never blocking.
 pub struct Verifier {
-    /// HS256 key (`--jwt-secret`).
-    pub(super) secret: Option<jsonwebtoken::DecodingKey>,
+    /// HS256 key (`--jwt-secret`), its HMAC state prepared once.
+    pub(super) secret: Option<ring::hmac::Key>,
     /// The `--jwt-public-key` key.
     pub(super) pem: Vec<HeldKey>,
     /// The `--jwks-url` source.
@@ -32,26 +39,29 @@ pub struct Verifier {
 }
 
 #[derive(Deserialize)]
-struct Header {
-    alg: String,
-    #[serde(default)]
-    kid: Option<String>,
+struct Header<'a> {
+    #[serde(borrow)]
+    alg: Cow<'a, str>,
+    #[serde(default, borrow)]
+    kid: Option<Cow<'a, str>>,
     /// No extension is understood, so any `crit` refuses the token (RFC 7515 §4.1.11).
     #[serde(default)]
-    crit: Option<serde_json::Value>,
+    crit: Option<IgnoredAny>,
 }
 
 /// A token cut into its parts, nothing verified yet.
 struct Parts<'a> {
     alg: Alg,
-    kid: Option<String>,
-    claims: serde_json::Value,
+    kid: Option<Cow<'a, str>>,
+    claims: Claim<'a>,
     signed: &'a [u8],
+    /// The signature decoded, for the public-key algorithms (HS256 decodes its own).
     sig: Vec<u8>,
     sig_b64: &'a str,
 }
 
-fn split(token: &str) -> Option<Parts<'_>> {
+/// The header and payload segments of `token`, with their decoded size.
+fn segments(token: &str) -> Option<(&str, &str, &str, usize)> {
     if token.len() > MAX_TOKEN_BYTES {
         return None;
     }
@@ -60,23 +70,53 @@ fn split(token: &str) -> Option<Parts<'_>> {
     if it.next().is_some() {
         return None;
     }
-    let header: Header = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h).ok()?).ok()?;
+    let room = base64::decoded_len_estimate(h.len()) + base64::decoded_len_estimate(p.len());
+    Some((h, p, s, room))
+}
+
+/// Cuts `token` (its segments from [`segments`]), decoding header and payload into `buf`.
+fn split<'a>(
+    token: &'a str,
+    (h, p, s): (&'a str, &'a str, &'a str),
+    buf: &'a mut [u8],
+    rules: &Rules,
+) -> Option<Parts<'a>> {
+    let (hbuf, pbuf) = buf.split_at_mut(base64::decoded_len_estimate(h.len()));
+    let hlen = URL_SAFE_NO_PAD.decode_slice(h, hbuf).ok()?;
+    let hbuf: &'a [u8] = hbuf;
+    let header: Header<'a> = serde_json::from_slice(hbuf.get(..hlen)?).ok()?;
     if header.crit.is_some() {
         return None;
     }
-    let claims: serde_json::Value =
-        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(p).ok()?).ok()?;
-    if !claims.is_object() {
-        return None;
-    }
+    let plen = URL_SAFE_NO_PAD.decode_slice(p, pbuf).ok()?;
+    let pbuf: &'a [u8] = pbuf;
+    let claims = payload::read(pbuf.get(..plen)?, rules)?;
+    let alg = Alg::parse(&header.alg)?;
+    let sig = match alg {
+        Alg::Hs256 => Vec::new(),
+        _ => URL_SAFE_NO_PAD.decode(s).ok()?,
+    };
     Some(Parts {
-        alg: Alg::parse(&header.alg)?,
+        alg,
         kid: header.kid,
         claims,
         signed: &token.as_bytes()[..h.len() + 1 + p.len()],
-        sig: URL_SAFE_NO_PAD.decode(s).ok()?,
+        sig,
         sig_b64: s,
     })
+}
+
+/// Whether `sig_b64` is the HMAC-SHA256 of `signed` under `key` (compared in constant time).
+fn hs256_signed(key: &ring::hmac::Key, signed: &[u8], sig_b64: &str) -> bool {
+    // 43 characters for the 32 bytes of a genuine tag; anything that does not
+    // decode into this buffer is no tag.
+    let mut tag = [0u8; 48];
+    match URL_SAFE_NO_PAD.decode_slice(sig_b64, &mut tag) {
+        Ok(n) => tag
+            .get(..n)
+            .is_some_and(|tag| ring::hmac::verify(key, signed, tag).is_ok()),
+        Err(_) => false,
+    }
 }
 
 fn kid_fits(key: &HeldKey, kid: Option<&str>) -> bool {
@@ -89,12 +129,21 @@ fn kid_fits(key: &HeldKey, kid: Option<&str>) -> bool {
 impl Verifier {
     /// The identity behind `token` at Unix time `now_s`.
     pub fn verify(&self, token: &str, now_s: f64) -> Result<Identity, Denied> {
-        let t = split(token).ok_or(Denied::Invalid)?;
+        let (h, p, s, room) = segments(token).ok_or(Denied::Invalid)?;
+        let mut stack = [0u8; STACK_DECODE];
+        let mut heap = Vec::new();
+        let buf = if room <= STACK_DECODE {
+            &mut stack[..room]
+        } else {
+            heap.resize(room, 0);
+            &mut heap[..]
+        };
+        let t = split(token, (h, p, s), buf, &self.rules).ok_or(Denied::Invalid)?;
         let signed = match t.alg {
-            Alg::Hs256 => self.secret.as_ref().is_some_and(|key| {
-                let hs256 = jsonwebtoken::Algorithm::HS256;
-                jsonwebtoken::crypto::verify(t.sig_b64, t.signed, key, hs256).unwrap_or(false)
-            }),
+            Alg::Hs256 => self
+                .secret
+                .as_ref()
+                .is_some_and(|key| hs256_signed(key, t.signed, t.sig_b64)),
             alg => match self.signed_by_held_key(&t, alg) {
                 Ok(signed) => signed,
                 Err(retry_after_s) => {
@@ -172,7 +221,7 @@ mod tests {
 
     fn verifier() -> Verifier {
         Verifier {
-            secret: jsonwebtoken::DecodingKey::from_secret(SECRET).ok(),
+            secret: Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, SECRET)),
             pem: Vec::new(),
             jwks: None,
             rules: Rules::new(None, None, "role"),
@@ -229,5 +278,380 @@ mod tests {
             v.verify(&format!("{msg}.{sig}"), 1_800_000_000.0).is_ok(),
             "the same without crit"
         );
+    }
+
+    const NOW: f64 = 1_800_000_000.0;
+
+    /// `header.payload.signature` from raw JSON texts, signed with [`SECRET`].
+    fn signed(header: &str, payload: &str) -> String {
+        let msg = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header),
+            URL_SAFE_NO_PAD.encode(payload)
+        );
+        let key = jsonwebtoken::EncodingKey::from_secret(SECRET).expect("key");
+        let sig = jsonwebtoken::crypto::sign(msg.as_bytes(), &key, jsonwebtoken::Algorithm::HS256)
+            .expect("sign");
+        format!("{msg}.{sig}")
+    }
+
+    fn with_rules(rules: Rules) -> Verifier {
+        Verifier {
+            rules,
+            ..verifier()
+        }
+    }
+
+    /// A token's user and role, or its refusal.
+    type Outcome = Result<(String, shards::Role), Denied>;
+
+    /// What `v` makes of `payload` (signed, HS256 header).
+    fn outcome(v: &Verifier, payload: &str) -> Outcome {
+        v.verify(&signed(r#"{"alg":"HS256","typ":"JWT"}"#, payload), NOW)
+            .map(|i| (i.user, i.role))
+    }
+
+    #[test]
+    fn claims_table() {
+        use shards::Role::{Admin, Student};
+        let plain = verifier();
+        let at = |exp: f64| format!(r#"{{"sub":"u","exp":{exp}}}"#);
+        let long = |n: usize| format!(r#"{{"sub":"{}","exp":1800000060}}"#, "u".repeat(n));
+        let ok = |user: &str, role| Ok((user.to_owned(), role));
+        let cases: Vec<(&str, String, Outcome)> = vec![
+            ("plain", r#"{"sub":"u","exp":1800000060}"#.into(), ok("u", Student)),
+            ("array claims", r#"[{"sub":"u","exp":1800000060}]"#.into(), Err(Denied::Invalid)),
+            ("string claims", r#""u""#.into(), Err(Denied::Invalid)),
+            ("null claims", "null".into(), Err(Denied::Invalid)),
+            ("not JSON", "sub=u;exp=1800000060".into(), Err(Denied::Invalid)),
+            ("trailing bytes", r#"{"sub":"u","exp":1800000060} x"#.into(), Err(Denied::Invalid)),
+            ("truncated", r#"{"sub":"u","exp":1800000060"#.into(), Err(Denied::Invalid)),
+            ("sub missing", r#"{"exp":1800000060}"#.into(), Err(Denied::Invalid)),
+            ("sub empty", r#"{"sub":"","exp":1800000060}"#.into(), Err(Denied::Invalid)),
+            ("sub a number", r#"{"sub":7,"exp":1800000060}"#.into(), Err(Denied::Invalid)),
+            ("sub at MAX_USER", long(super::super::claims::MAX_USER), ok(&"u".repeat(super::super::claims::MAX_USER), Student)),
+            ("sub past MAX_USER", long(super::super::claims::MAX_USER + 1), Err(Denied::Invalid)),
+            ("sub escaped", r#"{"sub":"\u0075\n","exp":1800000060}"#.into(), ok("u\n", Student)),
+            ("exp missing", r#"{"sub":"u"}"#.into(), Err(Denied::Invalid)),
+            ("exp a string", r#"{"sub":"u","exp":"1800000060"}"#.into(), Err(Denied::Invalid)),
+            ("exp null", r#"{"sub":"u","exp":null}"#.into(), Err(Denied::Invalid)),
+            ("exp fractional", at(NOW + 0.5), ok("u", Student)),
+            ("exp in the leeway", at(NOW - 29.5), ok("u", Student)),
+            ("exp past the leeway", at(NOW - 30.5), Err(Denied::Invalid)),
+            ("exp negative", at(-1.0), Err(Denied::Invalid)),
+            ("exp 1e3 notation", r#"{"sub":"u","exp":1.8e9}"#.into(), ok("u", Student)),
+            ("nbf a string", r#"{"sub":"u","exp":1800000060,"nbf":"0"}"#.into(), Err(Denied::Invalid)),
+            ("nbf null", r#"{"sub":"u","exp":1800000060,"nbf":null}"#.into(), Err(Denied::Invalid)),
+            ("nbf past", r#"{"sub":"u","exp":1800000060,"nbf":1}"#.into(), ok("u", Student)),
+            ("nbf in the leeway", r#"{"sub":"u","exp":1800000060,"nbf":1800000029.5}"#.into(), ok("u", Student)),
+            ("nbf past the leeway", r#"{"sub":"u","exp":1800000060,"nbf":1800000030.5}"#.into(), Err(Denied::Invalid)),
+            ("role admin", r#"{"sub":"u","exp":1800000060,"role":"admin"}"#.into(), ok("u", Admin)),
+            ("role in an array", r#"{"sub":"u","exp":1800000060,"role":["x","admin"]}"#.into(), ok("u", Admin)),
+            ("role nested array", r#"{"sub":"u","exp":1800000060,"role":[["admin"]]}"#.into(), ok("u", Student)),
+            ("role an object", r#"{"sub":"u","exp":1800000060,"role":{"admin":"admin"}}"#.into(), ok("u", Student)),
+            ("role escaped", r#"{"sub":"u","exp":1800000060,"r\u006fle":"\u0061dmin"}"#.into(), ok("u", Admin)),
+            ("duplicate sub, last wins", r#"{"sub":"","exp":1800000060,"sub":"v"}"#.into(), ok("v", Student)),
+            ("duplicate sub, last empty", r#"{"sub":"v","exp":1800000060,"sub":""}"#.into(), Err(Denied::Invalid)),
+            ("duplicate exp, last wins", r#"{"sub":"u","exp":1,"exp":1800000060}"#.into(), ok("u", Student)),
+            ("duplicate exp, last expired", r#"{"sub":"u","exp":1800000060,"exp":1}"#.into(), Err(Denied::Invalid)),
+            ("duplicate role, last wins", r#"{"sub":"u","role":"admin","exp":1800000060,"role":"student"}"#.into(), ok("u", Student)),
+            ("extra claims ignored", r#"{"a":{"b":[1,{"c":null}],"sub":""},"sub":"u","exp":1800000060,"z":[true,false,-0.5e-3,"\u00e9"]}"#.into(), ok("u", Student)),
+            ("extra claim out of f64 range", r#"{"sub":"u","exp":1800000060,"x":1e400}"#.into(), Err(Denied::Invalid)),
+            ("extra claim lone surrogate", r#"{"sub":"u","exp":1800000060,"x":"\ud800"}"#.into(), Err(Denied::Invalid)),
+            ("extra claim bad escape", r#"{"sub":"u","exp":1800000060,"x":"\q"}"#.into(), Err(Denied::Invalid)),
+            ("extra claim raw control char", "{\"sub\":\"u\",\"exp\":1800000060,\"x\":\"\u{1}\"}".into(), Err(Denied::Invalid)),
+            ("extra claim trailing comma", r#"{"sub":"u","exp":1800000060,"x":[1,]}"#.into(), Err(Denied::Invalid)),
+            ("extra claim 200 deep", format!(r#"{{"sub":"u","exp":1800000060,"x":{}{}}}"#, "[".repeat(200), "]".repeat(200)), Err(Denied::Invalid)),
+            ("extra claim 100 deep", format!(r#"{{"sub":"u","exp":1800000060,"x":{}{}}}"#, "[".repeat(100), "]".repeat(100)), ok("u", Student)),
+            // `serde_json::Value` reads an object whose first key is its raw
+            // value token as the JSON text of that key's string.
+            ("raw value token", r#"{"$serde_json::private::RawValue":"{\"sub\":\"r\",\"exp\":1800000060}"}"#.into(), ok("r", Student)),
+            ("raw value token, not JSON", r#"{"$serde_json::private::RawValue":"{"}"#.into(), Err(Denied::Invalid)),
+            ("raw value token second", r#"{"sub":"u","exp":1800000060,"$serde_json::private::RawValue":"{"}"#.into(), ok("u", Student)),
+        ];
+        for (what, payload, want) in &cases {
+            assert_eq!(&outcome(&plain, payload), want, "{what}: {payload}");
+        }
+    }
+
+    #[test]
+    fn issuer_audience_and_nested_role_table() {
+        use shards::Role::{Admin, Student};
+        let v = with_rules(Rules::new(
+            Some("https://idp".into()),
+            Some("seatboard".into()),
+            "realm_access.roles",
+        ));
+        let ok = |role| Ok(("u".to_owned(), role));
+        let cases: Vec<(&str, &str, Outcome)> = vec![
+            (
+                "all there",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard"}"#,
+                ok(Student),
+            ),
+            (
+                "aud in an array",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":["x","seatboard"]}"#,
+                ok(Student),
+            ),
+            (
+                "aud array without it",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":["x"]}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud nested array",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":[["seatboard"]]}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud another",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"other"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud a number",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":1}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "aud missing",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "iss another",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp2","aud":"seatboard"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "iss in an array",
+                r#"{"sub":"u","exp":1800000060,"iss":["https://idp"],"aud":"seatboard"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "iss missing",
+                r#"{"sub":"u","exp":1800000060,"aud":"seatboard"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "duplicate iss, last wins",
+                r#"{"sub":"u","exp":1800000060,"iss":"x","aud":"seatboard","iss":"https://idp"}"#,
+                ok(Student),
+            ),
+            (
+                "duplicate iss, last wrong",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","iss":"x"}"#,
+                Err(Denied::Invalid),
+            ),
+            (
+                "nested role",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":["admin"]}}"#,
+                ok(Admin),
+            ),
+            (
+                "nested role string",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"x":1,"roles":"admin"}}"#,
+                ok(Admin),
+            ),
+            (
+                "intermediate a string",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":"admin"}"#,
+                ok(Student),
+            ),
+            (
+                "intermediate an array",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":[{"roles":["admin"]}]}"#,
+                ok(Student),
+            ),
+            (
+                "intermediate null",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":null}"#,
+                ok(Student),
+            ),
+            (
+                "duplicate intermediate, last wins",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":["admin"]},"realm_access":{}}"#,
+                ok(Student),
+            ),
+            (
+                "duplicate inner key, last wins",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","realm_access":{"roles":[],"roles":["admin"]}}"#,
+                ok(Admin),
+            ),
+            (
+                "role at the top level is not the path",
+                r#"{"sub":"u","exp":1800000060,"iss":"https://idp","aud":"seatboard","roles":["admin"]}"#,
+                ok(Student),
+            ),
+        ];
+        for (what, payload, want) in &cases {
+            assert_eq!(&outcome(&v, payload), want, "{what}: {payload}");
+        }
+        // The role path may name a claim the other rules read too.
+        let on_sub = with_rules(Rules::new(None, None, "sub"));
+        assert_eq!(
+            outcome(&on_sub, r#"{"sub":"admin","exp":1800000060}"#),
+            Ok(("admin".to_owned(), Admin))
+        );
+        let on_iss = with_rules(Rules::new(None, None, "iss"));
+        assert_eq!(
+            outcome(&on_iss, r#"{"sub":"u","exp":1800000060,"iss":["admin"]}"#),
+            Ok(("u".to_owned(), Admin)),
+            "iss read for the role even when no issuer is configured"
+        );
+    }
+
+    #[test]
+    fn header_and_signature_table() {
+        let v = verifier();
+        let good = signed(r#"{"alg":"HS256"}"#, r#"{"sub":"u","exp":1800000060}"#);
+        assert!(v.verify(&good, NOW).is_ok());
+        let (h, rest) = good.split_once('.').expect("token");
+        let (p, s) = rest.split_once('.').expect("token");
+        let other_key = {
+            let key = jsonwebtoken::EncodingKey::from_secret(b"another-secret-0123456789abcdefgh")
+                .expect("key");
+            let sig = jsonwebtoken::crypto::sign(
+                format!("{h}.{p}").as_bytes(),
+                &key,
+                jsonwebtoken::Algorithm::HS256,
+            )
+            .expect("sign");
+            format!("{h}.{p}.{sig}")
+        };
+        // The same 32 bytes with the unused low bits of the last character set.
+        const ALPHABET: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let last = ALPHABET.find(&s[s.len() - 1..]).expect("alphabet");
+        let flipped = &ALPHABET[last + 1..last + 2];
+        let bad: Vec<(&str, String)> = vec![
+            ("bad base64 header", format!("{h}*.{p}.{s}")),
+            ("bad base64 payload", format!("{h}.{p}*.{s}")),
+            ("bad base64 signature", format!("{h}.{p}.{s}*")),
+            ("padded signature", format!("{h}.{p}.{s}=")),
+            ("padded payload", format!("{h}.{p}=.{s}")),
+            (
+                "signature one character short",
+                format!("{h}.{p}.{}", &s[..s.len() - 1]),
+            ),
+            ("signature longer", format!("{h}.{p}.{s}AAAA")),
+            (
+                "signature non-canonical last character",
+                format!("{h}.{p}.{}{}", &s[..s.len() - 1], flipped),
+            ),
+            ("signature empty", format!("{h}.{p}.")),
+            ("signature of another key", other_key),
+            ("two parts", format!("{h}.{p}")),
+            ("four parts", format!("{h}.{p}.{s}.")),
+            (
+                "header not JSON",
+                signed("alg=HS256", r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "header without alg",
+                signed(r#"{"typ":"JWT"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg none",
+                signed(r#"{"alg":"none"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg lower case",
+                signed(r#"{"alg":"hs256"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg HS384",
+                signed(r#"{"alg":"HS384"}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg a number",
+                signed(r#"{"alg":256}"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+            (
+                "alg twice",
+                signed(
+                    r#"{"alg":"HS256","alg":"HS256"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "crit empty",
+                signed(
+                    r#"{"alg":"HS256","crit":[]}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "crit a string",
+                signed(
+                    r#"{"alg":"HS256","crit":"exp"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "kid a number",
+                signed(
+                    r#"{"alg":"HS256","kid":1}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+        ];
+        for (what, token) in &bad {
+            assert_eq!(
+                v.verify(token, NOW),
+                Err(Denied::Invalid),
+                "{what}: {token}"
+            );
+        }
+        let fine: Vec<(&str, String)> = vec![
+            (
+                "alg escaped",
+                signed(
+                    r#"{"alg":"HS\u0032\u00356"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "kid and typ",
+                signed(
+                    r#"{"typ":"JWT","kid":"k1","alg":"HS256"}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "kid null",
+                signed(
+                    r#"{"alg":"HS256","kid":null}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            // `Option` reads a JSON null as absent: a null `crit` is no extension.
+            (
+                "crit null",
+                signed(
+                    r#"{"alg":"HS256","crit":null}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "unknown header member",
+                signed(
+                    r#"{"alg":"HS256","x":{"y":[1e400]}}"#,
+                    r#"{"sub":"u","exp":1800000060}"#,
+                ),
+            ),
+            (
+                "header as an array",
+                signed(r#"["HS256"]"#, r#"{"sub":"u","exp":1800000060}"#),
+            ),
+        ];
+        for (what, token) in &fine {
+            assert!(v.verify(token, NOW).is_ok(), "{what}: {token}");
+        }
+        let no_secret = Verifier {
+            secret: None,
+            ..verifier()
+        };
+        assert_eq!(no_secret.verify(&good, NOW), Err(Denied::Invalid));
     }
 }
