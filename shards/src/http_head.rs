@@ -369,6 +369,9 @@ impl RequestHead {
 /// Decodes `%XX` and `+` in a query value; invalid escapes stay as they are.
 pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
+    if !b.iter().any(|&c| c == b'%' || c == b'+') {
+        return s.to_owned();
+    }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -389,7 +392,8 @@ pub fn percent_decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    // Valid UTF-8 (the usual case) is kept without a second copy.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 #[cfg(test)]
@@ -565,6 +569,8 @@ mod tests {
     fn percent() {
         assert_eq!(percent_decode("a%20b+c%zz%4"), "a b c%zz%4");
         assert_eq!(percent_decode("%41"), "A");
+        assert_eq!(percent_decode("plain-CS101"), "plain-CS101");
+        assert_eq!(percent_decode("%C3%A9%FF+"), "é\u{FFFD} ");
     }
 
     fn head(extra: &str) -> RequestHead {

@@ -64,6 +64,9 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
     }
 }
 
+/// Reads a request head under [`HEAD_DEADLINE`]. A head that comes whole in
+/// the first read (the usual case) is parsed where it was read; one that
+/// takes several reads is gathered in a buffer of its own.
 async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
     let deadline = Instant::now() + HEAD_DEADLINE;
     let mut head: Vec<u8> = Vec::new();
@@ -76,10 +79,19 @@ async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
         buf = b;
         match res {
             Ok(0) | Err(_) => return HeadOutcome::Gone,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-        if let Some(outcome) = parse_head(&mut head) {
-            return outcome;
+            Ok(_) if head.is_empty() => {
+                if let Some(outcome) = parse_head(&mut buf) {
+                    return outcome;
+                }
+                // Not whole yet: what came stays in `head`, reads go on in a new buffer.
+                head = std::mem::replace(&mut buf, Vec::with_capacity(2048));
+            }
+            Ok(n) => {
+                head.extend_from_slice(&buf[..n]);
+                if let Some(outcome) = parse_head(&mut head) {
+                    return outcome;
+                }
+            }
         }
     }
 }
