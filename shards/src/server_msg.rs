@@ -232,7 +232,10 @@ mod tests {
             long.as_str(),
         ];
         for user in users {
-            for (role, tick_ms, node) in [(Role::Student, 200, "node-1"), (Role::Admin, 0, "n\"\u{1}é")] {
+            for (role, tick_ms, node) in [
+                (Role::Student, 200, "node-1"),
+                (Role::Admin, 0, "n\"\u{1}é"),
+            ] {
                 let want = serde_json::to_string(&Hello {
                     kind: "hello",
                     user,

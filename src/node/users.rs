@@ -76,7 +76,11 @@ mod tests {
         for u in ["a", "a", "b"] {
             users.release(u);
         }
-        let held: usize = users.stripes.iter().map(|s| s.lock().map_or(0, |m| m.len())).sum();
+        let held: usize = users
+            .stripes
+            .iter()
+            .map(|s| s.lock().map_or(0, |m| m.len()))
+            .sum();
         assert_eq!(held, 0, "a user with no connection is forgotten");
     }
 }
