@@ -47,12 +47,15 @@ fn error_with(code: &str, message: &str) -> Bytes {
     ))
 }
 
-/// `{"type":"presence",...}`: distinct viewers of a course on all nodes.
+/// `{"type":"presence",...}`: distinct viewers of a course on all nodes
+/// (built on every watch answer while the count moves: straight into its frame).
 pub fn presence(course: &str, viewers: u64) -> Bytes {
-    text_frame(&format!(
-        "{{\"type\":\"presence\",\"course\":{},\"viewers\":{viewers}}}",
-        json_str(course)
-    ))
+    let mut f = FrameBuf::with_capacity(56 + course.len());
+    // Writing to a FrameBuf cannot fail.
+    f.push_str("{\"type\":\"presence\",\"course\":");
+    let _ = push_json_str(&mut f, course);
+    let _ = write!(f, ",\"viewers\":{viewers}}}");
+    f.finish_text()
 }
 
 /// `{"type":"reconnect",...}`: the drain hint sent before close 1012.
@@ -252,6 +255,27 @@ mod tests {
                     "user {user:?}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn presence_is_byte_for_byte_what_serde_json_writes() {
+        #[derive(serde::Serialize)]
+        struct Presence<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            course: &'a str,
+            viewers: u64,
+        }
+        for (course, viewers) in [("CS101", 0), ("C\"\\\u{1}é", u64::MAX), ("", 37)] {
+            let want = serde_json::to_string(&Presence {
+                kind: "presence",
+                course,
+                viewers,
+            })
+            .expect("serializes");
+            let frame = presence(course, viewers);
+            assert_eq!(std::str::from_utf8(payload(&frame)), Ok(want.as_str()));
         }
     }
 
