@@ -103,38 +103,81 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
             continue;
         };
         let value = value.trim();
-        let slot = match h.name.to_ascii_lowercase().as_str() {
-            "upgrade" => &mut head.upgrade,
-            "connection" => &mut head.connection,
-            "sec-websocket-key" => &mut head.ws_key,
-            "sec-websocket-version" => &mut head.ws_version,
-            "origin" => {
+        let Some(name) = Header::named(h.name) else {
+            continue;
+        };
+        let slot = match name {
+            Header::Upgrade => &mut head.upgrade,
+            Header::Connection => &mut head.connection,
+            Header::WsKey => &mut head.ws_key,
+            Header::WsVersion => &mut head.ws_version,
+            Header::Origin => {
                 head.origin_lines = head.origin_lines.saturating_add(1);
                 &mut head.origin
             }
-            "host" => &mut head.host,
-            "authorization" => &mut head.authorization,
-            "cookie" => {
+            Header::Host => &mut head.host,
+            Header::Authorization => &mut head.authorization,
+            Header::Cookie => {
                 join_into(&mut head.cookie, "; ", value);
                 continue;
             }
-            "accept-encoding" => {
+            Header::AcceptEncoding => {
                 join_into(&mut head.accept_encoding, ", ", value);
                 continue;
             }
-            "if-none-match" => {
+            Header::IfNoneMatch => {
                 join_into(&mut head.if_none_match, ", ", value);
                 continue;
             }
-            "sec-websocket-extensions" => {
+            Header::WsExtensions => {
                 join_into(&mut head.ws_extensions, ", ", value);
                 continue;
             }
-            _ => continue,
         };
         *slot = Some(value.to_owned());
     }
     Ok(Some((head, consumed)))
+}
+
+/// The headers a [`RequestHead`] keeps.
+#[derive(Clone, Copy)]
+enum Header {
+    Upgrade,
+    Connection,
+    WsKey,
+    WsVersion,
+    Origin,
+    Host,
+    Authorization,
+    Cookie,
+    AcceptEncoding,
+    IfNoneMatch,
+    WsExtensions,
+}
+
+impl Header {
+    /// Each kept header with its name (compared without regard to case).
+    const NAMES: [(&'static str, Header); 11] = [
+        ("upgrade", Header::Upgrade),
+        ("connection", Header::Connection),
+        ("sec-websocket-key", Header::WsKey),
+        ("sec-websocket-version", Header::WsVersion),
+        ("origin", Header::Origin),
+        ("host", Header::Host),
+        ("authorization", Header::Authorization),
+        ("cookie", Header::Cookie),
+        ("accept-encoding", Header::AcceptEncoding),
+        ("if-none-match", Header::IfNoneMatch),
+        ("sec-websocket-extensions", Header::WsExtensions),
+    ];
+
+    /// The kept header named `name` in any case, with no copy of the name.
+    fn named(name: &str) -> Option<Header> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| n.len() == name.len() && n.eq_ignore_ascii_case(name))
+            .map(|&(_, h)| h)
+    }
 }
 
 /// Appends a repeated header's value to what an earlier line gave.
@@ -326,6 +369,9 @@ impl RequestHead {
 /// Decodes `%XX` and `+` in a query value; invalid escapes stay as they are.
 pub fn percent_decode(s: &str) -> String {
     let b = s.as_bytes();
+    if !b.iter().any(|&c| c == b'%' || c == b'+') {
+        return s.to_owned();
+    }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
@@ -346,7 +392,8 @@ pub fn percent_decode(s: &str) -> String {
         }
         i += 1;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    // Valid UTF-8 (the usual case) is kept without a second copy.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 #[cfg(test)]
@@ -374,6 +421,17 @@ mod tests {
         assert_eq!(h.host.as_deref(), Some("x"));
         assert_eq!(h.cookie_value("seatboard_token"), Some("ck"));
         assert_eq!(h.token().as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn header_names_are_matched_in_any_case() {
+        let h = head("UPGRADE: websocket\r\nsec-WEBSOCKET-key: k\r\nX-Upgrade: no\r\nCOOKIE: a=1\r\ncookie: b=2\r\nOrigiN: http://o\r\n");
+        assert_eq!(h.upgrade.as_deref(), Some("websocket"));
+        assert_eq!(h.ws_key.as_deref(), Some("k"));
+        assert_eq!(h.cookie.as_deref(), Some("a=1; b=2"));
+        assert_eq!(h.origin.as_deref(), Some("http://o"));
+        assert_eq!(h.host.as_deref(), Some("x"));
+        assert_eq!(h.connection, None);
     }
 
     #[test]
@@ -511,6 +569,8 @@ mod tests {
     fn percent() {
         assert_eq!(percent_decode("a%20b+c%zz%4"), "a b c%zz%4");
         assert_eq!(percent_decode("%41"), "A");
+        assert_eq!(percent_decode("plain-CS101"), "plain-CS101");
+        assert_eq!(percent_decode("%C3%A9%FF+"), "é\u{FFFD} ");
     }
 
     fn head(extra: &str) -> RequestHead {

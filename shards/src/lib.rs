@@ -9,6 +9,7 @@
 //! - [`sse_event`]: the same messages as Server-Sent Events.
 //! - [`deflate`]: permessage-deflate, negotiated, compressed once per render.
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
+//! - [`json_str`]: JSON string literals, as serde_json writes them.
 //! - [`origin`]: which pages may open a WebSocket with which token.
 //! - [`client_op`]: what browsers ask for.
 //! - [`rate`]: the message window and the accept bucket.
@@ -22,6 +23,7 @@ mod course;
 pub mod deflate;
 pub mod gate;
 pub mod http_head;
+pub mod json_str;
 pub mod opcode;
 pub mod origin;
 pub mod phase;

@@ -6,25 +6,26 @@
 
 use crate::client_op::OpError;
 use crate::conn::Role;
+use crate::json_str::{json_str, push_json_str};
 use crate::snapshot::Snapshot;
 use crate::ws_codec::{text_frame, FrameBuf};
 use bytes::Bytes;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-/// A JSON string literal (quotes and escapes included).
-fn json_str(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
-
-/// `{"type":"hello",...}`: the first message on every connection.
+/// `{"type":"hello",...}`: the first message on every connection, written
+/// straight into its frame (one allocation per connection).
 pub fn hello(user: &str, role: Role, tick_ms: u64, node: &str) -> Bytes {
-    text_frame(&format!(
-        "{{\"type\":\"hello\",\"user\":{},\"role\":\"{}\",\"tick_ms\":{tick_ms},\"node\":{}}}",
-        json_str(user),
-        role.as_str(),
-        json_str(node)
-    ))
+    let mut f = FrameBuf::with_capacity(72 + user.len() + node.len());
+    // Writing to a FrameBuf cannot fail.
+    f.push_str("{\"type\":\"hello\",\"user\":");
+    let _ = push_json_str(&mut f, user);
+    f.push_str(",\"role\":\"");
+    f.push_str(role.as_str());
+    let _ = write!(f, "\",\"tick_ms\":{tick_ms},\"node\":");
+    let _ = push_json_str(&mut f, node);
+    f.push_str("}");
+    f.finish_text()
 }
 
 /// `{"type":"error",...}`: a recoverable client mistake.
@@ -46,12 +47,15 @@ fn error_with(code: &str, message: &str) -> Bytes {
     ))
 }
 
-/// `{"type":"presence",...}`: distinct viewers of a course on all nodes.
+/// `{"type":"presence",...}`: distinct viewers of a course on all nodes
+/// (built on every watch answer while the count moves: straight into its frame).
 pub fn presence(course: &str, viewers: u64) -> Bytes {
-    text_frame(&format!(
-        "{{\"type\":\"presence\",\"course\":{},\"viewers\":{viewers}}}",
-        json_str(course)
-    ))
+    let mut f = FrameBuf::with_capacity(56 + course.len());
+    // Writing to a FrameBuf cannot fail.
+    f.push_str("{\"type\":\"presence\",\"course\":");
+    let _ = push_json_str(&mut f, course);
+    let _ = write!(f, ",\"viewers\":{viewers}}}");
+    f.finish_text()
 }
 
 /// `{"type":"reconnect",...}`: the drain hint sent before close 1012.
@@ -88,7 +92,7 @@ pub fn frame<'a>(
     let payload: usize = sections.clone().map(|s| s.json.len() + 1).sum();
     let mut f = FrameBuf::with_capacity(payload + course.len() + 64);
     f.push_str("{\"type\":\"frame\",\"course\":");
-    f.push_str(&json_str(course));
+    let _ = push_json_str(&mut f, course);
     f.push_str(if full {
         ",\"full\":true,\"sections\":["
     } else {
@@ -194,6 +198,85 @@ mod tests {
         let v = text(&roster("C", 2, &["a".into(), "b\\".into()]));
         assert_eq!(v["viewers"], serde_json::json!(["a", "b\\"]));
         assert_eq!(v["total"], 2);
+    }
+
+    /// The payload of a frame with a short header (`hello` is under 64 KiB).
+    fn payload(frame: &Bytes) -> &[u8] {
+        match frame[1] {
+            126 => &frame[4..],
+            127 => &frame[10..],
+            _ => &frame[2..],
+        }
+    }
+
+    #[test]
+    fn hello_is_byte_for_byte_what_serde_json_writes() {
+        #[derive(serde::Serialize)]
+        struct Hello<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            user: &'a str,
+            role: &'a str,
+            tick_ms: u64,
+            node: &'a str,
+        }
+        let controls: String = (0u8..0x20).map(char::from).collect();
+        let long = "\"\\".repeat(40);
+        let users = [
+            "alice",
+            "",
+            "quote\"in",
+            "back\\slash",
+            "\\\"",
+            controls.as_str(),
+            "nl\ncr\rtab\tbs\u{8}ff\u{c}nul\u{0}del\u{7f}",
+            "é日本\u{1F600}\u{2028}\u{2029}",
+            "</script>",
+            long.as_str(),
+        ];
+        for user in users {
+            for (role, tick_ms, node) in [
+                (Role::Student, 200, "node-1"),
+                (Role::Admin, 0, "n\"\u{1}é"),
+            ] {
+                let want = serde_json::to_string(&Hello {
+                    kind: "hello",
+                    user,
+                    role: role.as_str(),
+                    tick_ms,
+                    node,
+                })
+                .expect("serializes");
+                let frame = hello(user, role, tick_ms, node);
+                assert_eq!(frame[0], 0x81);
+                assert_eq!(
+                    std::str::from_utf8(payload(&frame)),
+                    Ok(want.as_str()),
+                    "user {user:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn presence_is_byte_for_byte_what_serde_json_writes() {
+        #[derive(serde::Serialize)]
+        struct Presence<'a> {
+            #[serde(rename = "type")]
+            kind: &'a str,
+            course: &'a str,
+            viewers: u64,
+        }
+        for (course, viewers) in [("CS101", 0), ("C\"\\\u{1}é", u64::MAX), ("", 37)] {
+            let want = serde_json::to_string(&Presence {
+                kind: "presence",
+                course,
+                viewers,
+            })
+            .expect("serializes");
+            let frame = presence(course, viewers);
+            assert_eq!(std::str::from_utf8(payload(&frame)), Ok(want.as_str()));
+        }
     }
 
     #[test]

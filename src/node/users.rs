@@ -1,14 +1,16 @@
 //! Connections per user on a node (the `max-conns-per-user` cap).
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 use std::sync::Mutex;
 
 /// Stripes of the per-user connection count.
 const USER_STRIPES: usize = 64;
 
 /// Connections per user on this node, striped so handshakes rarely contend.
+/// User ids are the client's choice: the maps hash with foldhash under a
+/// random seed per process, so no one can pick ids that collide.
 pub struct UserCounts {
-    stripes: Vec<Mutex<HashMap<String, u32>>>,
+    stripes: Vec<Mutex<HashMap<Box<str>, u32>>>,
 }
 
 impl UserCounts {
@@ -20,22 +22,29 @@ impl UserCounts {
         }
     }
 
-    fn stripe(&self, user: &str) -> &Mutex<HashMap<String, u32>> {
+    fn stripe(&self, user: &str) -> &Mutex<HashMap<Box<str>, u32>> {
         let h = user.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
         });
         &self.stripes[(h as usize) % USER_STRIPES]
     }
 
-    /// Takes a slot for `user` unless it already holds `cap`.
+    /// Takes a slot for `user` unless it already holds `cap` (a user seen
+    /// before costs no copy of its id).
     pub fn acquire(&self, user: &str, cap: u32) -> bool {
         let mut m = self.stripe(user).lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(user.to_owned()).or_insert(0);
-        if *n >= cap {
-            return false;
+        match m.get_mut(user) {
+            Some(n) if *n >= cap => false,
+            Some(n) => {
+                *n += 1;
+                true
+            }
+            None if cap == 0 => false,
+            None => {
+                m.insert(user.into(), 1);
+                true
+            }
         }
-        *n += 1;
-        true
     }
 
     /// Gives a slot back.
@@ -47,5 +56,31 @@ impl UserCounts {
                 m.remove(user);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_holds_per_user_and_slots_come_back() {
+        let users = UserCounts::new();
+        assert!(users.acquire("a", 2));
+        assert!(users.acquire("a", 2));
+        assert!(!users.acquire("a", 2), "a third over a cap of 2");
+        assert!(users.acquire("b", 2), "another user has its own count");
+        users.release("a");
+        assert!(users.acquire("a", 2), "a slot given back is taken again");
+        assert!(!users.acquire("c", 0), "a cap of 0 takes none");
+        for u in ["a", "a", "b"] {
+            users.release(u);
+        }
+        let held: usize = users
+            .stripes
+            .iter()
+            .map(|s| s.lock().map_or(0, |m| m.len()))
+            .sum();
+        assert_eq!(held, 0, "a user with no connection is forgotten");
     }
 }

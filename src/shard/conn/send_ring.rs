@@ -14,8 +14,8 @@
 //! of their own and a round's departures one.
 
 use bytes::Bytes;
+use foldhash::{HashMap, HashMapExt};
 use io_uring::{opcode, types, IoUring};
-use std::collections::HashMap;
 use std::io;
 use std::os::fd::RawFd;
 
@@ -44,7 +44,8 @@ pub struct SendRing<T> {
     results: Vec<Option<i32>>,
     /// Slots in the ring's table of registered sockets (0: none).
     fixed: u32,
-    /// Table changes not yet submitted, by slot: the socket to put there
+    /// Table changes not yet submitted, by slot (the shard's own indexes:
+    /// foldhash, no SipHash): the socket to put there
     /// (or [`EMPTY`]); the latest change of a slot wins.
     changes: HashMap<u32, RawFd>,
     /// Of `changes`, the releases ([`EMPTY`]): only they force a submission.

@@ -64,28 +64,34 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
     }
 }
 
-/// Reads a request head. The listener hands a connection over once its first
-/// bytes have arrived ([`crate::hub::listener::DEFER_ACCEPT`]), so they are
-/// taken at once with one `recv(2)`, not a read through the runtime; a
-/// connection handed over with nothing to read has been silent for that
-/// second since its handshake, which counts against its 5 s.
+/// Reads a request head under [`HEAD_DEADLINE`]. The listener hands a
+/// connection over once its first bytes have arrived
+/// ([`crate::hub::listener::DEFER_ACCEPT`]), so they are taken at once with one
+/// `recv(2)`, not a read through the runtime, and a head that came whole (the
+/// usual case) is parsed where it was read; one that takes several reads is
+/// gathered in a buffer of its own. A connection handed over with nothing to
+/// read has been silent for that second since its handshake, which counts
+/// against its 5 s.
 async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
     let accepted = Instant::now();
-    let mut head: Vec<u8> = Vec::new();
-    let mut first = [0u8; 2048];
-    let deadline = match crate::sys::recv_now(R::fd(stream), &mut first) {
+    let mut head = vec![0u8; 2048];
+    let deadline = match crate::sys::recv_now(R::fd(stream), &mut head) {
         Ok(0) => return HeadOutcome::Gone,
         Ok(n) => {
-            head.extend_from_slice(&first[..n]);
+            head.truncate(n);
             if let Some(outcome) = parse_head(&mut head) {
                 return outcome;
             }
             accepted + HEAD_DEADLINE
         }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            head.clear();
             accepted + HEAD_DEADLINE - crate::hub::listener::DEFER_ACCEPT
         }
-        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => accepted + HEAD_DEADLINE,
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+            head.clear();
+            accepted + HEAD_DEADLINE
+        }
         Err(_) => return HeadOutcome::Gone,
     };
     let mut buf = Vec::with_capacity(2048);
@@ -97,10 +103,19 @@ async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
         buf = b;
         match res {
             Ok(0) | Err(_) => return HeadOutcome::Gone,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-        if let Some(outcome) = parse_head(&mut head) {
-            return outcome;
+            Ok(_) if head.is_empty() => {
+                if let Some(outcome) = parse_head(&mut buf) {
+                    return outcome;
+                }
+                // Not whole yet: what came stays in `head`, reads go on in a new buffer.
+                head = std::mem::replace(&mut buf, Vec::with_capacity(2048));
+            }
+            Ok(n) => {
+                head.extend_from_slice(&buf[..n]);
+                if let Some(outcome) = parse_head(&mut head) {
+                    return outcome;
+                }
+            }
         }
     }
 }

@@ -9,6 +9,9 @@ use crate::node::Compression;
 use crate::node::Node;
 use crate::shard::conn::{Slot, Upgrade};
 use crate::shard::ctx::ShardCtx;
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use sha1::{Digest, Sha1};
 use shards::http_head::{RequestHead, UpgradeError};
 use shards::Role;
 use std::sync::atomic::Ordering::Relaxed;
@@ -164,20 +167,63 @@ pub fn admit(
 
 /// The `101` for an accepted upgrade with key `key`, and whether it accepts
 /// permessage-deflate (an offer that cannot be accepted as a whole is
-/// ignored, never refused).
+/// ignored, never refused). Built in one buffer with room for the `hello`
+/// that goes out in the same send.
 fn switching_protocols(node: &Node, head: &RequestHead, key: &str) -> (Vec<u8>, bool) {
-    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     let extensions = match (node.config.compression, head.ws_extensions.as_deref()) {
         (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
         _ => None,
     };
+    let mut response = Vec::with_capacity(FIRST_SEND_ROOM);
+    response.extend_from_slice(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ",
+    );
+    response.extend_from_slice(&accept_key(key));
+    response.extend_from_slice(b"\r\n");
     let deflate = extensions.is_some();
-    let extensions = extensions
-        .map(|e| format!("Sec-WebSocket-Extensions: {e}\r\n"))
-        .unwrap_or_default();
-    let response = format!(
-        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n{extensions}\r\n"
-    )
-    .into_bytes();
+    if let Some(e) = extensions {
+        response.extend_from_slice(b"Sec-WebSocket-Extensions: ");
+        response.extend_from_slice(e.as_bytes());
+        response.extend_from_slice(b"\r\n");
+    }
+    response.extend_from_slice(b"\r\n");
     (response, deflate)
+}
+
+/// Room for the `101` and the frames that follow it in the first send
+/// (the `hello`, a small board): one allocation where most fit.
+const FIRST_SEND_ROOM: usize = 512;
+
+/// RFC 6455's GUID, appended to the client's key for `Sec-WebSocket-Accept`.
+const WS_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// `Sec-WebSocket-Accept` for `key`: base64 of the SHA-1 of the key and the
+/// GUID (RFC 6455 section 4.2.2), on the stack.
+fn accept_key(key: &str) -> [u8; 28] {
+    let digest = Sha1::new()
+        .chain_update(key.as_bytes())
+        .chain_update(WS_GUID)
+        .finalize();
+    let mut out = [0u8; 28];
+    // 20 bytes are exactly 28 characters of padded base64.
+    let _ = STANDARD.encode_slice(digest, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_key_is_rfc_6455s() {
+        // The example of RFC 6455 section 1.3.
+        assert_eq!(
+            &accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
+            b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+        for key in ["AQIDBAUGBwgJCgsMDQ4PEA==", "x3JJHMbDL1EzLkh9GBhXDw==", ""] {
+            let want = tungstenite::handshake::derive_accept_key(key.as_bytes());
+            assert_eq!(std::str::from_utf8(&accept_key(key)), Ok(want.as_str()));
+        }
+    }
 }
