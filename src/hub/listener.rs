@@ -31,18 +31,12 @@ fn socket(addr: SocketAddr, reuse_port: bool) -> io::Result<Socket> {
     Ok(s)
 }
 
-/// How long the kernel holds a new connection that has sent nothing before
-/// handing it over anyway (`TCP_DEFER_ACCEPT`, whole seconds: the first
-/// SYN-ACK retransmission, 1 s after the handshake); a shard counts it against
-/// the request head's deadline.
-pub const DEFER_ACCEPT: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// A connection is handed to a shard once its first bytes (the request head)
 /// have arrived, so accepting it and reading its head take one wake-up of the
 /// shard rather than two.
 fn defer_accept(s: &Socket) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    let secs = DEFER_ACCEPT.as_secs() as libc::c_int;
+    let secs = crate::shard::DEFER_ACCEPT.as_secs() as libc::c_int;
     // SAFETY: `s` is an open socket; the option value points to a live c_int
     // of the length passed.
     let rc = unsafe {

@@ -17,6 +17,12 @@ use std::time::{Duration, Instant};
 /// A head not complete in this long is dropped (slowloris).
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How long the kernel holds a new connection that has sent nothing before
+/// handing it to a shard anyway (the listener's `TCP_DEFER_ACCEPT`, whole
+/// seconds: the first SYN-ACK retransmission, 1 s after the handshake); it
+/// counts against the request head's deadline.
+pub const DEFER_ACCEPT: Duration = Duration::from_secs(1);
+
 /// Accepts connections until the listener fails.
 pub async fn accept_loop<R: Runtime>(ctx: Rc<ShardCtx>, listener: R::Listener) {
     super::pages::prepare();
@@ -66,7 +72,7 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
 
 /// Reads a request head under [`HEAD_DEADLINE`]. The listener hands a
 /// connection over once its first bytes have arrived
-/// ([`crate::hub::listener::DEFER_ACCEPT`]), so they are taken at once with one
+/// ([`DEFER_ACCEPT`]), so they are taken at once with one
 /// `recv(2)`, not a read through the runtime, and a head that came whole (the
 /// usual case) is parsed where it was read; one that takes several reads is
 /// gathered in a buffer of its own. A connection handed over with nothing to
@@ -86,7 +92,7 @@ async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
         }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             head.clear();
-            accepted + HEAD_DEADLINE - crate::hub::listener::DEFER_ACCEPT
+            accepted + HEAD_DEADLINE - DEFER_ACCEPT
         }
         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
             head.clear();
