@@ -9,13 +9,11 @@ use crate::node::Compression;
 use crate::node::Node;
 use crate::shard::conn::{Slot, Upgrade};
 use crate::shard::ctx::ShardCtx;
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine as _;
-use sha1::{Digest, Sha1};
 use shards::http_head::{RequestHead, UpgradeError};
 use shards::Role;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use tungstenite::handshake::derive_accept_key;
 
 /// An upgrade that passed every check.
 pub struct Accepted {
@@ -174,56 +172,49 @@ fn switching_protocols(node: &Node, head: &RequestHead, key: &str) -> (Vec<u8>, 
         (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
         _ => None,
     };
+    (
+        response_101(key, extensions.as_deref()),
+        extensions.is_some(),
+    )
+}
+
+/// The `101`'s bytes for key `key` with the accepted `extensions`, in a
+/// buffer with room for the frames of the first send.
+fn response_101(key: &str, extensions: Option<&str>) -> Vec<u8> {
     let mut response = Vec::with_capacity(FIRST_SEND_ROOM);
     response.extend_from_slice(
         b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ",
     );
-    response.extend_from_slice(&accept_key(key));
+    response.extend_from_slice(derive_accept_key(key.as_bytes()).as_bytes());
     response.extend_from_slice(b"\r\n");
-    let deflate = extensions.is_some();
     if let Some(e) = extensions {
         response.extend_from_slice(b"Sec-WebSocket-Extensions: ");
         response.extend_from_slice(e.as_bytes());
         response.extend_from_slice(b"\r\n");
     }
     response.extend_from_slice(b"\r\n");
-    (response, deflate)
+    response
 }
 
 /// Room for the `101` and the frames that follow it in the first send
 /// (the `hello`, a small board): one allocation where most fit.
 const FIRST_SEND_ROOM: usize = 512;
 
-/// RFC 6455's GUID, appended to the client's key for `Sec-WebSocket-Accept`.
-const WS_GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
-/// `Sec-WebSocket-Accept` for `key`: base64 of the SHA-1 of the key and the
-/// GUID (RFC 6455 section 4.2.2), on the stack.
-fn accept_key(key: &str) -> [u8; 28] {
-    let digest = Sha1::new()
-        .chain_update(key.as_bytes())
-        .chain_update(WS_GUID)
-        .finalize();
-    let mut out = [0u8; 28];
-    // 20 bytes are exactly 28 characters of padded base64.
-    let _ = STANDARD.encode_slice(digest, &mut out);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn accept_key_is_rfc_6455s() {
+    fn the_101_carries_rfc_6455s_accept_key() {
         // The example of RFC 6455 section 1.3.
+        let plain = response_101("dGhlIHNhbXBsZSBub25jZQ==", None);
         assert_eq!(
-            &accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+            std::str::from_utf8(&plain),
+            Ok("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n")
         );
-        for key in ["AQIDBAUGBwgJCgsMDQ4PEA==", "x3JJHMbDL1EzLkh9GBhXDw==", ""] {
-            let want = tungstenite::handshake::derive_accept_key(key.as_bytes());
-            assert_eq!(std::str::from_utf8(&accept_key(key)), Ok(want.as_str()));
-        }
+        let deflate = response_101("dGhlIHNhbXBsZSBub25jZQ==", Some("permessage-deflate"));
+        assert!(deflate.ends_with(
+            b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\nSec-WebSocket-Extensions: permessage-deflate\r\n\r\n"
+        ));
     }
 }
