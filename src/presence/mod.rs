@@ -13,8 +13,8 @@ use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
-use shards::server_msg;
 use foldhash::{HashMap, HashSet};
+use shards::server_msg;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -141,7 +141,11 @@ fn join(
 /// Counts one connection-shard of `user` on `course` gone; true when it was
 /// the member's last (the member is gone). A leave never joined changes
 /// nothing.
-fn leave(members: &mut HashMap<Arc<str>, HashMap<Arc<str>, u32>>, course: &str, user: &str) -> bool {
+fn leave(
+    members: &mut HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
+    course: &str,
+    user: &str,
+) -> bool {
     let Some(users) = members.get_mut(course) else {
         return false;
     };

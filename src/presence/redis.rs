@@ -83,7 +83,12 @@ impl<L: PresenceLink> RedisPresence<L> {
 
     /// `name key [score] member [score] member ...` for `members` of the
     /// course whose key is `self.key`, the buffers sized once.
-    fn members_cmd(&self, name: &str, score: Option<&[u8]>, members: &[(Arc<str>, Arc<str>)]) -> Cmd {
+    fn members_cmd(
+        &self,
+        name: &str,
+        score: Option<&[u8]>,
+        members: &[(Arc<str>, Arc<str>)],
+    ) -> Cmd {
         let per = score.map_or(0, <[u8]>::len);
         let bytes: usize = members.iter().map(|(_, u)| u.len() + per).sum();
         let args = 2 + members.len() * (1 + usize::from(score.is_some()));
@@ -185,7 +190,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         let mut range = redis::cmd("ZRANGE");
         range.arg(&self.key[..]).arg(0).arg(limit.saturating_sub(1));
         let (_, total, ids): (u64, u64, Vec<String>) =
-            self.link.pipeline(&[trim(&self.key, now_ms), card, range])?;
+            self.link
+                .pipeline(&[trim(&self.key, now_ms), card, range])?;
         Ok((total, ids))
     }
 }
