@@ -2,9 +2,9 @@
 //! of user -> expiry (Unix ms), through the shared command client (in a
 //! cluster each set lives on its own slot and pipelines go out per primary),
 //! whose every call is bounded by timeouts, so the presence worker never hangs.
-//! A write names each course's key once: one `ZADD` of all its members (at
-//! most [`MEMBERS_PER_COMMAND`] a command), then one `PEXPIRE` giving the key
-//! a TTL to its members' expiry, so a course's key is gone one presence TTL
+//! A write goes course by course: one `ZADD` of all its members (at most
+//! [`MEMBERS_PER_COMMAND`] a command), then one `PEXPIRE` giving the key a
+//! TTL to its members' expiry, so a course's key is gone one presence TTL
 //! after the last node that held its viewers stopped refreshing it (a node
 //! killed); removals are one `ZREM` per course.
 
@@ -83,12 +83,7 @@ impl<L: PresenceLink> RedisPresence<L> {
 
     /// `name key [score] member [score] member ...` for `members` of the
     /// course whose key is `self.key`, the buffers sized once.
-    fn members_cmd(
-        &self,
-        name: &str,
-        score: Option<&[u8]>,
-        members: &[(Arc<str>, Arc<str>)],
-    ) -> Cmd {
+    fn members_cmd(&self, name: &str, score: Option<&[u8]>, members: &Members) -> Cmd {
         let per = score.map_or(0, <[u8]>::len);
         let bytes: usize = members.iter().map(|(_, u)| u.len() + per).sum();
         let args = 2 + members.len() * (1 + usize::from(score.is_some()));
@@ -103,7 +98,7 @@ impl<L: PresenceLink> RedisPresence<L> {
         c
     }
 
-    /// The commands that write `members` (sorted by course): per course, its
+    /// The commands that write `members` (each course's together): per course, its
     /// members in `ZADD`s at `expiry_ms` and its key's TTL (`PEXPIRE`) when
     /// `renew`; or its members in `ZREM`s when `expiry_ms` is `None`.
     fn grouped(&mut self, members: &Members, expiry_ms: Option<u64>, renew: bool) -> Vec<Cmd> {
@@ -112,7 +107,10 @@ impl<L: PresenceLink> RedisPresence<L> {
         let name = if score.is_some() { "ZADD" } else { "ZREM" };
         let mut cmds = Vec::new();
         for course in members.chunk_by(|a, b| a.0 == b.0) {
-            self.set_key(&course[0].0);
+            let Some((name_of_course, _)) = course.first() else {
+                continue;
+            };
+            self.set_key(name_of_course);
             for part in course.chunks(MEMBERS_PER_COMMAND) {
                 cmds.push(self.members_cmd(name, score.as_deref().map(str::as_bytes), part));
             }
