@@ -11,6 +11,7 @@ use crate::channels::wake::IngestTx;
 use crate::channels::{Discovery, IngestCmd, ReadRequest};
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,9 +39,13 @@ struct Turn {
 impl Turn {
     fn add(&mut self, r: ReadRequest) {
         match r {
-            ReadRequest::States { courses, epoch } => {
-                self.reads.entry(epoch).or_default().extend(courses)
-            }
+            // The first list of an epoch is kept as it came, not copied.
+            ReadRequest::States { courses, epoch } => match self.reads.entry(epoch) {
+                Entry::Vacant(e) => {
+                    e.insert(courses);
+                }
+                Entry::Occupied(mut e) => e.get_mut().extend(courses),
+            },
             ReadRequest::Discover { have } => self.discover = Some(have),
             ReadRequest::Reconnected => self.retry_now = true,
             ReadRequest::Shutdown => self.stop = true,
@@ -74,11 +79,14 @@ pub fn run<T: StateStore>(
         if turn.retry_now {
             store.retry_now();
         }
-        for (epoch, courses) in turn.reads {
-            for batch in courses.chunks(READ_BATCH) {
-                let hashes = store.read(batch);
+        for (epoch, mut courses) in turn.reads {
+            while !courses.is_empty() {
+                // Each batch's list goes back in its answer, moved, not copied.
+                let rest = courses.split_off(courses.len().min(READ_BATCH));
+                let batch = std::mem::replace(&mut courses, rest);
+                let hashes = store.read(&batch);
                 let done = IngestCmd::States {
-                    courses: batch.to_vec(),
+                    courses: batch,
                     hashes,
                     epoch,
                 };
