@@ -363,7 +363,8 @@ impl<S: Source> Ingest<S> {
         }
         if live {
             board.updates += 1;
-            if matches!(board.watch.load(), Load::Reading(_)) && !board.live.contains(&snap.section) {
+            if matches!(board.watch.load(), Load::Reading(_)) && !board.live.contains(&snap.section)
+            {
                 board.live.push(snap.section);
             }
         }

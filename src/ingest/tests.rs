@@ -838,7 +838,10 @@ impl Rig {
     /// step of the tests below, not only where the metrics are published).
     fn tally_holds(&self) {
         let recount = watch::Tally::recount(self.ingest.boards.values().map(|b| &b.watch));
-        assert_eq!(self.ingest.tally, recount, "the kept tally against a recount");
+        assert_eq!(
+            self.ingest.tally, recount,
+            "the kept tally against a recount"
+        );
     }
 
     /// (subscriptions, courses held, firehose) as `/metrics` shows them.
@@ -926,7 +929,10 @@ fn an_unread_course_is_counted_across_confirmation_failure_reconnect_and_interes
         r.answer(a);
     }
     r.tally_holds();
-    assert!(r.ingest.has_unloaded(), "D's new subscription is not confirmed");
+    assert!(
+        r.ingest.has_unloaded(),
+        "D's new subscription is not confirmed"
+    );
     r.confirm("D");
     r.turn();
     r.tally_holds();
@@ -976,4 +982,26 @@ fn the_subscription_gauges_follow_interest_on_and_off_and_the_firehose() {
     r.interest(1, "B", true);
     r.tally_holds();
     assert_eq!(r.gauges(), (1, 1, 0));
+}
+
+#[test]
+fn shards_waiting_for_one_read_each_get_the_whole_board() {
+    let mut r = rig(3);
+    r.hash("A", vec![payload("A", 1, 2, 1), payload("A", 2, 3, 1)]);
+    // Three shards' first viewers in one turn: one read, three seeds.
+    for shard in 0..3 {
+        r.interest_only(shard, "A", true);
+    }
+    r.turn();
+    assert_eq!(r.log(), ["sub A", "load A"]);
+    for shard in 0..3 {
+        assert_eq!(
+            r.control(shard)
+                .iter()
+                .map(seed_sections)
+                .collect::<Vec<_>>(),
+            [Some(2)],
+            "shard {shard}"
+        );
+    }
 }
