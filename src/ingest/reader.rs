@@ -225,17 +225,16 @@ mod tests {
         });
         let (tx, rx) = crate::channels::wake::channel().expect("eventfd");
         assert!(read_all(&mut store, turn.reads, &tx).is_ok());
-        let answers: Vec<(u64, Vec<Arc<str>>, Vec<Vec<Vec<u8>>>)> =
-            std::iter::from_fn(|| rx.try_recv())
-                .map(|cmd| match cmd {
-                    IngestCmd::States {
-                        courses,
-                        hashes,
-                        epoch,
-                    } => (epoch, courses, hashes.expect("read")),
-                    other => panic!("not an answer: {other:?}"),
-                })
-                .collect();
+        let answers: Vec<_> = std::iter::from_fn(|| rx.try_recv())
+            .map(|cmd| match cmd {
+                IngestCmd::States {
+                    courses,
+                    hashes,
+                    epoch,
+                } => (epoch, courses, hashes.expect("read")),
+                other => panic!("not an answer: {other:?}"),
+            })
+            .collect();
         let shape: Vec<(u64, usize)> = answers.iter().map(|(e, c, _)| (*e, c.len())).collect();
         assert_eq!(shape, [(0, 1), (1, READ_BATCH), (1, 5)]);
         // Every course once, in the order asked, each with its own hash.
