@@ -174,6 +174,9 @@ impl<S: Source> Ingest<S> {
         self.admin_shards != 0
     }
 
+    /// The gauges, after every command and every turn's timers: each count
+    /// is kept, none is counted here (debug builds, which the simulator's and
+    /// the router's tests run, check the kept tally against a recount).
     fn publish_subscriptions(&self) {
         debug_assert_eq!(
             self.tally,
