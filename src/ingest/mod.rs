@@ -12,6 +12,7 @@ mod seed;
 pub mod states;
 #[cfg(test)]
 mod tests;
+mod watch;
 
 use crate::channels::wake::IngestRx;
 use crate::channels::ReadRequest;
@@ -26,6 +27,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
+use watch::{Tally, Watch};
 
 /// Where a course's state read stands.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -43,13 +45,12 @@ enum Load {
 #[derive(Default)]
 struct Board {
     sections: BTreeMap<u32, Arc<Snapshot>>,
-    /// Shards watching, one bit each.
-    shards: u128,
+    /// Shards watching (one bit each) and where its state read stands,
+    /// changed through [`Ingest::tally`].
+    watch: Watch,
     /// Those shards' gates for this course (a shard without one is woken by
     /// every snapshot).
     gates: Vec<(usize, Gate)>,
-    /// Where its state read stands.
-    load: Load,
     /// Shards waiting for its seed (their first viewer's watch answer).
     awaiting: u128,
     /// When it was first watched (monotonic ms), until its state is seeded.
@@ -102,6 +103,10 @@ pub struct Ingest<S: Source> {
     outlets: Vec<Outlet>,
     /// Looked up once per snapshot: foldhash (keyed per process) over SipHash.
     boards: HashMap<Arc<str>, Board>,
+    /// Watched boards and those of them unread, kept as each board's
+    /// [`Watch`] changes (the metrics and the reread timer need no pass over
+    /// every board).
+    tally: Tally,
     admin_shards: u128,
     viewers: HashMap<Arc<str>, u64>,
     metrics: Arc<Metrics>,
@@ -145,6 +150,7 @@ impl<S: Source> Ingest<S> {
             source,
             outlets,
             boards: HashMap::new(),
+            tally: Tally::default(),
             admin_shards: 0,
             viewers: HashMap::new(),
             metrics,
@@ -168,11 +174,19 @@ impl<S: Source> Ingest<S> {
         self.admin_shards != 0
     }
 
+    /// The gauges, after every command and every turn's timers: each count
+    /// is kept, none is counted here (debug builds, which the simulator's and
+    /// the router's tests run, check the kept tally against a recount).
     fn publish_subscriptions(&self) {
+        debug_assert_eq!(
+            self.tally,
+            Tally::recount(self.boards.values().map(|b| &b.watch)),
+            "the kept tally against a recount"
+        );
         let subs = if self.firehose() {
             0
         } else {
-            self.boards.values().filter(|b| b.shards != 0).count() as u64
+            self.tally.watched() as u64
         };
         self.metrics.subscriptions.store(subs, Relaxed);
         self.metrics.firehose.store(self.firehose() as u64, Relaxed);
@@ -227,12 +241,14 @@ impl<S: Source> Ingest<S> {
         let Some(board) = self.boards.get_mut(course) else {
             return;
         };
-        board.shards &= !(1 << shard);
+        let shards = board.watch.shards() & !(1 << shard);
+        self.tally.set_shards(&mut board.watch, shards);
         board.awaiting &= !(1 << shard);
         board.gates.retain(|(s, _)| *s != shard);
-        if board.shards != 0 {
+        if shards != 0 {
             return;
         }
+        // Unwatched, it counts in no tally: dropped as it is.
         if !firehose {
             self.source.unsubscribe(course);
             self.boards.remove(course);
@@ -270,8 +286,9 @@ impl<S: Source> Ingest<S> {
             self.discover(now_ms);
             self.admin_answer_when_known(shard);
         } else {
-            // Back to per-course subscriptions for watched courses only.
-            self.boards.retain(|_, b| b.shards != 0);
+            // Back to per-course subscriptions for watched courses only
+            // (the boards dropped count in no tally).
+            self.boards.retain(|_, b| b.watch.shards() != 0);
             for b in self.boards.values_mut() {
                 b.shown = None;
             }
@@ -349,13 +366,14 @@ impl<S: Source> Ingest<S> {
         }
         if live {
             board.updates += 1;
-            if matches!(board.load, Load::Reading(_)) && !board.live.contains(&snap.section) {
+            if matches!(board.watch.load(), Load::Reading(_)) && !board.live.contains(&snap.section)
+            {
                 board.live.push(snap.section);
             }
         }
         board.sections.insert(snap.section, Arc::clone(&snap));
         board.named = true;
-        let mut mask = board.shards;
+        let mut mask = board.watch.shards();
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
@@ -472,9 +490,7 @@ impl<S: Source> Ingest<S> {
     /// Whether a watched course waits for a state read that failed or has not
     /// been asked yet (its subscription unconfirmed).
     pub fn has_unloaded(&self) -> bool {
-        self.boards
-            .values()
-            .any(|b| b.shards != 0 && b.load == Load::Unread)
+        self.tally.any_unread()
     }
 
     /// Starts counting updates afresh (the first admin connected; no admin at a tick).

@@ -11,6 +11,7 @@ use crate::channels::wake::IngestTx;
 use crate::channels::{Discovery, IngestCmd, ReadRequest};
 use crate::node::Node;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,9 +39,13 @@ struct Turn {
 impl Turn {
     fn add(&mut self, r: ReadRequest) {
         match r {
-            ReadRequest::States { courses, epoch } => {
-                self.reads.entry(epoch).or_default().extend(courses)
-            }
+            // The first list of an epoch is kept as it came, not copied.
+            ReadRequest::States { courses, epoch } => match self.reads.entry(epoch) {
+                Entry::Vacant(e) => {
+                    e.insert(courses);
+                }
+                Entry::Occupied(mut e) => e.get_mut().extend(courses),
+            },
             ReadRequest::Discover { have } => self.discover = Some(have),
             ReadRequest::Reconnected => self.retry_now = true,
             ReadRequest::Shutdown => self.stop = true,
@@ -74,18 +79,8 @@ pub fn run<T: StateStore>(
         if turn.retry_now {
             store.retry_now();
         }
-        for (epoch, courses) in turn.reads {
-            for batch in courses.chunks(READ_BATCH) {
-                let hashes = store.read(batch);
-                let done = IngestCmd::States {
-                    courses: batch.to_vec(),
-                    hashes,
-                    epoch,
-                };
-                if ingest.send(done).is_err() {
-                    return;
-                }
-            }
+        if read_all(&mut store, turn.reads, &ingest).is_err() {
+            return;
         }
         if let Some(have) = turn.discover {
             if ingest
@@ -119,6 +114,31 @@ pub fn run<T: StateStore>(
             next_courses = Instant::now() + COURSES_EVERY;
         }
     }
+}
+
+/// Reads the turn's courses, epoch by epoch, in pipelines of at most
+/// [`READ_BATCH`], each answered as soon as it is read; `Err` once the ingest
+/// thread is gone.
+fn read_all<T: StateStore>(
+    store: &mut T,
+    reads: BTreeMap<u64, Vec<Arc<str>>>,
+    ingest: &IngestTx,
+) -> Result<(), ()> {
+    for (epoch, mut courses) in reads {
+        while !courses.is_empty() {
+            // Each batch's list goes back in its answer, moved, not copied.
+            let rest = courses.split_off(courses.len().min(READ_BATCH));
+            let batch = std::mem::replace(&mut courses, rest);
+            let hashes = store.read(&batch);
+            let done = IngestCmd::States {
+                courses: batch,
+                hashes,
+                epoch,
+            };
+            ingest.send(done).map_err(|_| ())?;
+        }
+    }
+    Ok(())
 }
 
 /// Scans for courses with a state hash and reads those not in `have`. A
@@ -175,6 +195,64 @@ mod tests {
         fn ping(&mut self) -> Vec<super::super::states::RoundTrip> {
             Vec::new()
         }
+    }
+
+    #[test]
+    fn a_turns_reads_are_answered_in_batches_in_order_each_epoch_apart() {
+        let mut store = Flaky {
+            n: 0,
+            reads: 0,
+            fail_at: usize::MAX,
+        };
+        let names = |from: usize, n: usize| -> Vec<Arc<str>> {
+            (from..from + n)
+                .map(|i| Arc::from(format!("C{i:05}")))
+                .collect()
+        };
+        // Two requests of epoch 1 (gathered into one list) and one of epoch 0.
+        let mut turn = Turn::default();
+        turn.add(ReadRequest::States {
+            courses: names(0, READ_BATCH + 3),
+            epoch: 1,
+        });
+        turn.add(ReadRequest::States {
+            courses: names(READ_BATCH + 3, 2),
+            epoch: 1,
+        });
+        turn.add(ReadRequest::States {
+            courses: names(9_000, 1),
+            epoch: 0,
+        });
+        let (tx, rx) = crate::channels::wake::channel().expect("eventfd");
+        assert!(read_all(&mut store, turn.reads, &tx).is_ok());
+        let answers: Vec<_> = std::iter::from_fn(|| rx.try_recv())
+            .map(|cmd| match cmd {
+                IngestCmd::States {
+                    courses,
+                    hashes,
+                    epoch,
+                } => (epoch, courses, hashes.expect("read")),
+                other => panic!("not an answer: {other:?}"),
+            })
+            .collect();
+        let shape: Vec<(u64, usize)> = answers.iter().map(|(e, c, _)| (*e, c.len())).collect();
+        assert_eq!(shape, [(0, 1), (1, READ_BATCH), (1, 5)]);
+        // Every course once, in the order asked, each with its own hash.
+        let read: Vec<Arc<str>> = answers.iter().flat_map(|(_, c, _)| c.clone()).collect();
+        let mut want = names(9_000, 1);
+        want.extend(names(0, READ_BATCH + 5));
+        assert_eq!(read, want);
+        for (_, courses, hashes) in &answers {
+            for (c, h) in courses.iter().zip(hashes) {
+                assert_eq!(h, &[c.as_bytes().to_vec()]);
+            }
+        }
+        assert_eq!(store.reads, 3, "one pipeline per batch");
+        // The ingest thread gone: the reader stops.
+        drop(rx);
+        let mut again = BTreeMap::new();
+        again.insert(0, names(0, 1));
+        assert!(read_all(&mut store, again, &tx).is_err());
     }
 
     #[test]

@@ -33,13 +33,14 @@ impl<S: Source> Ingest<S> {
         let board = self.boards.entry(Arc::clone(&course)).or_default();
         // Under a pattern (classic firehose) the source ignores it; a sharded
         // source has no pattern and needs every watched course.
-        let new_sub = board.shards == 0;
-        board.shards |= 1 << shard;
+        let new_sub = board.watch.shards() == 0;
+        let shards = board.watch.shards() | 1 << shard;
+        self.tally.set_shards(&mut board.watch, shards);
         board.gates.retain(|(s, _)| *s != shard);
         if let Some(g) = gate {
             board.gates.push((shard, g));
         }
-        let loaded = board.load == Load::Loaded;
+        let loaded = board.watch.load() == Load::Loaded;
         if !loaded && connected {
             // Answered once the state is read (or at the deadline).
             board.awaiting |= 1 << shard;
@@ -77,8 +78,8 @@ impl<S: Source> Ingest<S> {
             return;
         };
         if let Some(b) = self.boards.get_mut(course) {
-            if b.load == Load::Unread && b.shards != 0 {
-                b.load = Load::Reading(epoch);
+            if b.watch.load() == Load::Unread && b.watch.shards() != 0 {
+                self.tally.set_load(&mut b.watch, Load::Reading(epoch));
                 b.live.clear();
                 self.reads.push(name);
             }
@@ -87,10 +88,14 @@ impl<S: Source> Ingest<S> {
 
     /// Asks for every read that is due (a pattern confirmed, the retry timer).
     pub(super) fn want_all_reads(&mut self) {
+        if !self.tally.any_unread() {
+            // Every second by the retry timer: no pass over the boards for nothing.
+            return;
+        }
         let unread: Vec<Arc<str>> = self
             .boards
             .iter()
-            .filter(|(_, b)| b.load == Load::Unread && b.shards != 0)
+            .filter(|(_, b)| b.watch.load() == Load::Unread && b.watch.shards() != 0)
             .map(|(c, _)| Arc::clone(c))
             .collect();
         for c in unread {
@@ -104,7 +109,7 @@ impl<S: Source> Ingest<S> {
         self.epoch += 1;
         let _ = self.reader.send(ReadRequest::Reconnected);
         for b in self.boards.values_mut() {
-            b.load = Load::Unread;
+            self.tally.set_load(&mut b.watch, Load::Unread);
         }
         self.want_all_reads();
     }
@@ -124,7 +129,7 @@ impl<S: Source> Ingest<S> {
             let current = self
                 .boards
                 .get(&course)
-                .is_some_and(|b| b.load == Load::Reading(epoch));
+                .is_some_and(|b| b.watch.load() == Load::Reading(epoch));
             if let Some(p) = payloads {
                 let via = if current { Via::Read } else { Via::OldRead };
                 self.merge_read(&course, p, via, now_ms);
@@ -140,9 +145,9 @@ impl<S: Source> Ingest<S> {
             b.live.clear();
             if hashes.is_none() {
                 // Failed: retried every second; waiting shards get what is held.
-                b.load = Load::Unread;
+                self.tally.set_load(&mut b.watch, Load::Unread);
             } else {
-                b.load = Load::Loaded;
+                self.tally.set_load(&mut b.watch, Load::Loaded);
                 if let Some(t) = b.watched_at.take() {
                     self.metrics
                         .seed
@@ -201,18 +206,24 @@ impl<S: Source> Ingest<S> {
         let Some(b) = self.boards.get(course) else {
             return;
         };
-        mask &= b.shards;
+        mask &= b.watch.shards();
         if mask == 0 {
             return;
         }
-        let sections: Vec<Arc<Snapshot>> = b.sections.values().cloned().collect();
+        let mut sections: Vec<Arc<Snapshot>> = b.sections.values().cloned().collect();
         while mask != 0 {
             let i = mask.trailing_zeros() as usize;
             mask &= mask - 1;
             if let Some(o) = self.outlets.get(i) {
+                // The last shard takes the list itself, the others a copy.
+                let sections = if mask == 0 {
+                    std::mem::take(&mut sections)
+                } else {
+                    sections.clone()
+                };
                 o.inbox().control(Control::Seed {
                     course: Arc::clone(course),
-                    sections: sections.clone(),
+                    sections,
                 });
             }
         }

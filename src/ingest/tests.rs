@@ -832,3 +832,176 @@ fn an_admin_tick_before_the_discovery_answers_leaves_the_new_admin_no_course_sho
     assert_eq!(courses_of(&msg.delta.expect("a delta")), ["A", "B"]);
     assert_eq!(courses_of(&msg.full), ["A", "B", "C"]);
 }
+
+impl Rig {
+    /// The kept tally equals a recount over every board (asserted at each
+    /// step of the tests below, not only where the metrics are published).
+    fn tally_holds(&self) {
+        let recount = watch::Tally::recount(self.ingest.boards.values().map(|b| &b.watch));
+        assert_eq!(
+            self.ingest.tally, recount,
+            "the kept tally against a recount"
+        );
+    }
+
+    /// (subscriptions, courses held, firehose) as `/metrics` shows them.
+    fn gauges(&self) -> (u64, u64, u64) {
+        (
+            self.metrics.subscriptions.load(Relaxed),
+            self.metrics.ingest_courses.load(Relaxed),
+            self.metrics.firehose.load(Relaxed),
+        )
+    }
+
+    /// Confirms `course`'s subscription, as Redis would.
+    fn confirm(&mut self, course: &str) {
+        self.world.lock().unwrap().confirmed.insert(course.into());
+        let ev = SourceEvent::Subscribed(Some(course.into()));
+        self.ingest.event(ev, T0, T0);
+        self.tally_holds();
+    }
+}
+
+#[test]
+fn an_unread_course_is_counted_across_confirmation_failure_reconnect_and_interest_off() {
+    let mut r = rig(2);
+    r.world.lock().unwrap().hold_confirms = true;
+    let retry = Some(T0 + RETRY_LOAD_MS);
+    let patience = Some(T0 + seed::SEED_PATIENCE_MS);
+    // Watched, its subscription not confirmed yet: unread, the retry timer on.
+    r.interest_only(0, "A", true);
+    r.tally_holds();
+    assert!(r.ingest.has_unloaded());
+    assert_eq!(r.ingest.poll_timeout(), retry);
+    // Confirmed: its read is asked, so nothing is unread; only the seed's
+    // deadline is left.
+    r.confirm("A");
+    assert!(!r.ingest.has_unloaded());
+    assert_eq!(r.ingest.poll_timeout(), patience);
+    // The read fails: unread again, retried in a second.
+    r.world.lock().unwrap().fail = 1;
+    r.turn();
+    r.tally_holds();
+    assert!(r.ingest.has_unloaded());
+    assert_eq!(r.ingest.poll_timeout(), retry);
+    // A second unread course, then a second shard on the first: two unread.
+    r.interest_only(1, "B", true);
+    r.interest_only(1, "A", true);
+    r.tally_holds();
+    // One shard leaves A: still watched, still unread; the other leaves it
+    // too: A is gone, B alone keeps the retry timer on.
+    r.interest_only(0, "A", false);
+    r.tally_holds();
+    assert!(r.ingest.has_unloaded());
+    r.interest_only(1, "A", false);
+    r.tally_holds();
+    assert!(r.ingest.has_unloaded(), "B is still unread");
+    // B confirmed and read: nothing unread, no timer left.
+    r.confirm("B");
+    r.turn();
+    r.tally_holds();
+    assert!(!r.ingest.has_unloaded());
+    assert_eq!(r.ingest.poll_timeout(), None);
+    // A reconnect: B is unread until confirmed again, then read.
+    r.world.lock().unwrap().confirmed.clear();
+    r.ingest.event(SourceEvent::Reconnected, T0 + 1, T0 + 1);
+    r.tally_holds();
+    assert!(r.ingest.has_unloaded());
+    r.turn();
+    assert!(r.ingest.has_unloaded(), "not confirmed yet: nothing asked");
+    r.confirm("B");
+    r.turn();
+    r.tally_holds();
+    assert!(!r.ingest.has_unloaded());
+    // An unread course whose last viewer leaves takes its count with it.
+    r.interest_only(0, "C", true);
+    assert!(r.ingest.has_unloaded());
+    r.interest_only(0, "C", false);
+    r.tally_holds();
+    assert!(!r.ingest.has_unloaded());
+    // A read answered after its course left and came back unread counts it once.
+    r.interest_only(0, "D", true);
+    r.confirm("D");
+    let asked = r.asked();
+    r.interest_only(0, "D", false);
+    r.interest_only(0, "D", true);
+    for a in asked {
+        r.answer(a);
+    }
+    r.tally_holds();
+    assert!(
+        r.ingest.has_unloaded(),
+        "D's new subscription is not confirmed"
+    );
+    r.confirm("D");
+    r.turn();
+    r.tally_holds();
+    assert!(!r.ingest.has_unloaded());
+}
+
+#[test]
+fn the_subscription_gauges_follow_interest_on_and_off_and_the_firehose() {
+    let mut r = rig(2);
+    r.hash("A", vec![payload("A", 1, 2, 1)]);
+    r.hash("C", vec![payload("C", 1, 2, 1)]);
+    r.interest(0, "A", true);
+    r.interest(1, "A", true);
+    r.interest(0, "B", true);
+    r.tally_holds();
+    assert_eq!(r.gauges(), (2, 2, 0), "one subscription per course");
+    // A shard leaving a course another shard watches changes nothing.
+    r.interest(0, "A", false);
+    assert_eq!(r.gauges(), (2, 2, 0));
+    // An admin: the pattern instead of subscriptions, every state hash held.
+    r.admin(1, true);
+    r.tally_holds();
+    assert_eq!(r.gauges(), (0, 3, 1), "A, B and C (discovered)");
+    // Courses watched and left under the pattern: no subscription counted,
+    // a made-up name held only while watched, a named one kept.
+    r.interest(0, "D", true);
+    assert_eq!(r.gauges(), (0, 4, 1));
+    r.interest(1, "A", false);
+    r.tally_holds();
+    assert_eq!(r.gauges(), (0, 4, 1), "A is named by its state hash: kept");
+    // A course a snapshot names under the pattern is held from the next turn.
+    r.ingest.event(message("E", 1, 1, 1), T0, T0);
+    assert_eq!(r.gauges(), (0, 4, 1));
+    r.ingest.handle_timeout(T0 + 1);
+    assert_eq!(r.gauges(), (0, 5, 1));
+    // The last admin leaves: subscriptions for the watched courses only (B
+    // and D), the unwatched boards dropped.
+    r.admin(1, false);
+    r.tally_holds();
+    assert_eq!(r.gauges(), (2, 2, 0));
+    r.interest(0, "B", false);
+    assert_eq!(r.gauges(), (1, 1, 0));
+    r.interest(0, "D", false);
+    r.tally_holds();
+    assert_eq!(r.gauges(), (0, 0, 0));
+    // Watched again: counted again.
+    r.interest(1, "B", true);
+    r.tally_holds();
+    assert_eq!(r.gauges(), (1, 1, 0));
+}
+
+#[test]
+fn shards_waiting_for_one_read_each_get_the_whole_board() {
+    let mut r = rig(3);
+    r.hash("A", vec![payload("A", 1, 2, 1), payload("A", 2, 3, 1)]);
+    // Three shards' first viewers in one turn: one read, three seeds.
+    for shard in 0..3 {
+        r.interest_only(shard, "A", true);
+    }
+    r.turn();
+    assert_eq!(r.log(), ["sub A", "load A"]);
+    for shard in 0..3 {
+        assert_eq!(
+            r.control(shard)
+                .iter()
+                .map(seed_sections)
+                .collect::<Vec<_>>(),
+            [Some(2)],
+            "shard {shard}"
+        );
+    }
+}
