@@ -4,7 +4,8 @@
 //! upgrade then a `watch` message, the upgrade naming the course
 //! (`/ws?course=C`); the connect floor (`floor_server.rs`); and
 //! uWebSockets.js upgrading and subscribing the socket to its course's topic
-//! (`benches/uws/server.cjs`, on two worker threads). The same load
+//! (`benches/uws/server.cjs`, on two worker threads); `--rounds N` runs
+//! more rounds of the alternation (default 2). The same load
 //! generator, clients and pace drive every one. For seatboard's ways each
 //! row also splits the CPU by thread (shards, presence, ingest, state
 //! reader) and counts the frames sent per connection, so the product's own
@@ -203,9 +204,9 @@ pub fn run(o: &Opts) -> Outcome {
     };
     let mut cpu: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
     let mut split: Vec<Split> = vec![Split::default(); ways.len()];
-    for round in 0..2 {
+    for round in 0..o.rounds {
         let mut order: Vec<usize> = (0..ways.len()).collect();
-        if round == 1 {
+        if round % 2 == 1 {
             order.reverse();
         }
         for i in order {
@@ -231,11 +232,11 @@ pub fn run(o: &Opts) -> Outcome {
         .collect();
     let (floor_us, uws_us) = (mean[3], mean[4]);
     for (i, way) in ways.iter().enumerate() {
-        let (threads, frames, switches) = split[i].mean();
+        let (threads, frames, switches, got_frames, got_presence) = split[i].mean();
         let mut detail = format!("; {switches:.2} context switches per connection");
         if way.target.is_seatboard() {
             detail += &format!(
-                "; by thread {}; {frames:.2} frames sent per connection",
+                "; by thread {}; {frames:.2} frames sent per connection ({got_frames:.2} `frame` and {got_presence:.2} `presence` messages received)",
                 by_thread_text(&threads, 1)
             );
         }
@@ -248,7 +249,7 @@ pub fn run(o: &Opts) -> Outcome {
                 mean[i] / floor_us.max(1e-9),
                 mean[i] / uws_us.max(1e-9)
             ),
-            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames, "switches_per_conn": switches}),
+            json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames, "frame_msgs_per_conn": got_frames, "presence_msgs_per_conn": got_presence, "switches_per_conn": switches}),
         );
     }
     if against.is_some() {
@@ -276,6 +277,11 @@ pub fn run(o: &Opts) -> Outcome {
 struct Split {
     threads: BTreeMap<String, f64>,
     frames: f64,
+    /// Messages the clients received, per connection: `frame` (the watch
+    /// answer and any later frame) and `presence` (the count with the answer
+    /// and each change after it).
+    got_frames: f64,
+    got_presence: f64,
     switches: f64,
     runs: usize,
 }
@@ -286,13 +292,16 @@ impl Split {
             *self.threads.entry(k.clone()).or_insert(0.0) += v;
         }
         self.frames += s.frames;
+        self.got_frames += s.got_frames;
+        self.got_presence += s.got_presence;
         self.switches += s.switches;
         self.runs += s.runs;
     }
 
     /// The mean over the runs: CPU µs per connection by thread (threads
-    /// under 0.05 µs left out), frames and context switches per connection.
-    fn mean(&self) -> (BTreeMap<String, f64>, f64, f64) {
+    /// under 0.05 µs left out), frames sent, context switches, and `frame`
+    /// and `presence` messages received per connection.
+    fn mean(&self) -> (BTreeMap<String, f64>, f64, f64, f64, f64) {
         let n = self.runs.max(1) as f64;
         let threads = self
             .threads
@@ -300,7 +309,13 @@ impl Split {
             .map(|(k, v)| (k.clone(), v / n))
             .filter(|(_, v)| *v >= 0.05)
             .collect();
-        (threads, self.frames / n, self.switches / n)
+        (
+            threads,
+            self.frames / n,
+            self.switches / n,
+            self.got_frames / n,
+            self.got_presence / n,
+        )
     }
 }
 
@@ -332,6 +347,7 @@ fn one_way(
     let after = procs::usage(pid);
     let sw1: u64 = procs::wakeups(pid).values().sum();
     let (th1, frames1) = (procs::cpu_by_thread(pid), frames());
+    let (got_frames, got_presence) = (f.sum(|c| c.frames), f.sum(|c| c.presence));
     out.check(
         ok,
         &format!("{}: not every client connected (and answered)", way.name),
@@ -341,6 +357,8 @@ fn one_way(
     let split = Split {
         threads: sb.map_or_else(BTreeMap::new, |_| per_each(&th0, &th1, n)),
         frames: (frames1 - frames0).max(0.0) / n as f64,
+        got_frames: got_frames as f64 / n as f64,
+        got_presence: got_presence as f64 / n as f64,
         switches: sw1.saturating_sub(sw0) as f64 / n as f64,
         runs: 1,
     };

@@ -61,6 +61,8 @@ pub struct Opts {
     /// `connect_cost`: another `seatboard` binary (e.g. main's build) served
     /// beside this one and measured in the same run.
     pub against: Option<String>,
+    /// connect_cost: rounds of the alternation (forward, backward, forward, ...).
+    pub rounds: usize,
     /// Soak: how long it runs.
     pub minutes: f64,
     /// Storm, fanout: viewers on `ws` (WebSocket), `sse` (Server-Sent
@@ -114,6 +116,7 @@ impl Default for Opts {
             alg: None,
             tokens_file: None,
             against: None,
+            rounds: 2,
             minutes: 20.0,
             transport: "ws".into(),
             pass: None,
@@ -134,6 +137,7 @@ pub const USAGE: &str =
 [--client-rtt-ms N (first_board: the client round trip of its second half, default 50)] \
 [--no-floor (storm, fanout, idle: skip the floor run)] \
 [--against BIN (connect_cost: another seatboard build measured beside this one in the same run)] \
+[--rounds N (connect_cost: rounds of the alternation, forward then backward, default 2)] \
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
@@ -189,6 +193,7 @@ pub fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--client-rtt-ms" => o.client_rtt_ms = num(val()?)?,
             "--no-floor" => o.no_floor = true,
             "--against" => o.against = Some(val()?),
+            "--rounds" => o.rounds = (num(val()?)? as usize).max(1),
             "--alg" => o.alg = Some(val()?),
             "--transport" => {
                 o.transport = val()?;
