@@ -124,21 +124,41 @@ fn read_all<T: StateStore>(
     reads: BTreeMap<u64, Vec<Arc<str>>>,
     ingest: &IngestTx,
 ) -> Result<(), ()> {
-    for (epoch, mut courses) in reads {
-        while !courses.is_empty() {
-            // Each batch's list goes back in its answer, moved, not copied.
-            let rest = courses.split_off(courses.len().min(READ_BATCH));
-            let batch = std::mem::replace(&mut courses, rest);
-            let hashes = store.read(&batch);
-            let done = IngestCmd::States {
-                courses: batch,
-                hashes,
+    for (epoch, courses) in reads {
+        if courses.len() <= READ_BATCH {
+            // The usual turn: its list goes back in the answer, moved.
+            answer(store, courses, epoch, ingest)?;
+            continue;
+        }
+        // A longer list is taken from the front, each course moved once.
+        let mut rest = courses.into_iter();
+        while rest.len() > 0 {
+            answer(
+                store,
+                rest.by_ref().take(READ_BATCH).collect(),
                 epoch,
-            };
-            ingest.send(done).map_err(|_| ())?;
+                ingest,
+            )?;
         }
     }
     Ok(())
+}
+
+/// Reads one batch in one pipeline and sends it back as the ingest thread's
+/// `States` command; `Err` once the ingest thread is gone.
+fn answer<T: StateStore>(
+    store: &mut T,
+    batch: Vec<Arc<str>>,
+    epoch: u64,
+    ingest: &IngestTx,
+) -> Result<(), ()> {
+    let hashes = store.read(&batch);
+    let done = IngestCmd::States {
+        courses: batch,
+        hashes,
+        epoch,
+    };
+    ingest.send(done).map_err(|_| ())
 }
 
 /// Scans for courses with a state hash and reads those not in `have`. A
