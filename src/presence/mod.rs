@@ -13,8 +13,8 @@ use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use foldhash::{HashMap, HashSet};
 use shards::server_msg;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,18 +36,23 @@ pub const LEAVE_WINDOW_MS: u64 = 20;
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Members as the worker hands them to its store: (course, user) pairs, each
+/// course's users next to one another, so that a store writes each course's
+/// members in one command.
+pub type Members = [(Arc<str>, Arc<str>)];
+
 /// A presence store: sorted sets of user -> expiry (Unix ms) per course.
 pub trait PresenceStore: Send {
-    /// ZADD one member.
-    fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()>;
-    /// ZREM one member.
-    fn remove(&mut self, course: &str, user: &str) -> StoreResult<()>;
-    /// ZREM every listed member in one round trip.
-    fn remove_all(&mut self, members: &[(Arc<str>, Arc<str>)]) -> StoreResult<()> {
-        members.iter().try_for_each(|(c, u)| self.remove(c, u))
+    /// Adds new members at `expiry_ms`, in one round trip: one `ZADD` per
+    /// course for all its members, and its key's TTL renewed.
+    fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()>;
+    /// Re-scores every member of this node at `expiry_ms`, as
+    /// [`PresenceStore::add`] writes them (its keys' TTLs renewed too).
+    fn refresh(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
+        self.add(members, expiry_ms)
     }
-    /// Re-scores every listed member in one round trip.
-    fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()>;
+    /// Removes members in one round trip: one `ZREM` per course.
+    fn remove(&mut self, members: &Members) -> StoreResult<()>;
     /// Trims expired members and counts the rest, per course, in one round trip.
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>>;
     /// Total unexpired members and at most `limit` of their ids.
@@ -75,15 +80,20 @@ impl PresenceTiming {
     }
 }
 
+/// A (course, user) pair: a member of one course's presence set.
+type Member = (Arc<str>, Arc<str>);
+
 /// The presence worker's state. Like a shard it reads no clock: every call
 /// takes `now_ms` (Unix ms, the clock of the scores), and
 /// [`Worker::poll_timeout`] says when [`Worker::handle_timeout`] is due.
 pub struct Worker<P: PresenceStore> {
     store: P,
     timing: PresenceTiming,
-    /// Node-wide connection-shard count per (course, user): shards each report
-    /// their own first/last, the node removes a member only when all are gone.
-    members: HashMap<(Arc<str>, Arc<str>), u32>,
+    /// Node-wide connection-shard count per user, per course: shards each
+    /// report their own first/last, the node removes a member only when all
+    /// are gone. By course, so that a count or a re-score goes course by
+    /// course without gathering them first.
+    members: HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
     inboxes: Vec<Arc<Inbox>>,
     ingest: Option<IngestTx>,
     metrics: Arc<Metrics>,
@@ -93,15 +103,71 @@ pub struct Worker<P: PresenceStore> {
     dirty: bool,
     /// Members who left while their removal failed (bounded by
     /// [`UNREMOVED_MAX`]): removed again with the next refresh.
-    unremoved: HashSet<(Arc<str>, Arc<str>)>,
+    unremoved: HashSet<Member>,
     /// New members not written yet (within one batch of commands), members
     /// gone whose removal is not written yet (never both for one member), and
     /// when the removals are written (see [`LEAVE_WINDOW_MS`]).
-    adds: HashSet<(Arc<str>, Arc<str>)>,
-    removes: HashSet<(Arc<str>, Arc<str>)>,
+    adds: HashSet<Member>,
+    removes: HashSet<Member>,
     writes_due_ms: Option<u64>,
+    /// The members of one write, sorted by course (its capacity kept from
+    /// one write to the next).
+    batch: Vec<Member>,
     next_count_ms: u64,
     next_refresh_ms: u64,
+}
+
+/// Counts one more connection-shard of `user` on `course`; true when it is
+/// the member's first (a new member). The strings are cloned only when new.
+fn join(
+    members: &mut HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
+    course: &Arc<str>,
+    user: &Arc<str>,
+) -> bool {
+    if let Some(users) = members.get_mut(&**course) {
+        if let Some(n) = users.get_mut(&**user) {
+            *n += 1;
+            return false;
+        }
+        users.insert(Arc::clone(user), 1);
+        return true;
+    }
+    let mut users = HashMap::default();
+    users.insert(Arc::clone(user), 1);
+    members.insert(Arc::clone(course), users);
+    true
+}
+
+/// Counts one connection-shard of `user` on `course` gone; true when it was
+/// the member's last (the member is gone). A leave never joined changes
+/// nothing.
+fn leave(
+    members: &mut HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
+    course: &str,
+    user: &str,
+) -> bool {
+    let Some(users) = members.get_mut(course) else {
+        return false;
+    };
+    let Some(n) = users.get_mut(user) else {
+        return false;
+    };
+    *n = n.saturating_sub(1);
+    if *n > 0 {
+        return false;
+    }
+    users.remove(user);
+    if users.is_empty() {
+        members.remove(course);
+    }
+    true
+}
+
+/// Moves `set`'s members into `batch`, sorted: each course's users together.
+fn sorted_into(set: &mut HashSet<Member>, batch: &mut Vec<Member>) {
+    batch.clear();
+    batch.extend(set.drain());
+    batch.sort_unstable();
 }
 
 impl<P: PresenceStore> Worker<P> {
@@ -119,17 +185,18 @@ impl<P: PresenceStore> Worker<P> {
             next_refresh_ms: now_ms + timing.refresh_ms(),
             store,
             timing,
-            members: HashMap::new(),
+            members: HashMap::default(),
             inboxes,
             ingest,
             metrics,
             count_all: false,
             extra: Vec::new(),
             dirty: false,
-            unremoved: HashSet::new(),
-            adds: HashSet::new(),
-            removes: HashSet::new(),
+            unremoved: HashSet::default(),
+            adds: HashSet::default(),
+            removes: HashSet::default(),
             writes_due_ms: None,
+            batch: Vec::new(),
         }
     }
 
@@ -216,25 +283,21 @@ impl<P: PresenceStore> Worker<P> {
         match cmd {
             PresenceCmd::Join { course, user } => {
                 crate::failure::trip(&course);
-                let key = (course, user);
-                let n = self.members.entry(key.clone()).or_insert(0);
-                *n += 1;
-                if *n == 1 {
-                    self.unremoved.remove(&key);
-                    if !self.removes.remove(&key) {
+                if join(&mut self.members, &course, &user) {
+                    let key = (course, user);
+                    if !self.unremoved.is_empty() {
+                        self.unremoved.remove(&key);
+                    }
+                    if self.removes.is_empty() || !self.removes.remove(&key) {
                         self.adds.insert(key);
                     }
                 }
             }
             PresenceCmd::Leave { course, user } => {
-                let key = (course, user);
-                if let Some(n) = self.members.get_mut(&key) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.members.remove(&key);
-                        if !self.adds.remove(&key) {
-                            self.removes.insert(key);
-                        }
+                if leave(&mut self.members, &course, &user) {
+                    let key = (course, user);
+                    if self.adds.is_empty() || !self.adds.remove(&key) {
+                        self.removes.insert(key);
                     }
                 }
             }
@@ -243,42 +306,41 @@ impl<P: PresenceStore> Worker<P> {
         true
     }
 
-    /// Writes the members waiting: the new ones (one ZADD each) and the
-    /// removals (one ZREM each), pipelined.
+    /// Writes the members waiting: the new ones, then the removals, each
+    /// grouped by course.
     fn write_all(&mut self, now_ms: u64) {
         self.write_adds(now_ms);
         self.write_removes();
     }
 
-    /// Writes the new members waiting (one ZADD each, pipelined).
+    /// Writes the new members waiting in one round trip: one `ZADD` of all
+    /// its new members, and one `PEXPIRE`, per course.
     fn write_adds(&mut self, now_ms: u64) {
-        if !self.adds.is_empty() {
-            let adds: Vec<(Arc<str>, Arc<str>)> = self.adds.drain().collect();
-            let written = match adds.as_slice() {
-                [(course, user)] => self.store.add(course, user, self.expiry(now_ms)),
-                many => self.store.refresh(many, self.expiry(now_ms)),
-            };
-            if let Err(e) = written {
-                self.failed("add", e);
-            }
+        if self.adds.is_empty() {
+            return;
+        }
+        sorted_into(&mut self.adds, &mut self.batch);
+        let written = self.store.add(&self.batch, self.expiry(now_ms));
+        self.batch.clear();
+        if let Err(e) = written {
+            self.failed("add", e);
         }
     }
 
-    /// Writes the removals waiting (one ZREM each, pipelined).
+    /// Writes the removals waiting in one round trip: one `ZREM` of all its
+    /// members gone per course. Those that failed wait for the next refresh.
     fn write_removes(&mut self) {
         self.writes_due_ms = None;
-        if !self.removes.is_empty() {
-            let gone: Vec<(Arc<str>, Arc<str>)> = self.removes.drain().collect();
-            let written = match gone.as_slice() {
-                [(course, user)] => self.store.remove(course, user),
-                many => self.store.remove_all(many),
-            };
-            if let Err(e) = written {
-                self.failed("remove", e);
-                let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
-                self.unremoved.extend(gone.into_iter().take(room));
-            }
+        if self.removes.is_empty() {
+            return;
         }
+        sorted_into(&mut self.removes, &mut self.batch);
+        if let Err(e) = self.store.remove(&self.batch) {
+            self.failed("remove", e);
+            let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
+            self.unremoved.extend(self.batch.drain(..).take(room));
+        }
+        self.batch.clear();
     }
 
     /// Re-scores every member of this node, and removes again the members
@@ -287,16 +349,22 @@ impl<P: PresenceStore> Worker<P> {
         // Every member is re-scored below, the waiting ones too.
         self.adds.clear();
         self.write_all(now_ms);
-        let members: Vec<(Arc<str>, Arc<str>)> = self.members.keys().cloned().collect();
         let expiry = self.expiry(now_ms);
-        if !members.is_empty() {
+        if !self.members.is_empty() {
+            // Course by course, as the map holds them.
+            let members: Vec<Member> = self
+                .members
+                .iter()
+                .flat_map(|(c, users)| users.keys().map(|u| (Arc::clone(c), Arc::clone(u))))
+                .collect();
             if let Err(e) = self.store.refresh(&members, expiry) {
                 return self.failed("refresh", e);
             }
         }
         if !self.unremoved.is_empty() {
-            let gone: Vec<(Arc<str>, Arc<str>)> = self.unremoved.iter().cloned().collect();
-            if let Err(e) = self.store.remove_all(&gone) {
+            let mut gone: Vec<Member> = self.unremoved.iter().cloned().collect();
+            gone.sort_unstable();
+            if let Err(e) = self.store.remove(&gone) {
                 return self.failed("remove", e);
             }
             self.unremoved.clear();
@@ -306,13 +374,16 @@ impl<P: PresenceStore> Worker<P> {
 
     /// Reads counts and pushes them to shards and the ingest thread.
     fn count(&mut self, now_ms: u64) {
-        let mut courses: HashSet<Arc<str>> =
-            self.members.keys().map(|(c, _)| Arc::clone(c)).collect();
-        courses.extend(self.extra.iter().cloned());
+        let mut courses: Vec<Arc<str>> = self.members.keys().cloned().collect();
+        courses.extend(
+            self.extra
+                .iter()
+                .filter(|c| !self.members.contains_key(&***c))
+                .cloned(),
+        );
         if courses.is_empty() {
             return;
         }
-        let courses: Vec<Arc<str>> = courses.into_iter().collect();
         let started = Instant::now();
         let counts = match self.store.count(&courses, now_ms) {
             Ok(c) => c,
