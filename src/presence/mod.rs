@@ -83,17 +83,25 @@ impl PresenceTiming {
 /// A (course, user) pair: a member of one course's presence set.
 type Member = (Arc<str>, Arc<str>);
 
+/// The most entries a set of waiting writes keeps room for once written: a
+/// storm's thousands of joins or leaves do not keep their peak table for
+/// the idle hours after it.
+const WAITING_KEPT: usize = 1024;
+
 /// The presence worker's state. Like a shard it reads no clock: every call
 /// takes `now_ms` (Unix ms, the clock of the scores), and
 /// [`Worker::poll_timeout`] says when [`Worker::handle_timeout`] is due.
 pub struct Worker<P: PresenceStore> {
     store: P,
     timing: PresenceTiming,
-    /// Node-wide connection-shard count per user, per course: shards each
+    /// Node-wide connection-shard count per (course, user): shards each
     /// report their own first/last, the node removes a member only when all
-    /// are gone. By course, so that a count or a re-score goes course by
-    /// course without gathering them first.
-    members: HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
+    /// are gone. One flat table: a table per course would hold hundreds of
+    /// small tables of every size, each in the allocator's pages of its size.
+    members: HashMap<Member, u32>,
+    /// Members per course, so that a count names the courses without going
+    /// over every member.
+    courses: HashMap<Arc<str>, u32>,
     inboxes: Vec<Arc<Inbox>>,
     ingest: Option<IngestTx>,
     metrics: Arc<Metrics>,
@@ -110,64 +118,72 @@ pub struct Worker<P: PresenceStore> {
     adds: HashSet<Member>,
     removes: HashSet<Member>,
     writes_due_ms: Option<u64>,
-    /// The members of one write, sorted by course (its capacity kept from
-    /// one write to the next).
-    batch: Vec<Member>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
 
 /// Counts one more connection-shard of `user` on `course`; true when it is
-/// the member's first (a new member). The strings are cloned only when new.
+/// the member's first (a new member, counted in its course). The strings are
+/// cloned only when new.
 fn join(
-    members: &mut HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
-    course: &Arc<str>,
-    user: &Arc<str>,
+    members: &mut HashMap<Member, u32>,
+    courses: &mut HashMap<Arc<str>, u32>,
+    key: &Member,
 ) -> bool {
-    if let Some(users) = members.get_mut(&**course) {
-        if let Some(n) = users.get_mut(&**user) {
-            *n += 1;
-            return false;
-        }
-        users.insert(Arc::clone(user), 1);
-        return true;
+    if let Some(n) = members.get_mut(key) {
+        *n += 1;
+        return false;
     }
-    let mut users = HashMap::default();
-    users.insert(Arc::clone(user), 1);
-    members.insert(Arc::clone(course), users);
+    members.insert(key.clone(), 1);
+    match courses.get_mut(&*key.0) {
+        Some(n) => *n += 1,
+        None => {
+            courses.insert(Arc::clone(&key.0), 1);
+        }
+    }
     true
 }
 
 /// Counts one connection-shard of `user` on `course` gone; true when it was
-/// the member's last (the member is gone). A leave never joined changes
-/// nothing.
+/// the member's last (the member is gone, and its course forgotten with its
+/// last member). A leave never joined changes nothing.
 fn leave(
-    members: &mut HashMap<Arc<str>, HashMap<Arc<str>, u32>>,
-    course: &str,
-    user: &str,
+    members: &mut HashMap<Member, u32>,
+    courses: &mut HashMap<Arc<str>, u32>,
+    key: &Member,
 ) -> bool {
-    let Some(users) = members.get_mut(course) else {
-        return false;
-    };
-    let Some(n) = users.get_mut(user) else {
+    let Some(n) = members.get_mut(key) else {
         return false;
     };
     *n = n.saturating_sub(1);
     if *n > 0 {
         return false;
     }
-    users.remove(user);
-    if users.is_empty() {
-        members.remove(course);
+    members.remove(key);
+    if let Some(c) = courses.get_mut(&*key.0) {
+        *c = c.saturating_sub(1);
+        if *c == 0 {
+            courses.remove(&*key.0);
+        }
     }
     true
 }
 
-/// Moves `set`'s members into `batch`, sorted: each course's users together.
-fn sorted_into(set: &mut HashSet<Member>, batch: &mut Vec<Member>) {
-    batch.clear();
-    batch.extend(set.drain());
-    batch.sort_unstable();
+/// `members` in course order: each course's users next to one another, as
+/// a store writes them (one command per course).
+fn by_course(mut members: Vec<Member>) -> Vec<Member> {
+    members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    members
+}
+
+/// Takes the members waiting in `set`, in course order, and lets the set
+/// give back a storm's table (see [`WAITING_KEPT`]).
+fn take_waiting(set: &mut HashSet<Member>) -> Vec<Member> {
+    let taken = by_course(set.drain().collect());
+    if set.capacity() > WAITING_KEPT {
+        set.shrink_to(WAITING_KEPT);
+    }
+    taken
 }
 
 impl<P: PresenceStore> Worker<P> {
@@ -186,6 +202,7 @@ impl<P: PresenceStore> Worker<P> {
             store,
             timing,
             members: HashMap::default(),
+            courses: HashMap::default(),
             inboxes,
             ingest,
             metrics,
@@ -196,7 +213,6 @@ impl<P: PresenceStore> Worker<P> {
             adds: HashSet::default(),
             removes: HashSet::default(),
             writes_due_ms: None,
-            batch: Vec::new(),
         }
     }
 
@@ -283,8 +299,8 @@ impl<P: PresenceStore> Worker<P> {
         match cmd {
             PresenceCmd::Join { course, user } => {
                 crate::failure::trip(&course);
-                if join(&mut self.members, &course, &user) {
-                    let key = (course, user);
+                let key = (course, user);
+                if join(&mut self.members, &mut self.courses, &key) {
                     if !self.unremoved.is_empty() {
                         self.unremoved.remove(&key);
                     }
@@ -294,8 +310,8 @@ impl<P: PresenceStore> Worker<P> {
                 }
             }
             PresenceCmd::Leave { course, user } => {
-                if leave(&mut self.members, &course, &user) {
-                    let key = (course, user);
+                let key = (course, user);
+                if leave(&mut self.members, &mut self.courses, &key) {
                     if self.adds.is_empty() || !self.adds.remove(&key) {
                         self.removes.insert(key);
                     }
@@ -319,10 +335,8 @@ impl<P: PresenceStore> Worker<P> {
         if self.adds.is_empty() {
             return;
         }
-        sorted_into(&mut self.adds, &mut self.batch);
-        let written = self.store.add(&self.batch, self.expiry(now_ms));
-        self.batch.clear();
-        if let Err(e) = written {
+        let adds = take_waiting(&mut self.adds);
+        if let Err(e) = self.store.add(&adds, self.expiry(now_ms)) {
             self.failed("add", e);
         }
     }
@@ -334,13 +348,12 @@ impl<P: PresenceStore> Worker<P> {
         if self.removes.is_empty() {
             return;
         }
-        sorted_into(&mut self.removes, &mut self.batch);
-        if let Err(e) = self.store.remove(&self.batch) {
+        let gone = take_waiting(&mut self.removes);
+        if let Err(e) = self.store.remove(&gone) {
             self.failed("remove", e);
             let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
-            self.unremoved.extend(self.batch.drain(..).take(room));
+            self.unremoved.extend(gone.into_iter().take(room));
         }
-        self.batch.clear();
     }
 
     /// Re-scores every member of this node, and removes again the members
@@ -351,34 +364,28 @@ impl<P: PresenceStore> Worker<P> {
         self.write_all(now_ms);
         let expiry = self.expiry(now_ms);
         if !self.members.is_empty() {
-            // Course by course, as the map holds them.
-            let members: Vec<Member> = self
-                .members
-                .iter()
-                .flat_map(|(c, users)| users.keys().map(|u| (Arc::clone(c), Arc::clone(u))))
-                .collect();
+            let members = by_course(self.members.keys().cloned().collect());
             if let Err(e) = self.store.refresh(&members, expiry) {
                 return self.failed("refresh", e);
             }
         }
         if !self.unremoved.is_empty() {
-            let mut gone: Vec<Member> = self.unremoved.iter().cloned().collect();
-            gone.sort_unstable();
+            let gone = by_course(self.unremoved.iter().cloned().collect());
             if let Err(e) = self.store.remove(&gone) {
                 return self.failed("remove", e);
             }
-            self.unremoved.clear();
+            self.unremoved = HashSet::default();
         }
         self.dirty = false;
     }
 
     /// Reads counts and pushes them to shards and the ingest thread.
     fn count(&mut self, now_ms: u64) {
-        let mut courses: Vec<Arc<str>> = self.members.keys().cloned().collect();
+        let mut courses: Vec<Arc<str>> = self.courses.keys().cloned().collect();
         courses.extend(
             self.extra
                 .iter()
-                .filter(|c| !self.members.contains_key(&***c))
+                .filter(|c| !self.courses.contains_key(&***c))
                 .cloned(),
         );
         if courses.is_empty() {
@@ -442,12 +449,24 @@ const BATCH_MAX: usize = 4096;
 /// every count writes the members waiting first.
 pub const GATHER_MS: u64 = 50;
 
+/// How long after its last batch of commands the worker hands the pages its
+/// writes freed back to the OS (see [`run`]).
+pub const COLLECT_AFTER_MS: u64 = 100;
+
 /// Runs the presence worker until `Shutdown`: commands as they come, and
 /// what is due whenever its time has come (a stream of commands cannot hold
-/// back the counts).
+/// back the counts). The pages freed by its writes go back to the OS
+/// [`COLLECT_AFTER_MS`] after the last batch of commands, and after each
+/// count or re-score outside a spell of commands: a write's commands come in
+/// as many sizes as the courses have new members, each size in pages of its
+/// own, which the allocator would otherwise keep for the thread's next
+/// allocation of that size, however long the node then stays idle.
 pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) {
+    let mut collect_at: Option<u64> = None;
     loop {
-        let wait = w.poll_timeout().saturating_sub(clock::unix_ms());
+        let due = w.poll_timeout();
+        let due = collect_at.map_or(due, |at| at.min(due));
+        let wait = due.saturating_sub(clock::unix_ms());
         match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
                 if !matches!(cmd, PresenceCmd::Shutdown) {
@@ -458,6 +477,7 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
                 if !w.commands(std::iter::once(cmd).chain(queued), clock::unix_ms()) {
                     return;
                 }
+                collect_at = Some(clock::unix_ms() + COLLECT_AFTER_MS);
             }
             Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
@@ -465,6 +485,12 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
         let now = clock::unix_ms();
         if now >= w.poll_timeout() {
             w.handle_timeout(now);
+            // Outside a spell of commands: at once, in this wake-up.
+            collect_at.get_or_insert(now);
+        }
+        if collect_at.is_some_and(|at| now >= at) {
+            collect_at = None;
+            crate::allocator::collect(true);
         }
     }
 }

@@ -605,3 +605,60 @@ fn a_failed_grouped_write_is_retried_grouped() {
     w.handle_timeout(T0 + 2 * TICK);
     assert_eq!(pipelines(&sent).len(), 1);
 }
+
+#[test]
+fn a_course_is_counted_while_it_has_members_and_forgotten_with_its_last() {
+    let mut r = rig();
+    r.join("C", "u1", T0);
+    r.join("C", "u2", T0);
+    r.join("D", "u3", T0);
+    r.w.handle_timeout(T0 + TICK);
+    let mut got = r.counts().pop().expect("a count");
+    got.sort();
+    assert_eq!(got, [("C".into(), 2), ("D".into(), 1)]);
+    // D's only member leaves, C keeps one of two: D is no longer counted.
+    r.leave("D", "u3", T0 + TICK + 1);
+    r.leave("C", "u1", T0 + TICK + 1);
+    r.w.handle_timeout(T0 + 2 * TICK);
+    assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+    // C's last leaves: nothing left to count, nothing asked of the store.
+    r.leave("C", "u2", T0 + 2 * TICK + 1);
+    r.log();
+    r.w.handle_timeout(T0 + 3 * TICK);
+    assert_eq!(r.log(), ["remove C u2"]);
+    assert!(r.counts().is_empty());
+}
+
+#[test]
+fn a_storm_s_waiting_writes_do_not_keep_their_peak_room() {
+    let mut r = rig();
+    let n = WAITING_KEPT * 8;
+    let users: Vec<String> = (0..n).map(|i| format!("u{i}")).collect();
+    let joins = users.iter().map(|u| PresenceCmd::Join {
+        course: "C".into(),
+        user: u.as_str().into(),
+    });
+    assert!(r.w.commands(joins, T0));
+    assert_eq!(r.log().len(), 1, "one write");
+    assert!(r.w.adds.is_empty());
+    assert!(
+        r.w.adds.capacity() <= WAITING_KEPT * 2,
+        "{} kept",
+        r.w.adds.capacity()
+    );
+    let leaves = users.iter().map(|u| PresenceCmd::Leave {
+        course: "C".into(),
+        user: u.as_str().into(),
+    });
+    assert!(r.w.commands(leaves, T0 + 1));
+    assert!(r.w.removes.len() == n, "the leaves wait out the window");
+    r.w.handle_timeout(T0 + 1 + LEAVE_WINDOW_MS);
+    assert_eq!(r.log().len(), 1, "one write");
+    assert!(r.w.removes.is_empty());
+    assert!(
+        r.w.removes.capacity() <= WAITING_KEPT * 2,
+        "{} kept",
+        r.w.removes.capacity()
+    );
+    assert!(r.w.members.is_empty() && r.w.courses.is_empty());
+}
