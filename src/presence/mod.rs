@@ -311,10 +311,10 @@ impl<P: PresenceStore> Worker<P> {
             }
             PresenceCmd::Leave { course, user } => {
                 let key = (course, user);
-                if leave(&mut self.members, &mut self.courses, &key) {
-                    if self.adds.is_empty() || !self.adds.remove(&key) {
-                        self.removes.insert(key);
-                    }
+                if leave(&mut self.members, &mut self.courses, &key)
+                    && (self.adds.is_empty() || !self.adds.remove(&key))
+                {
+                    self.removes.insert(key);
                 }
             }
             cmd => return self.command(cmd, now_ms),
