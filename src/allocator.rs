@@ -1,7 +1,7 @@
 //! The two calls into mimalloc (the global allocator; the crate links the whole
 //! library) that keep idle memory low: purge freed pages at once, and collect.
-//! The binary sets the purge at start; a shard's clock and the state reader
-//! collect.
+//! The binary sets the purge at start; a shard's clock, the state reader and
+//! the presence worker collect.
 
 use std::ffi::{c_int, c_long};
 // Links the library these symbols come from into every binary of the crate.

@@ -1,6 +1,6 @@
 //! The in-process presence store of `demo`: the same sorted-set semantics as Redis.
 
-use super::{PresenceStore, StoreResult};
+use super::{Members, PresenceStore, StoreResult};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -12,28 +12,25 @@ pub struct MemoryPresence {
 }
 
 impl PresenceStore for MemoryPresence {
-    fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
-        self.sets
-            .entry(course.to_owned())
-            .or_default()
-            .insert(user.to_owned(), expiry_ms);
-        Ok(())
-    }
-
-    fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
-        if let Some(s) = self.sets.get_mut(course) {
-            s.remove(user);
-            // As a Redis key with no member left: gone.
-            if s.is_empty() {
-                self.sets.remove(course);
-            }
+    fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
+        for (course, user) in members {
+            self.sets
+                .entry(course.to_string())
+                .or_default()
+                .insert(user.to_string(), expiry_ms);
         }
         Ok(())
     }
 
-    fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
-        for (c, u) in members {
-            self.add(c, u, expiry_ms)?;
+    fn remove(&mut self, members: &Members) -> StoreResult<()> {
+        for (course, user) in members {
+            if let Some(s) = self.sets.get_mut(&**course) {
+                s.remove(&**user);
+                // As a Redis key with no member left: gone.
+                if s.is_empty() {
+                    self.sets.remove(&**course);
+                }
+            }
         }
         Ok(())
     }
@@ -82,9 +79,9 @@ mod tests {
     #[test]
     fn a_course_with_no_member_left_is_gone() {
         let mut m = MemoryPresence::default();
-        m.add("A", "u1", 100).ok();
-        m.add("B", "u2", 100).ok();
-        m.remove("A", "u1").ok();
+        m.add(&[("A".into(), "u1".into()), ("B".into(), "u2".into())], 100)
+            .ok();
+        m.remove(&[("A".into(), "u1".into())]).ok();
         assert!(!m.sets.contains_key("A"));
         assert_eq!(m.count(&["B".into()], 100).ok(), Some(vec![0]));
         assert!(m.sets.is_empty(), "an expired course is gone");

@@ -13,8 +13,8 @@ use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use foldhash::{HashMap, HashSet};
 use shards::server_msg;
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,18 +36,23 @@ pub const LEAVE_WINDOW_MS: u64 = 20;
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// Members as the worker hands them to its store: (course, user) pairs, each
+/// course's users next to one another, so that a store writes each course's
+/// members in one command.
+pub type Members = [(Arc<str>, Arc<str>)];
+
 /// A presence store: sorted sets of user -> expiry (Unix ms) per course.
 pub trait PresenceStore: Send {
-    /// ZADD one member.
-    fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()>;
-    /// ZREM one member.
-    fn remove(&mut self, course: &str, user: &str) -> StoreResult<()>;
-    /// ZREM every listed member in one round trip.
-    fn remove_all(&mut self, members: &[(Arc<str>, Arc<str>)]) -> StoreResult<()> {
-        members.iter().try_for_each(|(c, u)| self.remove(c, u))
+    /// Adds new members at `expiry_ms`, in one round trip: one `ZADD` per
+    /// course for all its members, and its key's TTL renewed.
+    fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()>;
+    /// Re-scores every member of this node at `expiry_ms`, as
+    /// [`PresenceStore::add`] writes them (its keys' TTLs renewed too).
+    fn refresh(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
+        self.add(members, expiry_ms)
     }
-    /// Re-scores every listed member in one round trip.
-    fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()>;
+    /// Removes members in one round trip: one `ZREM` per course.
+    fn remove(&mut self, members: &Members) -> StoreResult<()>;
     /// Trims expired members and counts the rest, per course, in one round trip.
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>>;
     /// Total unexpired members and at most `limit` of their ids.
@@ -75,15 +80,28 @@ impl PresenceTiming {
     }
 }
 
+/// A (course, user) pair: a member of one course's presence set.
+type Member = (Arc<str>, Arc<str>);
+
+/// The most entries a set of waiting writes keeps room for once written: a
+/// storm's thousands of joins or leaves do not keep their peak table for
+/// the idle hours after it.
+const WAITING_KEPT: usize = 1024;
+
 /// The presence worker's state. Like a shard it reads no clock: every call
 /// takes `now_ms` (Unix ms, the clock of the scores), and
 /// [`Worker::poll_timeout`] says when [`Worker::handle_timeout`] is due.
 pub struct Worker<P: PresenceStore> {
     store: P,
     timing: PresenceTiming,
-    /// Node-wide connection-shard count per (course, user): shards each report
-    /// their own first/last, the node removes a member only when all are gone.
-    members: HashMap<(Arc<str>, Arc<str>), u32>,
+    /// Node-wide connection-shard count per (course, user): shards each
+    /// report their own first/last, the node removes a member only when all
+    /// are gone. One flat table: a table per course would hold hundreds of
+    /// small tables of every size, each in the allocator's pages of its size.
+    members: HashMap<Member, u32>,
+    /// Members per course, so that a count names the courses without going
+    /// over every member.
+    courses: HashMap<Arc<str>, u32>,
     inboxes: Vec<Arc<Inbox>>,
     ingest: Option<IngestTx>,
     metrics: Arc<Metrics>,
@@ -93,15 +111,79 @@ pub struct Worker<P: PresenceStore> {
     dirty: bool,
     /// Members who left while their removal failed (bounded by
     /// [`UNREMOVED_MAX`]): removed again with the next refresh.
-    unremoved: HashSet<(Arc<str>, Arc<str>)>,
+    unremoved: HashSet<Member>,
     /// New members not written yet (within one batch of commands), members
     /// gone whose removal is not written yet (never both for one member), and
     /// when the removals are written (see [`LEAVE_WINDOW_MS`]).
-    adds: HashSet<(Arc<str>, Arc<str>)>,
-    removes: HashSet<(Arc<str>, Arc<str>)>,
+    adds: HashSet<Member>,
+    removes: HashSet<Member>,
     writes_due_ms: Option<u64>,
     next_count_ms: u64,
     next_refresh_ms: u64,
+}
+
+/// Counts one more connection-shard of `user` on `course`; true when it is
+/// the member's first (a new member, counted in its course). The strings are
+/// cloned only when new.
+fn join(
+    members: &mut HashMap<Member, u32>,
+    courses: &mut HashMap<Arc<str>, u32>,
+    key: &Member,
+) -> bool {
+    if let Some(n) = members.get_mut(key) {
+        *n += 1;
+        return false;
+    }
+    members.insert(key.clone(), 1);
+    match courses.get_mut(&*key.0) {
+        Some(n) => *n += 1,
+        None => {
+            courses.insert(Arc::clone(&key.0), 1);
+        }
+    }
+    true
+}
+
+/// Counts one connection-shard of `user` on `course` gone; true when it was
+/// the member's last (the member is gone, and its course forgotten with its
+/// last member). A leave never joined changes nothing.
+fn leave(
+    members: &mut HashMap<Member, u32>,
+    courses: &mut HashMap<Arc<str>, u32>,
+    key: &Member,
+) -> bool {
+    let Some(n) = members.get_mut(key) else {
+        return false;
+    };
+    *n = n.saturating_sub(1);
+    if *n > 0 {
+        return false;
+    }
+    members.remove(key);
+    if let Some(c) = courses.get_mut(&*key.0) {
+        *c = c.saturating_sub(1);
+        if *c == 0 {
+            courses.remove(&*key.0);
+        }
+    }
+    true
+}
+
+/// `members` in course order: each course's users next to one another, as
+/// a store writes them (one command per course).
+fn by_course(mut members: Vec<Member>) -> Vec<Member> {
+    members.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    members
+}
+
+/// Takes the members waiting in `set`, in course order, and lets the set
+/// give back a storm's table (see [`WAITING_KEPT`]).
+fn take_waiting(set: &mut HashSet<Member>) -> Vec<Member> {
+    let taken = by_course(set.drain().collect());
+    if set.capacity() > WAITING_KEPT {
+        set.shrink_to(WAITING_KEPT);
+    }
+    taken
 }
 
 impl<P: PresenceStore> Worker<P> {
@@ -119,16 +201,17 @@ impl<P: PresenceStore> Worker<P> {
             next_refresh_ms: now_ms + timing.refresh_ms(),
             store,
             timing,
-            members: HashMap::new(),
+            members: HashMap::default(),
+            courses: HashMap::default(),
             inboxes,
             ingest,
             metrics,
             count_all: false,
             extra: Vec::new(),
             dirty: false,
-            unremoved: HashSet::new(),
-            adds: HashSet::new(),
-            removes: HashSet::new(),
+            unremoved: HashSet::default(),
+            adds: HashSet::default(),
+            removes: HashSet::default(),
             writes_due_ms: None,
         }
     }
@@ -217,25 +300,21 @@ impl<P: PresenceStore> Worker<P> {
             PresenceCmd::Join { course, user } => {
                 crate::failure::trip(&course);
                 let key = (course, user);
-                let n = self.members.entry(key.clone()).or_insert(0);
-                *n += 1;
-                if *n == 1 {
-                    self.unremoved.remove(&key);
-                    if !self.removes.remove(&key) {
+                if join(&mut self.members, &mut self.courses, &key) {
+                    if !self.unremoved.is_empty() {
+                        self.unremoved.remove(&key);
+                    }
+                    if self.removes.is_empty() || !self.removes.remove(&key) {
                         self.adds.insert(key);
                     }
                 }
             }
             PresenceCmd::Leave { course, user } => {
                 let key = (course, user);
-                if let Some(n) = self.members.get_mut(&key) {
-                    *n -= 1;
-                    if *n == 0 {
-                        self.members.remove(&key);
-                        if !self.adds.remove(&key) {
-                            self.removes.insert(key);
-                        }
-                    }
+                if leave(&mut self.members, &mut self.courses, &key)
+                    && (self.adds.is_empty() || !self.adds.remove(&key))
+                {
+                    self.removes.insert(key);
                 }
             }
             cmd => return self.command(cmd, now_ms),
@@ -243,41 +322,37 @@ impl<P: PresenceStore> Worker<P> {
         true
     }
 
-    /// Writes the members waiting: the new ones (one ZADD each) and the
-    /// removals (one ZREM each), pipelined.
+    /// Writes the members waiting: the new ones, then the removals, each
+    /// grouped by course.
     fn write_all(&mut self, now_ms: u64) {
         self.write_adds(now_ms);
         self.write_removes();
     }
 
-    /// Writes the new members waiting (one ZADD each, pipelined).
+    /// Writes the new members waiting in one round trip: one `ZADD` of all
+    /// its new members, and one `PEXPIRE`, per course.
     fn write_adds(&mut self, now_ms: u64) {
-        if !self.adds.is_empty() {
-            let adds: Vec<(Arc<str>, Arc<str>)> = self.adds.drain().collect();
-            let written = match adds.as_slice() {
-                [(course, user)] => self.store.add(course, user, self.expiry(now_ms)),
-                many => self.store.refresh(many, self.expiry(now_ms)),
-            };
-            if let Err(e) = written {
-                self.failed("add", e);
-            }
+        if self.adds.is_empty() {
+            return;
+        }
+        let adds = take_waiting(&mut self.adds);
+        if let Err(e) = self.store.add(&adds, self.expiry(now_ms)) {
+            self.failed("add", e);
         }
     }
 
-    /// Writes the removals waiting (one ZREM each, pipelined).
+    /// Writes the removals waiting in one round trip: one `ZREM` of all its
+    /// members gone per course. Those that failed wait for the next refresh.
     fn write_removes(&mut self) {
         self.writes_due_ms = None;
-        if !self.removes.is_empty() {
-            let gone: Vec<(Arc<str>, Arc<str>)> = self.removes.drain().collect();
-            let written = match gone.as_slice() {
-                [(course, user)] => self.store.remove(course, user),
-                many => self.store.remove_all(many),
-            };
-            if let Err(e) = written {
-                self.failed("remove", e);
-                let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
-                self.unremoved.extend(gone.into_iter().take(room));
-            }
+        if self.removes.is_empty() {
+            return;
+        }
+        let gone = take_waiting(&mut self.removes);
+        if let Err(e) = self.store.remove(&gone) {
+            self.failed("remove", e);
+            let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
+            self.unremoved.extend(gone.into_iter().take(room));
         }
     }
 
@@ -287,32 +362,35 @@ impl<P: PresenceStore> Worker<P> {
         // Every member is re-scored below, the waiting ones too.
         self.adds.clear();
         self.write_all(now_ms);
-        let members: Vec<(Arc<str>, Arc<str>)> = self.members.keys().cloned().collect();
         let expiry = self.expiry(now_ms);
-        if !members.is_empty() {
+        if !self.members.is_empty() {
+            let members = by_course(self.members.keys().cloned().collect());
             if let Err(e) = self.store.refresh(&members, expiry) {
                 return self.failed("refresh", e);
             }
         }
         if !self.unremoved.is_empty() {
-            let gone: Vec<(Arc<str>, Arc<str>)> = self.unremoved.iter().cloned().collect();
-            if let Err(e) = self.store.remove_all(&gone) {
+            let gone = by_course(self.unremoved.iter().cloned().collect());
+            if let Err(e) = self.store.remove(&gone) {
                 return self.failed("remove", e);
             }
-            self.unremoved.clear();
+            self.unremoved = HashSet::default();
         }
         self.dirty = false;
     }
 
     /// Reads counts and pushes them to shards and the ingest thread.
     fn count(&mut self, now_ms: u64) {
-        let mut courses: HashSet<Arc<str>> =
-            self.members.keys().map(|(c, _)| Arc::clone(c)).collect();
-        courses.extend(self.extra.iter().cloned());
+        let mut courses: Vec<Arc<str>> = self.courses.keys().cloned().collect();
+        courses.extend(
+            self.extra
+                .iter()
+                .filter(|c| !self.courses.contains_key(&***c))
+                .cloned(),
+        );
         if courses.is_empty() {
             return;
         }
-        let courses: Vec<Arc<str>> = courses.into_iter().collect();
         let started = Instant::now();
         let counts = match self.store.count(&courses, now_ms) {
             Ok(c) => c,
@@ -371,12 +449,24 @@ const BATCH_MAX: usize = 4096;
 /// every count writes the members waiting first.
 pub const GATHER_MS: u64 = 50;
 
+/// How long after its last batch of commands the worker hands the pages its
+/// writes freed back to the OS (see [`run`]).
+pub const COLLECT_AFTER_MS: u64 = 100;
+
 /// Runs the presence worker until `Shutdown`: commands as they come, and
 /// what is due whenever its time has come (a stream of commands cannot hold
-/// back the counts).
+/// back the counts). The pages freed by its writes go back to the OS
+/// [`COLLECT_AFTER_MS`] after the last batch of commands, and after each
+/// count or re-score outside a spell of commands: a write's commands come in
+/// as many sizes as the courses have new members, each size in pages of its
+/// own, which the allocator would otherwise keep for the thread's next
+/// allocation of that size, however long the node then stays idle.
 pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) {
+    let mut collect_at: Option<u64> = None;
     loop {
-        let wait = w.poll_timeout().saturating_sub(clock::unix_ms());
+        let due = w.poll_timeout();
+        let due = collect_at.map_or(due, |at| at.min(due));
+        let wait = due.saturating_sub(clock::unix_ms());
         match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
                 if !matches!(cmd, PresenceCmd::Shutdown) {
@@ -387,6 +477,7 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
                 if !w.commands(std::iter::once(cmd).chain(queued), clock::unix_ms()) {
                     return;
                 }
+                collect_at = Some(clock::unix_ms() + COLLECT_AFTER_MS);
             }
             Err(RecvTimeoutError::Disconnected) => return,
             Err(RecvTimeoutError::Timeout) => {}
@@ -394,6 +485,12 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
         let now = clock::unix_ms();
         if now >= w.poll_timeout() {
             w.handle_timeout(now);
+            // Outside a spell of commands: at once, in this wake-up.
+            collect_at.get_or_insert(now);
+        }
+        if collect_at.is_some_and(|at| now >= at) {
+            collect_at = None;
+            crate::allocator::collect(true);
         }
     }
 }

@@ -2,11 +2,13 @@
 //! of user -> expiry (Unix ms), through the shared command client (in a
 //! cluster each set lives on its own slot and pipelines go out per primary),
 //! whose every call is bounded by timeouts, so the presence worker never hangs.
-//! Every add and re-score also gives the key a TTL to its members' expiry
-//! (`PEXPIRE`), so a course's key is gone one presence TTL after the last
-//! node that held its viewers stopped refreshing it (a node killed).
+//! A write goes course by course: one `ZADD` of all its members (at most
+//! [`MEMBERS_PER_COMMAND`] a command), then one `PEXPIRE` giving the key a
+//! TTL to its members' expiry, so a course's key is gone one presence TTL
+//! after the last node that held its viewers stopped refreshing it (a node
+//! killed); removals are one `ZREM` per course.
 
-use super::{PresenceStore, StoreResult};
+use super::{Members, PresenceStore, StoreResult};
 use crate::redis::commands::Commands;
 use crate::redis::{Error, Redis};
 use redis::{Cmd, FromRedisValue};
@@ -36,10 +38,17 @@ impl PresenceLink for Commands {
     }
 }
 
+/// The most members one `ZADD` or `ZREM` names: a course's larger group
+/// goes in several commands of the same pipeline, so no one command holds
+/// Redis long.
+pub const MEMBERS_PER_COMMAND: usize = 1000;
+
 /// Presence in Redis sorted sets.
 pub struct RedisPresence<L: PresenceLink = Commands> {
     link: L,
     prefix: String,
+    /// The key being written (`<prefix><course>`), its capacity kept.
+    key: Vec<u8>,
 }
 
 impl RedisPresence {
@@ -55,96 +64,109 @@ impl<L: PresenceLink> RedisPresence<L> {
         RedisPresence {
             link,
             prefix: prefix.to_owned(),
+            key: Vec::new(),
         }
     }
 
-    /// `<prefix><course>`, built without the formatting machinery: every
-    /// command of a batch names its key.
-    fn key(&self, course: &str) -> String {
-        let mut key = String::with_capacity(self.prefix.len() + course.len());
-        key.push_str(&self.prefix);
-        key.push_str(course);
-        key
+    /// Sets `self.key` to `<prefix><course>` (no allocation once its
+    /// capacity has grown: every command of a write names a key).
+    fn set_key(&mut self, course: &str) {
+        self.key.clear();
+        self.key.extend_from_slice(self.prefix.as_bytes());
+        self.key.extend_from_slice(course.as_bytes());
     }
 
     /// The key TTL that lasts until `expiry_ms` (Unix ms), at least 1 ms.
     fn key_ttl_ms(&self, expiry_ms: u64) -> u64 {
         expiry_ms.saturating_sub(self.link.unix_ms()).max(1)
     }
+
+    /// `name key [score] member [score] member ...` for `members` of the
+    /// course whose key is `self.key`, the buffers sized once.
+    fn members_cmd(&self, name: &str, score: Option<&[u8]>, members: &Members) -> Cmd {
+        let per = score.map_or(0, <[u8]>::len);
+        let bytes: usize = members.iter().map(|(_, u)| u.len() + per).sum();
+        let args = 2 + members.len() * (1 + usize::from(score.is_some()));
+        let mut c = Cmd::with_capacity(args, name.len() + self.key.len() + bytes);
+        c.arg(name).arg(&self.key[..]);
+        for (_, user) in members {
+            if let Some(score) = score {
+                c.arg(score);
+            }
+            c.arg(user.as_bytes());
+        }
+        c
+    }
+
+    /// The commands that write `members` (each course's together): per course, its
+    /// members in `ZADD`s at `expiry_ms` and its key's TTL (`PEXPIRE`) when
+    /// `renew`; or its members in `ZREM`s when `expiry_ms` is `None`.
+    fn grouped(&mut self, members: &Members, expiry_ms: Option<u64>, renew: bool) -> Vec<Cmd> {
+        let score = expiry_ms.map(|e| e.to_string());
+        let ttl = expiry_ms.map(|e| self.key_ttl_ms(e));
+        let name = if score.is_some() { "ZADD" } else { "ZREM" };
+        let mut cmds = Vec::new();
+        for course in members.chunk_by(|a, b| a.0 == b.0) {
+            let Some((name_of_course, _)) = course.first() else {
+                continue;
+            };
+            self.set_key(name_of_course);
+            for part in course.chunks(MEMBERS_PER_COMMAND) {
+                cmds.push(self.members_cmd(name, score.as_deref().map(str::as_bytes), part));
+            }
+            if let (Some(ttl), true) = (ttl, renew) {
+                cmds.push(pexpire(&self.key, ttl));
+            }
+        }
+        cmds
+    }
 }
 
-fn pexpire(key: &str, ttl_ms: u64) -> Cmd {
-    let mut c = redis::cmd("PEXPIRE");
-    c.arg(key).arg(ttl_ms);
+fn pexpire(key: &[u8], ttl_ms: u64) -> Cmd {
+    let mut c = Cmd::with_capacity(3, "PEXPIRE".len() + key.len() + 20);
+    c.arg("PEXPIRE").arg(key).arg(ttl_ms);
     c
 }
 
-fn trim(key: &str, now_ms: u64) -> Cmd {
+fn trim(key: &[u8], now_ms: u64) -> Cmd {
     let mut c = redis::cmd("ZREMRANGEBYSCORE");
     c.arg(key).arg(0).arg(now_ms);
     c
 }
 
 impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
-    fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
-        let key = self.key(course);
-        let mut add = redis::cmd("ZADD");
-        add.arg(&key).arg(expiry_ms).arg(user);
-        Ok(self
-            .link
-            .pipeline::<()>(&[add, pexpire(&key, self.key_ttl_ms(expiry_ms))])?)
-    }
-
-    fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
-        let key = self.key(course);
-        Ok(self.link.query(redis::cmd("ZREM").arg(&key).arg(user))?)
-    }
-
-    fn remove_all(&mut self, members: &[(Arc<str>, Arc<str>)]) -> StoreResult<()> {
-        let cmds: Vec<Cmd> = members
-            .iter()
-            .map(|(course, user)| {
-                let mut c = redis::cmd("ZREM");
-                c.arg(self.key(course)).arg(&**user);
-                c
-            })
-            .collect();
-        if cmds.is_empty() {
+    fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
+        if members.is_empty() {
             return Ok(());
         }
+        let cmds = self.grouped(members, Some(expiry_ms), true);
         Ok(self.link.pipeline::<()>(&cmds)?)
     }
 
-    fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
-        let mut cmds: Vec<Cmd> = members
-            .iter()
-            .map(|(course, user)| {
-                let mut c = redis::cmd("ZADD");
-                c.arg(self.key(course)).arg(expiry_ms).arg(&**user);
-                c
-            })
-            .collect();
-        if cmds.is_empty() {
+    fn refresh(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
+        if members.is_empty() {
             return Ok(());
         }
-        // Each course's key once, after its members.
-        let ttl = self.key_ttl_ms(expiry_ms);
-        let mut courses: Vec<&str> = members.iter().map(|(c, _)| &**c).collect();
-        courses.sort_unstable();
-        courses.dedup();
-        if !crate::planted::active(crate::planted::Bug::RefreshWithoutTtl) {
-            cmds.extend(courses.into_iter().map(|c| pexpire(&self.key(c), ttl)));
+        let renew = !crate::planted::active(crate::planted::Bug::RefreshWithoutTtl);
+        let cmds = self.grouped(members, Some(expiry_ms), renew);
+        Ok(self.link.pipeline::<()>(&cmds)?)
+    }
+
+    fn remove(&mut self, members: &Members) -> StoreResult<()> {
+        if members.is_empty() {
+            return Ok(());
         }
+        let cmds = self.grouped(members, None, false);
         Ok(self.link.pipeline::<()>(&cmds)?)
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
         let mut cmds = Vec::with_capacity(courses.len() * 2);
         for course in courses {
-            let key = self.key(course);
-            cmds.push(trim(&key, now_ms));
+            self.set_key(course);
+            cmds.push(trim(&self.key, now_ms));
             let mut c = redis::cmd("ZCARD");
-            c.arg(&key);
+            c.arg(&self.key[..]);
             cmds.push(c);
         }
         if cmds.is_empty() {
@@ -160,13 +182,14 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         now_ms: u64,
         limit: usize,
     ) -> StoreResult<(u64, Vec<String>)> {
-        let key = self.key(course);
+        self.set_key(course);
         let mut card = redis::cmd("ZCARD");
-        card.arg(&key);
+        card.arg(&self.key[..]);
         let mut range = redis::cmd("ZRANGE");
-        range.arg(&key).arg(0).arg(limit.saturating_sub(1));
+        range.arg(&self.key[..]).arg(0).arg(limit.saturating_sub(1));
         let (_, total, ids): (u64, u64, Vec<String>) =
-            self.link.pipeline(&[trim(&key, now_ms), card, range])?;
+            self.link
+                .pipeline(&[trim(&self.key, now_ms), card, range])?;
         Ok((total, ids))
     }
 }
@@ -186,7 +209,9 @@ mod tests {
         };
         let redis = Redis::from_flags(&flags).expect("valid flags");
         let mut store = RedisPresence::new(&redis, "presence:");
-        let e = store.add("CS101", "u1", 1).expect_err("nothing listens");
+        let e = store
+            .add(&[("CS101".into(), "u1".into())], 1)
+            .expect_err("nothing listens");
         let text = e.to_string();
         assert!(text.starts_with("presence: connect: "), "{text}");
         assert!(text.contains("127.0.0.1:1"), "{text}");

@@ -20,24 +20,30 @@ fn down() -> StoreError {
 /// counts with the number of live members it was told about.
 struct Fake(Arc<Mutex<Calls>>, super::memory::MemoryPresence);
 
+/// `C u1, C u2, D u3`: members as the fake store logs them.
+fn listed(members: &Members) -> String {
+    let each: Vec<String> = members.iter().map(|(c, u)| format!("{c} {u}")).collect();
+    each.join(", ")
+}
+
 impl PresenceStore for Fake {
-    fn add(&mut self, course: &str, user: &str, expiry_ms: u64) -> StoreResult<()> {
+    fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
         let mut c = self.0.lock().unwrap();
-        c.log.push(format!("add {course} {user} {expiry_ms}"));
+        c.log.push(format!("add {} {expiry_ms}", listed(members)));
         if c.down {
             return Err(down());
         }
-        self.1.add(course, user, expiry_ms)
+        self.1.add(members, expiry_ms)
     }
-    fn remove(&mut self, course: &str, user: &str) -> StoreResult<()> {
+    fn remove(&mut self, members: &Members) -> StoreResult<()> {
         let mut c = self.0.lock().unwrap();
-        c.log.push(format!("remove {course} {user}"));
+        c.log.push(format!("remove {}", listed(members)));
         if c.down {
             return Err(down());
         }
-        self.1.remove(course, user)
+        self.1.remove(members)
     }
-    fn refresh(&mut self, members: &[(Arc<str>, Arc<str>)], expiry_ms: u64) -> StoreResult<()> {
+    fn refresh(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
         let mut c = self.0.lock().unwrap();
         c.log.push(format!("refresh {} {expiry_ms}", members.len()));
         if c.down {
@@ -179,7 +185,7 @@ fn members_who_come_and_go_together_share_one_write() {
         leave("F", "u4"),
     ];
     assert!(r.w.commands(batch, T0));
-    assert_eq!(r.log(), [format!("refresh 3 {}", T0 + TTL)]);
+    assert_eq!(r.log(), [format!("add C u1, D u2, E u3 {}", T0 + TTL)]);
     assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing waits");
     // Leaving (u1's last shard, u2) over the window, and one coming back
     // (u3, who left and returned inside it): two removals in one write.
@@ -189,9 +195,7 @@ fn members_who_come_and_go_together_share_one_write() {
     assert!(r.w.commands([join("E", "u3")], later + 10));
     assert!(r.log().is_empty(), "the window is still open");
     r.w.handle_timeout(later + LEAVE_WINDOW_MS);
-    let mut log = r.log();
-    log.sort();
-    assert_eq!(log, ["remove C u1", "remove D u2"]);
+    assert_eq!(r.log(), ["remove C u1, D u2"]);
 }
 
 #[test]
@@ -350,4 +354,311 @@ fn admins_get_every_known_course_counted_and_rosters_answered() {
     assert!(roster.contains(r#""total":1,"viewers":["u1"]"#), "{roster}");
     r.calls.lock().unwrap().down = true;
     assert!(ask(&mut r).contains(r#""code":"unavailable""#));
+}
+
+/// What the store of `serve` sends over its link: every pipeline (one round
+/// trip) as its commands' words, and whether the link fails.
+#[derive(Default)]
+struct Sent {
+    pipelines: Vec<Vec<String>>,
+    down: bool,
+    /// The link's clock (Unix ms), which the keys' TTLs are read from.
+    now: u64,
+}
+
+/// A link that records what [`super::redis::RedisPresence`] sends, answers
+/// every command `1` (a count of 1), and fails while down.
+struct Wire(Arc<Mutex<Sent>>);
+
+impl Wire {
+    fn send<T: ::redis::FromRedisValue>(
+        &mut self,
+        cmds: &[::redis::Cmd],
+    ) -> Result<T, crate::redis::Error> {
+        let mut s = self.0.lock().unwrap();
+        let words = |c: &::redis::Cmd| {
+            let w: Vec<String> = c
+                .args_iter()
+                .map(|a| match a {
+                    ::redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                    _ => "<cursor>".into(),
+                })
+                .collect();
+            w.join(" ")
+        };
+        s.pipelines.push(cmds.iter().map(words).collect());
+        if s.down {
+            return Err(crate::redis::Error::Backoff { what: "presence" });
+        }
+        let replies = vec![::redis::Value::Int(1); cmds.len()];
+        Ok(T::from_redis_value(::redis::Value::Array(replies)).expect("integer replies"))
+    }
+}
+
+impl super::redis::PresenceLink for Wire {
+    fn query<T: ::redis::FromRedisValue>(
+        &mut self,
+        cmd: &::redis::Cmd,
+    ) -> Result<T, crate::redis::Error> {
+        self.send(std::slice::from_ref(cmd))
+    }
+    fn pipeline<T: ::redis::FromRedisValue + 'static>(
+        &mut self,
+        cmds: &[::redis::Cmd],
+    ) -> Result<T, crate::redis::Error> {
+        self.send(cmds)
+    }
+    fn unix_ms(&self) -> u64 {
+        self.0.lock().unwrap().now
+    }
+}
+
+/// A worker over the Redis store (keys `p:<course>`) on a [`Wire`].
+fn wired() -> (Worker<super::redis::RedisPresence<Wire>>, Arc<Mutex<Sent>>) {
+    let sent = Arc::new(Mutex::new(Sent {
+        now: T0,
+        ..Sent::default()
+    }));
+    let store = super::redis::RedisPresence::on(Wire(Arc::clone(&sent)), "p:");
+    let timing = PresenceTiming {
+        tick_ms: TICK,
+        ttl_ms: TTL,
+    };
+    let metrics = Arc::new(crate::metrics::Metrics::new(1));
+    let w = Worker::new(store, timing, vec![Inbox::new()], None, metrics, T0);
+    (w, sent)
+}
+
+/// The pipelines sent since the last look, each command's members sorted
+/// (a re-score names them in its map's order): `ZADD p:C 9 u2 9 u1` reads
+/// `ZADD p:C 9 u1 9 u2`.
+fn pipelines(sent: &Mutex<Sent>) -> Vec<Vec<String>> {
+    let taken = std::mem::take(&mut sent.lock().unwrap().pipelines);
+    taken
+        .into_iter()
+        .map(|p| {
+            p.into_iter()
+                .map(|cmd| {
+                    let words: Vec<&str> = cmd.split(' ').collect();
+                    let (head, rest) = words.split_at(2.min(words.len()));
+                    let mut items: Vec<String> = match head.first() {
+                        Some(&"ZADD") => rest.chunks(2).map(|p| p.join(" ")).collect(),
+                        Some(&"ZREM") => rest.iter().map(|m| m.to_string()).collect(),
+                        _ => return cmd,
+                    };
+                    items.sort();
+                    format!("{} {}", head.join(" "), items.join(" "))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn join(c: &str, u: &str) -> PresenceCmd {
+    PresenceCmd::Join {
+        course: c.into(),
+        user: u.into(),
+    }
+}
+
+fn leave(c: &str, u: &str) -> PresenceCmd {
+    PresenceCmd::Leave {
+        course: c.into(),
+        user: u.into(),
+    }
+}
+
+#[test]
+fn a_batch_is_written_as_one_zadd_and_one_pexpire_per_course() {
+    let (mut w, sent) = wired();
+    let exp = T0 + TTL;
+    // Several courses, several members each; u1 from two shards is one
+    // member; u4 joins and leaves within the batch and is never written.
+    let batch = [
+        join("C", "u2"),
+        join("D", "u3"),
+        join("C", "u1"),
+        PresenceCmd::Batch(vec![join("C", "u1"), join("E", "u4"), join("D", "u5")]),
+        join("C", "u6"),
+        leave("E", "u4"),
+    ];
+    assert!(w.commands(batch, T0));
+    assert_eq!(
+        pipelines(&sent),
+        [vec![
+            format!("ZADD p:C {exp} u1 {exp} u2 {exp} u6"),
+            format!("PEXPIRE p:C {TTL}"),
+            format!("ZADD p:D {exp} u3 {exp} u5"),
+            format!("PEXPIRE p:D {TTL}"),
+        ]],
+        "one round trip, each course's key named twice"
+    );
+    // Leaving over the window: u1 from one shard (still a member), then its
+    // last; one ZREM per course, in one round trip once the window is out.
+    let later = T0 + 100;
+    assert!(w.commands([leave("C", "u1"), leave("D", "u3")], later));
+    assert!(w.commands([leave("C", "u1"), leave("C", "u6")], later + 5));
+    assert!(pipelines(&sent).is_empty(), "the window is still open");
+    w.handle_timeout(later + LEAVE_WINDOW_MS);
+    assert_eq!(
+        pipelines(&sent),
+        [vec![
+            "ZREM p:C u1 u6".to_string(),
+            "ZREM p:D u3".to_string()
+        ]]
+    );
+    // The re-score names every member left, per course, and each key's TTL.
+    sent.lock().unwrap().now = T0 + TTL / 2;
+    w.handle_timeout(T0 + TTL / 2);
+    let mut rescore = pipelines(&sent);
+    let count = rescore.pop().expect("the count");
+    assert_eq!(count.len(), 4, "{count:?}");
+    let mut rescore = rescore.pop().expect("the re-score");
+    rescore.sort();
+    let exp = T0 + TTL / 2 + TTL;
+    assert_eq!(
+        rescore,
+        [
+            format!("PEXPIRE p:C {TTL}"),
+            format!("PEXPIRE p:D {TTL}"),
+            format!("ZADD p:C {exp} u2"),
+            format!("ZADD p:D {exp} u5"),
+        ]
+    );
+}
+
+#[test]
+fn a_course_s_many_new_members_go_in_bounded_commands() {
+    let (mut w, sent) = wired();
+    let n = super::redis::MEMBERS_PER_COMMAND * 2 + 7;
+    let users: Vec<String> = (0..n).map(|i| format!("u{i:05}")).collect();
+    assert!(w.commands(users.iter().map(|u| join("C", u)), T0));
+    let sent = pipelines(&sent);
+    assert_eq!(sent.len(), 1, "one round trip");
+    let cmds = &sent[0];
+    assert_eq!(cmds.len(), 4, "three ZADDs, then the key's TTL");
+    let named: Vec<usize> = cmds[..3]
+        .iter()
+        .map(|c| (c.split(' ').count() - 2) / 2)
+        .collect();
+    assert_eq!(
+        named,
+        [
+            super::redis::MEMBERS_PER_COMMAND,
+            super::redis::MEMBERS_PER_COMMAND,
+            7
+        ]
+    );
+    assert!(cmds[..3].iter().all(|c| c.starts_with("ZADD p:C ")));
+    assert_eq!(cmds[3], format!("PEXPIRE p:C {TTL}"));
+    let mut all: Vec<&str> = cmds[..3]
+        .iter()
+        .flat_map(|c| c.split(' ').skip(2).skip(1).step_by(2))
+        .collect();
+    all.sort();
+    assert_eq!(all, users.iter().map(String::as_str).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_failed_grouped_write_is_retried_grouped() {
+    let (mut w, sent) = wired();
+    sent.lock().unwrap().down = true;
+    assert!(w.commands([join("C", "u1"), join("C", "u2"), join("D", "u3")], T0));
+    let exp = T0 + TTL;
+    assert_eq!(
+        pipelines(&sent),
+        [vec![
+            format!("ZADD p:C {exp} u1 {exp} u2"),
+            format!("PEXPIRE p:C {TTL}"),
+            format!("ZADD p:D {exp} u3"),
+            format!("PEXPIRE p:D {TTL}"),
+        ]],
+        "tried once"
+    );
+    // Two leave while the store is still down: their removal fails too.
+    assert!(w.commands([leave("C", "u1"), leave("D", "u3")], T0 + 10));
+    w.handle_timeout(T0 + 10 + LEAVE_WINDOW_MS);
+    assert_eq!(
+        pipelines(&sent),
+        [vec!["ZREM p:C u1".to_string(), "ZREM p:D u3".to_string()]]
+    );
+    let mut s = sent.lock().unwrap();
+    (s.down, s.now) = (false, T0 + TICK);
+    drop(s);
+    // The next tick writes again what failed, grouped: the member left
+    // re-scored with its key's TTL, the removals in one ZREM per course,
+    // then the count.
+    w.handle_timeout(T0 + TICK);
+    let exp = T0 + TICK + TTL;
+    assert_eq!(
+        pipelines(&sent),
+        [
+            vec![format!("ZADD p:C {exp} u2"), format!("PEXPIRE p:C {TTL}")],
+            vec!["ZREM p:C u1".to_string(), "ZREM p:D u3".to_string()],
+            vec![
+                format!("ZREMRANGEBYSCORE p:C 0 {}", T0 + TICK),
+                "ZCARD p:C".to_string()
+            ],
+        ]
+    );
+    // Repaired: the following tick only counts.
+    w.handle_timeout(T0 + 2 * TICK);
+    assert_eq!(pipelines(&sent).len(), 1);
+}
+
+#[test]
+fn a_course_is_counted_while_it_has_members_and_forgotten_with_its_last() {
+    let mut r = rig();
+    r.join("C", "u1", T0);
+    r.join("C", "u2", T0);
+    r.join("D", "u3", T0);
+    r.w.handle_timeout(T0 + TICK);
+    let mut got = r.counts().pop().expect("a count");
+    got.sort();
+    assert_eq!(got, [("C".into(), 2), ("D".into(), 1)]);
+    // D's only member leaves, C keeps one of two: D is no longer counted.
+    r.leave("D", "u3", T0 + TICK + 1);
+    r.leave("C", "u1", T0 + TICK + 1);
+    r.w.handle_timeout(T0 + 2 * TICK);
+    assert_eq!(r.counts(), [vec![("C".to_string(), 1)]]);
+    // C's last leaves: nothing left to count, nothing asked of the store.
+    r.leave("C", "u2", T0 + 2 * TICK + 1);
+    r.log();
+    r.w.handle_timeout(T0 + 3 * TICK);
+    assert_eq!(r.log(), ["remove C u2"]);
+    assert!(r.counts().is_empty());
+}
+
+#[test]
+fn a_storm_s_waiting_writes_do_not_keep_their_peak_room() {
+    let mut r = rig();
+    let n = WAITING_KEPT * 8;
+    let users: Vec<String> = (0..n).map(|i| format!("u{i}")).collect();
+    let joins = users.iter().map(|u| PresenceCmd::Join {
+        course: "C".into(),
+        user: u.as_str().into(),
+    });
+    assert!(r.w.commands(joins, T0));
+    assert_eq!(r.log().len(), 1, "one write");
+    assert!(r.w.adds.is_empty());
+    assert!(
+        r.w.adds.capacity() <= WAITING_KEPT * 2,
+        "{} kept",
+        r.w.adds.capacity()
+    );
+    let leaves = users.iter().map(|u| PresenceCmd::Leave {
+        course: "C".into(),
+        user: u.as_str().into(),
+    });
+    assert!(r.w.commands(leaves, T0 + 1));
+    assert!(r.w.removes.len() == n, "the leaves wait out the window");
+    r.w.handle_timeout(T0 + 1 + LEAVE_WINDOW_MS);
+    assert_eq!(r.log().len(), 1, "one write");
+    assert!(r.w.removes.is_empty());
+    assert!(
+        r.w.removes.capacity() <= WAITING_KEPT * 2,
+        "{} kept",
+        r.w.removes.capacity()
+    );
+    assert!(r.w.members.is_empty() && r.w.courses.is_empty());
 }
