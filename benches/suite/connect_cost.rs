@@ -30,6 +30,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The servers' presence tick (the default `--presence-tick-ms`).
+const PRESENCE_TICK_MS: u64 = 3_000;
+
 /// One way of connecting: its name, what serves it, and what its clients do.
 #[derive(Clone, Copy)]
 struct Way {
@@ -337,6 +340,11 @@ fn one_way(
         ..o.clone()
     };
     settle(pid);
+    // Each phase starts at a random point of the servers' presence tick
+    // (3 s by default): the count updates a phase's viewers get depend on
+    // how many ticks fall in it, and a fixed order of ways would otherwise
+    // line one build's phases up with its ticks the same way every round.
+    std::thread::sleep(Duration::from_millis(fastrand::u64(0..PRESENCE_TICK_MS)));
     let frames = || sb.map_or(0.0, |s| s.metric("seatboard_frames_sent_total"));
     let (frames0, th0) = (frames(), procs::cpu_by_thread(pid));
     let sw0: u64 = procs::wakeups(pid).values().sum();
