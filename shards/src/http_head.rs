@@ -280,16 +280,11 @@ impl RequestHead {
     }
 
     /// The courses named in the query (`?course=C&course=D…`, as `/sse` and
-    /// `/ws` take them), percent-decoded, each once, in order; unchecked (the
-    /// caller refuses a malformed code or too many its own way).
+    /// `/ws` take them), percent-decoded, in order, each as often as it is
+    /// named (a `/ws` upgrade takes each as a `watch`); unchecked (the caller
+    /// refuses a malformed code or too many its own way).
     pub fn query_courses(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for c in self.query_params("course") {
-            if !out.contains(&c) {
-                out.push(c);
-            }
-        }
-        out
+        self.query_params("course").collect()
     }
 
     /// The cookie `name`'s value.
@@ -446,12 +441,12 @@ mod tests {
     }
 
     #[test]
-    fn query_courses_are_decoded_once_each_in_order_unchecked() {
+    fn query_courses_are_decoded_in_order_as_named_unchecked() {
         let raw = b"GET /ws?token=t&course=CS101&course=MATH%2D1&coursex=Y&course=CS101&course=a+b HTTP/1.1\r\nHost: x\r\n\r\n";
         let Ok(Some((h, _))) = parse(raw) else {
             panic!("a valid head")
         };
-        assert_eq!(h.query_courses(), ["CS101", "MATH-1", "a b"]);
+        assert_eq!(h.query_courses(), ["CS101", "MATH-1", "CS101", "a b"]);
         assert_eq!(h.query_param("token").as_deref(), Some("t"));
         assert!(head("").query_courses().is_empty());
     }

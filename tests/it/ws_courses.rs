@@ -201,3 +201,43 @@ fn a_held_course_rides_in_the_same_write_as_the_101() {
     assert_eq!(at, n, "whole frames only");
     assert_eq!(types, ["hello", "frame", "presence"]);
 }
+
+#[test]
+fn a_course_named_twice_is_answered_twice_and_watched_once() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    // The one shard holds C0, so its board is there when the names are read.
+    let mut first = named(sb.port, "first", &["C0"]);
+    first.next_of_type("frame", T).expect("first board");
+    // C0 twice among 32 distinct courses: each name is a `watch`, and a second
+    // watch of a held, watched course re-answers with its board, taking no room.
+    let mut codes: Vec<String> = (0..32).map(|i| format!("C{i}")).collect();
+    codes.insert(1, "C0".into());
+    let refs: Vec<&str> = codes.iter().map(String::as_str).collect();
+    let mut ws = named(sb.port, "twice", &refs);
+    let mut answers: std::collections::BTreeMap<String, u32> = Default::default();
+    while answers.values().sum::<u32>() < 33 {
+        let m = ws
+            .next_json(T)
+            .unwrap_or_else(|| panic!("33 answers: {answers:?}"));
+        match m["type"].as_str() {
+            Some("frame") => {
+                assert_eq!(m["full"], true, "{m}");
+                let course = m["course"].as_str().unwrap_or("").to_string();
+                *answers.entry(course).or_default() += 1;
+            }
+            Some("presence") => {}
+            _ => panic!("unexpected message {m}"),
+        }
+    }
+    assert_eq!(answers.len(), 32, "{answers:?}");
+    assert_eq!(answers["C0"], 2, "C0's board twice");
+    assert!(
+        answers.iter().all(|(c, n)| c == "C0" || *n == 1),
+        "{answers:?}"
+    );
+    // The connection holds 32 courses: one more is past the cap.
+    ws.text(r#"{"op":"watch","course":"CS101"}"#);
+    let e = ws.next_of_type("error", T).expect("past the cap");
+    assert_eq!(e["code"], "too_many_courses", "{e}");
+    ws.assert_alive();
+}

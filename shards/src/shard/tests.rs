@@ -320,3 +320,40 @@ fn the_count_of_owed_full_frames_follows_heals_answers_and_unwatches() {
         "nothing changed and nothing owed: no render"
     );
 }
+
+/// The full frames of `course` among `id`'s queued messages.
+fn full_frames(shard: &mut Shard, id: ConnId, course: &str) -> usize {
+    let mut n = 0;
+    while let Some(f) = shard.poll_frame(id) {
+        let text = String::from_utf8_lossy(&f).into_owned();
+        if text.contains("\"full\":true") && text.contains(&format!("\"course\":\"{course}\"")) {
+            n += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn a_course_named_twice_in_the_upgrade_is_two_watches_of_one_course() {
+    let mut shard = Shard::new(ShardConfig::default());
+    // Held here: each name is answered with the board, as a second watch is.
+    let holder = shard.connect("h", Role::Student, WsOptions::VIEWER, 0);
+    shard.watch_named(holder, &["C".into()], 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.watch_named(id, &["C".into(), "C".into()], 0);
+    assert_eq!(full_frames(&mut shard, id, "C"), 2);
+    assert_eq!(shard.courses.get("C").map(|c| c.viewers.len()), Some(2));
+    // Not held yet: the second name, like a second watch before the seed,
+    // is answered by the one answer the seed brings.
+    let late = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.watch_named(late, &["D".into(), "D".into()], 0);
+    assert_eq!(
+        full_frames(&mut shard, late, "D"),
+        0,
+        "nothing before the seed"
+    );
+    shard.handle_seed("D", &[snap(1, 3, None)], 0);
+    assert_eq!(full_frames(&mut shard, late, "D"), 1);
+    assert_eq!(shard.courses.get("D").map(|c| c.viewers.len()), Some(1));
+}

@@ -14,7 +14,12 @@ use shards::snapshot::valid_course;
 /// The courses of `?course=C&course=D…` (duplicates once), or `None` when one
 /// is malformed, none is given, or more than [`MAX_COURSES_PER_CONN`] are.
 fn courses(head: &RequestHead) -> Option<Vec<String>> {
-    let out = head.query_courses();
+    let mut out: Vec<String> = Vec::new();
+    for c in head.query_courses() {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
     let valid = out.iter().all(|c| valid_course(c));
     (valid && !out.is_empty() && out.len() <= MAX_COURSES_PER_CONN).then_some(out)
 }
