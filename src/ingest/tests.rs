@@ -860,6 +860,16 @@ impl Rig {
         self.ingest.event(ev, T0, T0);
         self.tally_holds();
     }
+
+    /// `course` confirmed and its read answered: nothing is left unread and
+    /// no retry timer is on.
+    fn confirm_and_read_all(&mut self, course: &str) {
+        self.confirm(course);
+        self.turn();
+        self.tally_holds();
+        assert!(!self.ingest.has_unloaded());
+        assert_eq!(self.ingest.poll_timeout(), None);
+    }
 }
 
 #[test]
@@ -897,11 +907,7 @@ fn an_unread_course_is_counted_across_confirmation_failure_reconnect_and_interes
     r.tally_holds();
     assert!(r.ingest.has_unloaded(), "B is still unread");
     // B confirmed and read: nothing unread, no timer left.
-    r.confirm("B");
-    r.turn();
-    r.tally_holds();
-    assert!(!r.ingest.has_unloaded());
-    assert_eq!(r.ingest.poll_timeout(), None);
+    r.confirm_and_read_all("B");
     // A reconnect: B is unread until confirmed again, then read.
     r.world.lock().unwrap().confirmed.clear();
     r.ingest.event(SourceEvent::Reconnected, T0 + 1, T0 + 1);
@@ -909,10 +915,7 @@ fn an_unread_course_is_counted_across_confirmation_failure_reconnect_and_interes
     assert!(r.ingest.has_unloaded());
     r.turn();
     assert!(r.ingest.has_unloaded(), "not confirmed yet: nothing asked");
-    r.confirm("B");
-    r.turn();
-    r.tally_holds();
-    assert!(!r.ingest.has_unloaded());
+    r.confirm_and_read_all("B");
     // An unread course whose last viewer leaves takes its count with it.
     r.interest_only(0, "C", true);
     assert!(r.ingest.has_unloaded());
