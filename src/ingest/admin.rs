@@ -1,8 +1,10 @@
 //! The node's admin aggregate (contract §5, Admin), built once per node while
 //! an admin is connected: which courses it covers (every state hash, found when
 //! the firehose turns on and rescanned every 5 s, plus every course a snapshot
-//! named), and each tick's messages: the full aggregate, kept by shards for
-//! newcomers, and the delta of entries that changed since the last message.
+//! named; a course whose hash a rescan no longer finds, unwatched and not
+//! named since, leaves it), and each tick's messages: the full aggregate, kept
+//! by shards for newcomers, and the delta of entries that changed since the
+//! last message (the full aggregate again when a course left).
 
 use super::{Board, Ingest};
 use crate::channels::Control;
@@ -121,6 +123,13 @@ impl<S: Source> Ingest<S> {
                 b.shown = Some(now);
                 changed.push((Arc::clone(name), now));
             }
+        }
+        if std::mem::take(&mut self.admin_shrunk) {
+            let full = self.admin_full();
+            return Some(AdminMsg {
+                full: full.clone(),
+                delta: Some(full),
+            });
         }
         if changed.is_empty() {
             return None;

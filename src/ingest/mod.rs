@@ -66,6 +66,9 @@ struct Board {
     /// Its state hash has been read (a viewer's read or a discovery): a
     /// discovery cut short by a failed read leaves the rest to the next one.
     state_read: bool,
+    /// The discovery count ([`Ingest::scans`]) when a live snapshot last
+    /// named it: one named after a scan was asked is not gone from it.
+    named_in_scan: u64,
     /// Its admin entry as last sent (while the firehose is on).
     shown: Option<admin::Shown>,
 }
@@ -122,6 +125,11 @@ pub struct Ingest<S: Source> {
     seed_deadlines: VecDeque<(u64, Arc<str>)>,
     /// A discovery is asked of the state reader and not answered yet.
     discovering: bool,
+    /// Discoveries asked so far.
+    scans: u64,
+    /// A course left the admin view: the next admin message is the full
+    /// aggregate for every feed (a delta cannot take an entry away).
+    admin_shrunk: bool,
     /// Admin shards waiting for the discovery to answer them.
     admin_waiting: u128,
     /// Start (ms) of the current reject-log second, and rejects logged in it.
@@ -160,6 +168,8 @@ impl<S: Source> Ingest<S> {
             reads: Vec::new(),
             seed_deadlines: VecDeque::new(),
             discovering: false,
+            scans: 0,
+            admin_shrunk: false,
             admin_waiting: 0,
             reject_log: (now_ms, 0),
             admin_tick_ms,
@@ -366,6 +376,7 @@ impl<S: Source> Ingest<S> {
         }
         if live {
             board.updates += 1;
+            board.named_in_scan = self.scans;
             if matches!(board.watch.load(), Load::Reading(_)) && !board.live.contains(&snap.section)
             {
                 board.live.push(snap.section);

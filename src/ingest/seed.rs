@@ -268,6 +268,7 @@ impl<S: Source> Ingest<S> {
             .map(|(c, _)| Arc::clone(c))
             .collect();
         self.discovering = self.reader.send(ReadRequest::Discover { have }).is_ok();
+        self.scans += u64::from(self.discovering);
     }
 
     /// The discovery's answer: boards for every course found, their state
@@ -278,6 +279,7 @@ impl<S: Source> Ingest<S> {
             for c in &d.courses {
                 self.boards.entry(Arc::from(c.as_str())).or_default().named = true;
             }
+            self.forget_gone(&d.courses);
             // Not taken as a course's read: a viewer who comes for one of
             // them has it read once its subscription is confirmed.
             for (course, payloads) in d.states {
@@ -290,6 +292,31 @@ impl<S: Source> Ingest<S> {
             let i = waiting.trailing_zeros() as usize;
             waiting &= waiting - 1;
             self.admin_answer(i);
+        }
+    }
+
+    /// Courses whose state hash the scan no longer found (deleted, as a
+    /// rehearsal's are, or expired), that nobody watches and no live snapshot
+    /// named since the scan was asked: gone from the admin view.
+    fn forget_gone(&mut self, found: &[String]) {
+        let found: HashSet<&str> = found.iter().map(String::as_str).collect();
+        let scans = self.scans;
+        let gone: Vec<Arc<str>> = self
+            .boards
+            .iter()
+            .filter(|(c, b)| {
+                b.named
+                    && b.watch.shards() == 0
+                    && b.named_in_scan < scans
+                    && !found.contains(&***c)
+            })
+            .map(|(c, _)| Arc::clone(c))
+            .collect();
+        for c in gone {
+            if let Some(b) = self.boards.remove(&c) {
+                self.admin_shrunk |= b.shown.is_some();
+            }
+            self.viewers.remove(&c);
         }
     }
 

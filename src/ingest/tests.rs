@@ -1008,3 +1008,68 @@ fn shards_waiting_for_one_read_each_get_the_whole_board() {
         );
     }
 }
+
+#[test]
+fn a_course_whose_state_hash_is_gone_leaves_the_admin_view_at_the_next_rescan() {
+    let mut r = rig(2);
+    for c in ["A", "B", "C", "D"] {
+        r.hash(c, vec![payload(c, 1, 2, 1)]);
+    }
+    r.admin(1, true);
+    assert_eq!(courses_of(&one_admin(&r, 1).full), ["A", "B", "C", "D"]);
+    // A viewer on shard 0 watches C.
+    r.interest(0, "C", true);
+    r.control(0);
+    // B, C and D are deleted from Redis (a rehearsal cleaned up); D is
+    // published again after the rescan is asked, before it answers.
+    {
+        let mut w = r.world.lock().unwrap();
+        for c in ["B", "C", "D"] {
+            w.hashes.remove(c);
+        }
+    }
+    let later = T0 + super::admin::RESCAN_MS;
+    r.ingest.handle_timeout(later);
+    let rescan = r.asked();
+    assert!(matches!(&rescan[..], [ReadRequest::Discover { .. }]));
+    r.ingest.event(message("D", 1, 5, 2), later, later);
+    for req in rescan {
+        r.answer(req);
+    }
+    // B alone is gone: C is watched, D was named after the scan was asked.
+    let mut known: Vec<String> = r
+        .ingest
+        .known_courses()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    known.sort();
+    assert_eq!(known, ["A", "C", "D"]);
+    // Every admin feed gets the whole aggregate without B: a delta could not
+    // take an entry away.
+    r.ingest.handle_timeout(later + ADMIN_TICK);
+    let msg = one_admin(&r, 1);
+    let delta = msg.delta.expect("a message for the feeds");
+    assert_eq!(admin_json(&delta)["full"], true);
+    assert_eq!(courses_of(&delta), ["A", "C", "D"]);
+    assert_eq!(courses_of(&msg.full), ["A", "C", "D"]);
+    // Then deltas again, and only while something changed.
+    r.ingest.event(message("A", 1, 3, 2), later + 1, later + 1);
+    r.ingest.handle_timeout(later + 2 * ADMIN_TICK);
+    let delta = one_admin(&r, 1).delta.expect("a delta");
+    assert_eq!(admin_json(&delta)["full"], false);
+    assert_eq!(
+        courses_of(&delta),
+        ["A", "D"],
+        "A changed, D's rate fell to 0"
+    );
+    // A failed scan forgets nothing.
+    r.world.lock().unwrap().hashes.clear();
+    r.ingest.handle_timeout(later + super::admin::RESCAN_MS);
+    let rescan = r.asked();
+    assert!(matches!(&rescan[..], [ReadRequest::Discover { .. }]));
+    assert!(r
+        .ingest
+        .command(IngestCmd::Discovered(None), later + super::admin::RESCAN_MS));
+    assert_eq!(r.ingest.known_courses().len(), 3);
+}

@@ -332,3 +332,48 @@ fn a_storm_on_one_course_wakes_its_shard_per_token_not_per_batch() {
     let hot = read_until(&mut ws, T, |m| m["course"] == "HOT1").expect("hot frames flow");
     assert_eq!(hot["type"], "frame");
 }
+
+/// The courses of an admin message.
+fn admin_courses(m: &serde_json::Value) -> Vec<String> {
+    m["courses"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c["course"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_course_whose_state_hash_is_deleted_leaves_a_connected_admin_s_view() {
+    let redis = RedisServer::start();
+    for c in ["KEEP1", "GONE1"] {
+        redis.cli(&[
+            "HSET",
+            &format!("seatstate:{c}"),
+            "1",
+            &payload(c, 1, 30, 2, 4),
+        ]);
+    }
+    let sb = serve(&redis, &["--admin-tick-ms", "300"]);
+    let mut admin = ws_connect(sb.port, "/ws/admin?user=a&role=admin").expect("admin");
+    next_json(&mut admin).expect("hello");
+    let first = next_of_type(&mut admin, "admin", T).expect("first admin message");
+    assert_eq!(first["full"], true);
+    assert_eq!(admin_courses(&first), ["GONE1", "KEEP1"]);
+    // A rehearsal's cleanup deletes its hashes: at the next rescan (every
+    // 5 s) the course leaves the view, in a whole aggregate for the feed that
+    // holds one already.
+    redis.cli(&["DEL", "seatstate:GONE1"]);
+    let gone = read_until(&mut admin, Duration::from_secs(15), |m| {
+        m["type"] == "admin" && m["full"] == true
+    })
+    .expect("a full aggregate without the deleted course");
+    assert_eq!(admin_courses(&gone), ["KEEP1"]);
+    // A newcomer's first message does not show it either.
+    let mut late = ws_connect(sb.port, "/ws/admin?user=b&role=admin").expect("admin");
+    next_json(&mut late).expect("hello");
+    let first = next_of_type(&mut late, "admin", T).expect("first admin message");
+    assert_eq!(admin_courses(&first), ["KEEP1"]);
+}

@@ -18,8 +18,10 @@ pub const ADMIN_QUEUE_BYTES: usize = 4 * 1024 * 1024;
 pub struct AdminMsg {
     /// `full:true`: every course the node knows, as of this message.
     pub full: Bytes,
-    /// `full:false`: the courses whose entry changed since the previous
-    /// message; `None` when nothing changed (a full sent for a newcomer only).
+    /// For the feeds that had the previous message: `full:false` with the
+    /// courses whose entry changed since, or the full aggregate when a course
+    /// left the view (a delta cannot take an entry away); `None` when nothing
+    /// changed (a full sent for a newcomer only).
     pub delta: Option<Bytes>,
 }
 
