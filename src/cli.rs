@@ -74,25 +74,25 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
     pub presence_prefix: String,
     /// Viewers to connect.
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    #[arg(long, env = "SEATBOARD_REHEARSE_VIEWERS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub viewers: u32,
     /// New viewers per second while ramping.
-    #[arg(long, default_value_t = 500.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_CONNECT_RATE", default_value_t = 500.0, value_parser = positive_f64)]
     pub connect_rate: f64,
     /// Share of viewers on /sse instead of WebSocket (0..1).
-    #[arg(long, default_value_t = 0.0, value_parser = share)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_SSE_SHARE", default_value_t = 0.0, value_parser = share)]
     pub sse_share: f64,
     /// Rehearsal courses.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(long, env = "SEATBOARD_REHEARSE_COURSES", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub courses: u32,
     /// Zipf skew of viewers and publishes over the courses.
-    #[arg(long, default_value_t = 1.1, value_parser = non_negative_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_HOT_SKEW", default_value_t = 1.1, value_parser = non_negative_f64)]
     pub hot_skew: f64,
     /// Snapshots per second published through Redis after the ramp.
-    #[arg(long, default_value_t = 2000.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_PUBLISH_RATE", default_value_t = 2000.0, value_parser = positive_f64)]
     pub publish_rate: f64,
     /// Seconds of publishing after the ramp.
-    #[arg(long, default_value_t = 60.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_DURATION", default_value_t = 60.0, value_parser = positive_f64)]
     pub duration: f64,
     /// Course code prefix of the rehearsal's courses.
     #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
@@ -101,30 +101,30 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: Option<String>,
     /// Tokens, one per line, used in turn.
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_TOKEN_FILE")]
     pub token_file: Option<std::path::PathBuf>,
     /// Local addresses to spread viewers over (comma-separated).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "SEATBOARD_REHEARSE_SOURCE_ADDRS", value_delimiter = ',')]
     pub source_addrs: Vec<std::net::IpAddr>,
     /// Nodes whose `/metrics` to watch over the run (CPU, RSS, Redis), as
     /// http:// URLs (comma-separated; default: what answers at --target).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, env = "SEATBOARD_REHEARSE_NODES", value_delimiter = ',')]
     pub nodes: Vec<String>,
     /// Target: publish-to-screen p99 in ms.
-    #[arg(long, default_value_t = 1000.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_P99_MS", default_value_t = 1000.0, value_parser = positive_f64)]
     pub p99_ms: f64,
     /// Target: share of refused upgrades (0..1).
-    #[arg(long, default_value_t = 0.01, value_parser = share)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_MAX_REFUSED", default_value_t = 0.01, value_parser = share)]
     pub max_refused: f64,
     /// Viewers one process holds at most (default: its open-file limit less
     /// a reserve); past it, viewers run in child processes.
-    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, env = "SEATBOARD_REHEARSE_VIEWERS_PER_PROCESS", hide = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub viewers_per_process: Option<u32>,
     /// The figures as JSON.
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_JSON")]
     pub json: Option<std::path::PathBuf>,
     /// A self-contained HTML report.
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_REPORT")]
     pub report: Option<std::path::PathBuf>,
 }
 
@@ -225,22 +225,22 @@ pub struct HubArgs {
 #[derive(Args, Debug, Clone)]
 pub struct PublishArgs {
     /// Course code (1-64 of [A-Za-z0-9_.-]).
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_PUBLISH_COURSE")]
     pub course: String,
     /// Section id.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
+    #[arg(long, env = "SEATBOARD_PUBLISH_SECTION", value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
     pub section: u32,
     /// Seats in the section.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
+    #[arg(long, env = "SEATBOARD_PUBLISH_TOTAL", value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
     pub total: u32,
     /// Seats taken.
-    #[arg(long, value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
+    #[arg(long, env = "SEATBOARD_PUBLISH_TAKEN", value_parser = clap::value_parser!(u32).range(0..=2_147_483_647))]
     pub taken: u32,
     /// Snapshot version, 0..2^53 (omitted: no version, the snapshot replaces whatever is held).
-    #[arg(long, allow_negative_numbers = true, value_parser = version)]
+    #[arg(long, env = "SEATBOARD_PUBLISH_VERSION", allow_negative_numbers = true, value_parser = version)]
     pub version: Option<u64>,
     /// Extra section data, a JSON object passed through untouched.
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_PUBLISH_SEAT_INFO")]
     pub seat_info: Option<String>,
     /// Redis and prefixes.
     #[command(flatten)]
@@ -284,16 +284,16 @@ pub struct RelayArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SimulateArgs {
     /// Snapshots per second.
-    #[arg(long, default_value_t = 100.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_SIMULATE_RATE", default_value_t = 100.0, value_parser = positive_f64)]
     pub rate: f64,
     /// Number of courses (COURSE0000, COURSE0001, ...).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, env = "SEATBOARD_SIMULATE_COURSES", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub courses: u32,
     /// How long to run, in seconds.
-    #[arg(long, default_value_t = 60.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_SIMULATE_DURATION", default_value_t = 60.0, value_parser = positive_f64)]
     pub duration: f64,
     /// Zipf exponent of course popularity.
-    #[arg(long, default_value_t = 1.1, value_parser = non_negative_f64)]
+    #[arg(long, env = "SEATBOARD_SIMULATE_HOT_SKEW", default_value_t = 1.1, value_parser = non_negative_f64)]
     pub hot_skew: f64,
     /// Redis and prefixes.
     #[command(flatten)]
@@ -387,10 +387,10 @@ pub enum AnalyticsCommand {
 #[derive(Args, Debug, Clone)]
 pub struct ReportArgs {
     /// CSV instead of a table.
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_ANALYTICS_REPORT_CSV")]
     pub csv: bool,
     /// Only the last N entries (0: all).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, env = "SEATBOARD_ANALYTICS_REPORT_LAST", default_value_t = 0)]
     pub last: usize,
 }
 
@@ -407,13 +407,18 @@ pub enum TokenRole {
 #[derive(Args, Debug, Clone)]
 pub struct TokenArgs {
     /// User id (`sub`).
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_TOKEN_USER")]
     pub user: String,
     /// Role claim.
-    #[arg(long, value_enum, default_value = "student")]
+    #[arg(
+        long,
+        env = "SEATBOARD_TOKEN_ROLE",
+        value_enum,
+        default_value = "student"
+    )]
     pub role: TokenRole,
     /// Lifetime: seconds, or a number with s, m, h or d (`90s`, `30m`, `1h`, `7d`).
-    #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+    #[arg(long, env = "SEATBOARD_TOKEN_TTL", default_value = "1h", value_parser = parse_ttl)]
     pub ttl: u64,
     /// HS256 secret, at least 32 bytes (the one `serve` verifies with).
     #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]

@@ -46,7 +46,7 @@ pub struct ReconcileArgs {
     )]
     pub metrics: String,
     /// One full check, differences printed on stdout, nothing written; exit 0 (agree), 1 (differ), 3 (cannot read).
-    #[arg(long)]
+    #[arg(long, env = "SEATBOARD_RECONCILE_CHECK")]
     pub check: bool,
     /// Redis and prefixes, as for `serve`.
     #[command(flatten)]

@@ -24,6 +24,7 @@ mod conformance;
 mod demo_board;
 mod docs_links;
 mod drain;
+mod env_twins;
 mod environments;
 mod fleet;
 mod front_door;
