@@ -59,6 +59,14 @@ pub fn sum<'a>(
     all.into_iter().map(field).sum()
 }
 
+/// The largest value of one counter over several loops' counters (0 for none).
+pub fn max<'a>(
+    all: impl IntoIterator<Item = &'a Counters>,
+    field: impl Fn(&Counters) -> u64,
+) -> u64 {
+    all.into_iter().map(field).max().unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,6 +84,12 @@ mod tests {
         };
         assert_eq!(sum([&a, &b], |c| c.open), 7);
         assert_eq!(sum([&a, &b], |c| c.tick_ms), 200);
+        let c = Counters {
+            tick_ms: 200,
+            ..Counters::default()
+        };
+        assert_eq!(max([&a, &b, &c], |c| c.tick_ms), 200, "one tick, not two");
+        assert_eq!(max([], |c: &Counters| c.tick_ms), 0);
         let back: Counters = serde_json::from_str(r#"{"open":2}"#).expect("partial counters");
         assert_eq!(back.open, 2);
         let json = serde_json::to_value(&a).expect("json");

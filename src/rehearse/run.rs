@@ -348,7 +348,8 @@ pub fn run(args: RehearseArgs) -> ExitCode {
     let mut workers = Workers::start(&cfg, sse, per_process);
     let (series, feed) = drive(&args, &mut workers, &publisher, &stop, &names);
     publisher.flush(Duration::from_secs(5));
-    let tick = workers.sum(|c| c.tick_ms).max(200);
+    // The nodes' tick, as their `hello` named it (the longest one seen).
+    let tick = workers.max(|c| c.tick_ms).max(200);
     let settle = Instant::now() + Duration::from_millis(2 * tick);
     while Instant::now() < settle {
         workers.poll();

@@ -183,6 +183,11 @@ impl Workers {
         loadgen::counters::sum(&self.counters, field)
     }
 
+    /// The largest value of one counter over the loops' latest progress.
+    pub fn max(&self, field: impl Fn(&Counters) -> u64) -> u64 {
+        loadgen::counters::max(&self.counters, field)
+    }
+
     /// Every loop's report (they say goodbye to their viewers after it); a
     /// loop that sent none within 10 s has the default (empty) one.
     pub fn reports(mut self) -> Vec<Report> {
