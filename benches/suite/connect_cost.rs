@@ -356,9 +356,13 @@ fn one_way(
     let (frames0, th0) = (frames(), procs::cpu_by_thread(pid));
     let sw0: u64 = procs::wakeups(pid).values().sum();
     let before = procs::usage(pid);
+    let profiled = way.named && way.target == Target::Seatboard;
+    let perf = |cmd: &str| perf_ctl(o.perf_ctl.as_deref().filter(|_| profiled), cmd);
+    perf("enable");
     let mut f: Fleet = fleet(&po, port, courses, o.skew, false, 600.0);
     let answered = way.watch && way.target != Target::Uws;
     let ok = wait_answered(&mut f, o.clients as u64, answered, Duration::from_secs(120));
+    perf("disable");
     let after = procs::usage(pid);
     let sw1: u64 = procs::wakeups(pid).values().sum();
     let (th1, frames1) = (procs::cpu_by_thread(pid), frames());
@@ -381,4 +385,17 @@ fn one_way(
         after.cpu_us.saturating_sub(before.cpu_us) as f64 / n as f64,
         split,
     )
+}
+
+/// Writes `cmd` to a `perf record --control fifo:` path (`--perf-ctl`); the
+/// open waits until perf has the fifo open for reading.
+fn perf_ctl(fifo: Option<&str>, cmd: &str) {
+    let Some(path) = fifo else { return };
+    let sent = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{cmd}\n").as_bytes()));
+    if let Err(e) = sent {
+        eprintln!("--perf-ctl {path}: {cmd} not sent: {e}");
+    }
 }

@@ -63,6 +63,10 @@ pub struct Opts {
     pub against: Option<String>,
     /// connect_cost: rounds of the alternation (forward, backward, forward, ...).
     pub rounds: usize,
+    /// connect_cost: a `perf record --control fifo:` path; `enable` is
+    /// written to it as each phase of this build's named-course way starts,
+    /// `disable` as it ends, so a profile holds those phases only.
+    pub perf_ctl: Option<String>,
     /// Soak: how long it runs.
     pub minutes: f64,
     /// Storm, fanout: viewers on `ws` (WebSocket), `sse` (Server-Sent
@@ -117,6 +121,7 @@ impl Default for Opts {
             tokens_file: None,
             against: None,
             rounds: 2,
+            perf_ctl: None,
             minutes: 20.0,
             transport: "ws".into(),
             pass: None,
@@ -138,6 +143,7 @@ pub const USAGE: &str =
 [--no-floor (storm, fanout, idle: skip the floor run)] \
 [--against BIN (connect_cost: another seatboard build measured beside this one in the same run)] \
 [--rounds N (connect_cost: rounds of the alternation, forward then backward, default 2)] \
+[--perf-ctl FIFO (connect_cost: enable/disable written to a perf control fifo around this build's named-course phases)] \
 [--alg hs256|rs256|es256|eddsa|all (handshake: token algorithm, default all side by side)] \
 [--transport ws|sse|both (storm, fanout: viewers on WebSocket, Server-Sent Events, or each in turn)] \
 [--stuck N (storm: N more clients watch the 3 hottest courses and never read)] \
@@ -194,6 +200,7 @@ pub fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--no-floor" => o.no_floor = true,
             "--against" => o.against = Some(val()?),
             "--rounds" => o.rounds = (num(val()?)? as usize).max(1),
+            "--perf-ctl" => o.perf_ctl = Some(val()?),
             "--alg" => o.alg = Some(val()?),
             "--transport" => {
                 o.transport = val()?;
