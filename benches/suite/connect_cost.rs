@@ -387,12 +387,15 @@ fn one_way(
     )
 }
 
-/// Writes `cmd` to a `perf record --control fifo:` path (`--perf-ctl`); the
-/// open waits until perf has the fifo open for reading.
+/// Writes `cmd` to a `perf record --control fifo:` path (`--perf-ctl`);
+/// without a perf reading it (the open fails at once, never waits) the
+/// phase runs unprofiled and says so.
 fn perf_ctl(fifo: Option<&str>, cmd: &str) {
+    use std::os::unix::fs::OpenOptionsExt;
     let Some(path) = fifo else { return };
     let sent = std::fs::OpenOptions::new()
         .write(true)
+        .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{cmd}\n").as_bytes()));
     if let Err(e) = sent {
