@@ -229,6 +229,16 @@ pub fn run(o: &Opts) -> Outcome {
             cpu[i].push(per);
         }
     }
+    report(&mut out, &ways, &cpu, &split, against.is_some());
+    let _ = floor.kill();
+    let _ = floor.wait();
+    out
+}
+
+/// The rows of a run: each way's mean CPU per connection (its runs, its
+/// ratios to the floor and to uWebSockets.js, by thread for seatboard's
+/// ways), and with `--against` this build's ways over the other build's.
+fn report(out: &mut Outcome, ways: &[Way], cpu: &[Vec<f64>], split: &[Split], against: bool) {
     let mean: Vec<f64> = cpu
         .iter()
         .map(|v| v.iter().sum::<f64>() / v.len().max(1) as f64)
@@ -262,7 +272,7 @@ pub fn run(o: &Opts) -> Outcome {
             json!({"mean_us": mean[i], "runs_us": cpu[i], "to_floor": mean[i] / floor_us.max(1e-9), "to_uws": mean[i] / uws_us.max(1e-9), "by_thread_us": threads, "frames_per_conn": frames, "frame_msgs_per_conn": got_frames, "presence_msgs_per_conn": got_presence, "switches_per_conn": switches}),
         );
     }
-    if against.is_some() {
+    if against {
         // This build's ways over the same ways of the other one, in this run.
         for (this, other) in [(0, WAYS.len()), (2, WAYS.len() + 1)] {
             let ratio = mean[this] / mean[other].max(1e-9);
@@ -276,9 +286,6 @@ pub fn run(o: &Opts) -> Outcome {
             );
         }
     }
-    let _ = floor.kill();
-    let _ = floor.wait();
-    out
 }
 
 /// One way's CPU per connection by thread and frames sent per connection,

@@ -264,9 +264,14 @@ impl<S: Source> Ingest<S> {
             self.boards.remove(course);
         } else if !board.named {
             // A name no snapshot or state hash has named: kept only while watched.
-            self.boards.remove(course);
-            self.viewers.remove(course);
+            self.forget(course);
         }
+    }
+
+    /// Drops a course the node holds for admins only: its board and viewer count.
+    fn forget(&mut self, course: &str) -> Option<Board> {
+        self.viewers.remove(course);
+        self.boards.remove(course)
     }
 
     fn admin_feed(&mut self, shard: usize, connected: bool, now_ms: u64) {

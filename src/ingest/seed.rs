@@ -313,10 +313,9 @@ impl<S: Source> Ingest<S> {
             .map(|(c, _)| Arc::clone(c))
             .collect();
         for c in gone {
-            if let Some(b) = self.boards.remove(&c) {
+            if let Some(b) = self.forget(&c) {
                 self.admin_shrunk |= b.shown.is_some();
             }
-            self.viewers.remove(&c);
         }
     }
 
