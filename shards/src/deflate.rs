@@ -23,27 +23,40 @@ const SYNC_TAIL: [u8; 4] = [0x00, 0x00, 0xff, 0xff];
 /// `client_max_window_bits` with or without a value (never answered: the
 /// inflater takes any window). Anything else (unknown or repeated parameters,
 /// bad values) declines that offer.
-pub fn negotiate(offers: &str) -> Option<String> {
+pub fn negotiate(offers: &str) -> Option<&'static str> {
     offers.split(',').find_map(accept_offer)
 }
 
-fn accept_offer(offer: &str) -> Option<String> {
+/// The answer to an accepted offer.
+const ANSWER: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
+/// The answer to an accepted offer that named `server_max_window_bits=15`.
+const ANSWER_ECHOING_BITS: &str = "permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=15";
+
+/// The parameters an offer may carry, each at most once (names in any case).
+const PARAMS: [&str; 4] = [
+    "server_no_context_takeover",
+    "client_no_context_takeover",
+    "client_max_window_bits",
+    "server_max_window_bits",
+];
+
+fn accept_offer(offer: &str) -> Option<&'static str> {
     let mut parts = offer.split(';').map(str::trim);
     if !parts.next()?.eq_ignore_ascii_case("permessage-deflate") {
         return None;
     }
-    let mut seen: Vec<String> = Vec::new();
+    let mut seen = [false; PARAMS.len()];
     let mut echo_server_bits = false;
     for param in parts {
         let (name, value) = match param.split_once('=') {
             Some((n, v)) => (n.trim(), Some(unquote(v.trim())?)),
             None => (param, None),
         };
-        let name = name.to_ascii_lowercase();
-        if seen.contains(&name) {
+        let i = PARAMS.iter().position(|p| p.eq_ignore_ascii_case(name))?;
+        if std::mem::replace(&mut seen[i], true) {
             return None;
         }
-        match (name.as_str(), value) {
+        match (PARAMS[i], value) {
             ("server_no_context_takeover" | "client_no_context_takeover", None) => {}
             ("client_max_window_bits", None) => {}
             ("client_max_window_bits", Some(v)) => {
@@ -58,14 +71,12 @@ fn accept_offer(offer: &str) -> Option<String> {
             }
             _ => return None,
         }
-        seen.push(name);
     }
-    let mut answer =
-        String::from("permessage-deflate; server_no_context_takeover; client_no_context_takeover");
-    if echo_server_bits {
-        answer.push_str("; server_max_window_bits=15");
-    }
-    Some(answer)
+    Some(if echo_server_bits {
+        ANSWER_ECHOING_BITS
+    } else {
+        ANSWER
+    })
 }
 
 /// A parameter value: a token or a quoted string (RFC 7692 section 5.1).
@@ -209,20 +220,20 @@ mod tests {
     fn negotiation_accepts_whole_offers_only() {
         // Chromium's and Firefox's offers.
         assert_eq!(
-            negotiate("permessage-deflate; client_max_window_bits").as_deref(),
+            negotiate("permessage-deflate; client_max_window_bits"),
             Some(ANSWER)
         );
-        assert_eq!(negotiate("permessage-deflate").as_deref(), Some(ANSWER));
+        assert_eq!(negotiate("permessage-deflate"), Some(ANSWER));
         assert_eq!(
-            negotiate("permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits=10").as_deref(),
+            negotiate("permessage-deflate; server_no_context_takeover; client_no_context_takeover; client_max_window_bits=10"),
             Some(ANSWER)
         );
         assert_eq!(
-            negotiate("permessage-deflate; server_max_window_bits=15").as_deref(),
+            negotiate("permessage-deflate; server_max_window_bits=15"),
             Some("permessage-deflate; server_no_context_takeover; client_no_context_takeover; server_max_window_bits=15")
         );
         assert_eq!(
-            negotiate("Permessage-Deflate; client_max_window_bits=\"12\"").as_deref(),
+            negotiate("Permessage-Deflate; Client_Max_Window_Bits=\"12\""),
             Some(ANSWER)
         );
         // Offers that cannot be accepted as a whole are ignored.
@@ -237,6 +248,7 @@ mod tests {
             "permessage-deflate; client_max_window_bits=abc",
             "permessage-deflate; server_no_context_takeover=1",
             "permessage-deflate; client_no_context_takeover; client_no_context_takeover",
+            "permessage-deflate; client_no_context_takeover; CLIENT_NO_CONTEXT_TAKEOVER",
             "permessage-deflate; unknown_param",
             "permessage-deflate; client_max_window_bits=\"12",
         ] {
@@ -244,7 +256,7 @@ mod tests {
         }
         // The first acceptable offer of a list wins.
         assert_eq!(
-            negotiate("permessage-deflate; server_max_window_bits=9, permessage-deflate; client_max_window_bits").as_deref(),
+            negotiate("permessage-deflate; server_max_window_bits=9, permessage-deflate; client_max_window_bits"),
             Some(ANSWER)
         );
     }

@@ -1,5 +1,7 @@
 //! The HTTP request head: bounded parsing, the WebSocket upgrade check and token lookup.
 
+use std::borrow::Cow;
+
 /// Largest request head accepted (431 past it).
 pub const MAX_HEAD: usize = 8 * 1024;
 /// Most headers in one request (431 past it).
@@ -7,42 +9,44 @@ const MAX_HEADERS: usize = 64;
 /// Longest token looked at; anything longer is refused as malformed.
 pub const MAX_TOKEN: usize = 4096;
 
-/// What a request head needs for routing and the handshake checks; owned, small.
+/// What a request head needs for routing and the handshake checks, borrowed
+/// from the bytes it was parsed from (a header repeated on several lines is
+/// the one value joined).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RequestHead {
+pub struct RequestHead<'a> {
     /// Method, e.g. `GET`.
-    pub method: String,
+    pub method: &'a str,
     /// Path without the query.
-    pub path: String,
+    pub path: &'a str,
     /// Raw query string (after `?`), empty if none.
-    pub query: String,
+    pub query: &'a str,
     /// HTTP minor version (1 for HTTP/1.1).
     pub minor_version: u8,
     /// `Upgrade` header.
-    pub upgrade: Option<String>,
+    pub upgrade: Option<&'a str>,
     /// `Connection` header.
-    pub connection: Option<String>,
+    pub connection: Option<&'a str>,
     /// `Sec-WebSocket-Key` header.
-    pub ws_key: Option<String>,
+    pub ws_key: Option<&'a str>,
     /// `Sec-WebSocket-Version` header.
-    pub ws_version: Option<String>,
+    pub ws_version: Option<&'a str>,
     /// `Origin` header (the last, when there are several).
-    pub origin: Option<String>,
+    pub origin: Option<&'a str>,
     /// How many `Origin` header lines the request had (more than one is a
     /// malformed request: which one would the origin rule judge?).
     pub origin_lines: u8,
     /// `Host` header (compared with `Origin` for cookie tokens).
-    pub host: Option<String>,
+    pub host: Option<&'a str>,
     /// `Authorization` header.
-    pub authorization: Option<String>,
+    pub authorization: Option<&'a str>,
     /// `Cookie` header(s), joined with `; `.
-    pub cookie: Option<String>,
+    pub cookie: Option<Cow<'a, str>>,
     /// `Accept-Encoding` header(s), joined with `, `: picks a compressed page.
-    pub accept_encoding: Option<String>,
+    pub accept_encoding: Option<Cow<'a, str>>,
     /// `If-None-Match` header(s), joined with `, `: a cached page's validator.
-    pub if_none_match: Option<String>,
+    pub if_none_match: Option<Cow<'a, str>>,
     /// `Sec-WebSocket-Extensions` header(s), joined with `, `.
-    pub ws_extensions: Option<String>,
+    pub ws_extensions: Option<Cow<'a, str>>,
 }
 
 /// Why a head could not be parsed.
@@ -67,7 +71,7 @@ impl std::error::Error for HeadError {}
 
 /// Parses a head from the start of `buf`: `Ok(Some((head, consumed)))` when complete,
 /// `Ok(None)` when more bytes are needed.
-pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
+pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead<'_>, usize)>, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let status = match req.parse(buf) {
@@ -92,9 +96,9 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
     let target = req.path.unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut head = RequestHead {
-        method: req.method.unwrap_or("").to_owned(),
-        path: path.to_owned(),
-        query: query.to_owned(),
+        method: req.method.unwrap_or(""),
+        path,
+        query,
         minor_version: req.version.unwrap_or(0),
         ..RequestHead::default()
     };
@@ -134,7 +138,7 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead, usize)>, HeadError> {
                 continue;
             }
         };
-        *slot = Some(value.to_owned());
+        *slot = Some(value);
     }
     Ok(Some((head, consumed)))
 }
@@ -180,14 +184,16 @@ impl Header {
     }
 }
 
-/// Appends a repeated header's value to what an earlier line gave.
-fn join_into(slot: &mut Option<String>, sep: &str, value: &str) {
+/// Appends a repeated header's value to what an earlier line gave (a
+/// header on one line stays borrowed).
+fn join_into<'a>(slot: &mut Option<Cow<'a, str>>, sep: &str, value: &'a str) {
     match slot {
         Some(c) => {
+            let c = c.to_mut();
             c.push_str(sep);
             c.push_str(value);
         }
-        None => *slot = Some(value.to_owned()),
+        None => *slot = Some(Cow::Borrowed(value)),
     }
 }
 
@@ -239,7 +245,7 @@ fn valid_ws_key(key: &str) -> bool {
         && b"AQgw".contains(&b[21])
 }
 
-impl RequestHead {
+impl<'a> RequestHead<'a> {
     /// True when the request carries more than one `Origin` header: refused
     /// with 400 before the accept bucket, like a malformed upgrade.
     pub fn repeated_origin(&self) -> bool {
@@ -247,19 +253,19 @@ impl RequestHead {
     }
 
     /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1.
-    pub fn check_upgrade(&self) -> Result<&str, UpgradeError> {
+    pub fn check_upgrade(&self) -> Result<&'a str, UpgradeError> {
         if self.method != "GET"
             || self.minor_version != 1
-            || !has_token(self.upgrade.as_deref(), "websocket")
-            || !has_token(self.connection.as_deref(), "upgrade")
+            || !has_token(self.upgrade, "websocket")
+            || !has_token(self.connection, "upgrade")
         {
             return Err(UpgradeError::Malformed);
         }
-        let key = match self.ws_key.as_deref() {
+        let key = match self.ws_key {
             Some(k) if valid_ws_key(k) => k,
             _ => return Err(UpgradeError::Malformed),
         };
-        match self.ws_version.as_deref() {
+        match self.ws_version {
             Some("13") => Ok(key),
             Some(_) => Err(UpgradeError::WrongVersion),
             None => Err(UpgradeError::Malformed),
@@ -267,12 +273,15 @@ impl RequestHead {
     }
 
     /// The first query parameter `name`, percent-decoded.
-    pub fn query_param(&self, name: &str) -> Option<String> {
+    pub fn query_param(&self, name: &str) -> Option<Cow<'a, str>> {
         self.query_params(name).next()
     }
 
     /// Every query parameter `name`, percent-decoded, in order.
-    pub fn query_params<'a>(&'a self, name: &'a str) -> impl Iterator<Item = String> + 'a {
+    pub fn query_params<'n>(&self, name: &'n str) -> impl Iterator<Item = Cow<'a, str>> + 'n
+    where
+        'a: 'n,
+    {
         self.query.split('&').filter_map(move |pair| {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             (k == name).then(|| percent_decode(v))
@@ -284,7 +293,7 @@ impl RequestHead {
     /// named (a `/ws` upgrade takes each as a `watch`); unchecked (the caller
     /// refuses a malformed code or too many its own way).
     pub fn query_courses(&self) -> Vec<String> {
-        self.query_params("course").collect()
+        self.query_params("course").map(Cow::into_owned).collect()
     }
 
     /// The cookie `name`'s value.
@@ -334,8 +343,8 @@ impl RequestHead {
     }
 
     /// The bearer token, in the contract's order: `Authorization: Bearer`, `?token=`,
-    /// cookie `seatboard_token`.
-    pub fn token(&self) -> Option<String> {
+    /// cookie `seatboard_token` (borrowed from the head unless percent-decoded).
+    pub fn token(&self) -> Option<Cow<'_, str>> {
         self.token_and_source().map(|(_, t)| t)
     }
 
@@ -344,28 +353,29 @@ impl RequestHead {
         self.token_and_source().map(|(s, _)| s)
     }
 
-    fn token_and_source(&self) -> Option<(TokenSource, String)> {
-        let bearer = self.authorization.as_deref().and_then(|a| {
+    fn token_and_source(&self) -> Option<(TokenSource, Cow<'_, str>)> {
+        let bearer = self.authorization.and_then(|a| {
             let (scheme, rest) = a.split_once(' ')?;
             scheme
                 .eq_ignore_ascii_case("bearer")
-                .then(|| (TokenSource::Bearer, rest.trim().to_owned()))
+                .then(|| (TokenSource::Bearer, Cow::Borrowed(rest.trim())))
         });
         bearer
             .or_else(|| self.query_param("token").map(|t| (TokenSource::Query, t)))
             .or_else(|| {
                 self.cookie_value("seatboard_token")
-                    .map(|t| (TokenSource::Cookie, t.to_owned()))
+                    .map(|t| (TokenSource::Cookie, Cow::Borrowed(t)))
             })
             .filter(|(_, t)| !t.is_empty())
     }
 }
 
-/// Decodes `%XX` and `+` in a query value; invalid escapes stay as they are.
-pub fn percent_decode(s: &str) -> String {
+/// Decodes `%XX` and `+` in a query value; invalid escapes stay as they
+/// are. A value with neither is the value itself, not a copy.
+pub fn percent_decode(s: &str) -> Cow<'_, str> {
     let b = s.as_bytes();
     if !b.iter().any(|&c| c == b'%' || c == b'+') {
-        return s.to_owned();
+        return Cow::Borrowed(s);
     }
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
@@ -388,7 +398,10 @@ pub fn percent_decode(s: &str) -> String {
         i += 1;
     }
     // Valid UTF-8 (the usual case) is kept without a second copy.
-    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    Cow::Owned(
+        String::from_utf8(out)
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+    )
 }
 
 #[cfg(test)]
@@ -412,8 +425,8 @@ mod tests {
         assert_eq!(h.path, "/ws");
         assert_eq!(h.query_param("user").as_deref(), Some("u 1"));
         assert_eq!(h.check_upgrade(), Ok("dGhlIHNhbXBsZSBub25jZQ=="));
-        assert_eq!(h.origin.as_deref(), Some("http://a.example"));
-        assert_eq!(h.host.as_deref(), Some("x"));
+        assert_eq!(h.origin, Some("http://a.example"));
+        assert_eq!(h.host, Some("x"));
         assert_eq!(h.cookie_value("seatboard_token"), Some("ck"));
         assert_eq!(h.token().as_deref(), Some("abc"));
     }
@@ -421,11 +434,18 @@ mod tests {
     #[test]
     fn header_names_are_matched_in_any_case() {
         let h = head("UPGRADE: websocket\r\nsec-WEBSOCKET-key: k\r\nX-Upgrade: no\r\nCOOKIE: a=1\r\ncookie: b=2\r\nOrigiN: http://o\r\n");
-        assert_eq!(h.upgrade.as_deref(), Some("websocket"));
-        assert_eq!(h.ws_key.as_deref(), Some("k"));
+        assert_eq!(h.upgrade, Some("websocket"));
+        assert_eq!(h.ws_key, Some("k"));
         assert_eq!(h.cookie.as_deref(), Some("a=1; b=2"));
-        assert_eq!(h.origin.as_deref(), Some("http://o"));
-        assert_eq!(h.host.as_deref(), Some("x"));
+        assert!(matches!(h.cookie, Some(Cow::Owned(_))), "two lines joined");
+        let one = head("Cookie: seatboard_token=ck\r\n");
+        assert!(
+            matches!(one.cookie, Some(Cow::Borrowed(_))),
+            "one line, no copy"
+        );
+        assert!(matches!(one.token(), Some(Cow::Borrowed("ck"))));
+        assert_eq!(h.origin, Some("http://o"));
+        assert_eq!(h.host, Some("x"));
         assert_eq!(h.connection, None);
     }
 
@@ -515,7 +535,12 @@ mod tests {
     fn token_order() {
         let h = |extra: &str, q: &str| {
             let s = format!("GET /ws{q} HTTP/1.1\r\n{extra}\r\n");
-            parse(s.as_bytes()).unwrap().unwrap().0.token()
+            parse(s.as_bytes())
+                .unwrap()
+                .unwrap()
+                .0
+                .token()
+                .map(Cow::into_owned)
         };
         assert_eq!(
             h(
@@ -568,9 +593,10 @@ mod tests {
         assert_eq!(percent_decode("%C3%A9%FF+"), "é\u{FFFD} ");
     }
 
-    fn head(extra: &str) -> RequestHead {
+    /// A head parsed from `extra`'s headers (its bytes live for the test).
+    fn head(extra: &str) -> RequestHead<'static> {
         let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
-        parse(req.as_bytes()).unwrap().unwrap().0
+        parse(req.leak().as_bytes()).unwrap().unwrap().0
     }
 
     #[test]

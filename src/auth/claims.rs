@@ -75,7 +75,7 @@ impl Rules {
             }
         }
         Some(super::Identity {
-            user: sub.to_owned(),
+            user: sub.into(),
             role: self.role(claims),
         })
     }

@@ -63,8 +63,8 @@ const FAMILIES: &[Family<Reading>] = &[
 /// The authenticated identity of an upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
-    /// User id (`sub`).
-    pub user: String,
+    /// User id (`sub`), shared as the connection's user from the start.
+    pub user: Arc<str>,
     /// Role from the token.
     pub role: Role,
 }
@@ -231,13 +231,14 @@ impl Auth {
 
     /// The identity behind a request head: 401 ([`Denied::Invalid`]) or 503
     /// ([`Denied::KeyUnavailable`]) otherwise.
-    pub fn identify(&self, head: &RequestHead) -> Result<Identity, Denied> {
+    pub fn identify(&self, head: &RequestHead<'_>) -> Result<Identity, Denied> {
         match self {
             Auth::None => {
                 let user = head
                     .query_param("user")
                     .filter(|u| !u.is_empty() && u.len() <= MAX_USER)
                     .ok_or(Denied::Invalid)?;
+                let user = Arc::from(&*user);
                 let role = role_of(head.query_param("role").as_deref()).ok_or(Denied::Invalid)?;
                 Ok(Identity { user, role })
             }
@@ -276,6 +277,7 @@ pub fn mint(secret: &[u8], user: &str, role: Role, exp_unix_s: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::borrow::Cow;
     use std::time::{SystemTime, UNIX_EPOCH};
 
     const SECRET: &[u8] = b"unit-test-secret-0123456789abcdef";
@@ -309,14 +311,18 @@ mod tests {
         .unwrap()
     }
 
-    fn head(authorization: Option<&str>, query: &str, cookie: Option<&str>) -> RequestHead {
+    fn head<'a>(
+        authorization: Option<&'a str>,
+        query: &'a str,
+        cookie: Option<&'a str>,
+    ) -> RequestHead<'a> {
         RequestHead {
-            method: "GET".into(),
-            path: "/ws".into(),
-            query: query.into(),
+            method: "GET",
+            path: "/ws",
+            query,
             minor_version: 1,
-            authorization: authorization.map(str::to_owned),
-            cookie: cookie.map(str::to_owned),
+            authorization,
+            cookie: cookie.map(Cow::Borrowed),
             ..RequestHead::default()
         }
     }

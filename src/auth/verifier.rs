@@ -364,7 +364,7 @@ mod tests {
     /// What `v` makes of `payload` (signed, HS256 header).
     fn outcome(v: &Verifier, payload: &str) -> Outcome {
         v.verify(&signed(r#"{"alg":"HS256","typ":"JWT"}"#, payload), NOW)
-            .map(|i| (i.user, i.role))
+            .map(|i| (i.user.to_string(), i.role))
     }
 
     #[test]

@@ -66,12 +66,12 @@ impl Node {
 
     /// Whether the page that sent this upgrade may connect with its token
     /// (contract §4's origin row; a cookie token counts only with `--auth jwt`).
-    pub fn origin_allowed(&self, head: &shards::http_head::RequestHead) -> bool {
+    pub fn origin_allowed(&self, head: &shards::http_head::RequestHead<'_>) -> bool {
         let cookie_token = matches!(self.auth, Auth::Jwt(..))
             && head.token_source() == Some(shards::http_head::TokenSource::Cookie);
         self.config
             .origins
-            .allows(head.origin.as_deref(), head.host.as_deref(), cookie_token)
+            .allows(head.origin, head.host, cookie_token)
     }
 
     /// Replaces the `/api/courses` list.

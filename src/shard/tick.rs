@@ -14,13 +14,21 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-/// The feed-render-sleep loop ([`step`]) on runtime `R`'s timer.
+/// The feed-render-sleep loop ([`step`]) on runtime `R`'s timer. A turn
+/// whose deadline is the last turn's (most turns: a kick after a flush, not
+/// a timer) sleeps on the same timer instead of arming a new one.
 pub(super) async fn tick_loop<R: Runtime>(ctx: Rc<ShardCtx>) {
+    let mut sleep = None;
     loop {
         let deadline = step(&ctx);
+        match deadline {
+            Some(ms) if matches!(&sleep, Some((at, _)) if *at == ms) => {}
+            Some(ms) => sleep = Some((ms, Box::pin(R::sleep_until(clock::instant_at(ms))))),
+            None => sleep = None,
+        }
         Wait {
             ctx: &ctx,
-            sleep: deadline.map(|ms| Box::pin(R::sleep_until(clock::instant_at(ms)))),
+            sleep: sleep.as_mut().map(|(_, s)| s.as_mut()),
         }
         .await;
     }
@@ -99,7 +107,7 @@ fn purge_freed_memory(ctx: &ShardCtx, now: u64) {
 /// (`S`: the runtime's sleep future).
 struct Wait<'a, S> {
     ctx: &'a Rc<ShardCtx>,
-    sleep: Option<Pin<Box<S>>>,
+    sleep: Option<Pin<&'a mut S>>,
 }
 
 impl<S: Future<Output = ()>> Future for Wait<'_, S> {

@@ -34,8 +34,9 @@ pub async fn start<R: Runtime, H: Shell>(
     let sse = upgrade.sse;
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
     ctx.sends().borrow().write_first(&ctx, &io, id, response);
-    // An SSE stream's request is all it sends: what follows is ignored.
-    let reading = sse || feed(&ctx, id, &rest);
+    // An SSE stream's request is all it sends: what follows is ignored. A
+    // head read alone (the usual case) leaves nothing to decode yet.
+    let reading = sse || rest.is_empty() || feed(&ctx, id, &rest);
     drop(rest);
     R::spawn(async move {
         if reading {

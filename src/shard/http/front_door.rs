@@ -40,8 +40,9 @@ pub async fn accept_loop<R: Runtime>(ctx: Rc<ShardCtx>, listener: R::Listener) {
 
 /// What reading a request head came to.
 enum HeadOutcome {
-    /// A complete head, and the bytes read past it.
-    Head(Box<RequestHead>, Vec<u8>),
+    /// A complete head, where it goes (routed where its bytes are, which it
+    /// borrows), and the bytes read past it.
+    Routed(Next, Vec<u8>),
     /// Refused (timeout, too large, malformed), with the answer to send, if any.
     Refused(Refusal, Option<Response>),
     /// The peer went away.
@@ -50,8 +51,9 @@ enum HeadOutcome {
 
 /// One accepted connection: its head, then an answer or the upgrade.
 async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
-    let (head, rest) = match read_head::<R>(&mut stream).await {
-        HeadOutcome::Head(h, rest) => (h, rest),
+    let route = |head: &RequestHead<'_>| route_head(&ctx, head);
+    let (next, rest) = match read_head::<R>(&mut stream, &route).await {
+        HeadOutcome::Routed(next, rest) => (next, rest),
         HeadOutcome::Refused(why, resp) => {
             ctx.node.metrics.refuse(why);
             if let Some(r) = resp {
@@ -61,16 +63,16 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
         }
         HeadOutcome::Gone => return,
     };
-    match route_head(&ctx, &head) {
+    match next {
         Next::Respond(resp, head_only) => respond::<R>(stream, resp, head_only).await,
         Next::Upgrade(Accepted { upgrade, response }) => {
-            drop(head);
             lifecycle::start::<R, _>(ctx, stream, upgrade, response, rest).await
         }
     }
 }
 
-/// Reads a request head under [`HEAD_DEADLINE`]. The listener hands a
+/// Reads a request head under [`HEAD_DEADLINE`] and routes it with `route`
+/// where it was read (the parsed head borrows those bytes). The listener hands a
 /// connection over once its first bytes have arrived
 /// ([`DEFER_ACCEPT`]), so they are taken at once with one
 /// `recv(2)`, not a read through the runtime, and a head that came whole (the
@@ -78,14 +80,17 @@ async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
 /// gathered in a buffer of its own. A connection handed over with nothing to
 /// read has been silent for that second since its handshake, which counts
 /// against its 5 s.
-async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
+async fn read_head<R: Runtime>(
+    stream: &mut R::Stream,
+    route: &impl Fn(&RequestHead<'_>) -> Next,
+) -> HeadOutcome {
     let accepted = Instant::now();
     let mut head = vec![0u8; 2048];
     let deadline = match crate::sys::recv_now(R::fd(stream), &mut head) {
         Ok(0) => return HeadOutcome::Gone,
         Ok(n) => {
             head.truncate(n);
-            if let Some(outcome) = parse_head(&mut head) {
+            if let Some(outcome) = parse_head(&mut head, route) {
                 return outcome;
             }
             accepted + HEAD_DEADLINE
@@ -110,7 +115,7 @@ async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
         match res {
             Ok(0) | Err(_) => return HeadOutcome::Gone,
             Ok(_) if head.is_empty() => {
-                if let Some(outcome) = parse_head(&mut buf) {
+                if let Some(outcome) = parse_head(&mut buf, route) {
                     return outcome;
                 }
                 // Not whole yet: what came stays in `head`, reads go on in a new buffer.
@@ -118,7 +123,7 @@ async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
             }
             Ok(n) => {
                 head.extend_from_slice(&buf[..n]);
-                if let Some(outcome) = parse_head(&mut head) {
+                if let Some(outcome) = parse_head(&mut head, route) {
                     return outcome;
                 }
             }
@@ -126,10 +131,17 @@ async fn read_head<R: Runtime>(stream: &mut R::Stream) -> HeadOutcome {
     }
 }
 
-/// Parses what has been read so far; `None` means read more.
-fn parse_head(head: &mut Vec<u8>) -> Option<HeadOutcome> {
+/// Parses what has been read so far and routes a complete head; `None`
+/// means read more.
+fn parse_head(
+    head: &mut Vec<u8>,
+    route: &impl Fn(&RequestHead<'_>) -> Next,
+) -> Option<HeadOutcome> {
     match http_head::parse(head) {
-        Ok(Some((h, used))) => Some(HeadOutcome::Head(Box::new(h), head.split_off(used))),
+        Ok(Some((h, used))) => {
+            let next = route(&h);
+            Some(HeadOutcome::Routed(next, head.split_off(used)))
+        }
         Ok(None) if head.len() <= MAX_HEAD => None,
         Ok(None) | Err(HeadError::TooLarge) => Some(HeadOutcome::Refused(
             Refusal::HeadTooLarge,
@@ -153,7 +165,7 @@ enum Next {
 /// Routes a parsed head: pages, method checks, and the handshake's refusals.
 fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
     let head_only = head.method == "HEAD";
-    match routes::route(&head.path) {
+    match routes::route(head.path) {
         Route::NotFound => Next::Respond(Response::text(404, "not found"), head_only),
         Route::Page(p) if head.method == "GET" || head_only => {
             Next::Respond(routes::answer(&ctx.node, p, head), head_only)

@@ -34,7 +34,11 @@ fn refuse(ctx: &ShardCtx, why: Refusal, resp: Response) -> Response {
 
 /// Runs the checks in the contract's order: a request that is no valid
 /// upgrade is answered before the accept bucket is charged.
-pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Accepted, Response> {
+pub fn check(
+    ctx: &ShardCtx,
+    head: &RequestHead<'_>,
+    admin_feed: bool,
+) -> Result<Accepted, Response> {
     let node = &ctx.node;
     let key = match head.check_upgrade() {
         Ok(k) => k,
@@ -74,7 +78,7 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead, admin_feed: bool) -> Result<Acc
 
 /// More than one `Origin` header: 400, counted, before the accept bucket
 /// (which one would the origin rule judge?). Shared by `/ws` and `/sse`.
-pub fn repeated_origin(ctx: &ShardCtx, head: &RequestHead) -> Result<(), Response> {
+pub fn repeated_origin(ctx: &ShardCtx, head: &RequestHead<'_>) -> Result<(), Response> {
     if head.repeated_origin() {
         return Err(refuse(
             ctx,
@@ -89,7 +93,7 @@ pub fn repeated_origin(ctx: &ShardCtx, head: &RequestHead) -> Result<(), Respons
 /// accept bucket, origin, token, admin role, drain, node cap, per-user cap.
 pub fn admit(
     ctx: &ShardCtx,
-    head: &RequestHead,
+    head: &RequestHead<'_>,
     admin_feed: bool,
 ) -> Result<(Slot, Role), Response> {
     let node = &ctx.node;
@@ -159,7 +163,7 @@ pub fn admit(
             Response::text(429, "too many connections for this user"),
         ));
     }
-    let slot = Slot::held(Arc::clone(&ctx.node), identity.user.into());
+    let slot = Slot::held(Arc::clone(&ctx.node), identity.user);
     Ok((slot, identity.role))
 }
 
@@ -167,15 +171,12 @@ pub fn admit(
 /// permessage-deflate (an offer that cannot be accepted as a whole is
 /// ignored, never refused). Built in one buffer with room for the `hello`
 /// that goes out in the same send.
-fn switching_protocols(node: &Node, head: &RequestHead, key: &str) -> (Vec<u8>, bool) {
+fn switching_protocols(node: &Node, head: &RequestHead<'_>, key: &str) -> (Vec<u8>, bool) {
     let extensions = match (node.config.compression, head.ws_extensions.as_deref()) {
         (Compression::On, Some(offers)) => shards::deflate::negotiate(offers),
         _ => None,
     };
-    (
-        response_101(key, extensions.as_deref()),
-        extensions.is_some(),
-    )
+    (response_101(key, extensions), extensions.is_some())
 }
 
 /// The `101`'s bytes for key `key` with the accepted `extensions`, in a

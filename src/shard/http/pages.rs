@@ -91,7 +91,7 @@ impl EmbeddedPage {
 
     /// The answer to a GET or HEAD of this page: 304 when the client's copy is
     /// current, else the gzip body when accepted (and non-empty), else the page.
-    pub fn respond(&self, head: &RequestHead) -> Response {
+    pub fn respond(&self, head: &RequestHead<'_>) -> Response {
         let gzip = !self.gzip.is_empty() && head.accepts_encoding("gzip");
         let etag = if gzip { &self.etag_gzip } else { &self.etag };
         let mut resp = if head.none_match_hits(&[&self.etag, &self.etag_gzip]) {
@@ -133,9 +133,10 @@ mod tests {
     use flate2::read::GzDecoder;
     use std::io::Read as _;
 
-    fn head(extra: &str) -> RequestHead {
+    /// A head with `extra`'s headers (its bytes live for the test).
+    fn head(extra: &str) -> RequestHead<'static> {
         let req = format!("GET / HTTP/1.1\r\nHost: x\r\n{extra}\r\n");
-        shards::http_head::parse(req.as_bytes())
+        shards::http_head::parse(req.leak().as_bytes())
             .ok()
             .flatten()
             .map(|(h, _)| h)

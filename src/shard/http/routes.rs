@@ -3,6 +3,7 @@
 use super::response::Response;
 use crate::node::Node;
 use crate::redis::Mode;
+use std::borrow::Cow;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// What a request path is.
@@ -41,7 +42,7 @@ pub fn route(path: &str) -> Route {
 }
 
 /// The answer to a GET of a page, for pages that need the request (auth, query) too.
-pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead) -> Response {
+pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead<'_>) -> Response {
     match p {
         "/api/history" => history(node, head),
         "/" => super::pages::BOARD.respond(head),
@@ -53,7 +54,7 @@ pub fn answer(node: &Node, p: &str, head: &shards::http_head::RequestHead) -> Re
 }
 
 /// `/api/history?session=S`: admin only, answered from the history cache.
-fn history(node: &Node, head: &shards::http_head::RequestHead) -> Response {
+fn history(node: &Node, head: &shards::http_head::RequestHead<'_>) -> Response {
     let admin = match node.auth.identify(head).ok() {
         Some(id) => id.role == shards::Role::Admin,
         // `--auth none`: `?role=admin` is enough for this read-only endpoint.
@@ -69,7 +70,7 @@ fn history(node: &Node, head: &shards::http_head::RequestHead) -> Response {
     }
     let session = head
         .query_param("session")
-        .unwrap_or_else(|| node.config.session.clone());
+        .map_or_else(|| node.config.session.clone(), Cow::into_owned);
     if !crate::history::valid_session(&session) {
         return Response::text(400, "bad session (1-128 of [A-Za-z0-9_.:-])");
     }

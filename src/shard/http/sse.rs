@@ -13,7 +13,7 @@ use shards::snapshot::valid_course;
 
 /// The courses of `?course=C&course=D…` (duplicates once), or `None` when one
 /// is malformed, none is given, or more than [`MAX_COURSES_PER_CONN`] are.
-fn courses(head: &RequestHead) -> Option<Vec<String>> {
+fn courses(head: &RequestHead<'_>) -> Option<Vec<String>> {
     let mut out: Vec<String> = Vec::new();
     for c in head.query_courses() {
         if !out.contains(&c) {
@@ -26,8 +26,8 @@ fn courses(head: &RequestHead) -> Option<Vec<String>> {
 
 /// The CORS headers for a request whose `Origin` passed the origin rule: a
 /// page of the university's own site may read the stream (with credentials).
-fn cors(head: &RequestHead) -> Vec<String> {
-    match head.origin.as_deref() {
+fn cors(head: &RequestHead<'_>) -> Vec<String> {
+    match head.origin {
         Some(origin) => vec![
             format!("Access-Control-Allow-Origin: {origin}"),
             "Access-Control-Allow-Credentials: true".into(),
@@ -39,7 +39,7 @@ fn cors(head: &RequestHead) -> Vec<String> {
 
 /// Runs the `/sse` checks in the contract's order (a malformed course list
 /// takes the place of the upgrade check), and builds the stream's `200`.
-pub fn check(ctx: &ShardCtx, head: &RequestHead) -> Result<Accepted, Response> {
+pub fn check(ctx: &ShardCtx, head: &RequestHead<'_>) -> Result<Accepted, Response> {
     let Some(courses) = courses(head) else {
         ctx.node.metrics.refuse(Refusal::BadRequest);
         return Err(Response::text(400, "course: 1 to 32 valid course codes"));
@@ -79,9 +79,10 @@ pub fn check(ctx: &ShardCtx, head: &RequestHead) -> Result<Accepted, Response> {
 mod tests {
     use super::*;
 
-    fn head(query: &str) -> RequestHead {
+    /// A head for `query` (its bytes live for the test).
+    fn head(query: &str) -> RequestHead<'static> {
         let raw = format!("GET /sse?{query} HTTP/1.1\r\nHost: x\r\n\r\n");
-        match shards::http_head::parse(raw.as_bytes()) {
+        match shards::http_head::parse(raw.leak().as_bytes()) {
             Ok(Some((h, _))) => h,
             other => panic!("{other:?}"),
         }
