@@ -139,6 +139,27 @@ impl SendQueue {
         }
         Some(joined.into())
     }
+
+    /// What [`pop_joined`](Self::pop_joined) hands over, appended to `out`
+    /// instead (a buffer the caller writes anyway, such as the `101`'s):
+    /// the frames are copied once, into it. False when the queue is empty.
+    pub fn pop_joined_into(&mut self, out: &mut Vec<u8>, max: usize) -> bool {
+        let Some(first) = self.pop() else {
+            return false;
+        };
+        let mut total = first.len();
+        out.extend_from_slice(&first);
+        while let Some(next) = &self.head {
+            total += next.len();
+            if total > max {
+                break;
+            }
+            if let Some(f) = self.pop() {
+                out.extend_from_slice(&f);
+            }
+        }
+        true
+    }
 }
 
 #[cfg(test)]
@@ -181,6 +202,25 @@ mod tests {
         );
         assert_eq!(q.bytes(), 0);
         assert_eq!(q.pop_joined(10), None);
+    }
+
+    #[test]
+    fn joining_into_a_buffer_takes_what_joining_takes() {
+        let lens = [(1u8, 3), (2, 4), (3, 5), (4, 1), (5, 20)];
+        let (mut a, mut b) = (SendQueue::new(1 << 20), SendQueue::new(1 << 20));
+        for (i, len) in lens {
+            a.push_always(Bytes::from(vec![i; len]));
+            b.push_always(Bytes::from(vec![i; len]));
+        }
+        let mut out = b"HEAD".to_vec();
+        while let Some(joined) = a.pop_joined(10) {
+            out.truncate(4);
+            assert!(b.pop_joined_into(&mut out, 10));
+            assert_eq!(&out[4..], &joined[..]);
+            assert_eq!(b.bytes(), a.bytes());
+        }
+        assert!(!b.pop_joined_into(&mut out, 10), "empty");
+        assert_eq!(out.len(), 4 + 20, "the frame past the limit went alone");
     }
 
     #[test]

@@ -38,6 +38,14 @@ impl Shard {
         self.conn_mut(id)?.queue.pop_joined(JOIN_MAX)
     }
 
+    /// What [`Shard::poll_transmit`] gives, appended to `out` (the `101`'s
+    /// buffer, so a new connection's first frames are copied once); false
+    /// when nothing is queued.
+    pub fn transmit_into(&mut self, id: ConnId, out: &mut Vec<u8>) -> bool {
+        self.conn_mut(id)
+            .is_some_and(|c| c.queue.pop_joined_into(out, JOIN_MAX))
+    }
+
     /// The next frame to write to `id`, alone (what [`Shard::poll_transmit`]
     /// joins): tests and benches read frames one by one with it (feature
     /// `test-util`).

@@ -89,12 +89,10 @@ impl Sends {
         let mut shard = ctx.core().borrow_mut();
         let mut first = head;
         let head_len = first.len();
-        if let Some(frames) = shard.poll_transmit(id) {
-            first.extend_from_slice(&frames);
-        }
+        shard.transmit_into(id, &mut first);
         io.write_side.set(WriteSide::Direct);
         let res = sys::send_now(io.fd, &first);
-        let (n, whole) = settle(ctx, io, id, first.into(), res);
+        let (n, whole) = settle(ctx, io, id, first, res);
         ctx.metrics()
             .bytes_out
             .fetch_add(n.saturating_sub(head_len) as u64, Relaxed);
@@ -214,17 +212,17 @@ fn settle<H: Host>(
     ctx: &Rc<H>,
     io: &Rc<ConnIo>,
     id: ConnId,
-    frame: Bytes,
+    frame: impl Into<Bytes> + AsRef<[u8]>,
     res: std::io::Result<usize>,
 ) -> (usize, bool) {
     match res {
-        Ok(n) if n == frame.len() => (n, true),
+        Ok(n) if n == frame.as_ref().len() => (n, true),
         Ok(n) => {
-            hand_to_writer(ctx, io, id, frame.slice(n..));
+            hand_to_writer(ctx, io, id, frame.into().slice(n..));
             (n, false)
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock => {
-            hand_to_writer(ctx, io, id, frame);
+            hand_to_writer(ctx, io, id, frame.into());
             (0, false)
         }
         Err(_) => {
