@@ -10,8 +10,8 @@ const MAX_HEADERS: usize = 64;
 pub const MAX_TOKEN: usize = 4096;
 
 /// What a request head needs for routing and the handshake checks, borrowed
-/// from the bytes it was parsed from (a header repeated on several lines is
-/// the one value joined).
+/// from the bytes it was parsed from (a header repeated over several lines is
+/// joined into one owned value).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RequestHead<'a> {
     /// Method, e.g. `GET`.
