@@ -116,27 +116,12 @@ impl SendQueue {
     /// one send and one segment. A lone frame, or one larger than `max`, is
     /// handed over as it is, uncopied.
     pub fn pop_joined(&mut self, max: usize) -> Option<Bytes> {
-        let first = self.pop()?;
-        let mut total = first.len();
-        let joins = self
-            .head
-            .iter()
-            .chain(&self.rest)
-            .take_while(|f| {
-                total += f.len();
-                total <= max
-            })
-            .count();
-        if joins == 0 {
-            return Some(first);
+        let first = self.head.as_ref()?.len();
+        if self.rest.front().is_none_or(|f| first + f.len() > max) {
+            return self.pop();
         }
-        let mut joined = Vec::with_capacity(total.min(max));
-        joined.extend_from_slice(&first);
-        for _ in 0..joins {
-            if let Some(f) = self.pop() {
-                joined.extend_from_slice(&f);
-            }
-        }
+        let mut joined = Vec::with_capacity(self.bytes().min(max));
+        self.pop_joined_into(&mut joined, max);
         Some(joined.into())
     }
 
