@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Arguments: viewers (2500, one shard's half of the 5,000-viewer storm) and
-//! simulated seconds (5). Prints wall time per snapshot and per delivered frame.
+//! simulated seconds (5); `--deflate`: every viewer negotiated
+//! permessage-deflate, so each render compresses its frame once. Prints wall
+//! time per snapshot and per delivered frame.
 
 use shards::{Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::sync::Arc;
@@ -84,6 +86,7 @@ fn main() {
         .collect();
     let viewers: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(2_500);
     let seconds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let deflate = std::env::args().any(|a| a == "--deflate");
     let weights: Vec<f64> = (1..=COURSES).map(|k| 1.0 / (k as f64).powf(SKEW)).collect();
     let sum: f64 = weights.iter().sum();
     let cdf: Vec<f64> = weights
@@ -98,7 +101,8 @@ fn main() {
     let mut shard = Shard::new(ShardConfig::default());
     let mut ids = Vec::with_capacity(viewers);
     for i in 0..viewers {
-        let id = shard.connect(format!("u{i}"), Role::Student, WsOptions::VIEWER, 0);
+        let options = WsOptions::VIEWER.with_deflate(deflate);
+        let id = shard.connect(format!("u{i}"), Role::Student, options, 0);
         let course = &names[zipf(&cdf, &mut rng)];
         shard.handle_text(id, &format!(r#"{{"op":"watch","course":"{course}"}}"#), 0);
         ids.push(id);
@@ -146,7 +150,8 @@ fn main() {
     let next = snaps.len();
     let el = started.elapsed();
     println!(
-        "core_storm: {viewers} viewers, {COURSES} courses, {next} snapshots, {wakes} wakes over {seconds} s simulated: {frames} frames ({} rendered); {:.0} ms wall, {:.2} us per frame, {:.2} us per snapshot",
+        "core_storm: {viewers} viewers{}, {COURSES} courses, {next} snapshots, {wakes} wakes over {seconds} s simulated: {frames} frames ({} rendered); {:.0} ms wall, {:.2} us per frame, {:.2} us per snapshot",
+        if deflate { " (permessage-deflate)" } else { "" },
         shard.stats().frames_rendered,
         el.as_secs_f64() * 1e3,
         el.as_secs_f64() * 1e6 / frames.max(1) as f64,
