@@ -46,25 +46,27 @@ fn zipf(cdf: &[f64], rng: &mut Rng) -> usize {
     cdf.partition_point(|&c| c < u).min(cdf.len() - 1)
 }
 
-/// Pops every action and frame, as the shell's flush and writers do; frames popped.
-fn drain(shard: &mut Shard) -> u64 {
-    let mut frames = 0;
+/// Pops every action and frame, as the shell's flush and writers do; frames
+/// popped and their bytes on the wire.
+fn drain(shard: &mut Shard) -> (u64, u64) {
+    let (mut frames, mut bytes) = (0, 0);
     while shard.poll_action().is_some() {}
     while let Some(id) = shard.poll_ready() {
-        while shard.poll_frame(id).is_some() {
+        while let Some(frame) = shard.poll_frame(id) {
             frames += 1;
+            bytes += frame.len() as u64;
         }
     }
-    frames
+    (frames, bytes)
 }
 
 /// The measured part (callgrind: `--toggle-collect=*storm_loop*`): one batch
 /// per millisecond (the ingest thread's flush), then the driver's turn:
-/// timeout, drain, next deadline. Returns (frames, wakes).
+/// timeout, drain, next deadline. Returns (frames, their bytes, wakes).
 #[inline(never)]
-fn storm_loop(shard: &mut Shard, snaps: &[Arc<Snapshot>], seconds: u64) -> (u64, u64) {
+fn storm_loop(shard: &mut Shard, snaps: &[Arc<Snapshot>], seconds: u64) -> (u64, u64, u64) {
     let per_ms = (SNAPSHOTS_PER_SEC / 1000) as usize;
-    let (mut frames, mut wakes, mut next) = (0, 0, 0);
+    let (mut frames, mut bytes, mut wakes, mut next) = (0, 0, 0, 0);
     for now in 1..=seconds * 1000 {
         let end = (next + per_ms + (now % 2) as usize).min(snaps.len());
         for s in &snaps[next..end] {
@@ -72,11 +74,13 @@ fn storm_loop(shard: &mut Shard, snaps: &[Arc<Snapshot>], seconds: u64) -> (u64,
         }
         next = end;
         shard.handle_timeout(now);
-        frames += drain(shard);
+        let (f, b) = drain(shard);
+        frames += f;
+        bytes += b;
         std::hint::black_box(shard.poll_timeout());
         wakes += 1;
     }
-    (frames, wakes)
+    (frames, bytes, wakes)
 }
 
 fn main() {
@@ -146,11 +150,11 @@ fn main() {
         })
         .collect();
     let started = Instant::now();
-    let (frames, wakes) = storm_loop(&mut shard, &snaps, seconds);
+    let (frames, bytes, wakes) = storm_loop(&mut shard, &snaps, seconds);
     let next = snaps.len();
     let el = started.elapsed();
     println!(
-        "core_storm: {viewers} viewers{}, {COURSES} courses, {next} snapshots, {wakes} wakes over {seconds} s simulated: {frames} frames ({} rendered); {:.0} ms wall, {:.2} us per frame, {:.2} us per snapshot",
+        "core_storm: {viewers} viewers{}, {COURSES} courses, {next} snapshots, {wakes} wakes over {seconds} s simulated: {frames} frames ({} rendered, {bytes} bytes); {:.0} ms wall, {:.2} us per frame, {:.2} us per snapshot",
         if deflate { " (permessage-deflate)" } else { "" },
         shard.stats().frames_rendered,
         el.as_secs_f64() * 1e3,

@@ -5,7 +5,7 @@
 //! connection: the shard owns one [`Deflater`], reset per message, and each
 //! client message is inflated by a fresh inflater that is dropped after.
 
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use flate2::{Decompress, FlushDecompress, Status};
 
 /// Payloads shorter than this go out uncompressed (RSV1 clear).
 pub const MIN_COMPRESSED_PAYLOAD: usize = 256;
@@ -95,9 +95,16 @@ fn window_bits(v: &str) -> Option<u8> {
     v.parse::<u8>().ok().filter(|b| (8..=15).contains(b))
 }
 
+/// The compressor's memory level: its symbol buffer holds 1,024 symbols
+/// (`1 << (level + 6)`), where the default level 8 holds 16,384. The buffer is
+/// cleared at every block start, twice a message here, so at the default a
+/// small frame's compression was mostly that clearing; a longer message is
+/// cut into more blocks, which costs its size next to nothing.
+const MEM_LEVEL: i32 = 4;
+
 /// The shard's one compressor, reset before every message (no context takeover).
 pub struct Deflater {
-    compress: Compress,
+    compress: zlib_rs::Deflate,
 }
 
 impl std::fmt::Debug for Deflater {
@@ -111,7 +118,14 @@ impl Default for Deflater {
         Deflater {
             // Level 6: JSON of a course frame is small; the ratio matters more
             // than the microseconds (one compression per render, not per viewer).
-            compress: Compress::new(Compression::new(6), false),
+            compress: zlib_rs::Deflate::new_with_config(zlib_rs::DeflateConfig {
+                level: 6,
+                method: zlib_rs::Method::Deflated,
+                // Raw deflate (no zlib header), a 15-bit window.
+                window_bits: -15,
+                mem_level: MEM_LEVEL,
+                strategy: zlib_rs::Strategy::Default,
+            }),
         }
     }
 }
@@ -130,20 +144,28 @@ impl Deflater {
     /// Raw deflate of one whole message, sync-flushed, its empty-block tail removed.
     fn compress(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
         self.compress.reset();
-        let mut out = Vec::with_capacity(payload.len() / 2 + 64);
+        let mut out = vec![0; payload.len() / 2 + 64];
+        let mut written = 0;
         loop {
             let done = self.compress.total_in() as usize;
             let input = payload.get(done..)?;
+            let before = self.compress.total_out() as usize;
             self.compress
-                .compress_vec(input, &mut out, FlushCompress::Sync)
+                .compress(
+                    input,
+                    out.get_mut(written..)?,
+                    zlib_rs::DeflateFlush::SyncFlush,
+                )
                 .ok()?;
+            written += self.compress.total_out() as usize - before;
             let all_in = self.compress.total_in() as usize == payload.len();
             // The flush is complete once a call leaves room in the output.
-            if all_in && out.len() < out.capacity() {
+            if all_in && written < out.len() {
                 break;
             }
-            out.reserve(out.capacity().max(64));
+            out.resize(out.len() * 2, 0);
         }
+        out.truncate(written);
         if !out.ends_with(&SYNC_TAIL) {
             return None;
         }
@@ -205,6 +227,7 @@ pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Infla
 #[cfg(test)]
 mod tests {
     use super::*;
+    use flate2::{Compress, Compression, FlushCompress};
 
     const ANSWER: &str =
         "permessage-deflate; server_no_context_takeover; client_no_context_takeover";
