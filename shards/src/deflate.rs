@@ -145,11 +145,11 @@ impl Deflater {
     fn compress(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
         self.compress.reset();
         let mut out = vec![0; payload.len() / 2 + 64];
+        // The reset zeroed the totals: they count this message alone.
         let mut written = 0;
         loop {
             let done = self.compress.total_in() as usize;
             let input = payload.get(done..)?;
-            let before = self.compress.total_out() as usize;
             self.compress
                 .compress(
                     input,
@@ -157,7 +157,7 @@ impl Deflater {
                     zlib_rs::DeflateFlush::SyncFlush,
                 )
                 .ok()?;
-            written += self.compress.total_out() as usize - before;
+            written = self.compress.total_out() as usize;
             let all_in = self.compress.total_in() as usize == payload.len();
             // The flush is complete once a call leaves room in the output.
             if all_in && written < out.len() {
