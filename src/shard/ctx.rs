@@ -2,7 +2,7 @@
 //! per thread ([`ShardCtx::new`]), and the flush step that carries out what the
 //! core asked for.
 
-use super::conn::{ConnTable, Host, Sends, Shell};
+use super::conn::{lifecycle, ConnTable, Host, Openings, Sends, Shell};
 use super::notify::LocalNotify;
 use crate::channels::wake::IngestTx;
 use crate::channels::{Inbox, IngestCmd, PresenceCmd};
@@ -47,6 +47,8 @@ pub struct ShardCtx {
     pub bucket: RefCell<TokenBucket>,
     /// How this shard puts frames on the wire (set once its runtime is built).
     pub sends: RefCell<Sends>,
+    /// Upgrades whose `101` waits for the board of a course they named.
+    pub openings: RefCell<Openings>,
 }
 
 impl ShardCtx {
@@ -85,6 +87,7 @@ impl ShardCtx {
             next_purge_ms: Default::default(),
             rendered_at_purge: Default::default(),
             sends: RefCell::new(Sends::Direct),
+            openings: RefCell::default(),
         }
     }
 
@@ -93,7 +96,8 @@ impl ShardCtx {
         &self.node.metrics.shards[self.index]
     }
 
-    /// Carries out what the shard asked for and writes the frames it queued.
+    /// Carries out what the shard asked for and writes the frames it queued,
+    /// then the `101` of each upgrade whose boards came.
     pub fn flush(self: &Rc<Self>) {
         let mut shard = self.shard.borrow_mut();
         while let Some(action) = shard.poll_action() {
@@ -102,7 +106,9 @@ impl ShardCtx {
         let conns = self.conns.borrow();
         self.sends.borrow_mut().flush(self, &mut shard, &conns);
         drop(conns);
+        let opened = self.openings.borrow_mut().take_ready(&shard);
         drop(shard);
+        lifecycle::open_held(self, opened);
         self.kick.notify();
     }
 
@@ -204,6 +210,10 @@ impl Shell for ShardCtx {
 
     fn sends(&self) -> &RefCell<Sends> {
         &self.sends
+    }
+
+    fn openings(&self) -> &RefCell<Openings> {
+        &self.openings
     }
 
     fn flush(self: &Rc<Self>) {

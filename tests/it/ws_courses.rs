@@ -7,12 +7,14 @@
 
 use crate::common;
 use crate::raw;
+use crate::redis_util;
 use common::*;
 use raw::*;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+use testkit::delay_proxy::RedisAtDistance;
 
 const T: Duration = Duration::from_secs(10);
 
@@ -172,17 +174,14 @@ fn more_than_32_courses_in_the_upgrade_are_refused_past_the_cap() {
     ws.assert_alive();
 }
 
-#[test]
-fn a_held_course_rides_in_the_same_write_as_the_101() {
-    let sb = Seatboard::start(&["demo", "--shards", "1"]);
-    // The first viewer makes the one shard hold CS101.
-    let mut first = named(sb.port, "first", &["CS101"]);
-    first.next_of_type("frame", T).expect("first board");
-    let mut s = TcpStream::connect(("127.0.0.1", sb.port)).expect("connect");
+/// Upgrades with `path` on a raw socket and reads once: the types of the
+/// whole frames that came in that one read behind the `101`'s head (one send
+/// of the node is one read on loopback).
+fn first_read(port: u16, path: &str) -> Vec<serde_json::Value> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(T)).expect("timeout");
-    s.write_all(upgrade_request("/ws?user=second&course=CS101", "").as_bytes())
+    s.write_all(upgrade_request(path, "").as_bytes())
         .expect("upgrade");
-    // One send of the 101, the hello and the board is one read on loopback.
     let mut buf = vec![0u8; 256 * 1024];
     let n = s.read(&mut buf).expect("read");
     let end = buf[..n]
@@ -192,14 +191,104 @@ fn a_held_course_rides_in_the_same_write_as_the_101() {
         + 4;
     assert!(buf.starts_with(b"HTTP/1.1 101"));
     let mut at = end;
-    let mut types = Vec::new();
+    let mut messages = Vec::new();
     while let Ok(Some(f)) = shards::read_server_frame(&buf[at..n]) {
-        let v: serde_json::Value = serde_json::from_slice(f.payload).expect("JSON");
-        types.push(v["type"].as_str().unwrap_or("").to_string());
+        messages.push(serde_json::from_slice(f.payload).expect("JSON"));
         at += f.len;
     }
     assert_eq!(at, n, "whole frames only");
-    assert_eq!(types, ["hello", "frame", "presence"]);
+    messages
+}
+
+fn types(messages: &[serde_json::Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m["type"].as_str().unwrap_or(""))
+        .collect()
+}
+
+#[test]
+fn a_held_course_rides_in_the_same_write_as_the_101() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    // The first viewer makes the one shard hold CS101.
+    let mut first = named(sb.port, "first", &["CS101"]);
+    first.next_of_type("frame", T).expect("first board");
+    let got = first_read(sb.port, "/ws?user=second&course=CS101");
+    assert_eq!(types(&got), ["hello", "frame", "presence"]);
+}
+
+/// `serve` on Redis `one_way` away behind the test kit's delay proxy, one
+/// shard, once its pub/sub is up.
+fn serve_far(far: &RedisAtDistance) -> Seatboard {
+    let uri = far.far_uri();
+    let args = ["serve", "--auth", "none", "--redis", &uri, "--shards", "1"];
+    let sb = Seatboard::start(&args);
+    wait_for(T, || (healthz_json(sb.port)["redis"] == true).then_some(()))
+        .expect("the node's Redis connection did not come up");
+    sb
+}
+
+#[test]
+fn a_course_new_to_the_node_rides_in_the_same_write_as_the_101() {
+    // Redis 40 ms away: the seed is a subscribe and a read away, so a `101`
+    // written before it would reach the client alone.
+    let far = RedisAtDistance::start(Duration::from_millis(20));
+    far.redis.cli(&[
+        "HSET",
+        "seatstate:COLD1",
+        "7",
+        &redis_util::payload("COLD1", 7, 30, 29, 3),
+    ]);
+    let sb = serve_far(&far);
+    let got = first_read(sb.port, "/ws?user=cold&course=COLD1&course=COLD2");
+    assert_eq!(
+        types(&got),
+        ["hello", "frame", "presence", "frame", "presence"],
+        "{got:?}"
+    );
+    let board = |course: &str| {
+        got.iter()
+            .find(|m| m["type"] == "frame" && m["course"] == course)
+            .map(|m| m["sections"].clone())
+    };
+    assert_eq!(board("COLD1").expect("COLD1")[0]["seats_taken"], 29);
+    assert_eq!(board("COLD2"), Some(serde_json::json!([])), "no state hash");
+    // An SSE stream's head waits the same way.
+    let sse = sse_first_read(sb.port, "/sse?course=COLD3&user=streamer");
+    assert!(sse.contains("\"course\":\"COLD3\",\"full\":true"), "{sse}");
+}
+
+/// Opens `/sse` with `path` and reads once: the response head and what came with it.
+fn sse_first_read(port: u16, path: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(T)).expect("timeout");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    s.write_all(req.as_bytes()).expect("request");
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = s.read(&mut buf).expect("read");
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+#[test]
+fn a_silent_redis_holds_the_101_no_longer_than_the_seed_patience() {
+    let far = RedisAtDistance::start(Duration::from_millis(1));
+    let sb = serve_far(&far);
+    // Redis stops answering without closing (no RST, no FIN).
+    far.proxy.blackhole(true);
+    let asked = Instant::now();
+    let got = first_read(sb.port, "/ws?user=patient&course=QUIET1");
+    let took = asked.elapsed();
+    assert_eq!(types(&got), ["hello", "frame", "presence"], "{got:?}");
+    assert_eq!(
+        got[1]["sections"],
+        serde_json::json!([]),
+        "what the node holds"
+    );
+    // The ingest thread answers within its 2 s patience; the node notices
+    // the silent Redis only after that, within 10 s.
+    assert!(took < Duration::from_secs(5), "the 101 waited {took:?}");
 }
 
 #[test]

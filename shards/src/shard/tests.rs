@@ -357,3 +357,31 @@ fn a_course_named_twice_in_the_upgrade_is_two_watches_of_one_course() {
     assert_eq!(full_frames(&mut shard, late, "D"), 1);
     assert_eq!(shard.courses.get("D").map(|c| c.viewers.len()), Some(1));
 }
+
+#[test]
+fn a_connection_awaits_a_seed_until_every_course_it_watches_is_seeded() {
+    let mut shard = Shard::new(ShardConfig::default());
+    let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    assert!(!shard.awaits_seed(id), "no course watched");
+    shard.watch_named(id, &["C".into(), "D".into(), "bad code".into()], 0);
+    assert!(shard.awaits_seed(id), "neither C nor D is seeded");
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    assert!(shard.awaits_seed(id), "D is not seeded yet");
+    shard.handle_seed("D", &[], 0);
+    assert!(!shard.awaits_seed(id), "both seeded (D with nothing known)");
+    // A course this shard already holds is answered at once.
+    let next = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.watch_named(next, &["C".into()], 0);
+    assert!(!shard.awaits_seed(next));
+    // An unwatched course (a message pipelined before the 101) or a closed
+    // connection awaits nothing.
+    let gone = shard.connect("w", Role::Student, WsOptions::VIEWER, 0);
+    shard.watch_named(gone, &["E".into()], 0);
+    assert!(shard.awaits_seed(gone));
+    shard.handle_text(gone, r#"{"op":"unwatch","course":"E"}"#, 0);
+    assert!(!shard.awaits_seed(gone), "unwatched");
+    shard.watch_named(gone, &["F".into()], 0);
+    assert!(shard.awaits_seed(gone));
+    shard.disconnect(gone);
+    assert!(!shard.awaits_seed(gone), "closed");
+}

@@ -27,6 +27,16 @@ impl Shard {
         }
     }
 
+    /// Whether connection `id` watches a course whose seed has not come yet:
+    /// its watch answer is still to be queued (false for a closed connection).
+    pub fn awaits_seed(&self, id: ConnId) -> bool {
+        self.conn(id).is_some_and(|conn| {
+            conn.watched
+                .iter()
+                .any(|(name, _)| self.courses.get(name).is_some_and(|c| !c.seeded))
+        })
+    }
+
     /// Adds `id` to a course's viewers (creating the course here, which
     /// declares interest) and answers it once the course is seeded.
     pub(super) fn watch(&mut self, id: ConnId, course: &str, now_ms: u64) -> Result<(), OpError> {

@@ -3,6 +3,7 @@
 //! holds to the core, and the end (once its reader and any writer are done).
 
 use super::io::ConnIo;
+use super::opening::Opening;
 use super::shell::Shell;
 use super::upgrade::Upgrade;
 use super::writing::{self, ConnSocket};
@@ -21,8 +22,10 @@ const READ_MAX: usize = 4096;
 /// response head) together with what the shard queued for it (the `hello`,
 /// the boards of the courses the request named) in one send, and hands it to a reader task of its
 /// own, so nothing of the handshake stays alive for the connection's life but
-/// its slot (in its [`ConnIo`]). Frames are written by the shard's flush
-/// step, or by a writer task only while the socket is full.
+/// its slot (in its [`ConnIo`]). A named course the shard holds no board of
+/// yet holds that send until its seed comes ([`super::Openings`]). Frames are
+/// written by the shard's flush step, or by a writer task only while the
+/// socket is full.
 pub async fn start<R: Runtime, H: Shell>(
     ctx: Rc<H>,
     stream: R::Stream,
@@ -33,7 +36,13 @@ pub async fn start<R: Runtime, H: Shell>(
     let socket = Rc::new(ConnSocket::<R>(stream));
     let sse = upgrade.sse;
     let (id, io) = register(&ctx, upgrade, Rc::clone(&socket));
-    ctx.sends().borrow().write_first(&ctx, &io, id, response);
+    if ctx.core().borrow().awaits_seed(id) {
+        ctx.openings()
+            .borrow_mut()
+            .hold(id, Rc::clone(&io), response);
+    } else {
+        ctx.sends().borrow().write_first(&ctx, &io, id, response);
+    }
     // An SSE stream's request is all it sends: what follows is ignored. A
     // head read alone (the usual case) leaves nothing to decode yet.
     let reading = sse || rest.is_empty() || feed(&ctx, id, &rest);
@@ -81,9 +90,21 @@ fn register<R: Runtime, H: Shell>(
     (id, io)
 }
 
+/// Writes the `101` of each upgrade that waited for its boards, now queued
+/// behind it, as [`start`] writes it for a course the shard held (the flush
+/// step calls it with [`super::Openings::take_ready`]).
+pub fn open_held<H: Shell>(ctx: &Rc<H>, ready: Vec<Opening>) {
+    for o in ready {
+        if ctx.conns().borrow().get(&o.id).is_some() {
+            ctx.sends().borrow().write_first(ctx, &o.io, o.id, o.head);
+        }
+    }
+}
+
 /// Forgets a connection whose reader and writer both ended; its socket and
 /// its [`super::Slot`] go with the last [`ConnIo`] right after.
 fn finish<H: Shell>(ctx: &Rc<H>, io: &ConnIo, id: ConnId) {
+    ctx.openings().borrow_mut().forget(id);
     io.release();
     ctx.sends().borrow_mut().release(id);
     ctx.conns().borrow_mut().remove(&id);

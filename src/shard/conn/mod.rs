@@ -7,6 +7,7 @@
 mod host;
 mod io;
 pub mod lifecycle;
+mod opening;
 pub mod send_ring;
 mod sends;
 mod shell;
@@ -16,6 +17,7 @@ mod writing;
 
 pub use host::Host;
 pub use io::ConnTable;
+pub use opening::Openings;
 pub use sends::Sends;
 pub use shell::Shell;
 pub use upgrade::{Slot, Upgrade};

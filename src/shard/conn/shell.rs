@@ -3,6 +3,7 @@
 
 use super::host::Host;
 use super::io::ConnTable;
+use super::opening::Openings;
 use super::sends::Sends;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,6 +14,8 @@ pub trait Shell: Host {
     fn conns(&self) -> &RefCell<ConnTable>;
     /// How the shard puts frames on the wire.
     fn sends(&self) -> &RefCell<Sends>;
+    /// Upgrades whose `101` waits for the board of a course they named.
+    fn openings(&self) -> &RefCell<Openings>;
     /// Carries out what the core asked for and writes what it queued.
     fn flush(self: &Rc<Self>);
 }
