@@ -173,6 +173,9 @@ pub struct Shard {
     cuts: VecDeque<(u64, ConnId)>,
     /// The latest time passed in, for closes started without one.
     now_ms: u64,
+    /// Bumped by each event that can end a connection's wait for a seed (a
+    /// seed, an unwatch): see [`Shard::wait_ends`].
+    wait_ends: u64,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -205,6 +208,7 @@ impl Shard {
             stats: ShardStats::default(),
             cuts: VecDeque::new(),
             now_ms: 0,
+            wait_ends: 0,
         }
     }
 

@@ -46,6 +46,7 @@ impl Shard {
         }
         // Watchers waiting for the seed get everything in their answer.
         c.seeded = true;
+        self.wait_ends += 1;
         let waiting = std::mem::take(&mut c.awaiting_seed);
         let name = Arc::clone(&c.name);
         for id in waiting {

@@ -365,10 +365,14 @@ fn a_connection_awaits_a_seed_until_every_course_it_watches_is_seeded() {
     assert!(!shard.awaits_seed(id), "no course watched");
     shard.watch_named(id, &["C".into(), "D".into(), "bad code".into()], 0);
     assert!(shard.awaits_seed(id), "neither C nor D is seeded");
+    let ends = shard.wait_ends();
     shard.handle_seed("C", &[snap(1, 3, None)], 0);
     assert!(shard.awaits_seed(id), "D is not seeded yet");
+    assert!(shard.wait_ends() > ends, "a seed may end a wait");
+    let ends = shard.wait_ends();
     shard.handle_seed("D", &[], 0);
     assert!(!shard.awaits_seed(id), "both seeded (D with nothing known)");
+    assert!(shard.wait_ends() > ends);
     // A course this shard already holds is answered at once.
     let next = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
     shard.watch_named(next, &["C".into()], 0);
@@ -378,10 +382,14 @@ fn a_connection_awaits_a_seed_until_every_course_it_watches_is_seeded() {
     let gone = shard.connect("w", Role::Student, WsOptions::VIEWER, 0);
     shard.watch_named(gone, &["E".into()], 0);
     assert!(shard.awaits_seed(gone));
+    let ends = shard.wait_ends();
     shard.handle_text(gone, r#"{"op":"unwatch","course":"E"}"#, 0);
     assert!(!shard.awaits_seed(gone), "unwatched");
+    assert!(shard.wait_ends() > ends, "an unwatch may end a wait");
     shard.watch_named(gone, &["F".into()], 0);
     assert!(shard.awaits_seed(gone));
+    let ends = shard.wait_ends();
     shard.disconnect(gone);
     assert!(!shard.awaits_seed(gone), "closed");
+    assert!(shard.wait_ends() > ends, "a close may end a wait");
 }

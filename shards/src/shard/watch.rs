@@ -37,6 +37,13 @@ impl Shard {
         })
     }
 
+    /// A count that moves with each event that can end a connection's wait
+    /// for a seed (a seed, an unwatch, a close): a shell holding upgrades
+    /// until [`Shard::awaits_seed`] turns false looks again only when it moved.
+    pub fn wait_ends(&self) -> u64 {
+        self.wait_ends
+    }
+
     /// Adds `id` to a course's viewers (creating the course here, which
     /// declares interest) and answers it once the course is seeded.
     pub(super) fn watch(&mut self, id: ConnId, course: &str, now_ms: u64) -> Result<(), OpError> {
@@ -195,6 +202,7 @@ impl Shard {
         };
         let (name, vpos) = conn.watched.swap_remove(wpos);
         let user = Arc::clone(&conn.user);
+        self.wait_ends += 1;
         let Some(c) = self.courses.get_mut(&name) else {
             return;
         };

@@ -22,31 +22,41 @@ pub struct Opening {
 }
 
 /// The shard's upgrades waiting for boards (a few at a time: only the first
-/// viewers of a course new to the shard, for one seed's round trip).
+/// viewers of a course new to the shard, for one seed's round trip; more
+/// while a silent Redis keeps seeds waiting for their patience, so they are
+/// looked at only when the core says a wait may have ended).
 #[derive(Default)]
-pub struct Openings(Vec<Opening>);
+pub struct Openings {
+    held: Vec<Opening>,
+    /// The core's [`Shard::wait_ends`] when `held` was last looked at.
+    looked: u64,
+}
 
 impl Openings {
     /// Holds connection `id`'s response head until its boards are in.
     pub fn hold(&mut self, id: ConnId, io: Rc<ConnIo>, head: Vec<u8>) {
-        self.0.push(Opening { id, io, head });
+        self.held.push(Opening { id, io, head });
     }
 
     /// Drops `id`'s held head: it ended before its boards came.
     pub fn forget(&mut self, id: ConnId) {
-        self.0.retain(|o| o.id != id);
+        self.held.retain(|o| o.id != id);
     }
 
     /// The held upgrades whose boards are now all queued (or that the core
-    /// no longer holds), taken out; empty (and no allocation) while none waits.
+    /// no longer holds), taken out; empty (and no allocation) while none
+    /// waits or no wait can have ended since the last look. (A head is held
+    /// only while [`Shard::awaits_seed`] is true, so a new one needs no look.)
     pub fn take_ready(&mut self, shard: &Shard) -> Vec<Opening> {
-        if self.0.is_empty() {
+        let ends = shard.wait_ends();
+        if self.held.is_empty() || ends == self.looked {
             return Vec::new();
         }
-        let (ready, waiting) = std::mem::take(&mut self.0)
+        self.looked = ends;
+        let (ready, waiting) = std::mem::take(&mut self.held)
             .into_iter()
             .partition(|o| !shard.awaits_seed(o.id));
-        self.0 = waiting;
+        self.held = waiting;
         ready
     }
 }
