@@ -159,8 +159,10 @@ pub struct Shard {
     ready: VecDeque<ConnId>,
     /// Admin feeds and the aggregate they are at.
     admin: admin_feed::AdminFeeds,
-    /// permessage-deflate without context: one compressor for the whole shard.
+    /// permessage-deflate without context: the compressor of a render's frame.
     deflater: Deflater,
+    /// The compressor of a course's whole board (see [`Deflater::quick`]).
+    board_deflater: Deflater,
     /// The sweep, drain and cut deadlines.
     timers: TimerTable,
     draining: bool,
@@ -201,6 +203,7 @@ impl Shard {
             ready: VecDeque::new(),
             admin: admin_feed::AdminFeeds::default(),
             deflater: Deflater::default(),
+            board_deflater: Deflater::quick(),
             timers: TimerTable::default(),
             draining: false,
             drain_schedule: Vec::new(),

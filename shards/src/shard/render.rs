@@ -85,7 +85,7 @@ impl Shard {
             let (plain, frame) = match (&delta, &full, v.owes_full) {
                 (_, Some(full), true) if conn.transport.is_sse() => (full, c.full_frame_sse()),
                 (_, Some(full), true) if conn.transport.deflates() => {
-                    (full, c.full_frame_deflated(&mut self.deflater))
+                    (full, c.full_frame_deflated(&mut self.board_deflater))
                 }
                 (_, Some(full), true) => (full, full.clone()),
                 (_, None, true) => continue,

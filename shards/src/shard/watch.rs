@@ -119,7 +119,9 @@ impl Shard {
             });
         let frame = match transport {
             Transport::Sse => c.full_frame_sse(),
-            Transport::WebSocket { deflate: true } => c.full_frame_deflated(&mut self.deflater),
+            Transport::WebSocket { deflate: true } => {
+                c.full_frame_deflated(&mut self.board_deflater)
+            }
             Transport::WebSocket { deflate: false } => plain.clone(),
         };
         let presence = c.count_with_board();
