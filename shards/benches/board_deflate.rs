@@ -7,14 +7,18 @@
 //! ```sh
 //! cargo bench -p shards --bench board_deflate
 //! ```
+//!
+//! Run without `--bench` (as `cargo test --all-targets` does), it makes one
+//! short pass and checks that every compressed board inflates back.
 
-use shards::deflate::Deflater;
+use shards::deflate::{inflate_message, Deflater};
 use shards::Snapshot;
 use std::time::Instant;
 
-/// Compressions per timed pass; passes alternate between the compressors.
-const PER_PASS: u32 = 2_000;
-const PASSES: u32 = 10;
+/// Compressions per timed pass, and passes (alternating between the
+/// compressors): as a bench, and as a test.
+const BENCH: (u32, u32) = (2_000, 10);
+const SMOKE: (u32, u32) = (20, 1);
 
 /// The full frame of a course of `sections` sections, as the protocol shapes
 /// it (section 5), with the fields the selection API's snapshots carry.
@@ -44,22 +48,27 @@ fn board(sections: u32) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Compressed length (0: sent plain) and µs per compression over `PER_PASS`.
-fn pass(deflater: &mut Deflater, payload: &[u8]) -> (usize, f64) {
+/// Compressed length and µs per compression over `times` compressions; the
+/// last one must inflate back to `payload`.
+fn pass(deflater: &mut Deflater, payload: &[u8], times: u32) -> (usize, f64) {
     let started = Instant::now();
-    let mut len = 0;
-    for _ in 0..PER_PASS {
-        len = deflater
-            .compress_message(std::hint::black_box(payload))
-            .map_or(0, |c| c.len());
+    let mut last = None;
+    for _ in 0..times {
+        last = deflater.compress_message(std::hint::black_box(payload));
     }
-    (
-        len,
-        started.elapsed().as_secs_f64() * 1e6 / f64::from(PER_PASS),
-    )
+    let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(times);
+    let compressed = last.expect("every board here is long enough to compress");
+    let back = inflate_message(&compressed, payload.len()).expect("a board inflates back");
+    assert_eq!(back, payload, "a board inflates back to itself");
+    (compressed.len(), us)
 }
 
 fn main() {
+    let (per_pass, passes) = if std::env::args().any(|a| a == "--bench") {
+        BENCH
+    } else {
+        SMOKE
+    };
     let mut render = Deflater::default();
     let mut whole = Deflater::quick();
     let mut rows = Vec::new();
@@ -68,11 +77,11 @@ fn main() {
         let payload = board(sections);
         let (mut t6, mut t1) = (Vec::new(), Vec::new());
         let (mut b6, mut b1) = (0, 0);
-        for _ in 0..PASSES {
-            let (b, t) = pass(&mut render, &payload);
+        for _ in 0..passes {
+            let (b, t) = pass(&mut render, &payload, per_pass);
             b6 = b;
             t6.push(t);
-            let (b, t) = pass(&mut whole, &payload);
+            let (b, t) = pass(&mut whole, &payload, per_pass);
             b1 = b;
             t1.push(t);
         }
