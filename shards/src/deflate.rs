@@ -2,8 +2,9 @@
 //! the handshake's negotiation, a server message compressed once for every
 //! viewer that negotiated it, and the bounded inflation of client messages.
 //! Payloads only: the framing (RSV1) is `ws_codec`'s. Nothing here is per
-//! connection: the shard owns two [`Deflater`]s (renders, whole boards), reset per message, and each
-//! client message is inflated by a fresh inflater that is dropped after.
+//! connection: the shard owns two [`Deflater`]s (a render's frame, a whole
+//! board), each reset per message, and each client message is inflated by a
+//! fresh inflater that is dropped after.
 
 use flate2::{Decompress, FlushDecompress, Status};
 
