@@ -176,7 +176,7 @@ pub struct Shard {
     /// The latest time passed in, for closes started without one.
     now_ms: u64,
     /// Bumped by each event that can end a connection's wait for a seed (a
-    /// seed, an unwatch): see [`Shard::wait_ends`].
+    /// seed, an unwatch, and so a disconnect): see [`Shard::wait_ends`].
     wait_ends: u64,
 }
 
