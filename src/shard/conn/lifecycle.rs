@@ -25,8 +25,8 @@ const READ_MAX: usize = 4096;
 /// its slot (in its [`ConnIo`]). A named course the shard holds no board of
 /// yet holds that send until its seed comes ([`super::Openings`]). Frames are
 /// written by the shard's flush step, or by a writer task only while the
-/// socket is full. Nothing here waits: the caller need not be a task.
-pub fn start<R: Runtime, H: Shell>(
+/// socket is full.
+pub async fn start<R: Runtime, H: Shell>(
     ctx: Rc<H>,
     stream: R::Stream,
     upgrade: Upgrade,

@@ -28,7 +28,7 @@ pub async fn accept_loop<R: Runtime>(ctx: Rc<ShardCtx>, listener: R::Listener) {
     super::pages::prepare();
     loop {
         match R::accept(&listener).await {
-            Ok(stream) => serve::<R>(&ctx, stream),
+            Ok(stream) => R::spawn(serve::<R>(Rc::clone(&ctx), stream)),
             Err(e) => {
                 // Out of descriptors and the like: back off instead of spinning.
                 tracing::warn!(error = %e, shard = ctx.index, "accept failed");
@@ -49,95 +49,62 @@ enum HeadOutcome {
     Gone,
 }
 
-/// What the first read of a new connection came to.
-enum FirstRead {
-    /// As far as the head goes: nothing more to read.
-    Done(HeadOutcome),
-    /// The head is not whole yet: what came of it, and its deadline.
-    More(Vec<u8>, Instant),
-}
-
-/// One accepted connection. The listener hands it over once its first bytes
-/// have arrived ([`DEFER_ACCEPT`]), and they usually hold the whole head: it
-/// is then routed and upgraded right here, so a viewer costs one task (its
-/// reader), not a second one for its head. A head that takes more reads, and
-/// a plain answer to write, get a task of their own.
-fn serve<R: Runtime>(ctx: &Rc<ShardCtx>, mut stream: R::Stream) {
-    let route = |head: &RequestHead<'_>| route_head(ctx, head);
-    match first_read::<R>(&stream, &route) {
-        FirstRead::Done(outcome) => conclude::<R>(ctx, stream, outcome),
-        FirstRead::More(head, deadline) => {
-            let ctx = Rc::clone(ctx);
-            R::spawn(async move {
-                let route = |head: &RequestHead<'_>| route_head(&ctx, head);
-                let outcome = read_rest::<R>(&mut stream, head, deadline, &route).await;
-                conclude::<R>(&ctx, stream, outcome);
-            });
-        }
-    }
-}
-
-/// Answers, refuses or upgrades a connection whose head was read.
-fn conclude<R: Runtime>(ctx: &Rc<ShardCtx>, stream: R::Stream, outcome: HeadOutcome) {
-    match outcome {
-        HeadOutcome::Routed(Next::Respond(resp, head_only), _) => {
-            R::spawn(respond::<R>(stream, resp, head_only))
-        }
-        HeadOutcome::Routed(Next::Upgrade(Accepted { upgrade, response }), rest) => {
-            lifecycle::start::<R, _>(Rc::clone(ctx), stream, upgrade, response, rest)
-        }
+/// One accepted connection: its head, then an answer or the upgrade.
+async fn serve<R: Runtime>(ctx: Rc<ShardCtx>, mut stream: R::Stream) {
+    let route = |head: &RequestHead<'_>| route_head(&ctx, head);
+    let (next, rest) = match read_head::<R>(&mut stream, &route).await {
+        HeadOutcome::Routed(next, rest) => (next, rest),
         HeadOutcome::Refused(why, resp) => {
             ctx.node.metrics.refuse(why);
             if let Some(r) = resp {
-                R::spawn(respond::<R>(stream, r, false));
+                respond::<R>(stream, r, false).await;
             }
+            return;
         }
-        HeadOutcome::Gone => {}
+        HeadOutcome::Gone => return,
+    };
+    match next {
+        Next::Respond(resp, head_only) => respond::<R>(stream, resp, head_only).await,
+        Next::Upgrade(Accepted { upgrade, response }) => {
+            lifecycle::start::<R, _>(ctx, stream, upgrade, response, rest).await
+        }
     }
 }
 
-/// Takes a new connection's first bytes with one `recv(2)`, not a read
-/// through the runtime, and routes them with `route` where they were read (the
-/// parsed head borrows those bytes) when they hold a whole head. A connection
-/// handed over with nothing to read has been silent for [`DEFER_ACCEPT`]
-/// since its handshake, which counts against its [`HEAD_DEADLINE`].
-fn first_read<R: Runtime>(
-    stream: &R::Stream,
+/// Reads a request head under [`HEAD_DEADLINE`] and routes it with `route`
+/// where it was read (the parsed head borrows those bytes). The listener hands a
+/// connection over once its first bytes have arrived
+/// ([`DEFER_ACCEPT`]), so they are taken at once with one
+/// `recv(2)`, not a read through the runtime, and a head that came whole (the
+/// usual case) is parsed where it was read; one that takes several reads is
+/// gathered in a buffer of its own. A connection handed over with nothing to
+/// read has been silent for that second since its handshake, which counts
+/// against its 5 s.
+async fn read_head<R: Runtime>(
+    stream: &mut R::Stream,
     route: &impl Fn(&RequestHead<'_>) -> Next,
-) -> FirstRead {
+) -> HeadOutcome {
     let accepted = Instant::now();
     let mut head = vec![0u8; 2048];
-    match crate::sys::recv_now(R::fd(stream), &mut head) {
-        Ok(0) => FirstRead::Done(HeadOutcome::Gone),
+    let deadline = match crate::sys::recv_now(R::fd(stream), &mut head) {
+        Ok(0) => return HeadOutcome::Gone,
         Ok(n) => {
             head.truncate(n);
-            match parse_head(&mut head, route) {
-                Some(outcome) => FirstRead::Done(outcome),
-                None => FirstRead::More(head, accepted + HEAD_DEADLINE),
+            if let Some(outcome) = parse_head(&mut head, route) {
+                return outcome;
             }
+            accepted + HEAD_DEADLINE
         }
         Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             head.clear();
-            FirstRead::More(head, accepted + HEAD_DEADLINE - DEFER_ACCEPT)
+            accepted + HEAD_DEADLINE - DEFER_ACCEPT
         }
         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
             head.clear();
-            FirstRead::More(head, accepted + HEAD_DEADLINE)
+            accepted + HEAD_DEADLINE
         }
-        Err(_) => FirstRead::Done(HeadOutcome::Gone),
-    }
-}
-
-/// Reads the rest of a request head (`head` holds what came so far) until
-/// `deadline` (slowloris) and routes it with `route`. A head that came in one
-/// read is parsed where it was read; one that takes several is gathered in
-/// `head`.
-async fn read_rest<R: Runtime>(
-    stream: &mut R::Stream,
-    mut head: Vec<u8>,
-    deadline: Instant,
-    route: &impl Fn(&RequestHead<'_>) -> Next,
-) -> HeadOutcome {
+        Err(_) => return HeadOutcome::Gone,
+    };
     let mut buf = Vec::with_capacity(2048);
     loop {
         let (res, b) = match runtime::until::<R, _>(deadline, R::read(stream, buf)).await {
