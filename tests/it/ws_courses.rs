@@ -84,7 +84,7 @@ fn one_course_in_the_upgrade_gets_its_board_with_no_message_sent() {
 fn an_upgrade_whose_head_takes_several_reads_gets_its_board() {
     let sb = demo();
     // Over the 2 KiB a connection's first read takes: the rest of the head
-    // is read by a task of its own, then upgraded as a head read at once is.
+    // is read through the runtime, then upgraded as a head read at once is.
     let pad = format!("X-Pad: {}\r\n", "p".repeat(3 * 1024));
     let (mut ws, _) = RawWs::connect_extra(sb.port, "/ws?user=long&course=CS101", &pad);
     let hello = ws.next_json(T).expect("hello");
