@@ -9,41 +9,11 @@
 // course's board in a second tab and checks the roster drill-down of that
 // course lists the viewer, saves a full-page screenshot. Exits 0 when all holds, 1 (with the reason)
 // otherwise.
-import { chromium } from 'playwright-core';
-import { failOnCsp, requireCsp } from './csp.mjs';
+import { run, baseAndShot, openPage, requireCsp } from './lib.mjs';
 
 const OVERALL_TIMEOUT_MS = 75_000;
 const STEP_TIMEOUT_MS = 15_000;
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-];
-
-const [rawBase, shotPath] = process.argv.slice(2);
-if (!rawBase || !shotPath) {
-  console.error('usage: node admin.mjs <baseUrl> <screenshotPath>');
-  process.exit(2);
-}
-const base = rawBase.replace(/\/+$/, '');
-
-let browser = null;
-let step = 'start';
-const pageLog = [];
-
-function log(msg) { console.log(`admin: ${msg}`); }
-
-async function finish(code, reason) {
-  if (code !== 0) {
-    console.error(`admin: FAIL during "${step}": ${reason}`);
-    if (pageLog.length) console.error('admin: page log (last 20):\n  ' + pageLog.slice(-20).join('\n  '));
-  }
-  const closing = browser ? browser.close().catch(() => {}) : Promise.resolve();
-  await Promise.race([closing, new Promise((r) => setTimeout(r, 3000))]);
-  process.exit(code);
-}
-
-const overall = setTimeout(() => { finish(1, `overall timeout of ${OVERALL_TIMEOUT_MS / 1000} s`); }, OVERALL_TIMEOUT_MS);
+const { base, shot: shotPath } = baseAndShot('admin');
 
 // Reads the table in one go (inside the page, so a re-render cannot interleave).
 // Column values come from the header's position, so this does not depend on
@@ -136,21 +106,16 @@ async function waitChart(page, id, minPoints, timeoutMs) {
   throw new Error(`#${id} did not draw: ${JSON.stringify(last)}`);
 }
 
-async function main() {
-  step = 'launch chromium';
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
-  const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
-  const page = await context.newPage();
-  page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') pageLog.push(`[console.${m.type()}] ${m.text()}`); });
-  page.on('pageerror', (e) => pageLog.push(`[pageerror] ${e.message}`));
-  await failOnCsp(page, 'admin', (why) => finish(1, why));
+run('admin', OVERALL_TIMEOUT_MS, async (t) => {
+  const context = await t.browser.newContext({ viewport: { width: 1200, height: 800 } });
+  const page = await openPage(t, context, base, 'admin');
 
-  step = `open ${base}/admin`;
+  t.step = `open ${base}/admin`;
   const resp = await page.goto(`${base}/admin`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   if (!resp || !resp.ok()) throw new Error(`GET /admin answered ${resp ? resp.status() : 'nothing'}`);
   requireCsp(resp, 'GET /admin');
 
-  step = 'wait for live state and table rows';
+  t.step = 'wait for live state and table rows';
   await page.waitForFunction(() => {
     const s = document.getElementById('conn-state');
     return s && s.textContent.trim() === 'live' && document.querySelectorAll('#courses tbody tr[data-course]').length > 0;
@@ -160,12 +125,12 @@ async function main() {
     throw new Error(`#conn-state is "${state}" and #courses has ${n} rows after ${STEP_TIMEOUT_MS / 1000} s (want "live" and >= 1)`);
   });
 
-  step = 'check the default order (updates_per_s descending)';
+  t.step = 'check the default order (updates_per_s descending)';
   const initial = await expectSorted(page, 'updates_per_s', 'descending', true);
-  log(`${initial.rows.length} courses; by updates/s: ${describe(initial.rows)}`);
+  t.say(`${initial.rows.length} courses; by updates/s: ${describe(initial.rows)}`);
   const initialOrder = initial.rows.map((r) => r.course).join(',');
 
-  step = 'click the viewers header';
+  t.step = 'click the viewers header';
   const preViewers = await readTable(page, 'viewers');
   const preSortedByViewers = isSorted(preViewers.rows, 'descending', true) || isSorted(preViewers.rows, 'ascending', true);
   await clickHeader(page, 'viewers');
@@ -176,48 +141,47 @@ async function main() {
   if (!preSortedByViewers && viewersOrder === initialOrder) {
     throw new Error(`row order did not change after clicking "viewers": ${viewersOrder}`);
   }
-  log(`by viewers (${dir}): ${describe(byViewers.rows)}${viewersOrder === initialOrder ? ' (same order as before: the data was already in viewer order)' : ''}`);
+  t.say(`by viewers (${dir}): ${describe(byViewers.rows)}${viewersOrder === initialOrder ? ' (same order as before: the data was already in viewer order)' : ''}`);
 
-  step = 'click the viewers header again (reverse)';
+  t.step = 'click the viewers header again (reverse)';
   await clickHeader(page, 'viewers');
   const rev = dir === 'descending' ? 'ascending' : 'descending';
   await expectSorted(page, 'viewers', rev, true);
-  log(`second click sorts ${rev}`);
+  t.say(`second click sorts ${rev}`);
 
-  step = 'click the course header';
+  t.step = 'click the course header';
   await clickHeader(page, 'course');
   const byCourse = await readTable(page, 'course');
   const cdir = byCourse.ariaSort === 'descending' ? 'descending' : 'ascending';
   await expectSorted(page, 'course', cdir, false);
-  log(`by course (${cdir}) ok`);
+  t.say(`by course (${cdir}) ok`);
 
-  step = 'restore viewers order for the screenshot';
+  t.step = 'restore viewers order for the screenshot';
   await clickHeader(page, 'viewers');
   const last = await readTable(page, 'viewers');
   if (last.ariaSort === 'ascending') await clickHeader(page, 'viewers');
 
-  step = 'live throughput chart draws';
+  t.step = 'live throughput chart draws';
   const rate = await waitChart(page, 'rate-chart', 2, 10_000);
   if (!(rate.max > 0)) throw new Error(`rate chart has no positive rate: ${JSON.stringify(rate)}`);
-  log(`rate chart: ${rate.points} points, max ${rate.max}/s, ${rate.ink} line pixels`);
+  t.say(`rate chart: ${rate.points} points, max ${rate.max}/s, ${rate.ink} line pixels`);
 
-  step = 'analytics history chart draws';
+  t.step = 'analytics history chart draws';
   const hist = await waitChart(page, 'history-chart', 1, 25_000);
   const info = await page.$eval('#history-info', (e) => e.textContent.trim());
-  log(`history chart: ${hist.points} buckets, ${hist.ink} line pixels (${info})`);
+  t.say(`history chart: ${hist.points} buckets, ${hist.ink} line pixels (${info})`);
 
-  step = 'open a viewer of the hottest course in a second tab';
+  t.step = 'open a viewer of the hottest course in a second tab';
   await clickHeader(page, 'updates_per_s');
   let top = await readTable(page, 'updates_per_s');
   if (top.ariaSort !== 'descending') { await clickHeader(page, 'updates_per_s'); top = await readTable(page, 'updates_per_s'); }
   const course = top.rows[0].course;
-  const board = await context.newPage();
-  await failOnCsp(board, 'board', (why) => finish(1, why));
+  const board = await openPage(t, context, base, 'board');
   await board.goto(`${base}/?course=${encodeURIComponent(course)}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   const viewer = await board.evaluate(() => localStorage.getItem('seatboard_user'));
   if (!viewer) throw new Error('the board page stored no user id');
 
-  step = `open the roster of ${course}`;
+  t.step = `open the roster of ${course}`;
   // Rows sorted by updates/s move on every admin tick (750 ms), and a click
   // waits for its target to hold still: on a loaded machine a moving row can
   // outlast the click's deadline. Sorted by course the rows stay put.
@@ -233,7 +197,7 @@ async function main() {
   const shown = await page.$eval('#roster-course', (e) => e.textContent.trim());
   if (shown !== course) throw new Error(`roster shows ${shown}, clicked ${course}`);
 
-  step = `roster of ${course} lists the viewer ${viewer}`;
+  t.step = `roster of ${course} lists the viewer ${viewer}`;
   const t0 = Date.now();
   let ids = [];
   while (Date.now() - t0 < 15_000) {
@@ -244,16 +208,10 @@ async function main() {
   }
   if (!ids.includes(viewer)) throw new Error(`roster ids ${JSON.stringify(ids)} lack ${viewer}`);
   const total = await page.$eval('#roster-total', (e) => e.textContent.trim());
-  log(`roster of ${course}: total ${total}, ids ${ids.join(' ')}`);
+  t.say(`roster of ${course}: total ${total}, ids ${ids.join(' ')}`);
   await board.close();
   await page.evaluate(() => window.scrollTo(0, 0));
 
-  step = `screenshot to ${shotPath}`;
+  t.step = `screenshot to ${shotPath}`;
   await page.screenshot({ path: shotPath, fullPage: true });
-
-  clearTimeout(overall);
-  log(`OK (screenshot: ${shotPath})`);
-  await finish(0);
-}
-
-main().catch((e) => finish(1, e && e.message ? e.message.split('\n')[0] : String(e)));
+});

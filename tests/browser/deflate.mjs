@@ -8,39 +8,17 @@
 // that the page's board shows them. The Rust side checks the server's byte
 // counters: what went on the wire is less than the payload (so frames were
 // compressed). Prints `frames=N big=M` and exits 0 when all holds.
-import { chromium } from 'playwright-core';
-import { failOnCsp, requireCsp } from './csp.mjs';
+import { run, baseAndShot, requireCsp } from './lib.mjs';
+import { failOnCsp } from './csp.mjs';
 
 const STEP_TIMEOUT_MS = 20_000;
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const CHROMIUM_ARGS = [
-  '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-  '--disable-background-networking', '--disable-component-update', '--disable-sync',
-];
-
-const [rawBase, shotPath] = process.argv.slice(2);
-if (!rawBase || !shotPath) {
-  console.error('usage: node deflate.mjs <baseUrl> <screenshotPath>');
-  process.exit(2);
-}
-const base = rawBase.replace(/\/+$/, '');
+const { base, shot: shotPath } = baseAndShot('deflate');
 const course = 'ART150';
-let browser = null;
 
-async function finish(code, reason) {
-  if (code !== 0) console.error(`deflate: FAIL: ${reason}`);
-  const closing = browser ? browser.close().catch(() => {}) : Promise.resolve();
-  await Promise.race([closing, new Promise((r) => setTimeout(r, 3000))]);
-  process.exit(code);
-}
-
-setTimeout(() => finish(1, 'overall timeout of 60 s'), 60_000);
-
-async function main() {
-  browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: CHROMIUM_ARGS });
-  const context = await browser.newContext({ viewport: { width: 1200, height: 800 } });
+run('deflate', 60_000, async (t) => {
+  const context = await t.browser.newContext({ viewport: { width: 1200, height: 800 } });
   const page = await context.newPage();
-  await failOnCsp(page, 'deflate', (why) => finish(1, why));
+  await failOnCsp(page, 'deflate', t.fail);
   const cdp = await context.newCDPSession(page);
   await cdp.send('Network.enable');
   let offered = null;
@@ -59,6 +37,7 @@ async function main() {
     try { frames.push(JSON.parse(e.response.payloadData)); } catch { frames.push({ type: 'unparsable' }); }
   });
 
+  t.step = `open /?course=${course}`;
   const resp = await page.goto(`${base}/?course=${course}`, { waitUntil: 'domcontentloaded', timeout: STEP_TIMEOUT_MS });
   if (!resp || !resp.ok()) throw new Error(`GET /?course=${course} answered ${resp ? resp.status() : 'nothing'}`);
   requireCsp(resp, `GET /?course=${course}`);
@@ -67,11 +46,13 @@ async function main() {
     return s && s.textContent.trim() === 'live' && document.querySelectorAll('.section[data-section]').length > 0;
   }, null, { timeout: STEP_TIMEOUT_MS, polling: 100 });
 
+  t.step = 'the 101 answers the deflate offer';
   if (!offered || !/permessage-deflate/i.test(offered)) throw new Error(`Chromium offered ${JSON.stringify(offered)}`);
   const want = 'permessage-deflate; server_no_context_takeover; client_no_context_takeover';
   if (answered !== want) throw new Error(`server answered ${JSON.stringify(answered)}, want ${JSON.stringify(want)}`);
 
   // Live frames for a while: every one parses, and the board follows them.
+  t.step = 'live frames';
   const t0 = Date.now();
   while (Date.now() - t0 < STEP_TIMEOUT_MS && frames.filter((f) => f.type === 'frame' && !f.full).length < 3) {
     await page.waitForTimeout(200);
@@ -96,6 +77,7 @@ async function main() {
     }
     return latest;
   };
+  t.step = 'the board shows what the frames carried';
   let mismatch = 'never compared';
   const until = Date.now() + STEP_TIMEOUT_MS;
   while (mismatch && Date.now() < until) {
@@ -115,7 +97,4 @@ async function main() {
   if (mismatch) throw new Error(mismatch);
   await page.screenshot({ path: shotPath, fullPage: true });
   console.log(`frames=${courseFrames.length} big=${big}`);
-  await finish(0);
-}
-
-main().catch((e) => finish(1, e && e.message ? e.message.split('\n')[0] : String(e)));
+});

@@ -1,5 +1,6 @@
-// Shared by shortlist.mjs and a11y.mjs: launching the system Chromium, a step
-// runner that reports where it failed, axe-core injection, a same-host guard.
+// Shared by the page checks: launching the system Chromium, a step runner that
+// reports where it failed, the `<baseUrl> <screenshotPath>` arguments,
+// axe-core injection, a same-host guard.
 import { chromium } from 'playwright-core';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -14,9 +15,21 @@ const ARGS = [
 ];
 const AXE = readFileSync(new URL('./node_modules/axe-core/axe.min.js', import.meta.url), 'utf8');
 
-// Runs `body(t)` with a launched browser; exits 0 when it returns, 1 with the
+// The `<baseUrl> <screenshotPath>` a check is run with (the URL without a
+// trailing slash); exits 2 with the usage when either is missing.
+export function baseAndShot(name) {
+  const [rawBase, shot] = process.argv.slice(2);
+  if (!rawBase || !shot) {
+    console.error(`usage: node ${name}.mjs <baseUrl> <screenshotPath>`);
+    process.exit(2);
+  }
+  return { base: rawBase.replace(/\/+$/, ''), shot };
+}
+
+// Runs `body(t)` with a launched browser (`launch`: more Chromium flags in
+// `args`, and other launch options); exits 0 when it returns, 1 with the
 // failing step (and the pages' errors) when it throws or time runs out.
-export async function run(name, timeoutMs, body) {
+export async function run(name, timeoutMs, body, launch = {}) {
   const t = { step: 'launch chromium', log: [], browser: null };
   t.say = (msg) => console.log(`${name}: ${msg}`);
   const finish = async (code, why) => {
@@ -31,7 +44,9 @@ export async function run(name, timeoutMs, body) {
   t.fail = (why) => finish(1, why);
   setTimeout(() => finish(1, `overall timeout of ${timeoutMs / 1000} s`), timeoutMs).unref();
   try {
-    t.browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
+    t.browser = await chromium.launch({
+      executablePath: CHROMIUM, headless: true, ...launch, args: [...ARGS, ...(launch.args ?? [])],
+    });
     await body(t);
     t.say('OK');
     await finish(0);
@@ -84,6 +99,14 @@ export async function waitLive(page, courses, timeoutMs = 15_000) {
     const state = await page.$eval('#conn-state', (e) => e.textContent.trim()).catch(() => '?');
     const shown = await page.$$eval('[data-course]', (els) => els.map((e) => `${e.dataset.course}:${e.querySelectorAll('[data-section]').length}`));
     throw new Error(`not live with sections for ${courses.join(',')} within ${timeoutMs / 1000} s (state ${state}, shown ${shown.join(' ')})`);
+  });
+}
+
+// The node id the page's footer names (the node serving it), or null.
+export function nodeShown(page) {
+  return page.evaluate(() => {
+    const m = /node (\S+)/.exec(document.querySelector('footer')?.textContent || document.body.innerText);
+    return m ? m[1] : null;
   });
 }
 

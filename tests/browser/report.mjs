@@ -3,18 +3,17 @@
 // Checks: every plot is drawn with data (a polyline with a point per second,
 // some of them above the axis), the nodes' CPU and RSS plots among them, and
 // the page makes no request but itself.
-import { chromium } from 'playwright-core';
+import { run } from './lib.mjs';
 
 const [url, shot] = process.argv.slice(2);
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
-const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking'];
-const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ARGS });
-let code = 1;
-try {
-  const page = await browser.newPage({ viewport: { width: 800, height: 1000 } });
+
+run('report', 60_000, async (t) => {
+  t.step = 'open the report';
+  const page = await t.browser.newPage({ viewport: { width: 800, height: 1000 } });
   const requests = [];
   page.on('request', (r) => requests.push(r.url()));
   await page.goto(url, { waitUntil: 'load', timeout: 15_000 });
+  t.step = 'every plot drawn with data';
   const plots = await page.$$eval('svg.plot', (svgs) => svgs.map((s) => ({
     title: s.getAttribute('aria-label'),
     points: Number(s.dataset.points),
@@ -39,11 +38,5 @@ try {
   const elsewhere = requests.filter((r) => r !== url);
   if (elsewhere.length) throw new Error(`requests elsewhere: ${elsewhere.join(', ')}`);
   await page.screenshot({ path: shot, fullPage: true });
-  console.log(`report: OK (${plots.map((p) => p.points).join(', ')} points)`);
-  code = 0;
-} catch (e) {
-  console.error(`report: FAIL: ${e.message}`);
-} finally {
-  await browser.close();
-}
-process.exit(code);
+  t.say(`${plots.length} plots (${plots.map((p) => p.points).join(', ')} points)`);
+});
