@@ -9,8 +9,7 @@ pub use crate::proc::{free_port, Haproxy};
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 /// The shipped configuration.
@@ -160,36 +159,4 @@ pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
         let (k, v) = l.split_once(':')?;
         k.trim().eq_ignore_ascii_case(name).then_some(v.trim())
     })
-}
-
-/// A self-signed certificate for `localhost`/127.0.0.1 made with openssl, as
-/// one PEM (certificate + key) in `dir`, the form HAProxy's `crt` wants.
-pub fn self_signed_pem(dir: &Path) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("cert dir");
-    let (key, cert, pem) = (
-        dir.join("key.pem"),
-        dir.join("cert.pem"),
-        dir.join("seatboard.pem"),
-    );
-    let out = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-        ])
-        .args(["-subj", "/CN=localhost"])
-        .args(["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .expect("openssl must be installed (tests/run.sh installs it)");
-    assert!(
-        out.status.success(),
-        "openssl req failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut both = std::fs::read(&cert).expect("cert");
-    both.extend(std::fs::read(&key).expect("key"));
-    std::fs::write(&pem, both).expect("pem");
-    pem
 }

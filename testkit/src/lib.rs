@@ -4,7 +4,8 @@
 //! (`http`), the product's metrics scraper (`scrape`, the `loadgen` crate's), the WebSocket client and
 //! board (`common`), Redis Cluster (`cluster_util`), latency between a process
 //! and Redis (`delay_proxy`), HAProxy on the shipped
-//! configuration (`lb`), tokens and a JWKS server (`jwt_util`), and the
+//! configuration (`lb`), tokens and a JWKS server (`jwt_util`), certificates
+//! (`tls_util`), and the
 //! selection-API stand-in that publishes and remembers (`publish`).
 
 pub mod cluster_util;
@@ -16,5 +17,6 @@ pub mod lb;
 pub mod proc;
 pub mod publish;
 pub mod relay;
+pub mod tls_util;
 pub use loadgen::scrape;
 pub mod wait;

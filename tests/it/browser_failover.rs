@@ -6,6 +6,7 @@
 
 use crate::common;
 use crate::lb;
+use crate::tls_util;
 use common::*;
 use std::io::BufRead;
 use std::path::Path;
@@ -27,7 +28,7 @@ fn board_stays_live_through_haproxy_when_its_node_is_killed() {
     let args = ["serve", "--auth", "none", "--redis", &uri, "--shards", "1"];
     let mut nodes = vec![Seatboard::start(&args), Seatboard::start(&args)];
     let dir = std::env::temp_dir().join(format!("seatboard-failover-{}", std::process::id()));
-    let pem = lb::self_signed_pem(&dir);
+    let pem = tls_util::self_signed_pem(&dir);
     let port = lb::free_port();
     let ports: Vec<u16> = nodes.iter().map(|n| n.port).collect();
     let cfg = lb::render(&lb::shipped(), &lb::Bind::Tls(port, &pem), &ports, 1000);
@@ -118,7 +119,7 @@ fn event_source_through_haproxy_stays_open_through_a_quiet_spell() {
         &[("SEATBOARD_JWT_SECRET", SECRET)],
     );
     let dir = std::env::temp_dir().join(format!("seatboard-sse-lb-{}", std::process::id()));
-    let pem = lb::self_signed_pem(&dir);
+    let pem = tls_util::self_signed_pem(&dir);
     let port = lb::free_port();
     let cfg = lb::render(
         &lb::shipped(),

@@ -2,15 +2,13 @@
 //! one area with `cargo test --test it front_door::`). One test binary links
 //! the crate and its dependencies once. The fixtures it shares with the bench
 //! suite are the `testkit` crate (`testkit/src/`); its own (`tests/raw`,
-//! `tests/redis_util`, `tests/tls_util`) are modules of it.
+//! `tests/redis_util`) are modules of it.
 
-use testkit::{cluster_util, common, jwt_util, lb, publish};
+use testkit::{cluster_util, common, jwt_util, lb, publish, tls_util};
 #[path = "../raw/mod.rs"]
 mod raw;
 #[path = "../redis_util/mod.rs"]
 mod redis_util;
-#[path = "../tls_util/mod.rs"]
-mod tls_util;
 
 mod admin_scale;
 mod analytics;

@@ -6,7 +6,7 @@
 use crate::common::{metric_value, seatboard_command, wait_for, RedisServer, Seatboard};
 use crate::lb;
 use crate::redis_util::cut::CutProxy;
-use crate::tls_util::make_certs;
+use crate::tls_util::{self, make_certs};
 use serde_json::Value;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -649,7 +649,7 @@ fn an_https_target_whose_certificate_does_not_verify_fails_naming_it() {
     // SSL_CERT_FILE trusts another certificate only (a self-signed one),
     // not the test CA that signed the target's.
     let other_dir = temp("tls-other");
-    lb::self_signed_pem(&other_dir);
+    tls_util::self_signed_pem(&other_dir);
     let other_ca = other_dir.join("cert.pem");
     let d = deployment_behind_tls(&pem);
     let port = d.tls_port.expect("a TLS port");

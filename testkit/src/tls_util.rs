@@ -1,11 +1,13 @@
-//! Certificates for TLS tests, made with openssl: a CA (`ca.pem`) and a server
-//! certificate it signed for 127.0.0.1 (`server.crt`, `server.key`).
-#![allow(dead_code)]
+//! Keys and certificates for the TLS tests, made with openssl: a CA and a
+//! server certificate it signed for 127.0.0.1 ([`make_certs`]), a
+//! self-signed one for HAProxy ([`self_signed_pem`]), and the `openssl` run
+//! the identity provider's keys are made with too (`jwt_util`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn openssl(dir: &Path, args: &[&str]) {
+/// Runs `openssl args` in `dir`; panics with its stderr when it fails.
+pub(crate) fn openssl(dir: &Path, args: &[&str]) {
     let out = Command::new("openssl")
         .current_dir(dir)
         .args(args)
@@ -69,4 +71,35 @@ pub fn make_certs(dir: &Path) {
             "server.crt",
         ],
     );
+}
+
+/// A self-signed certificate for `localhost`/127.0.0.1, as one PEM
+/// (certificate + key) in `dir`, the form HAProxy's `crt` wants.
+pub fn self_signed_pem(dir: &Path) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("cert dir");
+    openssl(
+        dir,
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            "key.pem",
+            "-out",
+            "cert.pem",
+        ],
+    );
+    let mut both = std::fs::read(dir.join("cert.pem")).expect("cert");
+    both.extend(std::fs::read(dir.join("key.pem")).expect("key"));
+    let pem = dir.join("seatboard.pem");
+    std::fs::write(&pem, both).expect("pem");
+    pem
 }
