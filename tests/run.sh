@@ -89,4 +89,4 @@ cargo test -p sim --features planted-bugs --test planted
 shell_tests=(front_door:: close_codes:: conformance:: security:: slow_consumer:: write_path::
   page_delivery:: drain:: compression:: demo_board:: storm:: sse:: ws_courses::)
 SEATBOARD_DRIVER=epoll cargo test --test it -- "${shell_tests[@]}"
-SEATBOARD_DRIVER=tokio cargo test --features tokio-shell --test it -- "${shell_tests[@]}" tokio_shell::
+SEATBOARD_DRIVER=tokio cargo test --features tokio-shell --test it -- "${shell_tests[@]}"

@@ -1,12 +1,16 @@
-//! `seatboard demo` end to end, on both io drivers: hello, watch, full answer,
-//! frames that never regress and converge on what a fresh viewer sees, the
-//! per-tick bound, and the plain HTTP endpoints.
+//! `seatboard demo` end to end, on each shell (io_uring, epoll, and tokio with
+//! the feature `tokio-shell`): hello, watch, full answer, frames that never
+//! regress and converge on what a fresh viewer sees, the per-tick bound,
+//! presence, ping and pong, the plain HTTP endpoints and refusals, and the
+//! close handshake.
 
 use crate::common;
 use common::*;
 use serde_json::json;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::Message;
 
 fn board_end_to_end(driver: &str) {
     let sb = Seatboard::start(&[
@@ -160,7 +164,40 @@ fn board_end_to_end(driver: &str) {
     assert_eq!(metric_value(&m, "seatboard_connections{"), 2.0);
     let head = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(9000));
     assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 431);
-    let _ = HashMap::<u8, u8>::new();
+
+    // Ping is answered with a pong carrying the payload.
+    a.send(Message::Ping(b"hi".to_vec().into())).unwrap();
+    let pong = (0..200).find_map(|_| match a.read() {
+        Ok(Message::Pong(p)) => Some(p),
+        _ => None,
+    });
+    assert_eq!(pong.as_deref(), Some(&b"hi"[..]));
+
+    // The close handshake: our close is echoed, and the connection is released.
+    a.close(Some(CloseFrame {
+        code: CloseCode::Normal,
+        reason: "bye".into(),
+    }))
+    .unwrap();
+    let echoed = (0..200).find_map(|_| match a.read() {
+        Ok(Message::Close(c)) => Some(c),
+        Ok(_) => None,
+        Err(_) => Some(None),
+    });
+    assert_eq!(
+        echoed.flatten().map(|c| c.code),
+        Some(CloseCode::Normal),
+        "the close is echoed"
+    );
+    let released = wait_for(Duration::from_secs(5), || {
+        let h = http_get(sb.port, "/healthz").ok()?;
+        let v: serde_json::Value = serde_json::from_str(&h.body).ok()?;
+        (v["connections"] == 1).then_some(())
+    });
+    assert!(
+        released.is_some(),
+        "the connection is released, bob's stays"
+    );
 }
 
 #[test]
@@ -171,4 +208,10 @@ fn demo_board_on_io_uring() {
 #[test]
 fn demo_board_on_epoll() {
     board_end_to_end("epoll");
+}
+
+#[cfg(feature = "tokio-shell")]
+#[test]
+fn demo_board_on_tokio() {
+    board_end_to_end("tokio");
 }

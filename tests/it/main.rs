@@ -66,7 +66,6 @@ mod syscall_filter;
 mod systemd;
 mod systemd_boot;
 mod threads;
-mod tokio_shell;
 mod uring_denied;
 mod version;
 mod version_range;
