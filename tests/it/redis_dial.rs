@@ -2,7 +2,9 @@
 //! its three primaries hung (each behind a blackholed proxy: the connection
 //! is accepted, `AUTH` never answered, so a dial to it waits out its 500 ms
 //! connect deadline): the third primary's channels are subscribed while those
-//! dials hang, and its course gets its first board and its live snapshots.
+//! dials hang and after they failed (their retries and the slot-map reread
+//! hold up nothing), and its course gets its first board and its live
+//! snapshots.
 
 use crate::common::*;
 use crate::redis_util::*;
@@ -78,6 +80,14 @@ fn a_hung_primarys_dial_holds_up_no_other_primarys_channels() {
         (sb.metric("seatboard_subscriptions") == 2.0).then_some(())
     })
     .expect("the hung primaries' courses watched");
+    // A hung dial has failed (the source counts itself down while a watched
+    // channel has no primary): from here its retries and the slot-map reread
+    // it asked for are under way, and none of them may hold up the live
+    // primary's channel.
+    wait_for(T, || {
+        (sb.metric("seatboard_redis_connected") == 0.0).then_some(())
+    })
+    .expect("a hung primary's dial failed");
     let watched = Instant::now();
     send_json(&mut ws, json!({"op":"watch","course":live}));
     let channel = format!("seats:{live}");

@@ -130,7 +130,7 @@ impl Classic {
     fn connect(&mut self) {
         let nodes = self.redis.candidates();
         if let Some(addr) = nodes.get(self.node % nodes.len().max(1)) {
-            self.dialer.dial(addr);
+            self.dialer.dial(addr, Duration::ZERO);
         }
     }
 

@@ -18,6 +18,7 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A question for the map thread.
 enum Job {
@@ -96,14 +97,19 @@ impl Dialer {
         }
     }
 
-    /// Asks for a connection to `addr` on a thread of its own, unless one is
-    /// on its way (a thread that cannot start is answered as a failed dial).
-    pub fn dial(&mut self, addr: &Addr) {
+    /// Asks for a connection to `addr` on a thread of its own, opened once
+    /// `after` has passed (a node's own backoff, waited out on that thread so
+    /// it holds up no other node), unless one is on its way (a thread that
+    /// cannot start is answered as a failed dial).
+    pub fn dial(&mut self, addr: &Addr, after: Duration) {
         if !self.dialing.insert(addr.clone()) {
             return;
         }
         let (redis, answers, at) = (Arc::clone(&self.redis), self.answers.clone(), addr.clone());
         let started = supervisor::spawn("seatboard-dial-node", Policy::FailsNode, move || {
+            if !after.is_zero() {
+                std::thread::sleep(after);
+            }
             let conn = PubConn::open(&redis, &at, shards::snapshot::MAX_PAYLOAD);
             answers.send(Dialed::Conn(at, conn));
         });
@@ -174,7 +180,7 @@ mod tests {
     use crate::channels::poll::wait_readable;
     use crate::redis::RedisFlags;
     use std::net::TcpListener;
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
 
     fn next_answer(d: &mut Dialer) -> Dialed {
         let end = Instant::now() + Duration::from_secs(10);
@@ -198,8 +204,8 @@ mod tests {
             "nothing asked"
         );
         let addr: Addr = ("127.0.0.1".into(), 1);
-        d.dial(&addr);
-        d.dial(&addr);
+        d.dial(&addr, Duration::ZERO);
+        d.dial(&addr, Duration::ZERO);
         assert!(d.busy());
         let a = next_answer(&mut d);
         assert!(matches!(a, Dialed::Conn(ref at, Err(_)) if at == &addr));
@@ -219,8 +225,8 @@ mod tests {
         .expect("flags");
         let mut d = Dialer::new(&redis, "unit").expect("thread");
         let (hung, quick): (Addr, Addr) = (("127.0.0.1".into(), port), ("127.0.0.1".into(), 1));
-        d.dial(&hung);
-        d.dial(&quick);
+        d.dial(&hung, Duration::ZERO);
+        d.dial(&quick, Duration::ZERO);
         let first = next_answer(&mut d);
         assert!(
             matches!(first, Dialed::Conn(ref at, Err(_)) if at == &quick),

@@ -10,7 +10,10 @@
 //! waiting (one pipeline per primary per turn); each confirmation comes back
 //! as [`SourceEvent::Subscribed`]. Connections are opened by the source's
 //! [`Dialer`], one thread per dial, and the slot map read on its map thread: a
-//! frozen primary holds up only the channels it owns.
+//! frozen primary holds up only the channels it owns. A failed dial waits out
+//! that primary's own backoff and asks for the map again without holding
+//! placement on the map held; only a map known wrong (a lost connection, a
+//! `MOVED`, a slot moved) holds placement until it is reread.
 
 use super::classic::{message_event, PING_AFTER, PING_DEADLINE};
 use super::conn::{classify, packed, Fill, Frame, PubConn};
@@ -45,7 +48,16 @@ pub struct Sharded {
     channel_prefix: String,
     map: Option<SlotMap>,
     map_at: Instant,
+    /// The map is known wrong: placement waits for its reread.
     map_dirty: bool,
+    /// A dial failed (a failover may have moved its slots): the map is
+    /// reread, while channels go on being placed on the map held.
+    map_check: bool,
+    /// Paces slot-map rereads that fail.
+    map_backoff: Backoff,
+    /// Each primary whose last dial failed: its next dial waits this out on
+    /// its own thread, so a hung primary's retries hold up no other.
+    dial_backoff: HashMap<Addr, Backoff>,
     /// Whether the last slot-map read succeeded (`None`: none answered yet;
     /// the first failure is logged).
     up: Option<bool>,
@@ -91,6 +103,9 @@ impl Sharded {
             map: None,
             map_at: Instant::now(),
             map_dirty: true,
+            map_check: false,
+            map_backoff: Backoff::capped(super::classic::RECONNECT_CAP),
+            dial_backoff: HashMap::new(),
             up: None,
             conns: Vec::new(),
             placed: HashMap::new(),
@@ -273,7 +288,11 @@ impl Sharded {
         }
         for (owner, courses) in by_owner {
             let Some(i) = self.conn_index(&owner) else {
-                self.dialer.dial(&owner);
+                let after = self
+                    .dial_backoff
+                    .get(&owner)
+                    .map_or(Duration::ZERO, Backoff::wait);
+                self.dialer.dial(&owner, after);
                 dialing = true;
                 continue;
             };
@@ -304,6 +323,7 @@ impl Sharded {
             match a {
                 Dialed::SlotMap(r) => self.map_read(r),
                 Dialed::Conn(addr, Ok(c)) => {
+                    self.dial_backoff.remove(&addr);
                     if self.conn_index(&addr).is_none() {
                         self.conns.push(c);
                     }
@@ -311,10 +331,13 @@ impl Sharded {
                 }
                 Dialed::Conn(addr, Err(e)) => {
                     tracing::debug!(node = %show(&addr), error = %e, "shard pub/sub connect failed");
-                    self.map_dirty = true;
+                    self.dial_backoff
+                        .entry(addr)
+                        .or_insert_with(|| Backoff::capped(super::classic::RECONNECT_CAP))
+                        .failed();
+                    self.map_check = true;
                     self.need = true;
                     self.stuck = true;
-                    self.backoff.failed();
                 }
                 Dialed::Resolved(_) => {}
             }
@@ -365,13 +388,15 @@ impl Sharded {
                 self.map = Some(m);
                 self.map_at = Instant::now();
                 self.map_dirty = false;
+                self.map_check = false;
+                self.map_backoff.reset();
                 self.up = Some(true);
                 self.need = true;
             }
             Ok(None) => {
                 tracing::error!("--pubsub sharded needs a Redis Cluster; this one is standalone");
                 self.up = Some(false);
-                self.backoff.failed();
+                self.map_backoff.failed();
             }
             Err(e) => {
                 if first {
@@ -382,7 +407,7 @@ impl Sharded {
                     tracing::warn!(error = %e, "Redis Cluster slot map unavailable");
                 }
                 self.up = Some(false);
-                self.backoff.failed();
+                self.map_backoff.failed();
             }
         }
     }
@@ -392,7 +417,10 @@ impl Sharded {
     /// end of every turn).
     fn reconcile(&mut self) {
         self.answers();
-        let stale = self.map_dirty || self.map.is_none() || self.map_at.elapsed() >= MAP_REFRESH;
+        let stale = self.map_dirty
+            || self.map_check
+            || self.map.is_none()
+            || self.map_at.elapsed() >= MAP_REFRESH;
         if !(self.need || self.prune || stale) {
             return;
         }
@@ -410,7 +438,7 @@ impl Sharded {
                 self.unplace(&c);
             }
         }
-        if stale && self.backoff.ready() {
+        if stale && self.map_backoff.ready() {
             self.dialer.read_map();
         }
         // Placed on a fresh map only: a dirty one waits for its reread.
@@ -550,17 +578,23 @@ impl Source for Sharded {
         let now = Instant::now();
         let far = now + MAP_REFRESH;
         // A map read or a dial on its way wakes the thread through the dialer's
-        // eventfd; otherwise the next map read and any placement wait for the backoff.
+        // eventfd; otherwise the next map read waits for its backoff, and
+        // placement (on a map not known wrong) for the backoff after errors.
         let mut due = far;
         if !self.dialer.busy() {
-            let stale = self.map_dirty || self.map.is_none();
+            let stale = self.map_dirty || self.map_check || self.map.is_none();
             let map_due = if stale {
-                now
+                now + self.map_backoff.wait()
             } else {
                 self.map_at + MAP_REFRESH
             };
-            let work = if self.need { now } else { map_due };
-            due = work.max(now + self.backoff.wait());
+            let mapped = self.map.is_some() && !self.map_dirty;
+            let place_due = if self.need && mapped {
+                now + self.backoff.wait()
+            } else {
+                far
+            };
+            due = map_due.min(place_due);
         }
         for c in &self.conns {
             due = due.min(now + c.keepalive_due(PING_AFTER, PING_DEADLINE));
