@@ -214,6 +214,28 @@ mod tests {
     }
 
     #[test]
+    fn a_dial_waits_out_its_nodes_backoff_and_no_other_node_waits_with_it() {
+        // Nothing listens on port 1 or 2: each dial fails as soon as it is made.
+        let redis = Redis::from_flags(&RedisFlags::new("redis://127.0.0.1:1")).expect("flags");
+        let mut d = Dialer::new(&redis, "unit").expect("thread");
+        let (backing_off, fresh): (Addr, Addr) = (("127.0.0.1".into(), 1), ("127.0.0.1".into(), 2));
+        let asked = Instant::now();
+        d.dial(&backing_off, Duration::from_millis(300));
+        d.dial(&fresh, Duration::ZERO);
+        let first = next_answer(&mut d);
+        assert!(
+            matches!(first, Dialed::Conn(ref at, Err(_)) if at == &fresh),
+            "the node with no backoff answered first"
+        );
+        assert!(matches!(next_answer(&mut d), Dialed::Conn(ref at, Err(_)) if at == &backing_off));
+        assert!(
+            asked.elapsed() >= Duration::from_millis(300),
+            "dialed before its backoff ended: {:?}",
+            asked.elapsed()
+        );
+    }
+
+    #[test]
     fn a_dial_that_hangs_holds_up_no_other_node() {
         // A node that accepts and never answers AUTH: its dial waits out the
         // connect deadline. The one on port 1 fails at once, meanwhile.
