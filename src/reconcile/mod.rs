@@ -12,6 +12,7 @@
 //! SIGTERM or SIGINT: the statement in flight is cancelled on the server,
 //! what a check was about to write is dropped, exit 0 within 2 s.
 
+pub mod db_tls;
 pub mod decide;
 pub mod flags;
 pub mod metrics;

@@ -3,12 +3,13 @@
 //! (`max_execution_time` on MySQL, `max_statement_time` on MariaDB) with
 //! `SESSION TRANSACTION READ ONLY`, the query prepared once, each check one
 //! `START TRANSACTION READ ONLY`. TLS as `ssl-mode` asks (`DISABLED`, the
-//! default; `REQUIRED`; `VERIFY_CA`; `VERIFY_IDENTITY`; `--db-ca` the roots
-//! when given). SIGTERM: `KILL QUERY` on a short second session.
+//! default; `REQUIRED`; `VERIFY_CA`; `VERIFY_IDENTITY`; verified against
+//! `--db-ca`, else the system's roots, and the web's roots the client carries). SIGTERM: `KILL QUERY` on a short second session.
 
+use super::db_tls;
 use super::flags::redact;
 use super::row::Row;
-use super::source::{civil_us, us_civil, CancelSlot, DbError, Source, UrlError};
+use super::source::{civil_us, take_param, us_civil, CancelSlot, DbError, Source, UrlError};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, SslOpts, Statement, Value};
 use std::path::PathBuf;
@@ -29,31 +30,14 @@ pub struct My {
     shown: String,
     cancel: CancelSlot,
     conn: Option<(Conn, Statement)>,
+    /// The system's roots as the file the client opens at each connect.
+    _system_roots: Option<std::fs::File>,
 }
 
 /// `url` without its `ssl-mode` parameter, and that parameter's value.
 fn split_ssl_mode(url: &str) -> (String, Option<String>) {
-    let Some((base, params)) = url.split_once('?') else {
-        return (url.to_owned(), None);
-    };
-    let mut mode = None;
-    let kept: Vec<&str> = params
-        .split('&')
-        .filter(|p| match p.split_once('=') {
-            Some((k, v))
-                if k.eq_ignore_ascii_case("ssl-mode") || k.eq_ignore_ascii_case("ssl_mode") =>
-            {
-                mode = Some(v.to_ascii_uppercase());
-                false
-            }
-            _ => true,
-        })
-        .collect();
-    if kept.is_empty() {
-        (base.to_owned(), mode)
-    } else {
-        (format!("{base}?{}", kept.join("&")), mode)
-    }
+    let (url, mode) = take_param(url, &["ssl-mode", "ssl_mode"]);
+    (url, mode.map(|m| m.to_ascii_uppercase()))
 }
 
 impl My {
@@ -70,11 +54,19 @@ impl My {
             mysql::UrlError::UnknownParameter(p) => UrlError::UnknownParameter(p),
             _ => UrlError::NotMysql,
         })?;
-        let base = SslOpts::default();
-        let base = match ca {
-            Some(p) => base.with_root_cert_path(Some(p)),
-            None => base,
+        let verifies = matches!(mode.as_deref(), Some("VERIFY_CA" | "VERIFY_IDENTITY"));
+        // Without `--db-ca` a verifying mode trusts the system's roots, which
+        // the client takes only as a file (it adds the web's roots it carries).
+        let (roots, system_roots) = match ca {
+            Some(p) => (Some(p), None),
+            None if verifies => match db_tls::system_roots_file() {
+                Ok(Some((file, path))) => (Some(path), Some(file)),
+                Ok(None) => (None, None),
+                Err(e) => return Err(UrlError::SystemRoots(e)),
+            },
+            None => (None, None),
         };
+        let base = SslOpts::default().with_root_cert_path(roots);
         let ssl = match mode.as_deref() {
             None | Some("DISABLED") => None,
             Some("PREFERRED" | "REQUIRED") => Some(
@@ -99,6 +91,7 @@ impl My {
             shown: redact(&url),
             cancel,
             conn: None,
+            _system_roots: system_roots,
         })
     }
 

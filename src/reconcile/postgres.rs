@@ -2,13 +2,14 @@
 //! one connection (`application_name` `seatboard-reconcile`), the session's
 //! `statement_timeout` and `default_transaction_read_only` set at connect,
 //! the query prepared once, each check one `BEGIN READ ONLY` transaction.
-//! TLS as `sslmode` asks (rustls, verified against the system roots or
-//! `--db-ca`); SIGTERM sends PostgreSQL's own cancel request.
+//! TLS as `sslmode` asks, in libpq's terms (`db_tls.rs`: rustls, verified
+//! against `--db-ca` or the system roots); SIGTERM sends PostgreSQL's own
+//! cancel request.
 
+use super::db_tls::{client_config, pg_mode};
 use super::flags::redact;
 use super::row::Row;
-use super::source::{CancelSlot, DbError, Source, UrlError};
-use postgres::config::SslMode;
+use super::source::{take_param, CancelSlot, DbError, Source, UrlError};
 use postgres::error::SqlState;
 use postgres::types::Type;
 use postgres::{Client, Config, NoTls, Statement};
@@ -36,7 +37,12 @@ impl Pg {
         timeout: Duration,
         cancel: CancelSlot,
     ) -> Result<Pg, UrlError> {
-        let mut config = Config::from_str(url).map_err(|e| {
+        // The client knows only three of libpq's six modes: the mode is taken
+        // out and applied here.
+        let (url, sslmode) = take_param(url, &["sslmode"]);
+        let (mode, verify) = pg_mode(sslmode.as_deref(), ca.is_some())
+            .ok_or_else(|| UrlError::PgSslMode(sslmode.clone().unwrap_or_default()))?;
+        let mut config = Config::from_str(&url).map_err(|e| {
             // The parser's message names an option, never its value.
             if e.to_string().contains('@') {
                 UrlError::NotPostgres
@@ -49,19 +55,19 @@ impl Pg {
             .connect_timeout(Duration::from_secs(5))
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(30));
-        let tls = match config.get_ssl_mode() {
-            SslMode::Disable => None,
-            _ => {
-                let c = crate::redis::tls_config(ca).map_err(UrlError::Tls)?;
-                Some(MakeRustlsConnect::new(c))
-            }
+        config.ssl_mode(mode);
+        let tls = match verify {
+            None => None,
+            Some(v) => Some(MakeRustlsConnect::new(
+                client_config(v, ca).map_err(UrlError::Tls)?,
+            )),
         };
         Ok(Pg {
             config,
             tls,
             query: query.to_owned(),
             timeout,
-            shown: redact(url),
+            shown: redact(&url),
             cancel,
             client: None,
         })

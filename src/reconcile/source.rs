@@ -28,9 +28,40 @@ pub enum UrlError {
         "ssl-mode {0} is not one of DISABLED, PREFERRED, REQUIRED, VERIFY_CA, VERIFY_IDENTITY"
     )]
     SslMode(String),
+    /// A PostgreSQL `sslmode` of no known kind.
+    #[error("sslmode {0} is not one of disable, allow, prefer, require, verify-ca, verify-full")]
+    PgSslMode(String),
+    /// The system's trust roots could not be handed to the MySQL client.
+    #[error("TLS: the system roots: {0}")]
+    SystemRoots(#[source] std::io::Error),
     /// The trust roots for TLS (`--db-ca`, else the system's) are unusable.
     #[error("TLS: {0}")]
     Tls(#[source] crate::redis::TrustError),
+}
+
+/// `url` without its query parameter named any of `names` (any case), and
+/// that parameter's value: a TLS mode the client library would refuse or
+/// misread, taken out for the reconciler to apply itself.
+pub fn take_param(url: &str, names: &[&str]) -> (String, Option<String>) {
+    let Some((base, params)) = url.split_once('?') else {
+        return (url.to_owned(), None);
+    };
+    let mut value = None;
+    let kept: Vec<&str> = params
+        .split('&')
+        .filter(|p| match p.split_once('=') {
+            Some((k, v)) if names.iter().any(|n| k.eq_ignore_ascii_case(n)) => {
+                value = Some(v.to_owned());
+                false
+            }
+            _ => true,
+        })
+        .collect();
+    if kept.is_empty() {
+        (base.to_owned(), value)
+    } else {
+        (format!("{base}?{}", kept.join("&")), value)
+    }
 }
 
 /// Why a check could not read the database.

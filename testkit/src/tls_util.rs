@@ -20,17 +20,19 @@ pub(crate) fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
+/// openssl's arguments for a new P-256 key, unencrypted.
+const EC: [&str; 5] = [
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+];
+
 /// Writes `ca.pem`/`ca.key` (a fresh CA) and `server.crt`/`server.key` (signed
 /// by it, for IP 127.0.0.1 and localhost) into `dir`.
 pub fn make_certs(dir: &Path) {
     std::fs::create_dir_all(dir).expect("cert dir");
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
     let mut ca = vec![
         "req",
         "-x509",
@@ -39,25 +41,34 @@ pub fn make_certs(dir: &Path) {
         "-subj",
         "/CN=seatboard test CA",
     ];
-    ca.extend(ec);
+    ca.extend(EC);
     ca.extend(["-keyout", "ca.key", "-out", "ca.pem"]);
     openssl(dir, &ca);
-    let mut csr = vec!["req", "-subj", "/CN=127.0.0.1"];
-    csr.extend(ec);
-    csr.extend(["-keyout", "server.key", "-out", "server.csr"]);
-    openssl(dir, &csr);
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .expect("ext");
+    sign_server_cert(dir, "server", "IP:127.0.0.1,DNS:localhost");
+}
+
+/// Writes `<stem>.crt`/`<stem>.key` into `dir`: a certificate for `san` (an
+/// openssl subjectAltName list, e.g. `DNS:db.invalid`) signed by the CA that
+/// [`make_certs`] wrote there.
+pub fn sign_server_cert(dir: &Path, stem: &str, san: &str) {
+    let (key, csr, ext, crt) = (
+        format!("{stem}.key"),
+        format!("{stem}.csr"),
+        format!("{stem}.cnf"),
+        format!("{stem}.crt"),
+    );
+    let mut req = vec!["req", "-subj", "/CN=seatboard test server"];
+    req.extend(EC);
+    req.extend(["-keyout", &key, "-out", &csr]);
+    openssl(dir, &req);
+    std::fs::write(dir.join(&ext), format!("subjectAltName={san}\n")).expect("ext");
     openssl(
         dir,
         &[
             "x509",
             "-req",
             "-in",
-            "server.csr",
+            &csr,
             "-CA",
             "ca.pem",
             "-CAkey",
@@ -66,9 +77,9 @@ pub fn make_certs(dir: &Path) {
             "-days",
             "2",
             "-extfile",
-            "ext.cnf",
+            &ext,
             "-out",
-            "server.crt",
+            &crt,
         ],
     );
 }

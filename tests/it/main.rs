@@ -41,6 +41,7 @@ mod page_delivery;
 mod pinning;
 mod publishing_docs;
 mod reconcile;
+mod reconcile_tls;
 mod redis_cluster;
 mod redis_cluster_tls;
 mod redis_dial;

@@ -22,11 +22,24 @@ pub struct Mariadb {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// Serving TLS, and only TLS over TCP.
+    tls: bool,
 }
 
 impl Mariadb {
     /// A fresh server on a free port.
     pub fn start() -> Mariadb {
+        Mariadb::start_with(None)
+    }
+
+    /// A fresh server that takes TCP connections over TLS only
+    /// (`require_secure_transport`), serving `server.crt` (its key
+    /// `server.key`) from the folder `certs`.
+    pub fn start_tls(certs: &std::path::Path) -> Mariadb {
+        Mariadb::start_with(Some(certs))
+    }
+
+    fn start_with(certs: Option<&std::path::Path>) -> Mariadb {
         assert!(
             mariadb_installed(),
             "MariaDB is not installed (tests/run.sh installs mariadb-server)"
@@ -54,7 +67,11 @@ impl Mariadb {
             port,
             dir,
             child: None,
+            tls: certs.is_some(),
         };
+        if let Some(certs) = certs {
+            m.copy_cert(&certs.join("server.crt"), &certs.join("server.key"));
+        }
         m.run();
         m
     }
@@ -64,8 +81,14 @@ impl Mariadb {
     }
 
     fn run(&mut self) {
-        let child = Command::new("mariadbd")
-            .arg("--no-defaults")
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults");
+        if self.tls {
+            cmd.arg(format!("--ssl-cert={}", self.dir.join("tls.crt").display()))
+                .arg(format!("--ssl-key={}", self.dir.join("tls.key").display()))
+                .arg("--require-secure-transport=ON");
+        }
+        let child = cmd
             .arg(format!("--datadir={}", self.dir.join("data").display()))
             .arg(format!("--socket={}", self.socket().display()))
             .arg(format!("--pid-file={}", self.dir.join("pid").display()))
@@ -94,6 +117,18 @@ impl Mariadb {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+
+    /// Serves `crt` (its key `key`) from now on (`FLUSH SSL`).
+    pub fn swap_cert(&self, crt: &std::path::Path, key: &std::path::Path) {
+        assert!(self.tls, "swap_cert on a server started without TLS");
+        self.copy_cert(crt, key);
+        self.sql("FLUSH SSL");
+    }
+
+    fn copy_cert(&self, crt: &std::path::Path, key: &std::path::Path) {
+        std::fs::copy(crt, self.dir.join("tls.crt")).expect("copy certificate");
+        std::fs::copy(key, self.dir.join("tls.key")).expect("copy key");
     }
 
     fn try_sql(&self, sql: &str) -> std::io::Result<Output> {

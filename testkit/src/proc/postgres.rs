@@ -44,16 +44,31 @@ pub struct Postgres {
     bin: PathBuf,
     dir: PathBuf,
     child: Option<Child>,
+    /// Serving TLS, and only TLS over TCP.
+    tls: bool,
 }
 
 impl Postgres {
     /// A fresh cluster (trust authentication on loopback), started on a free port.
     pub fn start() -> Postgres {
+        Postgres::start_with(None)
+    }
+
+    /// A fresh cluster that takes TCP connections over TLS only, serving
+    /// `server.crt` (its key `server.key`) from the folder `certs`.
+    pub fn start_tls(certs: &std::path::Path) -> Postgres {
+        Postgres::start_with(Some(certs))
+    }
+
+    fn start_with(certs: Option<&std::path::Path>) -> Postgres {
         let bin = pg_bin().expect("PostgreSQL is not installed (tests/run.sh installs postgresql)");
         let port = free_port();
         let dir = std::env::temp_dir().join(format!("seatboard-pg-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("pg dir");
+        if let Some(certs) = certs {
+            copy_cert(&certs.join("server.crt"), &certs.join("server.key"), &dir);
+        }
         if root() {
             let st = Command::new("chown")
                 .args(["-R", "postgres:postgres"])
@@ -75,18 +90,35 @@ impl Postgres {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if certs.is_some() {
+            // Over TCP, TLS only: a plain connection is refused.
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .expect("pg_hba.conf");
+        }
         let mut pg = Postgres {
             port,
             bin,
             dir,
             child: None,
+            tls: certs.is_some(),
         };
         pg.run();
         pg
     }
 
     fn run(&mut self) {
-        let child = as_user("postgres", &self.bin.join("postgres"))
+        let mut cmd = as_user("postgres", &self.bin.join("postgres"));
+        if self.tls {
+            let at = |f: &str| format!("{}", self.dir.join(f).display());
+            cmd.args(["-c", "ssl=on", "-c"])
+                .arg(format!("ssl_cert_file={}", at("tls.crt")))
+                .arg("-c")
+                .arg(format!("ssl_key_file={}", at("tls.key")));
+        }
+        let child = cmd
             .arg("-D")
             .arg(self.dir.join("data"))
             .args(["-p", &self.port.to_string(), "-k"])
@@ -128,6 +160,20 @@ impl Postgres {
         }
     }
 
+    /// Serves `crt` (its key `key`) from now on: the files replaced and the
+    /// configuration reloaded, returning once a new session sees the reload.
+    pub fn swap_cert(&self, crt: &std::path::Path, key: &std::path::Path) {
+        assert!(self.tls, "swap_cert on a server started without TLS");
+        let loaded = || self.psql("SELECT pg_conf_load_time()");
+        let before = loaded();
+        copy_cert(crt, key, &self.dir);
+        self.psql("SELECT pg_reload_conf()");
+        poll_every(Duration::from_millis(20), Duration::from_secs(10), || {
+            (loaded() != before).then_some(())
+        })
+        .expect("postgres did not reload its configuration");
+    }
+
     /// Starts it again on the same port with the same data.
     pub fn restart(&mut self) {
         self.stop();
@@ -167,6 +213,25 @@ impl Postgres {
             "postgres://{user}:{password}@127.0.0.1:{}/postgres?sslmode=disable",
             self.port
         )
+    }
+}
+
+/// Copies a certificate and its key into `dir` as `tls.crt`/`tls.key`, the
+/// key readable by its owner only (the server refuses one others can read),
+/// both owned by `postgres` when this process is root.
+fn copy_cert(crt: &std::path::Path, key: &std::path::Path, dir: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let (to_crt, to_key) = (dir.join("tls.crt"), dir.join("tls.key"));
+    std::fs::copy(crt, &to_crt).expect("copy certificate");
+    std::fs::copy(key, &to_key).expect("copy key");
+    std::fs::set_permissions(&to_key, std::fs::Permissions::from_mode(0o600)).expect("chmod key");
+    if root() {
+        let st = Command::new("chown")
+            .arg("postgres:postgres")
+            .args([&to_crt, &to_key])
+            .status()
+            .expect("chown");
+        assert!(st.success(), "chown postgres {}", dir.display());
     }
 }
 
