@@ -40,6 +40,9 @@ impl Pg {
         // The client knows only three of libpq's six modes: the mode is taken
         // out and applied here.
         let (url, sslmode) = take_param(url, &["sslmode"]);
+        if take_param(&url, &["sslrootcert"]).1.is_some() {
+            return Err(UrlError::RootCertParam);
+        }
         let (mode, verify) = pg_mode(sslmode.as_deref(), ca.is_some())
             .ok_or_else(|| UrlError::PgSslMode(sslmode.clone().unwrap_or_default()))?;
         let mut config = Config::from_str(&url).map_err(|e| {

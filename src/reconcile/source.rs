@@ -31,6 +31,9 @@ pub enum UrlError {
     /// A PostgreSQL `sslmode` of no known kind.
     #[error("sslmode {0} is not one of disable, allow, prefer, require, verify-ca, verify-full")]
     PgSslMode(String),
+    /// libpq's `sslrootcert`, which the client does not take.
+    #[error("sslrootcert is not taken: give the CA bundle with --db-ca")]
+    RootCertParam,
     /// The system's trust roots could not be handed to the MySQL client.
     #[error("TLS: the system roots: {0}")]
     SystemRoots(#[source] std::io::Error),

@@ -3,7 +3,8 @@
 //! each TLS mode of the URL checks what it names (PostgreSQL's six `sslmode`
 //! values in libpq's terms, MySQL's `ssl-mode`), against `--db-ca` or, without
 //! it, the system roots (`SSL_CERT_FILE`); a server the mode does not trust is
-//! not read (exit 3), and a connection without TLS is refused by the server.
+//! not read (exit 3), a connection without TLS is refused by the server, and
+//! a mode libpq does not have, or its `sslrootcert`, is a usage error (exit 2).
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
