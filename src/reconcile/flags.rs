@@ -102,6 +102,14 @@ pub enum FlagError {
         /// Why it could not be read.
         source: std::io::Error,
     },
+    /// `--db-ca` read but no PEM bundle of trust anchors.
+    #[error("invalid value '{path}' for '--db-ca': {source}")]
+    CaUnusable {
+        /// The path given.
+        path: String,
+        /// Why its certificates cannot serve.
+        source: crate::redis::TrustError,
+    },
     /// `--redis` refused.
     #[error(transparent)]
     Redis(#[from] crate::redis::ConfigError),
@@ -201,10 +209,20 @@ pub fn check(a: &ReconcileArgs) -> Result<Checked, FlagError> {
         return Err(FlagError::NoParameter { param });
     }
     let ca = match &a.db_ca {
-        Some(p) => Some(std::fs::read(p).map_err(|source| FlagError::Ca {
-            path: p.display().to_string(),
-            source,
-        })?),
+        Some(p) => {
+            let path = || p.display().to_string();
+            let pem = std::fs::read(p).map_err(|source| FlagError::Ca {
+                path: path(),
+                source,
+            })?;
+            // Checked whatever the URL's TLS mode: a bad file should not wait
+            // for a mode that reads it.
+            crate::redis::trust_roots(Some(&pem)).map_err(|source| FlagError::CaUnusable {
+                path: path(),
+                source,
+            })?;
+            Some(pem)
+        }
         None => None,
     };
     let metrics = match a.metrics.trim() {

@@ -4,7 +4,8 @@
 //! values in libpq's terms, MySQL's `ssl-mode`), against `--db-ca` or, without
 //! it, the system roots (`SSL_CERT_FILE`); a server the mode does not trust is
 //! not read (exit 3), a connection without TLS is refused by the server, and
-//! a mode libpq does not have, or its `sslrootcert`, is a usage error (exit 2).
+//! a mode libpq does not have, its `sslrootcert`, or a `--db-ca` holding no
+//! certificate is a usage error (exit 2).
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -193,5 +194,15 @@ fn mysql_ssl_mode_checks_what_it_names_against_db_ca_or_the_system_roots() {
             "{what}"
         );
     }
+    // A --db-ca that holds no certificate is a bad flag, whatever the mode.
+    let bad = dir.join("not.pem");
+    std::fs::write(&bad, "not a certificate\n").expect("write");
+    let out = check(&redis, &url("DISABLED"), q, Some(&bad), None);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("'--db-ca'") && !err.contains("S3cretPw"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
