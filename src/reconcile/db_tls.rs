@@ -56,8 +56,8 @@ pub fn pg_mode(
 /// certificate a root) or else the system's roots.
 pub fn client_config(verify: Verify, ca_pem: Option<&[u8]>) -> Result<ClientConfig, TrustError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let verifier: Arc<dyn ServerCertVerifier> = match verify {
-        Verify::Nothing => Arc::new(Unverified(Arc::clone(&provider))),
+    let webpki = match verify {
+        Verify::Nothing => None,
         Verify::Chain | Verify::Full => {
             let mut roots = rustls::RootCertStore::empty();
             roots.add_parsable_certificates(trust_roots(ca_pem)?);
@@ -65,12 +65,15 @@ pub fn client_config(verify: Verify, ca_pem: Option<&[u8]>) -> Result<ClientConf
                 WebPkiServerVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
                     .build()
                     .map_err(|e| TrustError::Unusable(Error::General(e.to_string())))?;
-            if verify == Verify::Full {
-                webpki
-            } else {
-                Arc::new(ChainOnly(webpki))
-            }
+            Some(webpki)
         }
+    };
+    let verifier: Arc<dyn ServerCertVerifier> = match (verify, webpki) {
+        (Verify::Full, Some(webpki)) => webpki,
+        (_, chain) => Arc::new(Lenient {
+            provider: Arc::clone(&provider),
+            chain,
+        }),
     };
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -81,11 +84,16 @@ pub fn client_config(verify: Verify, ca_pem: Option<&[u8]>) -> Result<ClientConf
     Ok(config)
 }
 
-/// Checks the chain as webpki does and takes a certificate for another name.
+/// Checks less than webpki: the chain only (`chain`), or nothing. The
+/// handshake's signatures are checked either way, so the session is
+/// encrypted to whoever holds the certificate's key.
 #[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
+struct Lenient {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+}
 
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -94,11 +102,11 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
+        let Some(webpki) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
         // The name is checked only once the chain has passed.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -112,7 +120,8 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_tls12_signature(message, cert, dss, algs)
     }
 
     fn verify_tls13_signature(
@@ -121,61 +130,14 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        let algs = &self.provider.signature_verification_algorithms;
+        verify_tls13_signature(message, cert, dss, algs)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
-    }
-}
-
-/// Takes any certificate; the handshake's signatures are still checked, so
-/// the session is encrypted to whoever holds the certificate's key.
-#[derive(Debug)]
-struct Unverified(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unverified {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, Error> {
-        verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
