@@ -57,7 +57,8 @@ struct Shared {
 #[derive(Default)]
 struct Registry {
     links: Vec<Weak<Link>>,
-    held: Vec<TcpStream>,
+    /// Each held connection, and whether its client is known to have closed it.
+    held: Vec<(TcpStream, bool)>,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -162,6 +163,33 @@ impl DelayProxy {
         }
     }
 
+    /// Connections accepted while blackholed that their client has closed
+    /// since (a connect or handshake that gave up waiting): what they sent is
+    /// read and dropped, never answered.
+    pub fn held_closed(&self) -> usize {
+        let mut reg = lock(&self.shared.registry);
+        let mut buf = [0u8; 4096];
+        for (s, closed) in reg.held.iter_mut().filter(|(_, c)| !*c) {
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) => {
+                        *closed = true;
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    // A reset: closed too.
+                    Err(_) => {
+                        *closed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        reg.held.iter().filter(|(_, c)| *c).count()
+    }
+
     /// Connections proxied now (accepted, connected upstream, not yet closed).
     pub fn connections(&self) -> usize {
         self.shared.live_links().len()
@@ -181,7 +209,7 @@ impl Drop for DelayProxy {
         for link in reg.links.iter().filter_map(Weak::upgrade) {
             link.close();
         }
-        for s in &reg.held {
+        for (s, _) in &reg.held {
             let _ = s.shutdown(Shutdown::Both);
         }
         for t in reg.threads {
@@ -248,7 +276,9 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         };
         let _ = client.set_nodelay(true);
         if shared.blackhole.load(SeqCst) {
-            lock(&shared.registry).held.push(client);
+            // Never answered; read only to see whether the client gave up.
+            let _ = client.set_nonblocking(true);
+            lock(&shared.registry).held.push((client, false));
             continue;
         }
         match TcpStream::connect_timeout(&shared.upstream, CONNECT_TIMEOUT) {

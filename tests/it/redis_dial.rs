@@ -1,11 +1,11 @@
 //! Sharded pub/sub on a Redis Cluster whose node user must `AUTH`, with two of
 //! its three primaries hung (each behind a blackholed proxy: the connection
 //! is accepted, `AUTH` never answered, so a dial to it waits out its 500 ms
-//! connect deadline): a new channel of the third primary (whose connection
-//! is open) is subscribed while those dials hang and after they failed (their
-//! retries and the slot-map reread hold up nothing), and its course gets its
-//! first board and its live snapshots.
-
+//! connect deadline): just after each of three hung dials gives up (the
+//! proxy sees it close), a new channel of the third primary (whose
+//! connection is open) is subscribed at once, held up neither by the retries
+//! nor by the slot-map reread they ask for; and its course gets its first
+//! board and its live snapshots.
 use crate::common::*;
 use crate::redis_util::*;
 use serde_json::json;
@@ -38,11 +38,10 @@ fn a_hung_primarys_dial_holds_up_no_other_primarys_channels() {
     }
     let primaries = pc.cluster.primaries();
     let (near, holes) = (&primaries[0], &primaries[1..]);
-    let (warm, live) = {
-        let mut on_near = courses_on(near, 2);
-        let live = on_near.remove(1);
-        (on_near.remove(0), live)
-    };
+    // One course of the live primary watched before the others hang, then
+    // one after each of three hung dials' failures.
+    let mut on_near = courses_on(near, 4);
+    let warm = on_near.remove(0);
     let gone: Vec<String> = holes.iter().map(|h| courses_on(h, 1).remove(0)).collect();
     let uri = pc
         .proxies
@@ -78,20 +77,26 @@ fn a_hung_primarys_dial_holds_up_no_other_primarys_channels() {
     // The live primary's connection is open before the others hang (a course
     // of its own watched): what is measured below is whether the hung dials
     // hold up placement, not how long one more dial takes on a loaded box
-    // (that each dial runs on its own is the dialer's unit tests').
+    // (that each dial runs on its own thread is the dialer's unit tests').
     send_json(&mut ws, json!({"op":"watch","course":warm}));
     wait_for(T, || subscribed_on_near(&warm).then_some(()))
         .expect("a course of the live primary subscribed before the others hang");
-    for h in holes {
-        pc.proxies
-            .iter()
-            .find(|p| p.port() == h.port)
-            .expect("the hole's proxy")
-            .blackhole(true);
+    let hole_proxies: Vec<_> = holes
+        .iter()
+        .map(|h| {
+            pc.proxies
+                .iter()
+                .find(|p| p.port() == h.port)
+                .expect("the hole's proxy")
+        })
+        .collect();
+    for p in &hole_proxies {
+        p.blackhole(true);
     }
+    // Dials to the hung primaries that gave up so far.
+    let failed = || hole_proxies.iter().map(|p| p.held_closed()).sum::<usize>();
     // The hung primaries' courses first: their dials are on their way (and
-    // hang) when the live course is watched (the ingest thread dials at the
-    // end of the turn that counts the subscriptions).
+    // hang) when the live courses are watched.
     for c in &gone {
         send_json(&mut ws, json!({"op":"watch","course":c}));
     }
@@ -99,26 +104,34 @@ fn a_hung_primarys_dial_holds_up_no_other_primarys_channels() {
         (sb.metric("seatboard_subscriptions") == 3.0).then_some(())
     })
     .expect("the hung primaries' courses watched");
-    // A hung dial has failed (the source counts itself down while a watched
-    // channel has no primary): from here its retries and the slot-map reread
-    // it asked for are under way, and none of them may hold up the live
-    // primary's channel.
+    // The source counts itself down once a watched channel's dial failed.
     wait_for(T, || {
         (sb.metric("seatboard_redis_connected") == 0.0).then_some(())
     })
     .expect("a hung primary's dial failed");
-    let watched = Instant::now();
-    send_json(&mut ws, json!({"op":"watch","course":live}));
-    let channel = format!("seats:{live}");
-    let subscribed = wait_for(T, || subscribed_on_near(&live).then(|| watched.elapsed()))
-        .expect("the live course's channel subscribed on its primary");
-    println!("{live} subscribed {subscribed:?} after its watch, two primaries hung");
+    // Each live course is watched just after a hung dial gave up: from there
+    // its retry and the slot-map reread it asks for are under way, and none
+    // of them may hold up the live primary's new channel.
+    let mut took = Vec::new();
+    for course in &on_near {
+        let before = failed();
+        wait_for(T, || (failed() > before).then_some(()))
+            .expect("a hung primary's dial gave up again");
+        let watched = Instant::now();
+        send_json(&mut ws, json!({"op":"watch","course":course}));
+        let subscribed = wait_for(T, || subscribed_on_near(course).then(|| watched.elapsed()))
+            .expect("the live course's channel subscribed on its primary");
+        println!("{course} subscribed {subscribed:?} after its watch, two primaries hung");
+        took.push(subscribed);
+    }
     // Placed only after a hung dial (500 ms each), or after the slot-map
     // reread it asks for, it would wait at least that long.
     assert!(
-        subscribed < Duration::from_millis(800),
-        "{live}'s SSUBSCRIBE waited {subscribed:?} behind the hung primaries' dials"
+        took.iter().all(|t| *t < Duration::from_millis(800)),
+        "a live course's SSUBSCRIBE waited behind the hung primaries' dials: {took:?}"
     );
+    let live = on_near.remove(0);
+    let channel = format!("seats:{live}");
     // The viewer gets the live course's snapshots while the others hang.
     let got = wait_for(T, || {
         let p = payload(&live, 1, 100, 77, 1);
