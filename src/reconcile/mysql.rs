@@ -3,7 +3,8 @@
 //! (`max_execution_time` on MySQL, `max_statement_time` on MariaDB) with
 //! `SESSION TRANSACTION READ ONLY`, the query prepared once, each check one
 //! `START TRANSACTION READ ONLY`. TLS as `ssl-mode` asks (`DISABLED`, the
-//! default; `REQUIRED`; `VERIFY_CA`; `VERIFY_IDENTITY`; verified against
+//! default; `PREFERRED`, plain when the server has no TLS; `REQUIRED`;
+//! `VERIFY_CA`; `VERIFY_IDENTITY`; verified against
 //! `--db-ca`, else the system's roots, and the web's roots the client carries). SIGTERM: `KILL QUERY` on a short second session.
 
 use super::db_tls;
@@ -30,6 +31,8 @@ pub struct My {
     shown: String,
     cancel: CancelSlot,
     conn: Option<(Conn, Statement)>,
+    /// `ssl-mode=PREFERRED`: a server without TLS is read in plain.
+    preferred: bool,
     /// The system's roots as the file the client opens at each connect.
     _system_roots: Option<std::fs::File>,
 }
@@ -91,12 +94,23 @@ impl My {
             shown: redact(&url),
             cancel,
             conn: None,
+            preferred: mode.as_deref() == Some("PREFERRED"),
             _system_roots: system_roots,
         })
     }
 
     fn connect(&mut self) -> Result<(), mysql::Error> {
-        let mut conn = Conn::new(self.opts.clone())?;
+        let (mut conn, opts) = match Conn::new(self.opts.clone()) {
+            // `PREFERRED`: TLS when the server has it, else plain (the
+            // cancelling session too).
+            Err(mysql::Error::DriverError(mysql::DriverError::TlsNotSupported))
+                if self.preferred =>
+            {
+                let plain = self.opts.clone().ssl_opts(None::<SslOpts>);
+                (Conn::new(plain.clone())?, plain)
+            }
+            other => (other?, self.opts.clone()),
+        };
         let version: Option<String> = conn.query_first("SELECT VERSION()")?;
         let ms = self.timeout.as_millis();
         if version.is_some_and(|v| v.contains("MariaDB")) {
@@ -111,7 +125,7 @@ impl My {
         conn.query_drop("SET SESSION TRANSACTION READ ONLY")?;
         let stmt = conn.prep(&self.query)?;
         let id = conn.connection_id();
-        let opts = self.opts.clone().read_timeout(Some(Duration::from_secs(1)));
+        let opts = opts.read_timeout(Some(Duration::from_secs(1)));
         self.cancel.set(Box::new(move || {
             match Conn::new(opts).and_then(|mut c| c.query_drop(format!("KILL QUERY {id}"))) {
                 Ok(()) => {}

@@ -732,6 +732,28 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     );
     assert!(text.contains(r#""state":"ahead""#), "{text}");
     assert_eq!(hash_version(&redis, "RM1", 1), None);
+    // `ssl-mode=PREFERRED` on a server without TLS: read in plain, the same.
+    let out = seatboard_command()
+        .args([
+            "reconcile",
+            "--check",
+            "--redis",
+            &redis.uri(),
+            "--query",
+            MY_QUERY,
+        ])
+        .env(
+            "SEATBOARD_RECONCILE_DB",
+            format!("{url}?ssl-mode=PREFERRED"),
+        )
+        .output()
+        .expect("reconcile --check");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        text,
+        "PREFERRED, no TLS"
+    );
 
     let node = serve(&redis, &["--tick-ms", &TICK_MS.to_string()]);
     let mut ws = client(&node, "user=a");
