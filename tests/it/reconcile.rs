@@ -153,6 +153,28 @@ impl Drop for Reconciler {
     }
 }
 
+/// `seatboard reconcile --check` of `db` against `redis` with `query`.
+pub(crate) fn check_command(redis: &RedisServer, query: &str, db: &str) -> std::process::Command {
+    let mut cmd = seatboard_command();
+    cmd.args([
+        "reconcile",
+        "--check",
+        "--redis",
+        &redis.uri(),
+        "--query",
+        query,
+    ])
+    .env("SEATBOARD_RECONCILE_DB", db);
+    cmd
+}
+
+/// [`check_command`] run to its end.
+fn check_once(redis: &RedisServer, query: &str, db: &str) -> std::process::Output {
+    check_command(redis, query, db)
+        .output()
+        .expect("reconcile --check")
+}
+
 /// `rejected_total` for schema, json and too_large, from one scrape.
 fn rejected(rec: &Reconciler) -> (f64, f64, f64) {
     let m = testkit::scrape::metrics(rec.metrics);
@@ -393,20 +415,7 @@ fn check_prints_each_difference_and_writes_nothing() {
     publish_v(&redis, "RC3", 0, 1, 3);
     publish_v(&redis, "RC3", 2, 1, 2);
     publish_v(&redis, "RC3", 3, 1, 9);
-    let run = |db: &str| {
-        seatboard_command()
-            .args([
-                "reconcile",
-                "--check",
-                "--redis",
-                &redis.uri(),
-                "--query",
-                PG_QUERY,
-            ])
-            .env("SEATBOARD_RECONCILE_DB", db)
-            .output()
-            .expect("reconcile --check")
-    };
+    let run = |db: &str| check_once(&redis, PG_QUERY, db);
     let before = redis.cli(&["HGETALL", "seatstate:RC3"]);
     let out = run(&pg.url("reader", "S3cretPw"));
     assert_eq!(
@@ -706,18 +715,8 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     publish_v(&redis, "RM1", 2, 39, 1 << 53);
     let url = m.url("reader", "S3cretPw", "sel");
     // --check first: what differs, nothing written.
-    let out = seatboard_command()
-        .args([
-            "reconcile",
-            "--check",
-            "--redis",
-            &redis.uri(),
-            "--query",
-            MY_QUERY,
-        ])
-        .env("SEATBOARD_RECONCILE_DB", &url)
-        .output()
-        .expect("reconcile --check");
+    let check = |db: &str| check_once(&redis, MY_QUERY, db);
+    let out = check(&url);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -733,21 +732,7 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     assert!(text.contains(r#""state":"ahead""#), "{text}");
     assert_eq!(hash_version(&redis, "RM1", 1), None);
     // `ssl-mode=PREFERRED` on a server without TLS: read in plain, the same.
-    let out = seatboard_command()
-        .args([
-            "reconcile",
-            "--check",
-            "--redis",
-            &redis.uri(),
-            "--query",
-            MY_QUERY,
-        ])
-        .env(
-            "SEATBOARD_RECONCILE_DB",
-            format!("{url}?ssl-mode=PREFERRED"),
-        )
-        .output()
-        .expect("reconcile --check");
+    let out = check(&format!("{url}?ssl-mode=PREFERRED"));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),

@@ -8,6 +8,7 @@
 //! certificate is a usage error (exit 2).
 
 use crate::common::*;
+use crate::reconcile::check_command;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use testkit::proc::{Mariadb, Postgres};
@@ -39,17 +40,8 @@ fn check(
     ca: Option<&Path>,
     system: Option<&Path>,
 ) -> Output {
-    let mut cmd = seatboard_command();
-    cmd.args([
-        "reconcile",
-        "--check",
-        "--redis",
-        &redis.uri(),
-        "--query",
-        query,
-    ])
-    .env("SEATBOARD_RECONCILE_DB", db)
-    .env_remove("SSL_CERT_DIR");
+    let mut cmd = check_command(redis, query, db);
+    cmd.env_remove("SSL_CERT_DIR");
     if let Some(ca) = ca {
         cmd.arg("--db-ca").arg(ca);
     }
