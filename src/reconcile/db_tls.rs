@@ -1,7 +1,7 @@
 //! How a database connection's TLS checks the server, as the URL's mode asks:
 //! PostgreSQL's `sslmode` in libpq's terms (the `postgres` client itself
 //! knows only `disable`, `prefer` and `require`), and the system roots handed
-//! to the MySQL client (which takes roots only as a file path).
+//! to the MySQL client as a file (it takes roots no other way).
 
 use crate::redis::{trust_roots, TrustError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -141,14 +141,21 @@ impl ServerCertVerifier for Lenient {
     }
 }
 
-/// The system's roots as a PEM file the MySQL client can open by path: an
-/// anonymous in-memory file, named through `/proc/self/fd`, open as long as
-/// the returned `File` lives. None when the system has no roots to give.
-pub fn system_roots_file() -> std::io::Result<Option<(File, PathBuf)>> {
-    let certs = rustls_native_certs::load_native_certs().certs;
-    if certs.is_empty() {
-        return Ok(None);
-    }
+/// Trust roots as a PEM file the MySQL client can open by path (it takes
+/// roots no other way): `ca_pem` as given, else the system's roots, in an
+/// anonymous in-memory file named through `/proc/self/fd`, open as long as
+/// the returned `File` lives. None when there are no roots to give.
+pub fn roots_file(ca_pem: Option<&[u8]>) -> std::io::Result<Option<(File, PathBuf)>> {
+    let text = match ca_pem {
+        Some(pem) => pem.to_vec(),
+        None => {
+            let certs = rustls_native_certs::load_native_certs().certs;
+            if certs.is_empty() {
+                return Ok(None);
+            }
+            pem(&certs).into_bytes()
+        }
+    };
     // SAFETY: memfd_create(2) with a NUL-terminated name and valid flags; the
     // descriptor it returns is owned by the `File` made from it below.
     let fd = unsafe { libc::memfd_create(c"seatboard-db-roots".as_ptr(), libc::MFD_CLOEXEC) };
@@ -157,7 +164,7 @@ pub fn system_roots_file() -> std::io::Result<Option<(File, PathBuf)>> {
     }
     // SAFETY: `fd` is a fresh descriptor nothing else owns.
     let mut file = unsafe { File::from_raw_fd(fd) };
-    file.write_all(pem(&certs).as_bytes())?;
+    file.write_all(&text)?;
     Ok(Some((file, PathBuf::from(format!("/proc/self/fd/{fd}")))))
 }
 

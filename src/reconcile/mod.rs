@@ -133,7 +133,7 @@ fn source(
         .map(|s| Box::new(s) as Box<dyn Source>),
         Kind::Mysql => mysql::My::new(
             &args.db,
-            args.db_ca.clone(),
+            c.ca.as_deref(),
             &args.query,
             timeout,
             slot.clone(),

@@ -4,8 +4,9 @@
 //! `SESSION TRANSACTION READ ONLY`, the query prepared once, each check one
 //! `START TRANSACTION READ ONLY`. TLS as `ssl-mode` asks (`DISABLED`, the
 //! default; `PREFERRED`, plain when the server has no TLS; `REQUIRED`;
-//! `VERIFY_CA`; `VERIFY_IDENTITY`; verified against
-//! `--db-ca`, else the system's roots, and the web's roots the client carries). SIGTERM: `KILL QUERY` on a short second session.
+//! `VERIFY_CA`; `VERIFY_IDENTITY`; verified against `--db-ca`, else the
+//! system's roots, and the web's roots the client carries). SIGTERM: `KILL
+//! QUERY` on a short second session.
 
 use super::db_tls;
 use super::flags::redact;
@@ -13,7 +14,6 @@ use super::row::Row;
 use super::source::{civil_us, take_param, us_civil, CancelSlot, DbError, Source, UrlError};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, SslOpts, Statement, Value};
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// MySQL's "maximum statement execution time exceeded".
@@ -33,8 +33,8 @@ pub struct My {
     conn: Option<(Conn, Statement)>,
     /// `ssl-mode=PREFERRED`: a server without TLS is read in plain.
     preferred: bool,
-    /// The system's roots as the file the client opens at each connect.
-    _system_roots: Option<std::fs::File>,
+    /// The trust roots as the file the client opens at each connect.
+    _roots_file: Option<std::fs::File>,
 }
 
 /// `url` without its `ssl-mode` parameter, and that parameter's value.
@@ -47,7 +47,7 @@ impl My {
     /// Checks the URL (the error never holds the password); nothing is connected yet.
     pub fn new(
         url: &str,
-        ca: Option<PathBuf>,
+        ca: Option<&[u8]>,
         query: &str,
         timeout: Duration,
         cancel: CancelSlot,
@@ -58,16 +58,16 @@ impl My {
             _ => UrlError::NotMysql,
         })?;
         let verifies = matches!(mode.as_deref(), Some("VERIFY_CA" | "VERIFY_IDENTITY"));
-        // Without `--db-ca` a verifying mode trusts the system's roots, which
-        // the client takes only as a file (it adds the web's roots it carries).
-        let (roots, system_roots) = match ca {
-            Some(p) => (Some(p), None),
-            None if verifies => match db_tls::system_roots_file() {
+        // `--db-ca` (already checked), or for a verifying mode the system's
+        // roots; the client adds the web's roots it carries.
+        let (roots, roots_file) = if ca.is_some() || verifies {
+            match db_tls::roots_file(ca) {
                 Ok(Some((file, path))) => (Some(path), Some(file)),
                 Ok(None) => (None, None),
-                Err(e) => return Err(UrlError::SystemRoots(e)),
-            },
-            None => (None, None),
+                Err(e) => return Err(UrlError::Roots(e)),
+            }
+        } else {
+            (None, None)
         };
         let base = SslOpts::default().with_root_cert_path(roots);
         let ssl = match mode.as_deref() {
@@ -95,7 +95,7 @@ impl My {
             cancel,
             conn: None,
             preferred: mode.as_deref() == Some("PREFERRED"),
-            _system_roots: system_roots,
+            _roots_file: roots_file,
         })
     }
 

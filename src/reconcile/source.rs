@@ -34,9 +34,9 @@ pub enum UrlError {
     /// libpq's `sslrootcert`, which the client does not take.
     #[error("sslrootcert is not taken: give the CA bundle with --db-ca")]
     RootCertParam,
-    /// The system's trust roots could not be handed to the MySQL client.
-    #[error("TLS: the system roots: {0}")]
-    SystemRoots(#[source] std::io::Error),
+    /// The trust roots could not be handed to the MySQL client.
+    #[error("TLS: the trust roots: {0}")]
+    Roots(#[source] std::io::Error),
     /// The trust roots for TLS (`--db-ca`, else the system's) are unusable.
     #[error("TLS: {0}")]
     Tls(#[source] crate::redis::TrustError),
