@@ -33,7 +33,7 @@ pub enum Command {
     /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis).
     #[command(allow_negative_numbers = true)]
     Demo(HubArgs),
-    /// Publish one snapshot the way the selection API should (state hash compare-and-set + PUBLISH in one pipeline).
+    /// Publish one snapshot the way the selection API should (state hash compare-and-set, then PUBLISH).
     #[command(disable_version_flag = true, allow_negative_numbers = true)]
     Publish(PublishArgs),
     /// Publish a synthetic selection window into Redis (R snapshots/s over N courses, Zipf-skewed).

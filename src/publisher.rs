@@ -187,10 +187,12 @@ pub fn write_expiring(
     }
 }
 
-/// One try of [`write`]: standalone, script and PUBLISH in one pipeline; in a
-/// cluster, every script call first (pipelined per primary, on the hash's slot
-/// owner), then `SPUBLISH` (or `PUBLISH` with `--pubsub classic`), so a node
-/// that subscribes and then reads the hash can never miss a snapshot.
+/// One try of [`write`]: every script call first, pipelined (per primary in
+/// a cluster, on the hash's slot owner), and only once they all succeeded
+/// the channel (`PUBLISH`, or `SPUBLISH` with sharded pub/sub in a cluster):
+/// so a node that subscribes and then reads the hash can never miss a
+/// snapshot, and a script call that fails (`NOSCRIPT`, a key of another type)
+/// publishes nothing.
 fn write_once(
     link: &mut Commands,
     (channel_prefix, state_prefix, ttl): (&str, &str, Option<Duration>),
@@ -198,28 +200,20 @@ fn write_once(
     full_text: bool,
 ) -> Result<(), Error> {
     let payloads: Vec<String> = batch.iter().map(Snapshot::to_payload).collect();
-    let set = |(s, p): (&Snapshot, &String)| {
-        let set = script::cmd(state_prefix, s, p, full_text);
-        std::iter::once(set).chain(expire(state_prefix, ttl, s))
-    };
-    if link.mode()? == Mode::Standalone {
-        let cmds: Vec<::redis::Cmd> = batch
-            .iter()
-            .zip(&payloads)
-            .flat_map(|(s, p)| {
-                let mut publish = ::redis::cmd("PUBLISH");
-                publish.arg(format!("{channel_prefix}{}", s.course)).arg(p);
-                set((s, p)).chain(std::iter::once(publish))
-            })
-            .collect();
-        return link.pipeline::<()>(&cmds);
-    }
-    let publish = match link.redis().pubsub {
-        PubSubMode::Sharded => "SPUBLISH",
-        PubSubMode::Classic => "PUBLISH",
-    };
-    let hashes: Vec<::redis::Cmd> = batch.iter().zip(&payloads).flat_map(set).collect();
+    let hashes: Vec<::redis::Cmd> = batch
+        .iter()
+        .zip(&payloads)
+        .flat_map(|(s, p)| {
+            let set = script::cmd(state_prefix, s, p, full_text);
+            std::iter::once(set).chain(expire(state_prefix, ttl, s))
+        })
+        .collect();
     link.pipeline::<()>(&hashes)?;
+    let standalone = link.mode()? == Mode::Standalone;
+    let publish = match link.redis().pubsub {
+        PubSubMode::Sharded if !standalone => "SPUBLISH",
+        _ => "PUBLISH",
+    };
     let pubs: Vec<::redis::Cmd> = batch
         .iter()
         .zip(payloads)
@@ -229,12 +223,12 @@ fn write_once(
             c
         })
         .collect();
-    match link.redis().pubsub {
-        PubSubMode::Sharded => link.pipeline::<()>(&pubs),
-        // PUBLISH has no key to route by: any node takes it (and the cluster
-        // broadcasts it), one at a time.
-        PubSubMode::Classic => pubs.iter().try_for_each(|c| link.query::<()>(c)),
+    if standalone || link.redis().pubsub == PubSubMode::Sharded {
+        return link.pipeline::<()>(&pubs);
     }
+    // PUBLISH in a cluster has no key to route by: any node takes it (and
+    // the cluster broadcasts it), one at a time.
+    pubs.iter().try_for_each(|c| link.query::<()>(c))
 }
 
 fn run(mut link: Commands, rx: Receiver<Snapshot>, c: Arc<Counters>, cfg: PublisherConfig) {

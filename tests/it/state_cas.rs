@@ -233,6 +233,73 @@ fn noscript_after_flush_and_restart_loses_no_queued_snapshot() {
     assert_eq!((p.published(), p.dropped()), (3, 0));
 }
 
+/// What a `MONITOR` connection to `r` saw of the state script and the
+/// channel (`EVALSHA`, `EVAL`, `PUBLISH`, and the script's own `HSET`) while
+/// `act` ran, in order, each as its command name.
+fn monitored(r: &RedisServer, act: impl FnOnce()) -> Vec<String> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut conn = std::net::TcpStream::connect(("127.0.0.1", r.port)).expect("monitor connection");
+    conn.set_read_timeout(Some(T)).expect("read timeout");
+    conn.write_all(b"MONITOR\r\n").expect("MONITOR");
+    let mut lines = BufReader::new(conn.try_clone().expect("clone"));
+    let mut ok = String::new();
+    lines.read_line(&mut ok).expect("MONITOR answered");
+    assert_eq!(ok.trim(), "+OK");
+    act();
+    // The marker's own line ends what `act` sent.
+    r.cli(&["ECHO", "monitored-end"]);
+    let mut seen = Vec::new();
+    for line in lines.lines() {
+        let line = line.expect("a MONITOR line");
+        if line.contains("\"monitored-end\"") {
+            break;
+        }
+        // +<time> [<db> <client or lua>] "NAME" "arg" ...
+        let Some((_, rest)) = line.split_once("] \"") else {
+            continue;
+        };
+        let name = rest
+            .split('"')
+            .next()
+            .unwrap_or_default()
+            .to_ascii_uppercase();
+        if ["EVALSHA", "EVAL", "PUBLISH", "HSET"].contains(&name.as_str()) {
+            seen.push(name);
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_lost_script_publishes_nothing_before_the_hash_holds_it_nor_twice() {
+    let r = RedisServer::start();
+    let uri = r.uri();
+    run(publish(&uri, 1, Some(1)));
+    // The server loses the script: the next publish's EVALSHA is refused.
+    r.cli(&["SCRIPT", "FLUSH"]);
+    let seen = monitored(&r, || run(publish(&uri, 2, Some(2))));
+    assert_eq!(
+        seen,
+        ["EVALSHA", "EVAL", "HSET", "PUBLISH"],
+        "hash before channel, once"
+    );
+    assert_eq!(stored(&r)["version"].as_u64(), Some(2));
+    // A hash that cannot be written (a key of another type): nothing published.
+    r.cli(&["DEL", "seatstate:CS101"]);
+    r.cli(&["SET", "seatstate:CS101", "not a hash"]);
+    let seen = monitored(&r, || {
+        let status = publish(&uri, 3, Some(3))
+            .stderr(Stdio::null())
+            .status()
+            .expect("seatboard publish");
+        assert!(!status.success(), "a failed hash write fails the publish");
+    });
+    assert!(
+        !seen.contains(&"PUBLISH".to_owned()),
+        "published without its hash: {seen:?}"
+    );
+}
+
 /// `seatboard publish` of CS101 section 1 into a cluster (the script on the
 /// hash's slot owner, then SPUBLISH); true on exit 0.
 fn cluster_publish(c: &crate::cluster_util::Cluster, taken: u32, version: u64) -> bool {
