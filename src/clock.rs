@@ -14,6 +14,11 @@ pub fn now_ms() -> u64 {
     start().elapsed().as_millis() as u64
 }
 
+/// Microseconds since the process started (the node's accept bucket).
+pub fn now_us() -> u64 {
+    start().elapsed().as_micros() as u64
+}
+
 /// The `Instant` of a monotonic millisecond, for timers.
 pub fn instant_at(ms: u64) -> Instant {
     start() + Duration::from_millis(ms)

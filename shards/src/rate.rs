@@ -1,5 +1,7 @@
-//! Rate limits fed with time: the per-connection message window, the accept
-//! bucket, and the per-course frame pacer.
+//! Rate limits fed with time: the per-connection message window, the node's
+//! accept bucket, and the per-course frame pacer.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Messages allowed in any one-second window.
 pub const MAX_MESSAGES_PER_SEC: usize = 20;
@@ -63,47 +65,59 @@ impl<const N: usize> Window<N> {
     }
 }
 
-/// A token bucket: `rate` tokens per second, at most `burst` stored.
-#[derive(Debug, Clone)]
-pub struct TokenBucket {
-    rate_per_ms: f64,
-    burst: f64,
-    tokens: f64,
-    last_ms: u64,
+/// The node's accept bucket: `rate` tokens per second, at most `burst`
+/// stored, one for all shards (the contract's rate is per node), kept as one
+/// atomic instant (a virtual-scheduling GCRA, as [`FramePacer`]): the moment
+/// the bucket is empty, in µs. Taking a token is one compare-and-swap, so
+/// shards never lock each other out.
+#[derive(Debug)]
+pub struct AcceptBucket {
+    /// µs one token takes to come back (0: no limit).
+    interval_us: u64,
+    /// µs of tokens the bucket holds when full: `burst` tokens.
+    depth_us: u64,
+    /// When the bucket would be empty with no token taken since (µs): the
+    /// tokens held at `now` are `(depth - (empty_at - now)) / interval`.
+    empty_at_us: AtomicU64,
 }
 
-impl TokenBucket {
-    /// A full bucket.
-    pub fn new(rate_per_sec: f64, burst: f64, now_ms: u64) -> Self {
-        TokenBucket {
-            rate_per_ms: rate_per_sec / 1000.0,
-            burst: burst.max(1.0),
-            tokens: burst.max(1.0),
-            last_ms: now_ms,
-        }
-    }
-
-    /// Takes one token if there is one.
-    pub fn take(&mut self, now_ms: u64) -> bool {
-        if now_ms > self.last_ms {
-            let gained = (now_ms - self.last_ms) as f64 * self.rate_per_ms;
-            self.tokens = (self.tokens + gained).min(self.burst);
-            self.last_ms = now_ms;
-        }
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
+impl AcceptBucket {
+    /// A full bucket at `now_us` (a rate of 0 or less refuses nothing).
+    pub fn new(rate_per_sec: f64, burst: f64, now_us: u64) -> Self {
+        let interval_us = if rate_per_sec > 0.0 {
+            (1e6 / rate_per_sec).round().max(1.0) as u64
         } else {
-            false
+            0
+        };
+        AcceptBucket {
+            interval_us,
+            depth_us: interval_us.saturating_mul(burst.max(1.0) as u64),
+            empty_at_us: AtomicU64::new(now_us),
         }
     }
 
-    /// Milliseconds until the next token is due.
-    pub fn wait_ms(&self) -> u64 {
-        if self.tokens >= 1.0 || self.rate_per_ms <= 0.0 {
-            return 0;
+    /// Takes one token if there is one at `now_us`; otherwise `Err` with the
+    /// µs until the next one is due.
+    pub fn take(&self, now_us: u64) -> Result<(), u64> {
+        if self.interval_us == 0 {
+            return Ok(());
         }
-        ((1.0 - self.tokens) / self.rate_per_ms).ceil() as u64
+        let mut held = self.empty_at_us.load(Relaxed);
+        loop {
+            // A bucket idle past full holds `depth` and no more.
+            let from = held.max(now_us);
+            let next = from + self.interval_us;
+            if next > now_us + self.depth_us {
+                return Err(next - now_us - self.depth_us);
+            }
+            match self
+                .empty_at_us
+                .compare_exchange_weak(held, next, Relaxed, Relaxed)
+            {
+                Ok(_) => return Ok(()),
+                Err(now_held) => held = now_held,
+            }
+        }
     }
 }
 
@@ -202,15 +216,33 @@ mod tests {
     }
 
     #[test]
-    fn bucket_refills_at_rate() {
-        let mut b = TokenBucket::new(10.0, 5.0, 0);
-        assert!((0..5).all(|_| b.take(0)));
-        assert!(!b.take(0));
-        assert_eq!(b.wait_ms(), 100);
-        assert!(b.take(100));
-        assert!(!b.take(150));
-        assert!((0..5).all(|_| b.take(10_000)));
-        assert!(!b.take(10_000));
+    fn the_accept_bucket_refills_at_rate_and_holds_its_burst() {
+        let b = AcceptBucket::new(10.0, 5.0, 0);
+        assert!((0..5).all(|_| b.take(0).is_ok()));
+        assert_eq!(b.take(0), Err(100_000), "the next token in 100 ms");
+        assert!(b.take(100_000).is_ok());
+        assert_eq!(b.take(150_000), Err(50_000));
+        // Idle for ten seconds: full again, no more than the burst.
+        assert!((0..5).all(|_| b.take(10_000_000).is_ok()));
+        assert!(b.take(10_000_000).is_err());
+        // No rate: nothing refused.
+        let open = AcceptBucket::new(0.0, 1.0, 0);
+        assert!((0..1000).all(|_| open.take(0).is_ok()));
+    }
+
+    #[test]
+    fn one_accept_bucket_shared_by_threads_gives_out_its_burst_once() {
+        let b = std::sync::Arc::new(AcceptBucket::new(1.0, 64.0, 1_000_000));
+        let taken: usize = std::thread::scope(|s| {
+            let hands: Vec<_> = (0..4)
+                .map(|_| {
+                    let b = &b;
+                    s.spawn(move || (0..100).filter(|_| b.take(1_000_000).is_ok()).count())
+                })
+                .collect();
+            hands.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+        });
+        assert_eq!(taken, 64, "the burst, once, whatever thread asks");
     }
 
     #[test]

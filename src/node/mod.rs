@@ -24,6 +24,9 @@ pub struct Node {
     pub metrics: Arc<Metrics>,
     /// Open WebSocket connections on the node (the `max-connections` cap).
     pub open: AtomicU64,
+    /// The node's accept bucket (`--accept-rate`, `--accept-burst`), one for
+    /// every shard.
+    pub accept_bucket: shards::rate::AcceptBucket,
     /// Per-user connection counts.
     pub users: UserCounts,
     /// `/api/courses` body, refreshed by whoever knows the courses.
@@ -45,12 +48,18 @@ impl Node {
         metrics
             .max_connections
             .store(config.max_connections, Relaxed);
+        let accept_bucket = shards::rate::AcceptBucket::new(
+            config.accept_rate as f64,
+            config.accept_burst as f64,
+            crate::clock::now_us(),
+        );
         Node {
             id: format!("{host}-{}", std::process::id()),
             config,
             auth,
             metrics,
             open: AtomicU64::new(0),
+            accept_bucket,
             users: UserCounts::new(),
             courses_json: RwLock::new("[]".into()),
             history,

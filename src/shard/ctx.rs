@@ -10,7 +10,6 @@ use crate::clock;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
 use crossbeam_channel::Sender;
-use shards::rate::TokenBucket;
 use shards::{Action, Shard, ShardConfig};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
@@ -43,8 +42,6 @@ pub struct ShardCtx {
     pub next_purge_ms: Cell<u64>,
     /// Frames rendered as of the last return of freed memory.
     pub rendered_at_purge: Cell<u64>,
-    /// This shard's share of the node's accept rate.
-    pub bucket: RefCell<TokenBucket>,
     /// How this shard puts frames on the wire (set once its runtime is built).
     pub sends: RefCell<Sends>,
     /// Upgrades whose `101` waits for the board of a course they named.
@@ -53,7 +50,7 @@ pub struct ShardCtx {
 
 impl ShardCtx {
     /// Shard `index`'s state, before any runtime-specific task runs on it:
-    /// its core, its share of the accept rate, and direct sends (a runtime on
+    /// its core and direct sends (a runtime on
     /// io_uring swaps in its send ring).
     pub fn new(
         index: usize,
@@ -62,7 +59,6 @@ impl ShardCtx {
         ingest: IngestTx,
         presence: Sender<PresenceCmd>,
     ) -> Self {
-        let share = node.config.shards as f64;
         ShardCtx {
             index,
             shard: RefCell::new(Shard::new(ShardConfig {
@@ -71,11 +67,6 @@ impl ShardCtx {
                 seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
                 ..ShardConfig::default()
             })),
-            bucket: RefCell::new(TokenBucket::new(
-                node.config.accept_rate as f64 / share,
-                (node.config.accept_burst as f64 / share).ceil(),
-                clock::now_ms(),
-            )),
             node,
             inbox,
             ingest,

@@ -82,6 +82,34 @@ fn accept_bucket_503_with_retry_after_and_never_for_health_endpoints() {
 }
 
 #[test]
+fn the_accept_bucket_is_one_for_the_node_whatever_its_shards() {
+    // Two shards, one token: the kernel spreads the connections over both
+    // listeners, and still one upgrade in all gets through.
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "2",
+        "--accept-rate",
+        "1",
+        "--accept-burst",
+        "1",
+    ]);
+    let mut held = Vec::new();
+    let mut statuses = Vec::new();
+    for i in 0..16 {
+        let (status, keep) = upgrade_status(sb.port, &format!("/ws?user=u{i}"), "");
+        statuses.push(status);
+        held.push(keep);
+    }
+    let admitted = statuses.iter().filter(|s| **s == 101).count();
+    assert_eq!(admitted, 1, "one token for the node: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 101 || *s == 503),
+        "{statuses:?}"
+    );
+}
+
+#[test]
 fn non_upgrade_requests_leave_the_accept_bucket_whole() {
     let sb = Seatboard::start(&[
         "demo",

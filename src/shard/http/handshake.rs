@@ -97,16 +97,13 @@ pub fn admit(
     admin_feed: bool,
 ) -> Result<(Slot, Role), Response> {
     let node = &ctx.node;
-    {
-        let mut bucket = ctx.bucket.borrow_mut();
-        if !bucket.take(clock::now_ms()) {
-            let wait_s = bucket.wait_ms().div_ceil(1000);
-            return Err(refuse(
-                ctx,
-                Refusal::RateLimited,
-                Response::text(503, "too many new connections").header(retry_after(wait_s)),
-            ));
-        }
+    if let Err(wait_us) = node.accept_bucket.take(clock::now_us()) {
+        return Err(refuse(
+            ctx,
+            Refusal::RateLimited,
+            Response::text(503, "too many new connections")
+                .header(retry_after(wait_us.div_ceil(1_000_000))),
+        ));
     }
     if !node.origin_allowed(head) {
         return Err(refuse(
