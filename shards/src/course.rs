@@ -19,11 +19,25 @@ use std::sync::Arc;
 /// (`too_many_sections`), however large the state hash.
 pub const MAX_SECTIONS: usize = 4096;
 
-/// A viewer of a course, with whether it missed a frame and is owed a full one.
+/// A viewer of a course, with whether it missed a frame and is owed a full
+/// one, and the count it was last sent.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Viewer {
     pub conn: ConnId,
     pub owes_full: bool,
+    /// The viewer count this viewer last got ([`Viewer::NO_COUNT`]: none
+    /// yet): a count goes to a viewer only when it differs.
+    pub shown: u32,
+}
+
+impl Viewer {
+    /// `shown` before any count was sent.
+    pub const NO_COUNT: u32 = u32::MAX;
+
+    /// A count as `shown` keeps it (a count past `u32` is kept as its cap).
+    pub fn count(viewers: u64) -> u32 {
+        viewers.min(u64::from(Self::NO_COUNT - 1)) as u32
+    }
 }
 
 /// Per-course state on one shard.
@@ -50,8 +64,9 @@ pub(crate) struct Course {
     /// That count's message, encoded once, resent to a viewer that heals.
     pub presence_msg: Option<Bytes>,
     /// A watch answer showed a count other than `presence` (the shard's own
-    /// users, before any count came): the next count goes out even if it
-    /// equals `presence`, or that viewer would keep the one it was shown.
+    /// users, before any count came): the next count is offered to every
+    /// viewer even if it equals `presence`, or that viewer would keep the
+    /// one it was shown.
     pub presence_mixed: bool,
     /// True while the course sits in the shard's render schedule.
     pub scheduled: bool,
@@ -156,19 +171,20 @@ impl Course {
 
     /// The count that goes with a whole board (a watch answer, a heal): the
     /// presence layer's, or this shard's own distinct users when none came
-    /// yet or they are more. Showing another number than `presence` marks
-    /// the course mixed, so the next count from the presence layer goes out
-    /// even if it equals `presence`.
-    pub fn count_with_board(&mut self) -> Bytes {
+    /// yet or they are more, with its message. Showing another number than
+    /// `presence` marks the course mixed, so the next count from the
+    /// presence layer is offered to every viewer (each gets it only if it
+    /// differs from what that viewer was shown).
+    pub fn count_with_board(&mut self) -> (u64, Bytes) {
         let viewers = self.presence.unwrap_or(0).max(self.users.len() as u64);
         if self.presence == Some(viewers) {
             if let Some(m) = &self.presence_msg {
-                return m.clone();
+                return (viewers, m.clone());
             }
         } else {
             self.presence_mixed = true;
         }
-        server_msg::presence(&self.name, viewers)
+        (viewers, server_msg::presence(&self.name, viewers))
     }
 
     /// The frame of sections changed since the last one.

@@ -4,6 +4,7 @@
 
 use super::Shard;
 use crate::conn::ConnId;
+use crate::course::Viewer;
 use crate::gate::Gate;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
@@ -67,7 +68,18 @@ impl Shard {
         c.presence_mixed = false;
         let msg = server_msg::presence(course, viewers);
         c.presence_msg = Some(msg.clone());
-        let targets: Vec<ConnId> = c.viewers.iter().map(|v| v.conn).collect();
+        let count = Viewer::count(viewers);
+        // Only to the viewers shown another count (a watch answer may have
+        // shown this one already).
+        let targets: Vec<ConnId> = c
+            .viewers
+            .iter_mut()
+            .filter(|v| v.shown != count)
+            .map(|v| {
+                v.shown = count;
+                v.conn
+            })
+            .collect();
         // Wrapped once, for the first SSE viewer, and shared by the rest.
         let mut as_sse: Option<Bytes> = None;
         for id in targets {

@@ -5,6 +5,7 @@
 use super::send::payload_len;
 use super::{Shard, SSE_KEEPALIVE_MS, SWEEP_MS};
 use crate::conn::ConnId;
+use crate::course::Viewer;
 use crate::gate::Gate;
 use crate::send_queue::Push;
 use crate::sse_event;
@@ -69,7 +70,10 @@ impl Shard {
         c.pacer.spend(self.cfg.tick_ms, now_ms);
         self.stats.frames_rendered += 1;
         // The count a healed viewer gets with its board (it may have missed one).
-        let presence = (c.owed > 0).then(|| c.count_with_board());
+        let (count, presence) = match (c.owed > 0).then(|| c.count_with_board()) {
+            Some((n, m)) => (Viewer::count(n), Some(m)),
+            None => (Viewer::NO_COUNT, None),
+        };
         let mut presence_sse: Option<Bytes> = None;
         // The compressed twins, made at most once each for every viewer that
         // negotiated permessage-deflate.
@@ -116,7 +120,7 @@ impl Shard {
                         self.stats.resyncs += 1;
                         // A healed viewer may have missed a count too: it goes
                         // with the board, past the bound as a watch answer's does.
-                        if let Some(plain) = &presence {
+                        if let Some(plain) = presence.as_ref().filter(|_| v.shown != count) {
                             let p = if conn.transport.is_sse() {
                                 presence_sse
                                     .get_or_insert_with(|| {
@@ -127,6 +131,7 @@ impl Shard {
                                 plain.clone()
                             };
                             conn.queue.push_always(p.clone());
+                            v.shown = count;
                             self.stats.frames_queued += 1;
                             self.stats.bytes_queued += p.len() as u64;
                             self.stats.payload_bytes += payload_len(plain);

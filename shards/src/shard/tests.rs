@@ -162,6 +162,39 @@ fn a_viewer_shown_its_own_watch_count_gets_the_next_count_even_if_unchanged() {
 
 /// A viewer of course C that read its watch answer and then stopped reading,
 /// with one delta of C queued to it (at t = 400).
+#[test]
+fn a_viewer_gets_a_count_only_when_it_differs_from_the_one_it_was_shown() {
+    let mut shard = Shard::new(ShardConfig::default());
+    let a = shard.connect("a", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(a, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
+    // The watch answer shows the shard's own user: 1.
+    assert_eq!(counts(&mut shard, a), [1]);
+    // The presence layer agrees: nothing new for the viewer.
+    shard.handle_presence("C", 1);
+    assert_eq!(counts(&mut shard, a), Vec::<u64>::new());
+    // A second user: its answer shows 2 (the shard's own users), before
+    // the presence layer knows.
+    let b = shard.connect("b", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(b, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(counts(&mut shard, b), [2]);
+    // The count 2 goes to the first viewer only; the same count again to none.
+    shard.handle_presence("C", 2);
+    assert_eq!(counts(&mut shard, a), [2]);
+    assert_eq!(counts(&mut shard, b), Vec::<u64>::new());
+    shard.handle_presence("C", 2);
+    assert_eq!(
+        (counts(&mut shard, a), counts(&mut shard, b)),
+        (vec![], vec![])
+    );
+    // A change goes to both.
+    shard.handle_presence("C", 3);
+    assert_eq!(
+        (counts(&mut shard, a), counts(&mut shard, b)),
+        (vec![3], vec![3])
+    );
+}
+
 fn stalled_on_a_delta(shard: &mut Shard) -> ConnId {
     let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
@@ -192,6 +225,8 @@ fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
     });
     let id = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, 0);
+    // The hello read, so the watch answer's board fits.
+    while shard.poll_frame(id).is_some() {}
     shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
     shard.handle_presence("C", 1);
     while shard.poll_frame(id).is_some() {}

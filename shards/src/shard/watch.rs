@@ -81,6 +81,7 @@ impl Shard {
         c.viewers.push(Viewer {
             conn: id,
             owes_full: false,
+            shown: Viewer::NO_COUNT,
         });
         let n = c.users.entry(Arc::clone(&user)).or_insert(0);
         *n += 1;
@@ -124,7 +125,7 @@ impl Shard {
             }
             Transport::WebSocket { deflate: false } => plain.clone(),
         };
-        let presence = c.count_with_board();
+        let (count, presence) = c.count_with_board();
         // The answer replaces what came before; if the queue has no room for it
         // (a client that asks but never reads), a full frame is owed instead, so
         // what a client sends itself never grows its queue past the bound.
@@ -135,6 +136,7 @@ impl Shard {
             // a count is sent again only when it changes, so one dropped here
             // would leave the viewer without it.
             self.send_always(id, presence);
+            self.set_shown(id, course, count);
         } else {
             self.mark_owed(id, course, now_ms);
         }
@@ -173,9 +175,28 @@ impl Shard {
                 v.owes_full = true;
                 c.owed += 1;
             }
+            // It may have missed a count: the heal sends the count it owes.
+            v.shown = Viewer::NO_COUNT;
         }
         let name = Arc::clone(&c.name);
         self.schedule(&name);
+    }
+
+    /// Remembers that `id` was sent `count` as `course`'s viewer count.
+    fn set_shown(&mut self, id: ConnId, course: &str, count: u64) {
+        let Some(vpos) = self
+            .conn(id)
+            .and_then(|c| c.watch_pos(course).map(|p| c.watched[p].1 as usize))
+        else {
+            return;
+        };
+        if let Some(v) = self
+            .courses
+            .get_mut(course)
+            .and_then(|c| c.viewers.get_mut(vpos))
+        {
+            v.shown = Viewer::count(count);
+        }
     }
 
     /// `id` no longer owes a full frame of `course` (a watch answer replaces it).
