@@ -93,14 +93,14 @@ fn config(args: &HubArgs, shards: usize) -> NodeConfig {
 fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, crate::auth::FlagError> {
     let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
     match args.auth {
-        AuthMode::None => {
-            if !demo {
-                tracing::warn!("AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
-            }
+        AuthMode::Jwt if !demo || secret.is_some() || args.idp.any_key() => {
+            Auth::from_flags(secret.map(str::as_bytes), &args.idp)
+        }
+        // `--auth none`, and `demo` given no key: loud, `demo` included.
+        _ => {
+            tracing::warn!("AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
             Ok(Auth::None)
         }
-        AuthMode::Jwt if demo && secret.is_none() && !args.idp.any_key() => Ok(Auth::None),
-        AuthMode::Jwt => Auth::from_flags(secret.map(str::as_bytes), &args.idp),
     }
 }
 

@@ -147,6 +147,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_readme_and_the_protocol_page_list_the_demo_courses() {
+        let listed = DEMO_COURSES.join(" ");
+        for (name, text) in [
+            ("README.md", include_str!("../../README.md")),
+            ("docs/protocol.md", include_str!("../../docs/protocol.md")),
+        ] {
+            let words: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(
+                words.contains(&format!("`{listed}`")),
+                "{name} lists other codes"
+            );
+        }
+    }
+
+    #[test]
     fn skewed_and_fills_up() {
         let names: Vec<String> = DEMO_COURSES.iter().map(|s| s.to_string()).collect();
         let mut w = SelectionWindow::new(&names, 1.1, 7);

@@ -106,6 +106,12 @@ fn auto_serves_on_epoll_where_io_uring_is_denied_and_says_so_once() {
             log.iter().any(|l| l.contains("shards run on epoll")),
             "{log:#?}"
         );
+        // The demo runs without sign-on, and says so as `--auth none` does.
+        assert!(
+            log.iter()
+                .any(|l| l.contains("WARN") && l.contains("AUTH DISABLED")),
+            "{log:#?}"
+        );
     }
 }
 
