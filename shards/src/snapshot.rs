@@ -29,6 +29,39 @@ const MAX_COUNT: i64 = (1 << 31) - 1;
 /// carries exactly in every language (contract §2).
 pub const MAX_VERSION: u64 = 1 << 53;
 
+/// The deepest `seat_info` taken (objects and arrays, itself counted): as
+/// deep as a serde_json value may go, far inside what the state script's
+/// JSON decoder reads in Redis (1,000), so no field a hub takes is ever
+/// mistaken there for one that is not JSON.
+pub const MAX_SEAT_INFO_DEPTH: usize = 128;
+
+/// How deeply `json` (valid JSON text) nests its objects and arrays.
+pub fn json_depth(json: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in json.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 /// Whether `v` is a version a snapshot may carry (0..=[`MAX_VERSION`]).
 pub fn valid_version(v: u64) -> bool {
     v <= MAX_VERSION
@@ -188,7 +221,11 @@ impl Snapshot {
         let ts = int(wire.ts, i64::MAX)?.map(|v| v as u64);
         // A JSON null reaches here as `None`.
         let seat_info = match wire.seat_info {
-            Some(raw) if raw.get().starts_with('{') => Some(raw.get()),
+            Some(raw)
+                if raw.get().starts_with('{') && json_depth(raw.get()) <= MAX_SEAT_INFO_DEPTH =>
+            {
+                Some(raw.get())
+            }
             Some(_) => return Err(Reject::Schema),
             None => None,
         };
@@ -400,6 +437,29 @@ mod tests {
             Snapshot::parse(big.as_bytes(), Some("CS101")),
             Err(Reject::TooLarge)
         );
+    }
+
+    #[test]
+    fn seat_info_deeper_than_the_bound_is_refused_and_strings_do_not_count() {
+        let nested = |d: usize| format!("{}1{}", "{\"a\":[".repeat(d / 2), "]}".repeat(d / 2));
+        let payload = |info: &str| {
+            format!(
+                r#"{{"course":"CS101","section":1,"total_seats":2,"seats_taken":1,"seat_info":{info}}}"#
+            )
+        };
+        assert_eq!(
+            json_depth(&nested(MAX_SEAT_INFO_DEPTH)),
+            MAX_SEAT_INFO_DEPTH
+        );
+        assert!(Snapshot::parse(payload(&nested(MAX_SEAT_INFO_DEPTH)).as_bytes(), None).is_ok());
+        assert_eq!(
+            Snapshot::parse(payload(&nested(MAX_SEAT_INFO_DEPTH + 2)).as_bytes(), None).err(),
+            Some(Reject::Schema)
+        );
+        // Brackets inside strings, escaped quotes included, are text.
+        let texty = r#"{"a":"[[[{{{\"[[[","b":[1]}"#;
+        assert_eq!(json_depth(texty), 2);
+        assert!(Snapshot::parse(payload(texty).as_bytes(), None).is_ok());
     }
 
     #[test]

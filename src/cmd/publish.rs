@@ -6,7 +6,7 @@ use crate::clock;
 use crate::publisher::write;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
-use shards::snapshot::{valid_course, MAX_PAYLOAD};
+use shards::snapshot::{json_depth, valid_course, MAX_PAYLOAD, MAX_SEAT_INFO_DEPTH};
 use shards::{Reject, Snapshot};
 use std::process::ExitCode;
 
@@ -21,14 +21,17 @@ pub fn run(args: PublishArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if let Some(info) = &args.seat_info {
-        match serde_json::from_str::<serde_json::Value>(info) {
-            Ok(v) if v.is_object() => {}
-            _ => {
-                crate::logging::line(&format!(
-                    "error: invalid value '{info}' for '--seat-info': not a JSON object"
-                ));
-                return ExitCode::from(2);
-            }
+        let why = match serde_json::from_str::<&serde_json::value::RawValue>(info) {
+            Ok(v) if !v.get().starts_with('{') => Some(format!("invalid value '{info}' for '--seat-info': not a JSON object")),
+            Ok(v) if json_depth(v.get()) > MAX_SEAT_INFO_DEPTH => Some(format!(
+                "invalid value for '--seat-info': nested deeper than {MAX_SEAT_INFO_DEPTH} levels, which a hub refuses"
+            )),
+            Ok(_) => None,
+            Err(_) => Some(format!("invalid value '{info}' for '--seat-info': not a JSON object")),
+        };
+        if let Some(why) = why {
+            crate::logging::line(&format!("error: {why}"));
+            return ExitCode::from(2);
         }
     }
     let snap = Snapshot::build(

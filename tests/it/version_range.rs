@@ -58,6 +58,19 @@ fn publish_refuses_versions_past_2_pow_53_and_payloads_over_64_kib_before_redis(
         line.len()
     );
     assert_eq!(r.cli(&["DBSIZE"]), "0", "nothing reached Redis");
+    // A seat_info nested deeper than a hub takes, named for what it is.
+    let nested = |d: usize| format!("{}1{}", r#"{"a":"#.repeat(d), "}".repeat(d));
+    let out = publish_cmd(&uri, &["--seat-info", &nested(129), "--version", "5"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = first_line(&out);
+    assert!(
+        line.contains("'--seat-info'") && line.contains("nested deeper than 128"),
+        "{line}"
+    );
+    assert_eq!(r.cli(&["DBSIZE"]), "0", "nothing reached Redis");
+    let out = publish_cmd(&uri, &["--seat-info", &nested(128), "--version", "5"]);
+    assert!(out.status.success(), "{}", first_line(&out));
+    r.cli(&["FLUSHALL"]);
     // The largest version there is, and a seat_info just under the limit.
     let out = publish_cmd(&uri, &["--version", "9007199254740992"]);
     assert!(out.status.success(), "{}", first_line(&out));
