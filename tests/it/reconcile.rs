@@ -525,6 +525,69 @@ fn check_reads_integers_held_as_numeric_or_text() {
 }
 
 #[test]
+fn a_slow_or_down_database_is_db_false_while_redis_up_says_what_redis_does() {
+    let mut pg = pg();
+    let mut redis = RedisServer::start();
+    pg_row(&pg, "RC6", 0, 1, 1);
+    let url = pg.url("reader", "S3cretPw");
+    let up = |rec: &Reconciler, gauge: &str| rec.metric(&format!("seatboard_reconcile_{gauge}_up"));
+
+    // Slow: every statement cut off at the timeout.
+    let slow = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats, pg_sleep(1) WHERE updated_at >= $1";
+    let rec = Reconciler::start(&url, slow, &redis.uri(), &["--statement-timeout-ms", "300"]);
+    wait_for(Duration::from_secs(15), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"timeout\"}") >= 1.0).then_some(())
+    })
+    .expect("the statement is cut off at its timeout");
+    let h = wait_for(Duration::from_secs(5), || {
+        let h = rec.healthz();
+        (h["redis"] == true).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
+    assert_eq!(
+        (&h["db"], &h["status"]),
+        (&Value::Bool(false), &Value::from("degraded")),
+        "{h}"
+    );
+    assert_eq!((up(&rec, "db"), up(&rec, "redis")), (0.0, 1.0));
+    assert_eq!(
+        rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}"),
+        0.0
+    );
+    assert_eq!(
+        rec.metric("seatboard_reconcile_errors_total{kind=\"redis\"}"),
+        0.0
+    );
+    drop(rec);
+
+    // Down at start: Redis, never read by a check, is still seen up; and
+    // seen down once it is.
+    pg.stop();
+    let rec = Reconciler::start(&url, PG_QUERY, &redis.uri(), &[]);
+    wait_for(Duration::from_secs(10), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
+    })
+    .expect("the database down is counted");
+    let h = wait_for(Duration::from_secs(5), || {
+        let h = rec.healthz();
+        (h["redis"] == true).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
+    assert_eq!(
+        (&h["db"], &h["status"]),
+        (&Value::Bool(false), &Value::from("degraded")),
+        "{h}"
+    );
+    assert_eq!((up(&rec, "db"), up(&rec, "redis")), (0.0, 1.0));
+    redis.kill();
+    wait_for(Duration::from_secs(40), || {
+        (rec.healthz()["redis"] == false).then_some(())
+    })
+    .expect("Redis down is seen while the database is down too");
+    assert_eq!(up(&rec, "redis"), 0.0);
+}
+
+#[test]
 fn hostile_rows_are_skipped_and_counted_and_a_slow_statement_is_cut_off() {
     let pg = pg();
     let redis = RedisServer::start();
