@@ -37,7 +37,7 @@ pub struct Shared {
     rejected: [AtomicU64; 3],
     errors: [AtomicU64; 3],
     query: Histogram,
-    /// Whether the last statement was answered.
+    /// Whether the last statement was answered within the statement timeout.
     pub db_up: AtomicBool,
     /// Whether Redis answered the last command.
     pub redis_up: AtomicBool,

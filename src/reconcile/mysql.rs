@@ -10,7 +10,7 @@
 
 use super::db_tls;
 use super::flags::redact;
-use super::row::Row;
+use super::row::{integer_text, Row};
 use super::source::{civil_us, take_param, us_civil, CancelSlot, DbError, Source, UrlError};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, SslOpts, Statement, Value};
@@ -162,9 +162,10 @@ fn int(v: &Value) -> Result<Option<i128>, ()> {
         Value::NULL => Ok(None),
         Value::Int(i) => Ok(Some(i128::from(*i))),
         Value::UInt(u) => Ok(Some(i128::from(*u))),
+        // A DECIMAL, or an integer as text: a fraction of zeros only.
         Value::Bytes(b) => std::str::from_utf8(b)
             .ok()
-            .and_then(|t| t.trim().parse::<i128>().ok())
+            .and_then(integer_text)
             .map(Some)
             .ok_or(()),
         _ => Err(()),
@@ -310,5 +311,14 @@ mod tests {
         assert_eq!(when(&Value::Date(2026, 12, 5, 1, 2, 3, 450_000)), Some(t));
         assert_eq!(int(&Value::Bytes(b"-3".to_vec())), Ok(Some(-3)));
         assert_eq!(int(&Value::Double(1.0)), Err(()));
+    }
+
+    #[test]
+    fn a_decimal_with_a_fraction_of_zeros_is_an_integer() {
+        assert_eq!(int(&Value::Bytes(b"5.0".to_vec())), Ok(Some(5)));
+        assert_eq!(int(&Value::Bytes(b"-12.00".to_vec())), Ok(Some(-12)));
+        assert_eq!(int(&Value::Bytes(b"5.50".to_vec())), Err(()));
+        assert_eq!(int(&Value::Bytes(b"five".to_vec())), Err(()));
+        assert_eq!(int(&Value::NULL), Ok(None));
     }
 }

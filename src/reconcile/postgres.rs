@@ -8,11 +8,12 @@
 
 use super::db_tls::{client_config, pg_mode};
 use super::flags::redact;
-use super::row::Row;
+use super::row::{integer_text, Row};
 use super::source::{take_param, CancelSlot, DbError, Source, UrlError};
 use postgres::error::SqlState;
-use postgres::types::Type;
+use postgres::types::{FromSql, Type};
 use postgres::{Client, Config, NoTls, Statement};
+use std::error::Error;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio_postgres_rustls::MakeRustlsConnect;
@@ -114,12 +115,78 @@ impl Pg {
     }
 }
 
+/// `numeric`'s sign word of a positive value (NaN and the infinities have others).
+const NUMERIC_POS: u16 = 0x0000;
+/// `numeric`'s sign word of a negative value.
+const NUMERIC_NEG: u16 = 0x4000;
+
+/// PostgreSQL's binary `numeric` as an integer: `None` for NaN, an
+/// infinity, a nonzero digit below the units, a value past `i128`, or a
+/// malformed value. The form: `ndigits` i16, `weight` i16 (the first
+/// digit's power of 10000), sign u16, `dscale` u16, then `ndigits` base-10000
+/// digits as i16, most significant first.
+fn numeric(raw: &[u8]) -> Option<i128> {
+    let word = |at: usize| -> Option<[u8; 2]> { raw.get(at..at + 2)?.try_into().ok() };
+    let ndigits = usize::try_from(i16::from_be_bytes(word(0)?)).ok()?;
+    let weight = i16::from_be_bytes(word(2)?);
+    let negative = match u16::from_be_bytes(word(4)?) {
+        NUMERIC_POS => false,
+        NUMERIC_NEG => true,
+        _ => return None,
+    };
+    if raw.len() != 8 + 2 * ndigits {
+        return None;
+    }
+    let digits = (0..ndigits)
+        .map(|k| {
+            let d = i16::from_be_bytes(word(8 + 2 * k)?);
+            (0..10_000).contains(&d).then_some(i128::from(d))
+        })
+        .collect::<Option<Vec<i128>>>()?;
+    // Digit k stands for digits[k] × 10000^(weight − k): every one below the
+    // units must be 0.
+    let units = usize::try_from(i32::from(weight) + 1).unwrap_or(0);
+    if digits.iter().skip(units).any(|&d| d != 0) {
+        return None;
+    }
+    let mut value: i128 = 0;
+    for k in 0..units {
+        let d = digits.get(k).copied().unwrap_or(0);
+        value = value.checked_mul(10_000)?.checked_add(d)?;
+    }
+    Some(if negative { -value } else { value })
+}
+
+/// An integral `numeric` column value.
+struct Numeric(i128);
+
+impl<'a> FromSql<'a> for Numeric {
+    fn from_sql(_: &Type, raw: &'a [u8]) -> Result<Numeric, Box<dyn Error + Sync + Send>> {
+        numeric(raw)
+            .map(Numeric)
+            .ok_or_else(|| "not an integer numeric".into())
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::NUMERIC
+    }
+}
+
 fn int(row: &postgres::Row, i: usize, ty: &Type) -> Result<Option<i128>, ()> {
     let r = match *ty {
         Type::INT2 => row.try_get::<_, Option<i16>>(i).map(|v| v.map(i128::from)),
         Type::INT4 => row.try_get::<_, Option<i32>>(i).map(|v| v.map(i128::from)),
         Type::INT8 => row.try_get::<_, Option<i64>>(i).map(|v| v.map(i128::from)),
         Type::OID => row.try_get::<_, Option<u32>>(i).map(|v| v.map(i128::from)),
+        Type::NUMERIC => row.try_get::<_, Option<Numeric>>(i).map(|v| v.map(|n| n.0)),
+        // A decimal integer as text, as the MySQL source takes it.
+        Type::TEXT | Type::VARCHAR | Type::BPCHAR => {
+            return match row.try_get::<_, Option<String>>(i) {
+                Ok(None) => Ok(None),
+                Ok(Some(t)) => integer_text(&t).map(Some).ok_or(()),
+                Err(_) => Err(()),
+            };
+        }
         _ => return Err(()),
     };
     r.map_err(|_| ())
@@ -210,5 +277,70 @@ impl Source for Pg {
             Ok(rows) => Ok(rows.iter().map(read).collect()),
             Err(e) => Err(self.error(e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `numeric`'s binary form: the header, then the base-10000 digits.
+    fn raw(weight: i16, sign: u16, dscale: u16, digits: &[i16]) -> Vec<u8> {
+        let mut b = Vec::new();
+        b.extend((digits.len() as i16).to_be_bytes());
+        b.extend(weight.to_be_bytes());
+        b.extend(sign.to_be_bytes());
+        b.extend(dscale.to_be_bytes());
+        for d in digits {
+            b.extend(d.to_be_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn integral_numerics_are_read() {
+        // 5, 12345678 (two digits), 10000 (trailing zero digits left out).
+        assert_eq!(numeric(&raw(0, 0, 0, &[5])), Some(5));
+        assert_eq!(numeric(&raw(1, 0, 0, &[1234, 5678])), Some(12_345_678));
+        assert_eq!(numeric(&raw(1, 0, 0, &[1])), Some(10_000));
+        // -42, and 0 (no digits at all).
+        assert_eq!(numeric(&raw(0, 0x4000, 0, &[42])), Some(-42));
+        assert_eq!(numeric(&raw(0, 0, 0, &[])), Some(0));
+        assert_eq!(numeric(&raw(0, 0, 2, &[])), Some(0));
+        // 2^53 = 9007 1992 5474 0992, and 7.00 (numeric(10,2): a scale, no fraction).
+        assert_eq!(
+            numeric(&raw(3, 0, 0, &[9007, 1992, 5474, 992])),
+            Some(1 << 53)
+        );
+        assert_eq!(numeric(&raw(0, 0, 2, &[7, 0])), Some(7));
+        // 10^32, past u64 but within i128 (the row's check then refuses it).
+        assert_eq!(numeric(&raw(8, 0, 0, &[1])), Some(10_i128.pow(32)));
+    }
+
+    #[test]
+    fn fractions_nan_infinities_and_giants_are_not() {
+        // 5.5 (5, then 5000 at 10000^-1), and 0.0001.
+        assert_eq!(numeric(&raw(0, 0, 1, &[5, 5000])), None);
+        assert_eq!(numeric(&raw(-1, 0, 4, &[1])), None);
+        // NaN, +infinity, -infinity.
+        for sign in [0xC000, 0xD000, 0xF000] {
+            assert_eq!(numeric(&raw(0, sign, 0, &[])), None, "{sign:#x}");
+        }
+        // 10^40 and 10^40000 are past i128.
+        assert_eq!(numeric(&raw(10, 0, 0, &[1])), None);
+        assert_eq!(numeric(&raw(10_000, 0, 0, &[1])), None);
+        // Malformed: a digit out of range, a length that does not match.
+        assert_eq!(numeric(&raw(0, 0, 0, &[10_000])), None);
+        let mut short = raw(0, 0, 0, &[5]);
+        short.pop();
+        assert_eq!(numeric(&short), None);
+        assert_eq!(numeric(&[0, 1]), None);
+        assert_eq!(
+            Numeric::from_sql(&Type::NUMERIC, &raw(0, 0, 1, &[5, 5000]))
+                .ok()
+                .map(|n| n.0),
+            None
+        );
+        assert!(Numeric::accepts(&Type::NUMERIC) && !Numeric::accepts(&Type::INT8));
     }
 }

@@ -29,6 +29,23 @@ pub struct Row {
     pub unreadable: bool,
 }
 
+/// A decimal integer written as text (`-3`, ` 42 `, `5.00`: a fraction of
+/// zeros only), as both databases may return an integer column; `None` for
+/// anything else (`5.5`, `1e3`, a number past `i128`).
+pub fn integer_text(text: &str) -> Option<i128> {
+    let t = text.trim();
+    let whole = match t.split_once('.') {
+        Some((whole, frac)) if !frac.is_empty() && frac.bytes().all(|b| b == b'0') => whole,
+        Some(_) => return None,
+        None => t,
+    };
+    let digits = whole.strip_prefix(['-', '+']).unwrap_or(whole);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    whole.parse().ok()
+}
+
 /// A row checked: the snapshot it stands for (its version always set).
 pub fn snapshot(row: &Row) -> Result<Snapshot, Reject> {
     if row.unreadable {
@@ -99,6 +116,33 @@ mod tests {
         assert_eq!((&*s.course, s.section, s.seats_taken), ("CS101", 3, 39));
         assert_eq!(s.version, Some(17));
         assert!(s.json.contains(r#""seat_info":{"room":"B12"}"#));
+    }
+
+    #[test]
+    fn integers_as_text_with_a_fraction_of_zeros_only() {
+        for (t, want) in [
+            ("5", Some(5)),
+            ("-3", Some(-3)),
+            ("+7", Some(7)),
+            (" 42 ", Some(42)),
+            ("5.0", Some(5)),
+            ("5.00", Some(5)),
+            ("-0.000", Some(0)),
+            ("9007199254740992", Some(1 << 53)),
+            ("5.5", None),
+            ("5.01", None),
+            ("5.", None),
+            (".0", None),
+            ("-", None),
+            ("", None),
+            ("1e3", None),
+            ("0x10", None),
+            ("4 2", None),
+            ("1.0.0", None),
+            ("999999999999999999999999999999999999999999", None),
+        ] {
+            assert_eq!(integer_text(t), want, "{t:?}");
+        }
     }
 
     #[test]

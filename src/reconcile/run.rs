@@ -107,8 +107,10 @@ impl Worker {
         let fetched = self.source.fetch(bound_us);
         match &fetched {
             Ok(_) => self.shared.db_up.store(true, Relaxed),
+            // A database too slow to answer within the statement timeout is
+            // not up for the reconciler (contract §11: "down, slow, or refuses").
             Err(DbError::Timeout(_)) => {
-                self.shared.db_up.store(true, Relaxed);
+                self.shared.db_up.store(false, Relaxed);
                 self.shared.error(ErrorKind::Timeout);
             }
             Err(DbError::Down(_)) => {
@@ -165,7 +167,19 @@ impl Worker {
         } else {
             self.newest_us.map(|n| n.saturating_sub(overlap))
         };
-        let rows = self.rows(bound)?;
+        let rows = match self.rows(bound) {
+            Ok(rows) => rows,
+            Err(e) => {
+                // Redis is not read when the database fails: asked on its
+                // own, so `redis_up` says what Redis does, not what the
+                // database did (not when stopping: the cancel ended it).
+                if !self.stop.load(Relaxed) {
+                    let up = self.store.ping().is_ok();
+                    self.shared.redis_up.store(up, Relaxed);
+                }
+                return Err(e);
+            }
+        };
         let cands = self.book.plan(rows, sweep);
         let before = self.store.commands;
         let fields = self.store.read(&cands);

@@ -3,7 +3,8 @@
 //! up (`HGET`, pipelined), repairs written the section 2 way (the
 //! compare-and-set script, then the channel), and the replacement of a
 //! section held ahead of the database (`HSET` of the row, then the row
-//! published with `"replace": true`).
+//! published with `"replace": true`); a `PING` when the database failed and
+//! Redis was not otherwise asked.
 
 use super::decide::{Candidate, Field};
 use crate::publisher::write;
@@ -45,6 +46,14 @@ impl Store {
             out.extend(fields.iter().map(|f| Field::read(f.as_deref())));
         }
         Ok(out)
+    }
+
+    /// Whether Redis answers (`PING`; every primary in a cluster), bounded
+    /// by the command client's timeouts.
+    pub fn ping(&mut self) -> Result<(), Error> {
+        self.commands += 1;
+        self.link.query::<::redis::Value>(&::redis::cmd("PING"))?;
+        Ok(())
     }
 
     /// Missing or behind sections written with the compare-and-set script and published.

@@ -1,5 +1,6 @@
 //! Why the relay refused its flags ([`FlagError`], exit 2), could not bind a
-//! receive socket ([`BindError`]) or could not start ([`StartError`], exit 1).
+//! receive socket ([`BindError`]) or could not start ([`StartError`], exit 1;
+//! a `--socket` path found taken only at the bind still exits 2).
 
 use crate::redis::ConfigError;
 use std::io;
@@ -29,6 +30,18 @@ pub enum FlagError {
     /// `--socket` names a live socket of another kind (another service's).
     #[error("invalid value '{}' for '--socket': a live socket of another kind (another service's) is there; never replaced", path.display())]
     SocketOfAnotherKind {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// `--socket` names a socket another process (another relay) still reads.
+    #[error("invalid value '{}' for '--socket': another process (another relay?) reads the socket there; never replaced", path.display())]
+    SocketInUse {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// `--socket` names something that is not a socket (a file, a folder).
+    #[error("invalid value '{}' for '--socket': it exists and is not a socket; never replaced", path.display())]
+    NotASocket {
         /// The path given.
         path: PathBuf,
     },

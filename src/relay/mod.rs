@@ -23,7 +23,7 @@ use crate::logging::usage;
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
 use crate::supervisor::{self, Policy};
-use error::{FlagError, StartError};
+use error::{BindError, FlagError, StartError};
 use metrics::Shared;
 use pending::Pending;
 use std::net::{SocketAddr, TcpListener};
@@ -76,9 +76,13 @@ fn check(args: &RelayArgs) -> Result<Checked, FlagError> {
         "" => None,
         p => Some(PathBuf::from(p)),
     };
-    if let Some(path) = socket.as_deref().filter(|p| recv::held_by_another_kind(p)) {
-        return Err(FlagError::SocketOfAnotherKind {
-            path: path.to_path_buf(),
+    // A path the relay may not take is a bad value, found before anything opens.
+    if let Some((path, taken)) = socket.as_deref().and_then(|p| Some((p, recv::taken(p)?))) {
+        let path = path.to_path_buf();
+        return Err(match taken {
+            recv::Taken::AnotherKind => FlagError::SocketOfAnotherKind { path },
+            recv::Taken::InUse => FlagError::SocketInUse { path },
+            recv::Taken::NotASocket => FlagError::NotASocket { path },
         });
     }
     if socket.is_none() && udp.is_none() {
@@ -112,6 +116,13 @@ pub fn main(args: RelayArgs) -> ExitCode {
     }
     match run(args, c) {
         Ok(()) => ExitCode::SUCCESS,
+        // Taken between the flag check and the bind: still a bad value.
+        Err(StartError::Socket(BindError::InUse { path })) => {
+            usage(&FlagError::SocketInUse { path })
+        }
+        Err(StartError::Socket(BindError::NotASocket { path })) => {
+            usage(&FlagError::NotASocket { path })
+        }
         Err(e) => {
             tracing::error!("cannot start: {e}");
             crate::logging::line(&format!("error: cannot start: {e}"));
@@ -238,5 +249,43 @@ mod tests {
         assert!(text.contains("for '--metrics': not an IP:PORT"), "{text}");
         let e = check(&args(&["--socket", "", "--udp", ""])).err();
         assert!(matches!(e, Some(FlagError::NothingToReceive)), "{e:?}");
+    }
+
+    #[test]
+    fn a_socket_path_that_is_taken_is_a_refused_flag() {
+        let dir =
+            std::env::temp_dir().join(format!("seatboard-relay-taken-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let refusal = |path: &std::path::Path| {
+            let path = path.to_str().expect("utf-8 path");
+            let flags = [
+                "--socket",
+                path,
+                "--metrics",
+                "",
+                "--redis",
+                "redis://127.0.0.1:1",
+            ];
+            check(&args(&flags)).err()
+        };
+        let file = dir.join("file");
+        std::fs::write(&file, b"kept").expect("file");
+        let e = refusal(&file);
+        assert!(matches!(e, Some(FlagError::NotASocket { .. })), "{e:?}");
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            text.contains("for '--socket': it exists and is not a socket"),
+            "{text}"
+        );
+        let live = dir.join("live.sock");
+        let held = std::os::unix::net::UnixDatagram::bind(&live).expect("bind");
+        let e = refusal(&live);
+        assert!(matches!(e, Some(FlagError::SocketInUse { .. })), "{e:?}");
+        // Once nobody reads it, the stale file is the relay's to replace.
+        drop(held);
+        let e = refusal(&live);
+        assert!(e.is_none(), "{e:?}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -61,21 +61,32 @@ pub fn handle(shared: &Shared, payload: &[u8]) {
     }
 }
 
-/// Whether `path` is a socket that a live socket of another kind (a stream
-/// or seqpacket listener of another service) is bound to: a datagram connect
-/// to it fails with `EPROTOTYPE` where a stale file refuses.
-pub fn held_by_another_kind(path: &Path) -> bool {
-    let is_socket = std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket());
-    if !is_socket {
-        return false;
+/// What holds a `--socket` path so that the relay may not take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Taken {
+    /// A live socket of another kind (a stream or seqpacket listener of
+    /// another service): a datagram connect to it fails with `EPROTOTYPE`.
+    AnotherKind,
+    /// A live datagram socket another process (another relay) reads.
+    InUse,
+    /// Something that is not a socket (a file, a folder).
+    NotASocket,
+}
+
+/// Whether something the relay must never replace is at `path` (`None`:
+/// nothing, or a stale socket file).
+pub fn taken(path: &Path) -> Option<Taken> {
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.file_type().is_socket() {
+        return Some(Taken::NotASocket);
     }
-    let Ok(probe) = UnixDatagram::unbound() else {
-        return false;
-    };
+    let probe = UnixDatagram::unbound().ok()?;
     match probe.connect(path) {
-        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => true,
-        Err(_) => std::os::unix::net::UnixStream::connect(path).is_ok(),
-        Ok(()) => false,
+        Ok(()) => Some(Taken::InUse),
+        Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => Some(Taken::AnotherKind),
+        Err(_) => std::os::unix::net::UnixStream::connect(path)
+            .is_ok()
+            .then_some(Taken::AnotherKind),
     }
 }
 

@@ -482,6 +482,112 @@ fn check_prints_each_difference_and_writes_nothing() {
 }
 
 #[test]
+fn check_reads_integers_held_as_numeric_or_text() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RCN", 0, 1, 3); // agrees
+    pg_row(&pg, "RCN", 1, 2, 3); // missing
+    pg_row(&pg, "RCN", 2, 3, 3); // behind
+    publish_v(&redis, "RCN", 0, 1, 3);
+    publish_v(&redis, "RCN", 2, 3, 2);
+    let expected = [
+        r#"{"course":"RCN","section":1,"db_version":3,"redis_version":null,"state":"missing"}"#,
+        r#"{"course":"RCN","section":2,"db_version":3,"redis_version":2,"state":"behind"}"#,
+    ]
+    .map(|l| serde_json::from_str::<Value>(l).expect("json"));
+    let url = pg.url("reader", "S3cretPw");
+    for cols in [
+        "section, total_seats, seats_taken, version::numeric AS version",
+        "section::numeric(20,0) AS section, total_seats::numeric AS total_seats, seats_taken::numeric(10,2) AS seats_taken, version::numeric(20,0) AS version",
+        "section::text AS section, total_seats::varchar AS total_seats, seats_taken::char(6) AS seats_taken, version::text AS version",
+    ] {
+        let query = format!(
+            "SELECT course, {cols}, seat_info, updated_at FROM seats WHERE updated_at >= $1"
+        );
+        let out = check_once(&redis, &query, &url);
+        let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        assert_eq!(
+            (out.status.code(), lines.as_slice()),
+            (Some(1), &expected[..]),
+            "{cols}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A version with a fraction is no integer: every row skipped, nothing to
+    // compare (exit 0, nothing printed), as for any row that breaks the rules.
+    let frac = "SELECT course, section, total_seats, seats_taken, version + 0.5 AS version, seat_info, updated_at FROM seats WHERE updated_at >= $1";
+    let out = check_once(&redis, frac, &url);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}
+
+#[test]
+fn a_slow_or_down_database_is_db_false_while_redis_up_says_what_redis_does() {
+    let mut pg = pg();
+    let mut redis = RedisServer::start();
+    pg_row(&pg, "RC6", 0, 1, 1);
+    let url = pg.url("reader", "S3cretPw");
+    let up = |rec: &Reconciler, gauge: &str| rec.metric(&format!("seatboard_reconcile_{gauge}_up"));
+
+    // Slow: every statement cut off at the timeout.
+    let slow = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats, pg_sleep(1) WHERE updated_at >= $1";
+    let rec = Reconciler::start(&url, slow, &redis.uri(), &["--statement-timeout-ms", "300"]);
+    wait_for(Duration::from_secs(15), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"timeout\"}") >= 1.0).then_some(())
+    })
+    .expect("the statement is cut off at its timeout");
+    let h = wait_for(Duration::from_secs(5), || {
+        let h = rec.healthz();
+        (h["redis"] == true).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
+    assert_eq!(
+        (&h["db"], &h["status"]),
+        (&Value::Bool(false), &Value::from("degraded")),
+        "{h}"
+    );
+    assert_eq!((up(&rec, "db"), up(&rec, "redis")), (0.0, 1.0));
+    assert_eq!(
+        rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}"),
+        0.0
+    );
+    assert_eq!(
+        rec.metric("seatboard_reconcile_errors_total{kind=\"redis\"}"),
+        0.0
+    );
+    drop(rec);
+
+    // Down at start: Redis, never read by a check, is still seen up; and
+    // seen down once it is.
+    pg.stop();
+    let rec = Reconciler::start(&url, PG_QUERY, &redis.uri(), &[]);
+    wait_for(Duration::from_secs(10), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
+    })
+    .expect("the database down is counted");
+    let h = wait_for(Duration::from_secs(5), || {
+        let h = rec.healthz();
+        (h["redis"] == true).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
+    assert_eq!(
+        (&h["db"], &h["status"]),
+        (&Value::Bool(false), &Value::from("degraded")),
+        "{h}"
+    );
+    assert_eq!((up(&rec, "db"), up(&rec, "redis")), (0.0, 1.0));
+    redis.kill();
+    wait_for(Duration::from_secs(40), || {
+        (rec.healthz()["redis"] == false).then_some(())
+    })
+    .expect("Redis down is seen while the database is down too");
+    assert_eq!(up(&rec, "redis"), 0.0);
+}
+
+#[test]
 fn hostile_rows_are_skipped_and_counted_and_a_slow_statement_is_cut_off() {
     let pg = pg();
     let redis = RedisServer::start();

@@ -295,7 +295,8 @@ fn a_restarted_relay_replaces_its_stale_socket_and_goes_on() {
         m.permissions().mode() & 0o777
     });
     assert_eq!(mode.ok(), Some(0o660));
-    // A second relay on a socket in use refuses to start.
+    // A second relay on a socket in use refuses to start: a bad value
+    // (exit 2), the first line naming the flag, the socket still the first's.
     let st = seatboard_command()
         .arg("relay")
         .arg("--socket")
@@ -303,8 +304,17 @@ fn a_restarted_relay_replaces_its_stale_socket_and_goes_on() {
         .args(["--udp", "", "--metrics", "", "--redis", &redis.uri()])
         .output()
         .expect("run");
-    assert_eq!(st.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&st.stderr).contains("in use"));
+    let err = String::from_utf8_lossy(&st.stderr);
+    assert_eq!(st.status.code(), Some(2), "{err}");
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.contains("'--socket'") && first.contains("another process"),
+        "{err}"
+    );
+    send_all(&relay, payload("RST", 1, 10, 3, 3).as_bytes());
+    eventually(T, "the first relay still reads its socket", || {
+        hash_version(&redis, "RST", 1) == Some(3)
+    });
 }
 
 #[test]

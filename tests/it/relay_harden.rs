@@ -284,6 +284,32 @@ fn a_live_stream_socket_at_socket_is_refused_and_kept() {
     });
 }
 
+#[test]
+fn a_file_at_socket_exits_2_naming_the_flag_and_is_kept() {
+    let dir = testkit::relay::socket_dir("file");
+    let path = dir.join("relay.sock");
+    std::fs::write(&path, b"not a socket").expect("write");
+    let out = seatboard_command()
+        .arg("relay")
+        .arg("--socket")
+        .arg(&path)
+        .args(["--metrics", "", "--redis", &nowhere()])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let first = err.lines().next().unwrap_or("");
+    assert!(
+        first.contains("'--socket'") && first.contains("not a socket"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&path).ok().as_deref(),
+        Some(&b"not a socket"[..]),
+        "the file is never replaced"
+    );
+}
+
 /// SIGTERM to `relay` while it holds snapshots: the time to its exit 0.
 fn stop_time(relay: &mut Relay) -> Duration {
     for s in 0..2000 {
