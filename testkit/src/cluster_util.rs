@@ -2,7 +2,8 @@
 //! none, on free ports (`redis-server --cluster-enabled yes`, then `redis-cli
 //! --cluster create`), plain or TLS-only; with functions to find a key's owner,
 //! kill a primary and wait for its replica's promotion, and move a slot (at
-//! once, or in steps that leave it half-migrated); and a cluster whose
+//! once, in steps that leave it half-migrated, or finished node by node a
+//! pause apart); and a cluster whose
 //! nodes announce a delay proxy each (`ProxiedCluster`).
 #![allow(dead_code)]
 
@@ -340,14 +341,40 @@ impl Cluster {
     /// Gives `slot` to `to` on every node (`SETSLOT NODE`) and waits until the
     /// cluster agrees.
     pub fn finish_migration(&self, slot: u16, to: &NodeLine) {
+        let live: Vec<u16> = self
+            .nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| n.port)
+            .collect();
+        self.finish_migration_in(slot, to, &live, Duration::ZERO);
+    }
+
+    /// Gives `slot` to `to` with `SETSLOT NODE` on the nodes of `order`
+    /// (ports), one at a time and `pause` apart, as an operator typing them
+    /// would (e.g. the old owner first); waits until the cluster agrees and
+    /// returns when the last `SETSLOT` was answered.
+    pub fn finish_migration_in(
+        &self,
+        slot: u16,
+        to: &NodeLine,
+        order: &[u16],
+        pause: Duration,
+    ) -> Instant {
         let s = slot.to_string();
-        for n in self.nodes.iter().filter(|n| n.child.is_some()) {
-            self.cli(n.port, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]);
+        let mut last = Instant::now();
+        for (i, &port) in order.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(pause);
+            }
+            self.cli(port, &["CLUSTER", "SETSLOT", &s, "NODE", &to.id]);
+            last = Instant::now();
         }
         wait_for(Duration::from_secs(10), || {
             (self.owner_of_slot(slot).id == to.id).then_some(())
         })
         .expect("slot did not move");
+        last
     }
 }
 

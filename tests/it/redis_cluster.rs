@@ -316,6 +316,65 @@ fn slot_migration_keeps_a_watched_course_live() {
     );
 }
 
+#[test]
+fn slot_moved_old_owner_first_at_typing_speed_is_live_within_5s() {
+    // Three primaries, as an operator finishing a migration by hand sees
+    // them: `SETSLOT NODE` on the old owner first, then on the new owner and
+    // the third, a second apart. Between the first two the old owner has
+    // dropped the channel (and answers `-MOVED` to the new owner) while the
+    // new owner still answers `-MOVED` back to the old one.
+    let cluster = Cluster::primaries_only();
+    let course = "CL1";
+    let channel = format!("seats:{course}");
+    let slot = cluster.slot(&channel);
+    let primaries = cluster.primaries();
+    let from = cluster.owner_of_slot(slot);
+    let others: Vec<_> = primaries.iter().filter(|l| l.id != from.id).collect();
+    let (to, third) = (others[0].clone(), others[1].clone());
+    assert!(publish(&cluster, course, 2, 1));
+    let sb = serve(&cluster);
+    let mut ws = client(&sb, "user=h1");
+    watch(&mut ws, course);
+    assert_eq!(cluster.begin_migration(slot, &to).id, from.id);
+    assert!(cluster.keys_in_slot(&from, slot).is_empty());
+    let last = cluster.finish_migration_in(
+        slot,
+        &to,
+        &[from.port, to.port, third.port],
+        Duration::from_secs(1),
+    );
+    // A newer snapshot every round, until one reaches the viewer live; each
+    // round reads what came for up to 200 ms.
+    if let tungstenite::stream::MaybeTlsStream::Plain(s) = ws.get_ref() {
+        s.set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("timeout");
+    }
+    let deadline = last + Duration::from_secs(5);
+    let mut version = 1;
+    let mut seen = None;
+    while seen.is_none() && Instant::now() < deadline {
+        version += 1;
+        assert!(publish(&cluster, course, 10 + version as u32, version));
+        while let Some(m) = next_json(&mut ws) {
+            if m["type"] == "frame" && m["course"] == course && seats_taken(&m, 1) >= Some(12) {
+                seen = Some(m);
+                break;
+            }
+        }
+    }
+    let took = last.elapsed();
+    assert!(
+        seen.is_some(),
+        "no live frame within 5 s of the last SETSLOT NODE ({took:?})"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(cli(to.port, &["PUBSUB", "SHARDCHANNELS"]).contains(&channel));
+    println!(
+        "slot {slot} given to its new owner old-owner-first: live again {:.2} s after the last SETSLOT",
+        took.as_secs_f64()
+    );
+}
+
 /// `ASKING` then `command` on one connection to `port`: what a client sends
 /// after `-ASK` (redis-cli runs the lines of its stdin on one connection).
 fn asking(port: u16, command: &str) -> String {
