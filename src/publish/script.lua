@@ -13,8 +13,9 @@
 -- A JSON number's text as (negative, digits without leading zeros) when it is
 -- an integer ("17", "-3", "1.5e3", "4611686018427387904"), else nil.
 local function integer(text)
-  local sign, int, frac, exp = string.match(text, '^(%-?)(%d+)%.?(%d*)[eE]?([%+%-]?%d*)$')
-  if not sign or (exp ~= '' and not string.match(exp, '%d')) then
+  local sign, int, frac, e, exp = string.match(text, '^(%-?)(%d+)%.?(%d*)([eE]?)([%+%-]?%d*)$')
+  -- An exponent only after an e, and with digits.
+  if not sign or (e == '') ~= (exp == '') or (exp ~= '' and not string.match(exp, '%d')) then
     return nil
   end
   local digits = int .. frac

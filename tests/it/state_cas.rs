@@ -171,11 +171,11 @@ fn a_stored_version_past_2_pow_53_is_never_overwritten_by_a_lower_one() {
     assert_eq!(eval(&r, "100000000000000000001"), "1");
     // A version argument that is not an integer is an error, not a write.
     r.cli(&["HSET", "seatstate:CS101", "1", big]);
-    assert!(
-        eval(&r, "1.5").contains("not an integer"),
-        "{}",
-        eval(&r, "1.5")
-    );
+    // A sign with no e is no exponent ("17+5" is not 17e5), nor an e with no digits.
+    for bad in ["1.5", "17+5", "17-5", "17e", "17e+"] {
+        let answer = eval(&r, bad);
+        assert!(answer.contains("not an integer"), "{bad}: {answer}");
+    }
     assert_eq!(raw(), big);
 }
 
