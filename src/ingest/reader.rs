@@ -62,24 +62,34 @@ pub fn run<T: StateStore>(
 ) {
     let mut next_ping = Instant::now();
     let mut next_courses = Instant::now();
+    // Requests taken while a read went on in steps, for the next turn.
+    let mut deferred: Vec<ReadRequest> = Vec::new();
     loop {
         let wait = next_ping
             .min(next_courses)
             .saturating_duration_since(Instant::now());
-        let first = match requests.recv_timeout(wait) {
-            Ok(r) => Some(r),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => return,
+        let first = if deferred.is_empty() {
+            match requests.recv_timeout(wait) {
+                Ok(r) => Some(r),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        } else {
+            None
         };
         // Everything that queued while the last pipeline was in flight.
         let mut turn = Turn::default();
-        for r in first.into_iter().chain(requests.try_iter()) {
+        for r in deferred.drain(..).chain(first).chain(requests.try_iter()) {
             turn.add(r);
         }
         if turn.retry_now {
             store.retry_now();
         }
-        if read_all(&mut store, turn.reads, &ingest).is_err() {
+        let mut queued = Queued {
+            requests: &requests,
+            deferred: &mut deferred,
+        };
+        if read_all(&mut store, turn.reads, &ingest, &mut queued).is_err() {
             return;
         }
         if let Some(have) = turn.discover {
@@ -116,49 +126,80 @@ pub fn run<T: StateStore>(
     }
 }
 
-/// Reads the turn's courses, epoch by epoch, in pipelines of at most
-/// [`READ_BATCH`], each answered as soon as it is read; `Err` once the ingest
-/// thread is gone.
+/// The requests that come in while a read goes on in steps: more courses
+/// of its epoch join it, the rest wait for the next turn.
+struct Queued<'a> {
+    requests: &'a Receiver<ReadRequest>,
+    deferred: &'a mut Vec<ReadRequest>,
+}
+
+impl Queued<'_> {
+    /// The courses of `epoch` asked since, without waiting (the other
+    /// requests are kept for the next turn).
+    fn courses_of(&mut self, epoch: u64) -> Vec<Arc<str>> {
+        let mut more = Vec::new();
+        for r in self.requests.try_iter() {
+            match r {
+                ReadRequest::States { courses, epoch: e } if e == epoch => more.extend(courses),
+                other => self.deferred.push(other),
+            }
+        }
+        more
+    }
+}
+
+/// Reads the turn's courses, epoch by epoch, at most [`READ_BATCH`] to a
+/// pipeline, each course answered as soon as it is read; `Err` once the
+/// ingest thread is gone.
 fn read_all<T: StateStore>(
     store: &mut T,
     reads: BTreeMap<u64, Vec<Arc<str>>>,
     ingest: &IngestTx,
+    queued: &mut Queued<'_>,
 ) -> Result<(), ()> {
     for (epoch, courses) in reads {
         if courses.len() <= READ_BATCH {
-            // The usual turn: its list goes back in the answer, moved.
-            answer(store, courses, epoch, ingest)?;
+            // The usual turn: its list goes back in the answers, moved.
+            answer(store, courses, epoch, ingest, queued)?;
             continue;
         }
         // A longer list is taken from the front, each course moved once.
         let mut rest = courses.into_iter();
         while rest.len() > 0 {
-            answer(
-                store,
-                rest.by_ref().take(READ_BATCH).collect(),
-                epoch,
-                ingest,
-            )?;
+            let batch = rest.by_ref().take(READ_BATCH).collect();
+            answer(store, batch, epoch, ingest, queued)?;
         }
     }
     Ok(())
 }
 
-/// Reads one batch in one pipeline and sends it back as the ingest thread's
-/// `States` command; `Err` once the ingest thread is gone.
+/// Reads one batch (one pipeline a step; courses of the same epoch asked
+/// meanwhile join the next step) and sends each course back as the ingest
+/// thread's `States` command as soon as it is read, those read in the same
+/// step together; `Err` once the ingest thread is gone.
 fn answer<T: StateStore>(
     store: &mut T,
     batch: Vec<Arc<str>>,
     epoch: u64,
     ingest: &IngestTx,
+    queued: &mut Queued<'_>,
 ) -> Result<(), ()> {
-    let hashes = store.read(&batch);
-    let done = IngestCmd::States {
-        courses: batch,
-        hashes,
-        epoch,
-    };
-    ingest.send(done).map_err(|_| ())
+    let mut sent = Ok(());
+    store.read_each(
+        batch,
+        &mut || queued.courses_of(epoch),
+        &mut |courses, hashes| {
+            let done = IngestCmd::States {
+                courses,
+                hashes,
+                epoch,
+            };
+            if ingest.send(done).is_err() {
+                sent = Err(());
+            }
+        },
+    );
+    sent
 }
 
 /// Scans for courses with a state hash and reads those not in `have`. A
@@ -244,7 +285,13 @@ mod tests {
             epoch: 0,
         });
         let (tx, rx) = crate::channels::wake::channel().expect("eventfd");
-        assert!(read_all(&mut store, turn.reads, &tx).is_ok());
+        let (_req_tx, req_rx) = crossbeam_channel::unbounded();
+        let mut deferred = Vec::new();
+        let mut queued = Queued {
+            requests: &req_rx,
+            deferred: &mut deferred,
+        };
+        assert!(read_all(&mut store, turn.reads, &tx, &mut queued).is_ok());
         let answers: Vec<_> = std::iter::from_fn(|| rx.try_recv())
             .map(|cmd| match cmd {
                 IngestCmd::States {
@@ -272,7 +319,7 @@ mod tests {
         drop(rx);
         let mut again = BTreeMap::new();
         again.insert(0, names(0, 1));
-        assert!(read_all(&mut store, again, &tx).is_err());
+        assert!(read_all(&mut store, again, &tx, &mut queued).is_err());
     }
 
     #[test]

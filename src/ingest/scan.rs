@@ -1,11 +1,20 @@
 //! Courses' state hashes read in pipelines rather than one round trip each,
-//! each read capped at a course's most sections (one `HSCAN` step), so one
-//! giant hash costs its batch no more than a course at the cap; how many
-//! fields it held past the cap is asked afterwards (`HLEN`). Which courses
-//! have a state hash is `crate::redis::state_keys`'s `SCAN`.
+//! in `HSCAN` steps of about [`STEP_FIELDS`] fields: a hash up to that many
+//! fields (and every small hash, which Redis keeps whole in one listpack)
+//! comes in one step, a larger one in several, each step of every course
+//! of a batch in one pipeline. So a hash at the cap holds up the courses
+//! read beside it by one step, not by its whole length, and each course is
+//! answered as soon as its last step is in. Each read stops at a course's
+//! most sections; how many fields it held past them is asked afterwards
+//! (`HLEN`). Which courses have a state hash is `crate::redis::state_keys`'s
+//! `SCAN`.
 
 use crate::redis::commands::Commands;
+use foldhash::{HashMap, HashMapExt};
 use shards::MAX_SECTIONS;
+
+/// The fields one `HSCAN` step asks for (its `COUNT`).
+pub const STEP_FIELDS: usize = 512;
 
 /// One course's state hash as read: at most [`MAX_SECTIONS`] payloads.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -17,41 +26,83 @@ pub struct Read {
     pub more: bool,
 }
 
-/// One `HSCAN` step (`COUNT` the cap: a hash up to the cap comes whole, a
-/// larger one about the cap and a cursor to go on) as a [`Read`].
-fn capped(scan: ::redis::Value) -> Option<Read> {
-    use ::redis::FromRedisValue;
-    let (cursor, flat) = <(Vec<u8>, Vec<Vec<u8>>)>::from_redis_value(scan).ok()?;
-    let mut payloads: Vec<Vec<u8>> = flat.into_iter().skip(1).step_by(2).collect();
-    let more = cursor != b"0" || payloads.len() > MAX_SECTIONS;
-    payloads.truncate(MAX_SECTIONS);
-    Some(Read { payloads, more })
+/// A course's state hash being read, step by step.
+#[derive(Debug)]
+pub struct Reading {
+    /// Where the next step starts (`None` once the scan is through).
+    cursor: Option<Vec<u8>>,
+    /// The payloads read so far, by field (a scan may return a field twice).
+    fields: HashMap<Vec<u8>, Vec<u8>>,
 }
 
-/// The state hashes of `courses`, in order, each capped at [`MAX_SECTIONS`]
-/// (one `HSCAN` step each, never the whole hash), read as one pipeline (one
-/// per primary in a cluster); `None` when it failed.
-pub fn read_states(link: &mut Commands, state_prefix: &str, courses: &[&str]) -> Option<Vec<Read>> {
-    let cmds: Vec<::redis::Cmd> = courses
+impl Default for Reading {
+    fn default() -> Self {
+        Reading {
+            cursor: Some(b"0".to_vec()),
+            fields: HashMap::new(),
+        }
+    }
+}
+
+impl Reading {
+    /// Whether it is read: the scan is through, or the cap is reached.
+    pub fn done(&self) -> bool {
+        self.cursor.is_none() || self.fields.len() >= MAX_SECTIONS
+    }
+
+    /// One step's reply (`[cursor, [field, value, ...]]`) taken in; false
+    /// when it is not one.
+    fn take(&mut self, reply: ::redis::Value) -> bool {
+        use ::redis::FromRedisValue;
+        let Ok((cursor, flat)) = <(Vec<u8>, Vec<Vec<u8>>)>::from_redis_value(reply) else {
+            return false;
+        };
+        let mut pairs = flat.into_iter();
+        while let (Some(field), Some(value)) = (pairs.next(), pairs.next()) {
+            self.fields.insert(field, value);
+        }
+        self.cursor = (cursor != b"0").then_some(cursor);
+        true
+    }
+
+    /// What was read, capped at [`MAX_SECTIONS`].
+    pub fn finish(self) -> Read {
+        let more = self.cursor.is_some() || self.fields.len() > MAX_SECTIONS;
+        let mut payloads: Vec<Vec<u8>> = self.fields.into_values().collect();
+        payloads.truncate(MAX_SECTIONS);
+        Read { payloads, more }
+    }
+}
+
+/// One `HSCAN` step of every course of `open` not read yet, as one pipeline
+/// (one per primary in a cluster); false when it failed.
+pub fn read_step(
+    link: &mut Commands,
+    state_prefix: &str,
+    open: &mut [(std::sync::Arc<str>, Reading)],
+) -> bool {
+    let stepping: Vec<&mut (std::sync::Arc<str>, Reading)> =
+        open.iter_mut().filter(|(_, r)| !r.done()).collect();
+    let cmds: Vec<::redis::Cmd> = stepping
         .iter()
-        .map(|c| {
+        .map(|(course, r)| {
             let mut scan = ::redis::cmd("HSCAN");
-            scan.arg(format!("{state_prefix}{c}"))
-                .arg(0)
+            scan.arg(format!("{state_prefix}{course}"))
+                .arg(r.cursor.as_deref().unwrap_or(b"0"))
                 .arg("COUNT")
-                .arg(MAX_SECTIONS);
+                .arg(STEP_FIELDS);
             scan
         })
         .collect();
     match link.pipeline::<Vec<::redis::Value>>(&cmds) {
-        Ok(replies) if replies.len() == courses.len() => replies
+        Ok(replies) if replies.len() == stepping.len() => stepping
             .into_iter()
-            .map(capped)
-            .collect::<Option<Vec<Read>>>(),
-        Ok(_) => None,
+            .zip(replies)
+            .all(|((_, r), reply)| r.take(reply)),
+        Ok(_) => false,
         Err(e) => {
             tracing::debug!(error = %e, "state hash batch read failed");
-            None
+            false
         }
     }
 }

@@ -6,6 +6,7 @@
 //! or PINGs each primary of the client's slot map (cluster), which is read
 //! again only when the client's connection is new or saw a redirect.
 
+use super::scan::{self, Reading};
 use crate::redis::commands::Commands;
 use crate::redis::slots::Addr;
 use crate::redis::{Mode, Redis};
@@ -18,11 +19,29 @@ use std::time::Instant;
 /// standalone Redis), and its seconds (`None`: no answer).
 pub type RoundTrip = (Option<String>, Option<f64>);
 
+/// Where [`StateStore::read_each`] hands what it read: the courses, and one
+/// payload per section of each (`None`: the read failed).
+pub type Answer<'a> = dyn FnMut(Vec<Arc<str>>, Option<Vec<Vec<Vec<u8>>>>) + 'a;
+
+/// Where [`StateStore::read_each`] takes more courses to read between steps.
+pub type More<'a> = dyn FnMut() -> Vec<Arc<str>> + 'a;
+
 /// The state hashes and what else the state reader asks of Redis.
 pub trait StateStore: Send {
     /// The state hashes of `courses` (one payload per section each), in order,
-    /// read as one pipeline; `None` when the read failed.
+    /// read in pipelines; `None` when the read failed.
     fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>>;
+    /// The state hashes of `courses`, each handed to `done` as soon as it is
+    /// read, several at a time: a large hash read in steps never holds up
+    /// the small ones beside it, and while one is still being read, the
+    /// courses `more` gives join the next step. The courses left when a read
+    /// fails are handed over with `None`. By default, one
+    /// [`StateStore::read`] of `courses`.
+    fn read_each(&mut self, courses: Vec<Arc<str>>, more: &mut More<'_>, done: &mut Answer<'_>) {
+        let _ = more;
+        let hashes = self.read(&courses);
+        done(courses, hashes);
+    }
     /// Every valid course code with a state hash; `None` when the scan failed.
     fn scan(&mut self) -> Option<Vec<String>>;
     /// The round trip to each node that holds state, measured now.
@@ -115,14 +134,49 @@ impl RedisStates {
 
 impl StateStore for RedisStates {
     fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
-        let names: Vec<&str> = courses.iter().map(|c| &**c).collect();
-        let reads = super::scan::read_states(&mut self.link, &self.prefix, &names)?;
-        for (course, r) in courses.iter().zip(&reads) {
-            if r.more {
-                self.over_cap.push((Arc::clone(course), r.payloads.len()));
+        let mut read: HashMap<Arc<str>, Vec<Vec<u8>>> = HashMap::new();
+        let mut failed = false;
+        self.read_each(
+            courses.to_vec(),
+            &mut Vec::new,
+            &mut |names, hashes| match hashes {
+                Some(h) => read.extend(names.into_iter().zip(h)),
+                None => failed = true,
+            },
+        );
+        if failed {
+            return None;
+        }
+        courses.iter().map(|c| read.get(c).cloned()).collect()
+    }
+
+    fn read_each(&mut self, courses: Vec<Arc<str>>, more: &mut More<'_>, done: &mut Answer<'_>) {
+        let mut open: Vec<(Arc<str>, Reading)> = courses
+            .into_iter()
+            .map(|c| (c, Reading::default()))
+            .collect();
+        while !open.is_empty() {
+            if !scan::read_step(&mut self.link, &self.prefix, &mut open) {
+                return done(open.into_iter().map(|(c, _)| c).collect(), None);
+            }
+            let (finished, left): (Vec<_>, Vec<_>) = open.into_iter().partition(|(_, r)| r.done());
+            open = left;
+            if !finished.is_empty() {
+                let (mut names, mut hashes) = (Vec::new(), Vec::new());
+                for (course, r) in finished {
+                    let r = r.finish();
+                    if r.more {
+                        self.over_cap.push((Arc::clone(&course), r.payloads.len()));
+                    }
+                    names.push(course);
+                    hashes.push(r.payloads);
+                }
+                done(names, Some(hashes));
+            }
+            if !open.is_empty() {
+                open.extend(more().into_iter().map(|c| (c, Reading::default())));
             }
         }
-        Some(reads.into_iter().map(|r| r.payloads).collect())
     }
 
     fn take_over_cap(&mut self) -> u64 {
