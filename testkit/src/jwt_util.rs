@@ -112,6 +112,28 @@ impl Key {
         }
     }
 
+    /// The public key as a PKCS#1 PEM (`RSA PUBLIC KEY`, as `openssl rsa
+    /// -RSAPublicKey_out` writes it) next to the `PUBLIC KEY` file; RSA only.
+    pub fn public_pkcs1_pem(&self) -> PathBuf {
+        assert!(matches!(self.kind, Kind::Rsa(_)), "PKCS#1 is RSA only");
+        let dir = self.public_pem.parent().expect("key dir");
+        let out = format!("{}.pkcs1.pem", self.kid);
+        let public = self.public_pem.to_string_lossy().into_owned();
+        openssl(
+            dir,
+            &[
+                "rsa",
+                "-pubin",
+                "-in",
+                &public,
+                "-RSAPublicKey_out",
+                "-out",
+                &out,
+            ],
+        );
+        dir.join(out)
+    }
+
     /// The public JWK (with `kid`, `use: sig`, no `alg`).
     pub fn jwk(&self) -> Value {
         use spki::DecodePublicKey;

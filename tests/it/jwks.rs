@@ -187,6 +187,29 @@ fn every_key_type_from_a_pem_file_and_together_with_the_secret() {
 }
 
 #[test]
+fn a_pkcs1_rsa_public_key_file_verifies_its_tokens() {
+    let d = dir("pkcs1");
+    let key = Key::new(&d, Kind::Rsa(2048), "pkcs1");
+    let other = Key::new(&d, Kind::Rsa(2048), "pkcs1-other");
+    let pkcs1 = key.public_pkcs1_pem();
+    let text = std::fs::read_to_string(&pkcs1).expect("pem");
+    assert!(text.starts_with("-----BEGIN RSA PUBLIC KEY-----"), "{text}");
+    let sb = serve(&["--jwt-public-key", &pkcs1.to_string_lossy()]);
+    for alg in key.algs() {
+        assert_eq!(
+            status(sb.port, &key.token(alg, "s", json!({}))),
+            101,
+            "{alg}"
+        );
+        assert_eq!(
+            status(sb.port, &other.token(alg, "s", json!({}))),
+            401,
+            "{alg} by another key"
+        );
+    }
+}
+
+#[test]
 fn forgeries_are_refused() {
     let d = dir("forge");
     let rsa = Key::new(&d, Kind::Rsa(2048), "r1");
