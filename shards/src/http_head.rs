@@ -353,20 +353,26 @@ impl<'a> RequestHead<'a> {
         self.token_and_source().map(|(s, _)| s)
     }
 
+    /// Each place is looked at in turn; an empty value there (`Bearer `,
+    /// `?token=`, `seatboard_token=`) counts as absent.
     fn token_and_source(&self) -> Option<(TokenSource, Cow<'_, str>)> {
         let bearer = self.authorization.and_then(|a| {
             let (scheme, rest) = a.split_once(' ')?;
-            scheme
-                .eq_ignore_ascii_case("bearer")
-                .then(|| (TokenSource::Bearer, Cow::Borrowed(rest.trim())))
+            let rest = rest.trim();
+            (scheme.eq_ignore_ascii_case("bearer") && !rest.is_empty())
+                .then_some((TokenSource::Bearer, Cow::Borrowed(rest)))
         });
         bearer
-            .or_else(|| self.query_param("token").map(|t| (TokenSource::Query, t)))
+            .or_else(|| {
+                self.query_params("token")
+                    .find(|t| !t.is_empty())
+                    .map(|t| (TokenSource::Query, t))
+            })
             .or_else(|| {
                 self.cookie_value("seatboard_token")
+                    .filter(|t| !t.is_empty())
                     .map(|t| (TokenSource::Cookie, Cow::Borrowed(t)))
             })
-            .filter(|(_, t)| !t.is_empty())
     }
 }
 
@@ -559,6 +565,35 @@ mod tests {
             Some("cc")
         );
         assert_eq!(h("Authorization: Basic zz\r\n", "").as_deref(), None);
+    }
+
+    #[test]
+    fn an_empty_place_is_skipped_like_an_absent_one() {
+        let found = |extra: &str, q: &str| {
+            let s = format!("GET /ws{q} HTTP/1.1\r\n{extra}\r\n");
+            let head = parse(s.as_bytes()).unwrap().unwrap().0;
+            head.token_and_source()
+                .map(|(src, t)| (src, t.into_owned()))
+        };
+        let cookie = "Cookie: seatboard_token=cc\r\n";
+        let from_cookie = Some((TokenSource::Cookie, "cc".to_owned()));
+        assert_eq!(found(cookie, "?token="), from_cookie);
+        assert_eq!(found(cookie, "?x=1&token=&y=2"), from_cookie);
+        assert_eq!(
+            found(&format!("Authorization: Bearer \r\n{cookie}"), "?token="),
+            from_cookie
+        );
+        // The first `token` that is not empty.
+        assert_eq!(
+            found(cookie, "?token=&token=bb"),
+            Some((TokenSource::Query, "bb".to_owned()))
+        );
+        assert_eq!(
+            found("Authorization: Bearer \r\n", "?token=bb"),
+            Some((TokenSource::Query, "bb".to_owned()))
+        );
+        // Empty everywhere: no token.
+        assert_eq!(found("Cookie: seatboard_token=\r\n", "?token="), None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
+use rsa::pkcs1::DecodeRsaPublicKey;
 use spki::DecodePublicKey;
 
 /// The signature algorithms a token may name (contract §4); anything else,
@@ -178,9 +179,13 @@ impl PublicKey {
             .map_err(|_| KeyError::Malformed("not an Ed25519 point".into()))
     }
 
-    /// The key of a PEM `PUBLIC KEY` (SubjectPublicKeyInfo): RSA, EC P-256/P-384 or Ed25519.
+    /// The key of a PEM `PUBLIC KEY` (SubjectPublicKeyInfo: RSA, EC P-256/P-384
+    /// or Ed25519) or `RSA PUBLIC KEY` (PKCS#1).
     pub fn from_pem(pem: &str) -> Result<PublicKey, KeyError> {
         if let Ok(k) = rsa::PublicKey::from_public_key_pem(pem) {
+            return rsa_key(k);
+        }
+        if let Ok(k) = rsa::PublicKey::from_pkcs1_pem(pem) {
             return rsa_key(k);
         }
         if let Ok(k) = p256::ecdsa::VerifyingKey::from_public_key_pem(pem) {
@@ -193,7 +198,8 @@ impl PublicKey {
             return Ok(PublicKey::Ed25519(k.to_bytes()));
         }
         Err(KeyError::Unsupported(
-            "not a PEM `PUBLIC KEY` of RSA, EC P-256/P-384 or Ed25519".into(),
+            "not a PEM `PUBLIC KEY` of RSA, EC P-256/P-384 or Ed25519, nor an `RSA PUBLIC KEY`"
+                .into(),
         ))
     }
 
@@ -234,5 +240,77 @@ impl PublicKey {
             (PublicKey::Ed25519(k), Alg::EdDsa) => unparsed(&sg::ED25519, k),
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One 2048-bit RSA public key as SubjectPublicKeyInfo (`openssl pkey -pubout`)...
+    const SPKI: &str = "-----BEGIN PUBLIC KEY-----
+MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEAnnpWFqglxkIzelVbHA5K
+SIT0ehYY1hP7H3Xj8VKNHnXuWWwUr/xXf3XD8scSM/Nn9ceF3V2A6OupihBrv9A8
+5Aa9yQq3b1UCpNJRkLRhF1rKVHMIg8NyBC16nZFwrRlIX2r/7Y9QKBKNKaSkwcIo
+i/xq/1wGExrV3yow37o9EvIxBSA5o50Puk9lRS3M/fDCXUix3LiV6Yn4xpFqDcOl
+lkwVNgvW8K26U97lB04u/zoHxNVPGnWPj2HrnOTXTIB9MOCLS/A78xxGegqSEmaX
+vzHTEu3SOgTnAIh+kidMV3/7tREqPZqraB/Xwth+1eP6w8ZrMFzZM7YVGCG5Gyqk
+AQIDAQAB
+-----END PUBLIC KEY-----
+";
+
+    /// ... and as PKCS#1 (`openssl rsa -pubin -RSAPublicKey_out`).
+    const PKCS1: &str = "-----BEGIN RSA PUBLIC KEY-----
+MIIBCgKCAQEAnnpWFqglxkIzelVbHA5KSIT0ehYY1hP7H3Xj8VKNHnXuWWwUr/xX
+f3XD8scSM/Nn9ceF3V2A6OupihBrv9A85Aa9yQq3b1UCpNJRkLRhF1rKVHMIg8Ny
+BC16nZFwrRlIX2r/7Y9QKBKNKaSkwcIoi/xq/1wGExrV3yow37o9EvIxBSA5o50P
+uk9lRS3M/fDCXUix3LiV6Yn4xpFqDcOllkwVNgvW8K26U97lB04u/zoHxNVPGnWP
+j2HrnOTXTIB9MOCLS/A78xxGegqSEmaXvzHTEu3SOgTnAIh+kidMV3/7tREqPZqr
+aB/Xwth+1eP6w8ZrMFzZM7YVGCG5GyqkAQIDAQAB
+-----END RSA PUBLIC KEY-----
+";
+
+    fn rsa_parts(k: &PublicKey) -> (Vec<u8>, Vec<u8>) {
+        match k {
+            PublicKey::Rsa { n, e } => (n.clone(), e.clone()),
+            other => panic!("not RSA: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pkcs1_rsa_pem_is_the_same_key_as_its_spki_form() {
+        let spki = PublicKey::from_pem(SPKI).expect("SPKI");
+        let pkcs1 = PublicKey::from_pem(PKCS1).expect("PKCS#1");
+        assert_eq!(rsa_parts(&spki), rsa_parts(&pkcs1));
+        let (n, e) = rsa_parts(&pkcs1);
+        assert_eq!((n.len(), e.as_slice()), (256, &[1u8, 0, 1][..]));
+        assert!(pkcs1.fits(Alg::Rs256) && pkcs1.fits(Alg::Ps256));
+        assert!(!pkcs1.fits(Alg::Es256));
+    }
+
+    #[test]
+    fn a_pkcs1_pem_that_is_no_key_or_a_short_one_is_refused() {
+        use base64::engine::general_purpose::STANDARD;
+        let pem = |der: &[u8]| {
+            let b64 = STANDARD.encode(der);
+            let lines: Vec<&str> = b64
+                .as_bytes()
+                .chunks(64)
+                .map(|l| std::str::from_utf8(l).expect("base64 is ASCII"))
+                .collect();
+            format!(
+                "-----BEGIN RSA PUBLIC KEY-----\n{}\n-----END RSA PUBLIC KEY-----\n",
+                lines.join("\n")
+            )
+        };
+        assert!(PublicKey::from_pem(&pem(b"junk")).is_err());
+        // SEQUENCE { INTEGER n (1024 bits), INTEGER 65537 }.
+        let mut der = vec![0x30, 0x81, 0x89, 0x02, 0x81, 0x81, 0x00];
+        der.extend([0xc5; 128]);
+        der.extend([0x02, 0x03, 0x01, 0x00, 0x01]);
+        assert_eq!(
+            PublicKey::from_pem(&pem(&der)).err(),
+            Some(KeyError::TooShort(1024))
+        );
     }
 }

@@ -497,6 +497,26 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_bearer_or_query_token_is_skipped() {
+        let auth = Auth::jwt(SECRET).unwrap();
+        let c = mint(SECRET, "from-cookie", Role::Student, now() + 600);
+        let cookie = format!("seatboard_token={c}");
+        let id = |h: RequestHead| auth.identify(&h).ok().map(|i| i.user);
+        for (authorization, query) in [
+            (None, "token="),
+            (None, "x=1&token=&y=2"),
+            (Some("Bearer "), "token="),
+            (Some("Bearer "), ""),
+        ] {
+            assert_eq!(
+                id(head(authorization, query, Some(&cookie))).as_deref(),
+                Some("from-cookie"),
+                "{authorization:?} {query:?}"
+            );
+        }
+    }
+
+    #[test]
     fn auth_none_trusts_the_query() {
         let auth = Auth::None;
         let id = |q: &str| auth.identify(&head(None, q, None)).ok();

@@ -191,25 +191,26 @@ impl Verifier {
             return Ok(false);
         };
         let held = jwks.keys();
-        if held.iter().filter(fits).any(ok) {
+        if held.keys.iter().filter(fits).any(ok) {
             return Ok(true);
         }
-        let known = match kid {
-            Some(kid) => held.iter().any(|k| k.kid.as_deref() == Some(kid)),
-            None => !held.is_empty(),
-        };
-        if known {
+        // A `kid` of the set (held, or published for another use): no fetch helps.
+        if held.names(kid) {
             return Ok(false);
         }
         match jwks.missing(kid.unwrap_or("")) {
             Missing::RetryAfter(s) => Err(s),
-            Missing::NotPublished => Ok(false),
+            // A fetch that ended since `held` was read may have brought it.
+            Missing::NotPublished => {
+                let now = jwks.keys();
+                Ok(!Arc::ptr_eq(&held, &now) && now.keys.iter().filter(fits).any(ok))
+            }
         }
     }
 
     /// Signing keys held from the JWKS now.
     pub fn jwks_keys(&self) -> usize {
-        self.jwks.as_ref().map_or(0, |j| j.keys().len())
+        self.jwks.as_ref().map_or(0, |j| j.keys().keys.len())
     }
 }
 
@@ -251,6 +252,33 @@ mod tests {
         let key = jsonwebtoken::EncodingKey::from_secret(SECRET).expect("key");
         let header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256);
         jsonwebtoken::encode(&header, &claims, &key).expect("token")
+    }
+
+    #[test]
+    fn a_kid_the_set_publishes_for_another_use_is_a_401_not_a_503() {
+        use super::super::fetch::Target;
+        use super::super::refresh::Held;
+        let target = Target::parse("http://127.0.0.1:9/jwks", None).expect("a target");
+        let source = Arc::new(JwksSource::new(target));
+        source.hold(Held {
+            keys: Vec::new(),
+            unusable_kids: vec!["enc".into()],
+        });
+        let v = Verifier {
+            jwks: Some(source),
+            ..verifier()
+        };
+        let token = |kid: &str| {
+            let h = URL_SAFE_NO_PAD.encode(format!(r#"{{"alg":"ES256","kid":"{kid}"}}"#));
+            let p = URL_SAFE_NO_PAD.encode(r#"{"sub":"u","exp":1800000060}"#);
+            format!("{h}.{p}.AAAA")
+        };
+        // Never fetched: a kid the node knows nothing of waits for the JWKS.
+        assert!(matches!(
+            v.verify(&token("ghost"), NOW),
+            Err(Denied::KeyUnavailable { .. })
+        ));
+        assert_eq!(v.verify(&token("enc"), NOW), Err(Denied::Invalid));
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! Jittered exponential backoff between attempts: capped at 2 s (the
 //! contract's cap) for every Redis client, and the one backoff of the
-//! product's other retries (the reconciler's, from its interval to 30 s; the JWKS fetch's, 2 s to 30 s).
+//! product's other retries (the reconciler's, from its interval to 30 s; the JWKS fetch's, 10 s to 30 s).
 
 use std::time::{Duration, Instant};
 

@@ -112,6 +112,28 @@ impl Key {
         }
     }
 
+    /// The public key as a PKCS#1 PEM (`RSA PUBLIC KEY`, as `openssl rsa
+    /// -RSAPublicKey_out` writes it) next to the `PUBLIC KEY` file; RSA only.
+    pub fn public_pkcs1_pem(&self) -> PathBuf {
+        assert!(matches!(self.kind, Kind::Rsa(_)), "PKCS#1 is RSA only");
+        let dir = self.public_pem.parent().expect("key dir");
+        let out = format!("{}.pkcs1.pem", self.kid);
+        let public = self.public_pem.to_string_lossy().into_owned();
+        openssl(
+            dir,
+            &[
+                "rsa",
+                "-pubin",
+                "-in",
+                &public,
+                "-RSAPublicKey_out",
+                "-out",
+                &out,
+            ],
+        );
+        dir.join(out)
+    }
+
     /// The public JWK (with `kid`, `use: sig`, no `alg`).
     pub fn jwk(&self) -> Value {
         use spki::DecodePublicKey;
@@ -197,7 +219,7 @@ pub struct JwksServer {
     pub port: u16,
     reply: Arc<Mutex<Reply>>,
     hits: Arc<AtomicU64>,
-    last: Arc<Mutex<Option<Instant>>>,
+    times: Arc<Mutex<Vec<Instant>>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -218,13 +240,13 @@ impl JwksServer {
             port,
             reply: Arc::new(Mutex::new(Reply::Body(body.as_bytes().to_vec()))),
             hits: Arc::new(AtomicU64::new(0)),
-            last: Arc::new(Mutex::new(None)),
+            times: Arc::new(Mutex::new(Vec::new())),
             stop: Arc::new(AtomicBool::new(false)),
         };
-        let (reply, hits, last, stop) = (
+        let (reply, hits, times, stop) = (
             Arc::clone(&s.reply),
             Arc::clone(&s.hits),
-            Arc::clone(&s.last),
+            Arc::clone(&s.times),
             Arc::clone(&s.stop),
         );
         listener.set_nonblocking(true).expect("nonblocking");
@@ -240,7 +262,7 @@ impl JwksServer {
                 let _ = conn.set_nonblocking(false);
                 let reply = reply.lock().unwrap().clone();
                 hits.fetch_add(1, Relaxed);
-                *last.lock().unwrap() = Some(Instant::now());
+                times.lock().unwrap().push(Instant::now());
                 let tls = tls.clone();
                 std::thread::spawn(move || serve(conn, reply, tls));
             }
@@ -265,7 +287,12 @@ impl JwksServer {
 
     /// How long ago the last request came (None: none yet).
     pub fn since_last(&self) -> Option<Duration> {
-        self.last.lock().unwrap().map(|t| t.elapsed())
+        self.times.lock().unwrap().last().map(|t| t.elapsed())
+    }
+
+    /// When each request came, in order.
+    pub fn hit_times(&self) -> Vec<Instant> {
+        self.times.lock().unwrap().clone()
     }
 }
 

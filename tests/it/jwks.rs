@@ -187,6 +187,29 @@ fn every_key_type_from_a_pem_file_and_together_with_the_secret() {
 }
 
 #[test]
+fn a_pkcs1_rsa_public_key_file_verifies_its_tokens() {
+    let d = dir("pkcs1");
+    let key = Key::new(&d, Kind::Rsa(2048), "pkcs1");
+    let other = Key::new(&d, Kind::Rsa(2048), "pkcs1-other");
+    let pkcs1 = key.public_pkcs1_pem();
+    let text = std::fs::read_to_string(&pkcs1).expect("pem");
+    assert!(text.starts_with("-----BEGIN RSA PUBLIC KEY-----"), "{text}");
+    let sb = serve(&["--jwt-public-key", &pkcs1.to_string_lossy()]);
+    for alg in key.algs() {
+        assert_eq!(
+            status(sb.port, &key.token(alg, "s", json!({}))),
+            101,
+            "{alg}"
+        );
+        assert_eq!(
+            status(sb.port, &other.token(alg, "s", json!({}))),
+            401,
+            "{alg} by another key"
+        );
+    }
+}
+
+#[test]
 fn forgeries_are_refused() {
     let d = dir("forge");
     let rsa = Key::new(&d, Kind::Rsa(2048), "r1");
@@ -373,20 +396,20 @@ fn while_the_provider_is_down_held_keys_work_and_a_new_kid_gets_503() {
     wait_auth_ok(&sb);
     server.set(Reply::Hang);
     let fresh = later.token("ES256", "b", json!({}));
-    // A new kid: 503 + Retry-After (the node's fault), however often it is tried.
-    let r = upgrade(sb.port, "/ws", &fresh);
-    assert_eq!(r.status, 503);
-    retry_after(&r);
-    wait_for(Duration::from_secs(15), || {
+    // A new kid asks for a fetch (once 10 s have passed since the last one);
+    // it fails.
+    wait_for(Duration::from_secs(25), || {
+        let _ = status(sb.port, &fresh);
         (sb.metric("seatboard_jwks_fetches_total{result=\"error\"}") >= 1.0).then_some(())
     })
     .expect("the failed fetch is counted");
+    // From then on: 503 + Retry-After (the node's fault), however often it is tried.
     for _ in 0..3 {
         let r = upgrade(sb.port, "/ws", &fresh);
         assert_eq!(r.status, 503, "never a 401 for a key the node cannot fetch");
         retry_after(&r);
     }
-    assert!(sb.metric("seatboard_auth_key_unavailable_total") >= 4.0);
+    assert!(sb.metric("seatboard_auth_key_unavailable_total") >= 3.0);
     // The key already held is unaffected; auth stays ok (it was fetched once).
     assert_eq!(status(sb.port, &held.token("ES256", "a", json!({}))), 101);
     assert_eq!(sb.metric("seatboard_jwks_keys"), 1.0);
@@ -493,9 +516,13 @@ fn refused_set_keeps_held_keys(name: &str, bad: Vec<u8>) {
 fn a_bad_key_set_is_refused_as_a_whole() {
     let d = dir("badkey");
     let other = Key::new(&d, Kind::Rsa(2048), "other");
+    // Keys that cannot be read are skipped; a set left with none is refused.
     let mut lacking = other.jwk();
     lacking.as_object_mut().unwrap().remove("e");
-    let lacking = json!({"keys": [other.jwk(), lacking]})
+    let mut x5c_only = other.jwk();
+    x5c_only.as_object_mut().unwrap().remove("n");
+    x5c_only["x5c"] = json!(["MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA"]);
+    let lacking = json!({"keys": [lacking, x5c_only]})
         .to_string()
         .into_bytes();
     let mut huge = jwks(&[&other]).into_bytes();
@@ -504,7 +531,7 @@ fn a_bad_key_set_is_refused_as_a_whole() {
     let cases: Vec<(&str, Vec<u8>)> = vec![
         ("not-json", b"<html>maintenance</html>".to_vec()),
         ("over-1-mib", huge),
-        ("lacking-fields", lacking),
+        ("no-usable-key", lacking),
     ];
     let runs: Vec<_> = cases
         .into_iter()
@@ -513,6 +540,187 @@ fn a_bad_key_set_is_refused_as_a_whole() {
     for r in runs {
         r.join().expect("case passed");
     }
+}
+
+/// A JWKS document of these JWKs.
+fn set_of(keys: &[serde_json::Value]) -> String {
+    json!({ "keys": keys }).to_string()
+}
+
+/// Waits until the provider has had no request for over 10 s, so that no
+/// fetch has started within the 10 s a new one must wait for.
+fn quiet_for_10_s(server: &JwksServer) {
+    wait_for(Duration::from_secs(30), || {
+        server
+            .since_last()
+            .filter(|d| *d > Duration::from_millis(10_200))
+    })
+    .expect("quiet for 10 s");
+}
+
+#[test]
+fn a_key_that_cannot_be_read_is_skipped_and_the_others_are_used() {
+    let d = dir("skip");
+    let ec = Key::new(&d, Kind::P256, "ec");
+    let rsa = Key::new(&d, Kind::Rsa(2048), "rsa");
+    let p384 = Key::new(&d, Kind::P384, "p384");
+    // An RSA key published only as a certificate chain, one without `n`, an
+    // EC key whose coordinates are P-384's under `crv: P-256`.
+    let mut x5c_only = rsa.jwk();
+    x5c_only.as_object_mut().unwrap().remove("n");
+    x5c_only.as_object_mut().unwrap().remove("e");
+    x5c_only["kid"] = json!("x5");
+    x5c_only["x5c"] = json!(["MIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8AMIIBCgKCAQEA"]);
+    let mut no_n = rsa.jwk();
+    no_n.as_object_mut().unwrap().remove("n");
+    no_n["kid"] = json!("no-n");
+    let mut wrong_size = p384.jwk();
+    wrong_size["crv"] = json!("P-256");
+    let server = JwksServer::start(&set_of(&[ec.jwk(), x5c_only, no_n, wrong_size, rsa.jwk()]));
+    let log = d.join("serve.log");
+    let redis = format!("redis://127.0.0.1:{}", free_port());
+    let u = url(&server);
+    let args = [
+        "serve",
+        "--redis",
+        &redis,
+        "--shards",
+        "1",
+        "--jwks-url",
+        &u,
+        "--log-level",
+        "warn",
+    ];
+    let mut sb = Seatboard::spawn_on(free_port(), &args, &[], Some(&log));
+    assert!(sb.wait_answer("/healthz", Duration::from_secs(15), |r| r.status == 200));
+    wait_auth_ok(&sb);
+    assert_eq!(sb.metric("seatboard_jwks_keys"), 2.0);
+    assert_eq!(
+        sb.metric("seatboard_jwks_fetches_total{result=\"error\"}"),
+        0.0
+    );
+    assert!(sb.metric("seatboard_jwks_fetches_total{result=\"ok\"}") >= 1.0);
+    assert_eq!(status(sb.port, &ec.token("ES256", "s", json!({}))), 101);
+    assert_eq!(status(sb.port, &rsa.token("RS256", "s", json!({}))), 101);
+    // A token naming a skipped key is the token's fault.
+    assert_eq!(status(sb.port, &p384.token("ES384", "s", json!({}))), 401);
+    let x5 = rsa.sign_raw(
+        &json!({"alg": "RS256", "kid": "x5"}),
+        &json!({"sub": "s", "exp": now() + 600}),
+        "RS256",
+    );
+    assert_eq!(status(sb.port, &x5), 401);
+    // Each skipped key is logged with its place and kid, once for this set.
+    let skipped = |text: &str| text.matches("JWKS keys that cannot be read").count();
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(skipped(&text), 1, "{text}");
+    for key in [
+        r#"key 1 (kid "x5")"#,
+        r#"key 2 (kid "no-n")"#,
+        r#"key 3 (kid "p384")"#,
+    ] {
+        assert!(text.contains(key), "{key}: {text}");
+    }
+    // Fetched again (an unknown kid, once no fetch started in the last 10 s):
+    // the same set, no second warning.
+    quiet_for_10_s(&server);
+    let hits = server.hits();
+    let ghost = ec.sign_raw(
+        &json!({"alg": "ES256", "kid": "ghost"}),
+        &json!({"sub": "g", "exp": now() + 600}),
+        "ES256",
+    );
+    wait_for(Duration::from_secs(10), || {
+        (status(sb.port, &ghost) == 401 && server.hits() > hits).then_some(())
+    })
+    .expect("the unknown kid fetched the set again");
+    wait_for(Duration::from_secs(5), || {
+        (sb.metric("seatboard_jwks_fetches_total{result=\"ok\"}") >= 2.0).then_some(())
+    })
+    .expect("the second fetch counted ok");
+    let text = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(skipped(&text), 1, "{text}");
+    assert_eq!(sb.metric("seatboard_jwks_keys"), 2.0);
+}
+
+#[test]
+fn an_unknown_kid_is_a_401_while_the_jwks_answers() {
+    let d = dir("fresh");
+    let held = Key::new(&d, Kind::P256, "held");
+    let enc = Key::new(&d, Kind::P256, "enc");
+    let never = Key::new(&d, Kind::P256, "never");
+    let mut enc_jwk = enc.jwk();
+    enc_jwk["use"] = json!("enc");
+    let server = JwksServer::start(&set_of(&[held.jwk(), enc_jwk]));
+    let sb = serve(&["--jwks-url", &url(&server)]);
+    wait_auth_ok(&sb);
+    let claims = json!({"sub": "s", "exp": now() + 600});
+    let ghost = never.sign_raw(&json!({"alg": "ES256", "kid": "ghost"}), &claims, "ES256");
+    // Fetched moments ago, successfully: no new fetch may start yet, and the
+    // set just fetched does not hold the kid.
+    assert!(
+        server.since_last().expect("fetched") < Duration::from_secs(8),
+        "the start took too long for this check"
+    );
+    assert_eq!(status(sb.port, &ghost), 401, "an unpublished kid");
+    // A key published for encryption signs nothing.
+    assert_eq!(status(sb.port, &enc.token("ES256", "s", json!({}))), 401);
+    assert_eq!(status(sb.port, &held.token("ES256", "s", json!({}))), 101);
+    assert_eq!(sb.metric("seatboard_auth_key_unavailable_total"), 0.0);
+    // Once a fetch may start again, the kid starts one; answered 503 while it
+    // runs at most, and 401 once it succeeded without the kid.
+    quiet_for_10_s(&server);
+    let hits = server.hits();
+    let other = never.sign_raw(&json!({"alg": "ES256", "kid": "other"}), &claims, "ES256");
+    let first = upgrade(sb.port, "/ws", &other);
+    assert!(
+        first.status == 401 || first.status == 503,
+        "first use: {}",
+        first.status
+    );
+    if first.status == 503 {
+        let s = retry_after(&first);
+        assert!(
+            s <= 3,
+            "a fetch is under way: 1 s (+ up to 2 s jitter), got {s}"
+        );
+    }
+    wait_for(Duration::from_secs(5), || {
+        (status(sb.port, &other) == 401).then_some(())
+    })
+    .expect("401 once the fetch it started succeeded without the kid");
+    assert_eq!(server.hits(), hits + 1, "one fetch");
+    assert_eq!(status(sb.port, &enc.token("ES256", "s", json!({}))), 401);
+}
+
+#[test]
+fn fetches_are_at_least_10_s_apart_while_the_provider_fails() {
+    let d = dir("spacing");
+    let key = Key::new(&d, Kind::Ed25519, "k");
+    let server = JwksServer::start(&jwks(&[&key]));
+    server.set(Reply::Hang);
+    let sb = serve(&["--jwks-url", &url(&server)]);
+    // Failed fetches are retried on their own...
+    wait_for(Duration::from_secs(45), || {
+        (server.hits() >= 3).then_some(())
+    })
+    .expect("three fetches");
+    // ... and a token whose key is not held asks for one too.
+    let token = key.token("EdDSA", "s", json!({}));
+    wait_for(Duration::from_secs(35), || {
+        assert_eq!(status(sb.port, &token), 503);
+        (server.hits() >= 4).then_some(())
+    })
+    .expect("a fourth fetch");
+    let times = server.hit_times();
+    for pair in times.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!(
+            gap >= Duration::from_millis(9_500),
+            "fetches {gap:?} apart: {times:?}"
+        );
+    }
+    assert_eq!(auth_state(sb.port), "degraded");
 }
 
 #[test]

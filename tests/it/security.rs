@@ -293,6 +293,34 @@ fn explicit_tokens_are_honoured_from_any_origin_when_the_list_is_empty() {
 }
 
 #[test]
+fn an_empty_bearer_or_query_token_falls_through_to_the_cookie() {
+    let (sb, admin, student) = jwt_node(&[]);
+    let host = format!("127.0.0.1:{}", sb.port);
+    let cookie = format!("Cookie: seatboard_token={admin}\r\n");
+    for (path, extra) in [
+        ("/ws/admin?token=", cookie.clone()),
+        ("/ws/admin?x=1&token=&y=2", cookie.clone()),
+        (
+            "/ws/admin?token=",
+            format!("Authorization: Bearer \r\n{cookie}"),
+        ),
+    ] {
+        assert_eq!(
+            upgrade_as(sb.port, path, &host, &extra),
+            101,
+            "{path} {extra}"
+        );
+    }
+    // The token is the cookie's, so the cookie's origin rule applies to it.
+    let evil = format!("Origin: https://evil.example\r\nCookie: seatboard_token={student}\r\n");
+    assert_eq!(upgrade_as(sb.port, "/ws?token=", &host, &evil), 403);
+    assert_eq!(
+        sb.metric("seatboard_handshakes_refused_total{reason=\"unauthorized\"}"),
+        0.0
+    );
+}
+
+#[test]
 fn a_non_empty_list_is_exact_for_every_token() {
     let (sb, admin, _) = jwt_node(&["--allowed-origins", "https://seats.example.edu"]);
     let host = format!("127.0.0.1:{}", sb.port);
