@@ -2,10 +2,14 @@
 
 use std::borrow::Cow;
 
-/// Largest request head accepted (431 past it).
+/// Largest request head accepted (431 past it), whatever its number of lines.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// Most headers in one request (431 past it).
-const MAX_HEADERS: usize = 64;
+/// Header lines the usual head is parsed with room for (on the stack).
+const USUAL_HEADERS: usize = 64;
+/// Header lines a head within [`MAX_HEAD`] can hold at most: the shortest
+/// line is three bytes (`a:` and a bare LF). A head of more lines than
+/// [`USUAL_HEADERS`] is parsed again with room for this many.
+const MAX_HEAD_LINES: usize = MAX_HEAD / 3;
 /// Longest token looked at; anything longer is refused as malformed.
 pub const MAX_TOKEN: usize = 4096;
 
@@ -52,7 +56,7 @@ pub struct RequestHead<'a> {
 /// Why a head could not be parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadError {
-    /// Over [`MAX_HEAD`] or too many headers: 431.
+    /// Over [`MAX_HEAD`], in bytes or in header lines: 431.
     TooLarge,
     /// Not HTTP: 400.
     Malformed,
@@ -72,26 +76,63 @@ impl std::error::Error for HeadError {}
 /// Parses a head from the start of `buf`: `Ok(Some((head, consumed)))` when complete,
 /// `Ok(None)` when more bytes are needed.
 pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead<'_>, usize)>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
+    let mut headers = [httparse::EMPTY_HEADER; USUAL_HEADERS];
+    let parsed = match parse_with(buf, &mut headers) {
+        Err(Unparsed::MoreLines) => {
+            // Rare: more lines than the usual array holds. Room for as many as
+            // the limit allows, so any head within it is parsed.
+            let mut headers = vec![httparse::EMPTY_HEADER; MAX_HEAD_LINES];
+            parse_with(buf, &mut headers)
+        }
+        parsed => parsed,
+    };
+    parsed.map_err(|e| match e {
+        // More lines than fit in the limit: a head past it.
+        Unparsed::MoreLines => HeadError::TooLarge,
+        Unparsed::Head(e) => e,
+    })
+}
+
+/// Why [`parse_with`] gave no head.
+enum Unparsed {
+    /// The head has more header lines than the array it was given.
+    MoreLines,
+    /// Refused whatever the array.
+    Head(HeadError),
+}
+
+impl From<HeadError> for Unparsed {
+    fn from(e: HeadError) -> Self {
+        Unparsed::Head(e)
+    }
+}
+
+/// [`parse`] with room for `headers.len()` header lines.
+fn parse_with<'a>(
+    buf: &'a [u8],
+    headers: &mut [httparse::Header<'a>],
+) -> Result<Option<(RequestHead<'a>, usize)>, Unparsed> {
+    let mut req = httparse::Request::new(headers);
     let status = match req.parse(buf) {
         Ok(s) => s,
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(httparse::Error::TooManyHeaders) => return Err(Unparsed::MoreLines),
         Err(_) => {
             return if buf.len() > MAX_HEAD {
-                Err(HeadError::TooLarge)
+                Err(HeadError::TooLarge.into())
             } else {
-                Err(HeadError::Malformed)
+                Err(HeadError::Malformed.into())
             }
         }
     };
     let consumed = match status {
         httparse::Status::Complete(n) => n,
-        httparse::Status::Partial if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
+        httparse::Status::Partial if buf.len() >= MAX_HEAD => {
+            return Err(HeadError::TooLarge.into())
+        }
         httparse::Status::Partial => return Ok(None),
     };
     if consumed > MAX_HEAD {
-        return Err(HeadError::TooLarge);
+        return Err(HeadError::TooLarge.into());
     }
     let target = req.path.unwrap_or("/");
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
@@ -476,13 +517,40 @@ mod tests {
         assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(None));
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(MAX_HEAD));
         assert_eq!(parse(big.as_bytes()), Err(HeadError::TooLarge));
-        let many: String = (0..70).map(|i| format!("X{i}: y\r\n")).collect();
+        let many: String = (0..1000).map(|i| format!("X{i}: y\r\n")).collect();
         let req = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert!(req.len() > MAX_HEAD);
         assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
         assert_eq!(
             parse(b"\x16\x03\x01garbage\r\n\r\n"),
             Err(HeadError::Malformed)
         );
+    }
+
+    #[test]
+    fn a_head_under_the_limit_parses_whatever_its_number_of_lines() {
+        for n in [64, 65, 100, 700] {
+            let many: String = (0..n).map(|i| format!("X{i}: y\r\n")).collect();
+            let req = format!("GET /ws?a=b HTTP/1.1\r\n{many}Upgrade: websocket\r\n\r\n");
+            assert!(req.len() <= MAX_HEAD);
+            let Ok(Some((h, used))) = parse(req.as_bytes()) else {
+                panic!("{n} lines: {:?}", parse(req.as_bytes()))
+            };
+            assert_eq!((h.path, h.query, used), ("/ws", "a=b", req.len()));
+            assert_eq!(h.upgrade, Some("websocket"), "{n} lines");
+        }
+        // The shortest lines there are, as many as fit in the limit.
+        let start = "GET / HTTP/1.1\n";
+        let lines = (MAX_HEAD - start.len() - 1) / 3;
+        let req = format!("{start}{}\n", "a:\n".repeat(lines));
+        assert!(req.len() <= MAX_HEAD);
+        assert!(matches!(parse(req.as_bytes()), Ok(Some((_, n))) if n == req.len()));
+        // Still partial: more to read, not refused.
+        assert_eq!(parse(&req.as_bytes()[..req.len() - 1]), Ok(None));
+        // One line more is past the limit.
+        let req = format!("{start}{}\n", "a:\n".repeat(lines + 1));
+        assert!(req.len() > MAX_HEAD);
+        assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
     }
 
     #[test]

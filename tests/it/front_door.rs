@@ -22,10 +22,14 @@ fn upgrade(port: u16, path: &str, extra: &str) -> HttpResponse {
 
 /// A valid upgrade's status (the 101 keeps the socket open, so read just the head).
 fn upgrade_status(port: u16, path: &str, extra: &str) -> (u16, Option<TcpStream>) {
+    raw_status(port, &upgrade_request(path, extra))
+}
+
+/// [`upgrade_status`] of the request `request` as it is.
+fn raw_status(port: u16, request: &str) -> (u16, Option<TcpStream>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(upgrade_request(path, extra).as_bytes())
-        .unwrap();
+    s.write_all(request.as_bytes()).unwrap();
     let mut buf = Vec::new();
     let mut b = [0u8; 512];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -446,15 +450,49 @@ fn head_over_8_kib_is_431() {
         "a".repeat(7 * 1024)
     );
     assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 200);
-    // Too many header lines.
-    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    // Past 8 KiB in many short lines.
+    let many: String = (0..1000).map(|i| format!("X-{i}: y\r\n")).collect();
     let head = format!("GET / HTTP/1.1\r\n{many}\r\n");
+    assert!(head.len() > 8 * 1024);
     assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 431);
     assert_eq!(refused(&sb, "head_too_large"), 5.0);
     // Not HTTP at all.
     let r = http_raw(sb.port, b"\x16\x03\x01\x02\x00garbage\r\n\r\n").unwrap();
     assert_eq!(r.status, 400);
     assert_eq!(refused(&sb, "bad_request"), 1.0);
+}
+
+#[test]
+fn a_head_under_8_kib_is_parsed_whatever_its_number_of_lines() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    // Header lines of `X-N: y`, as many as fit under 8 KiB, and a few counts below.
+    let lines = |n: usize| -> String { (0..n).map(|i| format!("X-{i}: y\r\n")).collect() };
+    let most = (1..)
+        .take_while(|&n| format!("GET /healthz HTTP/1.1\r\n{}\r\n", lines(n)).len() <= 8 * 1024)
+        .last()
+        .unwrap();
+    assert!(most > 700, "{most}");
+    for n in [63, 64, 65, 100, most] {
+        let head = format!("GET /healthz HTTP/1.1\r\n{}\r\n", lines(n));
+        assert_eq!(
+            http_raw(sb.port, head.as_bytes()).unwrap().status,
+            200,
+            "{n} header lines ({} bytes)",
+            head.len()
+        );
+    }
+    // The shortest header lines there are (`a:` and a bare LF), up to 8 KiB.
+    let head = format!("GET /healthz HTTP/1.1\n{}\n", "a:\n".repeat(2700));
+    assert!(head.len() <= 8 * 1024, "{}", head.len());
+    assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 200);
+    // An upgrade among many lines, its key and version at the end.
+    let (status, _keep) = upgrade_status(sb.port, "/ws?user=u", &lines(200));
+    assert_eq!(status, 101);
+    let up = upgrade_request("/ws?user=v", "");
+    let (start, rest) = up.split_once("\r\n").unwrap();
+    let (status, _keep) = raw_status(sb.port, &format!("{start}\r\n{}{rest}", lines(300)));
+    assert_eq!(status, 101);
+    assert_eq!(refused(&sb, "head_too_large"), 0.0);
 }
 
 #[test]
