@@ -34,6 +34,9 @@ pub struct RequestHead<'a> {
     pub ws_key: Option<&'a str>,
     /// `Sec-WebSocket-Version` header.
     pub ws_version: Option<&'a str>,
+    /// True when `Sec-WebSocket-Key` or `Sec-WebSocket-Version` came on more
+    /// than one line (RFC 6455 section 4.2.1: each once): not a valid upgrade.
+    pub ws_repeated: bool,
     /// `Origin` header (the last, when there are several).
     pub origin: Option<&'a str>,
     /// How many `Origin` header lines the request had (more than one is a
@@ -143,23 +146,28 @@ fn parse_with<'a>(
         minor_version: req.version.unwrap_or(0),
         ..RequestHead::default()
     };
+    // Each line of a header that must come once is counted, its value UTF-8 or not.
+    let (mut key_lines, mut version_lines) = (0u8, 0u8);
     for h in req.headers.iter() {
+        let Some(name) = Header::named(h.name) else {
+            continue;
+        };
+        match name {
+            Header::WsKey => key_lines = key_lines.saturating_add(1),
+            Header::WsVersion => version_lines = version_lines.saturating_add(1),
+            Header::Origin => head.origin_lines = head.origin_lines.saturating_add(1),
+            _ => {}
+        }
         let Ok(value) = std::str::from_utf8(h.value) else {
             continue;
         };
         let value = value.trim();
-        let Some(name) = Header::named(h.name) else {
-            continue;
-        };
         let slot = match name {
             Header::Upgrade => &mut head.upgrade,
             Header::Connection => &mut head.connection,
             Header::WsKey => &mut head.ws_key,
             Header::WsVersion => &mut head.ws_version,
-            Header::Origin => {
-                head.origin_lines = head.origin_lines.saturating_add(1);
-                &mut head.origin
-            }
+            Header::Origin => &mut head.origin,
             Header::Host => &mut head.host,
             Header::Authorization => &mut head.authorization,
             Header::Cookie => {
@@ -181,6 +189,7 @@ fn parse_with<'a>(
         };
         *slot = Some(value);
     }
+    head.ws_repeated = key_lines > 1 || version_lines > 1;
     Ok(Some((head, consumed)))
 }
 
@@ -293,10 +302,12 @@ impl<'a> RequestHead<'a> {
         self.origin_lines > 1
     }
 
-    /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1.
+    /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1 (a
+    /// repeated key or version is malformed).
     pub fn check_upgrade(&self) -> Result<&'a str, UpgradeError> {
         if self.method != "GET"
             || self.minor_version != 1
+            || self.ws_repeated
             || !has_token(self.upgrade, "websocket")
             || !has_token(self.connection, "upgrade")
         {
@@ -551,6 +562,49 @@ mod tests {
         let req = format!("{start}{}\n", "a:\n".repeat(lines + 1));
         assert!(req.len() > MAX_HEAD);
         assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
+    }
+
+    #[test]
+    fn a_repeated_key_or_version_is_malformed() {
+        let check = |s: &str| {
+            parse(s.as_bytes())
+                .unwrap()
+                .unwrap()
+                .0
+                .check_upgrade()
+                .map(|_| ())
+        };
+        let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+        for again in [
+            key,
+            "sec-websocket-key: AAAAAAAAAAAAAAAAAAAAAA==\r\n",
+            "Sec-WebSocket-Version: 13\r\n",
+            "SEC-WEBSOCKET-VERSION: 8\r\n",
+        ] {
+            let req = UPGRADE.replace("Origin:", &format!("{again}Origin:"));
+            assert_eq!(check(&req), Err(UpgradeError::Malformed), "{again:?}");
+        }
+        assert_eq!(check(UPGRADE), Ok(()));
+        // A second key that is not even UTF-8 is a second key all the same.
+        let (before, after) = UPGRADE.split_once("Origin:").unwrap();
+        let req = [
+            before.as_bytes(),
+            b"Sec-WebSocket-Key: \xff\r\nOrigin:",
+            after.as_bytes(),
+        ]
+        .concat();
+        let (h, _) = parse(&req).unwrap().unwrap();
+        assert_eq!(h.check_upgrade(), Err(UpgradeError::Malformed));
+        // So is a second Origin.
+        let req = [
+            before.as_bytes(),
+            b"Origin: \xff\r\nOrigin:",
+            after.as_bytes(),
+        ]
+        .concat();
+        let (h, _) = parse(&req).unwrap().unwrap();
+        assert!(h.repeated_origin());
+        assert_eq!(h.origin, Some("http://a.example"));
     }
 
     #[test]

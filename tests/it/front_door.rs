@@ -496,6 +496,37 @@ fn a_head_under_8_kib_is_parsed_whatever_its_number_of_lines() {
 }
 
 #[test]
+fn a_repeated_key_or_version_is_a_malformed_upgrade() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let other = "AAAAAAAAAAAAAAAAAAAAAA==";
+    let cases = [
+        format!("Sec-WebSocket-Key: {KEY}\r\n"),
+        format!("Sec-WebSocket-Key: {other}\r\n"),
+        format!("sec-websocket-key: {other}\r\n"),
+        "Sec-WebSocket-Version: 13\r\n".to_string(),
+        "Sec-WebSocket-Version: 8\r\n".to_string(),
+        "SEC-WEBSOCKET-VERSION: 13\r\n".to_string(),
+    ];
+    let before = refused(&sb, "bad_upgrade");
+    for path in ["/ws?user=u", "/ws/admin?user=u&role=admin"] {
+        for extra in &cases {
+            // Read the head only: a wrong 101 keeps the socket open.
+            let (status, _) = upgrade_status(sb.port, path, extra);
+            assert_eq!(status, 400, "{path} with another {extra:?}");
+        }
+    }
+    assert_eq!(refused(&sb, "bad_upgrade") - before, 12.0);
+    // The same key split over two lines is still two.
+    let two = upgrade_request("/ws?user=u", "").replace(
+        &format!("Sec-WebSocket-Key: {KEY}\r\n"),
+        &format!("Sec-WebSocket-Key: {KEY}\r\nX-Between: 1\r\nSec-WebSocket-Key: {KEY}\r\n"),
+    );
+    assert_eq!(raw_status(sb.port, &two).0, 400);
+    // Once each still upgrades.
+    assert_eq!(upgrade_status(sb.port, "/ws?user=u", "").0, 101);
+}
+
+#[test]
 fn head_not_complete_in_5_s_is_dropped() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);
     let start = Instant::now();
