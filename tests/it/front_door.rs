@@ -526,6 +526,96 @@ fn a_repeated_key_or_version_is_a_malformed_upgrade() {
     assert_eq!(upgrade_status(sb.port, "/ws?user=u", "").0, 101);
 }
 
+/// `seatboard <args>` with `env`: its exit code and stderr, or `None` for the
+/// code when it was still running after 10 s (killed then).
+fn exit_of(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = seatboard_command()
+        .args(args)
+        .args(["--listen", &listen])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run seatboard");
+    let start = Instant::now();
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_malformed_allowed_origin_exits_2_naming_the_flag() {
+    for value in [
+        "notanorigin",
+        "http://a.com/path",
+        "https://good.example,http://a.com/path",
+        "a.com",
+        "ftp://a.com",
+        "null",
+        "*",
+        "https://",
+        "https://user@a.com",
+        "https://a.com:99999",
+        "https://a.com:",
+        "https://a.com?x=1",
+        "https://a.com#f",
+        "https:/a.com",
+    ] {
+        let (code, err) = exit_of(&["demo", "--shards", "1", "--allowed-origins", value], &[]);
+        assert_eq!(code, Some(2), "--allowed-origins {value:?}: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains("--allowed-origins"), "{value:?}: {err}");
+        // The same from the environment twin.
+        let (code, err) = exit_of(
+            &["demo", "--shards", "1"],
+            &[("SEATBOARD_ALLOWED_ORIGINS", value)],
+        );
+        assert_eq!(code, Some(2), "SEATBOARD_ALLOWED_ORIGINS={value:?}: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains("--allowed-origins"), "{value:?}: {err}");
+    }
+}
+
+#[test]
+fn allowed_origins_match_scheme_and_host_in_any_case() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--allowed-origins",
+        "HTTPS://Other.example.edu, http://[::1]:8080/, http://LOCALHOST:3000",
+    ]);
+    for o in [
+        "https://other.example.edu",
+        "HTTPS://OTHER.EXAMPLE.EDU",
+        "http://[::1]:8080",
+        "http://localhost:3000",
+    ] {
+        let extra = format!("Origin: {o}\r\n");
+        assert_eq!(upgrade_status(sb.port, "/ws?user=u", &extra).0, 101, "{o}");
+    }
+    for o in [
+        "http://other.example.edu",
+        "https://other.example.edu:8443",
+        "https://other.example.edu.evil",
+        "http://localhost:3001",
+    ] {
+        let extra = format!("Origin: {o}\r\n");
+        assert_eq!(upgrade(sb.port, "/ws?user=u", &extra).status, 403, "{o}");
+    }
+}
+
 #[test]
 fn head_not_complete_in_5_s_is_dropped() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);
