@@ -617,6 +617,31 @@ fn allowed_origins_match_scheme_and_host_in_any_case() {
 }
 
 #[test]
+fn only_the_contracts_paths_are_routed() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    for method in ["GET", "HEAD"] {
+        for path in ["/index.html", "/index.htm", "/Index.html", "/admin/"] {
+            let r = http_raw(
+                sb.port,
+                format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(r.status, 404, "{method} {path}");
+        }
+        for path in ["/", "/admin", "/healthz", "/api/courses"] {
+            let r = http_raw(
+                sb.port,
+                format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(r.status, 200, "{method} {path}");
+        }
+    }
+    let r = http_raw(sb.port, b"POST /index.html HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(r.status, 404);
+}
+
+#[test]
 fn head_not_complete_in_5_s_is_dropped() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);
     let start = Instant::now();
