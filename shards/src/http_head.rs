@@ -20,7 +20,8 @@ pub const MAX_TOKEN: usize = 4096;
 pub struct RequestHead<'a> {
     /// Method, e.g. `GET`.
     pub method: &'a str,
-    /// Path without the query.
+    /// Path without the query (of an absolute-form target too: `/ws` of
+    /// `http://host/ws`).
     pub path: &'a str,
     /// Raw query string (after `?`), empty if none.
     pub query: &'a str,
@@ -42,7 +43,8 @@ pub struct RequestHead<'a> {
     /// How many `Origin` header lines the request had (more than one is a
     /// malformed request: which one would the origin rule judge?).
     pub origin_lines: u8,
-    /// `Host` header (compared with `Origin` for cookie tokens).
+    /// `Host` header, or the authority of an absolute-form target (compared
+    /// with `Origin` for cookie tokens).
     pub host: Option<&'a str>,
     /// `Authorization` header.
     pub authorization: Option<&'a str>,
@@ -138,7 +140,14 @@ fn parse_with<'a>(
         return Err(HeadError::TooLarge.into());
     }
     let target = req.path.unwrap_or("/");
+    let (target, authority) = match absolute_form(target) {
+        Some(("", _)) => return Err(HeadError::Malformed.into()),
+        Some((authority, rest)) => (rest, Some(authority)),
+        None => (target, None),
+    };
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    // An absolute URI's empty path is `/` (RFC 9110 section 4.2.3).
+    let path = if path.is_empty() { "/" } else { path };
     let mut head = RequestHead {
         method: req.method.unwrap_or(""),
         path,
@@ -190,7 +199,27 @@ fn parse_with<'a>(
         *slot = Some(value);
     }
     head.ws_repeated = key_lines > 1 || version_lines > 1;
+    if authority.is_some() {
+        // The target's host, not the `Host` header (RFC 9112 section 3.2.2).
+        head.host = authority;
+    }
     Ok(Some((head, consumed)))
+}
+
+/// An `http` or `https` request target in absolute form (RFC 9112 section
+/// 3.2.2, which a server must accept) as its authority and the rest (path and
+/// query, either may be empty); `None` for any other form, at the cost of one
+/// byte's look for the usual origin form (`/...`).
+fn absolute_form(target: &str) -> Option<(&str, &str)> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let (scheme, rest) = target.split_once("://")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return None;
+    }
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    Some(rest.split_at(end))
 }
 
 /// The headers a [`RequestHead`] keeps.
@@ -605,6 +634,39 @@ mod tests {
         let (h, _) = parse(&req).unwrap().unwrap();
         assert!(h.repeated_origin());
         assert_eq!(h.origin, Some("http://a.example"));
+    }
+
+    #[test]
+    fn an_absolute_form_target_is_routed_by_its_path() {
+        let at = |target: &str| {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: other:1\r\n\r\n");
+            match parse(req.leak().as_bytes()) {
+                Ok(Some((h, _))) => Ok((h.path, h.query, h.host)),
+                Ok(None) => panic!("partial"),
+                Err(e) => Err(e),
+            }
+        };
+        assert_eq!(at("/ws?x=1"), Ok(("/ws", "x=1", Some("other:1"))));
+        assert_eq!(
+            at("http://a.example:8080/ws?x=1&y"),
+            Ok(("/ws", "x=1&y", Some("a.example:8080")))
+        );
+        assert_eq!(at("HTTPS://a.example/"), Ok(("/", "", Some("a.example"))));
+        assert_eq!(at("http://a.example"), Ok(("/", "", Some("a.example"))));
+        assert_eq!(
+            at("http://[::1]:80?course=X"),
+            Ok(("/", "course=X", Some("[::1]:80")))
+        );
+        assert_eq!(at("http://a/b/c"), Ok(("/b/c", "", Some("a"))));
+        // No host: invalid (RFC 9110 section 4.2.1).
+        assert_eq!(at("http:///ws"), Err(HeadError::Malformed));
+        assert_eq!(at("http://?x"), Err(HeadError::Malformed));
+        // Another scheme is no path of this server.
+        assert_eq!(at("ftp://a/ws"), Ok(("ftp://a/ws", "", Some("other:1"))));
+        assert_eq!(
+            at("httpx://a/ws"),
+            Ok(("httpx://a/ws", "", Some("other:1")))
+        );
     }
 
     #[test]

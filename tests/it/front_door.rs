@@ -642,6 +642,47 @@ fn only_the_contracts_paths_are_routed() {
 }
 
 #[test]
+fn absolute_form_targets_are_routed_by_their_path() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let port = sb.port;
+    let get = |target: &str| {
+        http_raw(
+            port,
+            format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
+        )
+        .unwrap()
+    };
+    for (target, status) in [
+        (format!("http://127.0.0.1:{port}/healthz"), 200),
+        (format!("HTTP://127.0.0.1:{port}/readyz"), 200),
+        ("https://seats.example.edu/api/courses".to_string(), 200),
+        (format!("http://127.0.0.1:{port}/"), 200),
+        (format!("http://127.0.0.1:{port}"), 200),
+        (format!("http://127.0.0.1:{port}?course=CS101"), 200),
+        (format!("http://127.0.0.1:{port}/nothing-here"), 404),
+        (format!("http://127.0.0.1:{port}/index.html"), 404),
+        // An http URI with no host is invalid (RFC 9110 section 4.2.1).
+        ("http:///healthz".to_string(), 400),
+    ] {
+        assert_eq!(get(&target).status, status, "{target}");
+    }
+    let r = get(&format!("http://127.0.0.1:{port}/healthz"));
+    assert!(r.body.contains("\"status\""), "{}", r.body);
+    // A WebSocket upgrade in absolute form, its query kept.
+    let mut ws = RawWs::connect(port, &format!("http://127.0.0.1:{port}/ws?user=abs"));
+    let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
+    assert_eq!(hello["type"], "hello");
+    assert_eq!(hello["user"], "abs");
+    // Another method on a known path in absolute form: 405.
+    let r = http_raw(
+        port,
+        format!("POST http://127.0.0.1:{port}/healthz HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 405);
+}
+
+#[test]
 fn head_not_complete_in_5_s_is_dropped() {
     let sb = Seatboard::start(&["demo", "--shards", "2"]);
     let start = Instant::now();
