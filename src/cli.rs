@@ -207,9 +207,9 @@ pub struct HubArgs {
     /// Authentication mode.
     #[arg(long, env = "SEATBOARD_AUTH", value_enum, default_value = "jwt")]
     pub auth: AuthMode,
-    /// Comma-separated exact origins allowed (empty: any for Authorization/?token=, the page's own for the cookie).
-    #[arg(long, env = "SEATBOARD_ALLOWED_ORIGINS", default_value = "")]
-    pub allowed_origins: String,
+    /// Comma-separated exact origins allowed, `http(s)://host[:port]` (empty: any for Authorization/?token=, the page's own for the cookie).
+    #[arg(long, env = "SEATBOARD_ALLOWED_ORIGINS", default_value = "", value_parser = shards::origin::OriginRule::parse)]
+    pub allowed_origins: shards::origin::OriginRule,
     /// Selection window id (for analytics).
     #[arg(long, env = "SEATBOARD_SESSION", default_value = "default")]
     pub session: String,

@@ -2,10 +2,14 @@
 
 use std::borrow::Cow;
 
-/// Largest request head accepted (431 past it).
+/// Largest request head accepted (431 past it), whatever its number of lines.
 pub const MAX_HEAD: usize = 8 * 1024;
-/// Most headers in one request (431 past it).
-const MAX_HEADERS: usize = 64;
+/// Header lines the usual head is parsed with room for (on the stack).
+const USUAL_HEADERS: usize = 64;
+/// Header lines a head within [`MAX_HEAD`] can hold at most: the shortest
+/// line is three bytes (`a:` and a bare LF). A head of more lines than
+/// [`USUAL_HEADERS`] is parsed again with room for this many.
+const MAX_HEAD_LINES: usize = MAX_HEAD / 3;
 /// Longest token looked at; anything longer is refused as malformed.
 pub const MAX_TOKEN: usize = 4096;
 
@@ -16,7 +20,8 @@ pub const MAX_TOKEN: usize = 4096;
 pub struct RequestHead<'a> {
     /// Method, e.g. `GET`.
     pub method: &'a str,
-    /// Path without the query.
+    /// Path without the query (of an absolute-form target too: `/ws` of
+    /// `http://host/ws`).
     pub path: &'a str,
     /// Raw query string (after `?`), empty if none.
     pub query: &'a str,
@@ -30,12 +35,16 @@ pub struct RequestHead<'a> {
     pub ws_key: Option<&'a str>,
     /// `Sec-WebSocket-Version` header.
     pub ws_version: Option<&'a str>,
+    /// True when `Sec-WebSocket-Key` or `Sec-WebSocket-Version` came on more
+    /// than one line (RFC 6455 section 4.2.1: each once): not a valid upgrade.
+    pub ws_repeated: bool,
     /// `Origin` header (the last, when there are several).
     pub origin: Option<&'a str>,
     /// How many `Origin` header lines the request had (more than one is a
     /// malformed request: which one would the origin rule judge?).
     pub origin_lines: u8,
-    /// `Host` header (compared with `Origin` for cookie tokens).
+    /// `Host` header, or the authority of an absolute-form target (compared
+    /// with `Origin` for cookie tokens).
     pub host: Option<&'a str>,
     /// `Authorization` header.
     pub authorization: Option<&'a str>,
@@ -52,7 +61,7 @@ pub struct RequestHead<'a> {
 /// Why a head could not be parsed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HeadError {
-    /// Over [`MAX_HEAD`] or too many headers: 431.
+    /// Over [`MAX_HEAD`], in bytes or in header lines: 431.
     TooLarge,
     /// Not HTTP: 400.
     Malformed,
@@ -72,29 +81,73 @@ impl std::error::Error for HeadError {}
 /// Parses a head from the start of `buf`: `Ok(Some((head, consumed)))` when complete,
 /// `Ok(None)` when more bytes are needed.
 pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead<'_>, usize)>, HeadError> {
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut req = httparse::Request::new(&mut headers);
+    let mut headers = [httparse::EMPTY_HEADER; USUAL_HEADERS];
+    let parsed = match parse_with(buf, &mut headers) {
+        Err(Unparsed::MoreLines) => {
+            // Rare: more lines than the usual array holds. Room for as many as
+            // the limit allows, so any head within it is parsed.
+            let mut headers = vec![httparse::EMPTY_HEADER; MAX_HEAD_LINES];
+            parse_with(buf, &mut headers)
+        }
+        parsed => parsed,
+    };
+    parsed.map_err(|e| match e {
+        // More lines than fit in the limit: a head past it.
+        Unparsed::MoreLines => HeadError::TooLarge,
+        Unparsed::Head(e) => e,
+    })
+}
+
+/// Why [`parse_with`] gave no head.
+enum Unparsed {
+    /// The head has more header lines than the array it was given.
+    MoreLines,
+    /// Refused whatever the array.
+    Head(HeadError),
+}
+
+impl From<HeadError> for Unparsed {
+    fn from(e: HeadError) -> Self {
+        Unparsed::Head(e)
+    }
+}
+
+/// [`parse`] with room for `headers.len()` header lines.
+fn parse_with<'a>(
+    buf: &'a [u8],
+    headers: &mut [httparse::Header<'a>],
+) -> Result<Option<(RequestHead<'a>, usize)>, Unparsed> {
+    let mut req = httparse::Request::new(headers);
     let status = match req.parse(buf) {
         Ok(s) => s,
-        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+        Err(httparse::Error::TooManyHeaders) => return Err(Unparsed::MoreLines),
         Err(_) => {
             return if buf.len() > MAX_HEAD {
-                Err(HeadError::TooLarge)
+                Err(HeadError::TooLarge.into())
             } else {
-                Err(HeadError::Malformed)
+                Err(HeadError::Malformed.into())
             }
         }
     };
     let consumed = match status {
         httparse::Status::Complete(n) => n,
-        httparse::Status::Partial if buf.len() >= MAX_HEAD => return Err(HeadError::TooLarge),
+        httparse::Status::Partial if buf.len() >= MAX_HEAD => {
+            return Err(HeadError::TooLarge.into())
+        }
         httparse::Status::Partial => return Ok(None),
     };
     if consumed > MAX_HEAD {
-        return Err(HeadError::TooLarge);
+        return Err(HeadError::TooLarge.into());
     }
     let target = req.path.unwrap_or("/");
+    let (target, authority) = match absolute_form(target) {
+        Some(("", _)) => return Err(HeadError::Malformed.into()),
+        Some((authority, rest)) => (rest, Some(authority)),
+        None => (target, None),
+    };
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    // An absolute URI's empty path is `/` (RFC 9110 section 4.2.3).
+    let path = if path.is_empty() { "/" } else { path };
     let mut head = RequestHead {
         method: req.method.unwrap_or(""),
         path,
@@ -102,23 +155,28 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead<'_>, usize)>, HeadError> 
         minor_version: req.version.unwrap_or(0),
         ..RequestHead::default()
     };
+    // Each line of a header that must come once is counted, its value UTF-8 or not.
+    let (mut key_lines, mut version_lines) = (0u8, 0u8);
     for h in req.headers.iter() {
+        let Some(name) = Header::named(h.name) else {
+            continue;
+        };
+        match name {
+            Header::WsKey => key_lines = key_lines.saturating_add(1),
+            Header::WsVersion => version_lines = version_lines.saturating_add(1),
+            Header::Origin => head.origin_lines = head.origin_lines.saturating_add(1),
+            _ => {}
+        }
         let Ok(value) = std::str::from_utf8(h.value) else {
             continue;
         };
         let value = value.trim();
-        let Some(name) = Header::named(h.name) else {
-            continue;
-        };
         let slot = match name {
             Header::Upgrade => &mut head.upgrade,
             Header::Connection => &mut head.connection,
             Header::WsKey => &mut head.ws_key,
             Header::WsVersion => &mut head.ws_version,
-            Header::Origin => {
-                head.origin_lines = head.origin_lines.saturating_add(1);
-                &mut head.origin
-            }
+            Header::Origin => &mut head.origin,
             Header::Host => &mut head.host,
             Header::Authorization => &mut head.authorization,
             Header::Cookie => {
@@ -140,7 +198,28 @@ pub fn parse(buf: &[u8]) -> Result<Option<(RequestHead<'_>, usize)>, HeadError> 
         };
         *slot = Some(value);
     }
+    head.ws_repeated = key_lines > 1 || version_lines > 1;
+    if authority.is_some() {
+        // The target's host, not the `Host` header (RFC 9112 section 3.2.2).
+        head.host = authority;
+    }
     Ok(Some((head, consumed)))
+}
+
+/// An `http` or `https` request target in absolute form (RFC 9112 section
+/// 3.2.2, which a server must accept) as its authority and the rest (path and
+/// query, either may be empty); `None` for any other form, at the cost of one
+/// byte's look for the usual origin form (`/...`).
+fn absolute_form(target: &str) -> Option<(&str, &str)> {
+    if target.starts_with('/') {
+        return None;
+    }
+    let (scheme, rest) = target.split_once("://")?;
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return None;
+    }
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    Some(rest.split_at(end))
 }
 
 /// The headers a [`RequestHead`] keeps.
@@ -252,10 +331,12 @@ impl<'a> RequestHead<'a> {
         self.origin_lines > 1
     }
 
-    /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1.
+    /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1 (a
+    /// repeated key or version is malformed).
     pub fn check_upgrade(&self) -> Result<&'a str, UpgradeError> {
         if self.method != "GET"
             || self.minor_version != 1
+            || self.ws_repeated
             || !has_token(self.upgrade, "websocket")
             || !has_token(self.connection, "upgrade")
         {
@@ -482,12 +563,115 @@ mod tests {
         assert_eq!(parse(b"GET / HTTP/1.1\r\nHost: x\r\n"), Ok(None));
         let big = format!("GET / HTTP/1.1\r\nX: {}\r\n", "a".repeat(MAX_HEAD));
         assert_eq!(parse(big.as_bytes()), Err(HeadError::TooLarge));
-        let many: String = (0..70).map(|i| format!("X{i}: y\r\n")).collect();
+        let many: String = (0..1000).map(|i| format!("X{i}: y\r\n")).collect();
         let req = format!("GET / HTTP/1.1\r\n{many}\r\n");
+        assert!(req.len() > MAX_HEAD);
         assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
         assert_eq!(
             parse(b"\x16\x03\x01garbage\r\n\r\n"),
             Err(HeadError::Malformed)
+        );
+    }
+
+    #[test]
+    fn a_head_under_the_limit_parses_whatever_its_number_of_lines() {
+        for n in [64, 65, 100, 700] {
+            let many: String = (0..n).map(|i| format!("X{i}: y\r\n")).collect();
+            let req = format!("GET /ws?a=b HTTP/1.1\r\n{many}Upgrade: websocket\r\n\r\n");
+            assert!(req.len() <= MAX_HEAD);
+            let Ok(Some((h, used))) = parse(req.as_bytes()) else {
+                panic!("{n} lines: {:?}", parse(req.as_bytes()))
+            };
+            assert_eq!((h.path, h.query, used), ("/ws", "a=b", req.len()));
+            assert_eq!(h.upgrade, Some("websocket"), "{n} lines");
+        }
+        // The shortest lines there are, as many as fit in the limit.
+        let start = "GET / HTTP/1.1\n";
+        let lines = (MAX_HEAD - start.len() - 1) / 3;
+        let req = format!("{start}{}\n", "a:\n".repeat(lines));
+        assert!(req.len() <= MAX_HEAD);
+        assert!(matches!(parse(req.as_bytes()), Ok(Some((_, n))) if n == req.len()));
+        // Still partial: more to read, not refused.
+        assert_eq!(parse(&req.as_bytes()[..req.len() - 1]), Ok(None));
+        // One line more is past the limit.
+        let req = format!("{start}{}\n", "a:\n".repeat(lines + 1));
+        assert!(req.len() > MAX_HEAD);
+        assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
+    }
+
+    #[test]
+    fn a_repeated_key_or_version_is_malformed() {
+        let check = |s: &str| {
+            parse(s.as_bytes())
+                .unwrap()
+                .unwrap()
+                .0
+                .check_upgrade()
+                .map(|_| ())
+        };
+        let key = "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+        for again in [
+            key,
+            "sec-websocket-key: AAAAAAAAAAAAAAAAAAAAAA==\r\n",
+            "Sec-WebSocket-Version: 13\r\n",
+            "SEC-WEBSOCKET-VERSION: 8\r\n",
+        ] {
+            let req = UPGRADE.replace("Origin:", &format!("{again}Origin:"));
+            assert_eq!(check(&req), Err(UpgradeError::Malformed), "{again:?}");
+        }
+        assert_eq!(check(UPGRADE), Ok(()));
+        // A second key that is not even UTF-8 is a second key all the same.
+        let (before, after) = UPGRADE.split_once("Origin:").unwrap();
+        let req = [
+            before.as_bytes(),
+            b"Sec-WebSocket-Key: \xff\r\nOrigin:",
+            after.as_bytes(),
+        ]
+        .concat();
+        let (h, _) = parse(&req).unwrap().unwrap();
+        assert_eq!(h.check_upgrade(), Err(UpgradeError::Malformed));
+        // So is a second Origin.
+        let req = [
+            before.as_bytes(),
+            b"Origin: \xff\r\nOrigin:",
+            after.as_bytes(),
+        ]
+        .concat();
+        let (h, _) = parse(&req).unwrap().unwrap();
+        assert!(h.repeated_origin());
+        assert_eq!(h.origin, Some("http://a.example"));
+    }
+
+    #[test]
+    fn an_absolute_form_target_is_routed_by_its_path() {
+        let at = |target: &str| {
+            let req = format!("GET {target} HTTP/1.1\r\nHost: other:1\r\n\r\n");
+            match parse(req.leak().as_bytes()) {
+                Ok(Some((h, _))) => Ok((h.path, h.query, h.host)),
+                Ok(None) => panic!("partial"),
+                Err(e) => Err(e),
+            }
+        };
+        assert_eq!(at("/ws?x=1"), Ok(("/ws", "x=1", Some("other:1"))));
+        assert_eq!(
+            at("http://a.example:8080/ws?x=1&y"),
+            Ok(("/ws", "x=1&y", Some("a.example:8080")))
+        );
+        assert_eq!(at("HTTPS://a.example/"), Ok(("/", "", Some("a.example"))));
+        assert_eq!(at("http://a.example"), Ok(("/", "", Some("a.example"))));
+        assert_eq!(
+            at("http://[::1]:80?course=X"),
+            Ok(("/", "course=X", Some("[::1]:80")))
+        );
+        assert_eq!(at("http://a/b/c"), Ok(("/b/c", "", Some("a"))));
+        // No host: invalid (RFC 9110 section 4.2.1).
+        assert_eq!(at("http:///ws"), Err(HeadError::Malformed));
+        assert_eq!(at("http://?x"), Err(HeadError::Malformed));
+        // Another scheme is no path of this server.
+        assert_eq!(at("ftp://a/ws"), Ok(("ftp://a/ws", "", Some("other:1"))));
+        assert_eq!(
+            at("httpx://a/ws"),
+            Ok(("httpx://a/ws", "", Some("other:1")))
         );
     }
 

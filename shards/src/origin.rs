@@ -13,20 +13,26 @@
 /// origin for cookie tokens.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OriginRule {
+    /// The allowed origins, lowercased (scheme and host are case-insensitive).
     allowed: Vec<String>,
 }
 
 impl OriginRule {
     /// The rule for a comma-separated `--allowed-origins` value (entries trimmed,
-    /// a trailing `/` dropped, empty entries ignored).
-    pub fn parse(list: &str) -> Self {
-        OriginRule {
-            allowed: list
-                .split(',')
-                .map(|s| s.trim().trim_end_matches('/').to_owned())
-                .filter(|s| !s.is_empty())
-                .collect(),
+    /// one trailing `/` dropped, empty entries ignored); an entry that is not
+    /// `http(s)://host[:port]` is refused, named in the error.
+    pub fn parse(list: &str) -> Result<Self, String> {
+        let mut allowed = Vec::new();
+        for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let origin = entry.strip_suffix('/').unwrap_or(entry);
+            if !valid_origin(origin) {
+                return Err(format!(
+                    "{entry:?} is not an origin: each entry is scheme://host[:port] with http or https, no path, query or user"
+                ));
+            }
+            allowed.push(origin.to_ascii_lowercase());
         }
+        Ok(OriginRule { allowed })
     }
 
     /// Whether an upgrade from `origin` may go on to the token check; `host` is
@@ -36,7 +42,8 @@ impl OriginRule {
             return true;
         };
         if !self.allowed.is_empty() {
-            return self.allowed.iter().any(|a| a == origin);
+            // The list is lowercase: no copy of the request's origin.
+            return self.allowed.iter().any(|a| a.eq_ignore_ascii_case(origin));
         }
         !cookie_token || host.is_some_and(|h| same_host(origin, h))
     }
@@ -79,6 +86,32 @@ fn host_port(authority: &str) -> Option<HostPort<'_>> {
         Some(_) => return None,
     };
     Some(HostPort { host, port })
+}
+
+/// True for an origin as a browser sends it with http or https:
+/// `scheme://host[:port]`, the host a name (letters, digits, `-`, `.`, `_`)
+/// or an IP literal in brackets, in any case.
+fn valid_origin(origin: &str) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        return false;
+    };
+    if !(scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https")) {
+        return false;
+    }
+    let Some(HostPort { host, .. }) = host_port(authority) else {
+        return false;
+    };
+    match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(ip) => {
+            !ip.is_empty()
+                && ip
+                    .bytes()
+                    .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        }
+        None => host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')),
+    }
 }
 
 /// The port a scheme implies when none is written.
@@ -171,8 +204,52 @@ mod tests {
     }
 
     #[test]
+    fn a_list_takes_http_origins_only() {
+        for ok in [
+            "",
+            " , ",
+            "https://a.example",
+            "https://a.example/",
+            "HTTP://A.Example:8080, https://b_c.example",
+            "http://127.0.0.1:3000",
+            "http://[::1]:8080",
+        ] {
+            assert!(OriginRule::parse(ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "notanorigin",
+            "a.example",
+            "http://a.com/path",
+            "https://a.example//",
+            "https://good.example,http://a.com/path",
+            "ftp://a.example",
+            "ws://a.example",
+            "null",
+            "*",
+            "https://",
+            "https://*.example",
+            "https://user@a.example",
+            "https://a.example:",
+            "https://a.example:99999",
+            "https://a.example:x",
+            "https://a.example?x=1",
+            "https://a.example#f",
+            "https:/a.example",
+            "https://[::1",
+            "https://[]",
+            "https://[::g]",
+            "https://a.exämple",
+        ] {
+            let err = OriginRule::parse(bad).expect_err(bad);
+            assert!(err.contains("not an origin"), "{bad:?}: {err}");
+        }
+        let err = OriginRule::parse("https://ok.example, http://a.com/path").unwrap_err();
+        assert!(err.starts_with("\"http://a.com/path\""), "{err}");
+    }
+
+    #[test]
     fn empty_list_cookie_tokens_need_the_own_origin() {
-        let rule = OriginRule::parse("");
+        let rule = OriginRule::parse("").unwrap();
         let host = Some("seats.example.edu");
         let evil = Some("https://evil.example");
         let own = Some("https://seats.example.edu");
@@ -193,7 +270,7 @@ mod tests {
 
     #[test]
     fn a_list_is_exact_for_every_token() {
-        let rule = OriginRule::parse(" https://good.example/ ,, http://localhost:8080");
+        let rule = OriginRule::parse(" https://good.example/ ,, http://localhost:8080").unwrap();
         let host = Some("good.example");
         for cookie in [false, true] {
             assert!(rule.allows(Some("https://good.example"), host, cookie));
@@ -209,8 +286,20 @@ mod tests {
                 assert!(!rule.allows(Some(o), host, cookie), "{o} cookie={cookie}");
             }
         }
+        // Scheme and host in any case, on either side.
+        let rule = OriginRule::parse("HTTPS://Other.example.edu,http://[::1]:8080/").unwrap();
+        for o in [
+            "https://other.example.edu",
+            "HTTPS://OTHER.EXAMPLE.EDU",
+            "http://[::1]:8080",
+        ] {
+            assert!(rule.allows(Some(o), host, true), "{o}");
+        }
+        for o in ["http://other.example.edu", "https://other.example.edu:443"] {
+            assert!(!rule.allows(Some(o), host, true), "{o}");
+        }
         // The list wins over the same-host rule: the own host is not enough.
-        let rule = OriginRule::parse("https://good.example");
+        let rule = OriginRule::parse("https://good.example").unwrap();
         assert!(!rule.allows(
             Some("https://seats.example.edu"),
             Some("seats.example.edu"),

@@ -129,7 +129,7 @@ fn check_head(input: &[u8]) {
             if let (Some(o), Some(host)) = (h.origin, h.host) {
                 let _ = shards::origin::same_host(o, host);
             }
-            let rule = shards::origin::OriginRule::parse("");
+            let rule = shards::origin::OriginRule::default();
             let cookie = h.token_source() == Some(http_head::TokenSource::Cookie);
             if h.origin.is_none() {
                 assert!(rule.allows(None, h.host, cookie));

@@ -8,7 +8,6 @@ use crate::hub::ShardSet;
 use crate::logging::{init as logging, usage};
 use crate::node::{Node, NodeConfig};
 use crate::redis::Redis;
-use shards::origin::OriginRule;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -85,7 +84,7 @@ fn config(args: &HubArgs, shards: usize) -> NodeConfig {
         max_connections: args.max_connections,
         max_conns_per_user: args.max_conns_per_user,
         drain_ms: args.drain_ms,
-        origins: OriginRule::parse(&args.allowed_origins),
+        origins: args.allowed_origins.clone(),
         session: args.session.clone(),
     }
 }

@@ -22,10 +22,14 @@ fn upgrade(port: u16, path: &str, extra: &str) -> HttpResponse {
 
 /// A valid upgrade's status (the 101 keeps the socket open, so read just the head).
 fn upgrade_status(port: u16, path: &str, extra: &str) -> (u16, Option<TcpStream>) {
+    raw_status(port, &upgrade_request(path, extra))
+}
+
+/// [`upgrade_status`] of the request `request` as it is.
+fn raw_status(port: u16, request: &str) -> (u16, Option<TcpStream>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(upgrade_request(path, extra).as_bytes())
-        .unwrap();
+    s.write_all(request.as_bytes()).unwrap();
     let mut buf = Vec::new();
     let mut b = [0u8; 512];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -474,15 +478,236 @@ fn head_over_8_kib_is_431() {
         "a".repeat(7 * 1024)
     );
     assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 200);
-    // Too many header lines.
-    let many: String = (0..100).map(|i| format!("X-{i}: y\r\n")).collect();
+    // Past 8 KiB in many short lines.
+    let many: String = (0..1000).map(|i| format!("X-{i}: y\r\n")).collect();
     let head = format!("GET / HTTP/1.1\r\n{many}\r\n");
+    assert!(head.len() > 8 * 1024);
     assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 431);
     assert_eq!(refused(&sb, "head_too_large"), 5.0);
     // Not HTTP at all.
     let r = http_raw(sb.port, b"\x16\x03\x01\x02\x00garbage\r\n\r\n").unwrap();
     assert_eq!(r.status, 400);
     assert_eq!(refused(&sb, "bad_request"), 1.0);
+}
+
+#[test]
+fn a_head_under_8_kib_is_parsed_whatever_its_number_of_lines() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    // Header lines of `X-N: y`, as many as fit under 8 KiB, and a few counts below.
+    let lines = |n: usize| -> String { (0..n).map(|i| format!("X-{i}: y\r\n")).collect() };
+    let most = (1..)
+        .take_while(|&n| format!("GET /healthz HTTP/1.1\r\n{}\r\n", lines(n)).len() <= 8 * 1024)
+        .last()
+        .unwrap();
+    assert!(most > 700, "{most}");
+    for n in [63, 64, 65, 100, most] {
+        let head = format!("GET /healthz HTTP/1.1\r\n{}\r\n", lines(n));
+        assert_eq!(
+            http_raw(sb.port, head.as_bytes()).unwrap().status,
+            200,
+            "{n} header lines ({} bytes)",
+            head.len()
+        );
+    }
+    // The shortest header lines there are (`a:` and a bare LF), up to 8 KiB.
+    let head = format!("GET /healthz HTTP/1.1\n{}\n", "a:\n".repeat(2700));
+    assert!(head.len() <= 8 * 1024, "{}", head.len());
+    assert_eq!(http_raw(sb.port, head.as_bytes()).unwrap().status, 200);
+    // An upgrade among many lines, its key and version at the end.
+    let (status, _keep) = upgrade_status(sb.port, "/ws?user=u", &lines(200));
+    assert_eq!(status, 101);
+    let up = upgrade_request("/ws?user=v", "");
+    let (start, rest) = up.split_once("\r\n").unwrap();
+    let (status, _keep) = raw_status(sb.port, &format!("{start}\r\n{}{rest}", lines(300)));
+    assert_eq!(status, 101);
+    assert_eq!(refused(&sb, "head_too_large"), 0.0);
+}
+
+#[test]
+fn a_repeated_key_or_version_is_a_malformed_upgrade() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let other = "AAAAAAAAAAAAAAAAAAAAAA==";
+    let cases = [
+        format!("Sec-WebSocket-Key: {KEY}\r\n"),
+        format!("Sec-WebSocket-Key: {other}\r\n"),
+        format!("sec-websocket-key: {other}\r\n"),
+        "Sec-WebSocket-Version: 13\r\n".to_string(),
+        "Sec-WebSocket-Version: 8\r\n".to_string(),
+        "SEC-WEBSOCKET-VERSION: 13\r\n".to_string(),
+    ];
+    let before = refused(&sb, "bad_upgrade");
+    for path in ["/ws?user=u", "/ws/admin?user=u&role=admin"] {
+        for extra in &cases {
+            // Read the head only: a wrong 101 keeps the socket open.
+            let (status, _) = upgrade_status(sb.port, path, extra);
+            assert_eq!(status, 400, "{path} with another {extra:?}");
+        }
+    }
+    assert_eq!(refused(&sb, "bad_upgrade") - before, 12.0);
+    // The same key split over two lines is still two.
+    let two = upgrade_request("/ws?user=u", "").replace(
+        &format!("Sec-WebSocket-Key: {KEY}\r\n"),
+        &format!("Sec-WebSocket-Key: {KEY}\r\nX-Between: 1\r\nSec-WebSocket-Key: {KEY}\r\n"),
+    );
+    assert_eq!(raw_status(sb.port, &two).0, 400);
+    // Once each still upgrades.
+    assert_eq!(upgrade_status(sb.port, "/ws?user=u", "").0, 101);
+}
+
+/// `seatboard <args>` with `env`: its exit code and stderr, or `None` for the
+/// code when it was still running after 10 s (killed then).
+fn exit_of(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let port = free_port().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let mut child = seatboard_command()
+        .args(args)
+        .args(["--listen", &listen])
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run seatboard");
+    let start = Instant::now();
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = child.wait_with_output().unwrap();
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn a_malformed_allowed_origin_exits_2_naming_the_flag() {
+    for value in [
+        "notanorigin",
+        "http://a.com/path",
+        "https://good.example,http://a.com/path",
+        "a.com",
+        "ftp://a.com",
+        "null",
+        "*",
+        "https://",
+        "https://user@a.com",
+        "https://a.com:99999",
+        "https://a.com:",
+        "https://a.com?x=1",
+        "https://a.com#f",
+        "https:/a.com",
+    ] {
+        let (code, err) = exit_of(&["demo", "--shards", "1", "--allowed-origins", value], &[]);
+        assert_eq!(code, Some(2), "--allowed-origins {value:?}: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains("--allowed-origins"), "{value:?}: {err}");
+        // The same from the environment twin.
+        let (code, err) = exit_of(
+            &["demo", "--shards", "1"],
+            &[("SEATBOARD_ALLOWED_ORIGINS", value)],
+        );
+        assert_eq!(code, Some(2), "SEATBOARD_ALLOWED_ORIGINS={value:?}: {err}");
+        let first = err.lines().next().unwrap_or("");
+        assert!(first.contains("--allowed-origins"), "{value:?}: {err}");
+    }
+}
+
+#[test]
+fn allowed_origins_match_scheme_and_host_in_any_case() {
+    let sb = Seatboard::start(&[
+        "demo",
+        "--shards",
+        "1",
+        "--allowed-origins",
+        "HTTPS://Other.example.edu, http://[::1]:8080/, http://LOCALHOST:3000",
+    ]);
+    for o in [
+        "https://other.example.edu",
+        "HTTPS://OTHER.EXAMPLE.EDU",
+        "http://[::1]:8080",
+        "http://localhost:3000",
+    ] {
+        let extra = format!("Origin: {o}\r\n");
+        assert_eq!(upgrade_status(sb.port, "/ws?user=u", &extra).0, 101, "{o}");
+    }
+    for o in [
+        "http://other.example.edu",
+        "https://other.example.edu:8443",
+        "https://other.example.edu.evil",
+        "http://localhost:3001",
+    ] {
+        let extra = format!("Origin: {o}\r\n");
+        assert_eq!(upgrade(sb.port, "/ws?user=u", &extra).status, 403, "{o}");
+    }
+}
+
+#[test]
+fn only_the_contracts_paths_are_routed() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    for method in ["GET", "HEAD"] {
+        for path in ["/index.html", "/index.htm", "/Index.html", "/admin/"] {
+            let r = http_raw(
+                sb.port,
+                format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(r.status, 404, "{method} {path}");
+        }
+        for path in ["/", "/admin", "/healthz", "/api/courses"] {
+            let r = http_raw(
+                sb.port,
+                format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(r.status, 200, "{method} {path}");
+        }
+    }
+    let r = http_raw(sb.port, b"POST /index.html HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(r.status, 404);
+}
+
+#[test]
+fn absolute_form_targets_are_routed_by_their_path() {
+    let sb = Seatboard::start(&["demo", "--shards", "1"]);
+    let port = sb.port;
+    let get = |target: &str| {
+        http_raw(
+            port,
+            format!("GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
+        )
+        .unwrap()
+    };
+    for (target, status) in [
+        (format!("http://127.0.0.1:{port}/healthz"), 200),
+        (format!("HTTP://127.0.0.1:{port}/readyz"), 200),
+        ("https://seats.example.edu/api/courses".to_string(), 200),
+        (format!("http://127.0.0.1:{port}/"), 200),
+        (format!("http://127.0.0.1:{port}"), 200),
+        (format!("http://127.0.0.1:{port}?course=CS101"), 200),
+        (format!("http://127.0.0.1:{port}/nothing-here"), 404),
+        (format!("http://127.0.0.1:{port}/index.html"), 404),
+        // An http URI with no host is invalid (RFC 9110 section 4.2.1).
+        ("http:///healthz".to_string(), 400),
+    ] {
+        assert_eq!(get(&target).status, status, "{target}");
+    }
+    let r = get(&format!("http://127.0.0.1:{port}/healthz"));
+    assert!(r.body.contains("\"status\""), "{}", r.body);
+    // A WebSocket upgrade in absolute form, its query kept.
+    let mut ws = RawWs::connect(port, &format!("http://127.0.0.1:{port}/ws?user=abs"));
+    let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
+    assert_eq!(hello["type"], "hello");
+    assert_eq!(hello["user"], "abs");
+    // Another method on a known path in absolute form: 405.
+    let r = http_raw(
+        port,
+        format!("POST http://127.0.0.1:{port}/healthz HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(r.status, 405);
 }
 
 #[test]

@@ -22,10 +22,10 @@ pub enum Route {
     NotFound,
 }
 
-/// Maps a path to its route.
+/// Maps a path to its route: the contract's paths only, any other is not found.
 pub fn route(path: &str) -> Route {
     match path {
-        "/" | "/index.html" => Route::Page("/"),
+        "/" => Route::Page("/"),
         "/admin" => Route::Page("/admin"),
         "/client.js" => Route::Page("/client.js"),
         "/client.d.ts" => Route::Page("/client.d.ts"),
