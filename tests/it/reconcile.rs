@@ -524,6 +524,23 @@ fn check_reads_integers_held_as_numeric_or_text() {
     assert!(out.stdout.is_empty(), "{out:?}");
 }
 
+/// `/healthz` and the gauges once the reconciler sees Redis up and the
+/// database not: `db:false`, `degraded`, `db_up` 0 and `redis_up` 1.
+fn db_down_redis_up(rec: &Reconciler) {
+    let h = wait_for(Duration::from_secs(5), || {
+        let h = rec.healthz();
+        (h["redis"] == true).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
+    assert_eq!(
+        (&h["db"], &h["status"]),
+        (&Value::Bool(false), &Value::from("degraded")),
+        "{h}"
+    );
+    let up = |gauge: &str| rec.metric(&format!("seatboard_reconcile_{gauge}_up"));
+    assert_eq!((up("db"), up("redis")), (0.0, 1.0));
+}
+
 #[test]
 fn a_slow_or_down_database_is_db_false_while_redis_up_says_what_redis_does() {
     let mut pg = pg();
@@ -539,17 +556,7 @@ fn a_slow_or_down_database_is_db_false_while_redis_up_says_what_redis_does() {
         (rec.metric("seatboard_reconcile_errors_total{kind=\"timeout\"}") >= 1.0).then_some(())
     })
     .expect("the statement is cut off at its timeout");
-    let h = wait_for(Duration::from_secs(5), || {
-        let h = rec.healthz();
-        (h["redis"] == true).then_some(h)
-    })
-    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
-    assert_eq!(
-        (&h["db"], &h["status"]),
-        (&Value::Bool(false), &Value::from("degraded")),
-        "{h}"
-    );
-    assert_eq!((up(&rec, "db"), up(&rec, "redis")), (0.0, 1.0));
+    db_down_redis_up(&rec);
     assert_eq!(
         rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}"),
         0.0
@@ -568,17 +575,7 @@ fn a_slow_or_down_database_is_db_false_while_redis_up_says_what_redis_does() {
         (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
     })
     .expect("the database down is counted");
-    let h = wait_for(Duration::from_secs(5), || {
-        let h = rec.healthz();
-        (h["redis"] == true).then_some(h)
-    })
-    .unwrap_or_else(|| panic!("Redis is up: {}", rec.healthz()));
-    assert_eq!(
-        (&h["db"], &h["status"]),
-        (&Value::Bool(false), &Value::from("degraded")),
-        "{h}"
-    );
-    assert_eq!((up(&rec, "db"), up(&rec, "redis")), (0.0, 1.0));
+    db_down_redis_up(&rec);
     redis.kill();
     wait_for(Duration::from_secs(40), || {
         (rec.healthz()["redis"] == false).then_some(())
