@@ -297,20 +297,7 @@ fn a_restarted_relay_replaces_its_stale_socket_and_goes_on() {
     assert_eq!(mode.ok(), Some(0o660));
     // A second relay on a socket in use refuses to start: a bad value
     // (exit 2), the first line naming the flag, the socket still the first's.
-    let st = seatboard_command()
-        .arg("relay")
-        .arg("--socket")
-        .arg(&socket)
-        .args(["--udp", "", "--metrics", "", "--redis", &redis.uri()])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&st.stderr);
-    assert_eq!(st.status.code(), Some(2), "{err}");
-    let first = err.lines().next().unwrap_or("");
-    assert!(
-        first.contains("'--socket'") && first.contains("another process"),
-        "{err}"
-    );
+    crate::relay_harden::refused_at_socket(&socket, &redis.uri(), "another process");
     send_all(&relay, payload("RST", 1, 10, 3, 3).as_bytes());
     eventually(T, "the first relay still reads its socket", || {
         hash_version(&redis, "RST", 1) == Some(3)

@@ -254,24 +254,28 @@ fn udp_is_off_unless_asked() {
     }
 }
 
+/// A relay started at `path` (`--redis redis`) refuses it as a bad value:
+/// exit 2, the first line on stderr naming `--socket` and saying `why`.
+pub(crate) fn refused_at_socket(path: &std::path::Path, redis: &str, why: &str) {
+    let out = seatboard_command()
+        .arg("relay")
+        .arg("--socket")
+        .arg(path)
+        .args(["--udp", "", "--metrics", "", "--redis", redis])
+        .output()
+        .expect("run");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let first = err.lines().next().unwrap_or("");
+    assert!(first.contains("'--socket'") && first.contains(why), "{err}");
+}
+
 #[test]
 fn a_live_stream_socket_at_socket_is_refused_and_kept() {
     let dir = testkit::relay::socket_dir("stream");
     let path = dir.join("other.sock");
     let listener = std::os::unix::net::UnixListener::bind(&path).expect("listen");
-    let out = seatboard_command()
-        .arg("relay")
-        .arg("--socket")
-        .arg(&path)
-        .args(["--metrics", "", "--redis", &nowhere()])
-        .output()
-        .expect("run");
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.lines().next().unwrap_or("").contains("'--socket'"),
-        "{err}"
-    );
+    refused_at_socket(&path, &nowhere(), "'--socket'");
     // The other service's socket is still there and still answers.
     let _client = std::os::unix::net::UnixStream::connect(&path).expect("still listening");
     listener.accept().expect("accepted");
@@ -289,20 +293,7 @@ fn a_file_at_socket_exits_2_naming_the_flag_and_is_kept() {
     let dir = testkit::relay::socket_dir("file");
     let path = dir.join("relay.sock");
     std::fs::write(&path, b"not a socket").expect("write");
-    let out = seatboard_command()
-        .arg("relay")
-        .arg("--socket")
-        .arg(&path)
-        .args(["--metrics", "", "--redis", &nowhere()])
-        .output()
-        .expect("run");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    let first = err.lines().next().unwrap_or("");
-    assert!(
-        first.contains("'--socket'") && first.contains("not a socket"),
-        "{err}"
-    );
+    refused_at_socket(&path, &nowhere(), "not a socket");
     assert_eq!(
         std::fs::read(&path).ok().as_deref(),
         Some(&b"not a socket"[..]),
