@@ -134,20 +134,29 @@ impl RedisStates {
 
 impl StateStore for RedisStates {
     fn read(&mut self, courses: &[Arc<str>]) -> Option<Vec<Vec<Vec<u8>>>> {
-        let mut read: HashMap<Arc<str>, Vec<Vec<u8>>> = HashMap::new();
+        // Each course's reads (a name asked twice is read twice), moved out
+        // in order, never copied.
+        let mut read: HashMap<Arc<str>, Vec<Vec<Vec<u8>>>> = HashMap::new();
         let mut failed = false;
         self.read_each(
             courses.to_vec(),
             &mut Vec::new,
             &mut |names, hashes| match hashes {
-                Some(h) => read.extend(names.into_iter().zip(h)),
+                Some(h) => {
+                    for (name, payloads) in names.into_iter().zip(h) {
+                        read.entry(name).or_default().push(payloads);
+                    }
+                }
                 None => failed = true,
             },
         );
         if failed {
             return None;
         }
-        courses.iter().map(|c| read.get(c).cloned()).collect()
+        courses
+            .iter()
+            .map(|c| read.get_mut(c).and_then(Vec::pop))
+            .collect()
     }
 
     fn read_each(&mut self, courses: Vec<Arc<str>>, more: &mut More<'_>, done: &mut Answer<'_>) {
