@@ -7,6 +7,11 @@ const CAP_MS = 30000;
 const SEND_BUDGET = 16;        // client messages per second (the server closes past 20)
 const MAX_COURSES = 32;        // per connection (contract §5)
 const WS_TRIES_BEFORE_SSE = 2;
+// Live on SSE after a fallback, WebSocket is tried again in the background
+// after 5-10 s, then at doubling intervals up to 5-10 min: a node that was
+// down when two WebSocket attempts failed does not pin the page to SSE.
+const PROBE_MS = 10000;
+const PROBE_CAP_MS = 600000;
 const COURSE_RE = /^[A-Za-z0-9_.-]{1,64}$/;
 
 /** Reconnect delay for the given attempt (0 = the first after live): full jitter. */
@@ -107,6 +112,8 @@ export class SeatClient extends EventTarget {
     this._attempt = 0;
     this._wsFails = 0;
     this._useSse = this.transport === "sse";
+    this._probes = 0;              // WebSocket probes that failed while live on SSE
+    this._probe = null;            // { conn, timer } of the one in flight or scheduled
     this._conn = null;
     this._live = false;
     this._hint = null;
@@ -196,6 +203,7 @@ export class SeatClient extends EventTarget {
 
   _drop() {
     this._gen++;
+    this._stopProbe();
     if (this._conn) this._conn.close();
     this._conn = null;
     this._live = false;
@@ -217,18 +225,12 @@ export class SeatClient extends EventTarget {
     this._drop();
     const gen = this._gen;
     if (this.status !== "connecting") this._setStatus("reconnecting", { reason: "connecting" });
-    let token = this.token;
-    try {
-      if (typeof token === "function") token = await token();
-    } catch (_) {
-      token = undefined;
+    const params = await this._params();
+    if (!params) {
       if (gen === this._gen) this._retry();
       return;
     }
     if (gen !== this._gen || this.status === "closed") return;
-    const params = [];
-    if (token) params.push(["token", String(token)]);
-    if (this.query) for (const [k, v] of Object.entries(this.query)) params.push([k, String(v)]);
     const sse = this._useSse;
     const on = {
       message: (data, type) => { if (gen === this._gen) this._message(data, type); },
@@ -250,8 +252,90 @@ export class SeatClient extends EventTarget {
     }
   }
 
+  // The token and query parameters of an attempt (null when the token function fails).
+  async _params() {
+    let token = this.token;
+    try {
+      if (typeof token === "function") token = await token();
+    } catch (_) {
+      return null;
+    }
+    const params = [];
+    if (token) params.push(["token", String(token)]);
+    if (this.query) for (const [k, v] of Object.entries(this.query)) params.push([k, String(v)]);
+    return params;
+  }
+
+  // Live on SSE in auto mode: a WebSocket is tried again later, in the background.
+  _probeLater() {
+    if (this.transport !== "auto" || !this._useSse || this._probe) return;
+    const span = Math.min(PROBE_CAP_MS, PROBE_MS * 2 ** this._probes);
+    const delay = span * (0.5 + this._env.random() / 2);
+    const gen = this._gen;
+    this._probe = { conn: null, timer: this._env.setTimeout(() => this._probeNow(gen), delay) };
+  }
+
+  _stopProbe() {
+    const p = this._probe;
+    this._probe = null;
+    if (!p) return;
+    this._env.clearTimeout(p.timer);
+    if (p.conn) p.conn.close();
+  }
+
+  // Opens a WebSocket beside the live stream. Its hello makes it the
+  // connection (the stream closes, the courses are watched on it); a failure
+  // before hello leaves the stream alone and tries again later.
+  async _probeNow(gen) {
+    const p = this._probe;
+    if (!p || gen !== this._gen) return;
+    const params = await this._params();
+    if (this._probe !== p || gen !== this._gen) return;
+    const fail = () => {
+      if (this._probe !== p) return;
+      this._probe = null;
+      this._probes = Math.min(this._probes + 1, 30);
+      if (p.conn) p.conn.close();
+      if (gen === this._gen && this._live) this._probeLater();
+    };
+    if (!params) return fail();
+    let adopted = null;
+    const on = {
+      message: (data, type) => {
+        if (adopted !== null) {
+          if (adopted === this._gen) this._message(data, type);
+          return;
+        }
+        let m = null;
+        try { m = JSON.parse(data); } catch (_) { /* not a hello */ }
+        if (!m || m.type !== "hello" || this._probe !== p || gen !== this._gen) return fail();
+        this._probe = null;
+        this._probes = 0;
+        this._useSse = false;
+        this._wsFails = 0;
+        const stream = this._conn;
+        this._gen++;
+        adopted = this._gen;
+        if (stream) stream.close();
+        this._conn = p.conn;
+        this._offWire();
+        this._message(data, "hello");
+      },
+      close: () => {
+        if (adopted === null) fail();
+        else if (adopted === this._gen) this._closed(false);
+      },
+    };
+    try {
+      p.conn = wsTransport(this._env, endpoint(this.url, "/ws", params, true), on);
+    } catch (_) {
+      fail();
+    }
+  }
+
   _closed(sse) {
     const hadHello = this._live;
+    this._stopProbe();
     this._conn = null;
     this._live = false;
     this._offWire();
@@ -296,7 +380,8 @@ export class SeatClient extends EventTarget {
         this._live = true;
         this._attempt = 0;
         if (!this._useSse) this._wsFails = 0;
-        this._setStatus("live", {});
+        else this._probeLater();
+        if (this.status !== "live") this._setStatus("live", {});
         this._emit("hello", m);
         this._sync();
         break;

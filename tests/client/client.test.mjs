@@ -512,3 +512,100 @@ test('pagehide closes with 1000 and schedules nothing; pageshow persisted reconn
   assert.deepEqual(env.sockets[1].watched(), ['CS101'], 'watches again');
   assert.equal(c.status, 'live');
 });
+
+// A client in auto mode that fell back to SSE and is live on its stream.
+async function liveOnFallback(env) {
+  const c = client(env, { token: () => 'tok' });
+  c.watch('CS101');
+  await env.advance(0);
+  env.sockets[0].serverClose(1006);
+  await env.advance(0);
+  env.sockets[1].serverClose(1006);
+  await env.advance(0);
+  const es = env.streams[0];
+  es.emit('hello', { type: 'hello', user: 'u1', role: 'student', tick_ms: 200, node: 'n1' });
+  es.emit('frame', frame('CS101', [sec(1, 2, 2)], true));
+  return { c, es };
+}
+
+test('live on a fallback stream, a WebSocket beside it takes over once it has its hello', async () => {
+  const env = fakeEnv({ random: () => 0 });
+  const { c, es } = await liveOnFallback(env);
+  const statuses = record(c, 'status');
+  await env.advance(4999);
+  assert.equal(env.sockets.length, 2, 'no probe before 5 s');
+  await env.advance(1);
+  assert.equal(env.sockets.length, 3, 'a WebSocket is tried beside the stream');
+  const probe = env.sockets[2];
+  assert.equal(new URL(probe.url).searchParams.get('token'), 'tok');
+  assert.deepEqual(probe.named(), [], 'the probe names no course');
+  assert.ok(!es.closed, 'the stream stays while the probe is out');
+  probe.open();
+  await env.advance(0);
+  assert.ok(es.closed, 'the stream closes once the WebSocket has its hello');
+  assert.deepEqual(probe.sent, [{ op: 'watch', course: 'CS101' }]);
+  assert.deepEqual(statuses, [], 'live all along');
+  assert.equal(c.state('CS101').get(1).seats_taken, 2, 'the board is kept meanwhile');
+  probe.message(frame('CS101', [sec(1, 2, 1)], true));
+  assert.equal(c.state('CS101').get(1).seats_taken, 1);
+  es.emit('frame', frame('CS101', [sec(1, 2, 0)], true));
+  assert.equal(c.state('CS101').get(1).seats_taken, 1, 'the old stream is not heard');
+  // From now on it is a WebSocket client: a break reconnects over WebSocket.
+  probe.serverClose(1006);
+  await env.advance(0);
+  assert.equal(env.sockets.length, 4);
+  assert.equal(env.streams.length, 1);
+});
+
+test('a probe that fails leaves the stream alone; the next comes at a doubled interval', async () => {
+  const env = fakeEnv({ random: () => 0 });
+  const { c, es } = await liveOnFallback(env);
+  await env.advance(5000);
+  assert.equal(env.sockets.length, 3);
+  env.sockets[2].serverClose(1006);
+  await env.advance(0);
+  assert.ok(!es.closed);
+  assert.equal(c.status, 'live');
+  assert.equal(env.streams.length, 1, 'no reconnect for a failed probe');
+  await env.advance(9999);
+  assert.equal(env.sockets.length, 3, 'the second probe waits 10 s');
+  await env.advance(1);
+  assert.equal(env.sockets.length, 4);
+  env.sockets[3].serverClose(1006);
+  await env.advance(20000);
+  assert.equal(env.sockets.length, 5, 'then 20 s');
+  // A probe whose first message is no hello is a failure too.
+  env.sockets[4].open({ type: 'error', code: 'x' });
+  await env.advance(0);
+  assert.ok(env.sockets[4].closedByClient);
+  assert.ok(!es.closed);
+  // The intervals stop growing at 5-10 minutes.
+  for (let i = 0; i < 12; i++) {
+    await env.advance(600000);
+    env.sockets.at(-1).serverClose(1006);
+  }
+  await env.advance(299999);
+  const n = env.sockets.length;
+  await env.advance(1);
+  assert.equal(env.sockets.length, n + 1, 'capped at 5 min with no jitter');
+});
+
+test('probes stop with the stream: none while reconnecting, none for transport sse, none after close', async () => {
+  const env = fakeEnv({ random: () => 0 });
+  const { c, es } = await liveOnFallback(env);
+  await env.advance(5000);
+  const probe = env.sockets[2];
+  es.fail();
+  assert.ok(probe.closedByClient, 'the probe in flight is closed with its stream');
+  await env.advance(0);
+  assert.equal(env.streams.length, 2, 'a fallback stream that had its hello comes back as a stream');
+  c.close();
+  await env.advance(3600000);
+  assert.equal(env.sockets.length, 3, 'no probe after close');
+  const env2 = fakeEnv({ random: () => 0 });
+  client(env2, { transport: 'sse' });
+  await env2.advance(0);
+  env2.streams[0].emit('hello', { type: 'hello', user: 'u1', role: 'student', tick_ms: 200, node: 'n1' });
+  await env2.advance(3600000);
+  assert.equal(env2.sockets.length, 0, 'transport sse never probes');
+});
