@@ -77,7 +77,7 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_REHEARSE_VIEWERS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
     pub viewers: u32,
     /// New viewers per second while ramping.
-    #[arg(long, env = "SEATBOARD_REHEARSE_CONNECT_RATE", default_value_t = 500.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_CONNECT_RATE", default_value_t = 500.0, value_parser = rate_per_s)]
     pub connect_rate: f64,
     /// Share of viewers on /sse instead of WebSocket (0..1).
     #[arg(long, env = "SEATBOARD_REHEARSE_SSE_SHARE", default_value_t = 0.0, value_parser = share)]
@@ -89,10 +89,10 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_REHEARSE_HOT_SKEW", default_value_t = 1.1, value_parser = non_negative_f64)]
     pub hot_skew: f64,
     /// Snapshots per second published through Redis after the ramp.
-    #[arg(long, env = "SEATBOARD_REHEARSE_PUBLISH_RATE", default_value_t = 2000.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_PUBLISH_RATE", default_value_t = 2000.0, value_parser = rate_per_s)]
     pub publish_rate: f64,
     /// Seconds of publishing after the ramp.
-    #[arg(long, env = "SEATBOARD_REHEARSE_DURATION", default_value_t = 60.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_REHEARSE_DURATION", default_value_t = 60.0, value_parser = run_seconds)]
     pub duration: f64,
     /// Course code prefix of the rehearsal's courses.
     #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
@@ -284,13 +284,13 @@ pub struct RelayArgs {
 #[derive(Args, Debug, Clone)]
 pub struct SimulateArgs {
     /// Snapshots per second.
-    #[arg(long, env = "SEATBOARD_SIMULATE_RATE", default_value_t = 100.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_SIMULATE_RATE", default_value_t = 100.0, value_parser = rate_per_s)]
     pub rate: f64,
     /// Number of courses (COURSE0000, COURSE0001, ...).
     #[arg(long, env = "SEATBOARD_SIMULATE_COURSES", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub courses: u32,
     /// How long to run, in seconds.
-    #[arg(long, env = "SEATBOARD_SIMULATE_DURATION", default_value_t = 60.0, value_parser = positive_f64)]
+    #[arg(long, env = "SEATBOARD_SIMULATE_DURATION", default_value_t = 60.0, value_parser = run_seconds)]
     pub duration: f64,
     /// Zipf exponent of course popularity.
     #[arg(long, env = "SEATBOARD_SIMULATE_HOT_SKEW", default_value_t = 1.1, value_parser = non_negative_f64)]
@@ -315,6 +315,32 @@ fn positive_f64(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{s:?} is not a positive number")),
+    }
+}
+
+/// Slowest rate a run takes (per second): one event every 1,000 s.
+const MIN_RATE_PER_S: f64 = 0.001;
+
+/// Longest run (seconds): a year.
+const MAX_RUN_S: f64 = 365.0 * 86_400.0;
+
+/// A rate of a timed run, so slow that its interval would not fit a clock refused.
+fn rate_per_s(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= MIN_RATE_PER_S => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a rate of at least {MIN_RATE_PER_S} per second"
+        )),
+    }
+}
+
+/// The length of a timed run in seconds: positive, at most a year.
+fn run_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_RUN_S => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds above 0 and at most {MAX_RUN_S} (a year)"
+        )),
     }
 }
 

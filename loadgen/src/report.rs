@@ -36,6 +36,9 @@ pub struct Report {
     pub first_board: Hist,
     /// The open viewers' boards, by course and digest.
     pub digests: Vec<Boards>,
+    /// Boards (a viewer's courses) of the viewers started whose connection
+    /// was not open at the end: boards that could not be true.
+    pub boards_not_live: u64,
     /// Refusals by status: (status, count).
     pub refusals: Vec<(u16, u64)>,
     /// When the first refusal came, ms after the start.

@@ -4,7 +4,8 @@
 use crate::redis::commands::Commands;
 
 /// Deletes `<state-prefix>C` and `<presence-prefix>C` of every course; the
-/// keys left (counted again after), or the error.
+/// keys left (counted again after), or the error. One pipeline of `DEL`s and
+/// one of `EXISTS` (per primary in a cluster): Redis may be far away.
 pub fn delete(
     link: &mut Commands,
     names: &[String],
@@ -15,16 +16,14 @@ pub fn delete(
         .iter()
         .flat_map(|n| [format!("{state}{n}"), format!("{presence}{n}")])
         .collect();
-    for k in &keys {
-        let mut c = ::redis::cmd("DEL");
+    let one = |name: &str, k: &String| {
+        let mut c = ::redis::cmd(name);
         c.arg(k);
-        link.query::<i64>(&c)?;
-    }
-    let mut left = 0;
-    for k in &keys {
-        let mut c = ::redis::cmd("EXISTS");
-        c.arg(k);
-        left += link.query::<u64>(&c)?;
-    }
-    Ok(left)
+        c
+    };
+    let dels: Vec<::redis::Cmd> = keys.iter().map(|k| one("DEL", k)).collect();
+    link.pipeline::<()>(&dels)?;
+    let exists: Vec<::redis::Cmd> = keys.iter().map(|k| one("EXISTS", k)).collect();
+    let left: Vec<u64> = link.pipeline(&exists)?;
+    Ok(left.iter().sum())
 }

@@ -236,9 +236,11 @@ fn refuse(args: &RehearseArgs, short: &[String]) -> ExitCode {
             connect: Hist::default(),
             latency: Hist::default(),
             boards: (0, 0),
+            not_live: 0,
             published: 0,
             dropped: 0,
-            left: 0,
+            left: Ok(0),
+            key_ttl_s: 0,
             series: Vec::new(),
         };
         let j = none.to_json(short, serde_json::json!([]));
@@ -482,15 +484,20 @@ fn merge_reports(reports: &[Report], feed: &Feed, names: &[String]) -> (Hist, Hi
 }
 
 /// Deletes the rehearsal's keys, again for up to 3 s while the nodes take
-/// their viewers' presence out as the sockets close; the keys left.
-fn delete_when_presence_left(args: &RehearseArgs, link: &mut Commands, names: &[String]) -> u64 {
+/// their viewers' presence out as the sockets close; the keys left, or why
+/// Redis could not be asked.
+fn delete_when_presence_left(
+    args: &RehearseArgs,
+    link: &mut Commands,
+    names: &[String],
+) -> Result<u64, String> {
     let deadline = Instant::now() + Duration::from_secs(3);
-    let mut left = u64::MAX;
+    let mut left = Err("no attempt".to_string());
     while Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(250));
         left = cleanup::delete(link, names, &args.redis.state_prefix, &args.presence_prefix)
-            .unwrap_or(u64::MAX);
-        if left == 0 {
+            .map_err(|e| e.to_string());
+        if left == Ok(0) {
             break;
         }
     }
@@ -543,7 +550,11 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
     let peak = series.iter().map(|s| s.viewers).max().unwrap_or(0);
     let tls_failed = workers.sum(|c| c.tls_failed);
     let reports = workers.reports();
-    let (latency, connect, boards) = merge_reports(&reports, feed, names);
+    let (latency, connect, (checked, correct)) = merge_reports(&reports, feed, names);
+    // A viewer not connected at the end shows no live board: each of its
+    // courses counts as a board checked and not true.
+    let not_live: u64 = reports.iter().map(|r| r.boards_not_live).sum();
+    let boards = (checked + not_live, correct);
     let left = delete_when_presence_left(args, &mut link, names);
     let figures = Figures {
         viewers: peak,
@@ -552,9 +563,11 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
         connect,
         latency,
         boards,
+        not_live,
         published: publisher.published(),
         dropped: publisher.dropped(),
         left,
+        key_ttl_s: key_ttl(args.duration).as_secs(),
         series,
     };
     let mut short = figures.short(args.p99_ms, args.max_refused);

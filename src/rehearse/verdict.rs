@@ -38,12 +38,16 @@ pub struct Figures {
     pub latency: Hist,
     /// Boards checked, and how many were true.
     pub boards: (u64, u64),
+    /// Of the boards checked, those of viewers not connected at the end.
+    pub not_live: u64,
     /// Snapshots published.
     pub published: u64,
     /// Snapshots the publisher dropped.
     pub dropped: u64,
-    /// Keys of the rehearsal left in Redis.
-    pub left: u64,
+    /// Keys of the rehearsal left in Redis, or why Redis could not be asked.
+    pub left: Result<u64, String>,
+    /// Seconds each key of the rehearsal lives at most (its TTL).
+    pub key_ttl_s: u64,
     /// Per second.
     pub series: Vec<Second>,
 }
@@ -65,8 +69,12 @@ impl Figures {
     pub fn short(&self, p99_ms: f64, max_refused: f64) -> Vec<String> {
         let mut out = Vec::new();
         let refused: u64 = self.refused.values().sum();
-        let attempts = refused + self.viewers.max(1);
-        let share = refused as f64 / attempts as f64;
+        let attempts = refused + self.viewers;
+        let share = if attempts == 0 {
+            0.0
+        } else {
+            refused as f64 / attempts as f64
+        };
         if share > max_refused {
             let by: Vec<String> = self
                 .refused
@@ -96,8 +104,12 @@ impl Figures {
             out.push("latency: no published snapshot reached a screen".into());
         }
         if self.boards.1 < self.boards.0 || self.boards.0 == 0 {
+            let gone = match self.not_live {
+                0 => String::new(),
+                n => format!(" ({n} of viewers not connected at the end)"),
+            };
             out.push(format!(
-                "boards: {} of {} viewers' boards showed the last published state",
+                "boards: {} of {} viewers' boards showed the last published state{gone}",
                 self.boards.1, self.boards.0
             ));
         }
@@ -107,11 +119,16 @@ impl Figures {
                 self.dropped
             ));
         }
-        if self.left > 0 {
-            out.push(format!(
-                "cleanup: {} keys of the rehearsal are still in Redis",
-                self.left
-            ));
+        match &self.left {
+            Ok(0) => {}
+            Ok(n) => out.push(format!(
+                "cleanup: {n} keys of the rehearsal are still in Redis"
+            )),
+            Err(e) => out.push(format!(
+                "cleanup: Redis could not be reached to delete the rehearsal's keys ({e}); \
+                 each expires within {} s",
+                self.key_ttl_s
+            )),
         }
         out
     }
@@ -132,11 +149,87 @@ impl Figures {
             "boards": {"checked": self.boards.0, "correct": self.boards.1},
             "published": self.published,
             "dropped": self.dropped,
-            "left_in_redis": self.left,
+            "left_in_redis": self.left.as_ref().ok(),
             "verdict": if short.is_empty() { "pass" } else { "fail" },
             "short": short,
             "series": self.series,
             "nodes": nodes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run where everything held: 10 viewers, 20 boards true.
+    fn held() -> Figures {
+        let mut latency = Hist::default();
+        latency.record(50_000);
+        Figures {
+            viewers: 10,
+            asked: 10,
+            refused: BTreeMap::new(),
+            connect: Hist::default(),
+            latency,
+            boards: (20, 20),
+            not_live: 0,
+            published: 100,
+            dropped: 0,
+            left: Ok(0),
+            key_ttl_s: 660,
+            series: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_run_that_held_falls_short_of_nothing() {
+        assert_eq!(held().short(1000.0, 0.01), Vec::<String>::new());
+    }
+
+    #[test]
+    fn every_upgrade_refused_is_a_share_of_100_percent() {
+        let f = Figures {
+            viewers: 0,
+            refused: BTreeMap::from([(401, 309)]),
+            boards: (0, 0),
+            ..held()
+        };
+        let short = f.short(1000.0, 0.01);
+        assert!(
+            short[0].starts_with("refusals: 100.0 % of upgrades were refused (309 x 401)"),
+            "{short:?}"
+        );
+    }
+
+    #[test]
+    fn boards_of_viewers_gone_at_the_end_are_not_true() {
+        let f = Figures {
+            boards: (20 + 7, 20),
+            not_live: 7,
+            ..held()
+        };
+        let short = f.short(1000.0, 0.01);
+        assert_eq!(
+            short,
+            ["boards: 20 of 27 viewers' boards showed the last published state (7 of viewers not connected at the end)"]
+        );
+        assert!((f.correct() - 20.0 / 27.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_cleanup_redis_did_not_answer_says_so_and_leaves_the_count_out() {
+        let f = Figures {
+            left: Err("connection refused".into()),
+            ..held()
+        };
+        assert_eq!(
+            f.short(1000.0, 0.01),
+            ["cleanup: Redis could not be reached to delete the rehearsal's keys (connection refused); each expires within 660 s"]
+        );
+        let j = f.to_json(&[], json!([]));
+        assert!(j["left_in_redis"].is_null(), "{j}");
+        let j = held().to_json(&[], json!([]));
+        assert_eq!(j["left_in_redis"], 0);
     }
 }

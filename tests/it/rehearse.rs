@@ -516,6 +516,10 @@ fn bad_flags_exit_2_naming_the_flag() {
         ),
         (vec!["--jwt-secret", "short"], "--jwt-secret"),
         (vec!["--max-refused", "x"], "--max-refused"),
+        // Values whose intervals would not fit a clock: refused, never a panic.
+        (vec!["--connect-rate", "1e-300"], "--connect-rate"),
+        (vec!["--publish-rate", "1e-300"], "--publish-rate"),
+        (vec!["--duration", "1e20"], "--duration"),
         (
             vec!["--json", "/nonexistent-seatboard-dir/r.json"],
             "'--json': cannot write it",

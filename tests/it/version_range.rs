@@ -93,6 +93,29 @@ fn simulate_refuses_a_run_whose_versions_would_pass_2_pow_53() {
     assert_eq!(r.cli(&["DBSIZE"]), "0", "nothing reached Redis");
 }
 
+#[test]
+fn simulate_refuses_a_rate_or_duration_no_clock_can_hold() {
+    let r = RedisServer::start();
+    for (flag, value) in [("--rate", "1e-300"), ("--duration", "1e20")] {
+        let out = seatboard_command()
+            .args([
+                "simulate",
+                "--redis",
+                &r.uri(),
+                "--courses",
+                "2",
+                flag,
+                value,
+            ])
+            .output()
+            .expect("seatboard simulate");
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}");
+        let line = first_line(&out);
+        assert!(line.contains(&format!("'{flag}'")), "{line}");
+    }
+    assert_eq!(r.cli(&["DBSIZE"]), "0", "nothing reached Redis");
+}
+
 fn snap(section: u32, version: u64, seat_info: Option<&str>) -> Snapshot {
     Snapshot::build(
         "CS101".into(),

@@ -33,8 +33,24 @@ impl Gen {
             .filter(|c| c.phase == Phase::Open)
             .flat_map(|c| c.courses.iter().zip(&c.boards))
             .map(|(&course, board)| (course, digest(board)));
+        let mut live = vec![false; self.viewers.len()];
+        for c in self.conns.iter().flatten() {
+            if c.phase == Phase::Open {
+                if let Some(l) = live.get_mut(c.user as usize) {
+                    *l = true;
+                }
+            }
+        }
+        let boards_not_live = self
+            .viewers
+            .iter()
+            .zip(&live)
+            .filter(|(_, &l)| !l)
+            .map(|(v, _)| v.courses.len() as u64)
+            .sum();
         Report {
             error: None,
+            boards_not_live,
             intervals: self.intervals.clone(),
             still_blind: self.viewers.iter().filter_map(|v| v.blind_since).collect(),
             phases: self
