@@ -305,6 +305,59 @@ fn a_node_capped_by_max_connections_fails_and_names_the_refusals() {
 }
 
 #[test]
+fn viewers_not_connected_at_the_end_fail_the_board_check() {
+    // 60 viewers over two nodes, the first capped at what it holds: once the
+    // second is killed, its viewers find no room anywhere and are still
+    // away at the end, while every board still on the first node is true.
+    let d = deployment_with(&["--max-connections", "40"], &[]);
+    let json = temp("gone.json");
+    let mut child = rehearse_command(
+        &d,
+        &["--viewers", "60", "--sse-share", "0", "--duration", "5"],
+        &json,
+    )
+    .spawn()
+    .expect("start rehearse");
+    let split = wait_for(Duration::from_secs(20), || {
+        let on =
+            |i: usize| loadgen::scrape::metric_sum(&d.nodes[i].metrics(), "seatboard_connections");
+        let (a, b) = (on(0), on(1));
+        (a + b == 60.0 && b > 0.0).then_some((a, b))
+    });
+    let mut killed = false;
+    if split.is_some() {
+        d.nodes[1].signal(libc::SIGKILL);
+        killed = true;
+    }
+    let out = child.wait_with_output().expect("rehearse output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        killed,
+        "the nodes never held the 60 viewers; stderr: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    let (a, b) = split.unwrap_or_default();
+    let j = read_json(&json);
+    let gone = j["short"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find(|s| s.starts_with("boards:"))
+        .unwrap_or_else(|| panic!("no boards: sentence with {b} of 60 viewers gone: {j}"));
+    assert!(
+        gone.contains("of viewers not connected at the end"),
+        "{gone}"
+    );
+    assert!(j["correct"].as_f64().unwrap_or(1.0) < 1.0, "{j}");
+    let checked = j["boards"]["checked"].as_u64().unwrap_or(0);
+    assert!(
+        checked >= 60,
+        "every viewer's boards are counted (node A held {a}): {j}"
+    );
+}
+
+#[test]
 fn a_node_whose_redis_link_is_cut_every_second_fails_and_is_named() {
     // The second node reaches Redis through a forwarder the test shuts every
     // second: its pub/sub subscription (and every other link) drops and

@@ -111,7 +111,7 @@ fn simulate_refuses_a_rate_or_duration_no_clock_can_hold() {
             .expect("seatboard simulate");
         assert_eq!(out.status.code(), Some(2), "{flag} {value}");
         let line = first_line(&out);
-        assert!(line.contains(&format!("'{flag}'")), "{line}");
+        assert!(line.contains(&format!("for '{flag}")), "{line}");
     }
     assert_eq!(r.cli(&["DBSIZE"]), "0", "nothing reached Redis");
 }
