@@ -23,6 +23,54 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The text of a missing-flag refusal whose first line names every flag
+/// missing (clap's puts them on the lines after it), with the subcommand's
+/// usage (clap's shows the flags given as if they were required too). None
+/// for any other refusal.
+pub fn missing_flags(e: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if e.kind() != ErrorKind::MissingRequiredArgument {
+        return None;
+    }
+    let missing = match e.get(ContextKind::InvalidArg) {
+        Some(ContextValue::Strings(v)) if !v.is_empty() => v.join(", "),
+        _ => return None,
+    };
+    let usage = match e.get(ContextKind::Usage) {
+        Some(ContextValue::StyledStr(u)) => usage_of(&u.to_string()),
+        _ => None,
+    };
+    let mut text =
+        format!("error: the following required arguments were not provided: {missing}\n");
+    if let Some(u) = usage {
+        text.push('\n');
+        text.push_str(u.trim_end());
+        text.push('\n');
+    }
+    text.push_str("\nFor more information, try '--help'.\n");
+    Some(text)
+}
+
+/// The usage of the (sub)command a usage line of clap's is about: its
+/// words up to the first flag (`Usage: seatboard analytics report ...`).
+fn usage_of(line: &str) -> Option<String> {
+    use clap::CommandFactory;
+    let mut words = line
+        .trim()
+        .strip_prefix("Usage: ")?
+        .split_whitespace()
+        .take_while(|w| !w.starts_with(['-', '<', '[']));
+    let mut cmd = Cli::command();
+    if words.next()? != cmd.get_name() {
+        return None;
+    }
+    cmd.build();
+    for w in words {
+        cmd = cmd.find_subcommand(w)?.clone();
+    }
+    Some(cmd.render_usage().to_string())
+}
+
 /// The subcommands. A negative number is taken as its flag's value, so it
 /// is refused naming that flag (`--viewers -3`), not as an unknown argument.
 #[derive(Subcommand, Debug)]
@@ -30,8 +78,8 @@ pub enum Command {
     /// The realtime hub: WebSocket + HTTP on one port, Redis for pub/sub and presence.
     #[command(allow_negative_numbers = true)]
     Serve(HubArgs),
-    /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis).
-    #[command(allow_negative_numbers = true)]
+    /// The hub on an embedded in-process bus fed by the selection-window simulator (no Redis, no sign-on).
+    #[command(allow_negative_numbers = true, mut_args = hidden_in_demo)]
     Demo(HubArgs),
     /// Publish one snapshot the way the selection API should (state hash compare-and-set, then PUBLISH).
     #[command(disable_version_flag = true, allow_negative_numbers = true)]
@@ -59,6 +107,36 @@ pub enum Command {
     /// One share of a rehearsal's viewers in a process of its own (`rehearse` starts it).
     #[command(name = "__rehearse-viewers", hide = true)]
     RehearseViewers,
+}
+
+/// The flags of `serve` that `demo` takes but ignores (it has no Redis and
+/// always runs with `--auth none`): left out of its help.
+const IGNORED_BY_DEMO: &[&str] = &[
+    "redis",
+    "redis_mode",
+    "pubsub",
+    "redis_ca",
+    "channel_prefix",
+    "state_prefix",
+    "presence_prefix",
+    "analytics_prefix",
+    "jwt_secret",
+    "jwks_url",
+    "jwks_ca",
+    "jwt_public_key",
+    "jwt_issuer",
+    "jwt_audience",
+    "jwt_role_claim",
+    "auth",
+];
+
+/// `arg`, hidden from `demo --help` when `demo` ignores it.
+fn hidden_in_demo(arg: clap::Arg) -> clap::Arg {
+    if IGNORED_BY_DEMO.contains(&arg.get_id().as_str()) {
+        arg.hide(true)
+    } else {
+        arg
+    }
 }
 
 /// `seatboard rehearse` (contract section 9).
@@ -126,6 +204,17 @@ pub struct RehearseArgs {
     /// A self-contained HTML report.
     #[arg(long, env = "SEATBOARD_REHEARSE_REPORT")]
     pub report: Option<std::path::PathBuf>,
+}
+
+/// A selection window id: the rule `/api/history` reads a session by.
+fn session(s: &str) -> Result<String, String> {
+    if crate::history::valid_session(s) {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "{s:?} is not a session id: 1-128 of [A-Za-z0-9_.:-]"
+        ))
+    }
 }
 
 fn share(s: &str) -> Result<f64, String> {
@@ -210,8 +299,8 @@ pub struct HubArgs {
     /// Comma-separated exact origins allowed, `http(s)://host[:port]` (empty: any for Authorization/?token=, the page's own for the cookie).
     #[arg(long, env = "SEATBOARD_ALLOWED_ORIGINS", default_value = "", value_parser = shards::origin::OriginRule::parse)]
     pub allowed_origins: shards::origin::OriginRule,
-    /// Selection window id (for analytics).
-    #[arg(long, env = "SEATBOARD_SESSION", default_value = "default")]
+    /// Selection window id (for analytics), 1-128 of [A-Za-z0-9_.:-].
+    #[arg(long, env = "SEATBOARD_SESSION", default_value = "default", value_parser = session)]
     pub session: String,
     /// Analytics stream key prefix (`/api/history` reads `<prefix><session>`).
     #[arg(long, env = "SEATBOARD_ANALYTICS_PREFIX", default_value = "analytics:")]
@@ -369,12 +458,13 @@ pub struct AnalyticsArgs {
     /// Presence sorted-set prefix (read only).
     #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
     pub presence_prefix: String,
-    /// Selection window id: entries go to `<analytics-prefix><session>`.
+    /// Selection window id, 1-128 of [A-Za-z0-9_.:-]: entries go to `<analytics-prefix><session>`.
     #[arg(
         long,
         env = "SEATBOARD_SESSION",
         default_value = "default",
-        global = true
+        global = true,
+        value_parser = session
     )]
     pub session: String,
     /// Stream key prefix.

@@ -1,7 +1,7 @@
 //! The `seatboard` binary.
 
 use clap::Parser;
-use seatboard::cli::{AuthMode, Cli, Command};
+use seatboard::cli::{Cli, Command};
 use seatboard::cmd::node::{self, Feed};
 use seatboard::logging::{init as logging, usage};
 use std::process::ExitCode;
@@ -13,11 +13,7 @@ fn main() -> ExitCode {
     seatboard::allocator::purge_promptly();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // A refused flag under a unit: into the journal as an error.
-        Err(e) if e.use_stderr() && seatboard::logging::refusal_to_journal(&e.to_string()) => {
-            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
-        }
-        Err(e) => e.exit(),
+        Err(e) => return refused(e),
     };
     let code = run(cli);
     // The last lines (`drained`, a refusal) reach stderr before the exit.
@@ -25,13 +21,25 @@ fn main() -> ExitCode {
     code
 }
 
+/// A command line clap did not take: the refusal on stderr (exit 2), or the
+/// help or version asked for (exit 0).
+fn refused(e: clap::Error) -> ExitCode {
+    // A missing flag: named on the first line.
+    if let Some(text) = seatboard::cli::missing_flags(&e) {
+        seatboard::logging::refusal(&text);
+        return ExitCode::from(2);
+    }
+    // A refused flag under a unit: into the journal as an error.
+    if e.use_stderr() && seatboard::logging::refusal_to_journal(&e.to_string()) {
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+    }
+    e.exit()
+}
+
 fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(args) => node::run(args, Feed::Redis),
-        Command::Demo(mut args) => {
-            args.auth = AuthMode::None;
-            node::run(args, Feed::Demo)
-        }
+        Command::Demo(args) => node::run(args, Feed::Demo),
         Command::Publish(args) => match logging(&args.target.log_level) {
             Ok(()) => seatboard::cmd::publish::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),

@@ -21,9 +21,6 @@ pub fn main(args: AnalyticsArgs) -> ExitCode {
             args.log_level
         ));
     }
-    if args.session.is_empty() {
-        return usage("invalid value '' for '--session': must not be empty");
-    }
     let metrics_addr: Option<std::net::SocketAddr> = match args.metrics.trim() {
         "" => None,
         m => match m.parse() {

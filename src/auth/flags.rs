@@ -1,5 +1,6 @@
 //! The identity-provider flags of `serve` and `demo` (contract §1, §4b).
 
+use super::FlagError;
 use clap::Args;
 use std::path::PathBuf;
 
@@ -27,6 +28,20 @@ pub struct IdpFlags {
 }
 
 impl IdpFlags {
+    /// The `--jwks-ca` bundle, read and checked whether or not a
+    /// `--jwks-url` is given: a bad file is refused before it is needed.
+    pub fn jwks_ca_pem(&self) -> Result<Option<Vec<u8>>, FlagError> {
+        let Some(path) = &self.jwks_ca else {
+            return Ok(None);
+        };
+        let pem = std::fs::read(path).map_err(|source| FlagError::JwksCaUnreadable {
+            path: path.clone(),
+            source,
+        })?;
+        crate::redis::trust_roots(Some(&pem)).map_err(FlagError::JwksCa)?;
+        Ok(Some(pem))
+    }
+
     /// True when a public-key source is configured.
     pub fn any_key(&self) -> bool {
         self.jwks_url.as_deref().is_some_and(|u| !u.is_empty())

@@ -154,18 +154,9 @@ impl Auth {
             Some(path) => vec![verifier::pem_key(path)?],
             None => Vec::new(),
         };
+        let ca = f.jwks_ca_pem()?;
         let jwks = match f.jwks_url.as_deref().filter(|u| !u.is_empty()) {
             Some(url) => {
-                let ca =
-                    match &f.jwks_ca {
-                        Some(p) => Some(std::fs::read(p).map_err(|source| {
-                            FlagError::JwksCaUnreadable {
-                                path: p.clone(),
-                                source,
-                            }
-                        })?),
-                        None => None,
-                    };
                 let target = fetch::Target::parse(url, ca.as_deref())?;
                 Some(Arc::new(refresh::JwksSource::new(target)))
             }

@@ -42,7 +42,7 @@ pub fn run(args: HubArgs, feed: Feed) -> ExitCode {
             args.log_level
         ));
     }
-    let auth = match auth_for(&args, feed == Feed::Demo) {
+    let auth = match auth_for(&args, feed) {
         Ok(a) => a,
         Err(e) => return usage(&e),
     };
@@ -89,18 +89,23 @@ fn config(args: &HubArgs, shards: usize) -> NodeConfig {
     }
 }
 
-fn auth_for(args: &HubArgs, demo: bool) -> Result<Auth, crate::auth::FlagError> {
-    let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
-    match args.auth {
-        AuthMode::Jwt if !demo || secret.is_some() || args.idp.any_key() => {
-            Auth::from_flags(secret.map(str::as_bytes), &args.idp)
+/// How upgrades are authenticated: `serve` as its flags say, `demo` always
+/// with `--auth none`. Without sign-on the node says so in a warning that
+/// no `--log-level` silences.
+fn auth_for(args: &HubArgs, feed: Feed) -> Result<Auth, crate::auth::FlagError> {
+    match (feed, args.auth) {
+        (Feed::Redis, AuthMode::Jwt) => {
+            let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
+            return Auth::from_flags(secret.map(str::as_bytes), &args.idp);
         }
-        // `--auth none`, and `demo` given no key: loud, `demo` included.
-        _ => {
-            tracing::warn!("AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
-            Ok(Auth::None)
+        // A bad file is refused before a `--jwks-url` needs it.
+        (Feed::Redis, AuthMode::None) => {
+            args.idp.jwks_ca_pem()?;
         }
+        (Feed::Demo, _) => {}
     }
+    tracing::warn!(target: crate::logging::LOUD, "AUTH DISABLED (--auth none): anyone can connect as any user and role; never run this in production");
+    Ok(Auth::None)
 }
 
 /// The line a started node prints: the demo's address on stdout, a log line for `serve`.

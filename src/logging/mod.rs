@@ -15,10 +15,12 @@ use std::time::Duration;
 /// (a file or journald gets plain text). Under systemd with stderr the
 /// journal, each line starts with its syslog priority (`<4>` a warning), which
 /// journald files it under. Lines go through the writer thread of [`sink`]: a
-/// stalled or closed stderr drops lines, it never stops a thread.
+/// stalled or closed stderr drops lines, it never stops a thread. Events
+/// with target [`LOUD`] are written at every level, `off` included.
 pub fn init(level: &str) -> Result<(), InitError> {
     bare_targets_refused(level)?;
-    let filter = tracing_subscriber::EnvFilter::try_new(level)?;
+    let filter = tracing_subscriber::EnvFilter::try_new(level)?
+        .add_directive(format!("{LOUD}=warn").parse()?);
     sink::start();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -35,10 +37,19 @@ pub fn init(level: &str) -> Result<(), InitError> {
     Ok(())
 }
 
+/// The target of a warning no `--log-level` silences (`--auth none`), as in
+/// `tracing::warn!(target: LOUD, ...)`: it is written as any other warning
+/// (same line, same journal priority), whatever the level.
+pub const LOUD: &str = "seatboard::loud";
+
 /// Why logging could not be set up: a `--log-level` refused (exit 2, the
 /// caller names the flag) or a second set-up in one process.
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
+    /// No directive at all (`--log-level ''`, `SEATBOARD_LOG=`): a blank
+    /// line of an env file, not a wish to log nothing (that is `off`).
+    #[error("no level given (trace, debug, info, warn, error, off, or target=level)")]
+    Empty,
     /// A bare word that is no level (a typo such as `nope`).
     #[error("'{0}' is no level (trace, debug, info, warn, error, off) and no target=level")]
     NotALevel(String),
@@ -52,8 +63,11 @@ pub enum InitError {
 
 /// A directive that is a bare word but no level (`nope`, `inf`) is a target
 /// name to the filter: every other line would vanish. Such a typo is a bad
-/// value, not a silent log-off.
+/// value, not a silent log-off; so is a value without any directive.
 fn bare_targets_refused(level: &str) -> Result<(), InitError> {
+    if level.split(',').all(|d| d.trim().is_empty()) {
+        return Err(InitError::Empty);
+    }
     const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
     match level.split(',').map(str::trim).find(|d| {
         !d.is_empty() && !d.contains('=') && !LEVELS.contains(&d.to_ascii_lowercase().as_str())
@@ -94,6 +108,14 @@ pub fn line(msg: &str) {
     sink::write_now(format!("{prefix}{msg}\n").as_bytes());
 }
 
+/// Writes a command-line refusal of several lines to stderr, each at error
+/// priority when stderr is the journal ([`refusal_to_journal`]).
+pub fn refusal(text: &str) {
+    if !refusal_to_journal(text) {
+        sink::write_now(text.as_bytes());
+    }
+}
+
 /// Writes a command-line refusal (clap's message, several lines) to stderr
 /// with every line at error priority when stderr is the journal, so
 /// `journalctl -p err` shows the flag it names even on a later line.
@@ -124,13 +146,16 @@ mod tests {
             "off",
             "seatboard=debug,warn",
             "debug, h2=off",
-            "",
         ] {
             assert!(bare_targets_refused(ok).is_ok(), "{ok}");
         }
         for bad in ["nope", "inf", "info,nope", "warning"] {
             let e = bare_targets_refused(bad).expect_err(bad).to_string();
             assert!(e.contains("no level"), "{e}");
+        }
+        for empty in ["", " ", ",", " , "] {
+            let e = bare_targets_refused(empty).expect_err(empty).to_string();
+            assert!(e.contains("no level given"), "{e}");
         }
     }
 

@@ -17,6 +17,7 @@ mod browser;
 mod browser_failover;
 mod client_delivery;
 mod close_codes;
+mod command_line;
 mod compression;
 mod conformance;
 mod demo_board;
