@@ -98,9 +98,12 @@ fn auth_for(args: &HubArgs, feed: Feed) -> Result<Auth, crate::auth::FlagError> 
             let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
             return Auth::from_flags(secret.map(str::as_bytes), &args.idp);
         }
-        // A bad file is refused before a `--jwks-url` needs it.
+        // A bad file or a short secret is refused before `--auth jwt` needs it.
         (Feed::Redis, AuthMode::None) => {
             args.idp.jwks_ca_pem()?;
+            if let Some(s) = args.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
+                crate::auth::check_secret(s.as_bytes())?;
+            }
         }
         (Feed::Demo, _) => {}
     }

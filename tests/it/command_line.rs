@@ -405,3 +405,19 @@ fn demo_help_lists_no_flag_demo_ignores_and_demo_never_signs_on() {
         "no token needed"
     );
 }
+
+#[test]
+fn a_short_secret_is_refused_under_auth_none_too() {
+    let redis = nowhere();
+    let unset = ["SEATBOARD_JWT_SECRET", "SEATBOARD_AUTH"];
+    let l = listen();
+    let base = ["serve", "--listen", &l, "--redis", &redis, "--auth", "none"];
+    let flag: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--jwt-secret", "short"])
+        .collect();
+    refused_naming("flag", run_to_exit(&flag, &[], &unset), "--jwt-secret");
+    let env = [("SEATBOARD_JWT_SECRET", "short")];
+    refused_naming("variable", run_to_exit(&base, &env, &unset), "--jwt-secret");
+}
