@@ -303,6 +303,10 @@ fn run(
 ) {
     let mut series: HashMap<String, Series> = HashMap::new();
     let mut last_error: Option<String> = None;
+    // Since when reads fail: an outage is logged once as it starts and once
+    // as it ends, whatever the texts of its failures (a failed connect, then
+    // "waiting to reconnect" between attempts).
+    let mut failing_since: Option<Instant> = None;
     loop {
         if stop() {
             return;
@@ -322,11 +326,19 @@ fn run(
                     }
                     s.refreshed = Some(Instant::now());
                     last_error = None;
+                    if let Some(t) = failing_since.take() {
+                        tracing::info!(
+                            down_ms = t.elapsed().as_millis() as u64,
+                            session,
+                            "history: XRANGE answers again"
+                        );
+                    }
                 }
                 Err(e) => {
-                    // Its text, shown on the page and logged once while it lasts.
+                    // Its text, shown on the page; the outage logged once.
                     let e = e.to_string();
-                    if last_error.as_deref() != Some(e.as_str()) {
+                    if failing_since.is_none() {
+                        failing_since = Some(Instant::now());
                         tracing::warn!(error = %e, session, "history: XRANGE failed");
                     }
                     history.store(
