@@ -1,6 +1,8 @@
 //! Redis unreachable for the whole run (a listener that accepts every
-//! connection and resets it at once): `serve` keeps reconnecting, and the
-//! outage is logged once, not once per attempt.
+//! connection and resets it at once): `serve` keeps reconnecting, each of
+//! its Redis connections on its own jittered backoff (none on a shared
+//! one-second tick, so no two dial in the same millisecond attempt after
+//! attempt), and the outage is logged once, not once per attempt.
 
 use crate::common::*;
 use std::path::{Path, PathBuf};
@@ -50,6 +52,59 @@ fn attempts_between(redis: &ResettingListener, from: Duration, to: Duration) -> 
         .map(|t| t.duration_since(first))
         .filter(|t| *t >= from && *t < to)
         .collect()
+}
+
+#[test]
+fn every_redis_connection_retries_on_its_own_jittered_schedule() {
+    let redis = ResettingListener::start();
+    let log = log_path("backoff");
+    let sb = serve_against(&redis, &log);
+    assert_eq!(healthz_json(sb.port)["status"], "degraded");
+    // Past the first doublings of the backoff (from 50 ms), where the
+    // connections opened together are still close by construction.
+    let (from, to) = (Duration::from_secs(2), Duration::from_secs(10));
+    let at = attempts_between(&redis, from, to);
+    // Three connections (the pub/sub source's, the state reader's, the
+    // history's) each retry at least every 2 s.
+    assert!(at.len() >= 8, "too few attempts: {at:?}");
+    assert!(
+        at.windows(2)
+            .all(|w| w[1] - w[0] <= Duration::from_millis(2_500)),
+        "a gap past the 2 s cap: {at:?}"
+    );
+    // Connections that retry on a one-second tick dial at the same point of
+    // every second: each attempt of theirs within 10 ms of that phase (here
+    // 12 of 18 attempts, two of them 2 ms apart at each of four ticks). On
+    // jittered schedules the phases spread over the second: 18 of them put
+    // 7 in one 20 ms bin roughly once in 500,000 runs.
+    let phase = |t: &Duration| (t.as_micros() % 1_000_000) as i64;
+    let in_step = at
+        .iter()
+        .map(|a| {
+            at.iter()
+                .filter(|b| {
+                    let d = (phase(a) - phase(b)).rem_euclid(1_000_000);
+                    d.min(1_000_000 - d) <= 10_000
+                })
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    println!(
+        "{} attempts, at most {in_step} at one point of the second: {at:?}",
+        at.len()
+    );
+    assert!(
+        in_step <= 6,
+        "{in_step} attempts at one point of the second: {at:?}"
+    );
+    // Nor do two attempts keep falling within 5 ms of each other.
+    let close = at
+        .windows(2)
+        .filter(|w| w[1] - w[0] < Duration::from_millis(5))
+        .count();
+    assert!(close <= 5, "{close} attempts in step: {at:?}");
+    let _ = std::fs::remove_file(&log);
 }
 
 #[test]
