@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 pub const KEEP: usize = 2880;
 /// How often a tracked session is re-read.
 const REFRESH: Duration = Duration::from_secs(5);
+/// How often the refresher looks for sessions due while Redis answers
+/// (after a failure it waits for its client's next attempt instead).
+const TURN: Duration = Duration::from_secs(1);
 /// A session nobody asked for in this long is no longer tracked.
 const FORGET: Duration = Duration::from_secs(600);
 /// Sessions tracked besides the node's own.
@@ -303,10 +306,15 @@ fn run(
 ) {
     let mut series: HashMap<String, Series> = HashMap::new();
     let mut last_error: Option<String> = None;
+    // Since when reads fail: an outage is logged once as it starts and once
+    // as it ends, whatever the texts of its failures (a failed connect, then
+    // "waiting to reconnect" between attempts).
+    let mut failing_since: Option<Instant> = None;
     loop {
         if stop() {
             return;
         }
+        let mut failed = false;
         let sessions = history.tracked();
         series.retain(|s, _| sessions.contains(s));
         for session in &sessions {
@@ -322,11 +330,19 @@ fn run(
                     }
                     s.refreshed = Some(Instant::now());
                     last_error = None;
+                    if let Some(t) = failing_since.take() {
+                        tracing::info!(
+                            down_ms = t.elapsed().as_millis() as u64,
+                            session,
+                            "history: XRANGE answers again"
+                        );
+                    }
                 }
                 Err(e) => {
-                    // Its text, shown on the page and logged once while it lasts.
+                    // Its text, shown on the page; the outage logged once.
                     let e = e.to_string();
-                    if last_error.as_deref() != Some(e.as_str()) {
+                    if failing_since.is_none() {
+                        failing_since = Some(Instant::now());
                         tracing::warn!(error = %e, session, "history: XRANGE failed");
                     }
                     history.store(
@@ -334,11 +350,14 @@ fn run(
                         render(session, "redis", &s.entries, Some(&e), false),
                     );
                     last_error = Some(e);
+                    failed = true;
                     break;
                 }
             }
         }
-        let _ = wake.recv_timeout(Duration::from_secs(1));
+        // After a failure, the next read is the client's next attempt (its
+        // own jittered backoff), not the next whole second.
+        let _ = wake.recv_timeout(con.next_turn(failed, TURN));
     }
 }
 
@@ -355,6 +374,53 @@ mod tests {
             seats_taken: 1,
             total_seats: 2,
         }
+    }
+
+    #[test]
+    fn after_a_failure_redis_is_dialed_again_on_the_clients_backoff_not_each_second() {
+        use crate::channels::poll::wait_readable;
+        use std::os::fd::AsRawFd;
+        // A "Redis" that takes each connection and closes it at once.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let port = listener.local_addr().expect("addr").port();
+        let redis = Redis::from_flags(&crate::redis::RedisFlags::new(&format!(
+            "redis://127.0.0.1:{port}"
+        )))
+        .expect("flags");
+        let history = Arc::new(History::new("s"));
+        history.running.store(true, Relaxed);
+        let (tx, rx) = crossbeam_channel::bounded::<()>(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let refresher = {
+            let (history, stop) = (Arc::clone(&history), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let con = Commands::new(&redis, "history");
+                run(&history, "a:", &move || stop.load(Relaxed), con, &rx)
+            })
+        };
+        let start = Instant::now();
+        let window = Duration::from_millis(1_500);
+        let mut attempts = Vec::new();
+        while let Some(left) = window.checked_sub(start.elapsed()) {
+            wait_readable(&[listener.as_raw_fd()], left);
+            while let Ok((c, _)) = listener.accept() {
+                attempts.push(start.elapsed());
+                drop(c);
+            }
+        }
+        stop.store(true, Relaxed);
+        drop(tx);
+        refresher.join().expect("refresher");
+        // The client's backoff (25-50 ms, then 50-100, 100-200, 200-400 ...)
+        // makes at least five attempts in 1.5 s; a loop that retries when
+        // its one-second tick comes makes two.
+        assert!(
+            attempts.len() >= 4,
+            "attempts only at the loop's tick: {attempts:?}"
+        );
+        let body: serde_json::Value = serde_json::from_str(&history.answer("s")).expect("json");
+        assert!(body["error"].is_string(), "{body}");
     }
 
     #[test]

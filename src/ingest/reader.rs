@@ -110,7 +110,9 @@ pub fn run<T: StateStore>(
         // After the reads, so neither holds one up.
         if Instant::now() >= next_ping {
             node.metrics.set_redis_rtt(store.ping());
-            next_ping = Instant::now() + PING_EVERY;
+            // While Redis does not answer, the probe is the reconnect: made
+            // when the failed connection's backoff says, not every second.
+            next_ping = Instant::now() + store.next_ping(PING_EVERY);
             // The answers sent since are freed on the ingest thread, which
             // hands their pages back to this thread's heap: returned to the
             // OS here, once a second.

@@ -7,13 +7,14 @@
 //! again only when the client's connection is new or saw a redirect.
 
 use super::scan::{self, Reading};
+use crate::redis::backoff::Backoff;
 use crate::redis::commands::Commands;
 use crate::redis::slots::Addr;
 use crate::redis::{Mode, Redis};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// One round trip as measured: the node it was measured to (`None` for a
 /// standalone Redis), and its seconds (`None`: no answer).
@@ -46,6 +47,13 @@ pub trait StateStore: Send {
     fn scan(&mut self) -> Option<Vec<String>>;
     /// The round trip to each node that holds state, measured now.
     fn ping(&mut self) -> Vec<RoundTrip>;
+    /// How long until the next round-trip probe: `every` while the store's
+    /// connections answer; after a probe that failed to connect, until the
+    /// failed connection's own next attempt (its jittered backoff, capped at
+    /// 2 s), so the probe never redials on a fixed tick.
+    fn next_ping(&self, every: Duration) -> Duration {
+        every
+    }
     /// Forgets any backoff from an outage: Redis is known to answer again.
     fn retry_now(&mut self) {}
     /// Fields of the hashes read since last asked that were past a course's
@@ -70,6 +78,10 @@ pub struct RedisStates {
     /// connection (the cluster connection would retry a silent node, then be
     /// dropped whole).
     pings: HashMap<Addr, ::redis::Connection>,
+    /// The backoff of each primary whose probe connection could not be
+    /// opened (jittered, capped at 2 s like every Redis client's): it is
+    /// dialed again only once that is over, not at every probe.
+    ping_backoff: HashMap<Addr, Backoff>,
     prefix: String,
     /// The courses read since [`StateStore::take_over_cap`] whose hash held
     /// more fields than read, with how many were read.
@@ -83,6 +95,7 @@ impl RedisStates {
             link: Commands::new(redis, "state reads"),
             primaries: Vec::new(),
             pings: HashMap::new(),
+            ping_backoff: HashMap::new(),
             prefix: state_prefix.to_owned(),
             over_cap: Vec::new(),
         }
@@ -91,17 +104,25 @@ impl RedisStates {
     /// PINGs every primary at once, each on its probe connection (opened
     /// first if needed) on a thread of its own, so a silent primary costs
     /// only its own round trip (bounded by the connect and I/O timeouts); a
-    /// connection that fails or stays silent is dropped (opened again next
-    /// time).
+    /// connection that fails or stays silent is dropped, and opened again
+    /// once the node's own backoff (jittered, capped at 2 s) is over.
     fn ping_each(&mut self, nodes: &[Addr]) -> Vec<RoundTrip> {
         let redis = self.link.redis();
         let mut held = std::mem::take(&mut self.pings);
-        let took: Vec<(Option<::redis::Connection>, Option<f64>)> = std::thread::scope(|s| {
+        self.ping_backoff.retain(|a, _| nodes.contains(a));
+        let backoff = &self.ping_backoff;
+        // (its connection if one was held or opened, its round trip, whether it was probed)
+        type Took = (Option<::redis::Connection>, Option<f64>, bool);
+        let took: Vec<Took> = std::thread::scope(|s| {
             let probes: Vec<_> = nodes
                 .iter()
                 .map(|node| {
                     let con = held.remove(node);
-                    s.spawn(move || {
+                    if con.is_none() && backoff.get(node).is_some_and(|b| !b.ready()) {
+                        // Down, and its next attempt is not due yet.
+                        return None;
+                    }
+                    Some(s.spawn(move || {
                         let t = Instant::now();
                         let mut con = con.or_else(|| redis.connect_node(node).ok());
                         let pong = con.as_mut().is_some_and(|c| {
@@ -110,21 +131,29 @@ impl RedisStates {
                                 .is_ok_and(|r| r == "PONG")
                         });
                         let rtt = pong.then(|| t.elapsed().as_secs_f64());
-                        (con.filter(|_| pong), rtt)
-                    })
+                        (con.filter(|_| pong), rtt, true)
+                    }))
                 })
                 .collect();
             probes
                 .into_iter()
-                .map(|p| p.join().unwrap_or((None, None)))
+                .map(|p| match p {
+                    Some(p) => p.join().unwrap_or((None, None, true)),
+                    None => (None, None, false),
+                })
                 .collect()
         });
         nodes
             .iter()
             .zip(took)
-            .map(|(node, (con, rtt))| {
-                if let Some(c) = con {
-                    self.pings.insert(node.clone(), c);
+            .map(|(node, (con, rtt, probed))| {
+                match con {
+                    Some(c) => {
+                        self.ping_backoff.remove(node);
+                        self.pings.insert(node.clone(), c);
+                    }
+                    None if probed => self.ping_backoff.entry(node.clone()).or_default().failed(),
+                    None => {}
                 }
                 (Some(format!("{}:{}", node.0, node.1)), rtt)
             })
@@ -207,6 +236,15 @@ impl StateStore for RedisStates {
         }
     }
 
+    fn next_ping(&self, every: Duration) -> Duration {
+        // Every probe goes through the link first (its mode, its slot map).
+        let link = self.link.next_turn(!self.link.is_connected(), every);
+        self.ping_backoff
+            .values()
+            .map(Backoff::wait)
+            .fold(link, Duration::min)
+    }
+
     fn retry_now(&mut self) {
         self.link.retry_now();
     }
@@ -228,12 +266,14 @@ impl StateStore for RedisStates {
                 self.primaries.clone()
             }
             Ok(None) => {
+                self.ping_backoff.clear();
                 let t = Instant::now();
                 let ok = self.link.query::<String>(&::redis::cmd("PING")).is_ok();
                 return vec![(None, ok.then(|| t.elapsed().as_secs_f64()))];
             }
             Err(_) if !self.primaries.is_empty() => self.primaries.clone(),
             Err(_) => {
+                self.ping_backoff.clear();
                 if self.link.redis().mode() == Some(Mode::Cluster) {
                     self.link.redis().nodes_up.store(0, Relaxed);
                 }
@@ -244,5 +284,56 @@ impl StateStore for RedisStates {
         let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
         self.link.redis().nodes_up.store(up as u64, Relaxed);
         rtt
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::RedisFlags;
+    use std::net::TcpListener;
+
+    /// Whether a connection came to `l` (non-blocking) since the last look.
+    fn dialed(l: &TcpListener) -> bool {
+        let mut any = false;
+        while let Ok((c, _)) = l.accept() {
+            any = true;
+            drop(c);
+        }
+        any
+    }
+
+    #[test]
+    fn a_primary_whose_probe_failed_is_dialed_again_only_when_its_backoff_says() {
+        // A primary that takes each connection and closes it: every probe fails.
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        l.set_nonblocking(true).expect("nonblocking");
+        let port = l.local_addr().expect("addr").port();
+        let redis = Redis::from_flags(&RedisFlags::new(&format!("redis://127.0.0.1:{port}")))
+            .expect("flags");
+        let mut store = RedisStates::new(&redis, "s:");
+        let node: Addr = ("127.0.0.1".into(), port);
+        let nodes = [node.clone()];
+        assert_eq!(store.ping_each(&nodes)[0].1, None);
+        assert!(dialed(&l), "the first probe dials");
+        // Failed more: its next attempt is far (at least 800 ms) off.
+        let b = store.ping_backoff.get_mut(&node).expect("a backoff");
+        for _ in 0..5 {
+            b.failed();
+        }
+        assert!(!b.ready());
+        assert_eq!(store.ping_each(&nodes)[0].1, None);
+        assert!(!dialed(&l), "dialed again before its backoff was over");
+        // The link failed too: the reader's next probe is when a failed
+        // connection's backoff is over (at most 2 s off), not its tick.
+        assert!(store.link.query::<String>(&::redis::cmd("PING")).is_err());
+        dialed(&l);
+        let probe = store.ping_backoff[&node].wait();
+        let next = store.next_ping(Duration::from_secs(60));
+        assert!(next <= Duration::from_secs(2), "{next:?}");
+        assert!(next <= probe, "{next:?} after the probe's {probe:?}");
+        // A node no longer probed is forgotten.
+        store.ping_each(&[]);
+        assert!(store.ping_backoff.is_empty());
     }
 }

@@ -33,6 +33,9 @@ pub const UNREMOVED_MAX: usize = 10_000;
 /// commands that came with it, see [`GATHER_MS`], are handled.)
 pub const LEAVE_WINDOW_MS: u64 = 20;
 
+/// The shortest wait before the members are written again after a failure.
+const RETRY_MIN_MS: u64 = 10;
+
 /// Errors from a store (Redis down); the worker counts and retries.
 pub type StoreResult<T> = Result<T, StoreError>;
 
@@ -55,6 +58,13 @@ pub trait PresenceStore: Send {
     fn remove(&mut self, members: &Members) -> StoreResult<()>;
     /// Trims expired members and counts the rest, per course, in one round trip.
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>>;
+    /// After a call failed, how long until the store's connection makes its
+    /// next attempt (its own jittered backoff, capped at 2 s); `None` for a
+    /// store that keeps no backoff (the members are then written again at
+    /// the next presence tick).
+    fn retry_in(&self) -> Option<Duration> {
+        None
+    }
     /// Total unexpired members and at most `limit` of their ids.
     fn roster(
         &mut self,
@@ -109,6 +119,12 @@ pub struct Worker<P: PresenceStore> {
     extra: Vec<Arc<str>>,
     /// Members whose write failed: rewritten on the next refresh.
     dirty: bool,
+    /// After a failure, when the store's connection makes its next attempt
+    /// (Unix ms): the refresh that rewrites the members is made then, so
+    /// the node reconnects on the connection's own jittered schedule, not
+    /// on the presence tick (longer than the 2 s cap by default, and the
+    /// same period on every node).
+    retry_ms: Option<u64>,
     /// Members who left while their removal failed (bounded by
     /// [`UNREMOVED_MAX`]): removed again with the next refresh.
     unremoved: HashSet<Member>,
@@ -209,6 +225,7 @@ impl<P: PresenceStore> Worker<P> {
             count_all: false,
             extra: Vec::new(),
             dirty: false,
+            retry_ms: None,
             unremoved: HashSet::default(),
             adds: HashSet::default(),
             removes: HashSet::default(),
@@ -216,9 +233,15 @@ impl<P: PresenceStore> Worker<P> {
         }
     }
 
-    fn failed(&mut self, what: &str, e: StoreError) {
+    fn failed(&mut self, what: &str, e: StoreError, now_ms: u64) {
         self.metrics.presence_errors.fetch_add(1, Relaxed);
         self.dirty = true;
+        // Never at once: a store that fails without backing off is not
+        // retried in a busy loop.
+        self.retry_ms = self
+            .store
+            .retry_in()
+            .map(|d| now_ms + (d.as_millis() as u64).max(RETRY_MIN_MS));
         tracing::debug!(error = %e, "presence {what} failed");
     }
 
@@ -246,7 +269,7 @@ impl<P: PresenceStore> Worker<P> {
                 let frame = match self.store.roster(&course, now_ms, ROSTER_LIMIT) {
                     Ok((total, ids)) => server_msg::roster(&course, total, &ids),
                     Err(e) => {
-                        self.failed("roster", e);
+                        self.failed("roster", e, now_ms);
                         server_msg::presence_unreachable()
                     }
                 };
@@ -326,7 +349,7 @@ impl<P: PresenceStore> Worker<P> {
     /// grouped by course.
     fn write_all(&mut self, now_ms: u64) {
         self.write_adds(now_ms);
-        self.write_removes();
+        self.write_removes(now_ms);
     }
 
     /// Writes the new members waiting in one round trip: one `ZADD` of all
@@ -337,20 +360,20 @@ impl<P: PresenceStore> Worker<P> {
         }
         let adds = take_waiting(&mut self.adds);
         if let Err(e) = self.store.add(&adds, self.expiry(now_ms)) {
-            self.failed("add", e);
+            self.failed("add", e, now_ms);
         }
     }
 
     /// Writes the removals waiting in one round trip: one `ZREM` of all its
     /// members gone per course. Those that failed wait for the next refresh.
-    fn write_removes(&mut self) {
+    fn write_removes(&mut self, now_ms: u64) {
         self.writes_due_ms = None;
         if self.removes.is_empty() {
             return;
         }
         let gone = take_waiting(&mut self.removes);
         if let Err(e) = self.store.remove(&gone) {
-            self.failed("remove", e);
+            self.failed("remove", e, now_ms);
             let room = UNREMOVED_MAX.saturating_sub(self.unremoved.len());
             self.unremoved.extend(gone.into_iter().take(room));
         }
@@ -366,13 +389,13 @@ impl<P: PresenceStore> Worker<P> {
         if !self.members.is_empty() {
             let members = by_course(self.members.keys().cloned().collect());
             if let Err(e) = self.store.refresh(&members, expiry) {
-                return self.failed("refresh", e);
+                return self.failed("refresh", e, now_ms);
             }
         }
         if !self.unremoved.is_empty() {
             let gone = by_course(self.unremoved.iter().cloned().collect());
             if let Err(e) = self.store.remove(&gone) {
-                return self.failed("remove", e);
+                return self.failed("remove", e, now_ms);
             }
             self.unremoved = HashSet::default();
         }
@@ -394,7 +417,7 @@ impl<P: PresenceStore> Worker<P> {
         let started = Instant::now();
         let counts = match self.store.count(&courses, now_ms) {
             Ok(c) => c,
-            Err(e) => return self.failed("count", e),
+            Err(e) => return self.failed("count", e, now_ms),
         };
         self.metrics
             .presence_pipeline
@@ -409,17 +432,27 @@ impl<P: PresenceStore> Worker<P> {
     }
 
     /// Runs what is due at `now_ms`: the write of the removals waiting (see
-    /// [`LEAVE_WINDOW_MS`]), the re-score of every member each TTL/2 (sooner,
-    /// at the next count tick, after a failed write), and the count each
-    /// presence tick (after the waiting removals are written).
+    /// [`LEAVE_WINDOW_MS`]), the re-score of every member each TTL/2 (sooner
+    /// after a failed write: at the store connection's next attempt, or at
+    /// the next count tick for a store without a backoff), and the count
+    /// each presence tick (after the waiting removals are written).
     pub fn handle_timeout(&mut self, now_ms: u64) {
         // A wall clock stepped back must not stall the ticks.
         let (tick, every) = (self.timing.tick_ms, self.timing.refresh_ms());
         self.next_count_ms = self.next_count_ms.min(now_ms + tick);
         self.next_refresh_ms = self.next_refresh_ms.min(now_ms + every);
+        let cap = crate::redis::backoff::BACKOFF_CAP.as_millis() as u64;
+        self.retry_ms = self.retry_ms.map(|at| at.min(now_ms + cap));
+        if !self.dirty {
+            // Nothing left to write again.
+            self.retry_ms = None;
+        }
         let count_due = now_ms >= self.next_count_ms;
-        if now_ms >= self.next_refresh_ms || (self.dirty && count_due) {
+        let retry_due = self.retry_ms.is_some_and(|at| now_ms >= at);
+        if now_ms >= self.next_refresh_ms || (self.dirty && (count_due || retry_due)) {
             self.next_refresh_ms = now_ms + every;
+            // Set again by a failure of this refresh.
+            self.retry_ms = None;
             self.refresh(now_ms);
         }
         if count_due || self.writes_due_ms.is_some_and(|at| now_ms >= at) {
@@ -434,6 +467,7 @@ impl<P: PresenceStore> Worker<P> {
     /// When [`Worker::handle_timeout`] is next due (Unix ms).
     pub fn poll_timeout(&self) -> u64 {
         let due = self.next_count_ms.min(self.next_refresh_ms);
+        let due = self.retry_ms.map_or(due, |at| at.min(due));
         self.writes_due_ms.map_or(due, |at| at.min(due))
     }
 }

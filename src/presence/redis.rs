@@ -13,6 +13,7 @@ use crate::redis::commands::Commands;
 use crate::redis::{Error, Redis};
 use redis::{Cmd, FromRedisValue};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Where the store's commands go and the clock its key TTLs are read from:
 /// the shared command client and the wall clock in `serve`, a simulated
@@ -24,6 +25,11 @@ pub trait PresenceLink: Send {
     fn pipeline<T: FromRedisValue + 'static>(&mut self, cmds: &[Cmd]) -> Result<T, Error>;
     /// Now, Unix ms (the clock of the scores).
     fn unix_ms(&self) -> u64;
+    /// How long until the link's next attempt after a call failed (see
+    /// [`PresenceStore::retry_in`]); `None` for a link that keeps no backoff.
+    fn retry_in(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl PresenceLink for Commands {
@@ -35,6 +41,9 @@ impl PresenceLink for Commands {
     }
     fn unix_ms(&self) -> u64 {
         crate::clock::unix_ms()
+    }
+    fn retry_in(&self) -> Option<Duration> {
+        Some(Commands::retry_in(self))
     }
 }
 
@@ -135,6 +144,10 @@ fn trim(key: &[u8], now_ms: u64) -> Cmd {
 }
 
 impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
+    fn retry_in(&self) -> Option<Duration> {
+        self.link.retry_in()
+    }
+
     fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
         if members.is_empty() {
             return Ok(());

@@ -9,6 +9,8 @@ use std::sync::Mutex;
 struct Calls {
     log: Vec<String>,
     down: bool,
+    /// While down, when the store's connection makes its next attempt.
+    retry_in: Option<Duration>,
 }
 
 /// What the fake store fails with while down.
@@ -27,6 +29,10 @@ fn listed(members: &Members) -> String {
 }
 
 impl PresenceStore for Fake {
+    fn retry_in(&self) -> Option<Duration> {
+        let c = self.0.lock().unwrap();
+        c.retry_in.filter(|_| c.down)
+    }
     fn add(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
         let mut c = self.0.lock().unwrap();
         c.log.push(format!("add {} {expiry_ms}", listed(members)));
@@ -278,6 +284,35 @@ fn a_failed_write_is_repaired_at_the_next_count_tick() {
     // Repaired: the following tick only counts.
     r.w.handle_timeout(T0 + 2 * TICK);
     assert_eq!(r.log(), [format!("count 1 {}", T0 + 2 * TICK)]);
+}
+
+#[test]
+fn a_failed_write_is_made_again_at_the_stores_next_attempt_not_on_the_tick() {
+    let mut r = rig();
+    {
+        let mut c = r.calls.lock().unwrap();
+        c.down = true;
+        c.retry_in = Some(Duration::from_millis(700));
+    }
+    r.join("C", "u1", T0);
+    assert_eq!(r.log(), [format!("add C u1 {}", T0 + TTL)]);
+    // The worker wakes at the connection's own next attempt, well before
+    // the presence tick, and not sooner.
+    assert_eq!(r.w.poll_timeout(), T0 + 700);
+    r.w.handle_timeout(T0 + 500);
+    assert!(r.log().is_empty());
+    // Still down: the attempt is made, and the next one is the backoff's.
+    r.calls.lock().unwrap().retry_in = Some(Duration::from_millis(1_300));
+    r.w.handle_timeout(T0 + 700);
+    assert_eq!(r.log(), [format!("refresh 1 {}", T0 + 700 + TTL)]);
+    assert_eq!(r.w.poll_timeout(), T0 + 2_000);
+    // Back: the members are written at that attempt, then the tick counts.
+    r.calls.lock().unwrap().down = false;
+    r.w.handle_timeout(T0 + 2_000);
+    assert_eq!(r.log(), [format!("refresh 1 {}", T0 + 2_000 + TTL)]);
+    assert_eq!(r.w.poll_timeout(), T0 + TICK);
+    r.w.handle_timeout(T0 + TICK);
+    assert_eq!(r.log(), [format!("count 1 {}", T0 + TICK)]);
 }
 
 #[test]

@@ -349,6 +349,20 @@ impl Commands {
         }
     }
 
+    /// How long a loop that uses this client every `every` waits for its
+    /// next turn: after a turn whose call `failed`, until this client's own
+    /// next attempt ([`Commands::retry_in`]: its jittered backoff, capped at
+    /// 2 s), so its reconnects keep their jitter instead of falling on the
+    /// loop's tick (in step with every other client on the same tick, and
+    /// with every node that lost Redis at the same moment); else `every`.
+    pub fn next_turn(&self, failed: bool, every: Duration) -> Duration {
+        if failed {
+            self.retry_in()
+        } else {
+            every
+        }
+    }
+
     /// Whether a connection is currently held.
     pub fn is_connected(&self) -> bool {
         self.con.is_some()

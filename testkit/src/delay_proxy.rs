@@ -439,7 +439,7 @@ impl Link {
 }
 
 /// Makes the socket's close send a reset rather than a FIN.
-fn set_linger_zero(s: &TcpStream) {
+pub fn set_linger_zero(s: &TcpStream) {
     let l = libc::linger {
         l_onoff: 1,
         l_linger: 0,

@@ -5,7 +5,7 @@
 //! board (`common`), Redis Cluster (`cluster_util`), latency between a process
 //! and Redis (`delay_proxy`), HAProxy on the shipped
 //! configuration (`lb`), tokens and a JWKS server (`jwt_util`), certificates
-//! (`tls_util`), and the
+//! (`tls_util`), a listener that resets every connection (`resetting`), and the
 //! selection-API stand-in that publishes and remembers (`publish`).
 
 pub mod cluster_util;
@@ -17,6 +17,7 @@ pub mod lb;
 pub mod proc;
 pub mod publish;
 pub mod relay;
+pub mod resetting;
 pub mod tls_util;
 pub use loadgen::scrape;
 pub mod wait;

@@ -43,6 +43,7 @@ mod pinning;
 mod publishing_docs;
 mod reconcile;
 mod reconcile_tls;
+mod redis_backoff;
 mod redis_cluster;
 mod redis_cluster_tls;
 mod redis_dial;

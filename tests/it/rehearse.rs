@@ -311,7 +311,7 @@ fn viewers_not_connected_at_the_end_fail_the_board_check() {
     // away at the end, while every board still on the first node is true.
     let d = deployment_with(&["--max-connections", "40"], &[]);
     let json = temp("gone.json");
-    let mut child = rehearse_command(
+    let child = rehearse_command(
         &d,
         &["--viewers", "60", "--sse-share", "0", "--duration", "5"],
         &json,
