@@ -11,13 +11,19 @@ use crate::sse_event;
 use crate::ws_codec::deflated_frame;
 use bytes::Bytes;
 use foldhash::{HashMap, HashMapExt};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 /// The most sections a course holds (contract §2: a university's largest
 /// course has a few hundred); past it a new section is rejected
 /// (`too_many_sections`), however large the state hash.
 pub const MAX_SECTIONS: usize = 4096;
+
+/// The most presence batches a course keeps its own joins and leaves of
+/// while no count covers them (a presence store that stopped answering, a
+/// reconnect storm within one presence tick); past it the two oldest merge
+/// (see [`Course::note_presence`]).
+const PENDING_MAX: usize = 1024;
 
 /// A viewer of a course, with whether it missed a frame and is owed a full
 /// one, and the count it was last sent.
@@ -59,7 +65,15 @@ pub(crate) struct Course {
     pub seeded: bool,
     /// Watchers waiting for the seed before their full-frame answer.
     pub awaiting_seed: Vec<ConnId>,
-    /// Last global presence count broadcast to this course's viewers.
+    /// The last global count the presence layer sent (`None`: none yet).
+    pub global: Option<u64>,
+    /// This shard's joins (+1) and leaves (-1) of the course that `global`
+    /// cannot include yet, summed per presence batch (the batch they go to
+    /// the presence layer in), oldest batch first.
+    pending: VecDeque<(u64, i32)>,
+    /// The sum of `pending`.
+    pending_net: i64,
+    /// Last presence count broadcast to this course's viewers.
     pub presence: Option<u64>,
     /// That count's message, encoded once, resent to a viewer that heals.
     pub presence_msg: Option<Bytes>,
@@ -91,6 +105,9 @@ impl Course {
             pacer: FramePacer::default(),
             seeded: false,
             awaiting_seed: Vec::new(),
+            global: None,
+            pending: VecDeque::new(),
+            pending_net: 0,
             presence: None,
             presence_msg: None,
             presence_mixed: false,
@@ -169,14 +186,68 @@ impl Course {
         f
     }
 
-    /// The count that goes with a whole board (a watch answer, a heal): the
-    /// presence layer's, or this shard's own distinct users when none came
-    /// yet or they are more, with its message. Showing another number than
-    /// `presence` marks the course mixed, so the next count from the
+    /// Notes a join (`+1`) or leave (`-1`) of this shard's users, sent to
+    /// the presence layer in batch `batch`: the counts that come before that
+    /// batch is applied cannot include it. Past [`PENDING_MAX`] batches the
+    /// two oldest merge under the later number: a count that covers the
+    /// older one only then keeps both (an error of a few viewers, until the
+    /// next count, and only after that many batches without any count).
+    pub fn note_presence(&mut self, batch: u64, delta: i32) {
+        self.pending_net += i64::from(delta);
+        if let Some((b, n)) = self.pending.back_mut() {
+            if *b == batch {
+                *n += delta;
+                return;
+            }
+        }
+        if self.pending.len() >= PENDING_MAX {
+            if let Some((_, n)) = self.pending.pop_front() {
+                if let Some((_, next)) = self.pending.front_mut() {
+                    *next += n;
+                }
+            }
+        }
+        self.pending.push_back((batch, delta));
+    }
+
+    /// Takes a global count from the presence layer, read after it had
+    /// applied this shard's batches up to `applied`: the joins and leaves of
+    /// those batches are in it now.
+    pub fn settle_presence(&mut self, viewers: u64, applied: u64) {
+        self.global = Some(viewers);
+        while let Some(&(b, n)) = self.pending.front() {
+            if b > applied {
+                break;
+            }
+            self.pending_net -= i64::from(n);
+            self.pending.pop_front();
+        }
+        // A storm's table is not kept for the quiet hours after it.
+        if self.pending.is_empty() && self.pending.capacity() > 64 {
+            self.pending = VecDeque::new();
+        }
+    }
+
+    /// The distinct users watching now, as far as this shard can tell: the
+    /// last global count with this shard's joins and leaves it cannot
+    /// include yet, and never fewer than this shard's own distinct users.
+    /// A join of a user who already watches elsewhere (another tab on
+    /// another shard or node) is counted once more than it should be, and
+    /// a leave of one who still watches elsewhere once less, until the next
+    /// count, which has each user once.
+    pub fn viewers_now(&self) -> u64 {
+        let global = i64::try_from(self.global.unwrap_or(0)).unwrap_or(i64::MAX);
+        let estimate = u64::try_from(global.saturating_add(self.pending_net)).unwrap_or(0);
+        estimate.max(self.users.len() as u64)
+    }
+
+    /// The count that goes with a whole board (a watch answer, a heal):
+    /// [`Course::viewers_now`], with its message. Showing another number
+    /// than `presence` marks the course mixed, so the next count from the
     /// presence layer is offered to every viewer (each gets it only if it
     /// differs from what that viewer was shown).
     pub fn count_with_board(&mut self) -> (u64, Bytes) {
-        let viewers = self.presence.unwrap_or(0).max(self.users.len() as u64);
+        let viewers = self.viewers_now();
         if self.presence == Some(viewers) {
             if let Some(m) = &self.presence_msg {
                 return (viewers, m.clone());

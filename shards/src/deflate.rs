@@ -213,11 +213,17 @@ impl std::error::Error for InflateError {}
 /// Inflates one client message (its frames' payloads joined) with a fresh
 /// inflater: more than `limit` bytes out is `TooBig` (the work stops there, so
 /// a zip bomb costs `limit` bytes), data that does not inflate is `Corrupt`.
+///
+/// The message must end a deflate stream with its own bytes, or, with the
+/// tail of RFC 7692 (`00 00 ff ff`) put back, stop at a block boundary: data
+/// cut inside a block (never reaching the end of it, or reaching it only by
+/// the tail's bits) is `Corrupt`, not inflated as far as it goes.
 pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, InflateError> {
     let mut inflater = Decompress::new(false);
     // One byte of room past the limit tells "exactly the limit" from "more".
     let mut out = Vec::with_capacity(limit + 1);
-    for input in [compressed, &SYNC_TAIL[..]] {
+    let mut ended = false;
+    for (tail, input) in [(false, compressed), (true, &SYNC_TAIL[..])] {
         let mut pos = 0;
         loop {
             let (in0, out0) = (inflater.total_in(), out.len());
@@ -228,7 +234,17 @@ pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Infla
             if out.len() > limit {
                 return Err(InflateError::TooBig);
             }
-            if status == Status::StreamEnd || pos == input.len() {
+            if status == Status::StreamEnd {
+                if tail && !ended {
+                    // The final block ended only with the tail's zero bits
+                    // (they read as its end-of-block code): it was cut, and
+                    // what came out is a part of the message.
+                    return Err(InflateError::Corrupt);
+                }
+                ended = true;
+                break;
+            }
+            if pos == input.len() {
                 break;
             }
             if inflater.total_in() == in0 && out.len() == out0 {
@@ -237,7 +253,34 @@ pub fn inflate_message(compressed: &[u8], limit: usize) -> Result<Vec<u8>, Infla
             }
         }
     }
+    if !ended {
+        at_block_boundary(&mut inflater, &mut out)?;
+    }
     Ok(out)
+}
+
+/// An empty final block (fixed codes, just the end-of-block code): what a
+/// deflater writes to finish a stream with nothing more in it.
+const FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
+
+/// Whether an inflater that took all of a message and the tail stopped at a
+/// block boundary. flate2 does not tell (zlib's `data_type` is not exposed),
+/// so it is asked to end the stream with an empty final block: at a
+/// boundary (the tail's empty stored block leaves the bits byte-aligned)
+/// those two bytes end it with no output; inside a block they are read as
+/// more of that block (its codes, a stored block's bytes or length), which
+/// does not end the stream cleanly.
+fn at_block_boundary(inflater: &mut Decompress, out: &mut Vec<u8>) -> Result<(), InflateError> {
+    let (in0, out0) = (inflater.total_in(), out.len());
+    let status = inflater
+        .decompress_vec(&FINAL_BLOCK, out, FlushDecompress::Finish)
+        .map_err(|_| InflateError::Corrupt)?;
+    let took = inflater.total_in() - in0;
+    if status != Status::StreamEnd || out.len() != out0 || took != FINAL_BLOCK.len() as u64 {
+        out.truncate(out0);
+        return Err(InflateError::Corrupt);
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -405,5 +448,76 @@ mod tests {
             inflate_message(&[0xff, 0xff, 0xff], 4096),
             Err(InflateError::Corrupt)
         );
+    }
+
+    /// `text` as one final block (a deflater finishing the stream).
+    fn finished(text: &[u8]) -> Vec<u8> {
+        let mut c = Compress::new(Compression::new(6), false);
+        let mut out = Vec::with_capacity(text.len() + 64);
+        c.compress_vec(text, &mut out, FlushCompress::Finish)
+            .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_message_cut_inside_a_block_does_not_inflate() {
+        let text = br#"{"op":"watch","course":"CS101"}                         "#;
+        // Whole, ending in a final block: it inflates (the tail is not needed).
+        let whole = finished(text);
+        assert_eq!(inflate_message(&whole, 4096).unwrap(), text);
+        // Cut anywhere: the block does not end with the message's bytes
+        // (the tail's zero bits may read as its end-of-block code: that is
+        // no end either).
+        for keep in 1..whole.len() {
+            assert_eq!(
+                inflate_message(&whole[..keep], 4096),
+                Err(InflateError::Corrupt),
+                "{keep} bytes kept"
+            );
+        }
+        // A sync-flushed message cut anywhere before its last block ended.
+        let mut c = Compress::new(Compression::new(6), false);
+        let mut synced = Vec::with_capacity(256);
+        let long = br#"{"op":"watch","course":"ABCDEFGHIJABCDEFGHIJABCDEFGHIJABCDEFGHIJ"}"#;
+        c.compress_vec(long, &mut synced, FlushCompress::Sync)
+            .unwrap();
+        assert!(synced.ends_with(&SYNC_TAIL));
+        synced.truncate(synced.len() - SYNC_TAIL.len());
+        assert_eq!(inflate_message(&synced, 4096).unwrap(), long);
+        // Cut inside the data block: never a part of the message.
+        for keep in 1..synced.len() {
+            let r = inflate_message(&synced[..keep], 4096);
+            assert!(r == Err(InflateError::Corrupt), "{keep} bytes kept: {r:?}");
+        }
+        assert_eq!(
+            inflate_message(&synced[..synced.len() / 2], 4096),
+            Err(InflateError::Corrupt)
+        );
+        // A final block sent as RFC 7692 has it (an empty stored block
+        // appended, its last four bytes removed: one 0x00 after the block).
+        let mut with_zero = whole.clone();
+        with_zero.push(0x00);
+        assert_eq!(inflate_message(&with_zero, 4096).unwrap(), text);
+        // A stored block with its length but not all its bytes.
+        let mut stored = vec![0x00, 5, 0, !5, 0xff];
+        stored.extend_from_slice(b"ab");
+        assert_eq!(inflate_message(&stored, 4096), Err(InflateError::Corrupt));
+        // Empty: the tail alone is an empty stored block, at a boundary.
+        assert_eq!(inflate_message(&[0x00], 4096).unwrap(), b"");
+        // Whole sync-flushed messages inflate at every level (stored,
+        // fixed and dynamic blocks), in one flush or several.
+        let texts: [&[u8]; 3] = [b"x", long, &[b'q'; 3000]];
+        for level in 0..=9 {
+            for text in texts {
+                let mut c = Compress::new(Compression::new(level), false);
+                let mut m = Vec::with_capacity(text.len() + 128);
+                let (a, b) = text.split_at(text.len() / 2);
+                c.compress_vec(a, &mut m, FlushCompress::Sync).unwrap();
+                c.compress_vec(b, &mut m, FlushCompress::Sync).unwrap();
+                assert!(m.ends_with(&SYNC_TAIL));
+                m.truncate(m.len() - SYNC_TAIL.len());
+                assert_eq!(inflate_message(&m, 4096).unwrap(), text, "level {level}");
+            }
+        }
     }
 }

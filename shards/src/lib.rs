@@ -41,5 +41,5 @@ pub use conn::{ConnId, Role, Transport, WsOptions};
 pub use course::MAX_SECTIONS;
 pub use gate::Gate;
 pub use server_frame::{read_server_frame, FrameError, ServerFrame};
-pub use shard::{Action, AdminMsg, Reading, Shard, ShardConfig, ShardStats};
+pub use shard::{Action, AdminMsg, Counts, Reading, Shard, ShardConfig, ShardStats};
 pub use snapshot::{Reject, Snapshot};

@@ -44,6 +44,10 @@ pub use admin_feed::{AdminMsg, ADMIN_QUEUE_BYTES};
 /// send each would take.
 pub const JOIN_MAX: usize = 16 * 1024;
 
+/// The presence layer's global viewer counts, (course, count) sorted by
+/// course, shared by every shard of the node.
+pub type Counts = Arc<Vec<(Arc<str>, u64)>>;
+
 /// Courses one connection may watch.
 pub const MAX_COURSES_PER_CONN: usize = 32;
 
@@ -86,8 +90,11 @@ pub enum Action {
     /// The shard's first viewer of a course arrived (`true`) or its last left.
     Interest { course: Arc<str>, watching: bool },
     /// A user's first connection on this shard started watching a course.
+    /// It goes to the presence layer in batch [`Shard::presence_batch`]
+    /// (as it is when the action is taken).
     PresenceJoin { course: Arc<str>, user: Arc<str> },
-    /// A user's last connection on this shard stopped watching a course.
+    /// A user's last connection on this shard stopped watching a course;
+    /// batch as for [`Action::PresenceJoin`].
     PresenceLeave { course: Arc<str>, user: Arc<str> },
     /// An admin asked for a course's roster; answer with [`Shard::deliver`].
     Roster { conn: ConnId, course: Arc<str> },
@@ -178,6 +185,12 @@ pub struct Shard {
     /// Bumped by each event that can end a connection's wait for a seed (a
     /// seed, an unwatch, and so a disconnect): see [`Shard::wait_ends`].
     wait_ends: u64,
+    /// The number of the presence batch the joins and leaves queued now go
+    /// out in (see [`Shard::presence_batch`]).
+    presence_batch: u64,
+    /// The presence layer's last counts, sorted by course: a course new
+    /// here starts from its count (see [`Shard::handle_counts`]).
+    counts: Option<Counts>,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -212,6 +225,8 @@ impl Shard {
             cuts: VecDeque::new(),
             now_ms: 0,
             wait_ends: 0,
+            presence_batch: 1,
+            counts: None,
         }
     }
 

@@ -7,7 +7,7 @@ use crate::adapter::{self, Link, ReadRequest, SimSource, SourceEvent, SubCmd};
 use crate::presence::{Sets, SimLink};
 use crossbeam_channel::{unbounded, Receiver};
 use seatboard::channels::wake::IngestRx;
-use seatboard::channels::{Control, Inbox, IngestCmd, Outlet, PresenceCmd};
+use seatboard::channels::{BatchTag, Control, Inbox, IngestCmd, Outlet, PresenceCmd};
 use seatboard::ingest::Ingest;
 use seatboard::metrics::Metrics;
 use seatboard::presence::redis::RedisPresence;
@@ -237,18 +237,21 @@ impl Node {
                         Control::Seed { course, sections } => {
                             shard.handle_seed(&course, &sections, now)
                         }
-                        Control::Presence(counts) => {
-                            for (course, n) in counts.iter() {
-                                shard.handle_presence(course, *n);
-                            }
+                        Control::Presence { counts, applied } => {
+                            shard.handle_counts(&counts, applied)
                         }
                         Control::Roster { conn, frame } => shard.deliver(conn, frame),
                         Control::Admin(msg) => shard.handle_admin(&msg),
                         Control::Drain | Control::CloseAll | Control::Probe | Control::Stop => {}
                     }
                 }
+                let round = joins.len();
                 while let Some(a) = shard.poll_action() {
                     moved = true;
+                    let from = BatchTag {
+                        shard: i,
+                        batch: shard.presence_batch(),
+                    };
                     match a {
                         Action::Interest { course, watching } => {
                             let gate = if watching { shard.gate(&course) } else { None };
@@ -261,10 +264,10 @@ impl Node {
                             self.ingest.command(cmd, now);
                         }
                         Action::PresenceJoin { course, user } => {
-                            joins.push(PresenceCmd::Join { course, user })
+                            joins.push(PresenceCmd::Join { course, user, from })
                         }
                         Action::PresenceLeave { course, user } => {
-                            joins.push(PresenceCmd::Leave { course, user })
+                            joins.push(PresenceCmd::Leave { course, user, from })
                         }
                         Action::Roster { .. } => {}
                         Action::AdminFeed { connected } => {
@@ -279,6 +282,11 @@ impl Node {
                     }
                 }
                 while shard.poll_ready().is_some() {}
+                // This shard's joins and leaves go to the worker below, as
+                // one batch.
+                if joins.len() > round {
+                    shard.presence_batch_sent();
+                }
             }
             // What the shards' round reported goes to the worker as one batch.
             if !joins.is_empty() {

@@ -33,8 +33,15 @@ pub enum Control {
         /// Every known section.
         sections: Vec<Arc<Snapshot>>,
     },
-    /// Global viewer counts of courses.
-    Presence(Arc<Vec<(Arc<str>, u64)>>),
+    /// Global viewer counts of courses (sorted by course), shared by every
+    /// shard.
+    Presence {
+        /// The counts.
+        counts: shards::Counts,
+        /// The last of this shard's presence batches ([`BatchTag`]) the
+        /// presence worker had applied to its store before it read them.
+        applied: u64,
+    },
     /// A roster reply for one connection.
     Roster {
         /// Who asked.
@@ -105,6 +112,17 @@ pub struct Discovery {
     pub states: Vec<(Arc<str>, Vec<Vec<u8>>)>,
 }
 
+/// The shard and presence batch a join or leave came in: each shard numbers
+/// the batches it sends ([`shards::Shard::presence_batch`]), and every count
+/// the worker sends a shard names the last of them it had applied.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BatchTag {
+    /// Which shard.
+    pub shard: usize,
+    /// The shard's batch number.
+    pub batch: u64,
+}
+
 /// What shards and the ingest thread tell the presence worker.
 #[derive(Debug)]
 pub enum PresenceCmd {
@@ -114,6 +132,8 @@ pub enum PresenceCmd {
         course: Arc<str>,
         /// User id.
         user: Arc<str>,
+        /// The batch it came in.
+        from: BatchTag,
     },
     /// A user's last connection on a shard stopped watching a course.
     Leave {
@@ -121,6 +141,8 @@ pub enum PresenceCmd {
         course: Arc<str>,
         /// User id.
         user: Arc<str>,
+        /// The batch it came in.
+        from: BatchTag,
     },
     /// An admin asked for a roster.
     Roster {

@@ -9,7 +9,7 @@ pub mod redis;
 pub use error::StoreError;
 
 use crate::channels::wake::IngestTx;
-use crate::channels::{Control, Inbox, IngestCmd, PresenceCmd};
+use crate::channels::{BatchTag, Control, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
 use crate::metrics::Metrics;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
@@ -134,6 +134,11 @@ pub struct Worker<P: PresenceStore> {
     adds: HashSet<Member>,
     removes: HashSet<Member>,
     writes_due_ms: Option<u64>,
+    /// Per shard, the last presence batch whose joins and leaves were
+    /// handled (every count writes the waiting ones first, so a count read
+    /// now includes them): sent with each count, so the shard knows which of
+    /// its joins and leaves the count includes.
+    applied: Vec<u64>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
@@ -213,6 +218,7 @@ impl<P: PresenceStore> Worker<P> {
         now_ms: u64,
     ) -> Self {
         Worker {
+            applied: vec![0; inboxes.len()],
             next_count_ms: now_ms + timing.tick_ms,
             next_refresh_ms: now_ms + timing.refresh_ms(),
             store,
@@ -320,8 +326,9 @@ impl<P: PresenceStore> Worker<P> {
     /// handled after the writes before it.
     fn one(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
         match cmd {
-            PresenceCmd::Join { course, user } => {
+            PresenceCmd::Join { course, user, from } => {
                 crate::failure::trip(&course);
+                self.handled(from);
                 let key = (course, user);
                 if join(&mut self.members, &mut self.courses, &key) {
                     if !self.unremoved.is_empty() {
@@ -332,7 +339,8 @@ impl<P: PresenceStore> Worker<P> {
                     }
                 }
             }
-            PresenceCmd::Leave { course, user } => {
+            PresenceCmd::Leave { course, user, from } => {
+                self.handled(from);
                 let key = (course, user);
                 if leave(&mut self.members, &mut self.courses, &key)
                     && (self.adds.is_empty() || !self.adds.remove(&key))
@@ -343,6 +351,14 @@ impl<P: PresenceStore> Worker<P> {
             cmd => return self.command(cmd, now_ms),
         }
         true
+    }
+
+    /// Notes that a join or leave of batch `from` was handled (a shard's
+    /// batches come in order).
+    fn handled(&mut self, from: BatchTag) {
+        if let Some(a) = self.applied.get_mut(from.shard) {
+            *a = (*a).max(from.batch);
+        }
     }
 
     /// Writes the members waiting: the new ones, then the removals, each
@@ -402,7 +418,9 @@ impl<P: PresenceStore> Worker<P> {
         self.dirty = false;
     }
 
-    /// Reads counts and pushes them to shards and the ingest thread.
+    /// Reads counts and pushes them to shards (sorted by course, each with
+    /// the last of that shard's batches handled, all written by now) and to
+    /// the ingest thread.
     fn count(&mut self, now_ms: u64) {
         let mut courses: Vec<Arc<str>> = self.courses.keys().cloned().collect();
         courses.extend(
@@ -422,9 +440,15 @@ impl<P: PresenceStore> Worker<P> {
         self.metrics
             .presence_pipeline
             .observe_us(started.elapsed().as_micros() as u64);
-        let counts: Arc<Vec<(Arc<str>, u64)>> = Arc::new(courses.into_iter().zip(counts).collect());
-        for i in &self.inboxes {
-            i.control(Control::Presence(Arc::clone(&counts)));
+        let mut counts: Vec<(Arc<str>, u64)> = courses.into_iter().zip(counts).collect();
+        // Sorted: a shard looks up the count of a course it starts to hold.
+        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let counts = Arc::new(counts);
+        for (i, inbox) in self.inboxes.iter().enumerate() {
+            inbox.control(Control::Presence {
+                counts: Arc::clone(&counts),
+                applied: self.applied.get(i).copied().unwrap_or(0),
+            });
         }
         if let Some(tx) = &self.ingest {
             let _ = tx.send(IngestCmd::Viewers(counts));

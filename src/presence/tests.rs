@@ -116,6 +116,7 @@ impl Rig {
         let cmd = PresenceCmd::Join {
             course: course.into(),
             user: user.into(),
+            from: BatchTag::default(),
         };
         assert!(self.w.command(cmd, now));
     }
@@ -123,6 +124,7 @@ impl Rig {
         let cmd = PresenceCmd::Leave {
             course: course.into(),
             user: user.into(),
+            from: BatchTag::default(),
         };
         assert!(self.w.command(cmd, now));
     }
@@ -130,7 +132,9 @@ impl Rig {
     fn counts(&self) -> Vec<Vec<(String, u64)>> {
         std::iter::from_fn(|| self.inboxes[0].try_control())
             .filter_map(|c| match c {
-                Control::Presence(v) => Some(v.iter().map(|(c, n)| (c.to_string(), *n)).collect()),
+                Control::Presence { counts: v, .. } => {
+                    Some(v.iter().map(|(c, n)| (c.to_string(), *n)).collect())
+                }
                 _ => None,
             })
             .collect()
@@ -175,10 +179,12 @@ fn members_who_come_and_go_together_share_one_write() {
     let join = |c: &str, u: &str| PresenceCmd::Join {
         course: c.into(),
         user: u.into(),
+        from: BatchTag::default(),
     };
     let leave = |c: &str, u: &str| PresenceCmd::Leave {
         course: c.into(),
         user: u.into(),
+        from: BatchTag::default(),
     };
     // u1 twice (two shards) is one member; a shard's batch is handled in
     // place; u1 leaving one shard keeps it; u4 joins and leaves within
@@ -493,6 +499,7 @@ fn join(c: &str, u: &str) -> PresenceCmd {
     PresenceCmd::Join {
         course: c.into(),
         user: u.into(),
+        from: BatchTag::default(),
     }
 }
 
@@ -500,6 +507,7 @@ fn leave(c: &str, u: &str) -> PresenceCmd {
     PresenceCmd::Leave {
         course: c.into(),
         user: u.into(),
+        from: BatchTag::default(),
     }
 }
 
@@ -678,6 +686,7 @@ fn a_storm_s_waiting_writes_do_not_keep_their_peak_room() {
     let joins = users.iter().map(|u| PresenceCmd::Join {
         course: "C".into(),
         user: u.as_str().into(),
+        from: BatchTag::default(),
     });
     assert!(r.w.commands(joins, T0));
     assert_eq!(r.log().len(), 1, "one write");
@@ -685,6 +694,7 @@ fn a_storm_s_waiting_writes_do_not_keep_their_peak_room() {
     let leaves = users.iter().map(|u| PresenceCmd::Leave {
         course: "C".into(),
         user: u.as_str().into(),
+        from: BatchTag::default(),
     });
     assert!(r.w.commands(leaves, T0 + 1));
     assert!(r.w.removes.len() == n, "the leaves wait out the window");
@@ -692,4 +702,35 @@ fn a_storm_s_waiting_writes_do_not_keep_their_peak_room() {
     assert_eq!(r.log().len(), 1, "one write");
     assert_room_given_back(r.w.removes.len(), r.w.removes.capacity());
     assert!(r.w.members.is_empty() && r.w.courses.is_empty());
+}
+
+#[test]
+fn each_shard_s_counts_name_the_last_of_its_batches_written_before_them() {
+    let mut r = rig();
+    let tagged = |course: &str, user: &str, shard: usize, batch: u64| PresenceCmd::Join {
+        course: course.into(),
+        user: user.into(),
+        from: BatchTag { shard, batch },
+    };
+    let batch = [
+        tagged("D", "u1", 0, 4),
+        PresenceCmd::Batch(vec![tagged("C", "u2", 1, 7), tagged("D", "u3", 1, 7)]),
+    ];
+    assert!(r.w.commands(batch, T0));
+    r.w.handle_timeout(T0 + TICK);
+    let pushed = |i: usize| -> Vec<(Vec<(String, u64)>, u64)> {
+        std::iter::from_fn(|| r.inboxes[i].try_control())
+            .filter_map(|c| match c {
+                Control::Presence { counts, applied } => Some((
+                    counts.iter().map(|(c, n)| (c.to_string(), *n)).collect(),
+                    applied,
+                )),
+                _ => None,
+            })
+            .collect()
+    };
+    // One count, sorted by course, written after both shards' joins.
+    let counts = vec![("C".to_string(), 1), ("D".to_string(), 2)];
+    assert_eq!(pushed(0), [(counts.clone(), 4)]);
+    assert_eq!(pushed(1), [(counts, 7)]);
 }

@@ -5,7 +5,7 @@
 use super::conn::{lifecycle, ConnTable, Host, Openings, Sends, Shell};
 use super::notify::LocalNotify;
 use crate::channels::wake::IngestTx;
-use crate::channels::{Inbox, IngestCmd, PresenceCmd};
+use crate::channels::{BatchTag, Inbox, IngestCmd, PresenceCmd};
 use crate::clock;
 use crate::metrics::ShardMetrics;
 use crate::node::Node;
@@ -117,12 +117,16 @@ impl ShardCtx {
                     gate,
                 });
             }
+            // Each goes in the batch the core numbers now: the round's, sent
+            // by `send_presence_round` before any other action is taken.
             Action::PresenceJoin { course, user } => {
-                let cmd = PresenceCmd::Join { course, user };
+                let from = self.batch_tag(shard);
+                let cmd = PresenceCmd::Join { course, user, from };
                 self.presence_round.borrow_mut().push(cmd);
             }
             Action::PresenceLeave { course, user } => {
-                let cmd = PresenceCmd::Leave { course, user };
+                let from = self.batch_tag(shard);
+                let cmd = PresenceCmd::Leave { course, user, from };
                 self.presence_round.borrow_mut().push(cmd);
             }
             Action::Roster { conn, course } => {
@@ -149,8 +153,19 @@ impl ShardCtx {
         }
     }
 
+    /// The batch a join or leave taken from the core now goes in.
+    fn batch_tag(&self, shard: &Shard) -> BatchTag {
+        BatchTag {
+            shard: self.index,
+            batch: shard.presence_batch(),
+        }
+    }
+
     /// Sends this round's joins and leaves to the presence worker, as one
-    /// message (the flush step that queued them kicked the tick step).
+    /// message (the flush step that queued them kicked the tick step), and
+    /// tells the core their batch is sent. Called right after a flush took
+    /// every action from the core, so every join and leave numbered with
+    /// this batch is in it.
     pub fn send_presence_round(&self) {
         let mut round = self.presence_round.borrow_mut();
         let cmd = match round.len() {
@@ -158,6 +173,7 @@ impl ShardCtx {
             1 => round.pop(),
             _ => Some(PresenceCmd::Batch(std::mem::take(&mut *round))),
         };
+        self.shard.borrow_mut().presence_batch_sent();
         if let Some(cmd) = cmd {
             let _ = self.presence.send(cmd);
         }

@@ -50,11 +50,7 @@ fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
         while let Some(msg) = ctx.inbox.try_control() {
             match msg {
                 Control::Seed { course, sections } => shard.handle_seed(&course, &sections, now),
-                Control::Presence(counts) => {
-                    for (course, n) in counts.iter() {
-                        shard.handle_presence(course, *n);
-                    }
-                }
+                Control::Presence { counts, applied } => shard.handle_counts(&counts, applied),
                 Control::Roster { conn, frame } => shard.deliver(conn, frame),
                 Control::Admin(msg) => shard.handle_admin(&msg),
                 Control::Drain => shard.start_drain(now, drain_ms),

@@ -134,3 +134,65 @@ fn a_killed_nodes_presence_key_carries_a_ttl_and_is_gone_one_ttl_later() {
     );
     assert!(took < Duration::from_secs(4), "{took:?}");
 }
+
+/// A viewer and the count it was last shown.
+struct Shown {
+    ws: Ws,
+    count: u64,
+}
+
+/// Connects `user` to `sb`, watches `course` and returns it with the count
+/// of its watch answer.
+fn watch_answer(sb: &Seatboard, user: &str, course: &str) -> Shown {
+    let mut ws = client(sb, &format!("user={user}"));
+    watch(&mut ws, course);
+    let p = read_until(&mut ws, T, |m| {
+        m["type"] == "presence" && m["course"] == course
+    })
+    .expect("the watch answer's count");
+    let count = p["viewers"].as_u64().expect("a count");
+    Shown { ws, count }
+}
+
+/// Reads until the viewer has been shown `n` (at once if it was).
+fn shown_becomes(v: &mut Shown, course: &str, n: u64) -> bool {
+    if v.count == n {
+        return true;
+    }
+    read_until(&mut v.ws, T, |m| {
+        if m["type"] == "presence" && m["course"] == course {
+            v.count = m["viewers"].as_u64().unwrap_or(u64::MAX);
+        }
+        v.count == n
+    })
+    .is_some()
+}
+
+#[test]
+fn a_watch_answer_counts_the_watching_user_with_the_other_nodes_and_shards_viewers() {
+    let redis = RedisServer::start();
+    let flags = ["--presence-tick-ms", "200", "--shards", "2"];
+    let nodes = [serve(&redis, &flags), serve(&redis, &flags)];
+    let course = "PW101";
+    // One viewer on each node, so both nodes count the course.
+    let mut viewers = vec![watch_answer(&nodes[0], "u1", course)];
+    assert_eq!(viewers[0].count, 1);
+    viewers.push(watch_answer(&nodes[1], "u2", course));
+    for v in &mut viewers {
+        assert!(shown_becomes(v, course, 2), "both nodes count both");
+    }
+    // Each new user, on one node then the other (and on either shard), is
+    // answered with every distinct user watching then, itself included,
+    // though the others watch on the other node or shard. Before each, every
+    // viewer has been shown the number then (so each node's last count has
+    // every earlier user).
+    for n in 3..=10u64 {
+        let sb = &nodes[n as usize % 2];
+        let v = watch_answer(sb, &format!("u{n}"), course);
+        assert_eq!(v.count, n, "u{n}'s watch answer");
+        viewers.push(v);
+        for (i, v) in viewers.iter_mut().enumerate() {
+            assert!(shown_becomes(v, course, n), "viewer u{} shown {n}", i + 1);
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! answering its interest in a course, viewer counts, and the gates that
 //! decide when a snapshot must wake it.
 
-use super::Shard;
+use super::{Counts, Shard};
 use crate::conn::ConnId;
 use crate::course::Viewer;
 use crate::gate::Gate;
@@ -56,11 +56,59 @@ impl Shard {
         self.schedule(&name);
     }
 
-    /// The global viewer count of a course from the presence layer.
-    pub fn handle_presence(&mut self, course: &str, viewers: u64) {
+    /// The number of the presence batch that the joins and leaves queued now
+    /// ([`Action::PresenceJoin`], [`Action::PresenceLeave`]) go out in. The
+    /// shell sends every one it took from [`Shard::poll_action`] in that
+    /// batch, tagged with this number, then calls
+    /// [`Shard::presence_batch_sent`]; the presence layer answers each count
+    /// with the last of this shard's batches it had applied before it read
+    /// the count ([`Shard::handle_counts`]).
+    ///
+    /// [`Action::PresenceJoin`]: super::Action::PresenceJoin
+    /// [`Action::PresenceLeave`]: super::Action::PresenceLeave
+    pub fn presence_batch(&self) -> u64 {
+        self.presence_batch
+    }
+
+    /// The shell sent batch [`Shard::presence_batch`] (every join and leave
+    /// taken so far): later ones go in the next.
+    pub fn presence_batch_sent(&mut self) {
+        self.presence_batch += 1;
+    }
+
+    /// The presence layer's global counts, sorted by course, read after it
+    /// had applied this shard's presence batches up to `applied` (see
+    /// [`Shard::presence_batch`]). Each course watched here takes its count
+    /// ([`Shard::handle_presence`]); the counts are kept (shared, not copied),
+    /// so a course first watched here later starts from its count instead
+    /// of none.
+    pub fn handle_counts(&mut self, counts: &Counts, applied: u64) {
+        for (course, n) in counts.iter() {
+            self.handle_presence(course, *n, applied);
+        }
+        self.counts = Some(Arc::clone(counts));
+    }
+
+    /// The last count of `course` [`Shard::handle_counts`] kept (a list not
+    /// sorted may miss it: the course then starts without a count, as
+    /// before any came).
+    pub(super) fn kept_count(&self, course: &str) -> Option<u64> {
+        let counts = self.counts.as_ref()?;
+        let at = counts.binary_search_by(|(c, _)| (**c).cmp(course)).ok()?;
+        counts.get(at).map(|(_, n)| *n)
+    }
+
+    /// The global viewer count of a course from the presence layer, read
+    /// after it had applied this shard's presence batches up to `applied`.
+    /// What goes to the viewers is the count with this shard's joins and
+    /// leaves it does not include yet (as a watch answer shows it), and only
+    /// to those shown another number: one count per presence tick.
+    pub fn handle_presence(&mut self, course: &str, viewers: u64, applied: u64) {
         let Some(c) = self.courses.get_mut(course) else {
             return;
         };
+        c.settle_presence(viewers, applied);
+        let viewers = c.viewers_now();
         if c.presence == Some(viewers) && !c.presence_mixed {
             return;
         }

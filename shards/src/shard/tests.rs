@@ -95,7 +95,7 @@ fn a_healed_viewer_gets_the_count_it_missed() {
         shard.handle_snapshot(&snap(1, v as u32, Some(v)));
         shard.handle_timeout(v * 200);
     }
-    shard.handle_presence("C", 7);
+    shard.handle_presence("C", 7, shard.presence_batch());
     let mut before = Vec::new();
     while let Some(f) = shard.poll_frame(id) {
         before.push(String::from_utf8_lossy(&f).into_owned());
@@ -144,19 +144,19 @@ fn a_viewer_shown_its_own_watch_count_gets_the_next_count_even_if_unchanged() {
     let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
     shard.handle_seed("C", &[snap(1, 3, None)], 0);
-    shard.handle_presence("C", 1);
+    shard.handle_presence("C", 1, shard.presence_batch());
     let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(v, r#"{"op":"watch","course":"C"}"#, 0);
     assert_eq!(counts(&mut shard, v), vec![2], "its own watch counted");
     shard.handle_text(u, r#"{"op":"unwatch","course":"C"}"#, 0);
-    shard.handle_presence("C", 1);
+    shard.handle_presence("C", 1, shard.presence_batch());
     assert_eq!(
         counts(&mut shard, v).last(),
         Some(&1),
         "the true count again"
     );
     // Once every viewer holds the count, an unchanged one is not sent again.
-    shard.handle_presence("C", 1);
+    shard.handle_presence("C", 1, shard.presence_batch());
     assert_eq!(counts(&mut shard, v), Vec::<u64>::new());
 }
 
@@ -171,7 +171,7 @@ fn a_viewer_gets_a_count_only_when_it_differs_from_the_one_it_was_shown() {
     // The watch answer shows the shard's own user: 1.
     assert_eq!(counts(&mut shard, a), [1]);
     // The presence layer agrees: nothing new for the viewer.
-    shard.handle_presence("C", 1);
+    shard.handle_presence("C", 1, shard.presence_batch());
     assert_eq!(counts(&mut shard, a), Vec::<u64>::new());
     // A second user: its answer shows 2 (the shard's own users), before
     // the presence layer knows.
@@ -179,16 +179,16 @@ fn a_viewer_gets_a_count_only_when_it_differs_from_the_one_it_was_shown() {
     shard.handle_text(b, r#"{"op":"watch","course":"C"}"#, 0);
     assert_eq!(counts(&mut shard, b), [2]);
     // The count 2 goes to the first viewer only; the same count again to none.
-    shard.handle_presence("C", 2);
+    shard.handle_presence("C", 2, shard.presence_batch());
     assert_eq!(counts(&mut shard, a), [2]);
     assert_eq!(counts(&mut shard, b), Vec::<u64>::new());
-    shard.handle_presence("C", 2);
+    shard.handle_presence("C", 2, shard.presence_batch());
     assert_eq!(
         (counts(&mut shard, a), counts(&mut shard, b)),
         (vec![], vec![])
     );
     // A change goes to both.
-    shard.handle_presence("C", 3);
+    shard.handle_presence("C", 3, shard.presence_batch());
     assert_eq!(
         (counts(&mut shard, a), counts(&mut shard, b)),
         (vec![3], vec![3])
@@ -228,7 +228,7 @@ fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
     // The hello read, so the watch answer's board fits.
     while shard.poll_frame(id).is_some() {}
     shard.handle_seed("C", &[snap(1, 1, Some(1))], 0);
-    shard.handle_presence("C", 1);
+    shard.handle_presence("C", 1, shard.presence_batch());
     while shard.poll_frame(id).is_some() {}
     shard.handle_snapshot(&snap(1, 2, Some(2)));
     shard.handle_timeout(400);
@@ -237,7 +237,7 @@ fn a_count_dropped_for_a_full_queue_comes_with_the_next_full_frame() {
         queued > 0 && queued + count.len() > bound,
         "{queued} of {bound} queued"
     );
-    shard.handle_presence("C", 2);
+    shard.handle_presence("C", 2, shard.presence_batch());
     let mut shown = counts(&mut shard, id);
     assert!(!shown.contains(&2), "no room for the count: {shown:?}");
     shard.handle_timeout(2_000);
@@ -427,4 +427,98 @@ fn a_connection_awaits_a_seed_until_every_course_it_watches_is_seeded() {
     shard.disconnect(gone);
     assert!(!shard.awaits_seed(gone), "closed");
     assert!(shard.wait_ends() > ends, "a close may end a wait");
+}
+
+/// The node's counts as the presence layer sends them: sorted by course.
+fn node_counts(counts: &[(&str, u64)]) -> Arc<Vec<(Arc<str>, u64)>> {
+    let mut v: Vec<(Arc<str>, u64)> = counts.iter().map(|(c, n)| ((*c).into(), *n)).collect();
+    v.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Arc::new(v)
+}
+
+/// A shard whose course C has viewer `u` (its join sent in batch 1) and a
+/// global count of 3 that includes it (two more viewers elsewhere).
+fn watched_with_count_3() -> (Shard, ConnId) {
+    let mut shard = Shard::new(ShardConfig::default());
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    while shard.poll_action().is_some() {}
+    assert_eq!(shard.presence_batch(), 1);
+    shard.presence_batch_sent();
+    shard.handle_counts(&node_counts(&[("C", 3)]), 1);
+    assert_eq!(counts(&mut shard, u), [1, 3], "its answer, then the count");
+    (shard, u)
+}
+
+#[test]
+fn a_watch_answer_counts_the_new_viewer_on_top_of_the_global_count() {
+    // The course's other viewers are on other shards or nodes: the global
+    // count (3) has them and `u`; a new user here is the fourth.
+    let (mut shard, _) = watched_with_count_3();
+    let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(v, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(counts(&mut shard, v), [4], "the global count and v");
+    // A second connection of the same user is no new viewer.
+    let v2 = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(v2, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(counts(&mut shard, v2), [4]);
+}
+
+#[test]
+fn a_count_that_includes_the_join_replaces_it_and_one_that_predates_it_does_not() {
+    let (mut shard, u) = watched_with_count_3();
+    let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(v, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(shard.presence_batch(), 2, "v's join goes in batch 2");
+    while shard.poll_action().is_some() {}
+    shard.presence_batch_sent();
+    assert_eq!(counts(&mut shard, v), [4]);
+    // A count read before batch 2 was applied: v is not in its 3, and the
+    // viewers keep 4 (u is told 4, the number now; v hears nothing new).
+    shard.handle_counts(&node_counts(&[("C", 3)]), 1);
+    assert_eq!(counts(&mut shard, u), [4]);
+    assert_eq!(counts(&mut shard, v), Vec::<u64>::new());
+    // A third user's answer still counts v: 5.
+    let w = shard.connect("w", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(w, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(counts(&mut shard, w), [5]);
+    while shard.poll_action().is_some() {}
+    shard.presence_batch_sent();
+    // A count that includes batch 2 (v) but not 3 (w): 4 from the layer, w
+    // on top; u and v, shown 4, learn of w.
+    shard.handle_counts(&node_counts(&[("C", 4)]), 2);
+    assert_eq!(counts(&mut shard, u), [5]);
+    assert_eq!(counts(&mut shard, v), [5]);
+    assert_eq!(counts(&mut shard, w), Vec::<u64>::new(), "shown 5");
+    // The count that includes w: nothing changes for anyone.
+    shard.handle_counts(&node_counts(&[("C", 5)]), 3);
+    for id in [u, v, w] {
+        assert_eq!(counts(&mut shard, id), Vec::<u64>::new());
+    }
+    // Once it includes both, a count is taken as it is: someone elsewhere
+    // left (4), and so does v here (a leave the count does not have yet).
+    shard.handle_text(v, r#"{"op":"unwatch","course":"C"}"#, 0);
+    let x = shard.connect("x", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(x, r#"{"op":"watch","course":"C"}"#, 0);
+    assert_eq!(counts(&mut shard, x), [5], "5 - v + x");
+    shard.handle_counts(&node_counts(&[("C", 4)]), 3);
+    assert_eq!(counts(&mut shard, u), [4], "4 - v + x");
+}
+
+#[test]
+fn a_course_new_on_a_shard_starts_from_the_node_s_count() {
+    // Another shard's viewers made the node count C (2); this shard holds
+    // no viewer of C yet, and its first one is the third.
+    let mut shard = Shard::new(ShardConfig::default());
+    shard.handle_counts(&node_counts(&[("B", 9), ("C", 2), ("D", 1)]), 0);
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    assert_eq!(counts(&mut shard, u), [3]);
+    // A course the node counts nobody on: this shard's own users.
+    let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(v, r#"{"op":"watch","course":"E"}"#, 0);
+    shard.handle_seed("E", &[], 0);
+    assert_eq!(counts(&mut shard, v), [1]);
 }

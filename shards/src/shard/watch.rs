@@ -65,8 +65,14 @@ impl Shard {
             Some((k, _)) => Arc::clone(k),
             None => {
                 let name: Arc<str> = course.into();
-                self.courses
-                    .insert(Arc::clone(&name), Course::new(Arc::clone(&name)));
+                let mut c = Course::new(Arc::clone(&name));
+                // The node's count of the course, if it has one (its other
+                // shards' viewers): this shard's joins from here on are
+                // after it. (A leave of this course from here that the count
+                // does not include yet is forgotten with the course it left,
+                // and is one too many until the next count.)
+                c.global = self.kept_count(course);
+                self.courses.insert(Arc::clone(&name), c);
                 self.actions.push_back(Action::Interest {
                     course: Arc::clone(&name),
                     watching: true,
@@ -86,6 +92,7 @@ impl Shard {
         let n = c.users.entry(Arc::clone(&user)).or_insert(0);
         *n += 1;
         if *n == 1 {
+            c.note_presence(self.presence_batch, 1);
             self.actions.push_back(Action::PresenceJoin {
                 course: Arc::clone(&name),
                 user,
@@ -241,6 +248,7 @@ impl Shard {
             *n -= 1;
             if *n == 0 {
                 c.users.remove(&user);
+                c.note_presence(self.presence_batch, -1);
                 self.actions.push_back(Action::PresenceLeave {
                     course: Arc::clone(&name),
                     user,

@@ -202,7 +202,10 @@ impl Sim {
                 c.watched.clear();
                 c.boards.clear();
             }
-            Op::Presence(k, n) => self.s.handle_presence(&self.courses[k % nc], n),
+            Op::Presence(k, n) => {
+                let all = self.s.presence_batch();
+                self.s.handle_presence(&self.courses[k % nc], n, all)
+            }
         }
         self.pump();
     }

@@ -265,26 +265,27 @@ fn presence_goes_to_viewers_only_when_it_changes() {
     for id in [a, b, c] {
         pop_all(&mut s, id);
     }
-    s.handle_presence("X", 5);
+    s.handle_presence("X", 5, s.presence_batch());
     let want = Out::Json(json!({"type": "presence", "course": "X", "viewers": 5}));
     assert_eq!(pop_all(&mut s, a), vec![want.clone()]);
     assert_eq!(pop_all(&mut s, b), vec![want]);
     assert!(pop_all(&mut s, c).is_empty());
-    s.handle_presence("X", 5);
+    s.handle_presence("X", 5, s.presence_batch());
     assert!(
         pop_all(&mut s, a).is_empty(),
         "unchanged count is not resent"
     );
     assert!(pop_all(&mut s, b).is_empty());
-    s.handle_presence("X", 7);
+    s.handle_presence("X", 7, s.presence_batch());
     assert_eq!(pop_all(&mut s, a)[0].json()["viewers"], 7);
     assert_eq!(pop_all(&mut s, b)[0].json()["viewers"], 7);
-    s.handle_presence("Z", 3);
+    s.handle_presence("Z", 3, s.presence_batch());
     for id in [a, b, c] {
         assert!(pop_all(&mut s, id).is_empty());
     }
-    // A new watcher is told the current count in its answer.
+    // A new watcher is told the current count in its answer: the last
+    // count and itself, whose join that count does not include.
     let d = join(&mut s, "u4", 0);
     watch(&mut s, d, "X", 0);
-    assert_eq!(pop_all(&mut s, d)[1].json()["viewers"], 7);
+    assert_eq!(pop_all(&mut s, d)[1].json()["viewers"], 8);
 }
