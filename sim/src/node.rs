@@ -240,6 +240,9 @@ impl Node {
                         Control::Presence { counts, applied } => {
                             shard.handle_counts(&counts, applied)
                         }
+                        Control::FirstCounts { counts, applied } => {
+                            shard.handle_first_counts(&counts, applied)
+                        }
                         Control::Roster { conn, frame } => shard.deliver(conn, frame),
                         Control::Admin(msg) => shard.handle_admin(&msg),
                         Control::Drain | Control::CloseAll | Control::Probe | Control::Stop => {}

@@ -42,6 +42,14 @@ pub enum Control {
         /// presence worker had applied to its store before it read them.
         applied: u64,
     },
+    /// Counts of courses new to the node (sorted by course), read with their
+    /// first viewers' write: only those courses.
+    FirstCounts {
+        /// The counts.
+        counts: shards::Counts,
+        /// As in [`Control::Presence`].
+        applied: u64,
+    },
     /// A roster reply for one connection.
     Roster {
         /// Who asked.

@@ -58,6 +58,25 @@ pub trait PresenceStore: Send {
     fn remove(&mut self, members: &Members) -> StoreResult<()>;
     /// Trims expired members and counts the rest, per course, in one round trip.
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>>;
+    /// Opens the store's connection ahead of its first use (errors are left
+    /// to the first call): the first viewer of a course after a start is
+    /// then counted a round trip before its seed, not behind a connect.
+    fn warm(&mut self) {}
+    /// [`PresenceStore::add`] then [`PresenceStore::count`] of `courses`,
+    /// the count reading what was just written: one round trip where the
+    /// store can (Redis: one pipeline).
+    fn add_and_count(
+        &mut self,
+        members: &Members,
+        expiry_ms: u64,
+        courses: &[Arc<str>],
+        now_ms: u64,
+    ) -> StoreResult<Vec<u64>> {
+        if !members.is_empty() {
+            self.add(members, expiry_ms)?;
+        }
+        self.count(courses, now_ms)
+    }
     /// After a call failed, how long until the store's connection makes its
     /// next attempt (its own jittered backoff, capped at 2 s); `None` for a
     /// store that keeps no backoff (the members are then written again at
@@ -139,6 +158,10 @@ pub struct Worker<P: PresenceStore> {
     /// now includes them): sent with each count, so the shard knows which of
     /// its joins and leaves the count includes.
     applied: Vec<u64>,
+    /// Courses whose first member on this node joined in this batch: counted
+    /// with the batch's write, so their first watch answers (which wait for
+    /// the course's seed, a round trip more) show the other nodes' viewers.
+    first: Vec<Arc<str>>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
@@ -219,6 +242,7 @@ impl<P: PresenceStore> Worker<P> {
     ) -> Self {
         Worker {
             applied: vec![0; inboxes.len()],
+            first: Vec::new(),
             next_count_ms: now_ms + timing.tick_ms,
             next_refresh_ms: now_ms + timing.refresh_ms(),
             store,
@@ -253,6 +277,15 @@ impl<P: PresenceStore> Worker<P> {
 
     fn expiry(&self, now_ms: u64) -> u64 {
         now_ms + self.timing.ttl_ms
+    }
+
+    /// Whether `cmd` brings a member of a course this node counts nobody on.
+    pub fn brings_a_new_course(&self, cmd: &PresenceCmd) -> bool {
+        match cmd {
+            PresenceCmd::Join { course, .. } => !self.courses.contains_key(&**course),
+            PresenceCmd::Batch(cmds) => cmds.iter().any(|c| self.brings_a_new_course(c)),
+            _ => false,
+        }
     }
 
     /// Handles one command; false on shutdown.
@@ -313,7 +346,12 @@ impl<P: PresenceStore> Worker<P> {
                 return false;
             }
         }
-        self.write_adds(now_ms);
+        let first = std::mem::take(&mut self.first);
+        if first.is_empty() {
+            self.write_adds(now_ms);
+        } else {
+            self.write_adds_counting(first, now_ms);
+        }
         if !self.removes.is_empty() && self.writes_due_ms.is_none() {
             self.writes_due_ms = Some(now_ms + LEAVE_WINDOW_MS);
         }
@@ -329,6 +367,9 @@ impl<P: PresenceStore> Worker<P> {
             PresenceCmd::Join { course, user, from } => {
                 crate::failure::trip(&course);
                 self.handled(from);
+                if !self.courses.contains_key(&*course) {
+                    self.first.push(Arc::clone(&course));
+                }
                 let key = (course, user);
                 if join(&mut self.members, &mut self.courses, &key) {
                     if !self.unremoved.is_empty() {
@@ -377,6 +418,34 @@ impl<P: PresenceStore> Worker<P> {
         let adds = take_waiting(&mut self.adds);
         if let Err(e) = self.store.add(&adds, self.expiry(now_ms)) {
             self.failed("add", e, now_ms);
+        }
+    }
+
+    /// As [`Worker::write_adds`], with the counts of `courses` (new to the
+    /// node in this batch) read in the same round trip and sent to the
+    /// shards (not as the tick's whole list: see [`Control::FirstCounts`]).
+    /// The presence tick's count stays the only one pushed to viewers
+    /// already shown a count.
+    fn write_adds_counting(&mut self, mut courses: Vec<Arc<str>>, now_ms: u64) {
+        // A course that came and went within the batch has no member to count.
+        courses.retain(|c| self.courses.contains_key(&**c));
+        if courses.is_empty() {
+            return self.write_adds(now_ms);
+        }
+        let adds = take_waiting(&mut self.adds);
+        let expiry = self.expiry(now_ms);
+        let counts = match self.store.add_and_count(&adds, expiry, &courses, now_ms) {
+            Ok(c) => c,
+            Err(e) => return self.failed("add", e, now_ms),
+        };
+        let mut counts: Vec<(Arc<str>, u64)> = courses.into_iter().zip(counts).collect();
+        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let counts = Arc::new(counts);
+        for (i, inbox) in self.inboxes.iter().enumerate() {
+            inbox.control(Control::FirstCounts {
+                counts: Arc::clone(&counts),
+                applied: self.applied.get(i).copied().unwrap_or(0),
+            });
         }
     }
 
@@ -520,6 +589,7 @@ pub const COLLECT_AFTER_MS: u64 = 100;
 /// own, which the allocator would otherwise keep for the thread's next
 /// allocation of that size, however long the node then stays idle.
 pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) {
+    w.store.warm();
     let mut collect_at: Option<u64> = None;
     loop {
         let due = w.poll_timeout();
@@ -527,7 +597,10 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
         let wait = due.saturating_sub(clock::unix_ms());
         match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
-                if !matches!(cmd, PresenceCmd::Shutdown) {
+                // A course new to the node is written and counted at once, so
+                // that its count reaches the shards before its seed (a round
+                // trip more) and its first watch answer shows it.
+                if !matches!(cmd, PresenceCmd::Shutdown) && !w.brings_a_new_course(&cmd) {
                     std::thread::sleep(Duration::from_millis(GATHER_MS));
                 }
                 // What else is queued goes with it: one store write for all.

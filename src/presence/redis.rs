@@ -174,7 +174,26 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
-        let mut cmds = Vec::with_capacity(courses.len() * 2);
+        self.add_and_count(&[], 0, courses, now_ms)
+    }
+
+    fn warm(&mut self) {
+        let _ = self.link.query::<String>(&redis::cmd("PING"));
+    }
+
+    fn add_and_count(
+        &mut self,
+        members: &Members,
+        expiry_ms: u64,
+        courses: &[Arc<str>],
+        now_ms: u64,
+    ) -> StoreResult<Vec<u64>> {
+        let mut cmds = if members.is_empty() {
+            Vec::with_capacity(courses.len() * 2)
+        } else {
+            self.grouped(members, Some(expiry_ms), true)
+        };
+        let written = cmds.len();
         for course in courses {
             self.set_key(course);
             cmds.push(trim(&self.key, now_ms));
@@ -185,8 +204,9 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
+        // Every reply is an integer; the writes' are skipped.
         let replies: Vec<u64> = self.link.pipeline(&cmds)?;
-        Ok(replies.into_iter().skip(1).step_by(2).collect())
+        Ok(replies.into_iter().skip(written + 1).step_by(2).collect())
     }
 
     fn roster(

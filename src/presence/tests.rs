@@ -112,6 +112,14 @@ impl Rig {
     fn log(&self) -> Vec<String> {
         std::mem::take(&mut self.calls.lock().unwrap().log)
     }
+    /// The log without the counts read for courses new to the node (see
+    /// `a_course_new_to_the_node_is_counted_with_its_first_write`).
+    fn writes(&self) -> Vec<String> {
+        self.log()
+            .into_iter()
+            .filter(|l| !l.starts_with("count"))
+            .collect()
+    }
     fn join(&mut self, course: &str, user: &str, now: u64) {
         let cmd = PresenceCmd::Join {
             course: course.into(),
@@ -150,7 +158,7 @@ fn a_member_is_added_once_and_removed_when_its_last_shard_leaves() {
     r.join("C", "u1", T0 + 2);
     r.join("C", "u2", T0 + 3);
     assert_eq!(
-        r.log(),
+        r.writes(),
         [
             format!("add C u1 {}", T0 + 1 + TTL),
             format!("add C u2 {}", T0 + 3 + TTL)
@@ -164,7 +172,7 @@ fn a_member_is_added_once_and_removed_when_its_last_shard_leaves() {
     );
     // The last leave waits out the window, then is written.
     r.leave("C", "u1", T0 + 5);
-    assert!(r.log().is_empty(), "the window is still open");
+    assert_eq!(r.writes(), Vec::<String>::new(), "the window is still open");
     assert_eq!(r.w.poll_timeout(), T0 + 5 + LEAVE_WINDOW_MS);
     r.w.handle_timeout(T0 + 5 + LEAVE_WINDOW_MS);
     assert_eq!(r.log(), ["remove C u1"]);
@@ -197,7 +205,7 @@ fn members_who_come_and_go_together_share_one_write() {
         leave("F", "u4"),
     ];
     assert!(r.w.commands(batch, T0));
-    assert_eq!(r.log(), [format!("add C u1, D u2, E u3 {}", T0 + TTL)]);
+    assert_eq!(r.writes(), [format!("add C u1, D u2, E u3 {}", T0 + TTL)]);
     assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing waits");
     // Leaving (u1's last shard, u2) over the window, and one coming back
     // (u3, who left and returned inside it): two removals in one write.
@@ -205,7 +213,7 @@ fn members_who_come_and_go_together_share_one_write() {
     assert!(r.w.commands([leave("C", "u1"), leave("D", "u2")], later));
     assert!(r.w.commands([leave("E", "u3")], later + 5));
     assert!(r.w.commands([join("E", "u3")], later + 10));
-    assert!(r.log().is_empty(), "the window is still open");
+    assert!(r.writes().is_empty(), "the window is still open");
     r.w.handle_timeout(later + LEAVE_WINDOW_MS);
     assert_eq!(r.log(), ["remove C u1, D u2"]);
 }
@@ -263,7 +271,10 @@ fn counts_every_tick_and_rescores_every_half_ttl() {
     let mut last = pushed.last().unwrap().clone();
     last.sort();
     assert_eq!(last, [("C".into(), 1), ("D".into(), 1)]);
-    assert!(std::iter::from_fn(|| r.inboxes[1].try_control()).count() == counts.len());
+    let ticks = std::iter::from_fn(|| r.inboxes[1].try_control())
+        .filter(|c| matches!(c, Control::Presence { .. }))
+        .count();
+    assert_eq!(ticks, counts.len());
     assert_eq!(
         std::iter::from_fn(|| r.ingest.try_recv()).count(),
         counts.len()
@@ -533,8 +544,13 @@ fn a_batch_is_written_as_one_zadd_and_one_pexpire_per_course() {
             format!("PEXPIRE p:C {TTL}"),
             format!("ZADD p:D {exp} u3 {exp} u5"),
             format!("PEXPIRE p:D {TTL}"),
+            // The courses new to the node, counted once written.
+            format!("ZREMRANGEBYSCORE p:C 0 {T0}"),
+            "ZCARD p:C".into(),
+            format!("ZREMRANGEBYSCORE p:D 0 {T0}"),
+            "ZCARD p:D".into(),
         ]],
-        "one round trip, each course's key named twice"
+        "one round trip, each course's key named twice, then counted"
     );
     // Leaving over the window: u1 from one shard (still a member), then its
     // last; one ZREM per course, in one round trip once the window is out.
@@ -579,7 +595,7 @@ fn a_course_s_many_new_members_go_in_bounded_commands() {
     let sent = pipelines(&sent);
     assert_eq!(sent.len(), 1, "one round trip");
     let cmds = &sent[0];
-    assert_eq!(cmds.len(), 4, "three ZADDs, then the key's TTL");
+    assert_eq!(cmds.len(), 6, "three ZADDs, the key's TTL, then its count");
     let named: Vec<usize> = cmds[..3]
         .iter()
         .map(|c| (c.split(' ').count() - 2) / 2)
@@ -615,8 +631,12 @@ fn a_failed_grouped_write_is_retried_grouped() {
             format!("PEXPIRE p:C {TTL}"),
             format!("ZADD p:D {exp} u3"),
             format!("PEXPIRE p:D {TTL}"),
+            format!("ZREMRANGEBYSCORE p:C 0 {T0}"),
+            "ZCARD p:C".to_string(),
+            format!("ZREMRANGEBYSCORE p:D 0 {T0}"),
+            "ZCARD p:D".to_string(),
         ]],
-        "tried once"
+        "tried once, with the new courses' count"
     );
     // Two leave while the store is still down: their removal fails too.
     assert!(w.commands([leave("C", "u1"), leave("D", "u3")], T0 + 10));
@@ -689,7 +709,7 @@ fn a_storm_s_waiting_writes_do_not_keep_their_peak_room() {
         from: BatchTag::default(),
     });
     assert!(r.w.commands(joins, T0));
-    assert_eq!(r.log().len(), 1, "one write");
+    assert_eq!(r.writes().len(), 1, "one write");
     assert_room_given_back(r.w.adds.len(), r.w.adds.capacity());
     let leaves = users.iter().map(|u| PresenceCmd::Leave {
         course: "C".into(),
@@ -733,4 +753,59 @@ fn each_shard_s_counts_name_the_last_of_its_batches_written_before_them() {
     let counts = vec![("C".to_string(), 1), ("D".to_string(), 2)];
     assert_eq!(pushed(0), [(counts.clone(), 4)]);
     assert_eq!(pushed(1), [(counts, 7)]);
+}
+
+#[test]
+fn a_course_new_to_the_node_is_counted_with_its_first_write() {
+    let mut r = rig();
+    // Two viewers elsewhere (another node's members, already in the store).
+    let others = [("C".into(), "x1".into()), ("C".into(), "x2".into())];
+    r.w.store.1.add(&others, T0 + TTL).expect("seeded");
+    let tagged = |course: &str, user: &str, shard: usize, batch: u64| PresenceCmd::Join {
+        course: course.into(),
+        user: user.into(),
+        from: BatchTag { shard, batch },
+    };
+    let join = tagged("C", "u1", 1, 3);
+    assert!(
+        r.w.brings_a_new_course(&join),
+        "written at once, not gathered"
+    );
+    assert!(r.w.commands([join], T0));
+    assert_eq!(
+        r.log(),
+        [format!("add C u1 {}", T0 + TTL), format!("count 1 {T0}")],
+        "written, then counted"
+    );
+    let first = |r: &Rig, i: usize| -> Vec<(Vec<(String, u64)>, u64)> {
+        std::iter::from_fn(|| r.inboxes[i].try_control())
+            .filter_map(|c| match c {
+                Control::FirstCounts { counts, applied } => Some((
+                    counts.iter().map(|(c, n)| (c.to_string(), *n)).collect(),
+                    applied,
+                )),
+                Control::Presence { .. } => panic!("not the tick's whole list"),
+                _ => None,
+            })
+            .collect()
+    };
+    // Every shard gets it, with the last of its batches written before.
+    let c3 = vec![("C".to_string(), 3)];
+    assert_eq!(first(&r, 0), [(c3.clone(), 0)]);
+    assert_eq!(first(&r, 1), [(c3, 3)]);
+    assert!(
+        r.ingest.try_recv().is_none(),
+        "the admin view waits for the tick"
+    );
+    // A course the node already counts is gathered and left to the tick.
+    let batch = PresenceCmd::Batch(vec![tagged("C", "u2", 0, 1)]);
+    assert!(!r.w.brings_a_new_course(&batch));
+    assert!(r.w.commands([batch], T0 + 1));
+    assert_eq!(r.log(), [format!("add C u2 {}", T0 + 1 + TTL)]);
+    assert!(first(&r, 0).is_empty() && first(&r, 1).is_empty());
+    // A write that failed is not followed by a count.
+    r.calls.lock().unwrap().down = true;
+    assert!(r.w.commands([tagged("D", "u3", 0, 2)], T0 + 2));
+    assert_eq!(r.log(), [format!("add D u3 {}", T0 + 2 + TTL)]);
+    assert!(first(&r, 0).is_empty());
 }

@@ -532,3 +532,26 @@ fn on_a_cluster_a_blackholed_primary_holds_up_no_other_primarys_courses() {
     });
     assert!(up.is_some(), "{}\n{}", healthz_json(sb.port), sb.metrics());
 }
+
+#[test]
+fn the_first_viewer_of_a_course_on_a_node_is_answered_with_the_other_nodes_viewers() {
+    // The count of a course new to a node is read with its first viewer's
+    // write, a round trip before the course's seed (subscribe, then read).
+    let far = RedisAtDistance::start(ONE_WAY);
+    let nodes = [serve_at(&far.far_uri(), &[]), serve_at(&far.far_uri(), &[])];
+    let answer = |sb: &Seatboard, user: &str| -> (Ws, u64) {
+        let mut ws = ws_connect(sb.port, &format!("/ws?user={user}")).expect("connect");
+        next_json(&mut ws).expect("hello");
+        send_json(&mut ws, json!({"op":"watch","course":"FIRST1"}));
+        let p = next_of_type(&mut ws, "presence", Duration::from_secs(10))
+            .expect("the watch answer's count");
+        (ws, p["viewers"].as_u64().unwrap_or(0))
+    };
+    let (_u1, first) = answer(&nodes[0], "u1");
+    assert_eq!(first, 1);
+    let (_u2, second) = answer(&nodes[1], "u2");
+    assert_eq!(
+        second, 2,
+        "u2, the course's first viewer on the second node, and u1"
+    );
+}

@@ -89,6 +89,16 @@ impl Shard {
         self.counts = Some(Arc::clone(counts));
     }
 
+    /// Counts of courses new to the node, read by the presence layer with
+    /// their first viewers' write, so that a watch answer still waiting for
+    /// its seed shows them; only some courses, so not kept as
+    /// [`Shard::handle_counts`] keeps the whole list.
+    pub fn handle_first_counts(&mut self, counts: &Counts, applied: u64) {
+        for (course, n) in counts.iter() {
+            self.handle_presence(course, *n, applied);
+        }
+    }
+
     /// The last count of `course` [`Shard::handle_counts`] kept (a list not
     /// sorted may miss it: the course then starts without a count, as
     /// before any came).
@@ -108,6 +118,11 @@ impl Shard {
             return;
         };
         c.settle_presence(viewers, applied);
+        if !c.seeded {
+            // Every viewer of the course waits for its seed, and its watch
+            // answer brings the count: nothing goes before the board.
+            return;
+        }
         let viewers = c.viewers_now();
         if c.presence == Some(viewers) && !c.presence_mixed {
             return;

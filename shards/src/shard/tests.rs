@@ -522,3 +522,27 @@ fn a_course_new_on_a_shard_starts_from_the_node_s_count() {
     shard.handle_seed("E", &[], 0);
     assert_eq!(counts(&mut shard, v), [1]);
 }
+
+#[test]
+fn a_first_count_before_the_seed_goes_in_the_watch_answer_and_nothing_before_it() {
+    // The node's first viewer of C: its count (two viewers on other nodes
+    // and this one, written with its batch) comes before the course's seed.
+    let mut shard = Shard::new(ShardConfig::default());
+    shard.handle_counts(&node_counts(&[("B", 9)]), 0);
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    while shard.poll_action().is_some() {}
+    let batch = shard.presence_batch();
+    shard.presence_batch_sent();
+    shard.handle_first_counts(&node_counts(&[("C", 3)]), batch);
+    assert_eq!(
+        counts(&mut shard, u),
+        Vec::<u64>::new(),
+        "nothing before the board"
+    );
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    assert_eq!(counts(&mut shard, u), [3]);
+    // Not the whole list: the node's other counts are kept.
+    assert_eq!(shard.kept_count("B"), Some(9));
+    assert_eq!(shard.kept_count("C"), None);
+}
