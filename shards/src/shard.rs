@@ -191,6 +191,10 @@ pub struct Shard {
     /// The presence layer's last counts, sorted by course: a course new
     /// here starts from its count (see [`Shard::handle_counts`]).
     counts: Option<Counts>,
+    /// First counts ([`Shard::handle_first_counts`]) of courses since the
+    /// last whole list, newer than it: kept for a course first watched here
+    /// before the next presence tick.
+    first_counts: Vec<Counts>,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -227,6 +231,7 @@ impl Shard {
             wait_ends: 0,
             presence_batch: 1,
             counts: None,
+            first_counts: Vec::new(),
         }
     }
 

@@ -12,6 +12,10 @@ use crate::sse_event;
 use bytes::Bytes;
 use std::sync::Arc;
 
+/// First counts kept between two presence ticks at most (a storm of new
+/// courses brings one list per presence batch).
+const MAX_FIRST_COUNTS: usize = 1024;
+
 impl Shard {
     /// The gate of a course watched here: shared with the ingest thread, so
     /// that a snapshot wakes this shard only when its frame is due before the
@@ -87,6 +91,7 @@ impl Shard {
             self.handle_presence(course, *n, applied);
         }
         self.counts = Some(Arc::clone(counts));
+        self.first_counts.clear();
     }
 
     /// Counts of courses new to the node, read by the presence layer with
@@ -97,15 +102,27 @@ impl Shard {
         for (course, n) in counts.iter() {
             self.handle_presence(course, *n, applied);
         }
+        // Kept (shared) until the next whole list, for a course first
+        // watched here meanwhile; bounded by the tick's list that clears it.
+        if self.first_counts.len() < MAX_FIRST_COUNTS {
+            self.first_counts.push(Arc::clone(counts));
+        }
     }
 
     /// The last count of `course` [`Shard::handle_counts`] kept (a list not
     /// sorted may miss it: the course then starts without a count, as
     /// before any came).
     pub(super) fn kept_count(&self, course: &str) -> Option<u64> {
-        let counts = self.counts.as_ref()?;
-        let at = counts.binary_search_by(|(c, _)| (**c).cmp(course)).ok()?;
-        counts.get(at).map(|(_, n)| *n)
+        let find = |counts: &Counts| {
+            let at = counts.binary_search_by(|(c, _)| (**c).cmp(course)).ok()?;
+            counts.get(at).map(|(_, n)| *n)
+        };
+        // The newest first: a first count is newer than the whole list.
+        self.first_counts
+            .iter()
+            .rev()
+            .find_map(find)
+            .or_else(|| self.counts.as_ref().and_then(find))
     }
 
     /// The global viewer count of a course from the presence layer, read

@@ -542,7 +542,23 @@ fn a_first_count_before_the_seed_goes_in_the_watch_answer_and_nothing_before_it(
     );
     shard.handle_seed("C", &[snap(1, 3, None)], 0);
     assert_eq!(counts(&mut shard, u), [3]);
-    // Not the whole list: the node's other counts are kept.
+    // Not the whole list: the node's other counts are kept beside it...
     assert_eq!(shard.kept_count("B"), Some(9));
+    assert_eq!(shard.kept_count("C"), Some(3));
+    // ... until the next whole list.
+    shard.handle_counts(&node_counts(&[("B", 8)]), batch);
     assert_eq!(shard.kept_count("C"), None);
+}
+
+#[test]
+fn a_first_count_from_another_shard_s_viewer_starts_a_course_new_here() {
+    // C is new to the node on the other shard (its first count: 2); this
+    // shard's first viewer of C, before the next presence tick, is the third.
+    let mut shard = Shard::new(ShardConfig::default());
+    shard.handle_counts(&node_counts(&[("B", 9)]), 0);
+    shard.handle_first_counts(&node_counts(&[("C", 2)]), 0);
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    assert_eq!(counts(&mut shard, u), [3]);
 }
