@@ -438,15 +438,29 @@ impl<P: PresenceStore> Worker<P> {
             Ok(c) => c,
             Err(e) => return self.failed("add", e, now_ms),
         };
+        self.send_counts(courses, counts, |counts, applied| Control::FirstCounts {
+            counts,
+            applied,
+        });
+    }
+
+    /// Sends each shard `courses`' counts, sorted by course (a shard looks
+    /// up the count of a course it starts to hold), as `message` with the
+    /// last of that shard's batches handled (all written by now); returns them.
+    fn send_counts(
+        &self,
+        courses: Vec<Arc<str>>,
+        counts: Vec<u64>,
+        message: impl Fn(shards::Counts, u64) -> Control,
+    ) -> shards::Counts {
         let mut counts: Vec<(Arc<str>, u64)> = courses.into_iter().zip(counts).collect();
         counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let counts = Arc::new(counts);
         for (i, inbox) in self.inboxes.iter().enumerate() {
-            inbox.control(Control::FirstCounts {
-                counts: Arc::clone(&counts),
-                applied: self.applied.get(i).copied().unwrap_or(0),
-            });
+            let applied = self.applied.get(i).copied().unwrap_or(0);
+            inbox.control(message(Arc::clone(&counts), applied));
         }
+        counts
     }
 
     /// Writes the removals waiting in one round trip: one `ZREM` of all its
@@ -509,16 +523,10 @@ impl<P: PresenceStore> Worker<P> {
         self.metrics
             .presence_pipeline
             .observe_us(started.elapsed().as_micros() as u64);
-        let mut counts: Vec<(Arc<str>, u64)> = courses.into_iter().zip(counts).collect();
-        // Sorted: a shard looks up the count of a course it starts to hold.
-        counts.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        let counts = Arc::new(counts);
-        for (i, inbox) in self.inboxes.iter().enumerate() {
-            inbox.control(Control::Presence {
-                counts: Arc::clone(&counts),
-                applied: self.applied.get(i).copied().unwrap_or(0),
-            });
-        }
+        let counts = self.send_counts(courses, counts, |counts, applied| Control::Presence {
+            counts,
+            applied,
+        });
         if let Some(tx) = &self.ingest {
             let _ = tx.send(IngestCmd::Viewers(counts));
         }
