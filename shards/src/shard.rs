@@ -192,9 +192,9 @@ pub struct Shard {
     /// here starts from its count (see [`Shard::handle_counts`]).
     counts: Option<Counts>,
     /// First counts ([`Shard::handle_first_counts`]) of courses since the
-    /// last whole list, newer than it: kept for a course first watched here
-    /// before the next presence tick.
-    first_counts: Vec<Counts>,
+    /// last whole list, newer than it, by course: kept for a course first
+    /// watched here before the next presence tick.
+    first_counts: HashMap<Arc<str>, u64>,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -231,7 +231,7 @@ impl Shard {
             wait_ends: 0,
             presence_batch: 1,
             counts: None,
-            first_counts: Vec::new(),
+            first_counts: HashMap::new(),
         }
     }
 

@@ -12,9 +12,9 @@ use crate::sse_event;
 use bytes::Bytes;
 use std::sync::Arc;
 
-/// First counts kept between two presence ticks at most (a storm of new
-/// courses brings one list per presence batch).
-const MAX_FIRST_COUNTS: usize = 1024;
+/// Courses whose first counts are kept between two presence ticks at most
+/// (a storm of new courses brings one list per presence batch).
+const MAX_FIRST_COUNTS: usize = 16_384;
 
 impl Shard {
     /// The gate of a course watched here: shared with the ingest thread, so
@@ -101,11 +101,13 @@ impl Shard {
     pub fn handle_first_counts(&mut self, counts: &Counts, applied: u64) {
         for (course, n) in counts.iter() {
             self.handle_presence(course, *n, applied);
-        }
-        // Kept (shared) until the next whole list, for a course first
-        // watched here meanwhile; bounded by the tick's list that clears it.
-        if self.first_counts.len() < MAX_FIRST_COUNTS {
-            self.first_counts.push(Arc::clone(counts));
+            // Kept until the next whole list, for a course first watched
+            // here meanwhile (a newer count replaces an older one); bounded,
+            // and cleared by the tick's list.
+            if self.first_counts.len() < MAX_FIRST_COUNTS || self.first_counts.contains_key(course)
+            {
+                self.first_counts.insert(Arc::clone(course), *n);
+            }
         }
     }
 
@@ -117,11 +119,10 @@ impl Shard {
             let at = counts.binary_search_by(|(c, _)| (**c).cmp(course)).ok()?;
             counts.get(at).map(|(_, n)| *n)
         };
-        // The newest first: a first count is newer than the whole list.
+        // A first count is newer than the whole list.
         self.first_counts
-            .iter()
-            .rev()
-            .find_map(find)
+            .get(course)
+            .copied()
             .or_else(|| self.counts.as_ref().and_then(find))
     }
 

@@ -562,3 +562,21 @@ fn a_first_count_from_another_shard_s_viewer_starts_a_course_new_here() {
     shard.handle_seed("C", &[snap(1, 3, None)], 0);
     assert_eq!(counts(&mut shard, u), [3]);
 }
+
+#[test]
+fn first_counts_of_a_storm_of_new_courses_are_each_kept_and_the_newest_wins() {
+    // One list per presence batch, one course new to the node in each: every
+    // course keeps its count until the next whole list, a newer count of a
+    // course replacing the older.
+    let mut shard = Shard::new(ShardConfig::default());
+    for i in 0..3_000u64 {
+        shard.handle_first_counts(&node_counts(&[(&format!("C{i}"), i + 1)]), 0);
+    }
+    shard.handle_first_counts(&node_counts(&[("C7", 70)]), 0);
+    assert_eq!(shard.kept_count("C0"), Some(1));
+    assert_eq!(shard.kept_count("C2999"), Some(3_000));
+    assert_eq!(shard.kept_count("C7"), Some(70));
+    shard.handle_counts(&node_counts(&[("C7", 71)]), 0);
+    assert_eq!(shard.kept_count("C0"), None);
+    assert_eq!(shard.kept_count("C7"), Some(71));
+}
