@@ -1,6 +1,7 @@
 //! A course's whole board compressed by the two compressors a shard holds:
-//! a render's ([`Deflater::default`], level 6) and a whole board's
-//! ([`Deflater::quick`], level 1), at 2 to 60 sections. Prints a table and
+//! a render's ([`Deflater::default`], zlib level 6) and a whole board's
+//! ([`Deflater::quick`], fixed codes), and by zlib at level 1 (what a whole
+//! board's compressor was before), at 2 to 60 sections. Prints a table and
 //! JSON: the compressed bytes (deterministic) and the time per compression
 //! of each, measured alternately in the same run.
 //!
@@ -11,6 +12,7 @@
 //! Run without `--bench` (as `cargo test --all-targets` does), it makes one
 //! short pass and checks that every compressed board inflates back.
 
+use flate2::{Compress, Compression, FlushCompress};
 use shards::deflate::{inflate_message, Deflater};
 use shards::Snapshot;
 use std::time::Instant;
@@ -50,17 +52,40 @@ fn board(sections: u32) -> Vec<u8> {
 
 /// Compressed length and µs per compression over `times` compressions; the
 /// last one must inflate back to `payload`.
-fn pass(deflater: &mut Deflater, payload: &[u8], times: u32) -> (usize, f64) {
+fn pass(compress: &mut dyn FnMut(&[u8]) -> Vec<u8>, payload: &[u8], times: u32) -> (usize, f64) {
     let started = Instant::now();
-    let mut last = None;
+    let mut last = Vec::new();
     for _ in 0..times {
-        last = deflater.compress_message(std::hint::black_box(payload));
+        last = compress(std::hint::black_box(payload));
     }
     let us = started.elapsed().as_secs_f64() * 1e6 / f64::from(times);
-    let compressed = last.expect("every board here is long enough to compress");
-    let back = inflate_message(&compressed, payload.len()).expect("a board inflates back");
+    let back = inflate_message(&last, payload.len()).expect("a board inflates back");
     assert_eq!(back, payload, "a board inflates back to itself");
-    (compressed.len(), us)
+    (last.len(), us)
+}
+
+/// zlib at level 1, raw, reset and sync-flushed per message, its tail removed.
+fn zlib_level_1() -> impl FnMut(&[u8]) -> Vec<u8> {
+    let mut z = Compress::new(Compression::new(1), false);
+    move |payload| {
+        z.reset();
+        let mut out = Vec::with_capacity(payload.len() + 64);
+        z.compress_vec(payload, &mut out, FlushCompress::Sync)
+            .expect("compresses");
+        out.truncate(out.len() - 4);
+        out
+    }
+}
+
+/// One way of compressing a message, timed against the others.
+type Compressor = Box<dyn FnMut(&[u8]) -> Vec<u8>>;
+
+/// A [`Deflater`] as a compressing function.
+fn by(mut d: Deflater) -> impl FnMut(&[u8]) -> Vec<u8> {
+    move |payload| {
+        d.compress_message(payload)
+            .expect("every board here is long enough to compress")
+    }
 }
 
 fn main() {
@@ -69,35 +94,50 @@ fn main() {
     } else {
         SMOKE
     };
-    let mut render = Deflater::default();
-    let mut whole = Deflater::quick();
+    let mut ways: [(&str, Compressor); 3] = [
+        ("level6", Box::new(by(Deflater::default()))),
+        ("level1", Box::new(zlib_level_1())),
+        ("fixed", Box::new(by(Deflater::quick()))),
+    ];
     let mut rows = Vec::new();
-    println!("sections  payload B  level 6 B  level 1 B  level 6 µs  level 1 µs  time 1/6");
+    println!(
+        "sections  payload B  level 6 B  level 1 B  fixed B  level 6 µs  level 1 µs  fixed µs  fixed/level 1 time"
+    );
     for sections in [2u32, 8, 20, 60] {
         let payload = board(sections);
-        let (mut t6, mut t1) = (Vec::new(), Vec::new());
-        let (mut b6, mut b1) = (0, 0);
+        let mut times = [(); 3].map(|_| Vec::new());
+        let mut bytes = [0; 3];
         for _ in 0..passes {
-            let (b, t) = pass(&mut render, &payload, per_pass);
-            b6 = b;
-            t6.push(t);
-            let (b, t) = pass(&mut whole, &payload, per_pass);
-            b1 = b;
-            t1.push(t);
+            for (i, (_, way)) in ways.iter_mut().enumerate() {
+                let (b, t) = pass(way.as_mut(), &payload, per_pass);
+                bytes[i] = b;
+                times[i].push(t);
+            }
         }
-        let median = |v: &mut Vec<f64>| {
+        let m = times.map(|mut v| {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
-        };
-        let (m6, m1) = (median(&mut t6), median(&mut t1));
+        });
         println!(
-            "{sections:>8}  {:>9}  {b6:>9}  {b1:>9}  {m6:>10.2}  {m1:>10.2}  {:>7.2}x",
+            "{sections:>8}  {:>9}  {:>9}  {:>9}  {:>7}  {:>10.2}  {:>10.2}  {:>8.2}  {:>17.2}x",
             payload.len(),
-            m1 / m6
+            bytes[0],
+            bytes[1],
+            bytes[2],
+            m[0],
+            m[1],
+            m[2],
+            m[2] / m[1]
         );
+        let fields: Vec<String> = ways
+            .iter()
+            .enumerate()
+            .map(|(i, (name, _))| format!(r#""{name}_bytes":{},"{name}_us":{:.3}"#, bytes[i], m[i]))
+            .collect();
         rows.push(format!(
-            r#"{{"sections":{sections},"payload_bytes":{},"level6_bytes":{b6},"level1_bytes":{b1},"level6_us":{m6:.3},"level1_us":{m1:.3}}}"#,
-            payload.len()
+            r#"{{"sections":{sections},"payload_bytes":{},{}}}"#,
+            payload.len(),
+            fields.join(",")
         ));
     }
     println!("{{\"board_deflate\":[{}]}}", rows.join(","));

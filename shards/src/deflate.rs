@@ -6,6 +6,7 @@
 //! board), each reset per message, and each client message is inflated by a
 //! fresh inflater that is dropped after.
 
+use crate::fixed_deflate::FixedDeflate;
 use flate2::{Decompress, FlushDecompress, Status};
 
 /// Payloads shorter than this go out uncompressed (RSV1 clear).
@@ -103,9 +104,17 @@ fn window_bits(v: &str) -> Option<u8> {
 /// cut into more blocks, which costs its size next to nothing.
 const MEM_LEVEL: i32 = 4;
 
-/// The shard's one compressor, reset before every message (no context takeover).
+/// A compressor of one message at a time (no context takeover): zlib's at
+/// a level, or the fixed-code one of [`Deflater::quick`].
 pub struct Deflater {
-    compress: zlib_rs::Deflate,
+    engine: Engine,
+}
+
+enum Engine {
+    /// zlib-rs, reset before every message.
+    Zlib(zlib_rs::Deflate),
+    /// Fixed Huffman codes and a table that is never cleared.
+    Fixed(FixedDeflate),
 }
 
 impl std::fmt::Debug for Deflater {
@@ -123,25 +132,27 @@ impl Default for Deflater {
 }
 
 impl Deflater {
-    /// Level 1 (static codes, no Huffman trees built), for a course's whole
-    /// board: it is compressed again after every change of the course and
-    /// goes only to the viewers arriving (or healing) until then, often one.
-    /// An 8-section board of 938 bytes compresses to 299 bytes against
-    /// level 6's 238, in 0.38x its time (`cargo bench -p shards --bench board_deflate`).
+    /// Fixed codes and no table to clear ([`FixedDeflate`]), for a course's
+    /// whole board: it is compressed again after every change of the course
+    /// and goes only to the viewers arriving (or healing) until then, often
+    /// one, so its time counts for more than its bytes (figures:
+    /// `cargo bench -p shards --bench board_deflate`).
     pub fn quick() -> Self {
-        Deflater::at_level(1)
+        Deflater {
+            engine: Engine::Fixed(FixedDeflate::default()),
+        }
     }
 
     fn at_level(level: i32) -> Self {
         Deflater {
-            compress: zlib_rs::Deflate::new_with_config(zlib_rs::DeflateConfig {
+            engine: Engine::Zlib(zlib_rs::Deflate::new_with_config(zlib_rs::DeflateConfig {
                 level,
                 method: zlib_rs::Method::Deflated,
                 // Raw deflate (no zlib header), a 15-bit window.
                 window_bits: -15,
                 mem_level: MEM_LEVEL,
                 strategy: zlib_rs::Strategy::Default,
-            }),
+            })),
         }
     }
 }
@@ -159,35 +170,42 @@ impl Deflater {
 
     /// Raw deflate of one whole message, sync-flushed, its empty-block tail removed.
     fn compress(&mut self, payload: &[u8]) -> Option<Vec<u8>> {
-        self.compress.reset();
-        let mut out = vec![0; payload.len() / 2 + 64];
-        // The reset zeroed the totals: they count this message alone.
-        let mut written = 0;
-        loop {
-            let done = self.compress.total_in() as usize;
-            let input = payload.get(done..)?;
-            self.compress
-                .compress(
-                    input,
-                    out.get_mut(written..)?,
-                    zlib_rs::DeflateFlush::SyncFlush,
-                )
-                .ok()?;
-            written = self.compress.total_out() as usize;
-            let all_in = self.compress.total_in() as usize == payload.len();
-            // The flush is complete once a call leaves room in the output.
-            if all_in && written < out.len() {
-                break;
-            }
-            out.resize(out.len() * 2, 0);
+        match &mut self.engine {
+            Engine::Zlib(z) => zlib_compress(z, payload),
+            Engine::Fixed(f) => Some(f.compress(payload)),
         }
-        out.truncate(written);
-        if !out.ends_with(&SYNC_TAIL) {
-            return None;
-        }
-        out.truncate(out.len() - SYNC_TAIL.len());
-        Some(out)
     }
+}
+
+/// [`Deflater::compress`] by zlib-rs.
+fn zlib_compress(z: &mut zlib_rs::Deflate, payload: &[u8]) -> Option<Vec<u8>> {
+    z.reset();
+    let mut out = vec![0; payload.len() / 2 + 64];
+    // The reset zeroed the totals: they count this message alone.
+    let mut written = 0;
+    loop {
+        let done = z.total_in() as usize;
+        let input = payload.get(done..)?;
+        z.compress(
+            input,
+            out.get_mut(written..)?,
+            zlib_rs::DeflateFlush::SyncFlush,
+        )
+        .ok()?;
+        written = z.total_out() as usize;
+        let all_in = z.total_in() as usize == payload.len();
+        // The flush is complete once a call leaves room in the output.
+        if all_in && written < out.len() {
+            break;
+        }
+        out.resize(out.len() * 2, 0);
+    }
+    out.truncate(written);
+    if !out.ends_with(&SYNC_TAIL) {
+        return None;
+    }
+    out.truncate(out.len() - SYNC_TAIL.len());
+    Some(out)
 }
 
 /// Why a client message could not be inflated.

@@ -7,7 +7,8 @@
 //! - [`ws_codec`]: RFC 6455 frames in and out; [`opcode`] names their opcodes,
 //!   [`server_frame`] reads what the server sends (for clients and tests).
 //! - [`sse_event`]: the same messages as Server-Sent Events.
-//! - [`deflate`]: permessage-deflate, negotiated, compressed once per render.
+//! - [`deflate`]: permessage-deflate, negotiated, compressed once per render
+//!   (a whole board by `fixed_deflate`).
 //! - [`http_head`]: request heads, upgrade checks, token lookup.
 //! - [`json_str`]: JSON string literals, as serde_json writes them.
 //! - [`origin`]: which pages may open a WebSocket with which token.
@@ -21,6 +22,7 @@ pub mod client_op;
 pub mod conn;
 mod course;
 pub mod deflate;
+mod fixed_deflate;
 pub mod gate;
 pub mod http_head;
 pub mod json_str;
