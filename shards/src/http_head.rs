@@ -331,6 +331,12 @@ impl<'a> RequestHead<'a> {
         self.origin_lines > 1
     }
 
+    /// Whether the request asks for a WebSocket upgrade (`Upgrade:
+    /// websocket`), valid or not: a non-`GET` one is a malformed upgrade.
+    pub fn asks_for_upgrade(&self) -> bool {
+        has_token(self.upgrade, "websocket")
+    }
+
     /// Checks the WebSocket upgrade rules of RFC 6455 section 4.2.1 (a
     /// repeated key or version is malformed).
     pub fn check_upgrade(&self) -> Result<&'a str, UpgradeError> {

@@ -244,9 +244,22 @@ fn malformed_upgrades_are_400_and_other_versions_426() {
         assert_eq!(r.header("Sec-WebSocket-Version"), Some("13"));
     }
     assert!(refused(&sb, "bad_version") >= 4.0);
-    // Another method on the WebSocket path.
-    let r = http_raw(sb.port, good.replace("GET", "POST").as_bytes()).unwrap();
+    // An upgrade of another method is a malformed upgrade (section 4's
+    // checks: GET is one), taking no token from the bucket; another method on
+    // the WebSocket path that asks for no upgrade is a wrong method (section 3).
+    let before = refused(&sb, "bad_upgrade");
+    for method in ["POST", "PUT"] {
+        let r = http_raw(sb.port, good.replacen("GET", method, 1).as_bytes()).unwrap();
+        assert_eq!(r.status, 400, "{method} upgrade");
+    }
+    assert!(refused(&sb, "bad_upgrade") >= before + 2.0);
+    let r = http_raw(
+        sb.port,
+        b"POST /ws HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
+    )
+    .unwrap();
     assert_eq!(r.status, 405);
+    assert_eq!(r.header("Allow"), Some("GET"));
 }
 
 #[test]

@@ -170,10 +170,14 @@ fn route_head(ctx: &ShardCtx, head: &RequestHead) -> Next {
         Route::Page(p) if head.method == "GET" || head_only => {
             Next::Respond(routes::answer(&ctx.node, p, head), head_only)
         }
-        Route::Ws { admin } if head.method == "GET" => match handshake::check(ctx, head, admin) {
-            Err(resp) => Next::Respond(resp, false),
-            Ok(accepted) => Next::Upgrade(accepted),
-        },
+        // A request of another method that asks for an upgrade is a
+        // malformed upgrade (section 4: 400), not a wrong method (405).
+        Route::Ws { admin } if head.method == "GET" || head.asks_for_upgrade() => {
+            match handshake::check(ctx, head, admin) {
+                Err(resp) => Next::Respond(resp, head_only),
+                Ok(accepted) => Next::Upgrade(accepted),
+            }
+        }
         Route::Sse if head.method == "GET" => route_sse(ctx, head),
         route => {
             let allow = if matches!(route, Route::Ws { .. } | Route::Sse) {
