@@ -3,7 +3,8 @@
 //! connection, the operator's query) and repairs what a fire-and-forget
 //! publish lost, so every board equals the database within a bounded time.
 //!
-//! `flags.rs` the command line; `source.rs` the database trait, with
+//! `flags.rs` the command line (`query.rs` reads the query's parameters
+//! and statements); `source.rs` the database trait, with
 //! `postgres.rs` and `mysql.rs`; `row.rs` a row checked by section 2's
 //! rules; `decide.rs` the pure, clock-free rule of what to look up, leave,
 //! write or replace; `store.rs` the Redis side; `metrics.rs` the figures
@@ -18,6 +19,7 @@ pub mod flags;
 pub mod metrics;
 pub mod mysql;
 pub mod postgres;
+pub mod query;
 pub mod row;
 pub mod run;
 pub mod source;
