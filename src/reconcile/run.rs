@@ -5,10 +5,11 @@
 //! faster than the interval) while the database or Redis fails, and a `PING`
 //! when Redis has gone 5 s unasked, so `redis` on `/healthz` follows Redis
 //! while the database is quiet. One check: the rows read, checked, planned,
-//! looked up in Redis, judged, repaired. The first check
-//! that reads both the database and Redis logs one info line, `reconciler
-//! checking`, once per process (a clean start logs no warning). `--check` is
-//! one full check that writes nothing.
+//! looked up in Redis, judged, repaired. Every section newly found ahead of
+//! the database is logged once, with its course and section. The first
+//! check that reads both the database and Redis logs one info line,
+//! `reconciler checking`, once per process (a clean start logs no warning).
+//! `--check` is one full check that writes nothing.
 
 use super::decide::{compare, Book, Candidate, Field, State};
 use super::flags::Timing;
@@ -26,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// The longest wait between tries while the database or Redis fails.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
-/// Log lines of one kind (refused rows, errors, ahead sections) at most this often.
+/// Log lines of one kind (refused rows, errors) at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// `d` shortened by a random 0-10 % (never longer).
@@ -83,8 +84,6 @@ struct Logs {
     redis: Every,
     /// Checks failed for the database.
     db: Every,
-    /// Sections found ahead.
-    ahead: Every,
 }
 
 /// Why a check failed.
@@ -222,17 +221,17 @@ impl Worker {
         }
         let looked: Vec<(Candidate, Field)> = cands.into_iter().zip(fields).collect();
         let out = self.book.judge(looked, crate::clock::now_ms());
+        // Each section once, when first found so: bounded by the sections,
+        // and never again while it stays ahead.
         for (s, redis) in &out.newly_ahead {
             self.shared.ahead.fetch_add(1, Relaxed);
-            if self.logs.ahead.ready() {
-                tracing::warn!(
-                    course = %s.course,
-                    section = s.section,
-                    db_version = ?s.version,
-                    redis_version = %redis,
-                    "Redis holds a version the database does not (replaced if it stays so)"
-                );
-            }
+            tracing::warn!(
+                course = %s.course,
+                section = s.section,
+                db_version = ?s.version,
+                redis_version = %redis,
+                "Redis holds a version the database does not (replaced if it stays so)"
+            );
         }
         if !out.write.is_empty() {
             let snaps: Vec<Snapshot> = out.write.iter().map(|(s, _)| s.clone()).collect();
