@@ -85,9 +85,23 @@ pub enum FlagError {
         /// `$1` or `?`.
         param: &'static str,
     },
+    /// `--query` with a bind parameter besides the lower bound.
+    #[error("invalid value for '--query': one bind parameter ({param}), the lower bound of updated_at, is allowed; found {found}")]
+    ManyParameters {
+        /// `$1` or `?`.
+        param: &'static str,
+        /// The parameters found (`$1, $2`; `2 of ?`).
+        found: String,
+    },
     /// `--query` that is not a SELECT.
     #[error("invalid value for '--query': one SELECT (or WITH ... SELECT) statement")]
     NotSelect,
+    /// `--query` holding more than one statement.
+    #[error("invalid value for '--query': one statement, found {count} (separated by ';')")]
+    ManyStatements {
+        /// The statements found.
+        count: usize,
+    },
     /// `--metrics` not an address.
     #[error("invalid value '{value}' for '--metrics': not an IP:PORT")]
     Metrics {
@@ -138,31 +152,6 @@ pub fn kind(url: &str) -> Result<Kind, FlagError> {
     }
 }
 
-/// Whether `sql` holds `needle` outside string literals and quoted names.
-fn has_param(sql: &str, needle: &str) -> bool {
-    let b = sql.as_bytes();
-    let mut quote: Option<u8> = None;
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if matches!(c, b'\'' | b'"' | b'`') => quote = Some(c),
-            None if sql[i..].starts_with(needle) => {
-                // `$1` but not `$10`.
-                let next = b.get(i + needle.len());
-                if needle != "$1" || !next.is_some_and(u8::is_ascii_digit) {
-                    return true;
-                }
-            }
-            None => {}
-        }
-        i += 1;
-    }
-    false
-}
-
 /// What the flags say, checked.
 pub struct Checked {
     /// The database kind.
@@ -194,20 +183,47 @@ pub struct Timing {
     pub ahead_repair: Duration,
 }
 
+/// `--query` checked: one SELECT (or WITH ... SELECT), one statement (a
+/// trailing `;` aside), one bind parameter (`$1` used any number of times
+/// on PostgreSQL, one `?` on MySQL), all read outside literals, quoted
+/// names and comments ([`super::query::lex`]).
+pub fn query(sql: &str, kind: Kind) -> Result<(), FlagError> {
+    let shape = super::query::lex(sql, kind);
+    if !matches!(shape.first.as_str(), "select" | "with" | "(") {
+        return Err(FlagError::NotSelect);
+    }
+    if shape.statements > 1 {
+        return Err(FlagError::ManyStatements {
+            count: shape.statements,
+        });
+    }
+    // The parameter asked for, whether it is there, and every one found.
+    let (param, there, found, n) = match kind {
+        Kind::Postgres => {
+            let found: Vec<String> = shape.numbered.iter().map(|n| format!("${n}")).collect();
+            let there = shape.numbered.contains(&1);
+            ("$1", there, found.join(", "), shape.numbered.len())
+        }
+        Kind::Mysql => (
+            "?",
+            shape.marks > 0,
+            format!("{} of ?", shape.marks),
+            shape.marks,
+        ),
+    };
+    if !there {
+        return Err(FlagError::NoParameter { param });
+    }
+    if n > 1 {
+        return Err(FlagError::ManyParameters { param, found });
+    }
+    Ok(())
+}
+
 /// Checks the flags in order: `--db`, `--query`, `--db-ca`, `--metrics`, Redis.
 pub fn check(a: &ReconcileArgs) -> Result<Checked, FlagError> {
     let kind = kind(&a.db)?;
-    let q = a.query.trim_start().to_ascii_lowercase();
-    if !(q.starts_with("select") || q.starts_with("with") || q.starts_with('(')) {
-        return Err(FlagError::NotSelect);
-    }
-    let param = match kind {
-        Kind::Postgres => "$1",
-        Kind::Mysql => "?",
-    };
-    if !has_param(&a.query, param) {
-        return Err(FlagError::NoParameter { param });
-    }
+    query(&a.query, kind)?;
     let ca = match &a.db_ca {
         Some(p) => {
             let path = || p.display().to_string();
@@ -271,9 +287,55 @@ mod tests {
         let e = kind("sqlite://u:S3cret@h/d").err().map(|e| e.to_string());
         let e = e.unwrap_or_default();
         assert!(e.contains("'--db'") && !e.contains("S3cret"), "{e}");
-        assert!(has_param("select * from t where updated_at >= $1", "$1"));
-        assert!(!has_param("select '$1' from t where a = $10", "$1"));
-        assert!(has_param("select * from t where u >= ?", "?"));
-        assert!(!has_param("select 'why?' from t", "?"));
+    }
+
+    /// The refusal of `sql` as `kind`'s query, as printed (None: accepted).
+    fn refusal(sql: &str, kind: Kind) -> Option<String> {
+        query(sql, kind).err().map(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_query_is_one_select_with_one_bind_parameter() {
+        let pg = |sql: &str| refusal(sql, Kind::Postgres);
+        let my = |sql: &str| refusal(sql, Kind::Mysql);
+        const Q: &str = "SELECT course FROM t WHERE updated_at >= ";
+        for ok in [
+            format!("{Q}$1"),
+            format!("{Q}$1 OR u > $1"),
+            format!("{Q}$1;"),
+            format!("{Q}$1 ;\n  "),
+            format!("{Q}$1 AND note <> '$2; SELECT 1'"),
+            format!("{Q}$1 AND f = $f$ $2; $f$"),
+            format!("-- the reconciler\n{Q}$1 /* not $2 */"),
+            format!("WITH x AS (SELECT 1) {Q}$1"),
+        ] {
+            assert_eq!(pg(&ok), None, "{ok}");
+        }
+        assert_eq!(
+            my(&format!("{Q}? AND c <> 'why?' AND `a?` = 1 -- ?\n;")),
+            None
+        );
+        for (bad, what) in [
+            (format!("{Q}$1 AND updated_at < $2"), "found $1, $2"),
+            (format!("{Q}$2"), "($1)"),
+            (format!("{Q}$10"), "($1)"),
+            (format!("{Q}'$1'"), "($1)"),
+            (format!("{Q}?"), "($1)"),
+            (format!("{Q}$1; SELECT 1"), "one statement, found 2"),
+            (format!("{Q}$1;;SELECT 1;"), "one statement, found 2"),
+            ("DELETE FROM t WHERE u < $1".into(), "one SELECT"),
+            ("/* x */ UPDATE t SET a = $1".into(), "one SELECT"),
+        ] {
+            let e = pg(&bad).unwrap_or_default();
+            assert!(e.contains("'--query'") && e.contains(what), "{bad}: {e}");
+        }
+        for (bad, what) in [
+            (format!("{Q}? AND updated_at < ?"), "found 2 of ?"),
+            (format!("{Q}$1"), "(?)"),
+            (format!("{Q}?; SELECT 1"), "one statement, found 2"),
+        ] {
+            let e = my(&bad).unwrap_or_default();
+            assert!(e.contains("'--query'") && e.contains(what), "{bad}: {e}");
+        }
     }
 }

@@ -22,7 +22,7 @@ pub enum ErrorKind {
     Db,
     /// A statement was cancelled at its timeout.
     Timeout,
-    /// Redis did not answer or refused.
+    /// Redis did not answer or refused (a check's commands, or a `PING`).
     Redis,
 }
 
@@ -111,7 +111,7 @@ impl Shared {
         self.rejected[reject_index(why)].fetch_add(1, Relaxed);
     }
 
-    /// Counts a failed check.
+    /// Counts a failed check (or a failed `PING`, as `Redis`).
     pub fn error(&self, kind: ErrorKind) {
         self.errors[kind as usize].fetch_add(1, Relaxed);
     }
@@ -157,7 +157,7 @@ const FAMILIES: &[Family<Shared>] = &[
     ),
     Family::counts(
         "seatboard_reconcile_errors_total",
-        "Checks that failed, by kind.",
+        "Checks that failed, by kind; redis also counts each PING that failed.",
         "kind",
         &["db", "timeout", "redis"],
         |m| &m.errors,

@@ -3,11 +3,13 @@
 //! connection, the operator's query) and repairs what a fire-and-forget
 //! publish lost, so every board equals the database within a bounded time.
 //!
-//! `flags.rs` the command line; `source.rs` the database trait, with
+//! `flags.rs` the command line (`query.rs` reads the query's parameters
+//! and statements); `source.rs` the database trait, with
 //! `postgres.rs` and `mysql.rs`; `row.rs` a row checked by section 2's
 //! rules; `decide.rs` the pure, clock-free rule of what to look up, leave,
 //! write or replace; `store.rs` the Redis side; `metrics.rs` the figures
-//! (served by `crate::worker_http`); `run.rs` the loop and `--check`.
+//! (served by `crate::worker_http`); `schedule.rs` the clock-free rule of
+//! when the loop checks, sweeps or pings Redis; `run.rs` the loop and `--check`.
 //!
 //! SIGTERM or SIGINT: the statement in flight is cancelled on the server,
 //! what a check was about to write is dropped, exit 0 within 2 s.
@@ -18,8 +20,10 @@ pub mod flags;
 pub mod metrics;
 pub mod mysql;
 pub mod postgres;
+pub mod query;
 pub mod row;
 pub mod run;
+pub mod schedule;
 pub mod source;
 pub mod store;
 

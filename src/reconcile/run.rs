@@ -1,9 +1,13 @@
-//! The reconciler's loop on its worker thread: a sweep first, then an
-//! incremental check every interval and a sweep every `--sweep-s` (each
+//! The reconciler's loop on its worker thread, by the rule of
+//! [`super::schedule`]: a sweep first, then an incremental check every
+//! interval and a sweep every `--sweep-s`, each at its own deadline (each
 //! wait shortened by a random 0-10 %), jittered backoff capped at 30 s (never
-//! faster than the interval) while the database or Redis fails. One check:
-//! the rows read, checked, planned, looked up in Redis, judged, repaired.
-//! The first check that reads both the database and Redis logs one info line,
+//! faster than the interval) while the database or Redis fails, and a `PING`
+//! when Redis has gone 5 s unasked, so `redis` on `/healthz` follows Redis
+//! while the database is quiet. One check: the rows read, checked, planned,
+//! looked up in Redis, judged, repaired. Every section newly found ahead of
+//! the database is logged once, with its course and section. The first
+//! check that reads both the database and Redis logs one info line,
 //! `reconciler checking`, once per process (a clean start logs no warning).
 //! `--check` is one full check that writes nothing.
 
@@ -11,6 +15,7 @@ use super::decide::{compare, Book, Candidate, Field, State};
 use super::flags::Timing;
 use super::metrics::{ErrorKind, Shared};
 use super::row;
+use super::schedule::{Schedule, Step};
 use super::source::{DbError, Source};
 use super::store::Store;
 use crate::redis::backoff::Backoff;
@@ -22,7 +27,7 @@ use std::time::{Duration, Instant};
 
 /// The longest wait between tries while the database or Redis fails.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
-/// Log lines of one kind (refused rows, errors, ahead sections) at most this often.
+/// Log lines of one kind (refused rows, errors) at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// `d` shortened by a random 0-10 % (never longer).
@@ -35,6 +40,7 @@ fn jitter(d: Duration) -> Duration {
 struct Every(Option<Instant>);
 
 impl Every {
+    /// Whether a line may be logged now (and if so, counts it as logged).
     fn ready(&mut self) -> bool {
         let ok = self.0.is_none_or(|t| t.elapsed() >= LOG_EVERY);
         if ok {
@@ -62,7 +68,22 @@ pub struct Worker {
     newest_us: Option<i64>,
     /// Whether a check has completed since start (its one info line logged).
     checking: bool,
-    logs: [Every; 4],
+    /// The last check failed (its recovery is logged).
+    failing: bool,
+    /// The last `PING` failed (its recovery is logged).
+    ping_failed: bool,
+    logs: Logs,
+}
+
+/// The rate limits of the warnings that may repeat at every check.
+#[derive(Default)]
+struct Logs {
+    /// Rows skipped.
+    rows: Every,
+    /// Checks failed for Redis, and `PING`s failed.
+    redis: Every,
+    /// Checks failed for the database.
+    db: Every,
 }
 
 /// Why a check failed.
@@ -97,7 +118,9 @@ impl Worker {
             stop,
             newest_us: None,
             checking: false,
-            logs: Default::default(),
+            failing: false,
+            ping_failed: false,
+            logs: Logs::default(),
         }
     }
 
@@ -130,7 +153,7 @@ impl Worker {
                 Ok(s) => out.push(s),
                 Err(why) => {
                     self.shared.reject(why);
-                    if self.logs[0].ready() {
+                    if self.logs.rows.ready() {
                         tracing::warn!(
                             reason = why.label(),
                             course = r.course.as_deref().unwrap_or("?"),
@@ -144,10 +167,20 @@ impl Worker {
         Ok(out)
     }
 
-    fn redis<T>(&mut self, r: Result<T, crate::redis::Error>) -> Result<T, CheckError> {
+    /// `r`, a Redis call begun when `before` commands had been sent, on the
+    /// figures: `redis_up` set when Redis answered a command (a read of no
+    /// section sends none and says nothing), cleared and counted when it
+    /// failed.
+    fn redis<T>(
+        &mut self,
+        before: u64,
+        r: Result<T, crate::redis::Error>,
+    ) -> Result<T, CheckError> {
         match r {
             Ok(v) => {
-                self.shared.redis_up.store(true, Relaxed);
+                if self.store.commands != before {
+                    self.shared.redis_up.store(true, Relaxed);
+                }
                 Ok(v)
             }
             Err(e) => {
@@ -174,8 +207,7 @@ impl Worker {
                 // own, so `redis_up` says what Redis does, not what the
                 // database did (not when stopping: the cancel ended it).
                 if !self.stop.load(Relaxed) {
-                    let up = self.store.ping().is_ok();
-                    self.shared.redis_up.store(up, Relaxed);
+                    self.ping();
                 }
                 return Err(e);
             }
@@ -183,28 +215,29 @@ impl Worker {
         let cands = self.book.plan(rows, sweep);
         let before = self.store.commands;
         let fields = self.store.read(&cands);
-        let fields = self.redis(fields)?;
+        let fields = self.redis(before, fields)?;
         if self.stop.load(Relaxed) {
             return Err(CheckError::Stopped);
         }
         let looked: Vec<(Candidate, Field)> = cands.into_iter().zip(fields).collect();
         let out = self.book.judge(looked, crate::clock::now_ms());
+        // Each section once, when first found so: bounded by the sections,
+        // and never again while it stays ahead.
         for (s, redis) in &out.newly_ahead {
             self.shared.ahead.fetch_add(1, Relaxed);
-            if self.logs[1].ready() {
-                tracing::warn!(
-                    course = %s.course,
-                    section = s.section,
-                    db_version = ?s.version,
-                    redis_version = %redis,
-                    "Redis holds a version the database does not (replaced if it stays so)"
-                );
-            }
+            tracing::warn!(
+                course = %s.course,
+                section = s.section,
+                db_version = ?s.version,
+                redis_version = %redis,
+                "Redis holds a version the database does not (replaced if it stays so)"
+            );
         }
         if !out.write.is_empty() {
             let snaps: Vec<Snapshot> = out.write.iter().map(|(s, _)| s.clone()).collect();
+            let at = self.store.commands;
             let r = self.store.write(&snaps);
-            self.redis(r)?;
+            self.redis(at, r)?;
             self.book.written(&snaps);
             for (s, why) in &out.write {
                 self.shared.repaired(*why, 1);
@@ -212,8 +245,9 @@ impl Worker {
             }
         }
         if !out.replace.is_empty() {
+            let at = self.store.commands;
             let r = self.store.replace(&out.replace);
-            self.redis(r)?;
+            self.redis(at, r)?;
             self.book.written(&out.replace);
             self.shared.repaired(State::Ahead, out.replace.len() as u64);
             for s in &out.replace {
@@ -227,76 +261,111 @@ impl Worker {
         Ok(out.want_sweep)
     }
 
-    /// Checks until `stop_rx` hears (or is dropped).
+    /// Asks Redis whether it answers (`PING`): `redis_up` and `/healthz`
+    /// follow Redis while no check has needed it (a quiet database reads
+    /// no state, and this is no state read); a failure is counted
+    /// (`errors_total{kind="redis"}`) and logged (rate-limited), the answer
+    /// after one logged once. The command client's own backoff still holds.
+    fn ping(&mut self) {
+        let before = self.store.commands;
+        let r = self.store.ping();
+        self.shared
+            .redis_commands
+            .fetch_add(self.store.commands - before, Relaxed);
+        match self.redis(before, r) {
+            Ok(()) => {
+                if std::mem::take(&mut self.ping_failed) {
+                    tracing::info!("Redis answers again");
+                }
+            }
+            Err(e) => {
+                self.ping_failed = true;
+                if self.logs.redis.ready() {
+                    if let CheckError::Redis(r) = &e {
+                        tracing::warn!(error = %r, "Redis does not answer");
+                    }
+                }
+            }
+        }
+    }
+
+    /// A check succeeded: its info lines (the first check, or the first
+    /// after failures).
+    fn answered(&mut self) {
+        if !self.checking {
+            // Once per process: the database and Redis both read.
+            self.checking = true;
+            tracing::info!(
+                rows = self.shared.rows.load(Relaxed),
+                interval_ms = self.timing.interval.as_millis() as u64,
+                sweep_s = self.timing.sweep.as_secs(),
+                "reconciler checking"
+            );
+        } else if self.failing {
+            tracing::info!("database and Redis answer again");
+        }
+        self.failing = false;
+    }
+
+    /// A check failed (`e`), retried in `wait`: logged, rate-limited by kind.
+    fn failed(&mut self, e: &CheckError, wait: Duration) {
+        self.failing = true;
+        let retry_in_ms = wait.as_millis() as u64;
+        match e {
+            CheckError::Db(d) if self.logs.db.ready() => {
+                tracing::warn!(error = %d, retry_in_ms, "check failed")
+            }
+            CheckError::Redis(r) if self.logs.redis.ready() => {
+                tracing::warn!(error = %r, retry_in_ms, "check failed: Redis")
+            }
+            _ => {}
+        }
+    }
+
+    /// Checks (and pings Redis) by [`Schedule`] until `stop_rx` hears (or is dropped).
     pub fn run(&mut self, stop_rx: Receiver<()>) {
         let t = self.timing;
-        let mut next_sweep = Instant::now();
-        let mut next = Instant::now();
+        let mut plan = Schedule::new(Instant::now());
         // From the interval, doubling to 30 s while the database or Redis fails.
         let mut backoff = Backoff::new(t.interval, BACKOFF_CAP);
-        let mut failing = false;
         loop {
-            let wait = next.saturating_duration_since(Instant::now());
-            if !wait.is_zero() {
-                match stop_rx.recv_timeout(wait) {
-                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            let step = plan.step(Instant::now());
+            if let Step::Sleep(until) = step {
+                match stop_rx.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                    Err(crossbeam_channel::RecvTimeoutError::Timeout) => continue,
                     _ => return,
                 }
             }
             if self.stop.load(Relaxed) {
                 return;
             }
-            let sweep = Instant::now() >= next_sweep;
-            match self.check(sweep) {
-                Ok(want_sweep) => {
-                    if !self.checking {
-                        // Once per process: the database and Redis both read.
-                        self.checking = true;
-                        tracing::info!(
-                            rows = self.shared.rows.load(Relaxed),
-                            interval_ms = t.interval.as_millis() as u64,
-                            sweep_s = t.sweep.as_secs(),
-                            "reconciler checking"
-                        );
-                    } else if failing {
-                        tracing::info!("database and Redis answer again");
+            let asked = self.store.commands;
+            let started = Instant::now();
+            match step {
+                Step::Check { sweep } => match self.check(sweep) {
+                    Ok(want_sweep) => {
+                        self.answered();
+                        backoff.reset();
+                        let (interval, sweep_every) = (jitter(t.interval), jitter(t.sweep));
+                        let ended = Instant::now();
+                        plan.checked(started, ended, sweep, want_sweep, interval, sweep_every);
                     }
-                    failing = false;
-                    backoff.reset();
-                    if sweep {
-                        next_sweep = Instant::now() + jitter(t.sweep);
-                    }
-                    if want_sweep {
-                        next_sweep = Instant::now();
-                    }
-                    next = Instant::now() + jitter(t.interval);
-                }
-                Err(CheckError::Stopped) => return,
-                Err(e) => {
-                    if self.stop.load(Relaxed) {
-                        return;
-                    }
-                    failing = true;
-                    backoff.failed();
-                    let wait = backoff.wait().max(t.interval);
-                    let idx = if matches!(e, CheckError::Redis(_)) {
-                        2
-                    } else {
-                        3
-                    };
-                    if self.logs[idx].ready() {
-                        match &e {
-                            CheckError::Db(d) => {
-                                tracing::warn!(error = %d, retry_in_ms = wait.as_millis() as u64, "check failed")
-                            }
-                            CheckError::Redis(r) => {
-                                tracing::warn!(error = %r, retry_in_ms = wait.as_millis() as u64, "check failed: Redis")
-                            }
-                            CheckError::Stopped => {}
+                    Err(CheckError::Stopped) => return,
+                    Err(e) => {
+                        if self.stop.load(Relaxed) {
+                            return;
                         }
+                        backoff.failed();
+                        let wait = backoff.wait().max(t.interval);
+                        self.failed(&e, wait);
+                        plan.failed(Instant::now(), wait);
                     }
-                    next = Instant::now() + wait;
-                }
+                },
+                Step::Ping => self.ping(),
+                Step::Sleep(_) => {}
+            }
+            if self.store.commands != asked {
+                plan.asked_redis(Instant::now());
             }
         }
     }
@@ -321,8 +390,9 @@ pub fn difference(s: &Snapshot, field: Field, state: State) -> String {
 pub fn check_once(w: &mut Worker) -> Result<bool, CheckError> {
     let rows = w.rows(None)?;
     let cands = w.book.plan(rows, true);
+    let before = w.store.commands;
     let fields = w.store.read(&cands);
-    let fields = w.redis(fields)?;
+    let fields = w.redis(before, fields)?;
     let mut lines: Vec<(Arc<str>, u32, String)> = cands
         .iter()
         .zip(fields)

@@ -3,8 +3,9 @@
 //! up (`HGET`, pipelined), repairs written the section 2 way (the
 //! compare-and-set script, then the channel), and the replacement of a
 //! section held ahead of the database (`HSET` of the row, then the row
-//! published with `"replace": true`); a `PING` when the database failed and
-//! Redis was not otherwise asked.
+//! published with `"replace": true`); a `PING` when the database failed, or
+//! when Redis has gone 5 s unasked (a quiet database), so `/healthz` says
+//! what Redis does.
 
 use super::decide::{Candidate, Field};
 use crate::publisher::write;

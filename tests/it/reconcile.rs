@@ -9,8 +9,11 @@
 //! timeout while an `UPDATE` never waits, a database down at start is
 //! waited for, one connection at most under a SELECT-only role, one
 //! `reconciler checking` line once the database and Redis have been read
-//! (none before, never a second, no warning at a clean start), and
-//! SIGTERM cancels the statement on the server and exits 0 within 2 s.
+//! (none before, never a second, no warning at a clean start), Redis lost
+//! while the database is quiet shows on `/healthz` within 10 s, a query
+//! with a second bind parameter or statement exits 2, every section found
+//! ahead is logged once by name, and SIGTERM cancels the statement on the
+//! server and exits 0 within 2 s.
 
 use crate::common::*;
 use crate::redis_util::{client, read_until, serve, watch};
@@ -790,6 +793,133 @@ fn one_checking_line_once_the_database_and_redis_are_read_and_no_warning_at_a_cl
     log.extend(rx.try_iter());
     assert_eq!(count(&log, CHECKING), 1, "{log:#?}");
     assert_eq!(count(&log, "answer again"), 0, "{log:#?}");
+}
+
+#[test]
+fn redis_down_shows_on_healthz_within_10_s_while_the_database_is_quiet() {
+    let pg = pg();
+    let mut redis = RedisServer::start();
+    pg_row(&pg, "RC9", 0, 3, 1);
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &[]);
+    wait_for(Duration::from_secs(10), || {
+        (hash_version(&redis, "RC9", 0) == Some(1) && rec.healthz()["status"] == "ok").then_some(())
+    })
+    .unwrap_or_else(|| panic!("the section is written: {}", rec.healthz()));
+    let errors = |r: &Reconciler| r.metric("seatboard_reconcile_errors_total{kind=\"redis\"}");
+    let before = errors(&rec);
+    // The database is quiet from here on: no check needs Redis.
+    redis.kill();
+    let t = Instant::now();
+    let h = wait_for(Duration::from_secs(12), || {
+        let h = rec.healthz();
+        (h["redis"] == false).then_some(h)
+    })
+    .unwrap_or_else(|| panic!("Redis down is not seen: {}", rec.healthz()));
+    assert!(t.elapsed() <= Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(
+        (&h["status"], &h["db"]),
+        (&Value::from("degraded"), &Value::Bool(true)),
+        "{h}"
+    );
+    assert_eq!(rec.metric("seatboard_reconcile_redis_up"), 0.0);
+    assert!(errors(&rec) > before, "the failed PING is counted");
+    // Back once it answers.
+    redis.restart();
+    wait_for(Duration::from_secs(10), || {
+        (rec.healthz()["redis"] == true).then_some(())
+    })
+    .unwrap_or_else(|| panic!("Redis back is not seen: {}", rec.healthz()));
+    assert_eq!(rec.healthz()["status"], "ok");
+    assert_eq!(rec.metric("seatboard_reconcile_redis_up"), 1.0);
+}
+
+/// `seatboard reconcile` (`--check` or the long run) with `query` against
+/// `db`, where nothing listens: its exit code and stderr, or a panic if it
+/// is still running after 5 s (a query taken and retried).
+fn refused(db: &str, query: &str, check: bool) -> (Option<i32>, String) {
+    let mut cmd = seatboard_command();
+    cmd.args([
+        "reconcile",
+        "--redis",
+        "redis://127.0.0.1:1",
+        "--metrics",
+        "",
+    ])
+    .args(["--query", query])
+    .env("SEATBOARD_RECONCILE_DB", db)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    if check {
+        cmd.arg("--check");
+    }
+    let mut child = cmd.spawn().expect("spawn seatboard reconcile");
+    let done = wait_for(Duration::from_secs(5), || child.try_wait().ok().flatten());
+    if done.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("still running after 5 s with --query {query:?} (--check: {check})");
+    }
+    let out = child.wait_with_output().expect("its output");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_query_with_a_second_bind_parameter_or_statement_exits_2_naming_it() {
+    let pg_db = format!("postgres://reader:S3cretPw@127.0.0.1:{}/x", free_port());
+    let my_db = format!("mysql://reader:S3cretPw@127.0.0.1:{}/x", free_port());
+    for (db, query) in [
+        (&pg_db, format!("{PG_QUERY} AND updated_at < $2")),
+        (&pg_db, format!("{PG_QUERY}; SELECT 1")),
+        (&my_db, format!("{MY_QUERY} AND updated_at < ?")),
+        (&my_db, format!("{MY_QUERY}; SELECT 1")),
+    ] {
+        for check in [true, false] {
+            let (code, err) = refused(db, &query, check);
+            assert_eq!(code, Some(2), "{query} (--check: {check}): {err}");
+            let first = err.lines().next().unwrap_or("");
+            assert!(first.contains("'--query'"), "{query}: {err}");
+        }
+    }
+    // Taken (the database is then found down: exit 3): `$1` twice, a
+    // trailing `;`, and `$2` or `;` inside a literal, a name or a comment.
+    for query in [
+        format!("{PG_QUERY} OR updated_at > $1;"),
+        format!("{PG_QUERY} AND course <> '$2; SELECT 1' /* $3 */ AND \"section\" >= 0 -- ;$4\n"),
+    ] {
+        let (code, err) = refused(&pg_db, &query, true);
+        assert_eq!(code, Some(3), "{query}: {err}");
+    }
+}
+
+#[test]
+fn every_section_found_ahead_is_logged_once_with_its_course_and_section() {
+    const AHEAD: &str = "Redis holds a version the database does not";
+    let pg = pg();
+    let redis = RedisServer::start();
+    for section in 0..4 {
+        pg_row(&pg, "RC10", section, 5, 5);
+        publish_v(&redis, "RC10", section, 9, 9);
+    }
+    let (rec, rx) = Reconciler::start_logged(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri());
+    rec.wait_metric("seatboard_reconcile_ahead_total", 4.0);
+    // Still ahead at the checks after: not logged again.
+    rec.next_checks(3.0);
+    let log: Vec<String> = rx.try_iter().collect();
+    let lines: Vec<&String> = log.iter().filter(|l| l.contains(AHEAD)).collect();
+    assert_eq!(lines.len(), 4, "{log:#?}");
+    for section in 0..4 {
+        let named = format!("section={section} ");
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("course=RC10") && l.contains(&named)),
+            "section {section} is not named: {lines:#?}"
+        );
+    }
+    assert_eq!(rec.metric("seatboard_reconcile_ahead_total"), 4.0);
 }
 
 const MY_QUERY: &str = "SELECT course, section, total_seats, seats_taken, version, seat_info, updated_at FROM seats WHERE updated_at >= ?";
