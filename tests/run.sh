@@ -79,6 +79,10 @@ if ! (cd tests/browser && node -e 'const fs = require("fs");
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# Four tests at a time: the integration tests mostly wait on the servers they
+# start (their timers, Redis, HAProxy, Chromium), about one core busy over the
+# run at four, so on two cores four at a time take half the wall time of two.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 cargo test --workspace --all-targets "$@"
 # The simulator's planted bugs, each of which it must catch (feature
 # `planted-bugs`: never in a normal build).
