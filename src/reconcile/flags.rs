@@ -17,7 +17,7 @@ pub struct ReconcileArgs {
     /// PEM bundle that verifies the database server (default: the system roots).
     #[arg(long, env = "SEATBOARD_RECONCILE_DB_CA")]
     pub db_ca: Option<PathBuf>,
-    /// One SELECT returning course, section, total_seats, seats_taken, version, updated_at [, seat_info], with one bind parameter: the lower bound of updated_at ($1 or ?).
+    /// One SELECT returning course, section, total_seats, seats_taken, version, updated_at [, seat_info] (named exactly so; a result lacking one is a database error), with one bind parameter: the lower bound of updated_at ($1 or ?).
     #[arg(long, env = "SEATBOARD_RECONCILE_QUERY")]
     pub query: String,
     /// The incremental check's interval in ms (each wait shortened by a random 0-10 %).
@@ -45,7 +45,7 @@ pub struct ReconcileArgs {
         default_value = "127.0.0.1:7442"
     )]
     pub metrics: String,
-    /// One full check, differences printed on stdout, nothing written; exit 0 (agree), 1 (differ), 3 (cannot read).
+    /// One full check, differences printed on stdout, nothing written; exit 0 (agree), 1 (differ), 3 (cannot read, or the query's result lacks a required column).
     #[arg(long, env = "SEATBOARD_RECONCILE_CHECK")]
     pub check: bool,
     /// Redis and prefixes, as for `serve`.

@@ -147,7 +147,8 @@ fn source(
 }
 
 /// `--check`: one full check; exit 0 when Redis agrees with the database, 1
-/// when it does not, 3 when the database or Redis cannot be read.
+/// when it does not, 3 when the database or Redis cannot be read (a result
+/// lacking a required column included: nothing could be compared).
 fn check(mut worker: Worker) -> ExitCode {
     match run::check_once(&mut worker) {
         Ok(true) => ExitCode::SUCCESS,

@@ -11,7 +11,9 @@
 use super::db_tls;
 use super::flags::redact;
 use super::row::{integer_text, Row};
-use super::source::{civil_us, take_param, us_civil, CancelSlot, DbError, Source, UrlError};
+use super::source::{
+    civil_us, required_columns, take_param, us_civil, CancelSlot, DbError, Source, UrlError,
+};
 use mysql::prelude::Queryable;
 use mysql::{Conn, Opts, OptsBuilder, SslOpts, Statement, Value};
 use std::time::Duration;
@@ -276,15 +278,24 @@ impl Source for My {
             };
             (|| {
                 conn.query_drop("START TRANSACTION READ ONLY")?;
-                let rows: Vec<mysql::Row> = conn.exec(&*stmt, (bound,))?;
+                let mut result = conn.exec_iter(&*stmt, (bound,))?;
+                // The result set's columns: sent even when no row follows.
+                let names: Vec<String> = result
+                    .columns()
+                    .as_ref()
+                    .iter()
+                    .map(|c| c.name_str().into_owned())
+                    .collect();
+                let rows = result.by_ref().collect::<Result<Vec<mysql::Row>, _>>()?;
+                drop(result);
                 conn.query_drop("COMMIT")?;
-                Ok::<_, mysql::Error>(rows)
+                Ok::<_, mysql::Error>((names, rows))
             })()
         };
-        match result {
-            Ok(rows) => Ok(rows.iter().map(read).collect()),
-            Err(e) => Err(self.error(e)),
-        }
+        let (names, rows) = result.map_err(|e| self.error(e))?;
+        // The connection stays (the query is wrong, not the session).
+        required_columns(&self.shown, names.iter().map(String::as_str))?;
+        Ok(rows.iter().map(read).collect())
     }
 }
 

@@ -9,7 +9,7 @@
 use super::db_tls::{client_config, pg_mode};
 use super::flags::redact;
 use super::row::{integer_text, Row};
-use super::source::{take_param, CancelSlot, DbError, Source, UrlError};
+use super::source::{required_columns, take_param, CancelSlot, DbError, Source, UrlError};
 use postgres::error::SqlState;
 use postgres::types::{FromSql, Type};
 use postgres::{Client, Config, NoTls, Statement};
@@ -273,10 +273,14 @@ impl Source for Pg {
                 Ok::<_, postgres::Error>(rows)
             })()
         };
-        match result {
-            Ok(rows) => Ok(rows.iter().map(read).collect()),
-            Err(e) => Err(self.error(e)),
+        let rows = result.map_err(|e| self.error(e))?;
+        // The result's columns, from the executed statement: there even
+        // when no row came back. The connection stays (the query is wrong,
+        // not the session).
+        if let Some((_, stmt)) = self.client.as_ref() {
+            required_columns(&self.shown, stmt.columns().iter().map(|c| c.name()))?;
         }
+        Ok(rows.iter().map(read).collect())
     }
 }
 

@@ -136,7 +136,9 @@ impl Worker {
                 self.shared.db_up.store(false, Relaxed);
                 self.shared.error(ErrorKind::Timeout);
             }
-            Err(DbError::Down(_)) => {
+            // A result lacking required columns compares nothing: a
+            // database error like a refusal, retried with the same backoff.
+            Err(DbError::Down(_) | DbError::Columns { .. }) => {
                 self.shared.db_up.store(false, Relaxed);
                 self.shared.error(ErrorKind::Db);
             }

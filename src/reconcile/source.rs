@@ -77,6 +77,52 @@ pub enum DbError {
     /// The statement ran past the statement timeout and the server cancelled it.
     #[error("database: statement cancelled at its timeout: {0}")]
     Timeout(String),
+    /// The query's result lacks required columns (named here, never empty):
+    /// nothing can be compared until `--query` returns them.
+    #[error(
+        "database: {shown}: the --query returns no column {}: it must return {}",
+        .missing.join(", "),
+        REQUIRED.join(", ")
+    )]
+    Columns {
+        /// The database as shown in errors (no password).
+        shown: String,
+        /// The required columns the result lacks, in [`REQUIRED`]'s order.
+        missing: Vec<&'static str>,
+    },
+}
+
+/// The columns every result of `--query` must have (`seat_info` may be left
+/// out), named exactly so, as the sources read them.
+pub const REQUIRED: [&str; 6] = [
+    "course",
+    "section",
+    "total_seats",
+    "seats_taken",
+    "version",
+    "updated_at",
+];
+
+/// Ok when a result whose columns are named `names` has every
+/// [`REQUIRED`] column (names compared exactly, as the rows are read);
+/// else the database error naming the ones it lacks.
+pub fn required_columns<'a>(
+    shown: &str,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<(), DbError> {
+    let names: Vec<&str> = names.into_iter().collect();
+    let missing: Vec<&'static str> = REQUIRED
+        .into_iter()
+        .filter(|r| !names.contains(r))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(DbError::Columns {
+            shown: shown.to_owned(),
+            missing,
+        })
+    }
 }
 
 /// A database the reconciler reads.
@@ -156,6 +202,43 @@ pub fn us_civil(t: i64) -> (i64, u32, u32, u32, u32, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_result_lacking_required_columns_names_them() {
+        let all = [
+            "version",
+            "course",
+            "seat_info",
+            "section",
+            "updated_at",
+            "total_seats",
+            "seats_taken",
+        ];
+        assert!(required_columns("db", all).is_ok());
+        assert!(required_columns("db", all.into_iter().filter(|c| *c != "seat_info")).is_ok());
+        let e = required_columns(
+            "postgres://h:5432/d",
+            ["course", "section", "total_seats", "updated_at", "extra"],
+        )
+        .expect_err("two missing");
+        assert!(
+            matches!(&e, DbError::Columns { missing, .. } if *missing == ["seats_taken", "version"])
+        );
+        assert_eq!(
+            e.to_string(),
+            "database: postgres://h:5432/d: the --query returns no column seats_taken, version: \
+             it must return course, section, total_seats, seats_taken, version, updated_at"
+        );
+        // Names are matched exactly, as the rows are read: no other case.
+        let e = required_columns(
+            "db",
+            all.map(|c| if c == "version" { "Version" } else { c }),
+        );
+        assert!(matches!(e, Err(DbError::Columns { missing, .. }) if missing == ["version"]));
+        // No column at all (a statement with no result set): every one.
+        let e = required_columns("db", []);
+        assert!(matches!(e, Err(DbError::Columns { missing, .. }) if missing == REQUIRED));
+    }
 
     #[test]
     fn calendar_round_trips() {

@@ -11,9 +11,10 @@
 //! `reconciler checking` line once the database and Redis have been read
 //! (none before, never a second, no warning at a clean start), Redis lost
 //! while the database is quiet shows on `/healthz` within 10 s, a query
-//! with a second bind parameter or statement exits 2, every section found
-//! ahead is logged once by name, and SIGTERM cancels the statement on the
-//! server and exits 0 within 2 s.
+//! with a second bind parameter or statement exits 2, a query whose result
+//! lacks a required column is a database error (`--check` exits 3 naming
+//! it, `db:false`), every section found ahead is logged once by name, and
+//! SIGTERM cancels the statement on the server and exits 0 within 2 s.
 
 use crate::common::*;
 use crate::redis_util::{client, read_until, serve, watch};
@@ -931,8 +932,8 @@ fn my_row(m: &Mariadb, course: &str, section: u32, taken: u32, version: u64) {
     ));
 }
 
-#[test]
-fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement() {
+/// A MariaDB with the table `sel.seats` and a role that may only SELECT it.
+fn mariadb() -> Mariadb {
     let m = Mariadb::start();
     m.sql(
         "CREATE DATABASE sel; CREATE TABLE sel.seats (course varchar(64) NOT NULL, section int NOT NULL,
@@ -940,6 +941,12 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
            updated_at datetime(6) NOT NULL, PRIMARY KEY (course, section), KEY (updated_at));
          CREATE USER 'reader'@'%' IDENTIFIED BY 'S3cretPw'; GRANT SELECT ON sel.seats TO 'reader'@'%';",
     );
+    m
+}
+
+#[test]
+fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement() {
+    let m = mariadb();
     let redis = RedisServer::start();
     my_row(&m, "RM1", 0, 10, 1);
     my_row(&m, "RM1", 1, 20, 1);
@@ -1098,4 +1105,71 @@ fn a_cluster_failover_that_loses_the_last_writes_is_healed() {
         promoted.elapsed().as_secs_f64()
     );
     assert!(rec.metric("seatboard_reconcile_repaired_total{reason=\"behind\"}") >= 2.0);
+}
+
+/// `--check` with a query that lacks `seats_taken`: exit 3, the column and
+/// `--query` named on stderr, nothing on stdout, the password never shown.
+fn check_names_the_missing_column(redis: &RedisServer, query: &str, db: &str) {
+    let out = check_once(redis, query, db);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+    assert!(
+        err.contains("seats_taken") && err.contains("--query") && !err.contains("S3cretPw"),
+        "{err}"
+    );
+}
+
+/// The reconciler run with a query that lacks `seats_taken`: each check a
+/// database error (`errors_total{kind="db"}`, `db:false` while Redis is up),
+/// logged naming the column; no row read, refused or compared.
+fn runs_degraded_for_a_missing_column(db: &str, query: &str, redis: &RedisServer) {
+    let (rec, rx) = Reconciler::start_logged(db, query, &redis.uri());
+    wait_for(Duration::from_secs(5), || {
+        (rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("not counted as a database error: {}", rec.healthz()));
+    db_down_redis_up(&rec);
+    let mut log = Vec::new();
+    wait_for(Duration::from_secs(5), || {
+        log.extend(rx.try_iter());
+        log.iter()
+            .any(|l| l.contains("check failed") && l.contains("seats_taken"))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("the missing column is not logged: {log:#?}"));
+    assert_eq!(rejected(&rec), (0.0, 0.0, 0.0));
+    assert_eq!(rec.metric("seatboard_reconcile_rows_total"), 0.0);
+    assert_eq!(
+        rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}"),
+        0.0
+    );
+}
+
+#[test]
+fn postgresql_query_missing_a_column_is_a_database_error() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    let url = pg.url("reader", "S3cretPw");
+    let query = "SELECT course, section, total_seats, version, seat_info, updated_at FROM seats WHERE updated_at >= $1";
+    // No row at all: the result's columns still say what is missing.
+    check_names_the_missing_column(&redis, query, &url);
+    // A row Redis lacks: not "they agree".
+    pg_row(&pg, "RCC", 0, 1, 1);
+    check_names_the_missing_column(&redis, query, &url);
+    runs_degraded_for_a_missing_column(&url, query, &redis);
+    assert_eq!(hash_version(&redis, "RCC", 0), None, "nothing written");
+}
+
+#[test]
+fn mariadb_query_missing_a_column_is_a_database_error() {
+    let m = mariadb();
+    let redis = RedisServer::start();
+    let url = m.url("reader", "S3cretPw", "sel");
+    let query = "SELECT course, section, total_seats, version, seat_info, updated_at FROM seats WHERE updated_at >= ?";
+    check_names_the_missing_column(&redis, query, &url);
+    my_row(&m, "RCM", 0, 1, 1);
+    check_names_the_missing_column(&redis, query, &url);
+    runs_degraded_for_a_missing_column(&url, query, &redis);
+    assert_eq!(hash_version(&redis, "RCM", 0), None, "nothing written");
 }
