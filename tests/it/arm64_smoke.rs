@@ -7,6 +7,7 @@ use crate::common;
 use common::*;
 use serde_json::json;
 use std::time::Duration;
+use tungstenite::Message;
 
 fn publish(redis: &RedisServer, course: &str, section: u32, taken: u32, version: u64) {
     let payload = json!({"course":course,"section":section,"total_seats":40,"seats_taken":taken,"version":version}).to_string();
@@ -17,6 +18,35 @@ fn publish(redis: &RedisServer, course: &str, section: u32, taken: u32, version:
         &payload,
     ]);
     redis.cli(&["PUBLISH", &format!("seats:{course}"), &payload]);
+}
+
+/// The first `frame` the connection gets; if it ends first, the panic says
+/// how (the messages before, the error or close) and what the node counted.
+fn watch_answer(ws: &mut Ws, port: u16) -> serde_json::Value {
+    let mut seen = Vec::new();
+    loop {
+        match ws.read() {
+            Ok(Message::Text(t)) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap_or_default();
+                if v["type"] == "frame" {
+                    return v;
+                }
+                seen.push(t.to_string());
+            }
+            Ok(Message::Ping(_) | Message::Pong(_)) => {}
+            other => {
+                let counted: Vec<String> = http_get(port, "/metrics")
+                    .map(|m| m.body)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains("closes_total") || l.contains("error"))
+                    .filter(|l| !l.starts_with('#'))
+                    .map(str::to_string)
+                    .collect();
+                panic!("no watch answer: after {seen:?} the connection gave {other:?}; the node counted {counted:#?}");
+            }
+        }
+    }
 }
 
 #[test]
@@ -40,7 +70,7 @@ fn serve_watch_and_frames() {
     let mut ws = ws_connect(sb.port, "/ws?user=arm").expect("connect");
     assert_eq!(next_json(&mut ws).expect("hello")["type"], "hello");
     send_json(&mut ws, json!({"op":"watch","course":"ARM1"}));
-    let answer = next_of_type(&mut ws, "frame", Duration::from_secs(20)).expect("watch answer");
+    let answer = watch_answer(&mut ws, sb.port);
     assert_eq!(answer["full"], true);
     assert_eq!(
         answer["sections"][0]["seats_taken"], 10,

@@ -57,9 +57,13 @@ pub trait Runtime: 'static {
     async fn read(stream: &mut Self::Stream, buf: Vec<u8>) -> (io::Result<usize>, Vec<u8>);
     /// Writes all of `buf` (a plain HTTP answer, or the `101`).
     async fn write_all(stream: &mut Self::Stream, buf: Vec<u8>) -> io::Result<()>;
-    /// Waits until the socket has something to read, holding no buffer.
+    /// Waits until the socket has something to read, holding no buffer. A
+    /// signal during the wait is not an error: an error ends the connection
+    /// (monoio's epoll driver checks readiness with `poll(2)`, which fails
+    /// with `EINTR` when a caught signal, SIGTERM's drain, lands in it).
     async fn readable(stream: &Self::Stream) -> io::Result<()>;
-    /// Waits until the socket takes more bytes.
+    /// Waits until the socket takes more bytes (a signal, as for `readable`,
+    /// is not an error).
     async fn writable(stream: &Self::Stream) -> io::Result<()>;
     /// One non-blocking read (`WouldBlock` when nothing is there).
     fn try_recv(stream: &Self::Stream, buf: &mut [u8]) -> io::Result<usize>;

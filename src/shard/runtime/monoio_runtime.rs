@@ -108,11 +108,21 @@ impl Runtime for Monoio {
     /// A poll on io_uring, the readiness state on epoll (checked with
     /// `poll(2)`, since the reads themselves bypass the runtime).
     async fn readable(stream: &TcpStream) -> io::Result<()> {
-        stream.readable(false).await
+        loop {
+            match stream.readable(false).await {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                done => return done,
+            }
+        }
     }
 
     async fn writable(stream: &TcpStream) -> io::Result<()> {
-        stream.writable(false).await
+        loop {
+            match stream.writable(false).await {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                done => return done,
+            }
+        }
     }
 
     fn try_recv(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
