@@ -411,7 +411,7 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
 #[test]
 fn check_prints_each_difference_and_writes_nothing() {
     let pg = pg();
-    let redis = RedisServer::start();
+    let mut redis = RedisServer::start();
     pg_row(&pg, "RC3", 0, 1, 3); // agrees
     pg_row(&pg, "RC3", 1, 1, 3); // missing
     pg_row(&pg, "RC3", 2, 1, 3); // behind
@@ -482,6 +482,18 @@ fn check_prints_each_difference_and_writes_nothing() {
     assert!(
         err.lines().next().unwrap_or("").contains("'--db'") && !err.contains("S3cretPw"),
         "{err}"
+    );
+    // No rows agree with a Redis that answers, and with none that does not.
+    pg.psql("DELETE FROM seats");
+    let db = pg.url("reader", "S3cretPw");
+    assert_eq!(check_once(&redis, PG_QUERY, &db).status.code(), Some(0));
+    redis.kill();
+    let out = check_once(&redis, PG_QUERY, &db);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "an empty table against a Redis that is down: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
