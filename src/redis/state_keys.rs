@@ -7,7 +7,7 @@ use super::Error;
 
 /// The sorted, valid course codes that have a state hash (`<prefix><course>`).
 pub fn scan_courses(link: &mut Commands, prefix: &str) -> Result<Vec<String>, Error> {
-    let keys = link.scan(prefix, None)?;
+    let keys = link.scan(prefix, Some("hash"))?;
     let mut courses: Vec<String> = keys
         .iter()
         .filter_map(|k| std::str::from_utf8(k).ok())

@@ -33,6 +33,8 @@ fn watch_is_answered_from_the_state_hash() {
         "1",
         &payload("CS101", 1, 30, 2, 4),
     ]);
+    // A key under the state prefix that is no hash is no course.
+    redis.cli(&["SET", "seatstate:STRKEY1", "x"]);
     let sb = serve(&redis, &[]);
     let mut ws = client(&sb, "user=alice");
     let f = watch(&mut ws, "CS101");
@@ -51,7 +53,7 @@ fn watch_is_answered_from_the_state_hash() {
     // A course without a hash answers with an empty list.
     let e = watch(&mut ws, "EMPTY1");
     assert_eq!(e["sections"], json!([]));
-    // /api/courses is built from the state hashes.
+    // /api/courses is built from the state hashes (not from STRKEY1).
     let courses: Vec<String> =
         serde_json::from_str(&http_get(sb.port, "/api/courses").unwrap().body).unwrap();
     assert_eq!(courses, vec!["CS101".to_string()]);
