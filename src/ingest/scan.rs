@@ -45,6 +45,14 @@ impl Default for Reading {
 }
 
 impl Reading {
+    /// A course whose state key cannot be read as a hash: read, and empty.
+    fn unreadable() -> Self {
+        Reading {
+            cursor: None,
+            fields: HashMap::new(),
+        }
+    }
+
     /// Whether it is read: the scan is through, or the cap is reached.
     pub fn done(&self) -> bool {
         self.cursor.is_none() || self.fields.len() >= MAX_SECTIONS
@@ -94,11 +102,19 @@ pub fn read_step(
             scan
         })
         .collect();
-    match link.pipeline::<Vec<::redis::Value>>(&cmds) {
-        Ok(replies) if replies.len() == stepping.len() => stepping
-            .into_iter()
-            .zip(replies)
-            .all(|((_, r), reply)| r.take(reply)),
+    match link.pipeline_each(&cmds) {
+        Ok(replies) if replies.len() == stepping.len() => stepping.into_iter().zip(replies).all(
+            |((course, r), reply)| match reply {
+                // Not a hash (a stray key under the state prefix): the
+                // course has no board, and the courses beside it are read.
+                ::redis::Value::ServerError(e) => {
+                    tracing::warn!(%course, error = %e, "a state key is not a hash: read as empty");
+                    *r = Reading::unreadable();
+                    true
+                }
+                reply => r.take(reply),
+            },
+        ),
         Ok(_) => false,
         Err(e) => {
             tracing::debug!(error = %e, "state hash batch read failed");

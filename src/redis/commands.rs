@@ -67,6 +67,18 @@ fn single_pipeline(c: &mut redis::Connection, cmds: &[Cmd]) -> RedisResult<Vec<V
     Ok(replies)
 }
 
+/// One command's reply on the path that follows redirects, its own failure
+/// as a [`Value::ServerError`]; a failed connection is the error.
+fn one_reply(cmd: &Cmd, c: &mut ClusterConnection) -> RedisResult<Value> {
+    match cmd.query::<Value>(c) {
+        Ok(v) => Ok(v),
+        Err(e) => match e.clone().into_server_errors().as_deref() {
+            Some([(_, own)]) => Ok(Value::ServerError(own.clone())),
+            _ => Err(e),
+        },
+    }
+}
+
 /// The positions of a pipeline's commands that the cluster sent elsewhere or
 /// asked to retry (`MOVED`, `ASK` while a slot migrates, `TRYAGAIN`), when
 /// those are all that failed; `None` for any other error.
@@ -238,6 +250,40 @@ impl Commands {
                     replies[i] = cmds[i].query::<Value>(&mut **c)?;
                 }
                 convert(Value::Array(replies))
+            }
+        });
+        if moved {
+            self.map = None;
+        }
+        r
+    }
+
+    /// [`Commands::pipeline`] for reads where one command's own failure (a
+    /// key of the wrong type: `WRONGTYPE`) must not fail the others: each
+    /// reply in order, such a failure a [`Value::ServerError`] in its place.
+    /// Only a connection that fails fails it all. In a cluster, a pipeline
+    /// with a failure is read again one command at a time (reads may run
+    /// twice), redirects followed.
+    pub fn pipeline_each(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, Error> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut moved = false;
+        let r = self.run(|c| match c {
+            Con::Single(c) => single_pipeline(c, cmds),
+            Con::Cluster(c) => {
+                let mut p = redis::cluster::cluster_pipe();
+                for cmd in cmds {
+                    p.add_command(cmd.clone());
+                }
+                match p.query::<Vec<Value>>(c) {
+                    Ok(replies) => Ok(replies),
+                    Err(e) if e.clone().into_server_errors().is_some() => {
+                        moved |= redirected(&e).is_some();
+                        cmds.iter().map(|cmd| one_reply(cmd, c)).collect()
+                    }
+                    Err(e) => Err(e),
+                }
             }
         });
         if moved {

@@ -110,6 +110,27 @@ fn cluster_boards_sharded_subscriptions_and_health() {
     // /api/courses: SCAN on every primary (the first scan ran at start).
     let courses = http_get(sb.port, "/api/courses").expect("courses").body;
     assert!(courses.contains(&on_a[0]), "{courses}");
+    // A state key that is no hash: the course read in the same pipeline
+    // beside it is answered whole (the cluster's reads one at a time).
+    let stray = "STRAY1";
+    cli(
+        cluster.any_port(),
+        &["-c", "SET", &format!("seatstate:{stray}"), "x"],
+    );
+    let fresh = courses_on(&primaries[1], 2).pop().expect("a second course");
+    assert!(publish(&cluster, &fresh, 7, 1));
+    let named = format!("user=u9&course={stray}&course={fresh}");
+    let mut beside = client(&sb, &named);
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 2 {
+        let f = read_until(&mut beside, Duration::from_secs(10), |m| {
+            m["type"] == "frame"
+        })
+        .expect("both watch answers");
+        answers.insert(f["course"].as_str().unwrap_or_default().to_string(), f);
+    }
+    assert_eq!(answers[stray]["sections"], serde_json::json!([]));
+    assert_eq!(seats_taken(&answers[&fresh], 1), Some(7), "{answers:?}");
 
     // The admin firehose: every course with a state hash, on every primary, is
     // shard-subscribed and shown at once; updates keep coming.

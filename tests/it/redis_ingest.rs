@@ -64,6 +64,35 @@ fn watch_is_answered_from_the_state_hash() {
 }
 
 #[test]
+fn a_state_key_that_is_no_hash_leaves_the_courses_read_beside_it_whole() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "seatstate:STRKEY2", "x"]);
+    redis.cli(&[
+        "HSET",
+        "seatstate:NEXT1",
+        "1",
+        &payload("NEXT1", 1, 30, 2, 4),
+    ]);
+    let sb = serve(&redis, &["--shards", "1"]);
+    // Both named in the upgrade: their state keys are read together.
+    let mut ws = client(&sb, "user=a&course=STRKEY2&course=NEXT1");
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 2 {
+        let f = next_of_type(&mut ws, "frame", T).expect("both watch answers");
+        answers.insert(f["course"].as_str().unwrap_or_default().to_string(), f);
+    }
+    assert_eq!(answers["STRKEY2"]["sections"], json!([]));
+    let next = section(&answers["NEXT1"], 1).expect("NEXT1 read beside STRKEY2");
+    assert_eq!(
+        (&next["seats_taken"], &next["version"]),
+        (&json!(2), &json!(4))
+    );
+    // A later viewer of NEXT1 on a node that kept reading is answered whole too.
+    let mut late = client(&sb, "user=b");
+    assert!(section(&watch(&mut late, "NEXT1"), 1).is_some());
+}
+
+#[test]
 fn live_frames_go_names_stale_versions_and_rejects() {
     let redis = RedisServer::start();
     let sb = serve(&redis, &[]);
