@@ -65,6 +65,9 @@ pub(crate) struct Course {
     pub seeded: bool,
     /// Watchers waiting for the seed before their full-frame answer.
     pub awaiting_seed: Vec<ConnId>,
+    /// Seeded, but the answers wait for a first count (or its patience), so
+    /// that they show the viewers on other shards and nodes.
+    pub awaiting_count: bool,
     /// The last global count the presence layer sent (`None`: none yet).
     pub global: Option<u64>,
     /// This shard's joins (+1) and leaves (-1) of the course that `global`
@@ -105,6 +108,7 @@ impl Course {
             pacer: FramePacer::default(),
             seeded: false,
             awaiting_seed: Vec::new(),
+            awaiting_count: false,
             global: None,
             pending: VecDeque::new(),
             pending_net: 0,
@@ -226,6 +230,12 @@ impl Course {
         if self.pending.is_empty() && self.pending.capacity() > 64 {
             self.pending = VecDeque::new();
         }
+    }
+
+    /// Whether a watch is answered now: the board is seeded and no first
+    /// count is awaited.
+    pub fn ready(&self) -> bool {
+        self.seeded && !self.awaiting_count
     }
 
     /// The distinct users watching now, as far as this shard can tell: the

@@ -68,6 +68,12 @@ pub struct ShardConfig {
     pub node: String,
     /// Seed of the jitter used for drain spreading and reconnect hints.
     pub seed: u64,
+    /// How long the answers of a course seeded before any count of it wait
+    /// for its first count (0: they go with the seed). A node's presence
+    /// layer reads that count with the first viewers' write, a round trip
+    /// that races the seed's subscribe and read; past the wait the answers
+    /// show this shard's own estimate.
+    pub count_patience_ms: u64,
 }
 
 impl Default for ShardConfig {
@@ -80,6 +86,7 @@ impl Default for ShardConfig {
             idle_ms: 75_000,
             node: "node".into(),
             seed: 0x5eed,
+            count_patience_ms: 0,
         }
     }
 }
@@ -195,6 +202,9 @@ pub struct Shard {
     /// last whole list, newer than it, by course: kept for a course first
     /// watched here before the next presence tick.
     first_counts: HashMap<Arc<str>, u64>,
+    /// Seeded courses whose answers wait for a first count, each with the
+    /// moment it stops waiting, oldest first.
+    count_waits: VecDeque<(u64, Arc<str>)>,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -232,6 +242,7 @@ impl Shard {
             presence_batch: 1,
             counts: None,
             first_counts: HashMap::new(),
+            count_waits: VecDeque::new(),
         }
     }
 

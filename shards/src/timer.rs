@@ -13,12 +13,15 @@ pub(crate) enum Timer {
     Drain = 1,
     /// The next close grace to end (the socket is cut).
     Cut = 2,
+    /// The next seeded course whose watch answers wait for a first count
+    /// to give up waiting ([`crate::ShardConfig::count_patience_ms`]).
+    Count = 3,
 }
 
 /// The next deadline (ms) of each [`Timer`], if it is running.
 #[derive(Debug, Default)]
 pub(crate) struct TimerTable {
-    data: [Option<u64>; 3],
+    data: [Option<u64>; 4],
 }
 
 impl TimerTable {

@@ -111,6 +111,7 @@ impl Node {
                     idle_ms: 75_000,
                     node: format!("n{id}"),
                     seed: seed ^ (i as u64 + 1),
+                    count_patience_ms: seatboard::shard::COUNT_PATIENCE_MS,
                 })
             })
             .collect();

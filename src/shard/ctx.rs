@@ -16,6 +16,12 @@ use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
+/// How long the watch answers of a course new to a shard, seeded before any
+/// count of it came, wait for its first count: the presence worker reads it
+/// with the first viewers' write, one round trip racing the seed's
+/// subscribe and read (see [`ShardConfig::count_patience_ms`]).
+pub const COUNT_PATIENCE_MS: u64 = 100;
+
 /// Everything one shard thread's tasks share.
 pub struct ShardCtx {
     /// Shard number.
@@ -65,6 +71,7 @@ impl ShardCtx {
                 tick_ms: node.config.tick_ms,
                 node: node.id.clone(),
                 seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
+                count_patience_ms: COUNT_PATIENCE_MS,
                 ..ShardConfig::default()
             })),
             node,

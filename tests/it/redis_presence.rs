@@ -196,3 +196,23 @@ fn a_watch_answer_counts_the_watching_user_with_the_other_nodes_and_shards_viewe
         }
     }
 }
+
+#[test]
+fn a_course_s_first_viewer_on_a_node_is_answered_with_the_other_node_s_viewers() {
+    // The count of a course new to a node is read with its first viewer's
+    // write; the course's seed (subscribe, then read) races it, and the
+    // answer waits for the count. Redis here is no distance away, so the
+    // seed often comes first.
+    let redis = RedisServer::start();
+    let nodes = [serve(&redis, &[]), serve(&redis, &[])];
+    for k in 0..5 {
+        let course = format!("FIRSTN{k}");
+        let first = watch_answer(&nodes[0], "u1", &course);
+        assert_eq!(first.count, 1);
+        let second = watch_answer(&nodes[1], "u2", &course);
+        assert_eq!(
+            second.count, 2,
+            "{course}: u2, the course's first viewer on the second node, and u1"
+        );
+    }
+}

@@ -9,6 +9,7 @@ use crate::gate::Gate;
 use crate::server_msg;
 use crate::snapshot::Snapshot;
 use crate::sse_event;
+use crate::timer::Timer;
 use bytes::Bytes;
 use std::sync::Arc;
 
@@ -49,15 +50,57 @@ impl Shard {
             // the whole board in its answer: nothing is left to send as a delta.
             c.dirty.clear();
         }
-        // Watchers waiting for the seed get everything in their answer.
         c.seeded = true;
+        let name = Arc::clone(&c.name);
+        let patience = self.cfg.count_patience_ms;
+        if patience > 0 && c.global.is_none() && !c.awaiting_seed.is_empty() {
+            // No count of the course yet: its first viewers' answers wait
+            // for one (a little), or they would show this shard's own users.
+            c.awaiting_count = true;
+            let due = now_ms + patience;
+            self.count_waits.push_back((due, name));
+            if self.timers.get(Timer::Count).is_none() {
+                self.timers.set(Timer::Count, due);
+            }
+            return;
+        }
+        self.answer_waiting(&name, now_ms);
+    }
+
+    /// A course is ready ([`crate::course::Course::ready`]): the watchers
+    /// waiting get everything in their answer, and it renders from here.
+    fn answer_waiting(&mut self, course: &Arc<str>, now_ms: u64) {
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
+        c.awaiting_count = false;
         self.wait_ends += 1;
         let waiting = std::mem::take(&mut c.awaiting_seed);
-        let name = Arc::clone(&c.name);
         for id in waiting {
-            self.answer_watch(id, &name, now_ms);
+            self.answer_watch(id, course, now_ms);
         }
-        self.schedule(&name);
+        self.schedule(course);
+    }
+
+    /// Courses whose wait for a first count is over by `now_ms` answer with
+    /// what they have.
+    pub(super) fn count_waits_due(&mut self, now_ms: u64) {
+        if !self.timers.is_expired(Timer::Count, now_ms) {
+            return;
+        }
+        while let Some((due, _)) = self.count_waits.front() {
+            if *due > now_ms {
+                break;
+            }
+            let Some((_, course)) = self.count_waits.pop_front() else {
+                break;
+            };
+            if self.courses.get(&course).is_some_and(|c| c.awaiting_count) {
+                self.answer_waiting(&course, now_ms);
+            }
+        }
+        let next = self.count_waits.front().map(|(due, _)| *due);
+        self.timers.set_or_stop(Timer::Count, next);
     }
 
     /// The number of the presence batch that the joins and leaves queued now
@@ -136,6 +179,11 @@ impl Shard {
             return;
         };
         c.settle_presence(viewers, applied);
+        if c.awaiting_count {
+            // The count its first answers waited for.
+            let name = Arc::clone(&c.name);
+            return self.answer_waiting(&name, self.now_ms);
+        }
         if !c.seeded {
             // Every viewer of the course waits for its seed, and its watch
             // answer brings the count: nothing goes before the board.

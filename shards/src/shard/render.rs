@@ -22,7 +22,7 @@ impl Shard {
         if let Some(c) = self.courses.get_mut(course) {
             let due = c.due_ms(self.cfg.tick_ms);
             // An unseeded course renders nothing until its seed answers the watchers.
-            if !c.scheduled && c.seeded && c.wants_render() {
+            if !c.scheduled && c.ready() && c.wants_render() {
                 c.scheduled = true;
                 self.scheduled.push(Reverse((due, Arc::clone(course))));
             }
@@ -46,6 +46,7 @@ impl Shard {
             self.render(&name, now_ms);
             self.schedule(&name);
         }
+        self.count_waits_due(now_ms);
         self.drain_due(now_ms);
         self.cut_due(now_ms);
         if self.timers.is_expired(Timer::Sweep, now_ms) {
@@ -60,7 +61,7 @@ impl Shard {
         let Some(c) = self.courses.get_mut(name) else {
             return;
         };
-        if !c.seeded || !c.wants_render() {
+        if !c.ready() || !c.wants_render() {
             return;
         }
         let delta = (!c.dirty.is_empty()).then(|| c.delta_frame());

@@ -550,6 +550,57 @@ fn a_first_count_before_the_seed_goes_in_the_watch_answer_and_nothing_before_it(
     assert_eq!(shard.kept_count("C"), None);
 }
 
+/// A shard that waits up to 100 ms for a course's first count, with `u`
+/// watching C (its join sent in the batch returned), C not seeded yet.
+fn patient_watcher() -> (Shard, ConnId, u64) {
+    let mut shard = Shard::new(ShardConfig {
+        count_patience_ms: 100,
+        ..ShardConfig::default()
+    });
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    while shard.poll_action().is_some() {}
+    let batch = shard.presence_batch();
+    shard.presence_batch_sent();
+    (shard, u, batch)
+}
+
+#[test]
+fn a_seed_before_the_first_count_holds_the_answer_until_the_count_comes() {
+    // The node's first viewer of C; a viewer of C on another node is in
+    // the count the presence layer reads with u's join, which loses the
+    // race to the seed.
+    let (mut shard, u, batch) = patient_watcher();
+    shard.handle_seed("C", &[snap(1, 3, None)], 10);
+    assert!(shard.awaits_seed(u), "the answer waits for the count");
+    shard.handle_timeout(60);
+    assert_eq!(counts(&mut shard, u), Vec::<u64>::new(), "nothing yet");
+    assert!(shard.poll_frame(u).is_none(), "no board either");
+    shard.handle_first_counts(&node_counts(&[("C", 2)]), batch);
+    assert!(!shard.awaits_seed(u));
+    assert_eq!(counts(&mut shard, u), [2], "the board with both viewers");
+    // Its wait ended with the count: the deadline answers nobody twice.
+    shard.handle_timeout(110);
+    assert_eq!(counts(&mut shard, u), Vec::<u64>::new());
+}
+
+#[test]
+fn an_answer_waiting_for_a_count_that_never_comes_goes_at_the_deadline() {
+    let (mut shard, u, _) = patient_watcher();
+    shard.handle_seed("C", &[snap(1, 3, None)], 10);
+    assert_eq!(shard.poll_timeout(), Some(110), "the wait's deadline");
+    shard.handle_timeout(109);
+    assert!(shard.awaits_seed(u));
+    // A viewer arriving meanwhile waits with the first one.
+    let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 50);
+    shard.handle_text(v, r#"{"op":"watch","course":"C"}"#, 50);
+    assert!(shard.awaits_seed(v));
+    shard.handle_timeout(110);
+    assert!(!shard.awaits_seed(u) && !shard.awaits_seed(v));
+    assert_eq!(counts(&mut shard, u), [2], "this shard's own two users");
+    assert_eq!(counts(&mut shard, v), [2]);
+}
+
 #[test]
 fn a_first_count_from_another_shard_s_viewer_starts_a_course_new_here() {
     // C is new to the node on the other shard (its first count: 2); this

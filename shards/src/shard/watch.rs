@@ -33,7 +33,7 @@ impl Shard {
         self.conn(id).is_some_and(|conn| {
             conn.watched
                 .iter()
-                .any(|(name, _)| self.courses.get(name).is_some_and(|c| !c.seeded))
+                .any(|(name, _)| self.courses.get(name).is_some_and(|c| !c.ready()))
         })
     }
 
@@ -50,7 +50,7 @@ impl Shard {
         let conn = self.conn(id).ok_or(OpError::Forbidden)?;
         if conn.watch_pos(course).is_some() {
             // Watching again re-answers with the whole board, nothing else.
-            let c = self.courses.get(course).filter(|c| c.seeded);
+            let c = self.courses.get(course).filter(|c| c.ready());
             if let Some(c) = c {
                 let name = Arc::clone(&c.name);
                 self.answer_watch(id, &name, now_ms);
@@ -98,8 +98,8 @@ impl Shard {
                 user,
             });
         }
-        let seeded = c.seeded;
-        if !seeded {
+        let ready = c.ready();
+        if !ready {
             c.awaiting_seed.push(id);
         }
         if let Some(conn) = self.conn_mut(id) {
@@ -108,7 +108,7 @@ impl Shard {
             conn.watched.reserve_exact(1);
             conn.watched.push((Arc::clone(&name), pos));
         }
-        if seeded {
+        if ready {
             self.answer_watch(id, &name, now_ms);
         }
         Ok(())

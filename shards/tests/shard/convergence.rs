@@ -82,6 +82,7 @@ impl Sim {
             idle_ms: u64::MAX / 4,
             node: "p".into(),
             seed,
+            count_patience_ms: 0,
         });
         let clients = (0..nclients)
             .map(|i| {
