@@ -84,6 +84,13 @@ impl SendQueue {
         self.full_since.get_or_insert(now_ms);
     }
 
+    /// The socket took bytes: the buffer had room, so the slow-consumer clock
+    /// stops (a client that reads, however slowly, is no slow consumer; its
+    /// queue still drops and heals).
+    pub fn took(&mut self) {
+        self.full_since = None;
+    }
+
     /// Since when the queue has refused frames without draining.
     pub fn full_since(&self) -> Option<u64> {
         self.full_since

@@ -316,6 +316,26 @@ impl Shard {
         self.conn(id).map(|c| c.phase)
     }
 
+    /// The shell's writer holds bytes for `id` that its socket did not take:
+    /// its buffer is full from `now_ms` on (the slow-consumer clock runs,
+    /// unless it already does), until [`Shard::socket_took`]. So a client
+    /// that reads nothing is closed 4001 after 5 s however little its queue
+    /// holds (a frame past the queue's bound goes out alone, and the socket
+    /// may hold it).
+    pub fn socket_stalled(&mut self, id: ConnId, now_ms: u64) {
+        if let Some(c) = self.conn_mut(id) {
+            c.queue.refused(now_ms);
+        }
+    }
+
+    /// `id`'s socket took bytes from the shell's writer: the slow-consumer
+    /// clock stops.
+    pub fn socket_took(&mut self, id: ConnId) {
+        if let Some(c) = self.conn_mut(id) {
+            c.queue.took();
+        }
+    }
+
     /// Bytes queued to `id` (for tests and the slow-consumer bench).
     pub fn queued_bytes(&self, id: ConnId) -> usize {
         self.conn(id).map_or(0, |c| c.queue.bytes())

@@ -1,6 +1,7 @@
 //! A client that never reads cannot grow its send queue past the bound by what
 //! it sends itself (re-watches, mistakes): the answers respect the bound, the
-//! connection is counted as a slow consumer and closed 4001.
+//! connection is counted as a slow consumer and closed 4001. A socket that
+//! takes nothing for 5 s is one too, however little its queue holds.
 
 use shards::{Action, Role, Shard, ShardConfig, Snapshot, WsOptions};
 use std::sync::Arc;
@@ -95,4 +96,32 @@ fn a_rewatch_that_found_the_queue_full_is_healed_by_a_full_frame() {
     }
     assert!(got_full, "the owed full frame never came");
     assert_eq!(shard.queued_bytes(id), 0);
+}
+
+#[test]
+fn a_socket_that_takes_nothing_for_5_s_is_a_slow_consumer_and_one_that_takes_some_is_not() {
+    let (mut shard, _) = seeded_shard();
+    let slow = shard.connect("slow", Role::Student, WsOptions::VIEWER, 0);
+    let stuck = shard.connect("stuck", Role::Student, WsOptions::VIEWER, 0);
+    // Both sockets are full at 0 (their queues hold next to nothing).
+    shard.socket_stalled(slow, 0);
+    shard.socket_stalled(stuck, 0);
+    // The slow one's socket takes a little every 3 s.
+    let mut closed = Vec::new();
+    for now in (500..=9_000).step_by(500) {
+        if now % 3_000 == 0 {
+            shard.socket_took(slow);
+            shard.socket_stalled(slow, now);
+        }
+        shard.handle_timeout(now);
+        while let Some(a) = shard.poll_action() {
+            if let Action::Close { conn, code } = a {
+                closed.push((conn, code, now));
+            }
+        }
+    }
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    let (conn, code, at) = closed[0];
+    assert_eq!((conn, code), (stuck, 4001));
+    assert!((5_000..=6_000).contains(&at), "closed at {at}");
 }

@@ -10,6 +10,7 @@
 
 use crate::common;
 use crate::raw;
+use crate::redis_util;
 use common::*;
 use raw::*;
 use socket2::{Domain, Socket, Type};
@@ -192,4 +193,40 @@ fn stuck_clients_are_closed_4001_and_a_healthy_one_keeps_its_rate() {
         (metric_value(&sb.metrics(), "seatboard_connections{") == 1.0).then_some(())
     })
     .is_some());
+}
+
+#[test]
+fn a_client_that_reads_nothing_behind_a_board_past_the_bound_is_closed_4001() {
+    // The course's board (10 sections of ~40 KB) is past the 64 KiB queue
+    // bound: it goes out alone and the socket holds it. Then only a small
+    // section changes, so the queue itself never fills.
+    let redis = RedisServer::start();
+    let sb = redis_util::serve(&redis, &["--shards", "1"]);
+    let course = "BIGQ1";
+    let blob = "b".repeat(40_000);
+    for s in 1..=10u32 {
+        let p = serde_json::json!({"course":course,"section":s,"total_seats":40,
+            "seats_taken":1,"version":1,"seat_info":{"b":blob}})
+        .to_string();
+        redis.cli(&["HSET", &format!("seatstate:{course}"), &s.to_string(), &p]);
+    }
+    let before = sb.metric("seatboard_slow_consumer_closes_total");
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", sb.port).parse().unwrap();
+    s.connect(&addr.into()).unwrap();
+    let _stuck = RawWs::connect_with(s.into(), &format!("/ws?user=stuck&course={course}"));
+    let start = Instant::now();
+    let mut version = 1;
+    let closed = wait_for(Duration::from_secs(20), || {
+        version += 1;
+        redis_util::publish(
+            &redis,
+            course,
+            &redis_util::payload(course, 99, 40, (version % 40) as u32, version),
+        );
+        (sb.metric("seatboard_slow_consumer_closes_total") > before).then_some(start.elapsed())
+    });
+    let took = closed.expect("a client reading nothing for 20 s was not closed 4001");
+    assert!(took >= Duration::from_secs(5), "closed after {took:?}");
 }

@@ -431,11 +431,8 @@ fn a_reader_that_stops_is_closed_after_its_buffer_stays_full() {
     let before = sb.metric("seatboard_slow_consumer_closes_total");
     let mut stuck = Sse::open_on(sock.into(), &path, "");
     assert_eq!(stuck.head.status, 200);
-    // Stuck: frames that find its queue full are dropped (a full frame is owed).
-    let healed = wait_for(Duration::from_secs(60), || {
-        (sb.metric("seatboard_frames_dropped_total") > 0.0).then_some(())
-    });
-    assert!(healed.is_some(), "the stream's queue never filled");
+    // Stuck: its socket takes nothing (and its queue fills, dropping frames
+    // with a full frame owed), until it is closed as a slow consumer.
     let closed = wait_for(Duration::from_secs(60), || {
         (sb.metric("seatboard_slow_consumer_closes_total") > before).then_some(())
     });

@@ -6,6 +6,7 @@
 
 use super::host::Host;
 use super::io::{ConnIo, Socket, WriteSide};
+use crate::clock;
 use crate::shard::runtime::Runtime;
 use bytes::{Buf, Bytes};
 use shards::{ConnId, Shard};
@@ -45,6 +46,8 @@ async fn write_loop<R: Runtime>(
     let (core, metrics) = (host.core(), host.metrics());
     loop {
         while !frame.is_empty() {
+            // The socket holds all it takes: the buffer is full until it takes more.
+            core.borrow_mut().socket_stalled(id, clock::now_ms());
             if R::writable(&socket.0).await.is_err() {
                 return writer_failed(&io);
             }
@@ -52,6 +55,9 @@ async fn write_loop<R: Runtime>(
                 Ok(n) => {
                     frame.advance(n);
                     metrics.bytes_out.fetch_add(n as u64, Relaxed);
+                    if n > 0 {
+                        core.borrow_mut().socket_took(id);
+                    }
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {}
                 Err(_) => return writer_failed(&io),
