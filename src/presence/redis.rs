@@ -11,7 +11,7 @@
 use super::{Members, PresenceStore, StoreResult};
 use crate::redis::commands::Commands;
 use crate::redis::{Error, Redis};
-use redis::{Cmd, FromRedisValue};
+use redis::{Cmd, FromRedisValue, Value};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,13 @@ pub trait PresenceLink: Send {
     fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, Error>;
     /// Commands sent at once, every reply in order.
     fn pipeline<T: FromRedisValue + 'static>(&mut self, cmds: &[Cmd]) -> Result<T, Error>;
+    /// Commands sent at once, every reply in order, a command's own failure
+    /// (a key that is no sorted set: `WRONGTYPE`) a `Value::ServerError` in
+    /// its place rather than the whole pipeline's: one stray key under the
+    /// prefix must not stop the writes and counts of every other course.
+    fn pipeline_each(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, Error> {
+        self.pipeline(cmds)
+    }
     /// Now, Unix ms (the clock of the scores).
     fn unix_ms(&self) -> u64;
     /// How long until the link's next attempt after a call failed (see
@@ -38,6 +45,9 @@ impl PresenceLink for Commands {
     }
     fn pipeline<T: FromRedisValue + 'static>(&mut self, cmds: &[Cmd]) -> Result<T, Error> {
         Commands::pipeline(self, cmds)
+    }
+    fn pipeline_each(&mut self, cmds: &[Cmd]) -> Result<Vec<Value>, Error> {
+        Commands::pipeline_each(self, cmds)
     }
     fn unix_ms(&self) -> u64 {
         crate::clock::unix_ms()
@@ -137,6 +147,15 @@ fn pexpire(key: &[u8], ttl_ms: u64) -> Cmd {
     c
 }
 
+/// The writes' replies looked over: a key that refused one (it is no sorted
+/// set) is logged; the others were written.
+fn written(replies: &[Value]) {
+    if let Some(Value::ServerError(e)) = replies.iter().find(|r| matches!(r, Value::ServerError(_)))
+    {
+        tracing::warn!(error = %e, "a presence key is not a sorted set: its members are not written");
+    }
+}
+
 fn trim(key: &[u8], now_ms: u64) -> Cmd {
     let mut c = redis::cmd("ZREMRANGEBYSCORE");
     c.arg(key).arg(0).arg(now_ms);
@@ -153,7 +172,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
             return Ok(());
         }
         let cmds = self.grouped(members, Some(expiry_ms), true);
-        Ok(self.link.pipeline::<()>(&cmds)?)
+        written(&self.link.pipeline_each(&cmds)?);
+        Ok(())
     }
 
     fn refresh(&mut self, members: &Members, expiry_ms: u64) -> StoreResult<()> {
@@ -162,7 +182,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         }
         let renew = !crate::planted::active(crate::planted::Bug::RefreshWithoutTtl);
         let cmds = self.grouped(members, Some(expiry_ms), renew);
-        Ok(self.link.pipeline::<()>(&cmds)?)
+        written(&self.link.pipeline_each(&cmds)?);
+        Ok(())
     }
 
     fn remove(&mut self, members: &Members) -> StoreResult<()> {
@@ -170,7 +191,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
             return Ok(());
         }
         let cmds = self.grouped(members, None, false);
-        Ok(self.link.pipeline::<()>(&cmds)?)
+        written(&self.link.pipeline_each(&cmds)?);
+        Ok(())
     }
 
     fn count(&mut self, courses: &[Arc<str>], now_ms: u64) -> StoreResult<Vec<u64>> {
@@ -204,9 +226,20 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         if cmds.is_empty() {
             return Ok(Vec::new());
         }
-        // Every reply is an integer; the writes' are skipped.
-        let replies: Vec<u64> = self.link.pipeline(&cmds)?;
-        Ok(replies.into_iter().skip(written + 1).step_by(2).collect())
+        // Every reply is an integer, or the refusal of a key that is no
+        // sorted set: that course counts nobody (its shards keep their own
+        // viewers at least).
+        let replies = self.link.pipeline_each(&cmds)?;
+        self::written(&replies[..written.min(replies.len())]);
+        Ok(replies
+            .into_iter()
+            .skip(written + 1)
+            .step_by(2)
+            .map(|r| match r {
+                Value::Int(n) => u64::try_from(n).unwrap_or(0),
+                _ => 0,
+            })
+            .collect())
     }
 
     fn roster(

@@ -216,3 +216,27 @@ fn a_course_s_first_viewer_on_a_node_is_answered_with_the_other_node_s_viewers()
         );
     }
 }
+
+#[test]
+fn a_presence_key_that_is_no_sorted_set_leaves_the_other_courses_counted() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "presence:PSTR1", "x"]);
+    let flags = ["--presence-tick-ms", "200"];
+    let nodes = [serve(&redis, &flags), serve(&redis, &flags)];
+    // a watches the stray course and a real one on the first node; b the
+    // real one on the second: the first node's counts must still move.
+    let mut a = client(&nodes[0], "user=a");
+    watch(&mut a, "PSTR1");
+    let mut a = Shown { count: 0, ws: a };
+    watch(&mut a.ws, "POK1");
+    let mut b = watch_answer(&nodes[1], "b", "POK1");
+    assert!(shown_becomes(&mut a, "POK1", 2), "the first node counts b");
+    assert!(shown_becomes(&mut b, "POK1", 2));
+    let members = redis.cli(&["ZRANGE", "presence:POK1", "0", "-1"]);
+    assert_eq!(members.lines().collect::<Vec<_>>(), ["a", "b"]);
+    assert_eq!(
+        redis.cli(&["TYPE", "presence:PSTR1"]),
+        "string",
+        "left alone"
+    );
+}
