@@ -221,7 +221,7 @@ impl Worker {
         if self.stop.load(Relaxed) {
             return Err(CheckError::Stopped);
         }
-        let looked: Vec<(Candidate, Field)> = cands.into_iter().zip(fields).collect();
+        let looked = self.readable(cands, fields);
         let out = self.book.judge(looked, crate::clock::now_ms());
         // Each section once, when first found so: bounded by the sections,
         // and never again while it stays ahead.
@@ -261,6 +261,29 @@ impl Worker {
             .fetch_add(self.store.commands - before, Relaxed);
         self.shared.check(sweep);
         Ok(out.want_sweep)
+    }
+
+    /// The candidates with their fields, less those whose state key refused
+    /// the read (no hash): each such key counted as a Redis error and logged
+    /// (rate-limited); the others are checked.
+    fn readable(
+        &mut self,
+        cands: Vec<Candidate>,
+        fields: Vec<Option<Field>>,
+    ) -> Vec<(Candidate, Field)> {
+        let mut looked = Vec::with_capacity(cands.len());
+        for (c, f) in cands.into_iter().zip(fields) {
+            match f {
+                Some(f) => looked.push((c, f)),
+                None => {
+                    self.shared.error(ErrorKind::Redis);
+                    if self.logs.redis.ready() {
+                        tracing::warn!(course = %c.snap.course, section = c.snap.section, "the course's state key is not a hash: its sections are not checked");
+                    }
+                }
+            }
+        }
+        looked
     }
 
     /// Asks Redis whether it answers (`PING`): `redis_up` and `/healthz`
@@ -402,9 +425,19 @@ pub fn check_once(w: &mut Worker) -> Result<bool, CheckError> {
         let pinged = w.store.ping();
         w.redis(before, pinged)?;
     }
+    // A state key that is no hash cannot be compared: the check cannot say
+    // they agree (exit 3, naming the course).
+    if let Some((c, _)) = cands.iter().zip(&fields).find(|(_, f)| f.is_none()) {
+        let what = format!("the state key of {} is not a hash", c.snap.course);
+        let source = ::redis::RedisError::from((::redis::ErrorKind::Client, "WRONGTYPE", what));
+        return Err(CheckError::Redis(crate::redis::Error::Command {
+            what: "reconcile",
+            source,
+        }));
+    }
     let mut lines: Vec<(Arc<str>, u32, String)> = cands
         .iter()
-        .zip(fields)
+        .zip(fields.into_iter().flatten())
         .filter_map(|(c, f)| {
             let v = c.snap.version?;
             let state = compare(v, f)?;

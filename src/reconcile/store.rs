@@ -29,8 +29,10 @@ pub struct Store {
 }
 
 impl Store {
-    /// What Redis holds for each candidate, in order.
-    pub fn read(&mut self, cands: &[Candidate]) -> Result<Vec<Field>, Error> {
+    /// What Redis holds for each candidate, in order; `None` for one whose
+    /// state key refused the read (it is no hash: `WRONGTYPE`), which can
+    /// be neither compared nor written, while the others are.
+    pub fn read(&mut self, cands: &[Candidate]) -> Result<Vec<Option<Field>>, Error> {
         let mut out = Vec::with_capacity(cands.len());
         for chunk in cands.chunks(BATCH) {
             let cmds: Vec<::redis::Cmd> = chunk
@@ -43,8 +45,16 @@ impl Store {
                 })
                 .collect();
             self.commands += cmds.len() as u64;
-            let fields: Vec<Option<Vec<u8>>> = self.link.pipeline(&cmds)?;
-            out.extend(fields.iter().map(|f| Field::read(f.as_deref())));
+            for reply in self.link.pipeline_each(&cmds)? {
+                out.push(match reply {
+                    ::redis::Value::ServerError(_) => None,
+                    reply => {
+                        let field: Option<Vec<u8>> =
+                            ::redis::FromRedisValue::from_redis_value(reply).unwrap_or_default();
+                        Some(Field::read(field.as_deref()))
+                    }
+                });
+            }
         }
         Ok(out)
     }

@@ -498,6 +498,25 @@ fn check_prints_each_difference_and_writes_nothing() {
 }
 
 #[test]
+fn a_state_key_that_is_no_hash_is_skipped_and_the_other_sections_are_repaired() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RCW1", 1, 20, 3); // missing in Redis: repaired
+    pg_row(&pg, "RCWS", 1, 5, 3); // its state key is a string
+    redis.cli(&["SET", "seatstate:RCWS", "x"]);
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &[]);
+    let healed = wait_for(Duration::from_secs(10), || hash_version(&redis, "RCW1", 1));
+    assert_eq!(healed, Some(3), "the section beside it is repaired");
+    assert!(rec.metric("seatboard_reconcile_errors_total{kind=\"redis\"}") >= 1.0);
+    assert_eq!(redis.cli(&["GET", "seatstate:RCWS"]), "x", "left alone");
+    // One full check cannot say they agree: exit 3, naming the course.
+    let out = check_once(&redis, PG_QUERY, &pg.url("reader", "S3cretPw"));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("RCWS"), "{err}");
+}
+
+#[test]
 fn check_reads_integers_held_as_numeric_or_text() {
     let pg = pg();
     let redis = RedisServer::start();
