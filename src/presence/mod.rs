@@ -584,45 +584,6 @@ const BATCH_MAX: usize = 4096;
 /// every count writes the members waiting first.
 pub const GATHER_MS: u64 = 50;
 
-/// The steps of [`GATHER_MS`]: after each, what came is taken, and a
-/// course new to the node among it ends the gathering.
-const GATHER_STEP_MS: u64 = 2;
-
-/// Lets the commands that follow `batch`'s first gather for up to
-/// [`GATHER_MS`], in [`GATHER_STEP_MS`] sleeps (no wake-up per command),
-/// taking what came after each. A course new to the node is written and
-/// counted at once, so that its count reaches the shards before its seed (a
-/// round trip more) and its first watch answers, which wait for it, show
-/// it: one among the commands ends the gathering (and one in the first, or
-/// a shutdown, skips it). Returns the steps slept.
-fn gather<P: PresenceStore>(
-    w: &Worker<P>,
-    commands: &Receiver<PresenceCmd>,
-    batch: &mut Vec<PresenceCmd>,
-) -> u32 {
-    let urgent = |c: &PresenceCmd| matches!(c, PresenceCmd::Shutdown) || w.brings_a_new_course(c);
-    if batch.iter().any(urgent) {
-        return 0;
-    }
-    let end = std::time::Instant::now() + Duration::from_millis(GATHER_MS);
-    let mut steps = 0;
-    while batch.len() < BATCH_MAX {
-        let left = end.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        std::thread::sleep(left.min(Duration::from_millis(GATHER_STEP_MS)));
-        steps += 1;
-        let from = batch.len();
-        let room = BATCH_MAX - from;
-        batch.extend(std::iter::from_fn(|| commands.try_recv().ok()).take(room));
-        if batch[from..].iter().any(urgent) {
-            break;
-        }
-    }
-    steps
-}
-
 /// How long after its last batch of commands the worker hands the pages its
 /// writes freed back to the OS (see [`run`]).
 pub const COLLECT_AFTER_MS: u64 = 100;
@@ -644,12 +605,15 @@ pub fn run<P: PresenceStore>(mut w: Worker<P>, commands: Receiver<PresenceCmd>) 
         let wait = due.saturating_sub(clock::unix_ms());
         match commands.recv_timeout(Duration::from_millis(wait)) {
             Ok(cmd) => {
-                let mut batch = vec![cmd];
-                gather(&w, &commands, &mut batch);
+                // A course new to the node is written and counted at once, so
+                // that its count reaches the shards before its seed (a round
+                // trip more) and its first watch answer shows it.
+                if !matches!(cmd, PresenceCmd::Shutdown) && !w.brings_a_new_course(&cmd) {
+                    std::thread::sleep(Duration::from_millis(GATHER_MS));
+                }
                 // What else is queued goes with it: one store write for all.
-                let room = BATCH_MAX.saturating_sub(batch.len());
-                batch.extend(std::iter::from_fn(|| commands.try_recv().ok()).take(room));
-                if !w.commands(batch, clock::unix_ms()) {
+                let queued = std::iter::from_fn(|| commands.try_recv().ok()).take(BATCH_MAX);
+                if !w.commands(std::iter::once(cmd).chain(queued), clock::unix_ms()) {
                     return;
                 }
                 collect_at = Some(clock::unix_ms() + COLLECT_AFTER_MS);

@@ -809,25 +809,3 @@ fn a_course_new_to_the_node_is_counted_with_its_first_write() {
     assert_eq!(r.log(), [format!("add D u3 {}", T0 + 2 + TTL)]);
     assert!(first(&r, 0).is_empty());
 }
-
-#[test]
-fn gathering_ends_at_the_first_step_that_brings_a_course_new_to_the_node() {
-    let mut r = rig();
-    r.join("OLD", "a", T0);
-    let (tx, rx) = crossbeam_channel::unbounded();
-    // Only a known course: the whole window, in steps.
-    tx.send(join("OLD", "b")).unwrap();
-    let mut batch = vec![leave("OLD", "a")];
-    let steps = super::gather(&r.w, &rx, &mut batch);
-    assert_eq!(batch.len(), 2, "what came is taken");
-    assert!(steps >= 1, "it gathered");
-    // A course new to the node among what came: the step that took it ends it.
-    tx.send(join("OLD", "c")).unwrap();
-    tx.send(join("NEW", "d")).unwrap();
-    let mut batch = vec![leave("OLD", "b")];
-    assert_eq!(super::gather(&r.w, &rx, &mut batch), 1);
-    assert_eq!(batch.len(), 3);
-    // One in the first command: no gathering at all.
-    let mut batch = vec![join("NEW2", "e")];
-    assert_eq!(super::gather(&r.w, &rx, &mut batch), 0);
-}
