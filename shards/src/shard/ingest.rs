@@ -80,6 +80,21 @@ impl Shard {
             self.answer_watch(id, course, now_ms);
         }
         self.schedule(course);
+        self.trim_count_waits();
+    }
+
+    /// Drops the waits at the front whose course waits no more (its count
+    /// came), and runs the timer to the first that still does, so a count
+    /// that came in time costs no wake-up at its deadline.
+    fn trim_count_waits(&mut self) {
+        while let Some((_, course)) = self.count_waits.front() {
+            if self.courses.get(course).is_some_and(|c| c.awaiting_count) {
+                break;
+            }
+            self.count_waits.pop_front();
+        }
+        let next = self.count_waits.front().map(|(due, _)| *due);
+        self.timers.set_or_stop(Timer::Count, next);
     }
 
     /// Courses whose wait for a first count is over by `now_ms` answer with
@@ -99,8 +114,7 @@ impl Shard {
                 self.answer_waiting(&course, now_ms);
             }
         }
-        let next = self.count_waits.front().map(|(due, _)| *due);
-        self.timers.set_or_stop(Timer::Count, next);
+        self.trim_count_waits();
     }
 
     /// The number of the presence batch that the joins and leaves queued now

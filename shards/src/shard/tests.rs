@@ -579,7 +579,8 @@ fn a_seed_before_the_first_count_holds_the_answer_until_the_count_comes() {
     shard.handle_first_counts(&node_counts(&[("C", 2)]), batch);
     assert!(!shard.awaits_seed(u));
     assert_eq!(counts(&mut shard, u), [2], "the board with both viewers");
-    // Its wait ended with the count: the deadline answers nobody twice.
+    // Its wait ended with the count: no deadline is left to wake for.
+    assert_eq!(shard.poll_timeout(), Some(1_000), "only the sweep");
     shard.handle_timeout(110);
     assert_eq!(counts(&mut shard, u), Vec::<u64>::new());
 }
