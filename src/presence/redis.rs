@@ -149,7 +149,7 @@ fn pexpire(key: &[u8], ttl_ms: u64) -> Cmd {
 
 /// The writes' replies looked over: a key that refused one (it is no sorted
 /// set) is logged; the others were written.
-fn written(replies: &[Value]) {
+fn warn_refused(replies: &[Value]) {
     if let Some(Value::ServerError(e)) = replies.iter().find(|r| matches!(r, Value::ServerError(_)))
     {
         tracing::warn!(error = %e, "a presence key is not a sorted set: its members are not written");
@@ -172,7 +172,7 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
             return Ok(());
         }
         let cmds = self.grouped(members, Some(expiry_ms), true);
-        written(&self.link.pipeline_each(&cmds)?);
+        warn_refused(&self.link.pipeline_each(&cmds)?);
         Ok(())
     }
 
@@ -182,7 +182,7 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         }
         let renew = !crate::planted::active(crate::planted::Bug::RefreshWithoutTtl);
         let cmds = self.grouped(members, Some(expiry_ms), renew);
-        written(&self.link.pipeline_each(&cmds)?);
+        warn_refused(&self.link.pipeline_each(&cmds)?);
         Ok(())
     }
 
@@ -191,7 +191,7 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
             return Ok(());
         }
         let cmds = self.grouped(members, None, false);
-        written(&self.link.pipeline_each(&cmds)?);
+        warn_refused(&self.link.pipeline_each(&cmds)?);
         Ok(())
     }
 
@@ -230,7 +230,7 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         // sorted set: that course counts nobody (its shards keep their own
         // viewers at least).
         let replies = self.link.pipeline_each(&cmds)?;
-        self::written(&replies[..written.min(replies.len())]);
+        warn_refused(&replies[..written.min(replies.len())]);
         Ok(replies
             .into_iter()
             .skip(written + 1)

@@ -67,6 +67,15 @@ fn single_pipeline(c: &mut redis::Connection, cmds: &[Cmd]) -> RedisResult<Vec<V
     Ok(replies)
 }
 
+/// `cmds` as one cluster pipeline (sent per primary).
+fn cluster_pipeline(cmds: &[Cmd]) -> redis::cluster::ClusterPipeline {
+    let mut p = redis::cluster::cluster_pipe();
+    for cmd in cmds {
+        p.add_command(cmd.clone());
+    }
+    p
+}
+
 /// One command's reply on the path that follows redirects, its own failure
 /// as a [`Value::ServerError`]; a failed connection is the error.
 fn one_reply(cmd: &Cmd, c: &mut ClusterConnection) -> RedisResult<Value> {
@@ -227,13 +236,7 @@ impl Commands {
         let r = self.run(|c| match c {
             Con::Single(c) => convert(Value::Array(single_pipeline(c, cmds)?).extract_error()?),
             Con::Cluster(c) => {
-                let p = cluster.get_or_insert_with(|| {
-                    let mut p = redis::cluster::cluster_pipe();
-                    for cmd in cmds {
-                        p.add_command(cmd.clone());
-                    }
-                    p
-                });
+                let p = cluster.get_or_insert_with(|| cluster_pipeline(cmds));
                 let e = match p.query::<Value>(c) {
                     Ok(replies) => return convert(replies),
                     Err(e) => e,
@@ -271,20 +274,14 @@ impl Commands {
         let mut moved = false;
         let r = self.run(|c| match c {
             Con::Single(c) => single_pipeline(c, cmds),
-            Con::Cluster(c) => {
-                let mut p = redis::cluster::cluster_pipe();
-                for cmd in cmds {
-                    p.add_command(cmd.clone());
+            Con::Cluster(c) => match cluster_pipeline(cmds).query::<Vec<Value>>(c) {
+                Ok(replies) => Ok(replies),
+                Err(e) if e.clone().into_server_errors().is_some() => {
+                    moved |= redirected(&e).is_some();
+                    cmds.iter().map(|cmd| one_reply(cmd, c)).collect()
                 }
-                match p.query::<Vec<Value>>(c) {
-                    Ok(replies) => Ok(replies),
-                    Err(e) if e.clone().into_server_errors().is_some() => {
-                        moved |= redirected(&e).is_some();
-                        cmds.iter().map(|cmd| one_reply(cmd, c)).collect()
-                    }
-                    Err(e) => Err(e),
-                }
-            }
+                Err(e) => Err(e),
+            },
         });
         if moved {
             self.map = None;

@@ -1177,30 +1177,43 @@ fn runs_degraded_for_a_missing_column(db: &str, query: &str, redis: &RedisServer
     );
 }
 
+/// A query lacking `seats_taken` against the database at `url`: with no
+/// row at all (the result's columns still say what is missing), then with
+/// `add_row`'s row of `course` that Redis lacks (not "they agree").
+fn a_query_missing_a_column_is_a_database_error(
+    url: &str,
+    query: &str,
+    course: &str,
+    add_row: impl FnOnce(),
+) {
+    let redis = RedisServer::start();
+    check_names_the_missing_column(&redis, query, url);
+    add_row();
+    check_names_the_missing_column(&redis, query, url);
+    runs_degraded_for_a_missing_column(url, query, &redis);
+    assert_eq!(hash_version(&redis, course, 0), None, "nothing written");
+}
+
 #[test]
 fn postgresql_query_missing_a_column_is_a_database_error() {
     let pg = pg();
-    let redis = RedisServer::start();
-    let url = pg.url("reader", "S3cretPw");
     let query = "SELECT course, section, total_seats, version, seat_info, updated_at FROM seats WHERE updated_at >= $1";
-    // No row at all: the result's columns still say what is missing.
-    check_names_the_missing_column(&redis, query, &url);
-    // A row Redis lacks: not "they agree".
-    pg_row(&pg, "RCC", 0, 1, 1);
-    check_names_the_missing_column(&redis, query, &url);
-    runs_degraded_for_a_missing_column(&url, query, &redis);
-    assert_eq!(hash_version(&redis, "RCC", 0), None, "nothing written");
+    a_query_missing_a_column_is_a_database_error(
+        &pg.url("reader", "S3cretPw"),
+        query,
+        "RCC",
+        || pg_row(&pg, "RCC", 0, 1, 1),
+    );
 }
 
 #[test]
 fn mariadb_query_missing_a_column_is_a_database_error() {
     let m = mariadb();
-    let redis = RedisServer::start();
-    let url = m.url("reader", "S3cretPw", "sel");
     let query = "SELECT course, section, total_seats, version, seat_info, updated_at FROM seats WHERE updated_at >= ?";
-    check_names_the_missing_column(&redis, query, &url);
-    my_row(&m, "RCM", 0, 1, 1);
-    check_names_the_missing_column(&redis, query, &url);
-    runs_degraded_for_a_missing_column(&url, query, &redis);
-    assert_eq!(hash_version(&redis, "RCM", 0), None, "nothing written");
+    a_query_missing_a_column_is_a_database_error(
+        &m.url("reader", "S3cretPw", "sel"),
+        query,
+        "RCM",
+        || my_row(&m, "RCM", 0, 1, 1),
+    );
 }
