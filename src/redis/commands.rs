@@ -6,8 +6,9 @@
 //! cluster, a pipeline's redirected commands sent again on their own so they
 //! follow it too. Every call is bounded by timeouts (a standalone pipeline
 //! fails at its first reply not read in time, not after a timeout per reply);
-//! a failure drops the connection and backs off, so the next call starts from
-//! a fresh slot map (refresh on connection loss); the cluster connection is
+//! a failure on the way drops the connection and backs off, so the next call
+//! starts from a fresh slot map (refresh on connection loss), while a
+//! command's own refusal (`WRONGTYPE`) keeps it; the cluster connection is
 //! also rebuilt every 30 s (periodic map refresh), and the slot map it read is
 //! kept until then.
 
@@ -17,7 +18,7 @@ use super::slots::SlotMap;
 use super::{glob_escape, Mode, Redis, IO_TIMEOUT};
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-use redis::{Cmd, FromRedisValue, RedisError, RedisResult, ServerErrorKind, Value};
+use redis::{Cmd, FromRedisValue, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};
 use std::any::TypeId;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -106,6 +107,13 @@ fn redirected(e: &RedisError) -> Option<Vec<usize>> {
         .filter(|at| !at.is_empty())
 }
 
+/// Redis answered with a refusal of the command itself (`WRONGTYPE`, `OOM`,
+/// a script's error, `NOSCRIPT`), not of serving it now: every reply was
+/// read, so the connection is in step and Redis is up.
+fn refused_by_command(e: &RedisError) -> bool {
+    matches!(e.retry_method(), RetryMethod::NoRetry) && e.clone().into_server_errors().is_some()
+}
+
 impl Commands {
     /// A client for `redis`; nothing is connected yet.
     pub fn new(redis: &Arc<Redis>, what: &'static str) -> Commands {
@@ -171,10 +179,13 @@ impl Commands {
         Ok(self.con.insert(con))
     }
 
-    /// Runs `f` on the connection, connecting first if needed. Any error drops
-    /// the connection (a late reply must never be read as the next command's)
-    /// and backs off. A connection found already dead (Redis restarted since
-    /// its last use) is replaced and `f` retried once at once.
+    /// Runs `f` on the connection, connecting first if needed. An error on
+    /// the way drops the connection (a late reply must never be read as the
+    /// next command's) and backs off; so does a reply saying Redis cannot
+    /// serve now (`LOADING`, `READONLY`...). A command's own refusal
+    /// ([`refused_by_command`]) keeps both: its reply was read whole. A
+    /// connection found already dead (Redis restarted since its last use) is
+    /// replaced and `f` retried once at once.
     fn run<T>(&mut self, mut f: impl FnMut(&mut Con) -> RedisResult<T>) -> Result<T, Error> {
         let reused = self.con.is_some();
         let con = self.connect()?;
@@ -192,8 +203,12 @@ impl Commands {
                 Ok(v)
             }
             Err(e) => {
-                self.con = None;
-                self.backoff.failed();
+                if refused_by_command(&e) {
+                    self.backoff.reset();
+                } else {
+                    self.con = None;
+                    self.backoff.failed();
+                }
                 Err(Error::Command {
                     what: self.what,
                     source: e,
@@ -490,6 +505,40 @@ mod tests {
             let e = link.query::<String>(&redis::cmd("PING")).expect_err("down");
             assert!(e.is_unreachable(), "{e}");
         }
+    }
+
+    #[test]
+    fn only_a_commands_own_refusal_keeps_the_connection() {
+        let reply = |line: &str| {
+            let wire = format!("-{line}\r\n");
+            redis::parse_redis_value(wire.as_bytes())
+                .and_then(|v| v.extract_error())
+                .expect_err(line)
+        };
+        for line in [
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "ERR Error running script: payload refused",
+            "NOSCRIPT No matching script.",
+        ] {
+            assert!(refused_by_command(&reply(line)), "{line}");
+        }
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "READONLY You can't write against a read only replica.",
+            "MASTERDOWN Link with MASTER is down",
+            "CLUSTERDOWN The cluster is down",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MOVED 4643 127.0.0.1:7002",
+        ] {
+            assert!(!refused_by_command(&reply(line)), "{line}");
+        }
+        let wrongtype = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+        assert!(refused_by_command(&pipeline_error(vec![
+            b":1\r\n", wrongtype, b":1\r\n"
+        ])));
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert!(!refused_by_command(&io));
     }
 
     #[test]

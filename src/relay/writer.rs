@@ -87,8 +87,9 @@ impl Writer {
         up
     }
 
-    /// After Redis refused a call (the client backs off after any failure):
-    /// whether it answers at once.
+    /// After a call failed other than "not now" (a refusal keeps the
+    /// client's connection; a reply it could not read drops it and backs
+    /// off): whether Redis answers at once.
     fn answers(&mut self) -> bool {
         self.link.retry_now();
         self.ping()

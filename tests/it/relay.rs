@@ -503,3 +503,46 @@ fn a_snapshot_redis_refuses_is_dropped_and_the_rest_written() {
     );
     assert_eq!(relay.healthz()["redis"], true);
 }
+
+/// Connections Redis has accepted since it started (`INFO stats`).
+fn connections_received(redis: &RedisServer) -> u64 {
+    let stats = redis.cli(&["INFO", "stats"]);
+    stats
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("total_connections_received:"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no connection count in INFO stats: {stats}"))
+}
+
+#[test]
+fn a_refusal_keeps_the_relays_connection() {
+    let redis = RedisServer::start();
+    redis.cli(&["SET", "seatstate:BAD", "x"]);
+    let relay = Relay::start(&redis.uri(), &[]);
+    eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
+    // One good write first: the relay's command connection is open.
+    send_all(&relay, payload("GOOD", 1, 10, 1, 1).as_bytes());
+    assert!(relay.settled(1, T), "{}", relay.metrics());
+    let before = connections_received(&redis);
+    // Twenty refusals, each answered by Redis in full: the connection they
+    // came on is in step, and Redis is up.
+    for section in 1..=20 {
+        send_all(&relay, payload("BAD", section, 10, 1, 1).as_bytes());
+        assert!(relay.settled(1 + section as u64, T), "{}", relay.metrics());
+    }
+    send_all(&relay, payload("GOOD", 2, 10, 1, 1).as_bytes());
+    assert!(relay.settled(22, T), "{}", relay.metrics());
+    // (The INFO read here is one connection of its own.)
+    let after = connections_received(&redis);
+    assert_eq!(hash_version(&redis, "GOOD", 2), Some(1));
+    assert_eq!(
+        relay.metric("seatboard_relay_dropped_total{reason=\"redis_down\"}"),
+        20.0
+    );
+    assert!(
+        after - before <= 1,
+        "{} connections for 20 refusals (the relay reconnected after each)",
+        after - before
+    );
+    assert_eq!(relay.healthz()["redis"], true);
+}
