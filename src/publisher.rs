@@ -179,8 +179,8 @@ pub fn write_expiring(
     let to = (channel_prefix, state_prefix, state_ttl);
     match write_once(link, to, batch, false) {
         Err(e) if e.is_noscript() => {
+            // (A refusal keeps the connection: the full text goes on it at once.)
             tracing::debug!("state script not loaded on the server: loading it");
-            link.retry_now();
             write_once(link, to, batch, true)
         }
         r => r,
