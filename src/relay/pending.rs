@@ -142,9 +142,12 @@ pub struct Pending {
     map: HashMap<Key, Snapshot>,
     /// Each held section once, in the order it was first held.
     order: VecDeque<Key>,
-    /// Taken by the writer and not yet reported; they count against `max`
-    /// (a section in flight and held again counts twice until reported).
-    inflight: usize,
+    /// Snapshots taken by the writer and not yet reported, by section: a
+    /// newer snapshot of a section in flight is held beside it, and is no
+    /// new section.
+    inflight: HashMap<Key, u32>,
+    /// Sections held or in flight, each once: what `max` bounds.
+    sections: usize,
     written: Written,
     counts: Counts,
 }
@@ -159,15 +162,17 @@ impl Pending {
             bytes: 0,
             map: HashMap::new(),
             order: VecDeque::new(),
-            inflight: 0,
+            inflight: HashMap::new(),
+            sections: 0,
             written: Written::new(written_bound),
             counts: Counts::default(),
         }
     }
 
-    /// Sections held, those being written included (the `pending` gauge).
+    /// Sections held, those being written included, each once (the
+    /// `pending` gauge).
     pub fn len(&self) -> usize {
-        self.map.len() + self.inflight
+        self.sections
     }
 
     /// Whether nothing is held or in flight.
@@ -211,9 +216,13 @@ impl Pending {
             *held = s;
             return Offer::Replaced;
         }
-        if self.len() >= self.max || self.bytes + c > self.max_bytes {
+        let in_flight = self.inflight.contains_key(&k);
+        if (!in_flight && self.sections >= self.max) || self.bytes + c > self.max_bytes {
             self.counts.dropped_full += 1;
             return Offer::Full;
+        }
+        if !in_flight {
+            self.sections += 1;
         }
         self.bytes += c;
         self.order.push_back(k.clone());
@@ -238,21 +247,49 @@ impl Pending {
             if self.written.outdates(&s, now) {
                 self.counts.coalesced += 1;
                 self.bytes = self.bytes.saturating_sub(cost(&s));
+                if !self.inflight.contains_key(&k) {
+                    self.sections -= 1;
+                }
                 continue;
             }
             size += cost(&s);
+            *self.inflight.entry(k).or_insert(0) += 1;
             out.push(s);
         }
-        self.inflight += out.len();
         out
+    }
+
+    /// One snapshot of section `k` taken before is reported: no longer in
+    /// flight. True when no other snapshot of it is in flight.
+    fn landed(&mut self, k: &Key) -> bool {
+        match self.inflight.get_mut(k) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.inflight.remove(k);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A snapshot taken before is gone (written or refused): its section
+    /// leaves the count unless a newer one of it is held.
+    fn settled(&mut self, s: &Snapshot) {
+        let k = key(s);
+        if self.landed(&k) && !self.map.contains_key(&k) {
+            self.sections -= 1;
+        }
+        self.bytes = self.bytes.saturating_sub(cost(s));
     }
 
     /// `batch` (taken before) is written, at `now`.
     pub fn done(&mut self, batch: &[Snapshot], now: Instant) {
-        self.inflight = self.inflight.saturating_sub(batch.len());
         self.counts.published += batch.len() as u64;
         for s in batch {
-            self.bytes = self.bytes.saturating_sub(cost(s));
+            self.settled(s);
             self.written.record(s, now);
         }
     }
@@ -260,9 +297,10 @@ impl Pending {
     /// `batch` (taken before) was not written (Redis down or slow): held
     /// again, first in line, unless a newer one of its section arrived since.
     pub fn give_back(&mut self, batch: Vec<Snapshot>) {
-        self.inflight = self.inflight.saturating_sub(batch.len());
         for s in batch.into_iter().rev() {
             let k = key(&s);
+            // Its section stays counted: held again, or held newer.
+            self.landed(&k);
             if let Some(held) = self.map.get_mut(&k) {
                 // `held` arrived later: it wins unless both have versions and
                 // the returned one is greater. The loser's bytes are freed.
@@ -277,7 +315,7 @@ impl Pending {
                 self.bytes = self.bytes.saturating_sub(cost(&loser));
                 continue;
             }
-            // The slot was reserved while in flight: this never passes `max`.
+            // The section was counted while in flight: this never passes `max`.
             self.order.push_front(k.clone());
             self.map.insert(k, s);
         }
@@ -285,18 +323,18 @@ impl Pending {
 
     /// One snapshot (taken before) that Redis refused while answering: dropped.
     pub fn refused(&mut self, s: &Snapshot) {
-        self.inflight = self.inflight.saturating_sub(1);
-        self.bytes = self.bytes.saturating_sub(cost(s));
+        self.settled(s);
         self.counts.dropped_redis_down += 1;
     }
 
     /// At stop, what is still held or in flight is dropped (Redis did not take
     /// it in time); returns how many.
     pub fn drop_all(&mut self) -> usize {
-        let n = self.len();
+        let n = self.map.len() + self.inflight.values().map(|n| *n as usize).sum::<usize>();
         self.map.clear();
         self.order.clear();
-        self.inflight = 0;
+        self.inflight.clear();
+        self.sections = 0;
         self.bytes = 0;
         self.counts.dropped_redis_down += n as u64;
         n
@@ -405,14 +443,59 @@ mod tests {
         p.offer(snap("A", 2, 1, Some(1)), t0());
         let b = p.take(2, usize::MAX, t0());
         p.offer(snap("A", 3, 1, Some(1)), t0());
-        // A section in flight and held again counts twice until reported.
+        // A section in flight and held again is one section.
         assert_eq!(p.offer(snap("A", 2, 2, Some(2)), t0()), Offer::Held);
-        assert_eq!(p.offer(snap("A", 4, 1, Some(1)), t0()), Offer::Full);
-        p.give_back(b);
         assert_eq!(p.len(), 3);
+        assert_eq!(p.offer(snap("A", 4, 1, Some(1)), t0()), Offer::Held);
+        assert_eq!(p.offer(snap("A", 5, 1, Some(1)), t0()), Offer::Full);
+        p.give_back(b);
+        assert_eq!(p.len(), 4);
         let again = p.take(10, usize::MAX, t0());
         let got: Vec<(u32, Option<u64>)> = again.iter().map(|s| (s.section, s.version)).collect();
-        assert_eq!(got, vec![(1, Some(1)), (3, Some(1)), (2, Some(2))]);
+        assert_eq!(
+            got,
+            vec![(1, Some(1)), (3, Some(1)), (2, Some(2)), (4, Some(1))]
+        );
+    }
+
+    #[test]
+    fn a_newer_snapshot_of_a_section_in_flight_is_kept_at_the_bound() {
+        // Every section is in flight (Redis frozen) when newer ones come.
+        let mut p = Pending::new(10, usize::MAX, 100);
+        for section in 0..10 {
+            p.offer(snap("MP", section, 1, Some(1)), t0());
+        }
+        let b = p.take(10, usize::MAX, t0());
+        for section in 0..10 {
+            let newer = p.offer(snap("MP", section, 2, Some(2)), t0());
+            assert_eq!(newer, Offer::Held, "section {section}");
+        }
+        assert_eq!(p.len(), 10);
+        assert_eq!(p.offer(snap("MP", 10, 1, Some(1)), t0()), Offer::Full);
+        // Written late, then the newer ones: the newest of each lands last.
+        p.done(&b, t0());
+        assert_eq!(p.len(), 10);
+        let next = p.take(10, usize::MAX, t0());
+        assert!(next.iter().all(|s| s.version == Some(2)), "{next:?}");
+        p.done(&next, t0());
+        assert!(p.is_empty());
+        assert_eq!(p.counts().published, 20);
+        assert_eq!(p.counts().dropped_full, 1);
+        // Given back instead, each older one yields to the newer held.
+        for section in 0..3 {
+            p.offer(snap("MP", section, 3, Some(3)), t0());
+        }
+        let b = p.take(3, usize::MAX, t0());
+        for section in 0..3 {
+            p.offer(snap("MP", section, 4, Some(4)), t0());
+        }
+        p.give_back(b);
+        assert_eq!(p.len(), 3);
+        let last = p.take(10, usize::MAX, t0());
+        assert!(last.iter().all(|s| s.version == Some(4)), "{last:?}");
+        p.refused(&last[0]);
+        p.done(&last[1..], t0());
+        assert!(p.is_empty());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::redis_util::{client, eventually, payload, serve, watch};
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
+use testkit::delay_proxy::RedisAtDistance;
 use testkit::relay::Relay;
 
 const T: Duration = Duration::from_secs(15);
@@ -270,6 +271,36 @@ fn a_frozen_redis_is_noticed_and_the_relay_writes_once_it_answers() {
         hash_version(&redis, "FRZ", 1) == Some(2)
     });
     eventually(T, "up again", || relay.healthz()["redis"] == true);
+}
+
+#[test]
+fn at_the_section_bound_the_newest_of_a_section_in_flight_is_kept() {
+    // Redis 200 ms away each way: a write is in flight for 400 ms.
+    let far = RedisAtDistance::start(Duration::from_millis(200));
+    let relay = Relay::start(&far.far_uri(), &["--max-pending", "10"]);
+    eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
+    for section in 0..10 {
+        send_all(&relay, payload("MP", section, 10, 1, 1).as_bytes());
+    }
+    // The batch has reached Redis (the last of its ten is in the hash): its
+    // replies are still 200 ms from the relay, the ten sections in flight.
+    eventually(T, "the first ten in Redis", || {
+        hash_version(&far.redis, "MP", 9) == Some(1)
+    });
+    // Newer snapshots of the same ten sections are no new sections; an
+    // eleventh section is.
+    for section in 0..10 {
+        send_all(&relay, payload("MP", section, 10, 2, 2).as_bytes());
+    }
+    send_all(&relay, payload("MP", 10, 10, 1, 1).as_bytes());
+    assert!(relay.settled(21, T), "{}", relay.metrics());
+    let versions: Vec<Option<u64>> = (0..10).map(|s| hash_version(&far.redis, "MP", s)).collect();
+    assert_eq!(versions, vec![Some(2); 10], "{}", relay.metrics());
+    assert_eq!(hash_version(&far.redis, "MP", 10), None);
+    assert_eq!(
+        relay.metric("seatboard_relay_dropped_total{reason=\"full\"}"),
+        1.0
+    );
 }
 
 #[test]
