@@ -198,10 +198,10 @@ pub struct Shard {
     /// The presence layer's last counts, sorted by course: a course new
     /// here starts from its count (see [`Shard::handle_counts`]).
     counts: Option<Counts>,
-    /// First counts ([`Shard::handle_first_counts`]) of courses since the
-    /// last whole list, newer than it, by course: kept for a course first
-    /// watched here before the next presence tick.
-    first_counts: HashMap<Arc<str>, u64>,
+    /// Counts read with a presence write ([`Shard::handle_join_counts`])
+    /// since the last whole list, newer than it, by course: kept for a
+    /// course first watched here before the next presence tick.
+    join_counts: HashMap<Arc<str>, u64>,
     /// Seeded courses whose answers wait for a first count, each with the
     /// moment it stops waiting, oldest first.
     count_waits: VecDeque<(u64, Arc<str>)>,
@@ -241,7 +241,7 @@ impl Shard {
             wait_ends: 0,
             presence_batch: 1,
             counts: None,
-            first_counts: HashMap::new(),
+            join_counts: HashMap::new(),
             count_waits: VecDeque::new(),
         }
     }

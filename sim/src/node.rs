@@ -241,8 +241,8 @@ impl Node {
                         Control::Presence { counts, applied } => {
                             shard.handle_counts(&counts, applied)
                         }
-                        Control::FirstCounts { counts, applied } => {
-                            shard.handle_first_counts(&counts, applied)
+                        Control::JoinCounts { counts, applied } => {
+                            shard.handle_join_counts(&counts, applied)
                         }
                         Control::Roster { conn, frame } => shard.deliver(conn, frame),
                         Control::Admin(msg) => shard.handle_admin(&msg),

@@ -42,9 +42,9 @@ pub enum Control {
         /// presence worker had applied to its store before it read them.
         applied: u64,
     },
-    /// Counts of courses new to the node (sorted by course), read with their
-    /// first viewers' write: only those courses.
-    FirstCounts {
+    /// Counts of the courses that gained members in a presence write (sorted
+    /// by course), read in the same round trip: only those courses.
+    JoinCounts {
         /// The counts.
         counts: shards::Counts,
         /// As in [`Control::Presence`].

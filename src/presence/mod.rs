@@ -158,10 +158,6 @@ pub struct Worker<P: PresenceStore> {
     /// now includes them): sent with each count, so the shard knows which of
     /// its joins and leaves the count includes.
     applied: Vec<u64>,
-    /// Courses whose first member on this node joined in this batch: counted
-    /// with the batch's write, so their first watch answers (which wait for
-    /// the course's seed, a round trip more) show the other nodes' viewers.
-    first: Vec<Arc<str>>,
     next_count_ms: u64,
     next_refresh_ms: u64,
 }
@@ -242,7 +238,6 @@ impl<P: PresenceStore> Worker<P> {
     ) -> Self {
         Worker {
             applied: vec![0; inboxes.len()],
-            first: Vec::new(),
             next_count_ms: now_ms + timing.tick_ms,
             next_refresh_ms: now_ms + timing.refresh_ms(),
             store,
@@ -346,12 +341,7 @@ impl<P: PresenceStore> Worker<P> {
                 return false;
             }
         }
-        let first = std::mem::take(&mut self.first);
-        if first.is_empty() {
-            self.write_adds(now_ms);
-        } else {
-            self.write_adds_counting(first, now_ms);
-        }
+        self.write_adds_counting(now_ms);
         if !self.removes.is_empty() && self.writes_due_ms.is_none() {
             self.writes_due_ms = Some(now_ms + LEAVE_WINDOW_MS);
         }
@@ -367,9 +357,6 @@ impl<P: PresenceStore> Worker<P> {
             PresenceCmd::Join { course, user, from } => {
                 crate::failure::trip(&course);
                 self.handled(from);
-                if !self.courses.contains_key(&*course) {
-                    self.first.push(Arc::clone(&course));
-                }
                 let key = (course, user);
                 if join(&mut self.members, &mut self.courses, &key) {
                     if !self.unremoved.is_empty() {
@@ -421,27 +408,34 @@ impl<P: PresenceStore> Worker<P> {
         }
     }
 
-    /// As [`Worker::write_adds`], with the counts of `courses` (new to the
-    /// node in this batch) read in the same round trip and sent to the
-    /// shards (not as the tick's whole list: see [`Control::FirstCounts`]).
-    /// The presence tick's count stays the only one pushed to viewers
-    /// already shown a count.
-    fn write_adds_counting(&mut self, mut courses: Vec<Arc<str>>, now_ms: u64) {
-        // A course that came and went within the batch has no member to count.
-        courses.retain(|c| self.courses.contains_key(&**c));
-        if courses.is_empty() {
-            return self.write_adds(now_ms);
+    /// As [`Worker::write_adds`], with the counts of the courses that gain
+    /// members read in the same round trip and sent to the shards (not as
+    /// the tick's whole list: see [`Control::JoinCounts`]): a watch answer
+    /// after it shows every viewer written so far, on every node, a course
+    /// new to the node its first answers too (they wait for it). The
+    /// presence tick's count stays the only one pushed to viewers already
+    /// shown a count.
+    fn write_adds_counting(&mut self, now_ms: u64) {
+        if self.adds.is_empty() {
+            return;
         }
         let adds = take_waiting(&mut self.adds);
+        let mut courses: Vec<Arc<str>> = adds.iter().map(|(c, _)| Arc::clone(c)).collect();
+        courses.dedup();
         let expiry = self.expiry(now_ms);
+        let started = Instant::now();
         let counts = match self.store.add_and_count(&adds, expiry, &courses, now_ms) {
             Ok(c) => c,
             Err(e) => return self.failed("add", e, now_ms),
         };
-        self.send_counts(courses, counts, |counts, applied| Control::FirstCounts {
+        self.send_counts(courses, counts, |counts, applied| Control::JoinCounts {
             counts,
             applied,
         });
+        // Observed once the shards have the counts.
+        self.metrics
+            .presence_pipeline
+            .observe_us(started.elapsed().as_micros() as u64);
     }
 
     /// Sends each shard `courses`' counts, sorted by course (a shard looks

@@ -756,7 +756,7 @@ fn each_shard_s_counts_name_the_last_of_its_batches_written_before_them() {
 }
 
 #[test]
-fn a_course_new_to_the_node_is_counted_with_its_first_write() {
+fn a_course_is_counted_with_every_write_that_adds_members() {
     let mut r = rig();
     // Two viewers elsewhere (another node's members, already in the store).
     let others = [("C".into(), "x1".into()), ("C".into(), "x2".into())];
@@ -780,7 +780,7 @@ fn a_course_new_to_the_node_is_counted_with_its_first_write() {
     let first = |r: &Rig, i: usize| -> Vec<(Vec<(String, u64)>, u64)> {
         std::iter::from_fn(|| r.inboxes[i].try_control())
             .filter_map(|c| match c {
-                Control::FirstCounts { counts, applied } => Some((
+                Control::JoinCounts { counts, applied } => Some((
                     counts.iter().map(|(c, n)| (c.to_string(), *n)).collect(),
                     applied,
                 )),
@@ -797,15 +797,34 @@ fn a_course_new_to_the_node_is_counted_with_its_first_write() {
         r.ingest.try_recv().is_none(),
         "the admin view waits for the tick"
     );
-    // A course the node already counts is gathered and left to the tick.
+    // A course the node already counts is gathered (not written at once),
+    // and counted with the write all the same: the next watch answer on
+    // any shard shows it.
     let batch = PresenceCmd::Batch(vec![tagged("C", "u2", 0, 1)]);
     assert!(!r.w.brings_a_new_course(&batch));
     assert!(r.w.commands([batch], T0 + 1));
-    assert_eq!(r.log(), [format!("add C u2 {}", T0 + 1 + TTL)]);
+    assert_eq!(
+        r.log(),
+        [
+            format!("add C u2 {}", T0 + 1 + TTL),
+            format!("count 1 {}", T0 + 1)
+        ]
+    );
+    let c4 = vec![("C".to_string(), 4)];
+    assert_eq!(first(&r, 0), [(c4.clone(), 1)]);
+    assert_eq!(first(&r, 1), [(c4, 3)]);
+    // A leave alone writes nothing yet and counts nothing.
+    let leave = PresenceCmd::Leave {
+        course: "C".into(),
+        user: "u2".into(),
+        from: BatchTag { shard: 0, batch: 2 },
+    };
+    assert!(r.w.commands([leave], T0 + 2));
+    assert!(r.log().is_empty());
     assert!(first(&r, 0).is_empty() && first(&r, 1).is_empty());
     // A write that failed is not followed by a count.
     r.calls.lock().unwrap().down = true;
-    assert!(r.w.commands([tagged("D", "u3", 0, 2)], T0 + 2));
-    assert_eq!(r.log(), [format!("add D u3 {}", T0 + 2 + TTL)]);
+    assert!(r.w.commands([tagged("D", "u3", 0, 3)], T0 + 3));
+    assert_eq!(r.log(), [format!("add D u3 {}", T0 + 3 + TTL)]);
     assert!(first(&r, 0).is_empty());
 }

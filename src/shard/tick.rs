@@ -51,8 +51,8 @@ fn step(ctx: &Rc<ShardCtx>) -> Option<u64> {
             match msg {
                 Control::Seed { course, sections } => shard.handle_seed(&course, &sections, now),
                 Control::Presence { counts, applied } => shard.handle_counts(&counts, applied),
-                Control::FirstCounts { counts, applied } => {
-                    shard.handle_first_counts(&counts, applied)
+                Control::JoinCounts { counts, applied } => {
+                    shard.handle_join_counts(&counts, applied)
                 }
                 Control::Roster { conn, frame } => shard.deliver(conn, frame),
                 Control::Admin(msg) => shard.handle_admin(&msg),

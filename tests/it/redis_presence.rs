@@ -198,6 +198,30 @@ fn a_watch_answer_counts_the_watching_user_with_the_other_nodes_and_shards_viewe
 }
 
 #[test]
+fn a_watch_answer_counts_the_node_s_other_shard_without_waiting_for_a_tick() {
+    // No presence tick in the test's time: what a watch answer knows of the
+    // other shard's viewers comes with the node's join writes, each of which
+    // counts the course again.
+    let redis = RedisServer::start();
+    let sb = serve(&redis, &["--presence-tick-ms", "60000", "--shards", "2"]);
+    let course = "SH101";
+    let writes = |sb: &Seatboard| sb.metric("seatboard_presence_pipeline_seconds_count");
+    let mut viewers = Vec::new();
+    for n in 1..=10u64 {
+        let before = writes(&sb);
+        let v = watch_answer(&sb, &format!("u{n}"), course);
+        // Each user on whichever shard the kernel picked: the answer counts
+        // every earlier one, on this shard or the other.
+        assert_eq!(v.count, n, "u{n}'s watch answer");
+        viewers.push(v);
+        // Its join written and counted, the counts with both shards.
+        let written = wait_for(T, || (writes(&sb) > before).then_some(()));
+        assert!(written.is_some(), "u{n}'s join was not written");
+    }
+    assert_eq!(redis.cli(&["ZCARD", &format!("presence:{course}")]), "10");
+}
+
+#[test]
 fn a_course_s_first_viewer_on_a_node_is_answered_with_the_other_node_s_viewers() {
     // The count of a course new to a node is read with its first viewer's
     // write; the course's seed (subscribe, then read) races it, and the

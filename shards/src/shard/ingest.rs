@@ -13,9 +13,9 @@ use crate::timer::Timer;
 use bytes::Bytes;
 use std::sync::Arc;
 
-/// Courses whose first counts are kept between two presence ticks at most
-/// (a storm of new courses brings one list per presence batch).
-const MAX_FIRST_COUNTS: usize = 16_384;
+/// Courses whose counts read with a presence write are kept between two
+/// presence ticks at most (a storm brings one list per presence write).
+const MAX_JOIN_COUNTS: usize = 16_384;
 
 impl Shard {
     /// The gate of a course watched here: shared with the ingest thread, so
@@ -148,22 +148,30 @@ impl Shard {
             self.handle_presence(course, *n, applied);
         }
         self.counts = Some(Arc::clone(counts));
-        self.first_counts.clear();
+        self.join_counts.clear();
     }
 
-    /// Counts of courses new to the node, read by the presence layer with
-    /// their first viewers' write, so that a watch answer still waiting for
-    /// its seed shows them; only some courses, so not kept as
+    /// Counts of the courses that gained members on this node, read by the
+    /// presence layer with the write that added them (the node's joins of
+    /// the last few tens of milliseconds at most), so that the next watch
+    /// answer here shows every viewer written so far on every node and
+    /// shard, not only those of the last presence tick: a course with no
+    /// count yet takes it as the tick's (its held answers go, its viewers
+    /// shown only this shard's users get it); one with a count takes it
+    /// without a message, its viewers getting the next tick's count (one
+    /// count per presence tick). Only some courses, so not kept as
     /// [`Shard::handle_counts`] keeps the whole list.
-    pub fn handle_first_counts(&mut self, counts: &Counts, applied: u64) {
+    pub fn handle_join_counts(&mut self, counts: &Counts, applied: u64) {
         for (course, n) in counts.iter() {
-            self.handle_presence(course, *n, applied);
+            match self.courses.get_mut(&**course) {
+                Some(c) if c.global.is_some() => c.settle_presence(*n, applied),
+                _ => self.handle_presence(course, *n, applied),
+            }
             // Kept until the next whole list, for a course first watched
             // here meanwhile (a newer count replaces an older one); bounded,
             // and cleared by the tick's list.
-            if self.first_counts.len() < MAX_FIRST_COUNTS || self.first_counts.contains_key(course)
-            {
-                self.first_counts.insert(Arc::clone(course), *n);
+            if self.join_counts.len() < MAX_JOIN_COUNTS || self.join_counts.contains_key(course) {
+                self.join_counts.insert(Arc::clone(course), *n);
             }
         }
     }
@@ -177,7 +185,7 @@ impl Shard {
             counts.get(at).map(|(_, n)| *n)
         };
         // A first count is newer than the whole list.
-        self.first_counts
+        self.join_counts
             .get(course)
             .copied()
             .or_else(|| self.counts.as_ref().and_then(find))

@@ -534,7 +534,7 @@ fn a_first_count_before_the_seed_goes_in_the_watch_answer_and_nothing_before_it(
     while shard.poll_action().is_some() {}
     let batch = shard.presence_batch();
     shard.presence_batch_sent();
-    shard.handle_first_counts(&node_counts(&[("C", 3)]), batch);
+    shard.handle_join_counts(&node_counts(&[("C", 3)]), batch);
     assert_eq!(
         counts(&mut shard, u),
         Vec::<u64>::new(),
@@ -576,7 +576,7 @@ fn a_seed_before_the_first_count_holds_the_answer_until_the_count_comes() {
     shard.handle_timeout(60);
     assert_eq!(counts(&mut shard, u), Vec::<u64>::new(), "nothing yet");
     assert!(shard.poll_frame(u).is_none(), "no board either");
-    shard.handle_first_counts(&node_counts(&[("C", 2)]), batch);
+    shard.handle_join_counts(&node_counts(&[("C", 2)]), batch);
     assert!(!shard.awaits_seed(u));
     assert_eq!(counts(&mut shard, u), [2], "the board with both viewers");
     // Its wait ended with the count: no deadline is left to wake for.
@@ -608,7 +608,7 @@ fn a_first_count_from_another_shard_s_viewer_starts_a_course_new_here() {
     // shard's first viewer of C, before the next presence tick, is the third.
     let mut shard = Shard::new(ShardConfig::default());
     shard.handle_counts(&node_counts(&[("B", 9)]), 0);
-    shard.handle_first_counts(&node_counts(&[("C", 2)]), 0);
+    shard.handle_join_counts(&node_counts(&[("C", 2)]), 0);
     let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
     shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
     shard.handle_seed("C", &[snap(1, 3, None)], 0);
@@ -616,15 +616,48 @@ fn a_first_count_from_another_shard_s_viewer_starts_a_course_new_here() {
 }
 
 #[test]
-fn first_counts_of_a_storm_of_new_courses_are_each_kept_and_the_newest_wins() {
+fn a_count_read_with_a_join_shows_in_the_next_answer_and_waits_for_the_tick_elsewhere() {
+    // C is watched here and counted (the tick: 1, this shard's u). Viewers
+    // join on other nodes and shards; the presence write of one of them
+    // counts C again: 4.
+    let mut shard = Shard::new(ShardConfig::default());
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    while shard.poll_action().is_some() {}
+    let batch = shard.presence_batch();
+    shard.presence_batch_sent();
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    shard.handle_counts(&node_counts(&[("C", 1)]), batch);
+    assert_eq!(counts(&mut shard, u), [1]);
+    shard.handle_join_counts(&node_counts(&[("C", 4)]), batch);
+    assert_eq!(
+        counts(&mut shard, u),
+        Vec::<u64>::new(),
+        "one count per presence tick: u's comes with the next"
+    );
+    // A viewer arriving now is told all four others and itself.
+    let v = shard.connect("v", Role::Student, WsOptions::VIEWER, 10);
+    shard.handle_text(v, r#"{"op":"watch","course":"C"}"#, 10);
+    assert_eq!(counts(&mut shard, v), [5]);
+    while shard.poll_action().is_some() {}
+    let joined = shard.presence_batch();
+    shard.presence_batch_sent();
+    // The tick's count has v: u gets it, v (shown 5 already) nothing.
+    shard.handle_counts(&node_counts(&[("C", 5)]), joined);
+    assert_eq!(counts(&mut shard, u), [5]);
+    assert_eq!(counts(&mut shard, v), Vec::<u64>::new());
+}
+
+#[test]
+fn join_counts_of_a_storm_of_new_courses_are_each_kept_and_the_newest_wins() {
     // One list per presence batch, one course new to the node in each: every
     // course keeps its count until the next whole list, a newer count of a
     // course replacing the older.
     let mut shard = Shard::new(ShardConfig::default());
     for i in 0..3_000u64 {
-        shard.handle_first_counts(&node_counts(&[(&format!("C{i}"), i + 1)]), 0);
+        shard.handle_join_counts(&node_counts(&[(&format!("C{i}"), i + 1)]), 0);
     }
-    shard.handle_first_counts(&node_counts(&[("C7", 70)]), 0);
+    shard.handle_join_counts(&node_counts(&[("C7", 70)]), 0);
     assert_eq!(shard.kept_count("C0"), Some(1));
     assert_eq!(shard.kept_count("C2999"), Some(3_000));
     assert_eq!(shard.kept_count("C7"), Some(70));
