@@ -18,6 +18,7 @@ use crate::channels::wake::IngestRx;
 use crate::channels::ReadRequest;
 use crate::channels::{IngestCmd, Outlet, PresenceCmd};
 use crate::clock;
+use crate::logging::LogBudget;
 use crate::metrics::Metrics;
 use crate::redis::pubsub::{Source, SourceEvent};
 use crossbeam_channel::Sender;
@@ -132,8 +133,8 @@ pub struct Ingest<S: Source> {
     admin_shrunk: bool,
     /// Admin shards waiting for the discovery to answer them.
     admin_waiting: u128,
-    /// Start (ms) of the current reject-log second, and rejects logged in it.
-    reject_log: (u64, u32),
+    /// The rejects logged each second (the rest summed up).
+    reject_log: LogBudget,
     admin_tick_ms: u64,
     next_admin_ms: u64,
     next_retry_ms: u64,
@@ -171,7 +172,7 @@ impl<S: Source> Ingest<S> {
             scans: 0,
             admin_shrunk: false,
             admin_waiting: 0,
-            reject_log: (now_ms, 0),
+            reject_log: LogBudget::new(REJECT_LOGS_PER_SEC, now_ms),
             admin_tick_ms,
             next_admin_ms: now_ms + admin_tick_ms,
             next_retry_ms: now_ms + RETRY_LOAD_MS,
@@ -321,17 +322,11 @@ impl<S: Source> Ingest<S> {
 
     fn rejected(&mut self, r: shards::Reject, course: &str, now_ms: u64) {
         self.metrics.reject(r);
-        if now_ms.saturating_sub(self.reject_log.0) >= 1_000 {
-            if self.reject_log.1 > REJECT_LOGS_PER_SEC {
-                tracing::warn!(
-                    suppressed = self.reject_log.1 - REJECT_LOGS_PER_SEC,
-                    "ingest rejects not logged"
-                );
-            }
-            self.reject_log = (now_ms, 0);
+        let allowed = self.reject_log.take(now_ms);
+        if let Some(suppressed) = allowed.suppressed {
+            tracing::warn!(suppressed, "ingest rejects not logged");
         }
-        self.reject_log.1 += 1;
-        if self.reject_log.1 <= REJECT_LOGS_PER_SEC {
+        if allowed.log {
             tracing::warn!(reason = r.label(), course, "snapshot rejected");
         }
     }

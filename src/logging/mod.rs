@@ -1,9 +1,11 @@
 //! Process setup shared by every subcommand: logging to stderr and usage errors.
 //! Nothing here panics or blocks when stderr stops taking writes.
 
+mod budget;
 mod journal;
 mod sink;
 
+pub use budget::{Allowance, LogBudget};
 pub use sink::{dropped, flush};
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -19,7 +19,8 @@ pub mod writer;
 
 use crate::channels::signals::Stop;
 use crate::cli::RelayArgs;
-use crate::logging::usage;
+use crate::clock;
+use crate::logging::{usage, LogBudget};
 use crate::redis::commands::Commands;
 use crate::redis::Redis;
 use crate::supervisor::{self, Policy};
@@ -165,6 +166,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
             channel_prefix: args.target.channel_prefix.clone(),
             state_prefix: args.target.state_prefix.clone(),
             shared: Arc::clone(&shared),
+            refusal_log: LogBudget::new(writer::REFUSAL_LOGS_PER_SEC, clock::now_ms()),
         };
         let d = Arc::clone(&drain);
         supervisor::spawn("relay-writer", Policy::Logged, move || w.run(&d))

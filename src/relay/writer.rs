@@ -12,6 +12,8 @@
 //! bytes as well as in snapshots ([`BATCH_BYTES`]).
 
 use super::metrics::Shared;
+use crate::clock;
+use crate::logging::LogBudget;
 use crate::publisher::write;
 use crate::redis::commands::Commands;
 use crate::redis::Error;
@@ -73,7 +75,12 @@ pub struct Writer {
     pub state_prefix: String,
     /// What the threads share.
     pub shared: Arc<Shared>,
+    /// The refusals logged each second (a flood of them is summed up).
+    pub refusal_log: LogBudget,
 }
+
+/// Refused snapshots logged each second, at most.
+pub const REFUSAL_LOGS_PER_SEC: u32 = 5;
 
 impl Writer {
     fn ping(&mut self) -> bool {
@@ -137,7 +144,13 @@ impl Writer {
                             return false;
                         }
                         Err(e) => {
-                            tracing::warn!(error = %e, course = %s.course, section = s.section, "Redis refused a snapshot; dropped");
+                            let allowed = self.refusal_log.take(clock::now_ms());
+                            if let Some(suppressed) = allowed.suppressed {
+                                tracing::warn!(suppressed, "snapshots Redis refused not logged");
+                            }
+                            if allowed.log {
+                                tracing::warn!(error = %e, course = %s.course, section = s.section, "Redis refused a snapshot; dropped");
+                            }
                             self.shared.pending().refused(&s);
                         }
                     }
