@@ -206,9 +206,15 @@ impl Writer {
             };
             if batch.is_empty() {
                 if (down || last_contact.elapsed() >= IDLE_PING) && !draining {
+                    let was = down;
                     down = !self.ping();
                     if !down {
                         last_contact = Instant::now();
+                    } else if !was {
+                        tracing::warn!("Redis not answering");
+                    }
+                    if was && !down {
+                        tracing::info!("Redis answers again");
                     }
                 }
                 continue;
@@ -222,7 +228,7 @@ impl Writer {
                 last_contact = Instant::now();
             } else {
                 if !down {
-                    tracing::warn!("Redis not answering; holding snapshots");
+                    tracing::warn!("Redis not answering or not taking writes; holding snapshots");
                 }
                 down = true;
             }
