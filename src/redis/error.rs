@@ -141,7 +141,7 @@ pub enum NodeError {
     #[error("no seed node")]
     NoNode,
     /// `host:port` failed.
-    #[error("{host}:{port}: {source}")]
+    #[error("{host}:{port}: {}", Driver(source))]
     Failed {
         /// Node host.
         host: String,
@@ -151,6 +151,22 @@ pub enum NodeError {
         #[source]
         source: redis::RedisError,
     },
+}
+
+/// The driver's error as an operator reads it: a read or write that gave
+/// up after its timeout says so (the driver shows the system's "Resource
+/// temporarily unavailable", `EAGAIN` from a socket timeout, for a Redis
+/// that accepted the connection and never answered).
+struct Driver<'a>(&'a redis::RedisError);
+
+impl fmt::Display for Driver<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_timeout() {
+            write!(f, "no answer within the timeout (timed out)")
+        } else {
+            self.0.fmt(f)
+        }
+    }
 }
 
 /// A failed call of the command client; `what` is the client's name.
@@ -172,7 +188,7 @@ pub enum Error {
         source: ConnectError,
     },
     /// The command (or pipeline) failed: an I/O error or Redis's error reply.
-    #[error("{what}: {source}")]
+    #[error("{what}: {}", Driver(source))]
     Command {
         /// The client.
         what: &'static str,
@@ -244,6 +260,36 @@ mod tests {
         assert!(e.to_string().starts_with("presence: "), "{e}");
         assert!(!e.is_unreachable());
         assert!(Error::Backoff { what: "x" }.is_unreachable());
+    }
+
+    #[test]
+    fn a_socket_timeout_reads_as_one() {
+        for kind in [std::io::ErrorKind::WouldBlock, std::io::ErrorKind::TimedOut] {
+            let node = NodeError::Failed {
+                host: "127.0.0.1".into(),
+                port: 6379,
+                source: redis::RedisError::from(std::io::Error::from(kind)),
+            };
+            assert_eq!(
+                node.to_string(),
+                "127.0.0.1:6379: no answer within the timeout (timed out)"
+            );
+            let e = Error::Command {
+                what: "publish",
+                source: redis::RedisError::from(std::io::Error::from(kind)),
+            };
+            assert_eq!(
+                e.to_string(),
+                "publish: no answer within the timeout (timed out)"
+            );
+        }
+        let refused =
+            redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let e = Error::Command {
+            what: "p",
+            source: refused,
+        };
+        assert!(!e.to_string().contains("timeout"), "{e}");
     }
 
     #[test]
