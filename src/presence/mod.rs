@@ -419,6 +419,11 @@ impl<P: PresenceStore> Worker<P> {
         if self.adds.is_empty() {
             return;
         }
+        // Every count writes the removals waiting first: no count sees a
+        // member who left (its shard's leave is in the batches it covers).
+        if !self.removes.is_empty() {
+            self.write_removes(now_ms);
+        }
         let adds = take_waiting(&mut self.adds);
         let mut courses: Vec<Arc<str>> = adds.iter().map(|(c, _)| Arc::clone(c)).collect();
         courses.dedup();
