@@ -160,7 +160,7 @@ const FAMILIES: &[Family<Reading>] = &[
     ),
     Family::gauge(
         "seatboard_relay_pending",
-        "Sections held for Redis (being written included).",
+        "Snapshots held for Redis (being written included), at most one held per section beside one being written.",
         |r, s| s.one(r.pending),
     ),
     Family::gauge(

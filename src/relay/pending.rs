@@ -146,6 +146,8 @@ pub struct Pending {
     /// newer snapshot of a section in flight is held beside it, and is no
     /// new section.
     inflight: HashMap<Key, u32>,
+    /// The sum of `inflight`.
+    inflight_total: usize,
     /// Sections held or in flight, each once: what `max` bounds.
     sections: usize,
     written: Written,
@@ -163,16 +165,18 @@ impl Pending {
             map: HashMap::new(),
             order: VecDeque::new(),
             inflight: HashMap::new(),
+            inflight_total: 0,
             sections: 0,
             written: Written::new(written_bound),
             counts: Counts::default(),
         }
     }
 
-    /// Sections held, those being written included, each once (the
-    /// `pending` gauge).
+    /// Snapshots held, those being written included (the `pending`
+    /// gauge): a section being written with a newer one held counts twice,
+    /// so that every snapshot received is in exactly one counter or here.
     pub fn len(&self) -> usize {
-        self.sections
+        self.map.len() + self.inflight_total
     }
 
     /// Whether nothing is held or in flight.
@@ -254,6 +258,7 @@ impl Pending {
             }
             size += cost(&s);
             *self.inflight.entry(k).or_insert(0) += 1;
+            self.inflight_total += 1;
             out.push(s);
         }
         out
@@ -262,6 +267,9 @@ impl Pending {
     /// One snapshot of section `k` taken before is reported: no longer in
     /// flight. True when no other snapshot of it is in flight.
     fn landed(&mut self, k: &Key) -> bool {
+        if self.inflight.contains_key(k) {
+            self.inflight_total -= 1;
+        }
         match self.inflight.get_mut(k) {
             Some(n) if *n > 1 => {
                 *n -= 1;
@@ -330,10 +338,11 @@ impl Pending {
     /// At stop, what is still held or in flight is dropped (Redis did not take
     /// it in time); returns how many.
     pub fn drop_all(&mut self) -> usize {
-        let n = self.map.len() + self.inflight.values().map(|n| *n as usize).sum::<usize>();
+        let n = self.len();
         self.map.clear();
         self.order.clear();
         self.inflight.clear();
+        self.inflight_total = 0;
         self.sections = 0;
         self.bytes = 0;
         self.counts.dropped_redis_down += n as u64;
@@ -443,9 +452,10 @@ mod tests {
         p.offer(snap("A", 2, 1, Some(1)), t0());
         let b = p.take(2, usize::MAX, t0());
         p.offer(snap("A", 3, 1, Some(1)), t0());
-        // A section in flight and held again is one section.
+        // A section in flight and held again is one section against the
+        // bound (two snapshots pending).
         assert_eq!(p.offer(snap("A", 2, 2, Some(2)), t0()), Offer::Held);
-        assert_eq!(p.len(), 3);
+        assert_eq!(p.len(), 4);
         assert_eq!(p.offer(snap("A", 4, 1, Some(1)), t0()), Offer::Held);
         assert_eq!(p.offer(snap("A", 5, 1, Some(1)), t0()), Offer::Full);
         p.give_back(b);
@@ -470,8 +480,13 @@ mod tests {
             let newer = p.offer(snap("MP", section, 2, Some(2)), t0());
             assert_eq!(newer, Offer::Held, "section {section}");
         }
-        assert_eq!(p.len(), 10);
+        // Ten sections, twenty snapshots pending.
+        assert_eq!(p.len(), 20);
         assert_eq!(p.offer(snap("MP", 10, 1, Some(1)), t0()), Offer::Full);
+        // Every snapshot offered is counted once, or pending.
+        let c = p.counts();
+        let counted = c.coalesced + c.published + c.dropped_full + c.dropped_redis_down;
+        assert_eq!(counted + p.len() as u64, 21);
         // Written late, then the newer ones: the newest of each lands last.
         p.done(&b, t0());
         assert_eq!(p.len(), 10);
