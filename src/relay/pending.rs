@@ -267,20 +267,16 @@ impl Pending {
     /// One snapshot of section `k` taken before is reported: no longer in
     /// flight. True when no other snapshot of it is in flight.
     fn landed(&mut self, k: &Key) -> bool {
-        if self.inflight.contains_key(k) {
-            self.inflight_total -= 1;
+        let Some(n) = self.inflight.get_mut(k) else {
+            return false;
+        };
+        self.inflight_total -= 1;
+        *n -= 1;
+        if *n > 0 {
+            return false;
         }
-        match self.inflight.get_mut(k) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            Some(_) => {
-                self.inflight.remove(k);
-                true
-            }
-            None => false,
-        }
+        self.inflight.remove(k);
+        true
     }
 
     /// A snapshot taken before is gone (written or refused): its section
