@@ -214,3 +214,49 @@ fn publish_and_simulate_commands_reach_a_watcher() {
             .unwrap_or(false)
     });
 }
+
+/// `simulate --duration S` is a window of S seconds whatever the rate: one
+/// this process cannot generate (or Redis cannot take) ends on time, and the
+/// report accounts for every snapshot generated.
+#[test]
+fn simulate_ends_with_its_window_at_a_rate_beyond_reach() {
+    let redis = RedisServer::start();
+    let mut sim = Command::new(bin())
+        .args(["simulate", "--rate", "1e12", "--courses", "2"])
+        .args(["--duration", "1", "--redis", &redis.uri()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run simulate");
+    // The window (1 s) and the flush after it (1 s), with room for a busy box.
+    let status = wait_for(Duration::from_secs(15), || sim.try_wait().ok().flatten());
+    if status.is_none() {
+        let _ = sim.kill();
+        let _ = sim.wait();
+        panic!("simulate --duration 1 at --rate 1e12 still ran after 15 s");
+    }
+    let out = sim.wait_with_output().expect("simulate output");
+    assert!(out.status.success(), "{out:?}");
+    let report = String::from_utf8_lossy(&out.stdout);
+    let number = |after: &str| -> u64 {
+        let at = report
+            .find(after)
+            .unwrap_or_else(|| panic!("{after:?} in {report}"));
+        report[at + after.len()..]
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a number after {after:?} in {report}"))
+    };
+    let (generated, published) = (number("generated "), number("published "));
+    assert!(published > 0 && published <= generated, "{report}");
+    // What it reports published, Redis took.
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let calls = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_publish:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("PUBLISH calls in {stats}"));
+    assert!(calls >= published, "{calls} PUBLISH calls, {report}");
+}
