@@ -129,17 +129,19 @@ pub enum FlagError {
     Redis(#[from] crate::redis::ConfigError),
 }
 
-/// `url` with its user and password shown as `***`: scheme, host and port only.
+/// `url` with its user and password shown as `***`: scheme, host and port
+/// only. Everything up to the last `@` is taken as credentials, so a password
+/// with an unencoded `/`, `?` or `@` in it is never shown in part.
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return "***".into();
     };
-    let hostpart = rest.split(['/', '?']).next().unwrap_or("");
-    let host = match hostpart.rsplit_once('@') {
-        Some((_, h)) => format!("***@{h}"),
-        None => hostpart.to_owned(),
+    let (hidden, after) = match rest.rsplit_once('@') {
+        Some((_, h)) => ("***@", h),
+        None => ("", rest),
     };
-    format!("{scheme}://{host}")
+    let host = after.split(['/', '?']).next().unwrap_or("");
+    format!("{scheme}://{hidden}{host}")
 }
 
 /// The database kind a URL names.
@@ -278,6 +280,19 @@ mod tests {
         assert_eq!(redact("mysql://db:3306/x"), "mysql://db:3306");
         assert_eq!(redact("S3cret"), "***");
         assert_eq!(redact("mysql://u:p@ss@h:1/d"), "mysql://***@h:1");
+        // A password with an unencoded `/` or `?` is hidden whole.
+        for url in [
+            "postgres://reader:hunter/2x@127.0.0.1:61432/sel",
+            "mysql://reader:hun?ter2x@h:3306/sel",
+            "mysql://reader:a/b?c@d@h:3306/sel?ssl-mode=REQUIRED",
+        ] {
+            let shown = redact(url);
+            assert!(
+                shown.ends_with("***@h:3306") || shown.ends_with("***@127.0.0.1:61432"),
+                "{shown}"
+            );
+            assert!(!shown.contains("hun") && !shown.contains("2x"), "{shown}");
+        }
     }
 
     #[test]
