@@ -7,8 +7,9 @@
 //! database's (such a row is not looked up again until the next sweep) and,
 //! while the section differs, since when and how. A section missing or
 //! behind is written once it has been so for the grace; one ahead is counted
-//! once, then replaced once it has been ahead for `ahead_ms` with its row
-//! read again (`fresh`) at the version first found. A sweep forgets the
+//! once, then replaced once it has been ahead for `ahead_ms` with the same
+//! field (a field that moves takes live publishes: a replica's lag, timed
+//! again), with its row read again (`fresh`). A sweep forgets the
 //! sections its rows no longer name, so the memory follows the table.
 
 use shards::Snapshot;
@@ -32,7 +33,11 @@ impl Field {
         let Some(b) = bytes else {
             return Field::Missing;
         };
-        let Ok(map) = serde_json::from_slice::<HashMap<&str, &serde_json::value::RawValue>>(b)
+        // Read as the script's JSON decoder reads it: keys with their escapes
+        // decoded (`"vers\u0069on"` is `version`), bytes that are not UTF-8
+        // taken as they come (only a string can hold them).
+        let text = String::from_utf8_lossy(b);
+        let Ok(map) = serde_json::from_str::<HashMap<String, &serde_json::value::RawValue>>(&text)
         else {
             return Field::NoVersion;
         };
@@ -122,9 +127,11 @@ pub struct Outcome {
 struct Watch {
     state: State,
     since_ms: u64,
-    /// The database's version when it was first found so (ahead) or the row
-    /// to write (missing, behind).
+    /// The database's row as last read (ahead) or the row to write
+    /// (missing, behind).
     row: Snapshot,
+    /// Redis's version when it was found ahead, timed from then.
+    field: i128,
 }
 
 #[derive(Debug, Default)]
@@ -264,6 +271,7 @@ impl Book {
                                 state,
                                 since_ms: now_ms,
                                 row: c.snap,
+                                field: field.version().unwrap_or_default(),
                             }));
                         }
                     }
@@ -272,7 +280,14 @@ impl Book {
                     e.seen = None;
                     let redis = field.version().unwrap_or_default();
                     match &mut e.watch {
-                        Some(w) if w.state == State::Ahead && w.row.version == c.snap.version => {
+                        Some(w) if w.state == State::Ahead && w.field == redis => {
+                            // The field has not moved since it was found
+                            // ahead (a row that changes meanwhile does not
+                            // time it again: a poisoned version on a busy
+                            // section would then never leave).
+                            if c.fresh {
+                                w.row = c.snap.clone();
+                            }
                             if now_ms >= w.since_ms.saturating_add(ahead_ms) {
                                 if c.fresh {
                                     out.replace.push(c.snap);
@@ -282,7 +297,10 @@ impl Book {
                             }
                         }
                         Some(w) if w.state == State::Ahead => {
-                            // The row changed: its lag is measured again.
+                            // The field moved: live publishes reach it (a
+                            // replica behind them, not a stuck field), so its
+                            // lag is measured again.
+                            w.field = redis;
                             w.row = c.snap;
                             w.since_ms = now_ms;
                         }
@@ -295,6 +313,7 @@ impl Book {
                                 state: State::Ahead,
                                 since_ms: now_ms,
                                 row: c.snap,
+                                field: redis,
                             }));
                         }
                     }
@@ -337,6 +356,15 @@ mod tests {
         assert_eq!(Field::read(Some(b"{\"version\":1.5}")), Field::NoVersion);
         assert_eq!(Field::read(Some(b"[1]")), Field::NoVersion);
         assert_eq!(Field::read(Some(b"{\"seats\":1}")), Field::NoVersion);
+        // An escaped key, and a byte that is not UTF-8, as the script reads them.
+        assert_eq!(
+            Field::read(Some(br#"{"course":"CS101","vers\u0069on":99}"#)),
+            Field::Version(99)
+        );
+        assert_eq!(
+            Field::read(Some(b"{\"version\":99,\"seat_info\":{\"room\":\"\xff\"}}")),
+            Field::Version(99)
+        );
         assert_eq!(
             Field::read(Some(b"{\"version\":18446744073709551617}")),
             Field::Version(18446744073709551617)
@@ -411,21 +439,45 @@ mod tests {
     }
 
     #[test]
-    fn an_ahead_row_that_changes_is_timed_again() {
+    fn a_stuck_field_is_replaced_in_time_however_often_its_row_changes() {
+        let mut b = Book::new(2000, 10_000);
+        let forged = Field::Version(1 << 53);
+        let c = b.plan(vec![row(1, 5, 3)], true);
+        b.judge(look(c, |_| forged), 0);
+        // The row keeps changing (its publishes are kept out by the forged
+        // version): still timed from the first finding.
+        for (t, v) in [(3_000, 4), (6_000, 5), (9_000, 6)] {
+            let c = b.plan(vec![row(1, 5, v)], false);
+            let o = b.judge(look(c, |_| forged), t);
+            assert!(o.replace.is_empty() && o.newly_ahead.is_empty(), "{t}");
+        }
+        let c = b.plan(vec![row(1, 9, 7)], false);
+        let o = b.judge(look(c, |_| forged), 10_000);
+        assert_eq!(o.replace.len(), 1);
+        assert_eq!(o.replace[0].version, Some(7), "the newest row");
+    }
+
+    #[test]
+    fn a_field_that_moves_is_a_replica_behind_and_is_timed_again() {
+        // Live publishes land (the field moves) while a lagging replica's row
+        // follows: never replaced.
         let mut b = Book::new(2000, 10_000);
         let c = b.plan(vec![row(1, 5, 3)], true);
         b.judge(look(c, |_| Field::Version(9)), 0);
-        let c = b.plan(vec![row(1, 6, 4)], false);
-        let o = b.judge(look(c, |_| Field::Version(9)), 9_000);
-        assert!(o.replace.is_empty() && o.newly_ahead.is_empty());
-        let c = b.plan(vec![row(1, 6, 4)], false);
+        for (t, v, f) in [(6_000, 8, 12), (12_000, 11, 15), (18_000, 14, 19)] {
+            let c = b.plan(vec![row(1, 5, v)], false);
+            let o = b.judge(look(c, |_| Field::Version(f)), t);
+            assert!(o.replace.is_empty() && o.newly_ahead.is_empty(), "{t}");
+        }
+        // It stops moving: replaced ahead_ms after that.
+        let c = b.plan(vec![row(1, 5, 15)], false);
         assert!(b
-            .judge(look(c, |_| Field::Version(9)), 15_000)
+            .judge(look(c, |_| Field::Version(19)), 27_000)
             .replace
             .is_empty());
-        let c = b.plan(vec![row(1, 6, 4)], false);
+        let c = b.plan(vec![row(1, 5, 15)], true);
         assert_eq!(
-            b.judge(look(c, |_| Field::Version(9)), 19_000)
+            b.judge(look(c, |_| Field::Version(19)), 28_000)
                 .replace
                 .len(),
             1

@@ -18,6 +18,7 @@ use super::row;
 use super::schedule::{Schedule, Step};
 use super::source::{DbError, Source};
 use super::store::Store;
+use crate::clock;
 use crate::redis::backoff::Backoff;
 use crossbeam_channel::Receiver;
 use shards::Snapshot;
@@ -29,6 +30,13 @@ use std::time::{Duration, Instant};
 pub const BACKOFF_CAP: Duration = Duration::from_secs(30);
 /// Log lines of one kind (refused rows, errors) at most this often.
 const LOG_EVERY: Duration = Duration::from_secs(10);
+/// How far past this host's clock a row's `updated_at` may be and still set
+/// the next incremental check's bound: the widest time zone offset (a
+/// `timestamp` column holding local time) and then some. A row further out
+/// (a typo, a test row, `2099-01-01`) is checked like any other, but taken
+/// as the bound it would hide every later change from the incremental
+/// checks until the next sweep.
+const FUTURE_SLACK_US: i64 = 15 * 3_600 * 1_000_000;
 
 /// `d` shortened by a random 0-10 % (never longer).
 fn jitter(d: Duration) -> Duration {
@@ -84,6 +92,8 @@ struct Logs {
     redis: Every,
     /// Checks failed for the database.
     db: Every,
+    /// Rows whose `updated_at` is in the future.
+    future: Every,
 }
 
 /// Why a check failed.
@@ -147,9 +157,18 @@ impl Worker {
         self.shared.query_time(t.elapsed().as_secs_f64());
         self.shared.rows.fetch_add(rows.len() as u64, Relaxed);
         let mut out = Vec::with_capacity(rows.len());
+        let latest = clock::unix_ms() as i64 * 1000 + FUTURE_SLACK_US;
         for r in &rows {
-            if let Some(u) = r.updated_us {
-                self.newest_us = Some(self.newest_us.map_or(u, |n| n.max(u)));
+            match r.updated_us {
+                Some(u) if u <= latest => {
+                    self.newest_us = Some(self.newest_us.map_or(u, |n| n.max(u)));
+                }
+                Some(_) if self.logs.future.ready() => tracing::warn!(
+                    course = r.course.as_deref().unwrap_or("?"),
+                    section = ?r.section,
+                    "row's updated_at is in the future: checked, but not taken as the next check's bound"
+                ),
+                _ => {}
             }
             match row::snapshot(r) {
                 Ok(s) => out.push(s),

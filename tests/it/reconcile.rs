@@ -355,6 +355,46 @@ fn a_lost_publish_heals_every_board_and_a_new_viewer_within_its_bound() {
     assert_eq!(rec.healthz()["status"], "ok");
 }
 
+/// A row whose `updated_at` is far in the future (a typo, a test row) is
+/// checked, but does not become the incremental checks' lower bound: a lost
+/// publish elsewhere is still repaired within its bound, not at the next
+/// sweep (300 s here).
+#[test]
+fn a_row_dated_in_the_future_does_not_hide_later_changes() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg.psql(
+        "INSERT INTO seats VALUES ('RCF', 0, 40, 1, 1, NULL, clock_timestamp() + interval '1 year')",
+    );
+    pg_row(&pg, "RCN", 0, 10, 1);
+    publish_v(&redis, "RCN", 0, 10, 1);
+    let rec = Reconciler::start(&pg.url("reader", "S3cretPw"), PG_QUERY, &redis.uri(), &[]);
+    // The first check (a sweep) writes the future row, never published.
+    wait_for(Duration::from_secs(10), || {
+        (hash_version(&redis, "RCF", 0) == Some(1)).then_some(())
+    })
+    .expect("the future row is checked and written");
+    rec.next_checks(2.0);
+    // A change committed and its publish lost.
+    let t = Instant::now();
+    pg_row(&pg, "RCN", 0, 11, 2);
+    let bound = Duration::from_millis(GRACE_MS + 2 * INTERVAL_MS + TICK_MS);
+    wait_for(bound + Duration::from_secs(5), || {
+        (hash_version(&redis, "RCN", 0) == Some(2)).then_some(())
+    })
+    .expect("the lost publish is repaired by an incremental check");
+    assert!(
+        t.elapsed() <= bound + Duration::from_secs(1),
+        "{:?} over {bound:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        rec.metric("seatboard_reconcile_checks_total{kind=\"sweep\"}"),
+        1.0,
+        "repaired by an incremental check, not a sweep"
+    );
+}
+
 #[test]
 fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board() {
     let pg = pg();
