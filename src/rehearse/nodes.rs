@@ -138,8 +138,9 @@ impl NodeSeen {
             _ => "-".to_string(),
         };
         let (n, p50, p99) = self.seed_ms();
+        let courses = if n == 1 { "course" } else { "courses" };
         format!(
-            "{}: Redis round trip {} (largest {}); {n} courses seeded, p50 {}, p99 {} (bucket bounds)",
+            "{}: Redis round trip {} (largest {}); {n} {courses} seeded, p50 {}, p99 {} (bucket bounds)",
             self.url,
             ms(Some(self.last.1.rtt_s * 1e3)),
             ms(Some(self.rtt_max_s * 1e3)),

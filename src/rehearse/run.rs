@@ -587,7 +587,9 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
             "interrupted: {signal} stopped the rehearsal before the end of --duration"
         ));
     }
-    if !short.is_empty() && boards.0 == 0 && peak == 0 {
+    // (Every board of a viewer that never connected counts as checked and
+    // not true: the boards of connected viewers say whether any connected.)
+    if !short.is_empty() && checked == 0 && peak == 0 {
         short.push("no viewer connected: is --target right?".into());
     }
     write_outputs(args, &figures, &short, &nodes, processes);

@@ -97,7 +97,7 @@ impl Figures {
         let p99 = self.latency.quantile(0.99) as f64 / 1e3;
         if p99 > p99_ms {
             out.push(format!(
-                "latency: publish-to-screen p99 {p99:.0} ms, over --p99-ms {p99_ms:.0}"
+                "latency: publish-to-screen p99 {p99:.0} ms, over --p99-ms {p99_ms}"
             ));
         }
         if self.latency.total() == 0 && self.published > 0 {
@@ -106,7 +106,7 @@ impl Figures {
         if self.boards.1 < self.boards.0 || self.boards.0 == 0 {
             let gone = match self.not_live {
                 0 => String::new(),
-                n => format!(" ({n} of viewers not connected at the end)"),
+                n => format!(" ({n} of them on viewers not connected at the end)"),
             };
             out.push(format!(
                 "boards: {} of {} viewers' boards showed the last published state{gone}",
@@ -212,7 +212,7 @@ mod tests {
         let short = f.short(1000.0, 0.01);
         assert_eq!(
             short,
-            ["boards: 20 of 27 viewers' boards showed the last published state (7 of viewers not connected at the end)"]
+            ["boards: 20 of 27 viewers' boards showed the last published state (7 of them on viewers not connected at the end)"]
         );
         assert!((f.correct() - 20.0 / 27.0).abs() < 1e-9);
     }

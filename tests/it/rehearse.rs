@@ -346,7 +346,7 @@ fn viewers_not_connected_at_the_end_fail_the_board_check() {
         .find(|s| s.starts_with("boards:"))
         .unwrap_or_else(|| panic!("no boards: sentence with {b} of 60 viewers gone: {j}"));
     assert!(
-        gone.contains("of viewers not connected at the end"),
+        gone.contains("of them on viewers not connected at the end"),
         "{gone}"
     );
     assert!(j["correct"].as_f64().unwrap_or(1.0) < 1.0, "{j}");
@@ -735,4 +735,31 @@ fn an_https_target_whose_certificate_does_not_verify_fails_naming_it() {
     // Refused before anything was written: nothing published, nothing left.
     assert_eq!(j["published"], 0, "{j}");
     assert_eq!(d.redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
+}
+
+/// A `--target` where nothing answers: no viewer ever connects, and the
+/// verdict says where to look.
+#[test]
+fn a_target_nobody_answers_is_named_as_the_likely_mistake() {
+    let redis = RedisServer::start();
+    let target = format!("http://127.0.0.1:{}", crate::common::free_port());
+    let json = temp("nobody.json");
+    let out = seatboard_command()
+        .args(["rehearse", "--target", &target])
+        .args(["--redis", &redis.uri(), "--jwt-secret", SECRET])
+        .args(["--viewers", "3", "--connect-rate", "10", "--courses", "1"])
+        .args(["--publish-rate", "5", "--duration", "2"])
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run rehearse");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let last = last_line(&out);
+    assert!(
+        last.contains("no viewer connected: is --target right?"),
+        "last line: {last}"
+    );
+    assert_eq!(redis.cli(&["--scan", "--pattern", "*REHEARSAL-*"]), "");
 }
