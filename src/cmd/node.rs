@@ -98,11 +98,13 @@ fn auth_for(args: &HubArgs, feed: Feed) -> Result<Auth, crate::auth::FlagError> 
             let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
             return Auth::from_flags(secret.map(str::as_bytes), &args.idp);
         }
-        // A bad file or a short secret is refused before `--auth jwt` needs it.
+        // A bad value (a short secret, a JWKS URL or key file `--auth jwt`
+        // would refuse, a bad CA file) is refused before `--auth jwt` needs it.
         (Feed::Redis, AuthMode::None) => {
             args.idp.jwks_ca_pem()?;
-            if let Some(s) = args.jwt_secret.as_deref().filter(|s| !s.is_empty()) {
-                crate::auth::check_secret(s.as_bytes())?;
+            let secret = args.jwt_secret.as_deref().filter(|s| !s.is_empty());
+            if secret.is_some() || args.idp.any_key() {
+                Auth::from_flags(secret.map(str::as_bytes), &args.idp)?;
             }
         }
         (Feed::Demo, _) => {}

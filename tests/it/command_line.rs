@@ -131,6 +131,52 @@ fn a_missing_required_flag_is_named_on_the_first_stderr_line() {
 /// What a case is called, its flags and its variables.
 type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
 
+/// `--auth none` takes no key, but a key flag given a bad value is refused
+/// as `--auth jwt` would refuse it (exit 2 naming it), flag or variable.
+#[test]
+fn auth_none_refuses_a_bad_jwks_url_or_public_key_as_jwt_would() {
+    let redis = nowhere();
+    let unset = [
+        "SEATBOARD_JWT_SECRET",
+        "SEATBOARD_JWKS_URL",
+        "SEATBOARD_JWT_PUBLIC_KEY",
+        "SEATBOARD_AUTH",
+    ];
+    let l = listen();
+    let base = ["serve", "--listen", &l, "--redis", &redis, "--auth", "none"];
+    let cases: [(&str, Vec<&str>, Vec<(&str, &str)>, &str); 4] = [
+        (
+            "ftp",
+            vec!["--jwks-url", "ftp://x/jwks"],
+            vec![],
+            "'--jwks-url'",
+        ),
+        (
+            "plain http elsewhere",
+            vec![],
+            vec![("SEATBOARD_JWKS_URL", "http://192.0.2.1/jwks")],
+            "'--jwks-url'",
+        ),
+        (
+            "a missing key file",
+            vec!["--jwt-public-key", "/nonexistent/seatboard/key.pem"],
+            vec![],
+            "'--jwt-public-key'",
+        ),
+        (
+            "a key file with no key",
+            vec![],
+            vec![("SEATBOARD_JWT_PUBLIC_KEY", "/dev/null")],
+            "'--jwt-public-key'",
+        ),
+    ];
+    for (what, extra, env, flag) in cases {
+        let args: Vec<&str> = base.iter().copied().chain(extra).collect();
+        let got = run_to_exit(&args, &env, &unset);
+        refused_naming(what, got, flag);
+    }
+}
+
 #[test]
 fn serve_refuses_a_jwks_ca_it_cannot_use_with_or_without_jwks_url() {
     let dir = scratch("jwks-ca");
