@@ -27,6 +27,9 @@ pub fn run(args: HubArgs, feed: Feed) -> ExitCode {
         Ok(set) => set,
         Err(e) => return usage(&e),
     };
+    if let Err(e) = address_here(args.listen) {
+        return usage(&e);
+    }
     let redis = match feed {
         Feed::Redis => match Redis::from_flags(&args.redis) {
             Ok(r) => Some(r),
@@ -65,6 +68,20 @@ pub fn run(args: HubArgs, feed: Feed) -> ExitCode {
             crate::logging::line(&format!("error: cannot start: {e}"));
             ExitCode::from(1)
         }
+    }
+}
+
+/// Refuses a `--listen` address this host does not have (a bad value, exit
+/// 2), checked by binding its IP on a port of the kernel's choosing, so a
+/// port another process holds is left to the bind that takes it.
+fn address_here(listen: std::net::SocketAddr) -> Result<(), String> {
+    let mut probe = listen;
+    probe.set_port(0);
+    match std::net::TcpListener::bind(probe) {
+        Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => Err(format!(
+            "invalid value '{listen}' for '--listen': this host has no such address ({e})"
+        )),
+        _ => Ok(()),
     }
 }
 

@@ -131,6 +131,24 @@ fn a_missing_required_flag_is_named_on_the_first_stderr_line() {
 /// What a case is called, its flags and its variables.
 type Case<'a> = (&'a str, Vec<&'a str>, Vec<(&'a str, &'a str)>);
 
+/// A `--listen` address this host does not have is a bad value: exit 2,
+/// the first line naming the flag (a port already held stays a failure to
+/// start, exit 1).
+#[test]
+fn a_listen_address_this_host_lacks_is_refused_naming_the_flag() {
+    let redis = nowhere();
+    let addr = format!("192.0.2.1:{}", free_port());
+    for cmd in [
+        vec![
+            "serve", "--auth", "none", "--redis", &redis, "--listen", &addr,
+        ],
+        vec!["demo", "--listen", &addr],
+    ] {
+        let got = run_to_exit(&cmd, &[], &["SEATBOARD_LISTEN", "SEATBOARD_AUTH"]);
+        refused_naming(&format!("{cmd:?}"), got, "'--listen'");
+    }
+}
+
 /// `--auth none` takes no key, but a key flag given a bad value is refused
 /// as `--auth jwt` would refuse it (exit 2 naming it), flag or variable.
 #[test]
