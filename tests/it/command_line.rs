@@ -162,33 +162,31 @@ fn auth_none_refuses_a_bad_jwks_url_or_public_key_as_jwt_would() {
     ];
     let l = listen();
     let base = ["serve", "--listen", &l, "--redis", &redis, "--auth", "none"];
-    let cases: [(&str, Vec<&str>, Vec<(&str, &str)>, &str); 4] = [
-        (
-            "ftp",
-            vec!["--jwks-url", "ftp://x/jwks"],
-            vec![],
-            "'--jwks-url'",
-        ),
+    let jwks: [Case; 2] = [
+        ("ftp", vec!["--jwks-url", "ftp://x/jwks"], vec![]),
         (
             "plain http elsewhere",
             vec![],
             vec![("SEATBOARD_JWKS_URL", "http://192.0.2.1/jwks")],
-            "'--jwks-url'",
         ),
+    ];
+    let pem: [Case; 2] = [
         (
             "a missing key file",
             vec!["--jwt-public-key", "/nonexistent/seatboard/key.pem"],
             vec![],
-            "'--jwt-public-key'",
         ),
         (
             "a key file with no key",
             vec![],
             vec![("SEATBOARD_JWT_PUBLIC_KEY", "/dev/null")],
-            "'--jwt-public-key'",
         ),
     ];
-    for (what, extra, env, flag) in cases {
+    let cases = jwks
+        .into_iter()
+        .map(|c| (c, "'--jwks-url'"))
+        .chain(pem.into_iter().map(|c| (c, "'--jwt-public-key'")));
+    for ((what, extra, env), flag) in cases {
         let args: Vec<&str> = base.iter().copied().chain(extra).collect();
         let got = run_to_exit(&args, &env, &unset);
         refused_naming(what, got, flag);
