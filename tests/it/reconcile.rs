@@ -4,7 +4,8 @@
 //! every board and a new viewer within its bound, sections never published
 //! appear, a flushed state hash comes back with the sweep, a late publish
 //! is not written twice, a section ahead is counted, left, then replaced
-//! (a forged 2^53 leaves every board), `--check` prints and writes nothing,
+//! (a forged 2^53 leaves every board), a row dated a year ahead does not
+//! hide later changes from the incremental checks, `--check` prints and writes nothing,
 //! hostile rows are skipped and counted, a slow statement is cut off at its
 //! timeout while an `UPDATE` never waits, a database down at start is
 //! waited for, one connection at most under a SELECT-only role, one
