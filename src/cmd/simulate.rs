@@ -85,8 +85,11 @@ pub fn run(args: SimulateArgs) -> ExitCode {
     let mut next_progress = start + PROGRESS_EVERY;
     let mut sent: u64 = 0;
     let end = start + duration;
-    while Instant::now() < end {
+    loop {
         let now = Instant::now();
+        if now >= end {
+            break;
+        }
         if next > now {
             std::thread::sleep((next - now).min(end - now).min(Duration::from_millis(50)));
             continue;
