@@ -106,8 +106,25 @@ pub enum IngestCmd {
     },
     /// The state reader's answer to a discovery (`None`: it failed).
     Discovered(Option<Discovery>),
+    /// What the state reader's probe of a cluster's primaries found changed.
+    Topology(Topology),
     /// Stop the thread.
     Shutdown,
+}
+
+/// A cluster's primaries as the state reader's probe finds them, sent when
+/// it changes: a failover or a migration moves slots (every watched course
+/// is read again, wherever its channel is held), a primary that stops
+/// answering leaves slots blind (the node is `degraded` while a watched
+/// course needs one of them).
+#[derive(Debug, Default)]
+pub struct Topology {
+    /// Some slot has another primary than at the last probe.
+    pub moved: bool,
+    /// The primaries that did not answer the probe.
+    pub down: Vec<crate::redis::slots::Addr>,
+    /// The slots those primaries serve.
+    pub blind: crate::redis::slots::BlindSlots,
 }
 
 /// What a discovery found: every course with a state hash, and the state of

@@ -16,11 +16,12 @@ mod watch;
 
 use crate::channels::wake::IngestRx;
 use crate::channels::ReadRequest;
-use crate::channels::{IngestCmd, Outlet, PresenceCmd};
+use crate::channels::{IngestCmd, Outlet, PresenceCmd, Topology};
 use crate::clock;
 use crate::logging::LogBudget;
 use crate::metrics::Metrics;
 use crate::redis::pubsub::{Source, SourceEvent};
+use crate::redis::slots::BlindSlots;
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
 use shards::{Gate, Snapshot};
@@ -140,6 +141,8 @@ pub struct Ingest<S: Source> {
     next_retry_ms: u64,
     /// The next scan for courses with a state hash (while the firehose is on).
     next_scan_ms: u64,
+    /// Slots whose primary the state reader's probe found silent.
+    blind: BlindSlots,
 }
 
 impl<S: Source> Ingest<S> {
@@ -177,6 +180,7 @@ impl<S: Source> Ingest<S> {
             next_admin_ms: now_ms + admin_tick_ms,
             next_retry_ms: now_ms + RETRY_LOAD_MS,
             next_scan_ms: now_ms + admin::RESCAN_MS,
+            blind: BlindSlots::default(),
         }
     }
 
@@ -238,6 +242,7 @@ impl<S: Source> Ingest<S> {
                 epoch,
             } => self.states_read(courses, hashes, epoch, now_ms),
             IngestCmd::Discovered(found) => self.discovered(found, now_ms),
+            IngestCmd::Topology(t) => self.topology(t),
             IngestCmd::Shutdown => {
                 let _ = self.reader.send(ReadRequest::Shutdown);
                 return false;
@@ -245,6 +250,30 @@ impl<S: Source> Ingest<S> {
         }
         self.publish_subscriptions();
         true
+    }
+
+    /// The probe found the cluster's slots moved or primaries silent: the
+    /// source follows, every watched course is read again after a move (a
+    /// publish may have been lost with the old primary), and the node is
+    /// `degraded` while a watched course's state hash has no primary.
+    fn topology(&mut self, t: Topology) {
+        self.source.topology(t.moved, &t.down);
+        if t.moved {
+            tracing::info!("Redis Cluster slots changed owner; rereading every watched course");
+            self.reread_all();
+        }
+        self.blind = t.blind;
+    }
+
+    /// Whether Redis serves the node now: its source is connected, and no
+    /// watched course's state hash is on a slot without a reachable primary.
+    pub fn redis_up(&self) -> bool {
+        self.source.connected()
+            && (self.blind.ranges.is_empty()
+                || !self
+                    .boards
+                    .iter()
+                    .any(|(c, b)| b.watch.shards() != 0 && self.blind.covers(c)))
     }
 
     fn interest_off(&mut self, shard: usize, course: &str) {
@@ -541,7 +570,7 @@ pub fn run<S: Source>(mut ingest: Ingest<S>, mut commands: IngestRx) {
         // What the commands asked for (subscriptions, reads, seeds and the
         // snapshots a read merged) goes out before the thread sleeps.
         ingest.flush();
-        let up = ingest.source.connected();
+        let up = ingest.redis_up();
         ingest.metrics.redis_connected.store(up as u64, Relaxed);
         let sleep = ingest.sleep_for(clock::now_ms());
         if sleep != Some(Duration::ZERO) {

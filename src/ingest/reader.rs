@@ -110,6 +110,11 @@ pub fn run<T: StateStore>(
         // After the reads, so neither holds one up.
         if Instant::now() >= next_ping {
             node.metrics.set_redis_rtt(store.ping());
+            if let Some(t) = store.take_topology() {
+                if ingest.send(IngestCmd::Topology(t)).is_err() {
+                    return;
+                }
+            }
             // While Redis does not answer, the probe is the reconnect: made
             // when the failed connection's backoff says, not every second.
             next_ping = Instant::now() + store.next_ping(PING_EVERY);

@@ -3,13 +3,18 @@
 //! `demo`. Only the state reader thread (`reader.rs`) calls a store, so a read
 //! that takes a round trip (or a frozen Redis's timeout) never holds up a
 //! snapshot. The round-trip probe goes through the same client (standalone),
-//! or PINGs each primary of the client's slot map (cluster), which is read
-//! again only when the client's connection is new or saw a redirect.
+//! or asks each primary of the client's slot map its `ROLE` (cluster): the
+//! map is read again when the client's connection is new or saw a redirect,
+//! and by the probe itself when a primary is silent or answers as a replica,
+//! so a failover no connection of the node saw (a graceful one, or a frozen
+//! primary's) is found within a probe or two and handed to the ingest thread
+//! ([`Topology`]).
 
 use super::scan::{self, Reading};
+use crate::channels::Topology;
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::Commands;
-use crate::redis::slots::Addr;
+use crate::redis::slots::{Addr, BlindSlots, SlotMap};
 use crate::redis::{Mode, Redis};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -56,6 +61,11 @@ pub trait StateStore: Send {
     }
     /// Forgets any backoff from an outage: Redis is known to answer again.
     fn retry_now(&mut self) {}
+    /// What the last probes found changed in a cluster's primaries (slots
+    /// moved, primaries silent or back), once; `None` when nothing did.
+    fn take_topology(&mut self) -> Option<Topology> {
+        None
+    }
     /// Fields of the hashes read since last asked that were past a course's
     /// most sections (left unread, to be counted `too_many_sections`); asked
     /// after the reads' answers are sent, so it delays none of them.
@@ -86,6 +96,14 @@ pub struct RedisStates {
     /// The courses read since [`StateStore::take_over_cap`] whose hash held
     /// more fields than read, with how many were read.
     over_cap: Vec<(Arc<str>, usize)>,
+    /// The slot map as the probes last knew it.
+    map: Option<SlotMap>,
+    /// The primaries that did not answer the last probe.
+    down: Vec<Addr>,
+    /// Slots changed owner since the last [`StateStore::take_topology`].
+    moved: bool,
+    /// `down` changed since then.
+    down_changed: bool,
 }
 
 impl RedisStates {
@@ -98,21 +116,28 @@ impl RedisStates {
             ping_backoff: HashMap::new(),
             prefix: state_prefix.to_owned(),
             over_cap: Vec::new(),
+            map: None,
+            down: Vec::new(),
+            moved: false,
+            down_changed: false,
         }
     }
 
-    /// PINGs every primary at once, each on its probe connection (opened
-    /// first if needed) on a thread of its own, so a silent primary costs
-    /// only its own round trip (bounded by the connect and I/O timeouts); a
-    /// connection that fails or stays silent is dropped, and opened again
-    /// once the node's own backoff (jittered, capped at 2 s) is over.
-    fn ping_each(&mut self, nodes: &[Addr]) -> Vec<RoundTrip> {
+    /// Asks every primary its `ROLE` at once, each on its probe connection
+    /// (opened first if needed) on a thread of its own, so a silent primary
+    /// costs only its own round trip (bounded by the connect and I/O
+    /// timeouts); a connection that fails or stays silent is dropped, and
+    /// opened again once the node's own backoff (jittered, capped at 2 s) is
+    /// over. Each round trip comes with whether its node answered as a
+    /// replica (a failover demoted it).
+    fn ping_each(&mut self, nodes: &[Addr]) -> Vec<(RoundTrip, bool)> {
         let redis = self.link.redis();
         let mut held = std::mem::take(&mut self.pings);
         self.ping_backoff.retain(|a, _| nodes.contains(a));
         let backoff = &self.ping_backoff;
-        // (its connection if one was held or opened, its round trip, whether it was probed)
-        type Took = (Option<::redis::Connection>, Option<f64>, bool);
+        // (its connection if one was held or opened, its round trip, whether
+        // it was probed, whether it answered as a replica)
+        type Took = (Option<::redis::Connection>, Option<f64>, bool, bool);
         let took: Vec<Took> = std::thread::scope(|s| {
             let probes: Vec<_> = nodes
                 .iter()
@@ -125,28 +150,27 @@ impl RedisStates {
                     Some(s.spawn(move || {
                         let t = Instant::now();
                         let mut con = con.or_else(|| redis.connect_node(node).ok());
-                        let pong = con.as_mut().is_some_and(|c| {
-                            ::redis::cmd("PING")
-                                .query::<String>(c)
-                                .is_ok_and(|r| r == "PONG")
-                        });
-                        let rtt = pong.then(|| t.elapsed().as_secs_f64());
-                        (con.filter(|_| pong), rtt, true)
+                        let role = con
+                            .as_mut()
+                            .and_then(|c| ::redis::cmd("ROLE").query::<::redis::Value>(c).ok());
+                        let rtt = role.as_ref().map(|_| t.elapsed().as_secs_f64());
+                        let demoted = role.is_some_and(|r| !is_primary(&r));
+                        (con.filter(|_| rtt.is_some()), rtt, true, demoted)
                     }))
                 })
                 .collect();
             probes
                 .into_iter()
                 .map(|p| match p {
-                    Some(p) => p.join().unwrap_or((None, None, true)),
-                    None => (None, None, false),
+                    Some(p) => p.join().unwrap_or((None, None, true, false)),
+                    None => (None, None, false, false),
                 })
                 .collect()
         });
         nodes
             .iter()
             .zip(took)
-            .map(|(node, (con, rtt, probed))| {
+            .map(|(node, (con, rtt, probed, demoted))| {
                 match con {
                     Some(c) => {
                         self.ping_backoff.remove(node);
@@ -155,9 +179,61 @@ impl RedisStates {
                     None if probed => self.ping_backoff.entry(node.clone()).or_default().failed(),
                     None => {}
                 }
-                (Some(format!("{}:{}", node.0, node.1)), rtt)
+                ((Some(format!("{}:{}", node.0, node.1)), rtt), demoted)
             })
             .collect()
+    }
+
+    /// Reads the slot map from a primary that just answered the probe (not
+    /// through the command client, which may be waiting on a silent one).
+    fn reread_map(&mut self) {
+        let Some((node, con)) = self.pings.iter_mut().next() else {
+            return;
+        };
+        let host = node.0.clone();
+        match ::redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query::<::redis::Value>(con)
+        {
+            Ok(reply) => {
+                if let Some(map) = SlotMap::parse(&reply, &host) {
+                    self.note_map(map);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "slot map not read by the probe"),
+        }
+    }
+
+    /// A slot map the probe learned: a change of any slot's primary since
+    /// the last one is a move (the command client then routes afresh).
+    fn note_map(&mut self, map: SlotMap) {
+        if self.map.as_ref().is_some_and(|old| !old.same_owners(&map)) {
+            self.moved = true;
+            self.link.reroute();
+            self.link.redis().learn(&map);
+        }
+        self.primaries = map.primaries();
+        self.map = Some(map);
+    }
+
+    /// The primaries found silent by this probe.
+    fn note_down(&mut self, mut down: Vec<Addr>) {
+        down.sort();
+        if down != self.down {
+            self.down = down;
+            self.down_changed = true;
+        }
+    }
+}
+
+/// Whether a `ROLE` reply is a primary's (`master`).
+fn is_primary(role: &::redis::Value) -> bool {
+    match role {
+        ::redis::Value::Array(v) => matches!(
+            v.first(),
+            Some(::redis::Value::BulkString(b)) if b.as_slice() == b"master"
+        ),
+        _ => false,
     }
 }
 
@@ -250,6 +326,15 @@ impl StateStore for RedisStates {
     }
 
     fn scan(&mut self) -> Option<Vec<String>> {
+        if !self.down.is_empty() {
+            // Every primary is scanned: a silent one would only hold up the
+            // reads behind this scan until it times out.
+            tracing::debug!(
+                down = self.down.len(),
+                "course scan skipped while a primary is silent"
+            );
+            return None;
+        }
         match crate::redis::state_keys::scan_courses(&mut self.link, &self.prefix) {
             Ok(c) => Some(c),
             Err(e) => {
@@ -259,10 +344,30 @@ impl StateStore for RedisStates {
         }
     }
 
+    fn take_topology(&mut self) -> Option<Topology> {
+        if !(self.moved || self.down_changed) {
+            return None;
+        }
+        let ranges = self
+            .map
+            .as_ref()
+            .map_or_else(Vec::new, |m| m.slots_of(&self.down));
+        let t = Topology {
+            moved: std::mem::take(&mut self.moved),
+            down: self.down.clone(),
+            blind: BlindSlots {
+                prefix: self.prefix.clone(),
+                ranges,
+            },
+        };
+        self.down_changed = false;
+        Some(t)
+    }
+
     fn ping(&mut self) -> Vec<RoundTrip> {
         let nodes = match self.link.known_slot_map() {
             Ok(Some(map)) => {
-                self.primaries = map.primaries();
+                self.note_map(map);
                 self.primaries.clone()
             }
             Ok(None) => {
@@ -280,10 +385,23 @@ impl StateStore for RedisStates {
                 return Vec::new();
             }
         };
-        let rtt = self.ping_each(&nodes);
-        let up = rtt.iter().filter(|(_, t)| t.is_some()).count();
+        let probes = self.ping_each(&nodes);
+        let up = probes.iter().filter(|((_, t), _)| t.is_some()).count();
         self.link.redis().nodes_up.store(up as u64, Relaxed);
-        rtt
+        let down: Vec<Addr> = nodes
+            .iter()
+            .zip(&probes)
+            .filter(|(_, ((_, t), _))| t.is_none())
+            .map(|(n, _)| n.clone())
+            .collect();
+        // A primary silent or demoted: its replica may have been promoted,
+        // which no connection of this node would otherwise learn before its
+        // own keepalive gives up on the old one.
+        if !down.is_empty() || probes.iter().any(|(_, demoted)| *demoted) {
+            self.reread_map();
+        }
+        self.note_down(down);
+        probes.into_iter().map(|(rtt, _)| rtt).collect()
     }
 }
 
@@ -314,7 +432,7 @@ mod tests {
         let mut store = RedisStates::new(&redis, "s:");
         let node: Addr = ("127.0.0.1".into(), port);
         let nodes = [node.clone()];
-        assert_eq!(store.ping_each(&nodes)[0].1, None);
+        assert_eq!(store.ping_each(&nodes)[0].0 .1, None);
         assert!(dialed(&l), "the first probe dials");
         // Failed more: its next attempt is far (at least 800 ms) off.
         let b = store.ping_backoff.get_mut(&node).expect("a backoff");
@@ -322,7 +440,7 @@ mod tests {
             b.failed();
         }
         assert!(!b.ready());
-        assert_eq!(store.ping_each(&nodes)[0].1, None);
+        assert_eq!(store.ping_each(&nodes)[0].0 .1, None);
         assert!(!dialed(&l), "dialed again before its backoff was over");
         // The link failed too: the reader's next probe is when a failed
         // connection's backoff is over (at most 2 s off), not its tick.

@@ -515,6 +515,53 @@ fn a_reconnect_rereads_every_watched_course() {
 }
 
 #[test]
+fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded() {
+    use crate::channels::Topology;
+    use crate::redis::slots::{key_slot, BlindSlots};
+    let mut r = rig(1);
+    r.hash("A", vec![payload("A", 1, 2, 1)]);
+    r.interest(0, "A", true);
+    r.log();
+    r.routed(0);
+    assert!(r.ingest.redis_up());
+    // A failover no connection saw: the hash moved on, nothing was published.
+    r.hash("A", vec![payload("A", 1, 7, 2)]);
+    let t = Topology {
+        moved: true,
+        ..Topology::default()
+    };
+    assert!(r.ingest.command(IngestCmd::Topology(t), T0 + 1));
+    r.turn();
+    assert_eq!(r.log(), ["load A"]);
+    assert_eq!(r.routed(0), [("A".into(), 1, 7)]);
+    // A silent primary: degraded only while it serves a watched course's key.
+    let slot = key_slot(b"seatstate:A");
+    let blind = |ranges| BlindSlots {
+        prefix: "seatstate:".into(),
+        ranges,
+    };
+    let elsewhere = if slot > 0 {
+        vec![(0, slot - 1)]
+    } else {
+        vec![(1, 16383)]
+    };
+    for (ranges, up) in [
+        (elsewhere, true),
+        (vec![(slot, slot)], false),
+        (vec![], true),
+    ] {
+        let t = Topology {
+            moved: false,
+            down: vec![("127.0.0.1".into(), 7000)],
+            blind: blind(ranges),
+        };
+        assert!(r.ingest.command(IngestCmd::Topology(t), T0 + 2));
+        assert_eq!(r.ingest.redis_up(), up);
+    }
+    assert!(r.log().is_empty(), "no move, no reread");
+}
+
+#[test]
 fn a_failed_state_read_is_retried_every_second_not_taken_as_loaded() {
     let mut r = rig(1);
     {

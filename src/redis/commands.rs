@@ -388,6 +388,14 @@ impl Commands {
         Ok(keys)
     }
 
+    /// Drops the connection and the slot map read on it: the cluster's slots
+    /// are known to have moved, so the next call connects and routes afresh
+    /// instead of finding out through a silent old primary's timeout.
+    pub fn reroute(&mut self) {
+        self.con = None;
+        self.map = None;
+    }
+
     /// Lets the next call try at once instead of waiting out the backoff:
     /// Redis was just found answering again (a pub/sub connection came back),
     /// and the state rereads that follow must not wait for this client's own

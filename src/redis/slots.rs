@@ -129,6 +129,45 @@ impl SlotMap {
     pub fn nodes(&self) -> &[Addr] {
         &self.nodes
     }
+
+    /// Whether every slot has the same primary in `other` (replicas aside):
+    /// a failover or a migration changed nothing a client routes by.
+    pub fn same_owners(&self, other: &SlotMap) -> bool {
+        self.ranges == other.ranges
+    }
+
+    /// The slots that the primaries in `down` serve, as ranges.
+    pub fn slots_of(&self, down: &[Addr]) -> Vec<(u16, u16)> {
+        self.ranges
+            .iter()
+            .filter(|r| down.contains(&r.2))
+            .map(|r| (r.0, r.1))
+            .collect()
+    }
+}
+
+/// Slots no reachable primary serves, with the key prefix whose keys a
+/// course needs there: what makes a node `degraded` for a watched course.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlindSlots {
+    /// The key prefix (`--state-prefix`): a course needs `<prefix><course>`.
+    pub prefix: String,
+    /// The slots, as ranges.
+    pub ranges: Vec<(u16, u16)>,
+}
+
+impl BlindSlots {
+    /// Whether `course`'s key lives on a slot without a reachable primary.
+    pub fn covers(&self, course: &str) -> bool {
+        if self.ranges.is_empty() {
+            return false;
+        }
+        let mut key = Vec::with_capacity(self.prefix.len() + course.len());
+        key.extend_from_slice(self.prefix.as_bytes());
+        key.extend_from_slice(course.as_bytes());
+        let slot = key_slot(&key);
+        self.ranges.iter().any(|(a, b)| *a <= slot && slot <= *b)
+    }
 }
 
 #[cfg(test)]
@@ -170,5 +209,41 @@ mod tests {
         assert_eq!(m.owner(16383), Some(&("10.0.0.3".to_owned(), 7002)));
         assert_eq!(m.primaries().len(), 3);
         assert_eq!(m.nodes().len(), 4);
+    }
+
+    /// A `CLUSTER SLOTS` reply of two halves, each `(primary, replica)`.
+    fn halves(a: (i64, i64), b: (i64, i64)) -> SlotMap {
+        let n = |p: i64| Value::Array(vec![Value::BulkString(b"10.0.0.1".to_vec()), Value::Int(p)]);
+        let row = |first: i64, last: i64, (p, r): (i64, i64)| {
+            Value::Array(vec![Value::Int(first), Value::Int(last), n(p), n(r)])
+        };
+        let reply = Value::Array(vec![row(0, 8191, a), row(8192, 16383, b)]);
+        SlotMap::parse(&reply, "seed").expect("map")
+    }
+
+    #[test]
+    fn a_failover_changes_owners_and_a_silent_primary_blinds_its_slots() {
+        let before = halves((7000, 7003), (7001, 7004));
+        // Replicas listed otherwise: the same owners.
+        assert!(before.same_owners(&halves((7000, 7005), (7001, 7004))));
+        // 7001's replica promoted.
+        let after = halves((7000, 7003), (7004, 7001));
+        assert!(!before.same_owners(&after));
+        let down = [("10.0.0.1".to_owned(), 7001)];
+        assert_eq!(before.slots_of(&down), [(8192, 16383)]);
+        assert!(after.slots_of(&down).is_empty());
+        let blind = BlindSlots {
+            prefix: "seatstate:".into(),
+            ranges: before.slots_of(&down),
+        };
+        // Exactly the courses whose state key hashes into the silent half.
+        let courses = (0..40).map(|i| format!("CQ{i}"));
+        let covered: Vec<bool> = courses.clone().map(|c| blind.covers(&c)).collect();
+        for (c, covered) in courses.zip(&covered) {
+            let slot = key_slot(format!("seatstate:{c}").as_bytes());
+            assert_eq!(*covered, slot >= 8192, "{c} on {slot}");
+        }
+        assert!(covered.contains(&true) && covered.contains(&false));
+        assert!(!BlindSlots::default().covers("CQ0"));
     }
 }

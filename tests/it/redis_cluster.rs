@@ -525,3 +525,75 @@ fn a_quiet_sharded_source_sleeps_on_its_sockets() {
     assert_eq!(cmd, "ping", "no keepalive on the quiet connection by 6.5 s");
     assert!(idle <= 2, "last command {idle} s ago");
 }
+
+/// A course whose state hash lives on `primary` (`seatstate:<course>`).
+fn state_course_on(cluster: &Cluster, primary: &cluster_util::NodeLine) -> String {
+    (0..10_000)
+        .map(|i| format!("CQ{i}"))
+        .find(|c| cluster.owner(&format!("seatstate:{c}")).id == primary.id)
+        .expect("a course on that primary")
+}
+
+#[test]
+fn a_classic_node_rereads_after_a_failover_it_did_not_see_and_is_degraded_without_a_primary() {
+    let mut cluster = Cluster::start();
+    let primaries = cluster.primaries();
+    // The node subscribes on its first seed, which the failover leaves alone.
+    let (held, victim) = (&primaries[0], &primaries[1]);
+    let replica = cluster.replica_of(&victim.id);
+    let course = state_course_on(&cluster, victim);
+    let uri = format!("redis://127.0.0.1:{},{}", held.port, cluster.uri());
+    let classic = ["--pubsub", "classic"];
+    assert!(publish_with(&uri, &classic, &course, 1, 1));
+    let sb = Seatboard::start(&[
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        &uri,
+        "--pubsub",
+        "classic",
+        "--tick-ms",
+        "50",
+        "--shards",
+        "1",
+    ]);
+    let mut ws = client(&sb, "user=f1");
+    let a = watch(&mut ws, &course);
+    assert_eq!(seats_taken(&a, 1), Some(1), "{a}");
+    // A publish lost on the way: the hash moves on, nothing is published.
+    let lost = format!(
+        r#"{{"course":"{course}","section":1,"total_seats":50,"seats_taken":5,"version":2}}"#
+    );
+    let key = format!("seatstate:{course}");
+    assert_eq!(cluster.cli(victim.port, &["HSET", &key, "1", &lost]), "0");
+    cluster.cli(replica.port, &["WAIT", "1", "2000"]);
+    // A graceful failover: no connection of the node breaks.
+    assert_eq!(cluster.cli(replica.port, &["CLUSTER", "FAILOVER"]), "OK");
+    let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
+    let f = read_until(&mut ws, Duration::from_secs(15), |m| {
+        m["type"] == "frame" && seats_taken(m, 1) == Some(5)
+    });
+    assert!(
+        f.is_some(),
+        "the board was not read again after the failover"
+    );
+    let took = promoted.elapsed();
+    println!(
+        "classic: board true {:.2} s after the promotion",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert_eq!(healthz_json(sb.port)["status"], "ok");
+    // The course's slot loses every copy: the node says so.
+    cluster.kill(replica.port);
+    cluster.kill(victim.port);
+    let h = wait_for(Duration::from_secs(15), || {
+        let h = healthz_json(sb.port);
+        (h["status"] == "degraded").then_some(h)
+    });
+    assert!(
+        h.is_some(),
+        "still ok with the watched course's slot unserved"
+    );
+}

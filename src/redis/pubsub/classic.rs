@@ -338,6 +338,16 @@ impl Source for Classic {
         self.subs.unsubscribe(course);
     }
 
+    fn topology(&mut self, _moved: bool, down: &[Addr]) {
+        if self
+            .sub
+            .as_ref()
+            .is_some_and(|s| down.contains(&s.conn.addr))
+        {
+            self.drop_sub("its node stopped answering the probe");
+        }
+    }
+
     fn set_firehose(&mut self, on: bool) {
         self.subs.set_firehose(on);
     }

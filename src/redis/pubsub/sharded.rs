@@ -372,10 +372,12 @@ impl Sharded {
         let first = self.up.is_none();
         match read {
             Ok(Some(m)) => {
-                // Channels whose slot changed owner move there.
+                // Channels whose slot changed owner move there (those
+                // still waiting for a confirmation from the old one too).
                 let stale: Vec<String> = self
                     .placed
                     .iter()
+                    .chain(self.sent.iter())
                     .filter(|(c, a)| m.owner_of(self.channel(c).as_bytes()) != Some(*a))
                     .map(|(c, _)| c.clone())
                     .collect();
@@ -535,6 +537,17 @@ impl Source for Sharded {
         if !self.firehose {
             self.unplace(course);
             self.drop_unused();
+        }
+    }
+
+    fn topology(&mut self, moved: bool, down: &[Addr]) {
+        if moved {
+            // Placement waits for the map's reread, which moves every
+            // channel whose slot changed owner.
+            self.map_dirty = true;
+        } else if self.conns.iter().any(|c| down.contains(&c.addr)) {
+            // A held primary went silent: its replica may be promoted soon.
+            self.map_check = true;
         }
     }
 
