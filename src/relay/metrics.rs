@@ -205,7 +205,7 @@ mod tests {
 
     #[test]
     fn every_series_at_zero_from_start() {
-        let s = Shared::new(Pending::new(10, usize::MAX, 10));
+        let s = Shared::new(Pending::new(10, usize::MAX));
         let m = s.metrics();
         for line in [
             "seatboard_relay_received_total 0",
@@ -229,7 +229,7 @@ mod tests {
 
     #[test]
     fn a_call_waiting_past_the_stall_shows_redis_down() {
-        let mut s = Shared::new(Pending::new(10, usize::MAX, 10));
+        let mut s = Shared::new(Pending::new(10, usize::MAX));
         s.redis_up.store(true, Relaxed);
         s.call_started();
         assert!(s.redis_up(), "a call just started");

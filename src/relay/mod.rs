@@ -137,12 +137,7 @@ fn run(args: RelayArgs, c: Checked) -> Result<(), StartError> {
     let stop = Stop::catch().map_err(StartError::Signals)?;
     let max = args.max_pending as usize;
     let max_bytes = usize::try_from(args.max_pending_bytes).unwrap_or(usize::MAX);
-    // Last versions written are remembered for twice as many sections as may be held.
-    let shared = Arc::new(Shared::new(Pending::new(
-        max,
-        max_bytes,
-        max.saturating_mul(2),
-    )));
+    let shared = Arc::new(Shared::new(Pending::new(max, max_bytes)));
     if let Some(path) = &c.socket {
         let s = recv::bind_unix(path).map_err(StartError::Socket)?;
         recv::spawn("unix", move |b| s.recv(b), Arc::clone(&shared))

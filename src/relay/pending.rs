@@ -1,10 +1,11 @@
 //! What the relay holds for Redis: per section the newest snapshot received
 //! and not yet written, bounded by `--max-pending` sections and by
 //! `--max-pending-bytes` (what a held snapshot costs, [`cost`]), and per
-//! section the last version written in the last [`FORGET`] (bounded too), so
-//! nothing older than a snapshot written in that window is written after it;
-//! past the window the script in Redis decides (a poisoned or deleted field
-//! takes real publishes again). Pure: no I/O, no clock (time is passed in);
+//! section the last version written in the last [`FORGET`] (whatever
+//! `--max-pending`, within [`WRITTEN_CAP`] sections), so nothing older than
+//! a snapshot written in that window is written after it; past the window
+//! the script in Redis decides (a poisoned or deleted field takes real
+//! publishes again). Pure: no I/O, no clock (time is passed in);
 //! the receive thread offers, the writer takes, reports and gives back, both
 //! under one mutex.
 //!
@@ -66,14 +67,34 @@ pub struct Counts {
     pub dropped_redis_down: u64,
 }
 
-/// Last versions written, with when, bounded: two generations; when the
-/// current one reaches half the bound or is [`FORGET`] old it becomes the old
-/// one, so the sections written least recently are forgotten first. A
-/// forgotten section can at worst see an older snapshot written again: the
-/// state hash's compare-and-set still keeps it out of the hash, and hubs
-/// drop it by its version.
+/// The most sections whose last written version is remembered, both
+/// generations of [`Written`] together: only a flood of more than
+/// `WRITTEN_CAP / 2` distinct sections written within 10 s (50,000 a second)
+/// reaches it, and then the least recently written are forgotten early.
+///
+/// What it costs at the cap: an entry is 48 bytes (the course's `Arc<str>`
+/// and the section id, the version and the `Instant`) plus one control
+/// byte; a generation of 500,000 entries takes a table of 2^20 buckets,
+/// about 49 MiB, so both about 98 MiB (25 MiB more for a moment while a
+/// table grows). Each entry also keeps its course code alive (one
+/// allocation of 16 bytes plus the code: 32 bytes for codes of up to 8
+/// characters, at most 96 for 64), up to 92 MiB more. Fewer sections
+/// written cost proportionally less: 10,000 written every 10 s, about
+/// 2 MiB.
+pub const WRITTEN_CAP: usize = 1_000_000;
+
+/// Last versions written, with when: two generations, a new one started
+/// once the current one is [`FORGET`] old (the old one then dropped), so a
+/// version written in the last [`FORGET`] is always remembered, in the
+/// current generation or the one before. Together they never hold more
+/// than their cap of sections ([`WRITTEN_CAP`]): past half of it in the
+/// current one, a new generation starts early (the last resort). A forgotten section can at
+/// worst see an older snapshot written again: the state hash's
+/// compare-and-set still keeps it out of the hash, and hubs drop it by its
+/// version.
 #[derive(Debug)]
 struct Written {
+    /// The most entries of one generation.
     half: usize,
     /// When `cur` was started.
     since: Option<Instant>,
@@ -82,13 +103,27 @@ struct Written {
 }
 
 impl Written {
-    fn new(bound: usize) -> Written {
+    /// At most `cap` sections remembered.
+    fn new(cap: usize) -> Written {
         Written {
-            half: (bound / 2).max(1),
+            half: (cap / 2).max(1),
             since: None,
             cur: HashMap::new(),
             old: HashMap::new(),
         }
+    }
+
+    /// Starts a new current generation at `now`; the current one becomes the
+    /// old one, unless all it holds is already past [`FORGET`].
+    fn rotate(&mut self, now: Instant) {
+        let stale = self
+            .since
+            .is_some_and(|t| now.saturating_duration_since(t) >= 2 * FORGET);
+        self.old = std::mem::take(&mut self.cur);
+        if stale {
+            self.old = HashMap::new();
+        }
+        self.since = Some(now);
     }
 
     /// The version written for `k` within [`FORGET`] of `now`.
@@ -101,25 +136,34 @@ impl Written {
     }
 
     fn record(&mut self, s: &Snapshot, now: Instant) {
+        if self
+            .since
+            .is_none_or(|t| now.saturating_duration_since(t) >= FORGET)
+        {
+            self.rotate(now);
+        }
         let k = key(s);
+        // Moved out of the old generation, if there: each section once.
+        let k = self.old.remove_entry(&k).map_or(k, |(k, _)| k);
         match s.version {
             // Written without a version: the hash holds what anything may replace.
             None => {
                 self.cur.remove(&k);
-                self.old.remove(&k);
             }
             Some(v) => {
-                let aged = self
-                    .since
-                    .is_some_and(|t| now.saturating_duration_since(t) >= FORGET);
-                if aged || (self.cur.len() >= self.half && !self.cur.contains_key(&k)) {
-                    self.old = std::mem::take(&mut self.cur);
-                    self.since = None;
+                if self.cur.len() >= self.half && !self.cur.contains_key(&k) {
+                    // The cap, under a flood: the least recently written go early.
+                    self.rotate(now);
                 }
-                self.since.get_or_insert(now);
                 self.cur.insert(k, (v, now));
             }
         }
+    }
+
+    /// Sections remembered, both generations.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.cur.len() + self.old.len()
     }
 
     /// Whether `s` is not newer than the version written for its section
@@ -156,8 +200,15 @@ pub struct Pending {
 
 impl Pending {
     /// At most `max` sections and `max_bytes` held (in flight included);
-    /// the last written version remembered for up to `written_bound` sections.
-    pub fn new(max: usize, max_bytes: usize, written_bound: usize) -> Pending {
+    /// the last version written remembered for [`FORGET`] (for up to
+    /// [`WRITTEN_CAP`] sections).
+    pub fn new(max: usize, max_bytes: usize) -> Pending {
+        Pending::remembering(max, max_bytes, WRITTEN_CAP)
+    }
+
+    /// As [`Pending::new`], with the last version written remembered for
+    /// up to `written_cap` sections.
+    fn remembering(max: usize, max_bytes: usize, written_cap: usize) -> Pending {
         Pending {
             max: max.max(1),
             max_bytes,
@@ -167,7 +218,7 @@ impl Pending {
             inflight: HashMap::new(),
             inflight_total: 0,
             sections: 0,
-            written: Written::new(written_bound),
+            written: Written::new(written_cap),
             counts: Counts::default(),
         }
     }
@@ -363,7 +414,7 @@ mod tests {
 
     #[test]
     fn newest_version_per_section_is_kept() {
-        let mut p = Pending::new(10, usize::MAX, 10);
+        let mut p = Pending::new(10, usize::MAX);
         assert_eq!(p.offer(snap("A", 1, 5, Some(5)), t0()), Offer::Held);
         assert_eq!(p.offer(snap("A", 1, 3, Some(3)), t0()), Offer::Stale);
         assert_eq!(p.offer(snap("A", 1, 5, Some(5)), t0()), Offer::Stale);
@@ -378,7 +429,7 @@ mod tests {
 
     #[test]
     fn no_version_replaces_and_is_replaced() {
-        let mut p = Pending::new(10, usize::MAX, 10);
+        let mut p = Pending::new(10, usize::MAX);
         p.offer(snap("A", 1, 5, Some(5)), t0());
         assert_eq!(p.offer(snap("A", 1, 9, None), t0()), Offer::Replaced);
         assert_eq!(p.offer(snap("A", 1, 2, Some(2)), t0()), Offer::Replaced);
@@ -387,7 +438,7 @@ mod tests {
 
     #[test]
     fn shuffled_versions_leave_the_newest() {
-        let mut p = Pending::new(100, usize::MAX, 100);
+        let mut p = Pending::new(100, usize::MAX);
         let mut versions: Vec<u64> = (1..=500).collect();
         fastrand::seed(7);
         fastrand::shuffle(&mut versions);
@@ -402,7 +453,7 @@ mod tests {
 
     #[test]
     fn a_new_section_past_the_bound_is_dropped() {
-        let mut p = Pending::new(2, usize::MAX, 10);
+        let mut p = Pending::new(2, usize::MAX);
         p.offer(snap("A", 1, 1, Some(1)), t0());
         p.offer(snap("A", 2, 1, Some(1)), t0());
         assert_eq!(p.offer(snap("A", 3, 1, Some(1)), t0()), Offer::Full);
@@ -418,7 +469,7 @@ mod tests {
 
     #[test]
     fn nothing_older_than_written_is_written() {
-        let mut p = Pending::new(10, usize::MAX, 10);
+        let mut p = Pending::new(10, usize::MAX);
         p.offer(snap("A", 1, 9, Some(9)), t0());
         let b = p.take(10, usize::MAX, t0());
         // While 9 is in flight, 4 arrives and is held (nothing held for the section).
@@ -443,7 +494,7 @@ mod tests {
 
     #[test]
     fn given_back_first_in_line_unless_outdated() {
-        let mut p = Pending::new(4, usize::MAX, 10);
+        let mut p = Pending::new(4, usize::MAX);
         p.offer(snap("A", 1, 1, Some(1)), t0());
         p.offer(snap("A", 2, 1, Some(1)), t0());
         let b = p.take(2, usize::MAX, t0());
@@ -467,7 +518,7 @@ mod tests {
     #[test]
     fn a_newer_snapshot_of_a_section_in_flight_is_kept_at_the_bound() {
         // Every section is in flight (Redis frozen) when newer ones come.
-        let mut p = Pending::new(10, usize::MAX, 100);
+        let mut p = Pending::new(10, usize::MAX);
         for section in 0..10 {
             p.offer(snap("MP", section, 1, Some(1)), t0());
         }
@@ -511,7 +562,7 @@ mod tests {
 
     #[test]
     fn refused_and_stopped_count_as_redis_down() {
-        let mut p = Pending::new(10, usize::MAX, 10);
+        let mut p = Pending::new(10, usize::MAX);
         p.offer(snap("A", 1, 1, Some(1)), t0());
         p.offer(snap("A", 2, 1, Some(1)), t0());
         p.offer(snap("A", 3, 1, Some(1)), t0());
@@ -523,18 +574,80 @@ mod tests {
         assert!(p.is_empty());
     }
 
-    #[test]
-    fn written_versions_are_bounded() {
-        let mut p = Pending::new(1000, usize::MAX, 100);
-        for i in 0..1000 {
-            p.offer(snap("A", i, 1, Some(1)), t0());
+    /// Writes `n` sections of course `course` at `at`, `per` at a time.
+    fn write_sections(p: &mut Pending, course: &str, n: u32, per: usize, at: Instant) {
+        for i in 0..n {
+            p.offer(snap(course, i, 1, Some(1)), at);
+            if p.held() >= per {
+                let b = p.take(per, usize::MAX, at);
+                p.done(&b, at);
+            }
         }
-        let b = p.take(1000, usize::MAX, t0());
+        let b = p.take(usize::MAX, usize::MAX, at);
+        p.done(&b, at);
+    }
+
+    #[test]
+    fn a_written_version_is_remembered_for_10_s_whatever_max_pending() {
+        // Ten sections held at most, thousands written in the window.
+        let mut p = Pending::new(10, usize::MAX);
+        p.offer(snap("FX", 1, 100, Some(100)), t0());
+        let b = p.take(10, usize::MAX, t0());
         p.done(&b, t0());
-        let remembered = p.written.cur.len() + p.written.old.len();
-        assert!(remembered <= 100, "{remembered}");
+        for second in 1..10 {
+            let at = t0() + Duration::from_secs(second);
+            write_sections(&mut p, &format!("OTHER{second}"), 1000, 10, at);
+        }
+        let inside = t0() + FORGET - Duration::from_millis(1);
+        assert_eq!(p.offer(snap("FX", 1, 50, Some(50)), inside), Offer::Stale);
+        // Written late in one generation, remembered well into the next.
+        let late = t0() + Duration::from_millis(9_990);
+        write_sections(&mut p, "LATE", 1, 10, late);
+        for second in 10..20 {
+            let at = t0() + Duration::from_secs(second);
+            write_sections(&mut p, &format!("MORE{second}"), 100, 10, at);
+        }
+        let before = late + FORGET - Duration::from_millis(1);
+        assert_eq!(p.offer(snap("LATE", 0, 1, Some(1)), before), Offer::Stale);
+        assert_eq!(p.offer(snap("LATE", 0, 2, Some(2)), before), Offer::Held);
+        // Past the window, the script in Redis decides.
+        assert_eq!(
+            p.offer(snap("FX", 1, 51, Some(51)), t0() + FORGET),
+            Offer::Held
+        );
+        assert_eq!(p.counts().dropped_full, 0);
+    }
+
+    #[test]
+    fn written_versions_are_forgotten_by_the_generation_after_next() {
+        let mut p = Pending::new(100, usize::MAX);
+        write_sections(&mut p, "A", 1000, 100, t0());
+        assert_eq!(p.written.len(), 1000);
+        // A generation later the thousand are the old one; another later, gone.
+        write_sections(&mut p, "B", 10, 100, t0() + FORGET);
+        assert_eq!(p.written.len(), 1010);
+        write_sections(&mut p, "C", 10, 100, t0() + 2 * FORGET);
+        assert_eq!(p.written.len(), 20);
+        // Idle for longer than two windows: nothing old is kept.
+        write_sections(&mut p, "D", 10, 100, t0() + 5 * FORGET);
+        assert_eq!(p.written.len(), 10);
+        // A section written again is remembered once.
+        write_sections(&mut p, "D", 10, 100, t0() + 6 * FORGET);
+        assert_eq!(p.written.len(), 10);
+    }
+
+    #[test]
+    fn written_versions_are_bounded_by_the_cap() {
+        let mut p = Pending::remembering(1000, usize::MAX, 100);
+        write_sections(&mut p, "A", 1000, 1000, t0());
+        assert!(p.written.len() <= 100, "{}", p.written.len());
         // The most recent ones are still remembered.
         assert_eq!(p.offer(snap("A", 999, 1, Some(1)), t0()), Offer::Stale);
+        assert_eq!(
+            Pending::new(1, 1 << 16).written.half * 2,
+            WRITTEN_CAP,
+            "the cap does not follow --max-pending"
+        );
     }
 
     #[test]
@@ -544,7 +657,7 @@ mod tests {
             Snapshot::build("B".into(), section, 10, 1, Some(&info), Some(version), None)
         };
         let one = cost(&big(0, 1, 1000));
-        let mut p = Pending::new(1000, one * 3, 10);
+        let mut p = Pending::new(1000, one * 3);
         for s in 0..3 {
             assert_eq!(p.offer(big(s, 1, 1000), t0()), Offer::Held);
         }
@@ -565,7 +678,7 @@ mod tests {
 
     #[test]
     fn a_written_version_is_forgotten_after_the_window() {
-        let mut p = Pending::new(10, usize::MAX, 10);
+        let mut p = Pending::new(10, usize::MAX);
         p.offer(snap("A", 1, 1, Some(MAX)), t0());
         let b = p.take(10, usize::MAX, t0());
         p.done(&b, t0());

@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn every_valid_datagram_is_offered_while_others_are_held() {
-        let shared = Shared::new(super::super::pending::Pending::new(10, usize::MAX, 10));
+        let shared = Shared::new(super::super::pending::Pending::new(10, usize::MAX));
         for (section, version) in [(1, 1), (2, 1), (1, 2), (1, 1)] {
             let p = format!(
                 r#"{{"course":"C","section":{section},"total_seats":2,"seats_taken":1,"version":{version}}}"#

@@ -3,7 +3,8 @@
 //! a `serve` board; shuffled versions leave the newest; malformed and
 //! oversized datagrams are counted and dropped; Redis stopped, frozen and
 //! back; the relay restarted; SIGTERM drains; flags; metrics from start; a
-//! cluster with SPUBLISH.
+//! cluster with SPUBLISH; an older snapshot never written within 10 s of a
+//! newer one, however many sections are written meanwhile.
 
 use crate::cluster_util::{courses_on, Cluster};
 use crate::common::*;
@@ -576,4 +577,52 @@ fn a_refusal_keeps_the_relays_connection() {
         after - before
     );
     assert_eq!(relay.healthz()["redis"], true);
+}
+
+#[test]
+fn an_older_snapshot_is_not_written_within_10_s_however_many_sections_are_written() {
+    let redis = RedisServer::start();
+    // Ten sections held at most: what was written is remembered whatever that bound.
+    let relay = Relay::start(&redis.uri(), &["--max-pending", "10"]);
+    send_all(&relay, payload("FX", 1, 100, 100, 100).as_bytes());
+    eventually(T, "v100 written", || {
+        hash_version(&redis, "FX", 1) == Some(100)
+    });
+    let written = Instant::now();
+    // Thirty other sections written, ten at a time (none dropped as full).
+    let mut received = 1;
+    for round in 0..3u32 {
+        for s in 0..10 {
+            send_all(
+                &relay,
+                payload("OTHER", round * 10 + s, 10, 1, 1).as_bytes(),
+            );
+        }
+        received += 10;
+        assert!(relay.settled(received, T), "{}", relay.metrics());
+    }
+    // The field deleted (by hand, or by a repair): only the relay's memory
+    // of v100 keeps the older v50 out of the hash now.
+    redis.cli(&["HDEL", "seatstate:FX", "1"]);
+    let coalesced = relay.metric("seatboard_relay_coalesced_total");
+    send_all(&relay, payload("FX", 1, 100, 50, 50).as_bytes());
+    assert!(relay.settled(received + 1, T), "{}", relay.metrics());
+    let after = written.elapsed();
+    assert!(
+        after < Duration::from_secs(10),
+        "inconclusive: v50 settled {after:?} after v100 was written"
+    );
+    assert_eq!(
+        hash_version(&redis, "FX", 1),
+        None,
+        "v50 written {after:?} after v100"
+    );
+    assert_eq!(
+        relay.metric("seatboard_relay_coalesced_total"),
+        coalesced + 1.0
+    );
+    assert_eq!(
+        relay.metric("seatboard_relay_dropped_total{reason=\"full\"}"),
+        0.0
+    );
 }
