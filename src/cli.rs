@@ -361,7 +361,8 @@ pub struct RelayArgs {
     /// Sections held for Redis at most (past that a new section is dropped, counted).
     #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub max_pending: u64,
-    /// Bytes of snapshots held for Redis at most (past that a new section is dropped, counted).
+    /// Bytes of snapshots held for Redis at most (past that a new section is dropped, counted;
+    /// a newer snapshot of a held section may pass it by 64 KiB).
     #[arg(long, env = "SEATBOARD_RELAY_MAX_PENDING_BYTES", default_value_t = 64 << 20, value_parser = clap::value_parser!(u64).range(65_536..=(1 << 40)))]
     pub max_pending_bytes: u64,
     /// Redis and prefixes, as for `serve`.

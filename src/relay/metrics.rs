@@ -152,7 +152,7 @@ const FAMILIES: &[Family<Reading>] = &[
     ),
     Family::counter(
         "seatboard_relay_dropped_total",
-        "Snapshots dropped: full (a new section past --max-pending or --max-pending-bytes), redis_down (Redis never took it).",
+        "Snapshots dropped: full (a new section past --max-pending or --max-pending-bytes, or a newer snapshot of a held section past --max-pending-bytes plus 64 KiB), redis_down (Redis never took it).",
         |r, s| {
             s.labelled("reason", "full", r.counts.dropped_full);
             s.labelled("reason", "redis_down", r.counts.dropped_redis_down);

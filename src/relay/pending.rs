@@ -12,7 +12,8 @@
 //! Every snapshot offered ends in exactly one counter (or is still held):
 //! `coalesced` (a newer one for its section was kept instead, or one at least
 //! as new was written in the window), `published`, `dropped_full` (a new
-//! section, or a larger replacement, past a bound), `dropped_redis_down`
+//! section past a bound, or a newer snapshot of a held section past the
+//! bytes bound and its [`SLACK`]), `dropped_redis_down`
 //! (Redis never took it: refused by Redis itself, or still held when the
 //! relay stopped).
 
@@ -34,6 +35,13 @@ pub fn cost(s: &Snapshot) -> usize {
     s.json.len() + s.course.len() + OVERHEAD
 }
 
+/// How far past `--max-pending-bytes` a newer snapshot of a section already
+/// held (or in flight) may take the bytes held: one datagram. The newest of
+/// a held section is kept in place of the older one within it (the older is
+/// never written instead); a new section is held only within the bound
+/// itself. So the bytes held never pass the bound plus this.
+pub const SLACK: usize = shards::snapshot::MAX_PAYLOAD;
+
 /// A section: course code and section id.
 type Key = (Arc<str>, u32);
 
@@ -50,7 +58,8 @@ pub enum Offer {
     Replaced,
     /// Dropped: not newer than what is held or was written (coalesced).
     Stale,
-    /// Dropped: a new section while `max` sections are held.
+    /// Dropped: a new section past either bound, or a newer snapshot of a
+    /// held section past the bytes bound and its [`SLACK`].
     Full,
 }
 
@@ -61,7 +70,7 @@ pub struct Counts {
     pub coalesced: u64,
     /// Snapshots written to Redis.
     pub published: u64,
-    /// New sections dropped while the map was full.
+    /// Snapshots dropped past a bound ([`Offer::Full`]).
     pub dropped_full: u64,
     /// Snapshots Redis never took (refused, or held at stop).
     pub dropped_redis_down: u64,
@@ -181,7 +190,8 @@ impl Written {
 pub struct Pending {
     max: usize,
     max_bytes: usize,
-    /// What the held and in-flight snapshots cost ([`cost`]).
+    /// What the held and in-flight snapshots cost ([`cost`]): at most
+    /// `max_bytes` plus [`SLACK`].
     bytes: usize,
     map: HashMap<Key, Snapshot>,
     /// Each held section once, in the order it was first held.
@@ -246,7 +256,8 @@ impl Pending {
     }
 
     /// A received snapshot at `now`: held if it is the newest of its section
-    /// and fits both bounds.
+    /// and fits: a new section both bounds, a newer snapshot of a section
+    /// held or in flight the bytes bound plus [`SLACK`].
     pub fn offer(&mut self, s: Snapshot, now: Instant) -> Offer {
         if self.written.outdates(&s, now) {
             self.counts.coalesced += 1;
@@ -261,8 +272,9 @@ impl Pending {
                 return Offer::Stale;
             }
             let old = cost(held);
-            if c > old && self.bytes - old + c > self.max_bytes {
-                // A larger replacement past the bytes bound: the one held stays.
+            if c > old && self.bytes - old + c > self.max_bytes.saturating_add(SLACK) {
+                // A larger replacement past the bound and its slack: the
+                // one held stays.
                 self.counts.dropped_full += 1;
                 return Offer::Full;
             }
@@ -272,7 +284,13 @@ impl Pending {
             return Offer::Replaced;
         }
         let in_flight = self.inflight.contains_key(&k);
-        if (!in_flight && self.sections >= self.max) || self.bytes + c > self.max_bytes {
+        // A section in flight is no new section: its newer snapshot has the slack.
+        let bound = if in_flight {
+            self.max_bytes.saturating_add(SLACK)
+        } else {
+            self.max_bytes
+        };
+        if (!in_flight && self.sections >= self.max) || self.bytes + c > bound {
             self.counts.dropped_full += 1;
             return Offer::Full;
         }
@@ -651,29 +669,45 @@ mod tests {
     }
 
     #[test]
-    fn bytes_bound_new_sections_and_larger_replacements() {
+    fn bytes_bound_new_sections_strictly_newer_ones_within_one_datagram_of_slack() {
         let big = |section: u32, version: u64, pad: usize| {
             let info = format!(r#"{{"p":"{}"}}"#, "x".repeat(pad));
             Snapshot::build("B".into(), section, 10, 1, Some(&info), Some(version), None)
         };
         let one = cost(&big(0, 1, 1000));
-        let mut p = Pending::new(1000, one * 3);
+        let bound = one * 3;
+        let mut p = Pending::new(1000, bound);
         for s in 0..3 {
             assert_eq!(p.offer(big(s, 1, 1000), t0()), Offer::Held);
         }
         assert_eq!(p.offer(big(3, 1, 10), t0()), Offer::Full);
-        // A larger replacement past the bound is dropped, a smaller one taken.
-        assert_eq!(p.offer(big(0, 2, 2000), t0()), Offer::Full);
-        assert_eq!(p.offer(big(0, 3, 10), t0()), Offer::Replaced);
-        assert_eq!(p.counts().dropped_full, 2);
-        assert!(p.bytes <= one * 3);
-        // In flight counts until reported; given back, then written, frees it all.
+        // A newer, larger snapshot of a held section replaces it past the
+        // bound, within one datagram of slack.
+        assert_eq!(p.offer(big(0, 2, 40_000), t0()), Offer::Replaced);
+        assert!(p.bytes > bound && p.bytes <= bound + SLACK, "{}", p.bytes);
+        // A second one would pass the slack: dropped, the older one stays.
+        assert_eq!(p.offer(big(1, 2, 40_000), t0()), Offer::Full);
+        assert_eq!(p.offer(big(1, 3, 10_000), t0()), Offer::Replaced);
+        // New sections stay within the bound itself, however small.
+        assert_eq!(p.offer(big(3, 1, 10), t0()), Offer::Full);
+        assert_eq!(p.counts().dropped_full, 3);
+        // A section in flight takes a newer snapshot within the slack too.
+        let b = p.take(10, usize::MAX, t0());
+        assert_eq!(b.len(), 3);
+        assert_eq!(p.offer(big(2, 2, 2000), t0()), Offer::Held);
+        assert!(p.bytes <= bound + SLACK, "{}", p.bytes);
+        assert_eq!(p.offer(big(1, 4, 30_000), t0()), Offer::Full);
+        // Given back, the newer held wins; then all written frees it all.
+        p.give_back(b);
         let b = p.take(10, one, t0());
-        assert_eq!(b.len(), 2, "a batch stops once past its bytes");
+        assert_eq!(b.len(), 1, "a batch stops once past its bytes");
         p.give_back(b);
         let b = p.take(10, usize::MAX, t0());
+        let got: Vec<(u32, Option<u64>)> = b.iter().map(|s| (s.section, s.version)).collect();
+        assert_eq!(got, vec![(0, Some(2)), (1, Some(3)), (2, Some(2))]);
         p.done(&b, t0());
         assert_eq!((p.bytes, p.len()), (0, 0));
+        assert_eq!(p.counts().dropped_full, 4);
     }
 
     #[test]

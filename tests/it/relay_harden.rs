@@ -4,7 +4,8 @@
 //! is noticed within 10 s, ten times in a row; slow HTTP clients never delay
 //! `/healthz`; a forged version then `HDEL` takes real publishes after the
 //! 10 s window; UDP is off unless asked; a live stream socket at `--socket`
-//! is refused; SIGTERM with Redis frozen or down is over within 2 s.
+//! is refused; SIGTERM with Redis frozen or down is over within 2 s; a
+//! newer, larger snapshot of a held section replaces it at the bytes bound.
 
 use crate::common::*;
 use crate::redis_util::{eventually, payload};
@@ -46,10 +47,10 @@ fn hash_version(redis: &RedisServer, course: &str, section: u32) -> Option<u64> 
     serde_json::from_str::<serde_json::Value>(&v).ok()?["version"].as_u64()
 }
 
-/// A valid snapshot of `len` bytes or a little under.
-fn sized_payload(course: &str, section: u32, len: usize) -> String {
+/// A valid snapshot of `section` at `version`, `len` bytes or a little under.
+fn sized_payload(course: &str, section: u32, version: u64, len: usize) -> String {
     let head = format!(
-        r#"{{"course":"{course}","section":{section},"total_seats":10,"seats_taken":1,"version":1,"seat_info":{{"p":""#
+        r#"{{"course":"{course}","section":{section},"total_seats":10,"seats_taken":1,"version":{version},"seat_info":{{"p":""#
     );
     let fill = len.saturating_sub(head.len() + 3);
     format!("{head}{}\"}}}}", "x".repeat(fill))
@@ -61,7 +62,7 @@ fn a_flood_of_64_kib_sections_with_redis_down_stays_within_the_bytes_bound() {
     let at_start = rss_bytes(relay.pid());
     const SENT: u32 = 4000;
     for s in 0..SENT {
-        let p = sized_payload("FLOOD", s, 65_000);
+        let p = sized_payload("FLOOD", s, 1, 65_000);
         assert!(p.len() <= 65_536 && p.len() > 64_000, "{}", p.len());
         send_all(&relay, p.as_bytes());
     }
@@ -344,4 +345,34 @@ fn sigterm_with_redis_frozen_or_down_exits_within_2_s() {
     println!("SIGTERM to exit: Redis frozen {frozen:?}, Redis down {down:?}");
     assert!(frozen <= Duration::from_secs(2), "{frozen:?}");
     assert!(down <= Duration::from_secs(2), "{down:?}");
+}
+
+#[test]
+fn a_newer_larger_snapshot_of_a_held_section_replaces_it_at_the_bytes_bound() {
+    let mut redis = RedisServer::start();
+    let relay = Relay::start(&redis.uri(), &["--max-pending-bytes", "65536"]);
+    eventually(T, "relay sees Redis", || relay.healthz()["redis"] == true);
+    redis.kill();
+    let full = "seatboard_relay_dropped_total{reason=\"full\"}";
+    // Two sections of 30,000 bytes: most of the 64 KiB bound.
+    for section in 0..2 {
+        send_all(&relay, sized_payload("GROW", section, 1, 30_000).as_bytes());
+    }
+    // A newer, larger snapshot of a held section passes the bound: it
+    // replaces the one held (within one datagram of slack).
+    send_all(&relay, sized_payload("GROW", 0, 2, 40_000).as_bytes());
+    eventually(T, "the newer one held in place of the older", || {
+        relay.metric("seatboard_relay_received_total") == 3.0
+            && relay.metric("seatboard_relay_pending") == 2.0
+    });
+    assert_eq!(relay.metric(full), 0.0, "{}", relay.metrics());
+    // A new section past the bound is dropped, however small.
+    send_all(&relay, sized_payload("GROW", 2, 1, 500).as_bytes());
+    eventually(T, "the new section dropped", || relay.metric(full) == 1.0);
+    redis.restart();
+    assert!(relay.settled(4, T), "{}", relay.metrics());
+    assert_eq!(hash_version(&redis, "GROW", 0), Some(2));
+    assert_eq!(hash_version(&redis, "GROW", 1), Some(1));
+    assert_eq!(hash_version(&redis, "GROW", 2), None);
+    assert_eq!(relay.metric(full), 1.0);
 }
