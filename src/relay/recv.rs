@@ -67,10 +67,22 @@ pub enum Taken {
     /// A live socket of another kind (a stream or seqpacket listener of
     /// another service): a datagram connect to it fails with `EPROTOTYPE`.
     AnotherKind,
-    /// A live datagram socket another process (another relay) reads.
+    /// A live datagram socket another process reads (another relay's, or
+    /// one connected to a peer of its own).
     InUse,
     /// Something that is not a socket (a file, a folder).
     NotASocket,
+}
+
+/// Whether a datagram connect to a socket file found a live datagram socket
+/// behind it: it connected, or it was refused with `EPERM`, which Linux
+/// answers when the socket there is connected to a peer of its own (a
+/// stale file answers `ECONNREFUSED`).
+fn live_datagram(connect: &std::io::Result<()>) -> bool {
+    match connect {
+        Ok(()) => true,
+        Err(e) => e.raw_os_error() == Some(libc::EPERM),
+    }
 }
 
 /// Whether something the relay must never replace is at `path` (`None`:
@@ -81,18 +93,22 @@ pub fn taken(path: &Path) -> Option<Taken> {
         return Some(Taken::NotASocket);
     }
     let probe = UnixDatagram::unbound().ok()?;
-    match probe.connect(path) {
-        Ok(()) => Some(Taken::InUse),
+    let connect = probe.connect(path);
+    if live_datagram(&connect) {
+        return Some(Taken::InUse);
+    }
+    match connect {
         Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => Some(Taken::AnotherKind),
-        Err(_) => std::os::unix::net::UnixStream::connect(path)
+        _ => std::os::unix::net::UnixStream::connect(path)
             .is_ok()
             .then_some(Taken::AnotherKind),
     }
 }
 
 /// The Unix datagram socket at `path`: its folder made (0750), a stale
-/// socket file replaced, mode 0660. A socket another process still reads is
-/// an error, and so is a path that is not a socket.
+/// socket file replaced, mode 0660. A socket another process still reads
+/// (connected to a peer of its own or not) is an error, and so is a path
+/// that is not a socket.
 pub fn bind_unix(path: &Path) -> Result<UnixDatagram, BindError> {
     let failed = |what, path: &Path| {
         let path = path.to_path_buf();
@@ -110,7 +126,7 @@ pub fn bind_unix(path: &Path) -> Result<UnixDatagram, BindError> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
             let probe = UnixDatagram::unbound().map_err(BindError::Socket)?;
-            if probe.connect(path).is_ok() {
+            if live_datagram(&probe.connect(path)) {
                 return Err(BindError::InUse { path: path.into() });
             }
             std::fs::remove_file(path).map_err(failed("cannot replace", path))?;
@@ -183,6 +199,29 @@ mod tests {
         let p = shared.pending();
         assert_eq!(p.len(), 2);
         assert_eq!(p.counts().coalesced, 2);
+    }
+
+    #[test]
+    fn a_datagram_socket_connected_to_another_peer_is_in_use() {
+        let dir = std::env::temp_dir().join(format!(
+            "seatboard-relay-connected-{}-{}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let (path, peer_path) = (dir.join("held.sock"), dir.join("peer.sock"));
+        let _peer = UnixDatagram::bind(&peer_path).expect("peer");
+        let held = UnixDatagram::bind(&path).expect("bind");
+        held.connect(&peer_path).expect("connect");
+        assert_eq!(taken(&path), Some(Taken::InUse));
+        let bound = bind_unix(&path);
+        assert!(matches!(bound, Err(BindError::InUse { .. })), "{bound:?}");
+        assert!(path.exists(), "the socket file was removed");
+        // Once nobody holds it, the stale file is the relay's to replace.
+        drop(held);
+        assert_eq!(taken(&path), None);
+        assert!(bind_unix(&path).is_ok());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -3,14 +3,16 @@
 //! `--max-pending-bytes` (RSS read from `/proc`); a Redis frozen under a flood
 //! is noticed within 10 s, ten times in a row; slow HTTP clients never delay
 //! `/healthz`; a forged version then `HDEL` takes real publishes after the
-//! 10 s window; UDP is off unless asked; a live stream socket at `--socket`
-//! is refused; SIGTERM with Redis frozen or down is over within 2 s; a
-//! newer, larger snapshot of a held section replaces it at the bytes bound.
+//! 10 s window; UDP is off unless asked; a live stream socket, or a live
+//! datagram socket connected to another peer, at `--socket` is refused;
+//! SIGTERM with Redis frozen or down is over within 2 s; a newer, larger
+//! snapshot of a held section replaces it at the bytes bound.
 
 use crate::common::*;
 use crate::redis_util::{eventually, payload};
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testkit::relay::Relay;
 
@@ -272,14 +274,23 @@ fn udp_is_off_unless_asked() {
 /// A relay started at `path` (`--redis redis`) refuses it as a bad value:
 /// exit 2, the first line on stderr naming `--socket` and saying `why`.
 pub(crate) fn refused_at_socket(path: &std::path::Path, redis: &str, why: &str) {
-    let out = seatboard_command()
+    let mut child = seatboard_command()
         .arg("relay")
         .arg("--socket")
         .arg(path)
         .args(["--udp", "", "--metrics", "", "--redis", redis])
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run");
+    // A relay that took the path runs on: stopped, and the test fails.
+    let exited = wait_for(T, || child.try_wait().ok().flatten());
+    if exited.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("wait");
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(exited.is_some(), "the relay took {}: {err}", path.display());
     assert_eq!(out.status.code(), Some(2), "{err}");
     let first = err.lines().next().unwrap_or("");
     assert!(first.contains("'--socket'") && first.contains(why), "{err}");
@@ -345,6 +356,30 @@ fn sigterm_with_redis_frozen_or_down_exits_within_2_s() {
     println!("SIGTERM to exit: Redis frozen {frozen:?}, Redis down {down:?}");
     assert!(frozen <= Duration::from_secs(2), "{frozen:?}");
     assert!(down <= Duration::from_secs(2), "{down:?}");
+}
+
+#[test]
+fn a_live_datagram_socket_connected_to_another_peer_at_socket_is_refused_and_kept() {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::net::UnixDatagram;
+    let dir = testkit::relay::socket_dir("connected");
+    let (path, peer_path) = (dir.join("held.sock"), dir.join("peer.sock"));
+    let peer = UnixDatagram::bind(&peer_path).expect("peer");
+    let held = UnixDatagram::bind(&path).expect("bind");
+    held.connect(&peer_path).expect("connect");
+    let inode = std::fs::metadata(&path).map(|m| m.ino()).ok();
+    refused_at_socket(&path, &nowhere(), "'--socket'");
+    assert_eq!(
+        std::fs::metadata(&path).map(|m| m.ino()).ok(),
+        inode,
+        "the socket file was replaced"
+    );
+    // The other process's socket still works.
+    held.send(b"still here").expect("send");
+    peer.set_read_timeout(Some(T)).expect("timeout");
+    let mut buf = [0u8; 16];
+    let n = peer.recv(&mut buf).expect("recv");
+    assert_eq!(&buf[..n], b"still here");
 }
 
 #[test]
