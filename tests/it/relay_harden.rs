@@ -6,12 +6,13 @@
 //! 10 s window; UDP is off unless asked; a live stream socket, or a live
 //! datagram socket connected to another peer, at `--socket` is refused;
 //! SIGTERM with Redis frozen or down is over within 2 s; a newer, larger
-//! snapshot of a held section replaces it at the bytes bound.
+//! snapshot of a held section replaces it at the bytes bound; reconnect
+//! attempts to a Redis that resets every connection are at most 2 s apart.
 
 use crate::common::*;
 use crate::redis_util::{eventually, payload};
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use testkit::relay::Relay;
@@ -410,4 +411,41 @@ fn a_newer_larger_snapshot_of_a_held_section_replaces_it_at_the_bytes_bound() {
     assert_eq!(hash_version(&redis, "GROW", 1), Some(1));
     assert_eq!(hash_version(&redis, "GROW", 2), None);
     assert_eq!(relay.metric(full), 1.0);
+}
+
+#[test]
+fn reconnect_attempts_to_a_redis_that_resets_every_connection_are_at_most_2_s_apart() {
+    // A "Redis" that accepts and resets every connection at once.
+    let port = free_port();
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("listen");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let relay = Relay::start(&format!("redis://127.0.0.1:{port}"), &[]);
+    let watched = Instant::now();
+    let mut attempts = Vec::new();
+    while watched.elapsed() < Duration::from_secs(30) {
+        match listener.accept() {
+            Ok((conn, _)) => {
+                attempts.push(Instant::now());
+                let _ = socket2::SockRef::from(&conn).set_linger(Some(Duration::ZERO));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    let gaps: Vec<Duration> = attempts.windows(2).map(|w| w[1] - w[0]).collect();
+    println!("reconnect gaps: {gaps:?}");
+    assert!(gaps.len() >= 12, "{} attempts in 30 s", attempts.len());
+    let longest = gaps.iter().max().copied().unwrap_or_default();
+    assert!(longest <= Duration::from_secs(2), "a gap of {longest:?}");
+    // Backed off, not hammering: the later gaps reach past half the cap.
+    assert!(
+        gaps.iter()
+            .rev()
+            .take(5)
+            .all(|g| *g >= Duration::from_millis(900)),
+        "{gaps:?}"
+    );
+    assert_eq!(relay.healthz()["redis"], false);
 }
