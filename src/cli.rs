@@ -347,7 +347,8 @@ pub struct RelayArgs {
         default_value = "/run/seatboard/relay.sock"
     )]
     pub socket: String,
-    /// Loopback UDP address to receive on (off by default: every local user
+    /// Loopback UDP address to receive on (127.0.0.1:7440, [::1]:7440, or
+    /// IPv4-mapped [::ffff:127.0.0.1]:7440; off by default: every local user
     /// can send to a loopback port); '' turns it off.
     #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "")]
     pub udp: String,

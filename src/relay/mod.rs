@@ -61,6 +61,9 @@ fn check(args: &RelayArgs) -> Result<Checked, FlagError> {
         "" => None,
         a => {
             let addr = address("udp", a)?;
+            // An IPv4-mapped address (`[::ffff:127.0.0.1]`) is the IPv4 one,
+            // and is bound as such.
+            let addr = SocketAddr::new(addr.ip().to_canonical(), addr.port());
             if !addr.ip().is_loopback() {
                 return Err(FlagError::UdpNotLoopback {
                     value: a.to_owned(),
@@ -246,6 +249,18 @@ mod tests {
         assert!(text.contains("for '--metrics': not an IP:PORT"), "{text}");
         let e = check(&args(&["--socket", "", "--udp", ""])).err();
         assert!(matches!(e, Some(FlagError::NothingToReceive)), "{e:?}");
+    }
+
+    #[test]
+    fn an_ipv4_mapped_loopback_udp_address_is_loopback() {
+        let udp = |value: &str| check(&args(&["--socket", "", "--metrics", "", "--udp", value]));
+        let c = udp("[::ffff:127.0.0.1]:7440");
+        let bound = c.as_ref().ok().and_then(|c| c.udp).map(|a| a.to_string());
+        assert_eq!(bound.as_deref(), Some("127.0.0.1:7440"), "{:?}", c.err());
+        let e = udp("[::ffff:10.0.0.1]:7440").err();
+        assert!(matches!(e, Some(FlagError::UdpNotLoopback { .. })), "{e:?}");
+        let c = udp("[::1]:7440");
+        assert!(c.is_ok_and(|c| c.udp.is_some_and(|a| a.ip().is_loopback())));
     }
 
     #[test]

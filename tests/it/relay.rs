@@ -4,13 +4,15 @@
 //! oversized datagrams are counted and dropped; Redis stopped, frozen and
 //! back; the relay restarted; SIGTERM drains; flags; metrics from start; a
 //! cluster with SPUBLISH; an older snapshot never written within 10 s of a
-//! newer one, however many sections are written meanwhile.
+//! newer one, however many sections are written meanwhile; an IPv4-mapped
+//! loopback `--udp`.
 
 use crate::cluster_util::{courses_on, Cluster};
 use crate::common::*;
 use crate::redis_util::{client, eventually, payload, serve, watch};
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpStream, UdpSocket};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use testkit::delay_proxy::RedisAtDistance;
 use testkit::relay::Relay;
@@ -625,4 +627,58 @@ fn an_older_snapshot_is_not_written_within_10_s_however_many_sections_are_writte
         relay.metric("seatboard_relay_dropped_total{reason=\"full\"}"),
         0.0
     );
+}
+
+/// A relay process killed when dropped.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_ipv4_mapped_loopback_udp_address_is_taken_as_loopback() {
+    let redis = RedisServer::start();
+    let (udp, metrics) = (free_port(), free_port());
+    let mut relay = Running(
+        seatboard_command()
+            .arg("relay")
+            .args(["--socket", ""])
+            .args(["--udp", &format!("[::ffff:127.0.0.1]:{udp}")])
+            .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+            .args(["--redis", &redis.uri()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn seatboard relay"),
+    );
+    let started = wait_for(T, || {
+        if let Ok(Some(st)) = relay.0.try_wait() {
+            return Some(Err(st));
+        }
+        http_get(metrics, "/healthz")
+            .is_ok_and(|r| r.status == 200)
+            .then_some(Ok(()))
+    });
+    if let Some(Err(st)) = started {
+        let mut err = String::new();
+        if let Some(mut e) = relay.0.stderr.take() {
+            let _ = e.read_to_string(&mut err);
+        }
+        panic!("the relay exited ({st}): {err}");
+    }
+    assert!(started.is_some(), "the relay did not answer /healthz");
+    // A sender on IPv4 loopback reaches it.
+    let tx = UdpSocket::bind("127.0.0.1:0").expect("udp sender");
+    tx.send_to(
+        payload("MAPPED", 1, 10, 1, 1).as_bytes(),
+        ("127.0.0.1", udp),
+    )
+    .expect("udp send");
+    eventually(T, "written", || {
+        hash_version(&redis, "MAPPED", 1) == Some(1)
+    });
 }
