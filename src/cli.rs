@@ -347,9 +347,9 @@ pub struct RelayArgs {
         default_value = "/run/seatboard/relay.sock"
     )]
     pub socket: String,
-    /// Loopback UDP address to receive on (127.0.0.1:7440, [::1]:7440, or
-    /// IPv4-mapped [::ffff:127.0.0.1]:7440; off by default: every local user
-    /// can send to a loopback port); '' turns it off.
+    /// Loopback UDP address to receive on, IP:PORT with an IPv6 address in
+    /// brackets (127.0.0.1, ::1, or the IPv4-mapped ::ffff:127.0.0.1; off by
+    /// default: every local user can send to a loopback port); '' turns it off.
     #[arg(long, env = "SEATBOARD_RELAY_UDP", default_value = "")]
     pub udp: String,
     /// Address of GET /metrics and GET /healthz; '' turns it off.

@@ -77,7 +77,7 @@ pub struct Counts {
 }
 
 /// The most sections whose last written version is remembered, both
-/// generations of [`Written`] together: only a flood of more than
+/// generations of `Written` together: only a flood of more than
 /// `WRITTEN_CAP / 2` distinct sections written within 10 s (50,000 a second)
 /// reaches it, and then the least recently written are forgotten early.
 ///

@@ -3,7 +3,7 @@
 //! path (the compare-and-set script by `EVALSHA`, `NOSCRIPT` loaded again,
 //! hash before channel, `PUBLISH`, or `SPUBLISH` per slot owner in a sharded
 //! cluster), pipelined. A batch that fails is held again; Redis is then
-//! retried on the writer's own schedule ([`Retry`]: a jittered backoff,
+//! retried on the writer's own schedule (`Retry`: a jittered backoff,
 //! each attempt at most [`RETRY_GAP`] after the one before it started, so
 //! attempts are never more than the contract's 2 s apart), whatever
 //! the command client's own backoff says. Redis is pinged every second while
