@@ -63,6 +63,15 @@ impl Backoff {
         self.delay = (self.delay * 2).min(self.cap);
     }
 
+    /// Records a failure of an attempt that began at `started`: as
+    /// [`Backoff::failed`], but the next attempt is never more than the cap
+    /// after the start of this one, however long this one took (a connect
+    /// or read timeout).
+    pub fn failed_after(&mut self, started: Instant) {
+        self.failed();
+        self.not_before = self.not_before.min(started + self.cap);
+    }
+
     /// Records a success: the next failure starts from the shortest delay.
     pub fn reset(&mut self) {
         self.delay = self.first;
@@ -97,5 +106,25 @@ mod tests {
         assert_eq!(d.delay, Duration::from_secs(30));
         d.reset();
         assert_eq!(d.delay, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn an_attempt_that_took_long_is_retried_within_the_cap_of_its_start() {
+        let cap = Duration::from_millis(1900);
+        let mut b = Backoff::capped(cap);
+        for _ in 0..20 {
+            b.failed();
+        }
+        assert!(b.wait() > Duration::from_millis(900), "{:?}", b.wait());
+        // This attempt took 1.5 s: what is left of the cap since its start.
+        b.failed_after(Instant::now() - Duration::from_millis(1500));
+        assert!(
+            b.wait() <= cap - Duration::from_millis(1500),
+            "{:?}",
+            b.wait()
+        );
+        // A quick one waits its jittered delay, within the cap.
+        b.failed_after(Instant::now());
+        assert!(b.wait() >= cap / 2 - Duration::from_millis(50) && b.wait() <= cap);
     }
 }

@@ -3,10 +3,10 @@
 //! path (the compare-and-set script by `EVALSHA`, `NOSCRIPT` loaded again,
 //! hash before channel, `PUBLISH`, or `SPUBLISH` per slot owner in a sharded
 //! cluster), pipelined. A batch that fails is held again; Redis is then
-//! retried on the writer's own schedule (`Retry`: a jittered backoff,
-//! each attempt at most [`RETRY_GAP`] after the one before it started, so
-//! attempts are never more than the contract's 2 s apart), whatever
-//! the command client's own backoff says. Redis is pinged every second while
+//! retried on the writer's own jittered backoff, each attempt at most
+//! [`RETRY_GAP`] after the one before it started (so attempts are never
+//! more than the contract's 2 s apart), whatever the command client's own
+//! backoff says. Redis is pinged every second while
 //! idle. Every call is bounded by the Redis layer's timeouts (a
 //! pipeline fails at its first reply not read in time), and each call is
 //! also marked in [`Shared`], which shows Redis down once a call has waited
@@ -17,6 +17,7 @@ use super::metrics::Shared;
 use crate::clock;
 use crate::logging::LogBudget;
 use crate::publisher::write;
+use crate::redis::backoff::Backoff;
 use crate::redis::commands::Commands;
 use crate::redis::Error;
 use shards::Snapshot;
@@ -36,64 +37,10 @@ const IDLE_PING: Duration = Duration::from_secs(1);
 /// of Redis's and the relay's CPU per snapshot, and a hot section coalesces
 /// into one write per interval. (Boards render every 200 ms.)
 pub const LINGER: Duration = Duration::from_millis(2);
-/// The first wait before trying a Redis that did not answer again.
-const RETRY_FIRST: Duration = Duration::from_millis(50);
 /// The longest time from the start of one attempt at a Redis that does not
 /// answer to the start of the next: the contract's 2 s cap, less what the
 /// writer's loop may take to get from the end of its wait to the attempt.
 pub const RETRY_GAP: Duration = Duration::from_millis(1900);
-
-/// When the writer next tries a Redis that did not answer: a delay doubling
-/// from [`RETRY_FIRST`] up to [`RETRY_GAP`], each wait drawn from its upper
-/// half (so relays that lost Redis together do not come back in the same
-/// millisecond), and the next attempt never more than [`RETRY_GAP`] after
-/// the start of the one that failed, however long that one took. Pure: time
-/// is passed in.
-#[derive(Debug)]
-struct Retry {
-    delay: Duration,
-    /// When the last attempt started.
-    started: Instant,
-    /// When the next attempt is due.
-    next: Instant,
-}
-
-impl Retry {
-    /// Nothing failed yet: an attempt is due at once.
-    fn new(now: Instant) -> Retry {
-        Retry {
-            delay: RETRY_FIRST,
-            started: now,
-            next: now,
-        }
-    }
-
-    /// An attempt starts at `now`.
-    fn attempt(&mut self, now: Instant) {
-        self.started = now;
-    }
-
-    /// The attempt failed at `now`: the next one is due after a jittered,
-    /// doubled delay, and at most [`RETRY_GAP`] after this one started.
-    fn failed(&mut self, now: Instant) {
-        let half = self.delay / 2;
-        let wait = half + half.mul_f64(fastrand::f64());
-        self.next = (now + wait).min(self.started + RETRY_GAP);
-        self.delay = (self.delay * 2).min(RETRY_GAP);
-    }
-
-    /// The attempt succeeded at `now`: the next failure starts from the
-    /// shortest delay.
-    fn succeeded(&mut self, now: Instant) {
-        self.delay = RETRY_FIRST;
-        self.next = now;
-    }
-
-    /// How long after `now` the next attempt is due.
-    fn due(&self, now: Instant) -> Duration {
-        self.next.saturating_duration_since(now)
-    }
-}
 
 /// Whether a failed call failed on the way to Redis, or Redis could not
 /// serve it for now, rather than by Redis's own refusal: then the snapshots
@@ -231,7 +178,7 @@ impl Writer {
     pub fn run(&mut self, drain: &OnceLock<Instant>) {
         let mut last_contact = Instant::now() - IDLE_PING;
         let mut down = false;
-        let mut retry = Retry::new(Instant::now());
+        let mut retry = Backoff::capped(RETRY_GAP);
         let mut last_write = Instant::now() - LINGER;
         loop {
             let draining = drain.get().is_some();
@@ -240,7 +187,7 @@ impl Writer {
             }
             if down {
                 // While Redis is down, the writer's schedule says when to try again.
-                let due = retry.due(Instant::now());
+                let due = retry.wait();
                 if !due.is_zero() {
                     let wait = due.min(Duration::from_millis(100));
                     let p = self.shared.pending();
@@ -277,12 +224,12 @@ impl Writer {
                 }
                 if down || last_contact.elapsed() >= IDLE_PING {
                     let was = down;
-                    retry.attempt(Instant::now());
+                    let attempt = Instant::now();
                     down = !self.ping();
                     if down {
-                        retry.failed(Instant::now());
+                        retry.failed_after(attempt);
                     } else {
-                        retry.succeeded(Instant::now());
+                        retry.reset();
                         last_contact = Instant::now();
                     }
                     if down && !was {
@@ -295,20 +242,19 @@ impl Writer {
                 continue;
             }
             last_write = Instant::now();
-            retry.attempt(last_write);
             if self.write_batch(batch) {
                 if down {
                     tracing::info!("Redis answers again");
                 }
                 down = false;
-                retry.succeeded(Instant::now());
+                retry.reset();
                 last_contact = Instant::now();
             } else {
                 if !down {
                     tracing::warn!("Redis not answering or not taking writes; holding snapshots");
                 }
                 down = true;
-                retry.failed(Instant::now());
+                retry.failed_after(last_write);
             }
         }
     }
@@ -316,10 +262,9 @@ impl Writer {
 
 #[cfg(test)]
 mod tests {
-    use super::{held, Retry, RETRY_FIRST, RETRY_GAP};
+    use super::held;
     use crate::redis::{ConnectError, Error, NodeError};
     use std::io;
-    use std::time::{Duration, Instant};
 
     fn command(source: ::redis::RedisError) -> Error {
         Error::Command {
@@ -375,44 +320,5 @@ mod tests {
         ] {
             assert!(!held(&e), "{e}");
         }
-    }
-
-    #[test]
-    fn retries_back_off_with_jitter_and_start_at_most_the_gap_apart() {
-        fastrand::seed(3);
-        let t0 = Instant::now();
-        let mut r = Retry::new(t0);
-        assert_eq!(r.due(t0), Duration::ZERO);
-        let (mut at, mut gaps) = (t0, Vec::new());
-        for i in 0..40u32 {
-            r.attempt(at);
-            // Most attempts fail at once; some take long (a connect timeout).
-            let took = Duration::from_millis(if i % 7 == 6 { 1500 } else { 3 });
-            r.failed(at + took);
-            let next = at + took + r.due(at + took);
-            gaps.push(next - at);
-            at = next;
-        }
-        assert!(gaps.iter().all(|g| *g <= RETRY_GAP), "{gaps:?}");
-        // Backed off: short at first, then at least half the gap.
-        assert!(
-            gaps[0] <= RETRY_FIRST + Duration::from_millis(3),
-            "{gaps:?}"
-        );
-        assert!(gaps[10..].iter().all(|g| *g >= RETRY_GAP / 2), "{gaps:?}");
-        // Jittered: the waits differ.
-        let mut quick: Vec<Duration> = gaps[10..]
-            .iter()
-            .copied()
-            .filter(|g| *g < RETRY_GAP)
-            .collect();
-        quick.dedup();
-        assert!(quick.len() > 10, "{gaps:?}");
-        // A success starts over from the shortest delay.
-        r.succeeded(at);
-        assert_eq!(r.due(at), Duration::ZERO);
-        r.attempt(at);
-        r.failed(at);
-        assert!(r.due(at) <= RETRY_FIRST);
     }
 }
