@@ -107,10 +107,16 @@ pub fn read_step(
             |((course, r), reply)| match reply {
                 // Not a hash (a stray key under the state prefix): the
                 // course has no board, and the courses beside it are read.
-                ::redis::Value::ServerError(e) => {
+                ::redis::Value::ServerError(e) if e.code() == "WRONGTYPE" => {
                     tracing::warn!(%course, error = %e, "a state key is not a hash: read as empty");
                     *r = Reading::unreadable();
                     true
+                }
+                // Redis cannot serve it now (`CLUSTERDOWN`, `LOADING`,
+                // `TRYAGAIN`...): the read failed, and is asked again.
+                ::redis::Value::ServerError(e) => {
+                    tracing::debug!(%course, error = %e, "state hash not read");
+                    false
                 }
                 reply => r.take(reply),
             },

@@ -93,6 +93,39 @@ fn a_state_key_that_is_no_hash_leaves_the_courses_read_beside_it_whole() {
 }
 
 #[test]
+fn a_state_read_redis_refuses_for_now_is_asked_again_not_taken_as_empty() {
+    let redis = RedisServer::start();
+    // The node's user may not read hashes yet (`NOPERM`, as `CLUSTERDOWN`
+    // or `LOADING` would say while Redis cannot serve).
+    let acl = [
+        "ACL", "SETUSER", "sb", "on", ">pw", "~*", "&*", "+@all", "-hscan",
+    ];
+    assert_eq!(redis.cli(&acl), "OK");
+    redis.cli(&["HSET", "seatstate:ACL1", "1", &payload("ACL1", 1, 30, 7, 3)]);
+    let uri = redis.uri().replacen("redis://", "redis://sb:pw@", 1);
+    let sb = Seatboard::start(&[
+        "serve",
+        "--auth",
+        "none",
+        "--redis",
+        &uri,
+        "--tick-ms",
+        "50",
+        "--shards",
+        "1",
+    ]);
+    let mut ws = client(&sb, "user=a");
+    let first = watch(&mut ws, "ACL1");
+    assert_eq!(first["sections"], json!([]), "{first}");
+    assert_eq!(redis.cli(&["ACL", "SETUSER", "sb", "+hscan"]), "OK");
+    let f = read_until(&mut ws, T, |m| {
+        m["type"] == "frame" && section(m, 1).is_some()
+    })
+    .expect("the board once Redis serves the read");
+    assert_eq!(section(&f, 1).expect("section 1")["seats_taken"], json!(7));
+}
+
+#[test]
 fn live_frames_go_names_stale_versions_and_rejects() {
     let redis = RedisServer::start();
     let sb = serve(&redis, &[]);
