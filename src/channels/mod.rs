@@ -119,8 +119,9 @@ pub enum IngestCmd {
 /// course needs one of them).
 #[derive(Debug, Default)]
 pub struct Topology {
-    /// Some slot has another primary than at the last probe.
-    pub moved: bool,
+    /// Some slot has another primary than at the last probe: the map read
+    /// now, from a primary that answered.
+    pub moved: Option<crate::redis::slots::SlotMap>,
     /// The primaries that did not answer the probe.
     pub down: Vec<crate::redis::slots::Addr>,
     /// The slots those primaries serve.

@@ -257,8 +257,8 @@ impl<S: Source> Ingest<S> {
     /// publish may have been lost with the old primary), and the node is
     /// `degraded` while a watched course's state hash has no primary.
     fn topology(&mut self, t: Topology) {
-        self.source.topology(t.moved, &t.down);
-        if t.moved {
+        self.source.topology(t.moved.as_ref(), &t.down);
+        if t.moved.is_some() {
             tracing::info!("Redis Cluster slots changed owner; rereading every watched course");
             self.reread_all();
         }

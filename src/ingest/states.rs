@@ -184,6 +184,49 @@ impl RedisStates {
             .collect()
     }
 
+    /// The courses with a state hash over every primary at once, each
+    /// scanned on its probe connection on a thread of its own: a primary
+    /// that went silent since the last probe costs one read timeout, not
+    /// the command client's retries, so the reads behind the scan wait
+    /// little. `None` unless every primary answered.
+    fn scan_each(&mut self) -> Option<Vec<String>> {
+        let nodes = self.primaries.clone();
+        let prefix = &self.prefix;
+        let mut held = std::mem::take(&mut self.pings);
+        // Each primary's connection and keys, if it answered.
+        type Scanned = Option<(::redis::Connection, Vec<Vec<u8>>)>;
+        let scanned: Vec<Scanned> = std::thread::scope(|s| {
+            let scans: Vec<_> = nodes
+                .iter()
+                .map(|node| {
+                    let con = held.remove(node);
+                    s.spawn(move || {
+                        let mut con = con?;
+                        let keys = crate::redis::state_keys::scan_node(&mut con, prefix).ok()?;
+                        Some((con, keys))
+                    })
+                })
+                .collect();
+            scans
+                .into_iter()
+                .map(|scan| scan.join().ok().flatten())
+                .collect()
+        });
+        let mut keys = Vec::new();
+        let mut whole = true;
+        for (node, found) in nodes.into_iter().zip(scanned) {
+            match found {
+                Some((con, k)) => {
+                    self.pings.insert(node, con);
+                    keys.extend(k);
+                }
+                // Its connection is dropped; the next probe opens it again.
+                None => whole = false,
+            }
+        }
+        whole.then(|| crate::redis::state_keys::courses_of(&keys, &self.prefix))
+    }
+
     /// Reads the slot map from a primary that just answered the probe (not
     /// through the command client, which may be waiting on a silent one).
     fn reread_map(&mut self) {
@@ -335,6 +378,10 @@ impl StateStore for RedisStates {
             );
             return None;
         }
+        if !self.primaries.is_empty() {
+            // A cluster whose primaries the probe knows.
+            return self.scan_each();
+        }
         match crate::redis::state_keys::scan_courses(&mut self.link, &self.prefix) {
             Ok(c) => Some(c),
             Err(e) => {
@@ -353,7 +400,9 @@ impl StateStore for RedisStates {
             .as_ref()
             .map_or_else(Vec::new, |m| m.slots_of(&self.down));
         let t = Topology {
-            moved: std::mem::take(&mut self.moved),
+            moved: std::mem::take(&mut self.moved)
+                .then(|| self.map.clone())
+                .flatten(),
             down: self.down.clone(),
             blind: BlindSlots {
                 prefix: self.prefix.clone(),

@@ -527,7 +527,7 @@ fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded()
     // A failover no connection saw: the hash moved on, nothing was published.
     r.hash("A", vec![payload("A", 1, 7, 2)]);
     let t = Topology {
-        moved: true,
+        moved: Some(crate::redis::slots::SlotMap::default()),
         ..Topology::default()
     };
     assert!(r.ingest.command(IngestCmd::Topology(t), T0 + 1));
@@ -551,7 +551,7 @@ fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded()
         (vec![], true),
     ] {
         let t = Topology {
-            moved: false,
+            moved: None,
             down: vec![("127.0.0.1".into(), 7000)],
             blind: blind(ranges),
         };

@@ -28,6 +28,20 @@ pub const MAP_REFRESH: Duration = Duration::from_secs(30);
 /// Keys asked for per SCAN step.
 const SCAN_COUNT: usize = 1000;
 
+/// One `SCAN` step from `cursor` over keys matching `pattern` (of `type_` if given).
+pub fn scan_step(cursor: u64, pattern: &str, type_: Option<&str>) -> Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor)
+        .arg("MATCH")
+        .arg(pattern)
+        .arg("COUNT")
+        .arg(SCAN_COUNT);
+    if let Some(t) = type_ {
+        cmd.arg("TYPE").arg(t);
+    }
+    cmd
+}
+
 enum Con {
     Single(redis::Connection),
     Cluster(Box<ClusterConnection>),
@@ -357,15 +371,7 @@ impl Commands {
         for node in nodes {
             let mut cursor: u64 = 0;
             loop {
-                let mut cmd = redis::cmd("SCAN");
-                cmd.arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT);
-                if let Some(t) = type_ {
-                    cmd.arg("TYPE").arg(t);
-                }
+                let cmd = scan_step(cursor, &pattern, type_);
                 let (next, page): (u64, Vec<Vec<u8>>) = self.run(|c| match c {
                     Con::Single(c) => cmd.query(c),
                     Con::Cluster(c) => c

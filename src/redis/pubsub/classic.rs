@@ -338,7 +338,7 @@ impl Source for Classic {
         self.subs.unsubscribe(course);
     }
 
-    fn topology(&mut self, _moved: bool, down: &[Addr]) {
+    fn topology(&mut self, _moved: Option<&crate::redis::slots::SlotMap>, down: &[Addr]) {
         if self
             .sub
             .as_ref()

@@ -540,11 +540,11 @@ impl Source for Sharded {
         }
     }
 
-    fn topology(&mut self, moved: bool, down: &[Addr]) {
-        if moved {
-            // Placement waits for the map's reread, which moves every
-            // channel whose slot changed owner.
-            self.map_dirty = true;
+    fn topology(&mut self, moved: Option<&SlotMap>, down: &[Addr]) {
+        if let Some(map) = moved {
+            // Every channel whose slot changed owner moves (the map was read
+            // from a primary that answered, not from the silent one).
+            self.map_read(Ok(Some(map.clone())));
         } else if self.conns.iter().any(|c| down.contains(&c.addr)) {
             // A held primary went silent: its replica may be promoted soon.
             self.map_check = true;

@@ -51,11 +51,16 @@ pub trait Source: Send {
     /// a source without a pattern form (sharded pub/sub) subscribes each of
     /// them while the firehose is on.
     fn cover(&mut self, _courses: &[String]) {}
-    /// The cluster's slots changed owner, or `down` stopped answering the
-    /// state reader's probe: a source placed by slot reads the map again, a
-    /// source held on a node found down moves to another now rather than
-    /// at its own keepalive's deadline.
-    fn topology(&mut self, _moved: bool, _down: &[crate::redis::slots::Addr]) {}
+    /// The cluster's slots changed owner (`moved`: the map now), or `down`
+    /// stopped answering the state reader's probe: a source placed by slot
+    /// moves its channels by that map, a source held on a node found down
+    /// moves to another now rather than at its own keepalive's deadline.
+    fn topology(
+        &mut self,
+        _moved: Option<&crate::redis::slots::SlotMap>,
+        _down: &[crate::redis::slots::Addr],
+    ) {
+    }
     /// Writes what this turn of the ingest loop asked for ((un)subscriptions
     /// gathered into as few commands as possible), without waiting.
     fn flush(&mut self) {}
