@@ -18,7 +18,7 @@
 //! - [`supervisor`]: the one owner of a process's long-lived threads.
 //! - [`allocator`], [`sys`], [`auth`], [`cli`], [`clock`], [`failure`], [`logging`], [`metrics`],
 //!   [`exposition`] (the one table every `/metrics` renders from),
-//!   [`process_stats`], [`shard_set`], [`worker_http`]: shared plumbing.
+//!   [`process_stats`], [`shard_set`], [`slots`], [`worker_http`]: shared plumbing.
 //! - [`planted`]: the simulator's planted bugs (feature `planted-bugs` only).
 
 pub mod allocator;
@@ -48,6 +48,7 @@ pub mod rehearse;
 pub mod relay;
 pub mod shard;
 pub mod shard_set;
+pub mod slots;
 pub mod supervisor;
 pub mod sys;
 pub mod worker_http;

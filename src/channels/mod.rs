@@ -121,11 +121,11 @@ pub enum IngestCmd {
 pub struct Topology {
     /// Some slot has another primary than at the last probe: the map read
     /// now, from a primary that answered.
-    pub moved: Option<crate::redis::slots::SlotMap>,
+    pub moved: Option<crate::slots::SlotMap>,
     /// The primaries that did not answer the probe.
-    pub down: Vec<crate::redis::slots::Addr>,
+    pub down: Vec<crate::slots::Addr>,
     /// The slots those primaries serve.
-    pub blind: crate::redis::slots::BlindSlots,
+    pub blind: crate::slots::BlindSlots,
 }
 
 /// What a discovery found: every course with a state hash, and the state of

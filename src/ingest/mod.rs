@@ -21,7 +21,7 @@ use crate::clock;
 use crate::logging::LogBudget;
 use crate::metrics::Metrics;
 use crate::redis::pubsub::{Source, SourceEvent};
-use crate::redis::slots::BlindSlots;
+use crate::slots::BlindSlots;
 use crossbeam_channel::Sender;
 use foldhash::{HashMap, HashMapExt};
 use shards::{Gate, Snapshot};

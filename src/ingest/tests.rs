@@ -517,7 +517,7 @@ fn a_reconnect_rereads_every_watched_course() {
 #[test]
 fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded() {
     use crate::channels::Topology;
-    use crate::redis::slots::{key_slot, BlindSlots};
+    use crate::slots::{key_slot, BlindSlots};
     let mut r = rig(1);
     r.hash("A", vec![payload("A", 1, 2, 1)]);
     r.interest(0, "A", true);
@@ -527,7 +527,7 @@ fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded()
     // A failover no connection saw: the hash moved on, nothing was published.
     r.hash("A", vec![payload("A", 1, 7, 2)]);
     let t = Topology {
-        moved: Some(crate::redis::slots::SlotMap::default()),
+        moved: Some(crate::slots::SlotMap::default()),
         ..Topology::default()
     };
     assert!(r.ingest.command(IngestCmd::Topology(t), T0 + 1));

@@ -14,8 +14,8 @@
 
 use super::backoff::Backoff;
 use super::error::{ConnectError, Error};
-use super::slots::SlotMap;
 use super::{glob_escape, Mode, Redis, IO_TIMEOUT};
+use crate::slots::SlotMap;
 use redis::cluster::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, FromRedisValue, RedisError, RedisResult, RetryMethod, ServerErrorKind, Value};

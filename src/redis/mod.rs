@@ -12,14 +12,13 @@ pub mod commands;
 pub mod config;
 pub mod error;
 pub mod pubsub;
-pub mod slots;
 pub mod state_keys;
 
 pub use config::{PubSubMode, RedisFlags, RedisMode, RedisTarget};
 pub use error::{ConfigError, ConnectError, Error, NodeError, TrustError};
 
+use crate::slots::{Addr, SlotMap};
 use redis::{ConnectionAddr, ConnectionInfo, TlsCertificates};
-use slots::{Addr, SlotMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;

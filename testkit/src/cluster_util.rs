@@ -10,7 +10,7 @@
 use crate::delay_proxy::DelayProxy;
 use crate::proc::{cluster_port, RedisServer};
 use crate::wait::wait_for;
-use seatboard::redis::slots::key_slot;
+use seatboard::slots::key_slot;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

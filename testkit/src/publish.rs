@@ -14,8 +14,8 @@ use loadgen::{digest, now_us, zipf_cdf, zipf_pick};
 use redis::Cmd;
 use seatboard::publish::script;
 use seatboard::redis::commands::Commands;
-use seatboard::redis::slots::SlotMap;
 use seatboard::redis::{Error, Redis, RedisFlags, RedisMode};
+use seatboard::slots::SlotMap;
 use std::time::{Duration, Instant};
 
 /// One Redis node's command client and the pipelines queued for it.

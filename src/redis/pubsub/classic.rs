@@ -17,8 +17,8 @@ use super::dialer::{Dialed, Dialer};
 use super::resp::Item;
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
-use crate::redis::slots::Addr;
 use crate::redis::{glob_escape, Mode, Redis};
+use crate::slots::Addr;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::Arc;
@@ -338,7 +338,7 @@ impl Source for Classic {
         self.subs.unsubscribe(course);
     }
 
-    fn topology(&mut self, _moved: Option<&crate::redis::slots::SlotMap>, down: &[Addr]) {
+    fn topology(&mut self, _moved: Option<&crate::slots::SlotMap>, down: &[Addr]) {
         if self
             .sub
             .as_ref()

@@ -3,8 +3,8 @@
 //! runs on, many of them polled from one thread without blocking.
 
 use super::resp::{Item, Reader};
-use crate::redis::slots::Addr;
 use crate::redis::{Redis, CONNECT_TIMEOUT, IO_TIMEOUT};
+use crate::slots::Addr;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};

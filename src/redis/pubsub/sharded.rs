@@ -21,7 +21,7 @@ use super::dialer::{Dialed, Dialer};
 use super::source::{Source, SourceEvent};
 use crate::redis::backoff::Backoff;
 use crate::redis::commands::MAP_REFRESH;
-use crate::redis::slots::{Addr, SlotMap};
+use crate::slots::{Addr, SlotMap};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
