@@ -80,6 +80,13 @@ impl Source for SimSource {
     fn set_firehose(&mut self, on: bool) {
         self.link().subs.set_firehose(on);
     }
+    /// The simulated Redis is one node: no slots move.
+    fn topology(
+        &mut self,
+        _moved: Option<&seatboard::slots::SlotMap>,
+        _down: &[seatboard::slots::Addr],
+    ) {
+    }
     fn flush(&mut self) {
         let mut l = self.link();
         if l.subs.due() {

@@ -131,6 +131,9 @@ impl Source for Bus {
         self.firehose = on;
     }
 
+    /// One process, no cluster: nothing moves.
+    fn topology(&mut self, _moved: Option<&crate::slots::SlotMap>, _down: &[crate::slots::Addr]) {}
+
     fn subscribed(&self, _course: &str) -> bool {
         true
     }

@@ -253,13 +253,24 @@ impl<S: Source> Ingest<S> {
     }
 
     /// The probe found the cluster's slots moved or primaries silent: the
-    /// source follows, every watched course is read again after a move (a
-    /// publish may have been lost with the old primary), and the node is
-    /// `degraded` while a watched course's state hash has no primary.
+    /// source follows, every watched course is read again after a move or
+    /// once a silent primary answers again (a publish may have been lost
+    /// meanwhile), and the node is `degraded` while a watched course's state
+    /// hash has no primary.
     fn topology(&mut self, t: Topology) {
         self.source.topology(t.moved.as_ref(), &t.down);
+        // Slots served again after their primary was silent: what it held
+        // may have changed meanwhile (publishes refused while it was down).
+        let back = self
+            .blind
+            .ranges
+            .iter()
+            .any(|r| !t.blind.ranges.contains(r));
         if t.moved.is_some() {
             tracing::info!("Redis Cluster slots changed owner; rereading every watched course");
+            self.reread_all();
+        } else if back {
+            tracing::info!("Redis Cluster primary answers again; rereading every watched course");
             self.reread_all();
         }
         self.blind = t.blind;

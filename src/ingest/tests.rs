@@ -52,6 +52,14 @@ impl Source for Fake {
     fn set_firehose(&mut self, on: bool) {
         self.0.lock().unwrap().log.push(format!("firehose {on}"));
     }
+    fn topology(&mut self, moved: Option<&crate::slots::SlotMap>, down: &[crate::slots::Addr]) {
+        let w = &mut self.0.lock().unwrap().log;
+        w.push(format!(
+            "topology moved={} down={}",
+            moved.is_some(),
+            down.len()
+        ));
+    }
     fn subscribed(&self, course: &str) -> bool {
         let w = self.0.lock().unwrap();
         w.confirmed.contains(course) || w.confirmed.contains("*")
@@ -515,7 +523,7 @@ fn a_reconnect_rereads_every_watched_course() {
 }
 
 #[test]
-fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded() {
+fn slots_that_move_or_are_served_again_reread_every_watched_course_and_a_blind_one_is_degraded() {
     use crate::channels::Topology;
     use crate::slots::{key_slot, BlindSlots};
     let mut r = rig(1);
@@ -532,7 +540,8 @@ fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded()
     };
     assert!(r.ingest.command(IngestCmd::Topology(t), T0 + 1));
     r.turn();
-    assert_eq!(r.log(), ["load A"]);
+    // The source moves its channels by the map; the course is read again.
+    assert_eq!(r.log(), ["topology moved=true down=0", "load A"]);
     assert_eq!(r.routed(0), [("A".into(), 1, 7)]);
     // A silent primary: degraded only while it serves a watched course's key.
     let slot = key_slot(b"seatstate:A");
@@ -545,11 +554,16 @@ fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded()
     } else {
         vec![(1, 16383)]
     };
-    for (ranges, up) in [
-        (elsewhere, true),
-        (vec![(slot, slot)], false),
-        (vec![], true),
-    ] {
+    // (blind slots, Redis up, read again): a slot blind before and served
+    // now means its primary answers again, and publishes were refused
+    // while it was silent.
+    let steps = [
+        (elsewhere, true, false),
+        (vec![(slot, slot)], false, true),
+        (vec![(slot, slot)], false, false),
+        (vec![], true, true),
+    ];
+    for (ranges, up, reread) in steps {
         let t = Topology {
             moved: None,
             down: vec![("127.0.0.1".into(), 7000)],
@@ -557,8 +571,13 @@ fn slots_moved_reread_every_watched_course_and_a_blind_slot_of_one_is_degraded()
         };
         assert!(r.ingest.command(IngestCmd::Topology(t), T0 + 2));
         assert_eq!(r.ingest.redis_up(), up);
+        r.turn();
+        let mut want = vec!["topology moved=false down=1"];
+        if reread {
+            want.push("load A");
+        }
+        assert_eq!(r.log(), want);
     }
-    assert!(r.log().is_empty(), "no move, no reread");
 }
 
 #[test]

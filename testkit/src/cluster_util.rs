@@ -277,6 +277,19 @@ impl Cluster {
         }
     }
 
+    /// SIGSTOPs the node on `port`: it still takes connections (its kernel
+    /// does) but answers nothing, until the cluster promotes its replica.
+    pub fn freeze(&self, port: u16) {
+        if let Some(c) = self
+            .nodes
+            .iter()
+            .find(|n| n.port == port)
+            .and_then(|n| n.child.as_ref())
+        {
+            c.signal(libc::SIGSTOP);
+        }
+    }
+
     /// Waits until the node on `port` reports itself primary; when it did.
     pub fn wait_promoted(&self, port: u16, timeout: Duration) -> Instant {
         wait_for(timeout, || {

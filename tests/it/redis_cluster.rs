@@ -298,6 +298,46 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
 }
 
 #[test]
+fn a_frozen_primarys_courses_are_true_within_5s_of_its_replicas_promotion() {
+    let cluster = Cluster::start();
+    let victim = cluster.primaries().remove(1);
+    let replica = cluster.replica_of(&victim.id);
+    let courses = courses_on(&victim, 2);
+    for c in &courses {
+        assert!(publish(&cluster, c, 1, 1));
+    }
+    let sb = serve(&cluster);
+    let mut viewers: Vec<(String, common::Ws)> = courses
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut ws = client(&sb, &format!("user=z{i}"));
+            assert_eq!(seats_taken(&watch(&mut ws, c), 1), Some(1));
+            (c.clone(), ws)
+        })
+        .collect();
+    // Frozen, not dead: no connection of the node breaks until a keepalive
+    // gives up on it, long after the promotion.
+    cluster.freeze(victim.port);
+    let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
+    for c in &courses {
+        publish_retrying(&cluster, c, 7, 3);
+    }
+    for (c, ws) in &mut viewers {
+        let f = read_until(ws, Duration::from_secs(15), |m| {
+            m["type"] == "frame" && m["course"] == c.as_str() && seats_taken(m, 1) == Some(7)
+        });
+        assert!(f.is_some(), "{c}: board not true after the failover");
+    }
+    let took = promoted.elapsed();
+    println!(
+        "frozen primary: every board true {:.2} s after the promotion",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
 fn slot_migration_keeps_a_watched_course_live() {
     let cluster = Cluster::start();
     let course = "CL1";

@@ -120,7 +120,7 @@ impl Classic {
         // hears every PUBLISH; standalone: the same one again).
         self.node = self.node.wrapping_add(1);
         if self.redis.mode() == Some(Mode::Cluster) {
-            self.dialer.read_map();
+            let _ = self.dialer.read_map();
         }
         self.backoff.failed();
     }

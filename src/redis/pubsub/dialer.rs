@@ -118,11 +118,14 @@ impl Dialer {
         }
     }
 
-    /// Asks for the slot map, unless that is asked already.
-    pub fn read_map(&mut self) {
-        if !self.mapping {
-            self.mapping = self.jobs.send(Job::SlotMap).is_ok();
+    /// Asks for the slot map, unless that is asked already; true when this
+    /// call asked.
+    pub fn read_map(&mut self) -> bool {
+        if self.mapping {
+            return false;
         }
+        self.mapping = self.jobs.send(Job::SlotMap).is_ok();
+        self.mapping
     }
 
     /// Whether anything is asked and not answered yet (its answer wakes

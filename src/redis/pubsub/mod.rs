@@ -19,6 +19,7 @@ pub use source::{Source, SourceEvent};
 
 use crate::redis::backoff::Backoff;
 use crate::redis::Redis;
+use crate::slots::{Addr, SlotMap};
 use classic::Classic;
 use dialer::{Dialed, Dialer};
 use sharded::Sharded;
@@ -158,6 +159,9 @@ impl Source for PubSub {
     fn cover(&mut self, courses: &[String]) {
         self.inner().cover(courses);
     }
+    fn topology(&mut self, moved: Option<&SlotMap>, down: &[Addr]) {
+        self.inner().topology(moved, down);
+    }
     fn flush(&mut self) {
         self.inner().flush();
     }
@@ -192,6 +196,7 @@ impl Source for Learning {
     fn set_firehose(&mut self, on: bool) {
         self.firehose = on;
     }
+    fn topology(&mut self, _moved: Option<&SlotMap>, _down: &[Addr]) {}
     fn subscribed(&self, _course: &str) -> bool {
         false
     }

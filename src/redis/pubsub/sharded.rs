@@ -48,6 +48,10 @@ pub struct Sharded {
     channel_prefix: String,
     map: Option<SlotMap>,
     map_at: Instant,
+    /// When the map reader was last asked for a map: one it answers that was
+    /// asked before the probe handed over a newer map is dropped unread (it
+    /// may come from a node that had not seen the promotion yet).
+    map_asked: Instant,
     /// The map is known wrong: placement waits for its reread.
     map_dirty: bool,
     /// A dial failed (a failover may have moved its slots): the map is
@@ -102,6 +106,7 @@ impl Sharded {
             channel_prefix: channel_prefix.to_owned(),
             map: None,
             map_at: Instant::now(),
+            map_asked: Instant::now(),
             map_dirty: true,
             map_check: false,
             map_backoff: Backoff::capped(super::classic::RECONNECT_CAP),
@@ -321,6 +326,8 @@ impl Sharded {
     fn answers(&mut self) {
         while let Some(a) = self.dialer.answer() {
             match a {
+                // Asked before the map held was read: older than it.
+                Dialed::SlotMap(_) if self.map.is_some() && self.map_asked < self.map_at => {}
                 Dialed::SlotMap(r) => self.map_read(r),
                 Dialed::Conn(addr, Ok(c)) => {
                     self.dial_backoff.remove(&addr);
@@ -440,8 +447,8 @@ impl Sharded {
                 self.unplace(&c);
             }
         }
-        if stale && self.map_backoff.ready() {
-            self.dialer.read_map();
+        if stale && self.map_backoff.ready() && self.dialer.read_map() {
+            self.map_asked = Instant::now();
         }
         // Placed on a fresh map only: a dirty one waits for its reread.
         let mapped = self.map.is_some() && !self.map_dirty;

@@ -55,7 +55,7 @@ pub trait Source: Send {
     /// stopped answering the state reader's probe: a source placed by slot
     /// moves its channels by that map, a source held on a node found down
     /// moves to another now rather than at its own keepalive's deadline.
-    fn topology(&mut self, _moved: Option<&crate::slots::SlotMap>, _down: &[crate::slots::Addr]) {}
+    fn topology(&mut self, moved: Option<&crate::slots::SlotMap>, down: &[crate::slots::Addr]);
     /// Writes what this turn of the ingest loop asked for ((un)subscriptions
     /// gathered into as few commands as possible), without waiting.
     fn flush(&mut self) {}
