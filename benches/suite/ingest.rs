@@ -26,6 +26,12 @@ impl Source for Quiet {
     fn subscribe(&mut self, _course: &str) {}
     fn unsubscribe(&mut self, _course: &str) {}
     fn set_firehose(&mut self, _on: bool) {}
+    fn topology(
+        &mut self,
+        _moved: Option<&seatboard::slots::SlotMap>,
+        _down: &[seatboard::slots::Addr],
+    ) {
+    }
     fn subscribed(&self, _course: &str) -> bool {
         true
     }
