@@ -10,23 +10,17 @@ use crate::redis_util;
 
 use cluster_util::{cli, courses_on, Cluster};
 use common::*;
-use redis_util::{client, read_until, watch};
+use redis_util::{client, read_until, serve_on, watch};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
 fn serve(cluster: &Cluster) -> Seatboard {
-    let uri = cluster.uri();
-    Seatboard::start(&[
-        "serve",
-        "--auth",
-        "none",
-        "--redis",
-        &uri,
-        "--tick-ms",
-        "50",
-        "--shards",
-        "2",
-    ])
+    serve_on(&cluster.uri(), &[])
+}
+
+/// A `--pubsub classic` node on one shard, seeded with `uri`.
+fn serve_classic(uri: &str) -> Seatboard {
+    serve_on(uri, &["--pubsub", "classic", "--shards", "1"])
 }
 
 /// `seatboard publish` into the cluster (SPUBLISH); true on exit 0.
@@ -58,6 +52,48 @@ fn publish_retrying(cluster: &Cluster, course: &str, taken: u32, version: u64) {
         publish(cluster, course, taken, version).then_some(())
     })
     .expect("publish never succeeded");
+}
+
+/// One viewer per course, each shown the course's first board (section 1 at
+/// `taken` seats).
+fn viewers_of(sb: &Seatboard, courses: &[String], taken: u32) -> Vec<(String, common::Ws)> {
+    courses
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let mut ws = client(sb, &format!("user=v{i}"));
+            let a = watch(&mut ws, c);
+            assert_eq!(seats_taken(&a, 1), Some(u64::from(taken)), "{a}");
+            (c.clone(), ws)
+        })
+        .collect()
+}
+
+/// Publishes `taken` at `version` to every course until the cluster takes
+/// it, then waits until each viewer shows it; how long after `since` the
+/// last one did.
+fn all_true_after(
+    cluster: &Cluster,
+    viewers: &mut [(String, common::Ws)],
+    taken: u32,
+    version: u64,
+    since: Instant,
+) -> Duration {
+    for (c, _) in viewers.iter() {
+        publish_retrying(cluster, c, taken, version);
+    }
+    for (c, ws) in viewers.iter_mut() {
+        let f = read_until(ws, Duration::from_secs(15), |m| {
+            m["type"] == "frame"
+                && m["course"] == c.as_str()
+                && seats_taken(m, 1) == Some(u64::from(taken))
+        });
+        assert!(
+            f.is_some(),
+            "{c}: board not true after the failover (or viewer closed)"
+        );
+    }
+    since.elapsed()
 }
 
 #[test]
@@ -218,19 +254,7 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
     let sb = serve(&cluster);
     // A --pubsub classic node whose first seed is the victim: it must move on.
     let classic_uri = format!("redis://127.0.0.1:{},{}", victim.port, cluster.uri());
-    let classic = Seatboard::start(&[
-        "serve",
-        "--auth",
-        "none",
-        "--redis",
-        &classic_uri,
-        "--pubsub",
-        "classic",
-        "--tick-ms",
-        "50",
-        "--shards",
-        "1",
-    ]);
+    let classic = serve_classic(&classic_uri);
     let mut classic_ws = client(&classic, "user=c1");
     watch(&mut classic_ws, "CX0");
     assert!(publish_with(
@@ -247,31 +271,10 @@ fn failover_keeps_viewers_and_boards_true_within_5s() {
         .is_some(),
         "classic pub/sub in a cluster"
     );
-    let mut viewers: Vec<(String, common::Ws)> = courses
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let mut ws = client(&sb, &format!("user=v{i}"));
-            let a = watch(&mut ws, c);
-            assert_eq!(seats_taken(&a, 1), Some(1), "{a}");
-            (c.clone(), ws)
-        })
-        .collect();
+    let mut viewers = viewers_of(&sb, &courses, 1);
     cluster.kill(victim.port);
     let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
-    for c in &courses {
-        publish_retrying(&cluster, c, 7, 3);
-    }
-    for (c, ws) in &mut viewers {
-        let f = read_until(ws, Duration::from_secs(15), |m| {
-            m["type"] == "frame" && m["course"] == c.as_str() && seats_taken(m, 1) == Some(7)
-        });
-        assert!(
-            f.is_some(),
-            "{c}: board not true after the failover (or viewer closed)"
-        );
-    }
-    let took = promoted.elapsed();
+    let took = all_true_after(&cluster, &mut viewers, 7, 3, promoted);
     println!(
         "failover: every board true {:.2} s after the replica's promotion ({} courses, seeds {seed})",
         took.as_secs_f64(),
@@ -307,29 +310,12 @@ fn a_frozen_primarys_courses_are_true_within_5s_of_its_replicas_promotion() {
         assert!(publish(&cluster, c, 1, 1));
     }
     let sb = serve(&cluster);
-    let mut viewers: Vec<(String, common::Ws)> = courses
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            let mut ws = client(&sb, &format!("user=z{i}"));
-            assert_eq!(seats_taken(&watch(&mut ws, c), 1), Some(1));
-            (c.clone(), ws)
-        })
-        .collect();
+    let mut viewers = viewers_of(&sb, &courses, 1);
     // Frozen, not dead: no connection of the node breaks until a keepalive
     // gives up on it, long after the promotion.
     cluster.freeze(victim.port);
     let promoted = cluster.wait_promoted(replica.port, Duration::from_secs(30));
-    for c in &courses {
-        publish_retrying(&cluster, c, 7, 3);
-    }
-    for (c, ws) in &mut viewers {
-        let f = read_until(ws, Duration::from_secs(15), |m| {
-            m["type"] == "frame" && m["course"] == c.as_str() && seats_taken(m, 1) == Some(7)
-        });
-        assert!(f.is_some(), "{c}: board not true after the failover");
-    }
-    let took = promoted.elapsed();
+    let took = all_true_after(&cluster, &mut viewers, 7, 3, promoted);
     println!(
         "frozen primary: every board true {:.2} s after the promotion",
         took.as_secs_f64()
@@ -585,19 +571,7 @@ fn a_classic_node_rereads_after_a_failover_it_did_not_see_and_is_degraded_withou
     let uri = format!("redis://127.0.0.1:{},{}", held.port, cluster.uri());
     let classic = ["--pubsub", "classic"];
     assert!(publish_with(&uri, &classic, &course, 1, 1));
-    let sb = Seatboard::start(&[
-        "serve",
-        "--auth",
-        "none",
-        "--redis",
-        &uri,
-        "--pubsub",
-        "classic",
-        "--tick-ms",
-        "50",
-        "--shards",
-        "1",
-    ]);
+    let sb = serve_classic(&uri);
     let mut ws = client(&sb, "user=f1");
     let a = watch(&mut ws, &course);
     assert_eq!(seats_taken(&a, 1), Some(1), "{a}");

@@ -103,17 +103,7 @@ fn a_state_read_redis_refuses_for_now_is_asked_again_not_taken_as_empty() {
     assert_eq!(redis.cli(&acl), "OK");
     redis.cli(&["HSET", "seatstate:ACL1", "1", &payload("ACL1", 1, 30, 7, 3)]);
     let uri = redis.uri().replacen("redis://", "redis://sb:pw@", 1);
-    let sb = Seatboard::start(&[
-        "serve",
-        "--auth",
-        "none",
-        "--redis",
-        &uri,
-        "--tick-ms",
-        "50",
-        "--shards",
-        "1",
-    ]);
+    let sb = serve_on(&uri, &["--shards", "1"]);
     let mut ws = client(&sb, "user=a");
     let first = watch(&mut ws, "ACL1");
     assert_eq!(first["sections"], json!([]), "{first}");

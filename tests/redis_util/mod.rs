@@ -14,16 +14,7 @@ use std::time::{Duration, Instant};
 /// subscribed only when it connects, so a PUBLISH right after the watch
 /// answer could go unseen).
 pub fn serve(redis: &RedisServer, extra: &[&str]) -> Seatboard {
-    let uri = redis.uri();
-    let mut args = vec!["serve", "--auth", "none", "--redis", uri.as_str()];
-    args.extend_from_slice(extra);
-    if !extra.contains(&"--tick-ms") {
-        args.extend_from_slice(&["--tick-ms", "50"]);
-    }
-    if !extra.contains(&"--shards") {
-        args.extend_from_slice(&["--shards", "2"]);
-    }
-    let sb = Seatboard::start(&args);
+    let sb = serve_on(&redis.uri(), extra);
     if redis.running() {
         wait_for(Duration::from_secs(15), || {
             (healthz_json(sb.port)["redis"] == true).then_some(())
@@ -31,6 +22,20 @@ pub fn serve(redis: &RedisServer, extra: &[&str]) -> Seatboard {
         .expect("the node's Redis connection did not come up");
     }
     sb
+}
+
+/// `seatboard serve --auth none --redis uri`, two shards and fast ticks
+/// unless `extra` says otherwise, plus `extra`; returns once it answers.
+pub fn serve_on(uri: &str, extra: &[&str]) -> Seatboard {
+    let mut args = vec!["serve", "--auth", "none", "--redis", uri];
+    args.extend_from_slice(extra);
+    if !extra.contains(&"--tick-ms") {
+        args.extend_from_slice(&["--tick-ms", "50"]);
+    }
+    if !extra.contains(&"--shards") {
+        args.extend_from_slice(&["--shards", "2"]);
+    }
+    Seatboard::start(&args)
 }
 
 /// A connected client (hello already read).
