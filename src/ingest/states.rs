@@ -21,6 +21,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How often the probe looks at the slot map while a primary is silent.
+const DOWN_PROBE: Duration = Duration::from_millis(250);
+
 /// One round trip as measured: the node it was measured to (`None` for a
 /// standalone Redis), and its seconds (`None`: no answer).
 pub type RoundTrip = (Option<String>, Option<f64>);
@@ -358,10 +361,18 @@ impl StateStore for RedisStates {
     fn next_ping(&self, every: Duration) -> Duration {
         // Every probe goes through the link first (its mode, its slot map).
         let link = self.link.next_turn(!self.link.is_connected(), every);
+        // While a primary is silent, its replica's promotion is looked for
+        // in the slot map four times a second (the silent one is asked only
+        // when its own backoff says).
+        let watch = if self.down.is_empty() {
+            every
+        } else {
+            DOWN_PROBE
+        };
         self.ping_backoff
             .values()
             .map(Backoff::wait)
-            .fold(link, Duration::min)
+            .fold(link.min(watch), Duration::min)
     }
 
     fn retry_now(&mut self) {
