@@ -367,6 +367,8 @@ export class SeatClient extends EventTarget {
     this.retryAt = now + delay;
     this._env.clearTimeout(this._timer);
     this._timer = this._env.setTimeout(() => this._open(), delay);
+    // A drain hint already said when: its close is no news.
+    if (reason === "drain" && this.status === "reconnecting") return;
     this._setStatus("reconnecting", { reason, delay_ms: delay });
   }
 
