@@ -156,7 +156,7 @@ fn parse_with<'a>(
         ..RequestHead::default()
     };
     // Each line of a header that must come once is counted, its value UTF-8 or not.
-    let (mut key_lines, mut version_lines) = (0u8, 0u8);
+    let (mut key_lines, mut version_lines, mut host_lines) = (0u8, 0u8, 0u8);
     for h in req.headers.iter() {
         let Some(name) = Header::named(h.name) else {
             continue;
@@ -165,9 +165,22 @@ fn parse_with<'a>(
             Header::WsKey => key_lines = key_lines.saturating_add(1),
             Header::WsVersion => version_lines = version_lines.saturating_add(1),
             Header::Origin => head.origin_lines = head.origin_lines.saturating_add(1),
+            Header::Host => host_lines = host_lines.saturating_add(1),
             _ => {}
         }
         let Ok(value) = std::str::from_utf8(h.value) else {
+            match name {
+                // Another cookie's stray byte does not hide the token's cookie.
+                Header::Cookie => join_into(
+                    &mut head.cookie,
+                    "; ",
+                    Cow::Owned(String::from_utf8_lossy(h.value).into_owned()),
+                ),
+                // An origin that cannot be read is no origin any rule allows.
+                Header::Origin => head.origin = Some(UNREADABLE_ORIGIN),
+                Header::Host => return Err(HeadError::Malformed.into()),
+                _ => {}
+            }
             continue;
         };
         let value = value.trim();
@@ -180,25 +193,30 @@ fn parse_with<'a>(
             Header::Host => &mut head.host,
             Header::Authorization => &mut head.authorization,
             Header::Cookie => {
-                join_into(&mut head.cookie, "; ", value);
+                join_into(&mut head.cookie, "; ", Cow::Borrowed(value));
                 continue;
             }
             Header::AcceptEncoding => {
-                join_into(&mut head.accept_encoding, ", ", value);
+                join_into(&mut head.accept_encoding, ", ", Cow::Borrowed(value));
                 continue;
             }
             Header::IfNoneMatch => {
-                join_into(&mut head.if_none_match, ", ", value);
+                join_into(&mut head.if_none_match, ", ", Cow::Borrowed(value));
                 continue;
             }
             Header::WsExtensions => {
-                join_into(&mut head.ws_extensions, ", ", value);
+                join_into(&mut head.ws_extensions, ", ", Cow::Borrowed(value));
                 continue;
             }
         };
         *slot = Some(value);
     }
     head.ws_repeated = key_lines > 1 || version_lines > 1;
+    // RFC 9112 section 3.2: a second `Host` line, or one that is no
+    // `host[:port]`, is a 400 (and the cookie's origin rule reads it).
+    if host_lines > 1 || head.host.is_some_and(|h| !is_authority(h)) {
+        return Err(HeadError::Malformed.into());
+    }
     if authority.is_some() {
         // The target's host, not the `Host` header (RFC 9112 section 3.2.2).
         head.host = authority;
@@ -265,15 +283,26 @@ impl Header {
 
 /// Appends a repeated header's value to what an earlier line gave (a
 /// header on one line stays borrowed).
-fn join_into<'a>(slot: &mut Option<Cow<'a, str>>, sep: &str, value: &'a str) {
+fn join_into<'a>(slot: &mut Option<Cow<'a, str>>, sep: &str, value: Cow<'a, str>) {
     match slot {
         Some(c) => {
             let c = c.to_mut();
             c.push_str(sep);
-            c.push_str(value);
+            c.push_str(&value);
         }
-        None => *slot = Some(Cow::Borrowed(value)),
+        None => *slot = Some(value),
     }
+}
+
+/// What [`RequestHead::origin`] holds for an `Origin` that is not UTF-8:
+/// equal to no allowed origin and the host of no request.
+pub const UNREADABLE_ORIGIN: &str = "\u{fffd}";
+
+/// Whether a `Host` value can be an authority (`uri-host[:port]`, RFC 3986
+/// section 3.2): visible ASCII with none of the delimiters that end one.
+fn is_authority(host: &str) -> bool {
+    host.bytes()
+        .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b'?' | b'#' | b'@' | b'\\'))
 }
 
 /// Where a request's token was found.
@@ -415,17 +444,16 @@ impl<'a> RequestHead<'a> {
         named.or(star).unwrap_or(false)
     }
 
-    /// True when `If-None-Match` names one of `etags` (weak comparison) or is `*`.
-    pub fn none_match_hits(&self, etags: &[&str]) -> bool {
+    /// True when `If-None-Match` names `etag`, the tag of the representation
+    /// that would be sent (weak comparison), or is `*`.
+    pub fn none_match_hits(&self, etag: &str) -> bool {
         let Some(list) = self.if_none_match.as_deref() else {
             return false;
         };
+        let etag = etag.strip_prefix("W/").unwrap_or(etag);
         list.split(',').map(str::trim).any(|tag| {
             let tag = tag.strip_prefix("W/").unwrap_or(tag);
-            tag == "*"
-                || etags
-                    .iter()
-                    .any(|e| e.strip_prefix("W/").unwrap_or(e) == tag)
+            tag == "*" || tag == etag
         })
     }
 
@@ -603,6 +631,60 @@ mod tests {
         let req = format!("{start}{}\n", "a:\n".repeat(lines + 1));
         assert!(req.len() > MAX_HEAD);
         assert_eq!(parse(req.as_bytes()), Err(HeadError::TooLarge));
+    }
+
+    #[test]
+    fn bytes_that_are_no_utf8_neither_hide_the_token_cookie_nor_an_origin() {
+        let parsed = |extra: &[u8]| {
+            let req = [
+                b"GET /ws HTTP/1.1\r\nHost: x\r\n".as_slice(),
+                extra,
+                b"\r\n",
+            ]
+            .concat();
+            let (h, _) = parse(req.leak()).unwrap().unwrap();
+            (
+                h.cookie_value("seatboard_token").map(str::to_owned),
+                h.origin,
+            )
+        };
+        for cookie in [
+            b"Cookie: city=Z\xfcrich; seatboard_token=ck\r\n".as_slice(),
+            b"Cookie: seatboard_token=ck; city=Z\xfcrich\r\n",
+            b"Cookie: city=Z\xfcrich\r\nCookie: seatboard_token=ck\r\n",
+            b"Cookie: seatboard_token=ck\r\nCookie: city=Z\xfcrich\r\n",
+        ] {
+            assert_eq!(parsed(cookie).0.as_deref(), Some("ck"), "{cookie:?}");
+        }
+        assert_eq!(
+            parsed(b"Origin: https://evil.example\xff\r\n").1,
+            Some(UNREADABLE_ORIGIN)
+        );
+    }
+
+    #[test]
+    fn a_second_host_or_one_that_is_no_authority_is_malformed() {
+        let host = |lines: &str| {
+            let req = format!("GET / HTTP/1.1\r\n{lines}\r\n");
+            parse(req.leak().as_bytes()).map(|h| h.map(|(h, _)| h.host))
+        };
+        assert_eq!(
+            host("Host: a.example:80\r\n"),
+            Ok(Some(Some("a.example:80")))
+        );
+        assert_eq!(host("Host: [::1]:8080\r\n"), Ok(Some(Some("[::1]:8080"))));
+        assert_eq!(host(""), Ok(Some(None)));
+        for bad in [
+            "Host: a\r\nHost: a\r\n",
+            "Host: a\r\nhost: b\r\n",
+            "Host: a b\r\n",
+            "Host: a/b\r\n",
+            "Host: u@a\r\n",
+        ] {
+            assert_eq!(host(bad), Err(HeadError::Malformed), "{bad:?}");
+        }
+        let req = b"GET / HTTP/1.1\r\nHost: a\xff\r\n\r\n";
+        assert_eq!(parse(req), Err(HeadError::Malformed));
     }
 
     #[test]
@@ -840,12 +922,15 @@ mod tests {
 
     #[test]
     fn if_none_match_lists() {
-        let tags = ["\"abc\"", "\"abc-gz\""];
-        assert!(!head("").none_match_hits(&tags));
-        assert!(head("If-None-Match: \"abc\"\r\n").none_match_hits(&tags));
-        assert!(head("If-None-Match: \"x\", W/\"abc-gz\"\r\n").none_match_hits(&tags));
-        assert!(head("If-None-Match: *\r\n").none_match_hits(&tags));
-        assert!(!head("If-None-Match: \"abcd\"\r\n").none_match_hits(&tags));
-        assert!(!head("If-None-Match: abc\r\n").none_match_hits(&tags));
+        let tag = "\"abc\"";
+        assert!(!head("").none_match_hits(tag));
+        assert!(head("If-None-Match: \"abc\"\r\n").none_match_hits(tag));
+        assert!(head("If-None-Match: \"x\", W/\"abc\"\r\n").none_match_hits(tag));
+        assert!(head("If-None-Match: *\r\n").none_match_hits(tag));
+        assert!(!head("If-None-Match: \"abcd\"\r\n").none_match_hits(tag));
+        assert!(!head("If-None-Match: abc\r\n").none_match_hits(tag));
+        // Another encoding's tag is another representation (RFC 9110 section 13.1.2).
+        assert!(!head("If-None-Match: \"abc-gz\"\r\n").none_match_hits(tag));
+        assert!(!head("If-None-Match: \"abc\"\r\n").none_match_hits("\"abc-gz\""));
     }
 }

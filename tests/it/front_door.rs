@@ -26,10 +26,10 @@ fn upgrade_status(port: u16, path: &str, extra: &str) -> (u16, Option<TcpStream>
 }
 
 /// [`upgrade_status`] of the request `request` as it is.
-fn raw_status(port: u16, request: &str) -> (u16, Option<TcpStream>) {
+fn raw_status(port: u16, request: impl AsRef<[u8]>) -> (u16, Option<TcpStream>) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
+    s.write_all(request.as_ref()).unwrap();
     let mut buf = Vec::new();
     let mut b = [0u8; 512];
     while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -923,4 +923,111 @@ fn jwt_on_serve_401_403_and_token_sources() {
     let hello = ws.next_json(Duration::from_secs(10)).expect("hello");
     assert_eq!(hello["user"], "stu");
     assert_eq!(hello["role"], "student");
+}
+
+/// Header bytes that are no UTF-8 change no decision: another cookie's stray
+/// Latin-1 byte leaves the token's cookie readable, an `Origin` that cannot be
+/// read is allowed by no rule (403 where an origin is checked), and a second
+/// `Host` (which the cookie's origin rule reads) is a malformed request (400).
+#[test]
+fn unreadable_header_bytes_and_a_second_host() {
+    use seatboard::auth::mint;
+    use shards::Role;
+    let redis = RedisServer::start();
+    let serve = |origins: &str| {
+        Seatboard::start(&[
+            "serve",
+            "--redis",
+            &redis.uri(),
+            "--shards",
+            "1",
+            "--jwt-secret",
+            TEST_SECRET,
+            "--allowed-origins",
+            origins,
+        ])
+    };
+    let any = serve("");
+    let listed = serve("https://uni.example.edu");
+    let token = mint(
+        TEST_SECRET.as_bytes(),
+        "stu",
+        Role::Student,
+        unix_now() + 600,
+    );
+    let req = |path: &str, extra: &[u8]| {
+        let head = upgrade_request(path, "");
+        let head = head.strip_suffix("\r\n").expect("a head");
+        [head.as_bytes(), extra, b"\r\n"].concat()
+    };
+    let cookie = format!("seatboard_token={token}");
+    for path in ["/ws", "/sse?course=CS101"] {
+        let want = if path == "/ws" { 101 } else { 200 };
+        for extra in [
+            format!("Cookie: city=Z\u{fc}rich; {cookie}\r\n").into_bytes(),
+            [
+                b"Cookie: city=Z\xfcrich; ".as_slice(),
+                cookie.as_bytes(),
+                b"\r\n",
+            ]
+            .concat(),
+            [
+                b"Cookie: ".as_slice(),
+                cookie.as_bytes(),
+                b"; city=Z\xfcrich\r\n",
+            ]
+            .concat(),
+        ] {
+            let (status, _keep) = raw_status(any.port, req(path, &extra));
+            assert_eq!(status, want, "{path} {:?}", String::from_utf8_lossy(&extra));
+        }
+        // The cookie's token from a page on this host: upgrades; from an
+        // origin that cannot be read: 403, as from another host.
+        let from = |origin: &[u8]| {
+            let extra = [
+                b"Origin: ".as_slice(),
+                origin,
+                b"\r\nCookie: ",
+                cookie.as_bytes(),
+                b"\r\n",
+            ]
+            .concat();
+            raw_status(any.port, req(path, &extra)).0
+        };
+        assert_eq!(from(b"http://localhost"), want, "{path}");
+        assert_eq!(from(b"http://localhost\xff"), 403, "{path}");
+        assert_eq!(from(b"http://evil.example"), 403, "{path}");
+        // A listed origin's bearer token upgrades; the same origin with a
+        // stray byte is not on the list.
+        let bearer = |origin: &[u8]| {
+            let extra = [
+                b"Origin: ".as_slice(),
+                origin,
+                b"\r\nAuthorization: Bearer ",
+                token.as_bytes(),
+                b"\r\n",
+            ]
+            .concat();
+            raw_status(listed.port, req(path, &extra)).0
+        };
+        assert_eq!(bearer(b"https://uni.example.edu"), want, "{path}");
+        assert_eq!(bearer(b"https://uni.example.edu\xff"), 403, "{path}");
+    }
+    assert_eq!(refused(&any, "origin"), 4.0);
+    assert_eq!(refused(&listed, "origin"), 2.0);
+    // A second Host, whichever comes first, on an upgrade or any request: 400.
+    let evil =
+        format!("Host: evil.example\r\nOrigin: https://evil.example\r\nCookie: {cookie}\r\n");
+    let (status, _) = raw_status(any.port, req("/ws", evil.as_bytes()));
+    assert_eq!(status, 400);
+    let (status, _) = raw_status(
+        any.port,
+        "GET /healthz HTTP/1.1\r\nHost: evil.example\r\nHost: localhost\r\n\r\n",
+    );
+    assert_eq!(status, 400);
+    let (status, _) = raw_status(any.port, "GET /healthz HTTP/1.1\r\nHost: a b\r\n\r\n");
+    assert_eq!(status, 400);
+    let (status, _) = raw_status(any.port, "GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n");
+    assert_eq!(status, 200);
+    assert_eq!(refused(&any, "bad_request"), 3.0);
 }

@@ -94,7 +94,7 @@ impl EmbeddedPage {
     pub fn respond(&self, head: &RequestHead<'_>) -> Response {
         let gzip = !self.gzip.is_empty() && head.accepts_encoding("gzip");
         let etag = if gzip { &self.etag_gzip } else { &self.etag };
-        let mut resp = if head.none_match_hits(&[&self.etag, &self.etag_gzip]) {
+        let mut resp = if head.none_match_hits(etag) {
             Response::not_modified()
         } else if gzip {
             Response::html(self.gzip.clone()).header("Content-Encoding: gzip".into())

@@ -28,12 +28,12 @@ fn courses(head: &RequestHead<'_>) -> Option<Vec<String>> {
 /// page of the university's own site may read the stream (with credentials).
 fn cors(head: &RequestHead<'_>) -> Vec<String> {
     match head.origin {
-        Some(origin) => vec![
+        Some(origin) if origin != shards::http_head::UNREADABLE_ORIGIN => vec![
             format!("Access-Control-Allow-Origin: {origin}"),
             "Access-Control-Allow-Credentials: true".into(),
             "Vary: Origin".into(),
         ],
-        None => Vec::new(),
+        _ => Vec::new(),
     }
 }
 
