@@ -22,7 +22,7 @@ fn upgrade(port: u16, path: &str, extra: &str) -> HttpResponse {
 
 /// A valid upgrade's status (the 101 keeps the socket open, so read just the head).
 fn upgrade_status(port: u16, path: &str, extra: &str) -> (u16, Option<TcpStream>) {
-    raw_status(port, &upgrade_request(path, extra))
+    raw_status(port, upgrade_request(path, extra))
 }
 
 /// [`upgrade_status`] of the request `request` as it is.
@@ -531,7 +531,7 @@ fn a_head_under_8_kib_is_parsed_whatever_its_number_of_lines() {
     assert_eq!(status, 101);
     let up = upgrade_request("/ws?user=v", "");
     let (start, rest) = up.split_once("\r\n").unwrap();
-    let (status, _keep) = raw_status(sb.port, &format!("{start}\r\n{}{rest}", lines(300)));
+    let (status, _keep) = raw_status(sb.port, format!("{start}\r\n{}{rest}", lines(300)));
     assert_eq!(status, 101);
     assert_eq!(refused(&sb, "head_too_large"), 0.0);
 }
