@@ -40,9 +40,14 @@ impl Viewer {
     /// `shown` before any count was sent.
     pub const NO_COUNT: u32 = u32::MAX;
 
+    /// `shown` of a viewer whose watch answer's count waits for a count
+    /// that includes its own join ([`Course::held`]): no other count goes
+    /// to it before that one.
+    pub const HELD: u32 = u32::MAX - 1;
+
     /// A count as `shown` keeps it (a count past `u32` is kept as its cap).
     pub fn count(viewers: u64) -> u32 {
-        viewers.min(u64::from(Self::NO_COUNT - 1)) as u32
+        viewers.min(u64::from(Self::HELD - 1)) as u32
     }
 }
 
@@ -70,12 +75,19 @@ pub(crate) struct Course {
     pub awaiting_count: bool,
     /// The last global count the presence layer sent (`None`: none yet).
     pub global: Option<u64>,
+    /// Viewers whose watch answer went without its count, which waits for
+    /// a count read after their join's presence batch (the batch) was
+    /// applied, or for the moment (Unix ms) it stops waiting.
+    pub held: Vec<(ConnId, u64, u64)>,
     /// This shard's joins (+1) and leaves (-1) of the course that `global`
     /// cannot include yet, summed per presence batch (the batch they go to
     /// the presence layer in), oldest batch first.
     pending: VecDeque<(u64, i32)>,
     /// The sum of `pending`.
     pending_net: i64,
+    /// The latest presence batch with a join of this shard's that no count
+    /// includes yet: a watch answer's count waits for one that does.
+    pub unsettled_join: Option<u64>,
     /// Last presence count broadcast to this course's viewers.
     pub presence: Option<u64>,
     /// That count's message, encoded once, resent to a viewer that heals.
@@ -110,8 +122,10 @@ impl Course {
             awaiting_seed: Vec::new(),
             awaiting_count: false,
             global: None,
+            held: Vec::new(),
             pending: VecDeque::new(),
             pending_net: 0,
+            unsettled_join: None,
             presence: None,
             presence_msg: None,
             presence_mixed: false,
@@ -198,6 +212,9 @@ impl Course {
     /// next count, and only after that many batches without any count).
     pub fn note_presence(&mut self, batch: u64, delta: i32) {
         self.pending_net += i64::from(delta);
+        if delta > 0 {
+            self.unsettled_join = Some(batch);
+        }
         if let Some((b, n)) = self.pending.back_mut() {
             if *b == batch {
                 *n += delta;
@@ -219,6 +236,9 @@ impl Course {
     /// those batches are in it now.
     pub fn settle_presence(&mut self, viewers: u64, applied: u64) {
         self.global = Some(viewers);
+        if self.unsettled_join.is_some_and(|b| b <= applied) {
+            self.unsettled_join = None;
+        }
         while let Some(&(b, n)) = self.pending.front() {
             if b > applied {
                 break;

@@ -74,6 +74,11 @@ pub struct ShardConfig {
     /// that races the seed's subscribe and read; past the wait the answers
     /// show this shard's own estimate.
     pub count_patience_ms: u64,
+    /// How long the count of a watch answer that brought a user new to the
+    /// shard waits for a count read after that user's join was written (0:
+    /// it goes with the board, the shard's estimate). The board goes at
+    /// once; past the wait the count is the shard's estimate.
+    pub count_hold_ms: u64,
 }
 
 impl Default for ShardConfig {
@@ -87,6 +92,7 @@ impl Default for ShardConfig {
             node: "node".into(),
             seed: 0x5eed,
             count_patience_ms: 0,
+            count_hold_ms: 0,
         }
     }
 }

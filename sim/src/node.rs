@@ -112,6 +112,7 @@ impl Node {
                     node: format!("n{id}"),
                     seed: seed ^ (i as u64 + 1),
                     count_patience_ms: seatboard::shard::COUNT_PATIENCE_MS,
+                    count_hold_ms: seatboard::shard::COUNT_HOLD_MS,
                 })
             })
             .collect();

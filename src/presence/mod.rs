@@ -153,6 +153,10 @@ pub struct Worker<P: PresenceStore> {
     adds: HashSet<Member>,
     removes: HashSet<Member>,
     writes_due_ms: Option<u64>,
+    /// Courses a shard joined with a member the node already had (another
+    /// tab on another shard, or one back within the leave window): nothing
+    /// to write, but the shard's watch answer waits for a count all the same.
+    recount: HashSet<Arc<str>>,
     /// Per shard, the last presence batch whose joins and leaves were
     /// handled (every count writes the waiting ones first, so a count read
     /// now includes them): sent with each count, so the shard knows which of
@@ -254,6 +258,7 @@ impl<P: PresenceStore> Worker<P> {
             unremoved: HashSet::default(),
             adds: HashSet::default(),
             removes: HashSet::default(),
+            recount: HashSet::default(),
             writes_due_ms: None,
         }
     }
@@ -358,13 +363,16 @@ impl<P: PresenceStore> Worker<P> {
                 crate::failure::trip(&course);
                 self.handled(from);
                 let key = (course, user);
-                if join(&mut self.members, &mut self.courses, &key) {
+                let added = join(&mut self.members, &mut self.courses, &key) && {
                     if !self.unremoved.is_empty() {
                         self.unremoved.remove(&key);
                     }
-                    if self.removes.is_empty() || !self.removes.remove(&key) {
-                        self.adds.insert(key);
-                    }
+                    self.removes.is_empty() || !self.removes.remove(&key)
+                };
+                if added {
+                    self.adds.insert(key);
+                } else {
+                    self.recount.insert(key.0);
                 }
             }
             PresenceCmd::Leave { course, user, from } => {
@@ -416,7 +424,7 @@ impl<P: PresenceStore> Worker<P> {
     /// presence tick's count stays the only one pushed to viewers already
     /// shown a count.
     fn write_adds_counting(&mut self, now_ms: u64) {
-        if self.adds.is_empty() {
+        if self.adds.is_empty() && self.recount.is_empty() {
             return;
         }
         // Every count writes the removals waiting first: no count sees a
@@ -426,6 +434,10 @@ impl<P: PresenceStore> Worker<P> {
         }
         let adds = take_waiting(&mut self.adds);
         let mut courses: Vec<Arc<str>> = adds.iter().map(|(c, _)| Arc::clone(c)).collect();
+        if !self.recount.is_empty() {
+            courses.extend(self.recount.drain());
+            courses.sort_unstable();
+        }
         courses.dedup();
         let expiry = self.expiry(now_ms);
         let started = Instant::now();

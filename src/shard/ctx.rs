@@ -22,6 +22,12 @@ use std::sync::Arc;
 /// subscribe and read (see [`ShardConfig::count_patience_ms`]).
 pub const COUNT_PATIENCE_MS: u64 = 100;
 
+/// How long the count of a watch answer that brought a user new to the
+/// shard waits for a count read after that user's join was written (see
+/// [`ShardConfig::count_hold_ms`]): the presence worker gathers joins for
+/// up to 50 ms and writes them in one round trip; the board does not wait.
+pub const COUNT_HOLD_MS: u64 = 500;
+
 /// Everything one shard thread's tasks share.
 pub struct ShardCtx {
     /// Shard number.
@@ -72,6 +78,7 @@ impl ShardCtx {
                 node: node.id.clone(),
                 seed: clock::unix_ms() ^ ((index as u64) << 48) | 1,
                 count_patience_ms: COUNT_PATIENCE_MS,
+                count_hold_ms: COUNT_HOLD_MS,
                 ..ShardConfig::default()
             })),
             node,

@@ -19,7 +19,7 @@ use crate::node::Node;
 use conn::Sends;
 use crossbeam_channel::Sender;
 use ctx::ShardCtx;
-pub use ctx::COUNT_PATIENCE_MS;
+pub use ctx::{COUNT_HOLD_MS, COUNT_PATIENCE_MS};
 pub use http::front_door::DEFER_ACCEPT;
 use runtime::monoio_runtime::{self, Built, Monoio};
 use runtime::Runtime;

@@ -242,6 +242,44 @@ fn a_course_s_first_viewer_on_a_node_is_answered_with_the_other_node_s_viewers()
 }
 
 #[test]
+fn a_watch_answer_counts_a_user_watching_elsewhere_once_and_no_viewer_who_left() {
+    // The count a watch answer shows is read from Redis after the viewer's
+    // own join was written: a user already counted on another shard or node
+    // is not one more, and viewers who left since the last presence tick
+    // (a minute here) are not in it.
+    let redis = RedisServer::start();
+    let flags = ["--presence-tick-ms", "60000", "--shards", "2"];
+    let nodes = [serve(&redis, &flags), serve(&redis, &flags)];
+    let course = "ONCE101";
+    let first = watch_answer(&nodes[0], "dave", course);
+    assert_eq!(first.count, 1);
+    // Dave's other tabs on both nodes, whichever shard each lands on.
+    let mut tabs = vec![first];
+    for i in 0..6 {
+        let tab = watch_answer(&nodes[i % 2], "dave", course);
+        assert_eq!(tab.count, 1, "dave's tab {i}: dave once");
+        tabs.push(tab);
+    }
+    // Five users come on the first node and leave; the node has counted
+    // them (each answer read with its join), and no tick counts again.
+    let mut gone: Vec<Shown> = (0..5)
+        .map(|i| watch_answer(&nodes[0], &format!("g{i}"), course))
+        .collect();
+    assert_eq!(gone.last().map(|v| v.count), Some(6));
+    for v in &mut gone {
+        let _ = v.ws.close(None);
+    }
+    drop(gone);
+    let key = format!("presence:{course}");
+    let left = wait_for(T, || (redis.cli(&["ZCARD", &key]) == "1").then_some(()));
+    assert!(left.is_some(), "the leaves were not written");
+    for node in &nodes {
+        let erin = watch_answer(node, "erin", course);
+        assert_eq!(erin.count, 2, "dave and erin, on either node");
+    }
+}
+
+#[test]
 fn a_presence_key_that_is_no_sorted_set_leaves_the_other_courses_counted() {
     let redis = RedisServer::start();
     redis.cli(&["SET", "presence:PSTR1", "x"]);

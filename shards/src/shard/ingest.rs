@@ -88,7 +88,8 @@ impl Shard {
     /// that came in time costs no wake-up at its deadline.
     fn trim_count_waits(&mut self) {
         while let Some((_, course)) = self.count_waits.front() {
-            if self.courses.get(course).is_some_and(|c| c.awaiting_count) {
+            let waits = |c: &crate::course::Course| c.awaiting_count || !c.held.is_empty();
+            if self.courses.get(course).is_some_and(waits) {
                 break;
             }
             self.count_waits.pop_front();
@@ -110,9 +111,12 @@ impl Shard {
             let Some((_, course)) = self.count_waits.pop_front() else {
                 break;
             };
-            if self.courses.get(&course).is_some_and(|c| c.awaiting_count) {
+            if let Some(c) = self.courses.get_mut(&course).filter(|c| c.awaiting_count) {
+                // No count came: none will for these answers either.
+                c.unsettled_join = None;
                 self.answer_waiting(&course, now_ms);
             }
+            self.release_held(&course, 0, now_ms);
         }
         self.trim_count_waits();
     }
@@ -164,7 +168,10 @@ impl Shard {
     pub fn handle_join_counts(&mut self, counts: &Counts, applied: u64) {
         for (course, n) in counts.iter() {
             match self.courses.get_mut(&**course) {
-                Some(c) if c.global.is_some() => c.settle_presence(*n, applied),
+                Some(c) if c.global.is_some() => {
+                    c.settle_presence(*n, applied);
+                    self.release_held(course, applied, self.now_ms);
+                }
                 _ => self.handle_presence(course, *n, applied),
             }
             // Kept until the next whole list, for a course first watched
@@ -201,6 +208,11 @@ impl Shard {
             return;
         };
         c.settle_presence(viewers, applied);
+        // The held answers first: their count is this one, not a second.
+        self.release_held(course, applied, self.now_ms);
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
         if c.awaiting_count {
             // The count its first answers waited for.
             let name = Arc::clone(&c.name);
@@ -225,7 +237,7 @@ impl Shard {
         let targets: Vec<ConnId> = c
             .viewers
             .iter_mut()
-            .filter(|v| v.shown != count)
+            .filter(|v| v.shown != count && v.shown != Viewer::HELD)
             .map(|v| {
                 v.shown = count;
                 v.conn

@@ -550,11 +550,13 @@ fn a_first_count_before_the_seed_goes_in_the_watch_answer_and_nothing_before_it(
     assert_eq!(shard.kept_count("C"), None);
 }
 
-/// A shard that waits up to 100 ms for a course's first count, with `u`
+/// A shard that waits up to 100 ms for a course's first count (and for a
+/// count read after a new user's join), with `u`
 /// watching C (its join sent in the batch returned), C not seeded yet.
 fn patient_watcher() -> (Shard, ConnId, u64) {
     let mut shard = Shard::new(ShardConfig {
         count_patience_ms: 100,
+        count_hold_ms: 100,
         ..ShardConfig::default()
     });
     let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
@@ -664,4 +666,76 @@ fn join_counts_of_a_storm_of_new_courses_are_each_kept_and_the_newest_wins() {
     shard.handle_counts(&node_counts(&[("C7", 71)]), 0);
     assert_eq!(shard.kept_count("C0"), None);
     assert_eq!(shard.kept_count("C7"), Some(71));
+}
+
+/// A patient shard whose course C is seeded and counted (3: `u` here and
+/// two viewers elsewhere), `u`'s answer and count taken.
+fn patient_with_count_3() -> (Shard, ConnId) {
+    let (mut shard, u, batch) = patient_watcher();
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    shard.handle_join_counts(&node_counts(&[("C", 3)]), batch);
+    assert_eq!(counts(&mut shard, u), [3]);
+    (shard, u)
+}
+
+/// Joins `user` to C at `now_ms` and sends its presence batch; the batch.
+fn join_c(shard: &mut Shard, user: &str, now_ms: u64) -> (ConnId, u64) {
+    let id = shard.connect(user, Role::Student, WsOptions::VIEWER, now_ms);
+    shard.handle_text(id, r#"{"op":"watch","course":"C"}"#, now_ms);
+    while shard.poll_action().is_some() {}
+    let batch = shard.presence_batch();
+    shard.presence_batch_sent();
+    (id, batch)
+}
+
+#[test]
+fn a_new_user_s_watch_answer_counts_what_redis_counts_after_its_join() {
+    // `w` already watches C on another node (the 3 has it): its watch here
+    // is no new viewer, and since the tick two viewers elsewhere left. The
+    // board goes at once, the count with the count read after w's join.
+    let (mut shard, _) = patient_with_count_3();
+    let (w, batch) = join_c(&mut shard, "w", 10);
+    assert_eq!(full_frames(&mut shard, w, "C"), 1, "the board at once");
+    assert_eq!(counts(&mut shard, w), Vec::<u64>::new(), "no guess of 4");
+    // A tick count read before w's batch is no answer for it.
+    shard.handle_counts(&node_counts(&[("C", 3)]), batch - 1);
+    assert_eq!(counts(&mut shard, w), Vec::<u64>::new());
+    shard.handle_join_counts(&node_counts(&[("C", 2)]), batch);
+    assert_eq!(counts(&mut shard, w), [2], "u and w, once each");
+    // Its count was the answer's: the next tick's (unchanged) sends nothing.
+    shard.handle_counts(&node_counts(&[("C", 2)]), batch);
+    assert_eq!(counts(&mut shard, w), Vec::<u64>::new());
+}
+
+#[test]
+fn a_held_count_that_no_count_answers_goes_at_the_patience_with_the_shards_own() {
+    let (mut shard, _) = patient_with_count_3();
+    let (w, _) = join_c(&mut shard, "w", 10);
+    assert_eq!(shard.poll_timeout(), Some(110), "the hold's deadline");
+    shard.handle_timeout(109);
+    assert_eq!(full_frames(&mut shard, w, "C"), 1);
+    assert_eq!(counts(&mut shard, w), Vec::<u64>::new());
+    shard.handle_timeout(110);
+    assert_eq!(counts(&mut shard, w), [4], "the count held and w");
+    assert_eq!(shard.poll_timeout(), Some(1_000), "only the sweep is left");
+}
+
+#[test]
+fn a_second_connection_of_a_user_here_is_answered_at_once_and_a_gone_viewer_gets_nothing() {
+    let (mut shard, u) = patient_with_count_3();
+    // u's second tab: no join, nothing to wait for.
+    let u2 = shard.connect("u", Role::Student, WsOptions::VIEWER, 10);
+    shard.handle_text(u2, r#"{"op":"watch","course":"C"}"#, 10);
+    assert_eq!(counts(&mut shard, u2), [3]);
+    // A held viewer that unwatches before its count comes is sent none.
+    let (w, batch) = join_c(&mut shard, "w", 20);
+    shard.handle_text(w, r#"{"op":"unwatch","course":"C"}"#, 30);
+    assert_eq!(full_frames(&mut shard, w, "C"), 1);
+    shard.handle_join_counts(&node_counts(&[("C", 4)]), batch);
+    assert_eq!(counts(&mut shard, w), Vec::<u64>::new());
+    assert_eq!(
+        counts(&mut shard, u),
+        Vec::<u64>::new(),
+        "one count per tick"
+    );
 }

@@ -6,6 +6,7 @@ use crate::client_op::OpError;
 use crate::conn::{ConnId, Transport};
 use crate::course::{Course, Viewer};
 use crate::snapshot::valid_course;
+use crate::timer::Timer;
 use std::cmp::Reverse;
 use std::sync::Arc;
 
@@ -114,11 +115,18 @@ impl Shard {
         Ok(())
     }
 
-    /// The answer to a watch: the whole board and the viewer count.
+    /// The answer to a watch: the whole board and the viewer count. While
+    /// a join of this shard's (a user new here, who may be new to the
+    /// course or watch it on another shard or node already) is in no count
+    /// yet, and with a [`crate::ShardConfig::count_hold_ms`], the count goes
+    /// later: read after that join was written ([`Shard::release_held`]),
+    /// or the shard's estimate once the wait is over.
     pub(super) fn answer_watch(&mut self, id: ConnId, course: &str, now_ms: u64) {
+        let patience = self.cfg.count_hold_ms;
         let Some(c) = self.courses.get_mut(course) else {
             return;
         };
+        let hold = c.unsettled_join;
         let plain = c.full_frame();
         let transport = self.conns[id.idx as usize]
             .as_ref()
@@ -139,6 +147,10 @@ impl Shard {
         self.clear_owed(id, course);
         if self.fits(id, frame.len()) {
             self.send_always_as(id, &plain, &frame, Some(&frame));
+            if let Some(batch) = hold.filter(|_| patience > 0) {
+                self.hold_count(id, course, batch, now_ms + patience);
+                return;
+            }
             // The count goes with the board, past the bound as the board does:
             // a count is sent again only when it changes, so one dropped here
             // would leave the viewer without it.
@@ -187,6 +199,66 @@ impl Shard {
         }
         let name = Arc::clone(&c.name);
         self.schedule(&name);
+    }
+
+    /// `id`'s watch answer went without its count: it waits for a count
+    /// that covers presence batch `batch`, or until `due_ms`.
+    fn hold_count(&mut self, id: ConnId, course: &str, batch: u64, due_ms: u64) {
+        let Some(v) = self.viewer_mut(id, course) else {
+            return;
+        };
+        v.shown = Viewer::HELD;
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
+        c.held.push((id, batch, due_ms));
+        let name = Arc::clone(&c.name);
+        self.count_waits.push_back((due_ms, name));
+        if self.timers.get(Timer::Count).is_none() {
+            self.timers.set(Timer::Count, due_ms);
+        }
+    }
+
+    /// Sends the held counts of `course` that are due: those covered by a
+    /// count read after this shard's presence batches up to `applied` were
+    /// applied, and those whose patience is over by `now_ms`; each gets the
+    /// count the shard has now (unless a heal brought it one meanwhile).
+    pub(super) fn release_held(&mut self, course: &str, applied: u64, now_ms: u64) {
+        let Some(c) = self.courses.get_mut(course) else {
+            return;
+        };
+        if c.held.is_empty() {
+            return;
+        }
+        let mut due = Vec::new();
+        c.held.retain(|&(id, batch, at)| {
+            let go = batch <= applied || at <= now_ms;
+            if go {
+                due.push(id);
+            }
+            !go
+        });
+        if due.is_empty() {
+            return;
+        }
+        let (count, presence) = c.count_with_board();
+        for id in due {
+            if self
+                .viewer_mut(id, course)
+                .is_some_and(|v| v.shown == Viewer::HELD)
+            {
+                self.send_always(id, presence.clone());
+                self.set_shown(id, course, count);
+            }
+        }
+    }
+
+    /// The viewer entry of `id` in `course`, if it watches it.
+    fn viewer_mut(&mut self, id: ConnId, course: &str) -> Option<&mut Viewer> {
+        let conn = self.conn(id)?;
+        let vpos = conn.watched[conn.watch_pos(course)?].1 as usize;
+        let v = self.courses.get_mut(course)?.viewers.get_mut(vpos)?;
+        (v.conn == id).then_some(v)
     }
 
     /// Remembers that `id` was sent `count` as `course`'s viewer count.

@@ -83,6 +83,7 @@ impl Sim {
             node: "p".into(),
             seed,
             count_patience_ms: 0,
+            count_hold_ms: 0,
         });
         let clients = (0..nclients)
             .map(|i| {
