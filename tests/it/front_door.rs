@@ -981,37 +981,36 @@ fn unreadable_header_bytes_and_a_second_host() {
             let (status, _keep) = raw_status(any.port, req(path, &extra));
             assert_eq!(status, want, "{path} {:?}", String::from_utf8_lossy(&extra));
         }
+        // A request from `origin` with `credential` (a header line).
+        let from = |port: u16, origin: &[u8], credential: &str| {
+            let extra = [b"Origin: ", origin, b"\r\n", credential.as_bytes(), b"\r\n"].concat();
+            raw_status(port, req(path, &extra)).0
+        };
         // The cookie's token from a page on this host: upgrades; from an
         // origin that cannot be read: 403, as from another host.
-        let from = |origin: &[u8]| {
-            let extra = [
-                b"Origin: ".as_slice(),
-                origin,
-                b"\r\nCookie: ",
-                cookie.as_bytes(),
-                b"\r\n",
-            ]
-            .concat();
-            raw_status(any.port, req(path, &extra)).0
-        };
-        assert_eq!(from(b"http://localhost"), want, "{path}");
-        assert_eq!(from(b"http://localhost\xff"), 403, "{path}");
-        assert_eq!(from(b"http://evil.example"), 403, "{path}");
+        let by_cookie = format!("Cookie: {cookie}");
+        assert_eq!(
+            from(any.port, b"http://localhost", &by_cookie),
+            want,
+            "{path}"
+        );
+        assert_eq!(
+            from(any.port, b"http://localhost\xff", &by_cookie),
+            403,
+            "{path}"
+        );
+        assert_eq!(
+            from(any.port, b"http://evil.example", &by_cookie),
+            403,
+            "{path}"
+        );
         // A listed origin's bearer token upgrades; the same origin with a
         // stray byte is not on the list.
-        let bearer = |origin: &[u8]| {
-            let extra = [
-                b"Origin: ".as_slice(),
-                origin,
-                b"\r\nAuthorization: Bearer ",
-                token.as_bytes(),
-                b"\r\n",
-            ]
-            .concat();
-            raw_status(listed.port, req(path, &extra)).0
-        };
-        assert_eq!(bearer(b"https://uni.example.edu"), want, "{path}");
-        assert_eq!(bearer(b"https://uni.example.edu\xff"), 403, "{path}");
+        let by_bearer = format!("Authorization: Bearer {token}");
+        let listed_origin = b"https://uni.example.edu";
+        assert_eq!(from(listed.port, listed_origin, &by_bearer), want, "{path}");
+        let stray = [listed_origin.as_slice(), b"\xff"].concat();
+        assert_eq!(from(listed.port, &stray, &by_bearer), 403, "{path}");
     }
     assert_eq!(refused(&any, "origin"), 4.0);
     assert_eq!(refused(&listed, "origin"), 2.0);
