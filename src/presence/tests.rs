@@ -207,15 +207,25 @@ fn members_who_come_and_go_together_share_one_write() {
     assert!(r.w.commands(batch, T0));
     assert_eq!(r.writes(), [format!("add C u1, D u2, E u3 {}", T0 + TTL)]);
     assert_eq!(r.w.poll_timeout(), T0 + TICK, "nothing waits");
-    // Leaving (u1's last shard, u2) over the window, and one coming back
-    // (u3, who left and returned inside it): two removals in one write.
+    // Leaving (u1's last shard, u2) over the window: one write at its end.
     let later = T0 + 100;
     assert!(r.w.commands([leave("C", "u1"), leave("D", "u2")], later));
     assert!(r.w.commands([leave("E", "u3")], later + 5));
-    assert!(r.w.commands([join("E", "u3")], later + 10));
     assert!(r.writes().is_empty(), "the window is still open");
     r.w.handle_timeout(later + LEAVE_WINDOW_MS);
-    assert_eq!(r.log(), ["remove C u1, D u2"]);
+    assert_eq!(r.log(), ["remove C u1, D u2, E u3"]);
+    // One coming back inside the window (u5) costs no write of its own, but
+    // its shard's watch answer waits for a count: the removals waiting are
+    // written before it, as before every count.
+    let later = later + 100;
+    assert!(r.w.commands([join("G", "u5"), join("H", "u6")], later));
+    r.log();
+    assert!(r.w.commands([leave("G", "u5"), leave("H", "u6")], later + 50));
+    assert!(r.w.commands([join("G", "u5")], later + 55));
+    assert_eq!(
+        r.log(),
+        ["remove H u6".to_string(), format!("count 1 {}", later + 55)]
+    );
 }
 
 #[test]
@@ -835,9 +845,15 @@ fn a_course_is_counted_with_every_write_that_adds_members() {
     );
     assert_eq!(first(&r, 0), [(vec![("C".to_string(), 4)], 3)]);
     let _ = first(&r, 1);
+    // u4's second tab, on shard 1: no new member and nothing to write, but
+    // shard 1's watch answer waits for a count that covers its batch.
+    assert!(r.w.commands([tagged("C", "u4", 1, 4)], T0 + 4));
+    assert_eq!(r.log(), [format!("count 1 {}", T0 + 4)]);
+    assert_eq!(first(&r, 1), [(vec![("C".to_string(), 4)], 4)]);
+    let _ = first(&r, 0);
     // A write that failed is not followed by a count.
     r.calls.lock().unwrap().down = true;
-    assert!(r.w.commands([tagged("D", "u3", 0, 4)], T0 + 4));
-    assert_eq!(r.log(), [format!("add D u3 {}", T0 + 4 + TTL)]);
+    assert!(r.w.commands([tagged("D", "u3", 0, 4)], T0 + 5));
+    assert_eq!(r.log(), [format!("add D u3 {}", T0 + 5 + TTL)]);
     assert!(first(&r, 0).is_empty());
 }
