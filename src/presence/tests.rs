@@ -220,7 +220,9 @@ fn members_who_come_and_go_together_share_one_write() {
     let later = later + 100;
     assert!(r.w.commands([join("G", "u5"), join("H", "u6")], later));
     r.log();
-    assert!(r.w.commands([leave("G", "u5"), leave("H", "u6")], later + 50));
+    assert!(r
+        .w
+        .commands([leave("G", "u5"), leave("H", "u6")], later + 50));
     assert!(r.w.commands([join("G", "u5")], later + 55));
     assert_eq!(
         r.log(),
