@@ -188,10 +188,15 @@ fn more_than_32_courses_in_the_upgrade_are_refused_past_the_cap() {
     ws.assert_alive();
 }
 
-/// Upgrades with `path` on a raw socket and reads once: the types of the
-/// whole frames that came in that one read behind the `101`'s head (one send
-/// of the node is one read on loopback).
+/// Upgrades with `path` on a raw socket and reads once: the whole frames
+/// that came in that one read behind the `101`'s head (one send of the node
+/// is one read on loopback).
 fn first_read(port: u16, path: &str) -> Vec<serde_json::Value> {
+    first_read_kept(port, path).0
+}
+
+/// [`first_read`], and the socket, open.
+fn first_read_kept(port: u16, path: &str) -> (Vec<serde_json::Value>, TcpStream) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(T)).expect("timeout");
     s.write_all(upgrade_request(path, "").as_bytes())
@@ -211,7 +216,7 @@ fn first_read(port: u16, path: &str) -> Vec<serde_json::Value> {
         at += f.len;
     }
     assert_eq!(at, n, "whole frames only");
-    messages
+    (messages, s)
 }
 
 fn types(messages: &[serde_json::Value]) -> Vec<&str> {
@@ -227,8 +232,18 @@ fn a_held_course_rides_in_the_same_write_as_the_101() {
     // The first viewer makes the one shard hold CS101.
     let mut first = named(sb.port, "first", &["CS101"]);
     first.next_of_type("frame", T).expect("first board");
-    let got = first_read(sb.port, "/ws?user=second&course=CS101");
-    assert_eq!(types(&got), ["hello", "frame", "presence"]);
+    let (got, mut s) = first_read_kept(sb.port, "/ws?user=second&course=CS101");
+    assert_eq!(types(&got), ["hello", "frame"]);
+    // The count follows, read after the new viewer's join was written.
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).expect("the count");
+    let f = shards::read_server_frame(&buf[..n])
+        .ok()
+        .flatten()
+        .expect("a whole frame");
+    let count: serde_json::Value = serde_json::from_slice(f.payload).expect("JSON");
+    assert_eq!(count["type"], "presence", "{count}");
+    assert_eq!(count["viewers"], 2, "first and second");
 }
 
 /// `serve` on Redis `one_way` away behind the test kit's delay proxy, one
