@@ -147,8 +147,8 @@ impl Shard {
         self.clear_owed(id, course);
         if self.fits(id, frame.len()) {
             self.send_always_as(id, &plain, &frame, Some(&frame));
-            if let Some(batch) = hold.filter(|_| patience > 0) {
-                self.hold_count(id, course, batch, now_ms + patience);
+            let held = hold.filter(|_| patience > 0);
+            if held.is_some_and(|batch| self.hold_count(id, course, batch, now_ms + patience)) {
                 return;
             }
             // The count goes with the board, past the bound as the board does:
@@ -201,15 +201,16 @@ impl Shard {
         self.schedule(&name);
     }
 
-    /// `id`'s watch answer went without its count: it waits for a count
-    /// that covers presence batch `batch`, or until `due_ms`.
-    fn hold_count(&mut self, id: ConnId, course: &str, batch: u64, due_ms: u64) {
+    /// Holds `id`'s watch answer's count for a count that covers presence
+    /// batch `batch`, or until `due_ms`; false (nothing held) if `id` is no
+    /// viewer of `course`.
+    fn hold_count(&mut self, id: ConnId, course: &str, batch: u64, due_ms: u64) -> bool {
         let Some(v) = self.viewer_mut(id, course) else {
-            return;
+            return false;
         };
         v.shown = Viewer::HELD;
         let Some(c) = self.courses.get_mut(course) else {
-            return;
+            return false;
         };
         c.held.push((id, batch, due_ms));
         let name = Arc::clone(&c.name);
@@ -217,6 +218,7 @@ impl Shard {
         if self.timers.get(Timer::Count).is_none() {
             self.timers.set(Timer::Count, due_ms);
         }
+        true
     }
 
     /// Sends the held counts of `course` that are due: those covered by a
