@@ -92,7 +92,7 @@ pub fn bind(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>
             };
             return Err(io::Error::new(
                 io::ErrorKind::AddrInUse,
-                format!("{addr} is already held by {who}; refusing to share the port"),
+                format!("--listen {addr} is already held by {who}; refusing to share the port"),
             ));
         }
         tracing::warn!(%addr, "another seatboard holds the port: sharing it (rolling restart)");

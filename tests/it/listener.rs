@@ -29,6 +29,7 @@ fn refuses_a_port_held_by_a_foreign_process() {
         .expect("run");
     assert!(!out.status.success(), "started on a foreign port");
     let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--listen 127.0.0.1:"), "names the flag: {err}");
     assert!(err.contains("already held by"), "{err}");
     assert!(
         err.contains(&std::process::id().to_string()),
