@@ -234,14 +234,27 @@ fn a_held_course_rides_in_the_same_write_as_the_101() {
     first.next_of_type("frame", T).expect("first board");
     let (got, mut s) = first_read_kept(sb.port, "/ws?user=second&course=CS101");
     assert_eq!(types(&got), ["hello", "frame"]);
-    // The count follows, read after the new viewer's join was written.
-    let mut buf = vec![0u8; 4096];
-    let n = s.read(&mut buf).expect("the count");
-    let f = shards::read_server_frame(&buf[..n])
-        .ok()
-        .flatten()
-        .expect("a whole frame");
-    let count: serde_json::Value = serde_json::from_slice(f.payload).expect("JSON");
+    // The count follows (the demo's frames may come before it), read after
+    // the new viewer's join was written.
+    let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 4096]);
+    let count = loop {
+        let n = s.read(&mut chunk).expect("the count");
+        assert!(n > 0, "closed before the count");
+        buf.extend_from_slice(&chunk[..n]);
+        let mut found = None;
+        while let Ok(Some(f)) = shards::read_server_frame(&buf) {
+            let m: serde_json::Value = serde_json::from_slice(f.payload).expect("JSON");
+            let used = f.len;
+            buf.drain(..used);
+            if m["type"] != "frame" {
+                found = Some(m);
+                break;
+            }
+        }
+        if let Some(m) = found {
+            break m;
+        }
+    };
     assert_eq!(count["type"], "presence", "{count}");
     assert_eq!(count["viewers"], 2, "first and second");
 }
