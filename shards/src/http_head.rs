@@ -155,9 +155,24 @@ fn parse_with<'a>(
         minor_version: req.version.unwrap_or(0),
         ..RequestHead::default()
     };
+    read_headers(&mut head, req.headers)?;
+    if authority.is_some() {
+        // The target's host, not the `Host` header (RFC 9112 section 3.2.2).
+        head.host = authority;
+    }
+    Ok(Some((head, consumed)))
+}
+
+/// Takes the header lines the head needs into `head`: each once (the last
+/// line wins), the lists joined, and the lines that must come once counted;
+/// a second or malformed `Host` is malformed.
+fn read_headers<'a>(
+    head: &mut RequestHead<'a>,
+    headers: &[httparse::Header<'a>],
+) -> Result<(), HeadError> {
     // Each line of a header that must come once is counted, its value UTF-8 or not.
     let (mut key_lines, mut version_lines, mut host_lines) = (0u8, 0u8, 0u8);
-    for h in req.headers.iter() {
+    for h in headers.iter() {
         let Some(name) = Header::named(h.name) else {
             continue;
         };
@@ -178,7 +193,7 @@ fn parse_with<'a>(
                 ),
                 // An origin that cannot be read is no origin any rule allows.
                 Header::Origin => head.origin = Some(UNREADABLE_ORIGIN),
-                Header::Host => return Err(HeadError::Malformed.into()),
+                Header::Host => return Err(HeadError::Malformed),
                 _ => {}
             }
             continue;
@@ -215,13 +230,9 @@ fn parse_with<'a>(
     // RFC 9112 section 3.2: a second `Host` line, or one that is no
     // `host[:port]`, is a 400 (and the cookie's origin rule reads it).
     if host_lines > 1 || head.host.is_some_and(|h| !is_authority(h)) {
-        return Err(HeadError::Malformed.into());
+        return Err(HeadError::Malformed);
     }
-    if authority.is_some() {
-        // The target's host, not the `Host` header (RFC 9112 section 3.2.2).
-        head.host = authority;
-    }
-    Ok(Some((head, consumed)))
+    Ok(())
 }
 
 /// An `http` or `https` request target in absolute form (RFC 9112 section
