@@ -211,6 +211,9 @@ pub struct Shard {
     /// Seeded courses whose answers wait for a first count, each with the
     /// moment it stops waiting, oldest first.
     count_waits: VecDeque<(u64, Arc<str>)>,
+    /// Courses holding watch answers' counts, each with the moment its
+    /// first held count stops waiting, earliest first.
+    count_holds: VecDeque<(u64, Arc<str>)>,
 }
 
 /// Sweep interval for pings, silence and slow consumers.
@@ -249,6 +252,7 @@ impl Shard {
             counts: None,
             join_counts: HashMap::new(),
             count_waits: VecDeque::new(),
+            count_holds: VecDeque::new(),
         }
     }
 

@@ -16,12 +16,15 @@ pub(crate) enum Timer {
     /// The next seeded course whose watch answers wait for a first count
     /// to give up waiting ([`crate::ShardConfig::count_patience_ms`]).
     Count = 3,
+    /// The next held watch-answer count to go with the shard's estimate
+    /// ([`crate::ShardConfig::count_hold_ms`]).
+    Hold = 4,
 }
 
 /// The next deadline (ms) of each [`Timer`], if it is running.
 #[derive(Debug, Default)]
 pub(crate) struct TimerTable {
-    data: [Option<u64>; 4],
+    data: [Option<u64>; 5],
 }
 
 impl TimerTable {

@@ -88,8 +88,7 @@ impl Shard {
     /// that came in time costs no wake-up at its deadline.
     fn trim_count_waits(&mut self) {
         while let Some((_, course)) = self.count_waits.front() {
-            let waits = |c: &crate::course::Course| c.awaiting_count || !c.held.is_empty();
-            if self.courses.get(course).is_some_and(waits) {
+            if self.courses.get(course).is_some_and(|c| c.awaiting_count) {
                 break;
             }
             self.count_waits.pop_front();
@@ -116,7 +115,6 @@ impl Shard {
                 c.unsettled_join = None;
                 self.answer_waiting(&course, now_ms);
             }
-            self.release_held(&course, 0, now_ms);
         }
         self.trim_count_waits();
     }

@@ -47,6 +47,7 @@ impl Shard {
             self.schedule(&name);
         }
         self.count_waits_due(now_ms);
+        self.holds_due(now_ms);
         self.drain_due(now_ms);
         self.cut_due(now_ms);
         if self.timers.is_expired(Timer::Sweep, now_ms) {

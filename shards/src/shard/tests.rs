@@ -739,3 +739,36 @@ fn a_second_connection_of_a_user_here_is_answered_at_once_and_a_gone_viewer_gets
         "one count per tick"
     );
 }
+
+#[test]
+fn a_held_count_does_not_delay_a_first_count_s_shorter_wait() {
+    // Counts held 500 ms, first counts awaited 100 ms: a course new here,
+    // seeded after a count was held elsewhere, answers at its own deadline.
+    let mut shard = Shard::new(ShardConfig {
+        count_patience_ms: 100,
+        count_hold_ms: 500,
+        ..ShardConfig::default()
+    });
+    let u = shard.connect("u", Role::Student, WsOptions::VIEWER, 0);
+    shard.handle_text(u, r#"{"op":"watch","course":"C"}"#, 0);
+    shard.handle_seed("C", &[snap(1, 3, None)], 0);
+    shard.handle_timeout(100);
+    assert_eq!(counts(&mut shard, u), [1]);
+    let (w, _) = join_c(&mut shard, "w", 10);
+    assert_eq!(full_frames(&mut shard, w, "C"), 1);
+    let d = shard.connect("d", Role::Student, WsOptions::VIEWER, 20);
+    shard.handle_text(d, r#"{"op":"watch","course":"D"}"#, 20);
+    shard.handle_seed("D", &[snap(1, 3, None)], 20);
+    assert_eq!(shard.poll_timeout(), Some(120));
+    shard.handle_timeout(120);
+    assert!(!shard.awaits_seed(d), "D's answer went at its deadline");
+    assert_eq!(counts(&mut shard, d), [1]);
+    assert_eq!(
+        counts(&mut shard, w),
+        Vec::<u64>::new(),
+        "w's count still held"
+    );
+    assert_eq!(shard.poll_timeout(), Some(510));
+    shard.handle_timeout(510);
+    assert_eq!(counts(&mut shard, w), [2]);
+}

@@ -213,12 +213,42 @@ impl Shard {
             return false;
         };
         c.held.push((id, batch, due_ms));
-        let name = Arc::clone(&c.name);
-        self.count_waits.push_back((due_ms, name));
-        if self.timers.get(Timer::Count).is_none() {
-            self.timers.set(Timer::Count, due_ms);
+        if c.held.len() == 1 {
+            let name = Arc::clone(&c.name);
+            self.queue_hold(due_ms, name);
         }
         true
+    }
+
+    /// Queues `course`'s next held count to go at `due_ms`, in order.
+    fn queue_hold(&mut self, due_ms: u64, course: Arc<str>) {
+        let at = self.count_holds.partition_point(|(due, _)| *due <= due_ms);
+        self.count_holds.insert(at, (due_ms, course));
+        self.timers
+            .set_or_stop(Timer::Hold, self.count_holds.front().map(|(d, _)| *d));
+    }
+
+    /// Held counts whose wait is over by `now_ms` go with the shard's
+    /// estimate; a course still holding later ones is queued again.
+    pub(super) fn holds_due(&mut self, now_ms: u64) {
+        if !self.timers.is_expired(Timer::Hold, now_ms) {
+            return;
+        }
+        while let Some((due, _)) = self.count_holds.front() {
+            if *due > now_ms {
+                break;
+            }
+            let Some((_, course)) = self.count_holds.pop_front() else {
+                break;
+            };
+            self.release_held(&course, 0, now_ms);
+            let next = self.courses.get(&course).and_then(|c| c.held.first());
+            if let Some(&(_, _, due)) = next {
+                self.queue_hold(due, course);
+            }
+        }
+        self.timers
+            .set_or_stop(Timer::Hold, self.count_holds.front().map(|(d, _)| *d));
     }
 
     /// Sends the held counts of `course` that are due: those covered by a
