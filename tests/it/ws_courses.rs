@@ -372,3 +372,35 @@ fn a_course_named_twice_is_answered_twice_and_watched_once() {
     assert_eq!(e["code"], "too_many_courses", "{e}");
     ws.assert_alive();
 }
+
+#[test]
+fn a_held_course_s_count_is_read_after_the_join_with_redis_5_ms_away() {
+    // Redis 2.5 ms each way. A viewer on another node is written after the
+    // node's last count of the course; a new viewer here is answered with
+    // the board at once and then with the count Redis holds after its own
+    // join: the three of them, not the node's last count and itself.
+    let far = RedisAtDistance::start(Duration::from_micros(2_500));
+    let sb = serve_far(&far);
+    let mut first = named(sb.port, "a", &["FAR1"]);
+    let p = first.next_of_type("presence", T).expect("a's count");
+    assert_eq!(p["viewers"], 1);
+    let expiry = (std::time::SystemTime::now() + Duration::from_secs(60))
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis()
+        .to_string();
+    far.redis.cli(&["ZADD", "presence:FAR1", &expiry, "b"]);
+    let asked = Instant::now();
+    let (got, mut s) = first_read_kept(sb.port, "/ws?user=c&course=FAR1");
+    assert_eq!(types(&got), ["hello", "frame"], "{got:?}");
+    let mut buf = vec![0u8; 4096];
+    let n = s.read(&mut buf).expect("the count");
+    let f = shards::read_server_frame(&buf[..n])
+        .ok()
+        .flatten()
+        .expect("a whole frame");
+    let count: serde_json::Value = serde_json::from_slice(f.payload).expect("JSON");
+    println!("the count came {:?} after the upgrade", asked.elapsed());
+    assert_eq!(count["type"], "presence", "{count}");
+    assert_eq!(count["viewers"], 3, "a, b on another node, and c");
+}
