@@ -487,7 +487,7 @@ const FAMILIES: &[Family<Metrics>] = &[
     ),
     Family::counter(
         "seatboard_state_stale_total",
-        "State hash entries read older than the version this node held (kept the newer): a publisher writing the hash out of order.",
+        "State hash entries read older than the version this node held (kept the newer, unless a repair wrote the entry): a publisher writing the hash out of order, or a write Redis lost.",
         |m, s| s.one(load(&m.state_stale)),
     ),
     Family::gauge(

@@ -350,6 +350,13 @@ fn coalesce(map: &mut HashMap<(Arc<str>, u32), Arc<Snapshot>>, snap: Arc<Snapsho
     let key = (Arc::clone(&snap.course), snap.section);
     match map.get(&key) {
         Some(cur) if !snap.supersedes(cur) => {}
+        // What follows a replace in the same backlog replaces too: the shard
+        // never saw the one it follows.
+        Some(cur) if cur.replace && !snap.replace => {
+            let mut s = (*snap).clone();
+            s.replace = true;
+            map.insert(key, Arc::new(s));
+        }
         _ => {
             map.insert(key, snap);
         }
@@ -403,6 +410,36 @@ mod tests {
             let want = (0..=last).rev().find(|v| v % 3 == section as u64).unwrap();
             assert_eq!(latest[&section].version, Some(want));
         }
+    }
+
+    #[test]
+    fn a_newer_snapshot_coalesced_over_a_replace_in_the_backlog_replaces_too() {
+        let inbox = Inbox::new();
+        let mut out = Outlet::new(Arc::clone(&inbox));
+        for v in 0..SNAPSHOT_BATCHES as u64 {
+            out.push(snap(0, v as u32, v), None);
+            out.flush();
+        }
+        // The channel is full: a repair and the next real version meet in
+        // the backlog, and only the newer goes on.
+        let mut repair = (*snap(1, 9, 100)).clone();
+        repair.replace = true;
+        out.push(Arc::new(repair), None);
+        out.push(snap(1, 7, 101), None);
+        out.flush();
+        while inbox.try_snapshots().is_some() {}
+        out.flush();
+        let mut last = None;
+        while let Some(batch) = inbox.try_snapshots() {
+            last = batch
+                .iter()
+                .rev()
+                .find(|s| s.section == 1)
+                .cloned()
+                .or(last);
+        }
+        let last = last.expect("section 1 delivered");
+        assert_eq!((last.seats_taken, last.replace), (7, true));
     }
 
     /// Counts the wake-ups of a registered shard.

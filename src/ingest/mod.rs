@@ -60,6 +60,10 @@ struct Board {
     /// Sections a live snapshot changed while its state read was in flight:
     /// the read only fills gaps and newer versions there.
     live: Vec<u32>,
+    /// Live snapshots the version rule refused while its state read was in
+    /// flight, the newest of each section: where the read overrules a section
+    /// the node held ahead, one of these may be newer than the hash as read.
+    refused: Vec<Arc<Snapshot>>,
     /// Snapshots accepted during the current admin tick.
     updates: u64,
     /// A snapshot or a state hash named it: kept for admins after its last
@@ -73,6 +77,18 @@ struct Board {
     named_in_scan: u64,
     /// Its admin entry as last sent (while the firehose is on).
     shown: Option<admin::Shown>,
+}
+
+impl Board {
+    /// Keeps a live snapshot refused while the state read is in flight, the
+    /// newest of its section (one per section, so at most `MAX_SECTIONS`).
+    fn refused_while_reading(&mut self, snap: Arc<Snapshot>) {
+        match self.refused.iter_mut().find(|r| r.section == snap.section) {
+            Some(r) if snap.replaces(Some(r)) => *r = snap,
+            Some(_) => {}
+            None => self.refused.push(snap),
+        }
+    }
 }
 
 /// Where a snapshot given to [`Ingest::accept`] comes from.
@@ -374,8 +390,9 @@ impl<S: Source> Ingest<S> {
     /// Applies a snapshot to the node board and routes it; false if it was
     /// stale or a duplicate (the same publish seen through two subscriptions).
     /// `Via::Live`: it came from the channel (counted for admins, remembered
-    /// while a state read is in flight); `Via::Read`: from a state read, which
-    /// fills only gaps and newer versions where a live snapshot came first;
+    /// while a state read is in flight); `Via::Read`: from a state read asked
+    /// once subscribed (a field a repair wrote replaces), which fills only
+    /// gaps and newer versions where a live snapshot came first;
     /// `Via::OldRead`: from a read whose place in time is not known (asked
     /// before a reconnect, or by a discovery), gaps and newer versions only.
     fn accept(&mut self, snap: Arc<Snapshot>, via: Via) -> bool {
@@ -409,6 +426,10 @@ impl<S: Source> Ingest<S> {
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !fresh {
             self.metrics.ingest_duplicates.fetch_add(1, Relaxed);
+            if live && matches!(board.watch.load(), Load::Reading(_)) {
+                board.refused_while_reading(snap);
+                return false;
+            }
             if live && crate::planted::active(crate::planted::Bug::AdminCountsDuplicates) {
                 board.updates += 1;
             }

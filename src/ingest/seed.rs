@@ -81,6 +81,7 @@ impl<S: Source> Ingest<S> {
             if b.watch.load() == Load::Unread && b.watch.shards() != 0 {
                 self.tally.set_load(&mut b.watch, Load::Reading(epoch));
                 b.live.clear();
+                b.refused.clear();
                 self.reads.push(name);
             }
         }
@@ -143,6 +144,7 @@ impl<S: Source> Ingest<S> {
                 continue;
             }
             b.live.clear();
+            b.refused.clear();
             if hashes.is_none() {
                 // Failed: retried every second; waiting shards get what is held.
                 self.tally.set_load(&mut b.watch, Load::Unread);
@@ -175,18 +177,46 @@ impl<S: Source> Ingest<S> {
         for p in payloads {
             match Snapshot::parse(&p, Some(course)) {
                 Ok(mut s) => {
-                    // Only a live snapshot may replace (contract §2): a field
-                    // carrying the flag is read as a plain snapshot.
-                    s.replace = false;
                     if self.older_than_held(&s) {
-                        // An out-of-order publisher wrote the hash: the newer stays.
+                        // An out-of-order publisher, or a write Redis lost:
+                        // the newer stays, unless a repair wrote the field.
                         self.metrics.state_stale.fetch_add(1, Relaxed);
                     }
+                    s.replace = s.replace && via == Via::Read && !self.live_in_read(&s);
                     self.accept(Arc::new(s), via);
                 }
                 Err(r) => self.rejected(r, course, now_ms),
             }
         }
+        if via == Via::Read {
+            // Live snapshots refused while the read was in flight, newer than
+            // what the read overruled the node with.
+            let refused = self
+                .boards
+                .get_mut(course)
+                .map(|b| std::mem::take(&mut b.refused))
+                .unwrap_or_default();
+            for s in refused {
+                let held = self
+                    .boards
+                    .get(course)
+                    .and_then(|b| b.sections.get(&s.section));
+                if s.replaces(held.map(|h| &**h)) {
+                    self.accept(s, Via::Read);
+                }
+            }
+        }
+    }
+
+    /// Whether a live snapshot changed `s`'s section while its read was in
+    /// flight (the read may be older there). A field the reconciler's repair
+    /// wrote carries `replace` (contract §11) and, read once subscribed,
+    /// overrules the node everywhere else: a node whose connection was down
+    /// when the repair was published takes it at its reread.
+    fn live_in_read(&self, s: &Snapshot) -> bool {
+        self.boards
+            .get(&s.course)
+            .is_some_and(|b| b.live.contains(&s.section))
     }
 
     /// Whether a state hash entry carries a lower version than the one this

@@ -523,6 +523,84 @@ fn a_reconnect_rereads_every_watched_course() {
 }
 
 #[test]
+fn a_reread_takes_a_repair_the_node_missed_then_live_snapshots_newer_than_it_but_keeps_a_lost_write(
+) {
+    const POISON: u64 = 1 << 53;
+    let repair = |section: u32, taken: u32, version: u64| {
+        let p = String::from_utf8(payload("A", section, taken, version)).expect("UTF-8");
+        format!("{},\"replace\":true}}", &p[..p.len() - 1]).into_bytes()
+    };
+    let mut r = rig(1);
+    r.hash(
+        "A",
+        vec![
+            payload("A", 1, 3, POISON),
+            payload("A", 2, 4, POISON),
+            payload("A", 3, 5, 5),
+            payload("A", 4, 9, 9),
+        ],
+    );
+    r.interest(0, "A", true);
+    r.routed(0);
+    // While the link was down the reconciler repaired sections 1 and 2 (the
+    // field written with the flag, then a `replace` publish this node never
+    // saw), and a failover lost section 4's last write.
+    r.hash(
+        "A",
+        vec![
+            repair(1, 9, 100),
+            repair(2, 8, 100),
+            payload("A", 3, 5, 5),
+            payload("A", 4, 4, 4),
+        ],
+    );
+    r.ingest.event(SourceEvent::Reconnected, T0 + 5, T0 + 5);
+    let asked = r.asked();
+    // While the reread is in flight section 2 moves on (refused: below the
+    // poisoned version the node still holds) and so does section 3.
+    r.ingest.event(message("A", 2, 7, 101), T0 + 6, T0 + 6);
+    r.ingest.event(message("A", 3, 6, 6), T0 + 6, T0 + 6);
+    for a in asked {
+        r.answer(a);
+    }
+    r.ingest.flush();
+    let mut seen = Vec::new();
+    while let Some(batch) = r.inboxes[0].try_snapshots() {
+        seen.extend(
+            batch
+                .iter()
+                .map(|s| (s.section, s.seats_taken, s.version, s.replace)),
+        );
+    }
+    // The shard core takes a repair below the version it holds only as a replace.
+    assert_eq!(
+        seen,
+        [
+            (3, 6, Some(6), false),
+            (1, 9, Some(100), true),
+            (2, 8, Some(100), true),
+            (2, 7, Some(101), false),
+        ]
+    );
+    assert_eq!(r.metrics.state_stale.load(Relaxed), 4);
+    let held = |s: u32| r.ingest.boards["A"].sections[&s].seats_taken;
+    assert_eq!((held(1), held(2), held(3), held(4)), (9, 7, 6, 9));
+    // Read again as Redis now holds it: nothing moves.
+    r.hash(
+        "A",
+        vec![
+            repair(1, 9, 100),
+            payload("A", 2, 7, 101),
+            payload("A", 3, 6, 6),
+            payload("A", 4, 4, 4),
+        ],
+    );
+    r.ingest.event(SourceEvent::Reconnected, T0 + 7, T0 + 7);
+    r.turn();
+    assert!(r.routed(0).is_empty());
+}
+
+#[test]
 fn slots_that_move_or_are_served_again_reread_every_watched_course_and_a_blind_one_is_degraded() {
     use crate::channels::Topology;
     use crate::slots::{key_slot, BlindSlots};

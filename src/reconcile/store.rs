@@ -3,7 +3,7 @@
 //! up (`HGET`, pipelined), repairs written the section 2 way (the
 //! compare-and-set script, then the channel), and the replacement of a
 //! section held ahead of the database (`HSET` of the row, then the row
-//! published with `"replace": true`); a `PING` when the database failed, or
+//! published, each with `"replace": true`); a `PING` when the database failed, or
 //! when Redis has gone 5 s unasked (a quiet database), so `/healthz` says
 //! what Redis does.
 
@@ -82,7 +82,8 @@ impl Store {
     }
 
     /// Sections ahead of the database set to its row (`HSET`: the script
-    /// would keep the higher version) and published with `"replace": true`.
+    /// would keep the higher version) and published, both with
+    /// `"replace": true`.
     pub fn replace(&mut self, snaps: &[Snapshot]) -> Result<(), Error> {
         let sharded = self.link.redis().pubsub == PubSubMode::Sharded;
         let single = self.link.mode()? == Mode::Standalone;
@@ -94,18 +95,19 @@ impl Store {
         let mut sets = Vec::with_capacity(snaps.len());
         let mut pubs = Vec::with_capacity(snaps.len());
         for s in snaps {
-            let mut plain = s.clone();
-            plain.replace = false;
+            let mut loud = s.clone();
+            loud.replace = true;
+            // The field holds what is published, flag and all: a node whose
+            // connection was down when this went out takes it at its reread.
+            let payload = loud.to_payload();
             let mut set = ::redis::cmd("HSET");
             set.arg(format!("{}{}", self.state_prefix, s.course))
                 .arg(s.section)
-                .arg(plain.to_payload());
+                .arg(&payload);
             sets.push(set);
-            let mut loud = s.clone();
-            loud.replace = true;
             let mut p = ::redis::cmd(publish);
             p.arg(format!("{}{}", self.channel_prefix, s.course))
-                .arg(loud.to_payload());
+                .arg(payload);
             pubs.push(p);
         }
         self.commands += 2 * snaps.len() as u64;

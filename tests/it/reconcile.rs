@@ -4,7 +4,8 @@
 //! every board and a new viewer within its bound, sections never published
 //! appear, a flushed state hash comes back with the sweep, a late publish
 //! is not written twice, a section ahead is counted, left, then replaced
-//! (a forged 2^53 leaves every board), a row dated a year ahead does not
+//! (a forged 2^53 leaves every board, a node cut off from Redis while the
+//! replacement went out included, at its reread), a row dated a year ahead does not
 //! hide later changes from the incremental checks, `--check` prints and writes nothing,
 //! hostile rows are skipped and counted, a slow statement is cut off at its
 //! timeout while an `UPDATE` never waits, a database down at start is
@@ -18,7 +19,8 @@
 //! SIGTERM cancels the statement on the server and exits 0 within 2 s.
 
 use crate::common::*;
-use crate::redis_util::{client, read_until, serve, watch};
+use crate::redis_util::cut::CutProxy;
+use crate::redis_util::{client, read_until, serve, serve_on, watch};
 use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -447,6 +449,65 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
     b2.apply(&watch(&mut fresh, "RC2"));
     assert_eq!((taken(&b2, 0), b2.version(0)), (13, 6));
     // The relay refuses a replace: only the reconciler sends one.
+}
+
+#[test]
+fn a_node_cut_off_from_redis_during_an_ahead_repair_takes_it_when_it_reads_again() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    let link = CutProxy::start(redis.port);
+    pg_row(&pg, "RC9", 0, 12, 5);
+    publish_v(&redis, "RC9", 0, 39, 1 << 53);
+    let node = serve_on(&link.uri(), &["--tick-ms", &TICK_MS.to_string()]);
+    let mut ws = client(&node, "user=a");
+    let mut board = Board::default();
+    board.apply(&watch(&mut ws, "RC9"));
+    assert_eq!(taken(&board, 0), 39, "the forged snapshot is on the board");
+    // The node's link to Redis goes down, and stays down while the repair
+    // is written and published: the node never sees the `replace`.
+    link.hold(true);
+    assert!(link.cut() > 0, "the node held connections through the link");
+    wait_for(Duration::from_secs(10), || {
+        (node.metric("seatboard_redis_connected") == 0.0).then_some(())
+    })
+    .expect("the node sees its link down");
+    let rec = Reconciler::start(
+        &pg.url("reader", "S3cretPw"),
+        PG_QUERY,
+        &redis.uri(),
+        &["--ahead-repair-s", "1"],
+    );
+    wait_for(Duration::from_secs(15), || {
+        (rec.metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}") == 1.0).then_some(())
+    })
+    .expect("the section replaced");
+    // The field holds what was published, flag and all.
+    let field: Value =
+        serde_json::from_str(&redis.cli(&["HGET", "seatstate:RC9", "0"])).expect("field JSON");
+    assert_eq!(
+        (&field["version"], &field["seats_taken"], &field["replace"]),
+        (&Value::from(5), &Value::from(12), &Value::Bool(true)),
+        "{field}"
+    );
+    // The link comes back: the node reads the hash again and takes the repair.
+    link.hold(false);
+    board_until(&mut ws, &mut board, Duration::from_secs(15), |b| {
+        taken(b, 0) == 12
+    })
+    .expect("the repair reaches the board after the reread");
+    assert_eq!(board.version(0), 5);
+    let mut fresh = client(&node, "user=b");
+    let mut b2 = Board::default();
+    b2.apply(&watch(&mut fresh, "RC9"));
+    assert_eq!((taken(&b2, 0), b2.version(0)), (12, 5));
+    // The next real version passes the script and every board.
+    pg_row(&pg, "RC9", 0, 13, 6);
+    publish_v(&redis, "RC9", 0, 13, 6);
+    board_until(&mut ws, &mut board, Duration::from_secs(5), |b| {
+        taken(b, 0) == 13
+    })
+    .expect("the next real version is taken");
+    assert_eq!(hash_version(&redis, "RC9", 0), Some(6));
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! A TCP forwarder in front of Redis that the test can cut: every
 //! connection through it is shut down at once on [`CutProxy::cut`], as a
 //! flapping link or a proxy's idle timeout would, while new connections are
-//! still forwarded (the node reconnects through it).
+//! still forwarded (the node reconnects through it) unless the test holds
+//! the link down with [`CutProxy::hold`].
 
 use std::io::Write;
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -14,6 +15,7 @@ pub struct CutProxy {
     pub port: u16,
     open: Arc<Mutex<Vec<TcpStream>>>,
     stop: Arc<AtomicBool>,
+    held: Arc<AtomicBool>,
     /// Connections forwarded so far.
     pub accepted: Arc<AtomicU64>,
 }
@@ -33,14 +35,20 @@ impl CutProxy {
         let port = listener.local_addr().expect("local addr").port();
         let open = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
+        let held = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(AtomicU64::new(0));
         let (o, s, a) = (Arc::clone(&open), Arc::clone(&stop), Arc::clone(&accepted));
+        let h = Arc::clone(&held);
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(client) = client else { continue };
+                if h.load(Ordering::SeqCst) {
+                    // Held down: the connection is closed as it comes.
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
                     continue;
                 };
@@ -59,6 +67,7 @@ impl CutProxy {
             port,
             open,
             stop,
+            held,
             accepted,
         }
     }
@@ -66,6 +75,12 @@ impl CutProxy {
     /// `redis://` URI of the forwarder.
     pub fn uri(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// While `down`, every new connection is closed as it comes (the link
+    /// is down until the test lets it up again).
+    pub fn hold(&self, down: bool) {
+        self.held.store(down, Ordering::SeqCst);
     }
 
     /// Shuts every connection forwarded so far; how many there were.
