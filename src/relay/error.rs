@@ -45,6 +45,12 @@ pub enum FlagError {
         /// The path given.
         path: PathBuf,
     },
+    /// `--socket` is longer than a Unix socket's address holds.
+    #[error("invalid value '{}' for '--socket': longer than a Unix socket path may be (107 bytes)", path.display())]
+    SocketPathTooLong {
+        /// The path given.
+        path: PathBuf,
+    },
     /// Both receivers off.
     #[error("'--socket' and '--udp' are both off: nothing to receive on")]
     NothingToReceive,

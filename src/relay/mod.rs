@@ -80,7 +80,14 @@ fn check(args: &RelayArgs) -> Result<Checked, FlagError> {
         "" => None,
         p => Some(PathBuf::from(p)),
     };
-    // A path the relay may not take is a bad value, found before anything opens.
+    // A path the relay may not take is a bad value, found before anything
+    // opens (or its folder is made).
+    if let Some(path) = socket
+        .as_ref()
+        .filter(|p| std::os::unix::net::SocketAddr::from_pathname(p).is_err())
+    {
+        return Err(FlagError::SocketPathTooLong { path: path.clone() });
+    }
     if let Some((path, taken)) = socket.as_deref().and_then(|p| Some((p, recv::taken(p)?))) {
         let path = path.to_path_buf();
         return Err(match taken {
@@ -298,6 +305,16 @@ mod tests {
         drop(held);
         let e = refusal(&live);
         assert!(e.is_none(), "{e:?}");
+        // A path too long for a socket's address: refused, no folder made.
+        let deep = dir.join("d".repeat(120));
+        let e = refusal(&deep.join("s.sock"));
+        assert!(
+            matches!(e, Some(FlagError::SocketPathTooLong { .. })),
+            "{e:?}"
+        );
+        let text = e.map(|e| e.to_string()).unwrap_or_default();
+        assert!(text.contains("for '--socket': longer than"), "{text}");
+        assert!(!deep.exists(), "the folder was made");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

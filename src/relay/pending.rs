@@ -92,6 +92,15 @@ pub struct Counts {
 /// 2 MiB.
 pub const WRITTEN_CAP: usize = 1_000_000;
 
+/// What one remembered written version is counted as against
+/// `--max-pending-bytes` (with the snapshots held): its entry with the
+/// table's slack (up to about 112 bytes just after a table grows) and the
+/// course code it keeps alive (32 bytes for codes of up to 16 characters).
+/// Held snapshots come first: the remembered versions are forgotten early
+/// (the older generation, then all) when both would pass the bound, so the
+/// process's memory stays within the bytes bound plus a few MiB.
+pub const WRITTEN_COST: usize = 160;
+
 /// Last versions written, with when: two generations, a new one started
 /// once the current one is [`FORGET`] old (the old one then dropped), so a
 /// version written in the last [`FORGET`] is always remembered, in the
@@ -105,6 +114,9 @@ pub const WRITTEN_CAP: usize = 1_000_000;
 struct Written {
     /// The most entries of one generation.
     half: usize,
+    /// The bytes they may take beside the snapshots held ([`Written::fit`]):
+    /// one generation at most half.
+    room: usize,
     /// When `cur` was started.
     since: Option<Instant>,
     cur: HashMap<Key, (u64, Instant)>,
@@ -116,6 +128,7 @@ impl Written {
     fn new(cap: usize) -> Written {
         Written {
             half: (cap / 2).max(1),
+            room: usize::MAX,
             since: None,
             cur: HashMap::new(),
             old: HashMap::new(),
@@ -151,21 +164,40 @@ impl Written {
         {
             self.rotate(now);
         }
+        // Written without a version: the version written before is still
+        // one nothing older than may be written within the window.
+        let Some(v) = s.version else {
+            return;
+        };
         let k = key(s);
         // Moved out of the old generation, if there: each section once.
         let k = self.old.remove_entry(&k).map_or(k, |(k, _)| k);
-        match s.version {
-            // Written without a version: the hash holds what anything may replace.
-            None => {
-                self.cur.remove(&k);
-            }
-            Some(v) => {
-                if self.cur.len() >= self.half && !self.cur.contains_key(&k) {
-                    // The cap, under a flood: the least recently written go early.
-                    self.rotate(now);
-                }
-                self.cur.insert(k, (v, now));
-            }
+        let full =
+            self.cur.len() >= self.half || (self.cur.len() + 1) * WRITTEN_COST > self.room / 2;
+        if full && !self.cur.contains_key(&k) {
+            // A cap, under a flood: the least recently written go early.
+            self.rotate(now);
+        }
+        self.cur.insert(k, (v, now));
+    }
+
+    /// What the remembered versions are counted as ([`WRITTEN_COST`] each).
+    fn bytes(&self) -> usize {
+        (self.cur.len() + self.old.len()) * WRITTEN_COST
+    }
+
+    /// Forgets early (the older generation first, then all) until what is
+    /// remembered takes at most `room` bytes.
+    fn fit(&mut self, room: usize, now: Instant) {
+        self.room = room;
+        if self.bytes() > room {
+            self.old = HashMap::new();
+        }
+        if self.bytes() > room {
+            self.rotate(now);
+        }
+        if self.bytes() > room {
+            self.old = HashMap::new();
         }
     }
 
@@ -281,6 +313,7 @@ impl Pending {
             self.counts.coalesced += 1;
             self.bytes = self.bytes - old + c;
             *held = s;
+            self.fit_written(now);
             return Offer::Replaced;
         }
         let in_flight = self.inflight.contains_key(&k);
@@ -300,7 +333,15 @@ impl Pending {
         self.bytes += c;
         self.order.push_back(k.clone());
         self.map.insert(k, s);
+        self.fit_written(now);
         Offer::Held
+    }
+
+    /// The remembered written versions forgotten early where they and the
+    /// snapshots held would pass `--max-pending-bytes` together.
+    fn fit_written(&mut self, now: Instant) {
+        self.written
+            .fit(self.max_bytes.saturating_sub(self.bytes), now);
     }
 
     /// Up to `n` held snapshots and about `max_bytes` of them (at least one)
@@ -365,6 +406,7 @@ impl Pending {
             self.settled(s);
             self.written.record(s, now);
         }
+        self.fit_written(now);
     }
 
     /// `batch` (taken before) was not written (Redis down or slow): held
@@ -501,13 +543,18 @@ mod tests {
         assert_eq!(p.offer(snap("A", 1, 10, Some(10)), t0()), Offer::Held);
         assert_eq!(p.counts().published, 1);
         assert_eq!(p.counts().coalesced, 2);
-        // Written without a version: anything may follow.
+        // Written without a version: 10 stays the version nothing older than
+        // is written within the window; past it the script decides.
         let b = p.take(10, usize::MAX, t0());
         p.done(&b, t0());
         p.offer(snap("A", 1, 0, None), t0());
         let b = p.take(10, usize::MAX, t0());
         p.done(&b, t0());
-        assert_eq!(p.offer(snap("A", 1, 1, Some(1)), t0()), Offer::Held);
+        assert_eq!(p.offer(snap("A", 1, 1, Some(1)), t0()), Offer::Stale);
+        assert_eq!(
+            p.offer(snap("A", 1, 1, Some(1)), t0() + FORGET),
+            Offer::Held
+        );
     }
 
     #[test]
@@ -652,6 +699,47 @@ mod tests {
         // A section written again is remembered once.
         write_sections(&mut p, "D", 10, 100, t0() + 6 * FORGET);
         assert_eq!(p.written.len(), 10);
+    }
+
+    #[test]
+    fn an_unversioned_write_leaves_the_version_written_before_remembered() {
+        let mut p = Pending::new(10, usize::MAX);
+        for v in [Some(10), None] {
+            p.offer(snap("CO2", 1, 10, v), t0());
+            let b = p.take(10, usize::MAX, t0());
+            p.done(&b, t0());
+        }
+        let later = t0() + Duration::from_millis(300);
+        assert_eq!(p.offer(snap("CO2", 1, 6, Some(6)), later), Offer::Stale);
+        assert_eq!(p.offer(snap("CO2", 1, 11, Some(11)), later), Offer::Held);
+    }
+
+    #[test]
+    fn remembered_versions_give_way_to_held_snapshots_within_the_bytes_bound() {
+        let bound = 1000 * WRITTEN_COST;
+        let mut p = Pending::new(100_000, bound);
+        write_sections(&mut p, "W", 2000, 100, t0());
+        let within = |p: &Pending| p.bytes + p.written.bytes() <= bound;
+        assert!(within(&p), "{} remembered", p.written.len());
+        assert!(
+            p.written.len() >= 500,
+            "the newest stay: {}",
+            p.written.len()
+        );
+        // Redis is down: what arrives is held, and the versions remembered
+        // are forgotten to make room, never the bound passed.
+        let mut i = 0;
+        while p.offer(snap("H", i, 1, Some(1)), t0()) == Offer::Held {
+            assert!(
+                within(&p),
+                "{} held, {} remembered",
+                p.held(),
+                p.written.len()
+            );
+            i += 1;
+        }
+        assert!(p.bytes + cost(&snap("H", i, 1, Some(1))) > bound);
+        assert_eq!(p.written.len(), 0);
     }
 
     #[test]

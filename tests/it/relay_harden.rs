@@ -1,6 +1,8 @@
 //! `seatboard relay` as an attacker or an unlucky operator would run it
 //! (contract §10): a flood of 64 KiB sections with Redis down stays within
-//! `--max-pending-bytes` (RSS read from `/proc`); a Redis frozen under a flood
+//! `--max-pending-bytes` (RSS read from `/proc`), and so do 300,000 small
+//! sections written with Redis up (the versions remembered for coalescing
+//! count against the bound); a Redis frozen under a flood
 //! is noticed within 10 s, ten times in a row; slow HTTP clients never delay
 //! `/healthz`; a forged version then `HDEL` takes real publishes after the
 //! 10 s window; UDP is off unless asked; a live stream socket, or a live
@@ -35,11 +37,16 @@ fn nowhere() -> String {
 
 /// A process's resident memory, from `/proc/<pid>/status`.
 fn rss_bytes(pid: i32) -> u64 {
+    status_bytes(pid, "VmRSS:")
+}
+
+/// A memory figure (`VmRSS:`, `VmHWM:`) of `/proc/<pid>/status`, in bytes.
+fn status_bytes(pid: i32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(field))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
@@ -103,6 +110,51 @@ fn a_flood_of_64_kib_sections_with_redis_down_stays_within_the_bytes_bound() {
         mib(rss.saturating_sub(at_start))
     );
     assert_eq!(relay.healthz()["redis"], false);
+}
+
+#[test]
+fn many_small_sections_written_with_redis_up_stay_within_the_bytes_bound() {
+    let redis = RedisServer::start();
+    let bound: u64 = 4 << 20;
+    let relay = Relay::start(&redis.uri(), &["--max-pending-bytes", &bound.to_string()]);
+    let at_start = status_bytes(relay.pid(), "VmHWM:");
+    // A blocking sender: every datagram is taken, none waits on a retry.
+    let sender = std::os::unix::net::UnixDatagram::unbound().expect("sender");
+    sender.set_write_timeout(Some(T)).expect("write timeout");
+    const COURSES: u32 = 100;
+    const SECTIONS: u32 = 3000;
+    for c in 0..COURSES {
+        let course = format!("MANY{c:03}");
+        for s in 0..SECTIONS {
+            let p = payload(&course, s, 10, 1, 1);
+            sender.send_to(p.as_bytes(), &relay.socket).expect("send");
+        }
+    }
+    let sent = u64::from(COURSES * SECTIONS);
+    assert!(
+        relay.settled(sent, Duration::from_secs(120)),
+        "{}",
+        relay.metrics()
+    );
+    let published = relay.metric("seatboard_relay_published_total");
+    let hwm = status_bytes(relay.pid(), "VmHWM:");
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "{sent} small sections, Redis up: {published} published, peak RSS {:.1} MiB from {:.1} MiB at start (bound {} MiB)",
+        mib(hwm),
+        mib(at_start),
+        bound >> 20
+    );
+    assert!(
+        published >= 100_000.0,
+        "Redis took too few to tell: {published}"
+    );
+    // Remembering every one of them for 10 s would take about 40 MiB.
+    assert!(
+        hwm.saturating_sub(at_start) < bound + (8 << 20),
+        "peak RSS grew {:.1} MiB, past the bound plus a few MiB",
+        mib(hwm.saturating_sub(at_start))
+    );
 }
 
 /// SIGSTOP/SIGCONT on the test's own redis-server.
