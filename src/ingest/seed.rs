@@ -326,26 +326,31 @@ impl<S: Source> Ingest<S> {
     }
 
     /// Courses whose state hash the scan no longer found (deleted, as a
-    /// rehearsal's are, or expired), that nobody watches and no live snapshot
-    /// named since the scan was asked: gone from the admin view.
+    /// rehearsal's are, or expired) and that no live snapshot named since
+    /// the scan was asked: gone from the admin view. One still watched keeps
+    /// its board for its viewers, as a name nothing has named is kept (until
+    /// its last viewer leaves, or a snapshot names it again).
     fn forget_gone(&mut self, found: &[String]) {
         let found: HashSet<&str> = found.iter().map(String::as_str).collect();
         let scans = self.scans;
         let gone: Vec<Arc<str>> = self
             .boards
             .iter()
-            .filter(|(c, b)| {
-                b.named
-                    && b.watch.shards() == 0
-                    && b.named_in_scan < scans
-                    && !found.contains(&***c)
-            })
+            .filter(|(c, b)| b.named && b.named_in_scan < scans && !found.contains(&***c))
             .map(|(c, _)| Arc::clone(c))
             .collect();
         for c in gone {
-            if let Some(b) = self.forget(&c) {
-                self.admin_shrunk |= b.shown.is_some();
-            }
+            let watched = self.boards.get(&c).is_some_and(|b| b.watch.shards() != 0);
+            let shown = if watched {
+                self.viewers.remove(&c);
+                self.boards.get_mut(&c).and_then(|b| {
+                    b.named = false;
+                    b.shown.take()
+                })
+            } else {
+                self.forget(&c).and_then(|b| b.shown)
+            };
+            self.admin_shrunk |= shown.is_some();
         }
     }
 

@@ -1180,7 +1180,8 @@ fn a_course_whose_state_hash_is_gone_leaves_the_admin_view_at_the_next_rescan() 
     for req in rescan {
         r.answer(req);
     }
-    // B alone is gone: C is watched, D was named after the scan was asked.
+    // B and C are gone (C's board stays for its viewer); D was named after
+    // the scan was asked.
     let mut known: Vec<String> = r
         .ingest
         .known_courses()
@@ -1188,15 +1189,19 @@ fn a_course_whose_state_hash_is_gone_leaves_the_admin_view_at_the_next_rescan() 
         .map(|c| c.to_string())
         .collect();
     known.sort();
-    assert_eq!(known, ["A", "C", "D"]);
-    // Every admin feed gets the whole aggregate without B: a delta could not
-    // take an entry away.
+    assert_eq!(known, ["A", "D"]);
+    assert!(
+        r.ingest.boards.contains_key("C"),
+        "the viewer's board is kept"
+    );
+    // Every admin feed gets the whole aggregate without B and C: a delta
+    // could not take an entry away.
     r.ingest.handle_timeout(later + ADMIN_TICK);
     let msg = one_admin(&r, 1);
     let delta = msg.delta.expect("a message for the feeds");
     assert_eq!(admin_json(&delta)["full"], true);
-    assert_eq!(courses_of(&delta), ["A", "C", "D"]);
-    assert_eq!(courses_of(&msg.full), ["A", "C", "D"]);
+    assert_eq!(courses_of(&delta), ["A", "D"]);
+    assert_eq!(courses_of(&msg.full), ["A", "D"]);
     // Then deltas again, and only while something changed.
     r.ingest.event(message("A", 1, 3, 2), later + 1, later + 1);
     r.ingest.handle_timeout(later + 2 * ADMIN_TICK);
@@ -1215,5 +1220,13 @@ fn a_course_whose_state_hash_is_gone_leaves_the_admin_view_at_the_next_rescan() 
     assert!(r
         .ingest
         .command(IngestCmd::Discovered(None), later + super::admin::RESCAN_MS));
-    assert_eq!(r.ingest.known_courses().len(), 3);
+    assert_eq!(r.ingest.known_courses().len(), 2);
+    // C's viewer still gets its snapshots; gone with that viewer, unless a
+    // snapshot names it again first.
+    r.routed(0);
+    r.ingest.event(message("C", 1, 4, 3), later, later);
+    assert_eq!(r.routed(0), [("C".into(), 1, 4)]);
+    assert_eq!(r.ingest.known_courses().len(), 3, "named again");
+    r.interest(0, "C", false);
+    assert!(r.ingest.boards.contains_key("C"), "named: kept for admins");
 }
