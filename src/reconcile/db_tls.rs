@@ -33,8 +33,8 @@ pub enum Verify {
 pub fn pg_mode(
     sslmode: Option<&str>,
     has_ca: bool,
-) -> Option<(postgres::config::SslMode, Option<Verify>)> {
-    use postgres::config::SslMode;
+) -> Option<(tokio_postgres::config::SslMode, Option<Verify>)> {
+    use tokio_postgres::config::SslMode;
     let unverified = if has_ca {
         Verify::Chain
     } else {
@@ -187,8 +187,8 @@ fn pem(certs: &[CertificateDer<'_>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use postgres::config::SslMode;
     use rustls::pki_types::pem::PemObject;
+    use tokio_postgres::config::SslMode;
 
     #[test]
     fn each_sslmode_is_what_libpq_makes_of_it() {

@@ -1,22 +1,43 @@
-//! The PostgreSQL source: the sync `postgres` client on the worker's thread,
-//! one connection (`application_name` `seatboard-reconcile`), the session's
-//! `statement_timeout` and `default_transaction_read_only` set at connect,
-//! the query prepared once, each check one `BEGIN READ ONLY` transaction.
-//! TLS as `sslmode` asks, in libpq's terms (`db_tls.rs`: rustls, verified
-//! against `--db-ca` or the system roots); SIGTERM sends PostgreSQL's own
-//! cancel request.
+//! The PostgreSQL source: `tokio-postgres` on a current-thread runtime of
+//! the worker's own thread, one connection (`application_name`
+//! `seatboard-reconcile`), the session's `statement_timeout` and
+//! `default_transaction_read_only` set at connect, the query prepared once,
+//! each check one `BEGIN READ ONLY` transaction. Every exchange with the
+//! server is also limited on this side ([`answer_limit`]): a server that
+//! stops answering without closing (a frozen process, a partition) drops the
+//! connection and is retried like one that is down, where the sync client
+//! would wait for ever. TLS as `sslmode` asks, in libpq's terms
+//! (`db_tls.rs`: rustls, verified against `--db-ca` or the system roots);
+//! SIGTERM sends PostgreSQL's own cancel request.
 
 use super::db_tls::{client_config, pg_mode};
 use super::flags::redact;
 use super::row::{integer_text, Row};
 use super::source::{required_columns, take_param, CancelSlot, DbError, Source, UrlError};
-use postgres::error::SqlState;
-use postgres::types::{FromSql, Type};
-use postgres::{Client, Config, NoTls, Statement};
 use std::error::Error;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::runtime::Runtime;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::{Client, Config, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
+
+/// How long the connect (TCP, TLS, startup and authentication) may take.
+const CONNECT_LIMIT: Duration = Duration::from_secs(5);
+
+/// How long a check's exchange may wait for the server: the statement
+/// timeout, which the server enforces itself, and this much more for the
+/// round trips around it.
+const ANSWER_SLACK: Duration = Duration::from_secs(5);
+
+/// How long a cancel request may take (SIGTERM exits within 2 s).
+const CANCEL_LIMIT: Duration = Duration::from_secs(1);
+
+/// The most a check's exchange with the server may take, on this side.
+pub fn answer_limit(statement_timeout: Duration) -> Duration {
+    statement_timeout + ANSWER_SLACK
+}
 
 /// A PostgreSQL database read through one connection.
 pub struct Pg {
@@ -26,7 +47,9 @@ pub struct Pg {
     timeout: Duration,
     shown: String,
     cancel: CancelSlot,
-    client: Option<(Client, Statement)>,
+    /// The runtime driving the connection, made with it and dropped with
+    /// it (its task, and so its socket, goes with the runtime).
+    link: Option<(Runtime, Client, Statement)>,
 }
 
 impl Pg {
@@ -56,7 +79,7 @@ impl Pg {
         })?;
         config
             .application_name("seatboard-reconcile")
-            .connect_timeout(Duration::from_secs(5))
+            .connect_timeout(CONNECT_LIMIT)
             .keepalives(true)
             .keepalives_idle(Duration::from_secs(30));
         config.ssl_mode(mode);
@@ -73,36 +96,78 @@ impl Pg {
             timeout,
             shown: redact(&url),
             cancel,
-            client: None,
+            link: None,
         })
     }
 
-    fn connect(&mut self) -> Result<(), postgres::Error> {
-        let mut client = match &self.tls {
-            Some(t) => self.config.connect(t.clone())?,
-            None => self.config.connect(NoTls)?,
-        };
+    /// The connection, its session set up and the query prepared, within
+    /// [`CONNECT_LIMIT`] plus the answer limit.
+    fn connect(&mut self) -> Result<(), DbError> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| DbError::Down(format!("{}: a runtime: {e}", self.shown)))?;
         let ms = self.timeout.as_millis();
-        client.batch_execute(&format!(
+        let setup = format!(
             "SET statement_timeout = {ms}; SET lock_timeout = {ms}; SET default_transaction_read_only = on"
-        ))?;
-        let stmt = client.prepare(&self.query)?;
+        );
+        let (config, tls, query) = (&self.config, self.tls.clone(), &self.query);
+        let limit = CONNECT_LIMIT + answer_limit(self.timeout);
+        // The timer is made inside the runtime (it needs its clock).
+        let made = rt.block_on(async move {
+            tokio::time::timeout(limit, async move {
+                let client = match tls {
+                    Some(t) => {
+                        let (client, conn) = config.connect(t).await?;
+                        tokio::spawn(async move { drop(conn.await) });
+                        client
+                    }
+                    None => {
+                        let (client, conn) = config.connect(NoTls).await?;
+                        tokio::spawn(async move { drop(conn.await) });
+                        client
+                    }
+                };
+                client.batch_execute(&setup).await?;
+                let stmt = client.prepare(query).await?;
+                Ok::<_, tokio_postgres::Error>((client, stmt))
+            })
+            .await
+        });
+        let (client, stmt) = match made {
+            Ok(Ok(made)) => made,
+            Ok(Err(e)) => return Err(self.error(e)),
+            Err(_) => return Err(self.no_answer("connect", limit)),
+        };
         let token = client.cancel_token();
         let tls = self.tls.clone();
         self.cancel.set(Box::new(move || {
-            let r = match tls {
-                Some(t) => token.cancel_query(t),
-                None => token.cancel_query(NoTls),
-            };
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "cancel request failed");
+            let sent = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| {
+                    rt.block_on(async {
+                        let cancel = async {
+                            match tls {
+                                Some(t) => token.cancel_query(t).await,
+                                None => token.cancel_query(NoTls).await,
+                            }
+                        };
+                        tokio::time::timeout(CANCEL_LIMIT, cancel).await
+                    })
+                });
+            match sent {
+                Ok(Ok(Ok(()))) => {}
+                Ok(Ok(Err(e))) => tracing::debug!(error = %e, "cancel request failed"),
+                Ok(Err(_)) => tracing::debug!("cancel request not answered"),
+                Err(e) => tracing::debug!(error = %e, "cancel request: no runtime"),
             }
         }));
-        self.client = Some((client, stmt));
+        self.link = Some((rt, client, stmt));
         Ok(())
     }
 
-    fn error(&mut self, e: postgres::Error) -> DbError {
+    fn error(&mut self, e: tokio_postgres::Error) -> DbError {
         let text = match e.as_db_error() {
             Some(d) => format!("{} ({}): {}", self.shown, d.code().code(), d.message()),
             None => format!("{}: {e}", self.shown),
@@ -110,8 +175,19 @@ impl Pg {
         if e.code() == Some(&SqlState::QUERY_CANCELED) {
             return DbError::Timeout(text);
         }
-        self.client = None;
+        self.link = None;
         DbError::Down(text)
+    }
+
+    /// The server did not answer `what` within `limit`: the connection is
+    /// dropped (the runtime and its socket with it), and the database is down.
+    fn no_answer(&mut self, what: &str, limit: Duration) -> DbError {
+        self.link = None;
+        DbError::Down(format!(
+            "{}: no answer to the {what} within {} ms",
+            self.shown,
+            limit.as_millis()
+        ))
     }
 }
 
@@ -172,7 +248,7 @@ impl<'a> FromSql<'a> for Numeric {
     }
 }
 
-fn int(row: &postgres::Row, i: usize, ty: &Type) -> Result<Option<i128>, ()> {
+fn int(row: &tokio_postgres::Row, i: usize, ty: &Type) -> Result<Option<i128>, ()> {
     let r = match *ty {
         Type::INT2 => row.try_get::<_, Option<i16>>(i).map(|v| v.map(i128::from)),
         Type::INT4 => row.try_get::<_, Option<i32>>(i).map(|v| v.map(i128::from)),
@@ -200,7 +276,7 @@ fn micros(t: SystemTime) -> i64 {
 }
 
 /// One result row read by its column names, whatever their order.
-fn read(row: &postgres::Row) -> Row {
+fn read(row: &tokio_postgres::Row) -> Row {
     let mut out = Row::default();
     let mut required = 0;
     for (i, col) in row.columns().iter().enumerate() {
@@ -253,8 +329,8 @@ fn read(row: &postgres::Row) -> Row {
 
 impl Source for Pg {
     fn fetch(&mut self, bound_us: Option<i64>) -> Result<Vec<Row>, DbError> {
-        if self.client.is_none() {
-            self.connect().map_err(|e| self.error(e))?;
+        if self.link.is_none() {
+            self.connect()?;
         }
         let bound = bound_us.unwrap_or(super::source::LOWEST_US);
         let since = if bound >= 0 {
@@ -262,22 +338,30 @@ impl Source for Pg {
         } else {
             UNIX_EPOCH - Duration::from_micros(bound.unsigned_abs())
         };
+        let limit = answer_limit(self.timeout);
         let result = {
-            let Some((client, stmt)) = self.client.as_mut() else {
+            let Some((rt, client, stmt)) = self.link.as_mut() else {
                 return Err(DbError::Down(format!("{}: not connected", self.shown)));
             };
-            (|| {
-                let mut tx = client.build_transaction().read_only(true).start()?;
-                let rows = tx.query(&*stmt, &[&since])?;
-                tx.commit()?;
-                Ok::<_, postgres::Error>(rows)
-            })()
+            rt.block_on(async {
+                let check = async {
+                    let tx = client.build_transaction().read_only(true).start().await?;
+                    let rows = tx.query(&*stmt, &[&since]).await?;
+                    tx.commit().await?;
+                    Ok::<_, tokio_postgres::Error>(rows)
+                };
+                tokio::time::timeout(limit, check).await
+            })
         };
-        let rows = result.map_err(|e| self.error(e))?;
+        let rows = match result {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => return Err(self.error(e)),
+            Err(_) => return Err(self.no_answer("query", limit)),
+        };
         // The result's columns, from the executed statement: there even
         // when no row came back. The connection stays (the query is wrong,
         // not the session).
-        if let Some((_, stmt)) = self.client.as_ref() {
+        if let Some((_, _, stmt)) = self.link.as_ref() {
             required_columns(&self.shown, stmt.columns().iter().map(|c| c.name()))?;
         }
         Ok(rows.iter().map(read).collect())

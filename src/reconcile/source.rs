@@ -13,7 +13,7 @@ pub enum UrlError {
     /// PostgreSQL's parser refused it; its message names an option, never
     /// its value.
     #[error("{0}")]
-    Postgres(#[source] postgres::Error),
+    Postgres(#[source] tokio_postgres::Error),
     /// PostgreSQL's parser refused it with a message that may quote the URL.
     #[error("not a valid PostgreSQL URL")]
     NotPostgres,

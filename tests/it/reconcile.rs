@@ -9,7 +9,8 @@
 //! hide later changes from the incremental checks, `--check` prints and writes nothing,
 //! hostile rows are skipped and counted, a slow statement is cut off at its
 //! timeout while an `UPDATE` never waits, a database down at start is
-//! waited for, one connection at most under a SELECT-only role, one
+//! waited for, a database frozen with its connections open is `db:false`
+//! (and `--check` exits 3) and healed after, one connection at most under a SELECT-only role, one
 //! `reconciler checking` line once the database and Redis have been read
 //! (none before, never a second, no warning at a clean start), Redis lost
 //! while the database is quiet shows on `/healthz` within 10 s, a query
@@ -719,6 +720,58 @@ fn a_slow_or_down_database_is_db_false_while_redis_up_says_what_redis_does() {
     })
     .expect("Redis down is seen while the database is down too");
     assert_eq!(up(&rec, "redis"), 0.0);
+}
+
+#[test]
+fn a_database_that_stops_answering_is_db_false_check_exits_3_and_it_heals_after() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg_row(&pg, "RC10", 0, 1, 1);
+    let url = pg.url("reader", "S3cretPw");
+    let rec = Reconciler::start(
+        &url,
+        PG_QUERY,
+        &redis.uri(),
+        &["--statement-timeout-ms", "500"],
+    );
+    wait_for(Duration::from_secs(15), || {
+        (hash_version(&redis, "RC10", 0) == Some(1)).then_some(())
+    })
+    .expect("the row written");
+    // The whole server stops answering, its connections left open.
+    let frozen = pg.freeze();
+    wait_for(Duration::from_secs(30), || {
+        (rec.healthz()["db"] == false).then_some(())
+    })
+    .unwrap_or_else(|| panic!("a frozen database is seen: {}", rec.healthz()));
+    db_down_redis_up(&rec);
+    assert!(rec.metric("seatboard_reconcile_errors_total{kind=\"db\"}") >= 1.0);
+    // `--check` cannot read it: exit 3, not a wait for ever.
+    let mut check = check_command(&redis, PG_QUERY, &url)
+        .args(["--statement-timeout-ms", "500"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn reconcile --check");
+    let status = wait_for(Duration::from_secs(30), || check.try_wait().ok().flatten());
+    if status.is_none() {
+        let _ = check.kill();
+    }
+    let out = check.wait_with_output().expect("check output");
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Thawed: up again, and a change made meanwhile is repaired.
+    drop(frozen);
+    pg_row(&pg, "RC10", 0, 2, 2);
+    wait_for(Duration::from_secs(40), || {
+        (hash_version(&redis, "RC10", 0) == Some(2)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("healed after the thaw: {}", rec.healthz()));
+    assert_eq!(rec.healthz()["db"], true);
 }
 
 #[test]

@@ -144,10 +144,7 @@ impl Postgres {
         if let Some(mut c) = self.child.take() {
             // The postmaster itself (under runuser when root), fast shutdown:
             // its sessions are ended, not waited for.
-            let pid = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
-                .ok()
-                .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()));
-            match pid {
+            match self.postmaster() {
                 // SAFETY: kill(2) on the server this value owns.
                 Some(p) => unsafe {
                     libc::kill(p, libc::SIGINT);
@@ -206,6 +203,39 @@ impl Postgres {
         String::from_utf8_lossy(&out.stdout).trim().to_owned()
     }
 
+    /// The postmaster's pid, from its `postmaster.pid`.
+    fn postmaster(&self) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join("data/postmaster.pid"))
+            .ok()
+            .and_then(|t| t.lines().next().and_then(|l| l.trim().parse::<i32>().ok()))
+    }
+
+    /// Freezes the whole server (`SIGSTOP` to the postmaster, then to every
+    /// process it started), as a hung host or a partition looks to a
+    /// client: connections stay open and nothing answers. Thawed when the
+    /// guard is dropped.
+    pub fn freeze(&self) -> Frozen {
+        let Some(master) = self.postmaster() else {
+            panic!("postgres is not running");
+        };
+        // Under `runuser` (the test runs as root), the wrapper stops itself
+        // when its child stops, and must be continued too, last.
+        let wrapper = self
+            .child
+            .as_ref()
+            .and_then(|c| i32::try_from(c.id()).ok())
+            .filter(|&w| w != master);
+        let mut pids: Vec<i32> = wrapper.into_iter().collect();
+        pids.push(master);
+        signal(master, libc::SIGSTOP);
+        let children = children_of(master);
+        for &p in &children {
+            signal(p, libc::SIGSTOP);
+        }
+        pids.extend(children);
+        Frozen { pids }
+    }
+
     /// A `postgres://` URL of `user` with `password` (trusted: any password
     /// is taken) on database `postgres`, TLS off.
     pub fn url(&self, user: &str, password: &str) -> String {
@@ -233,6 +263,45 @@ fn copy_cert(crt: &std::path::Path, key: &std::path::Path, dir: &std::path::Path
             .expect("chown");
         assert!(st.success(), "chown postgres {}", dir.display());
     }
+}
+
+/// A frozen server ([`Postgres::freeze`]); thawed on drop.
+pub struct Frozen {
+    pids: Vec<i32>,
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // The backends first, then the postmaster (it starts new ones),
+        // then its wrapper.
+        for &p in self.pids.iter().rev() {
+            signal(p, libc::SIGCONT);
+        }
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a process of the test's own server.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// The processes whose parent is `pid`, from `/proc`.
+fn children_of(pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/status")).is_ok_and(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("PPid:"))
+                    .and_then(|v| v.trim().parse::<i32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
 }
 
 impl Drop for Postgres {
