@@ -57,14 +57,61 @@ impl Field {
     }
 }
 
-/// A JSON number's text as an integer (`17`, `17.0`, `1e3`), saturating
-/// far past any version; None for a fraction or anything else.
+/// A JSON number's text as an integer (`17`, `17.0`, `1e3`, `120e-1`), as
+/// the state script reads it (digit by digit, so `1e309` or 400 digits are
+/// integers past any version), saturating at ±10^38; None for a fraction
+/// or anything else.
 fn integer(text: &str) -> Option<i128> {
-    if let Ok(v) = text.parse::<i128>() {
-        return Some(v);
+    const SATURATED: i128 = 10i128.pow(38);
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exp) = match rest.find(['e', 'E']) {
+        Some(at) => (&rest[..at], Some(&rest[at + 1..])),
+        None => (rest, None),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |t: &str| t.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() || !all_digits(int) || !all_digits(frac) {
+        return None;
     }
-    let f: f64 = text.parse().ok()?;
-    (f.is_finite() && f.fract() == 0.0).then(|| f.clamp(-1e38, 1e38) as i128)
+    let exp: i64 = match exp {
+        None => 0,
+        Some(e) => {
+            let (sign, digits) = match e.strip_prefix('-') {
+                Some(d) => (-1, d),
+                None => (1, e.strip_prefix('+').unwrap_or(e)),
+            };
+            if digits.is_empty() || !all_digits(digits) {
+                return None;
+            }
+            // Far past any version's digits either way.
+            sign * digits.parse::<i64>().unwrap_or(1_000_000).min(1_000_000)
+        }
+    };
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
+    let shift = exp - frac.len() as i64;
+    // The digits at or above the units; any nonzero one below is a fraction.
+    let keep = (digits.len() as i64 + shift.min(0)).max(0) as usize;
+    if digits[keep..].iter().any(|&d| d != 0) {
+        return None;
+    }
+    let mut value: i128 = 0;
+    let zeros = shift.max(0) as usize;
+    for &d in digits[..keep].iter().chain(std::iter::repeat_n(&0, zeros)) {
+        value = match value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i128::from(d)))
+        {
+            Some(v) if v <= SATURATED => v,
+            _ => SATURATED,
+        };
+        if value == SATURATED {
+            break;
+        }
+    }
+    Some(if negative { -value } else { value })
 }
 
 /// How Redis differs from the database for a section.
@@ -369,6 +416,34 @@ mod tests {
             Field::read(Some(b"{\"version\":18446744073709551617}")),
             Field::Version(18446744073709551617)
         );
+        // Past a double's range or i128's: integers all the same, far ahead
+        // (the script keeps such a field from every lower version).
+        let huge = Field::Version(10i128.pow(38));
+        assert_eq!(Field::read(Some(b"{\"version\":1e309}")), huge);
+        let digits = format!("{{\"version\":{}}}", "9".repeat(401));
+        assert_eq!(Field::read(Some(digits.as_bytes())), huge);
+        assert_eq!(compare(5, huge), Some(State::Ahead));
+        assert_eq!(
+            Field::read(Some(b"{\"version\":-1e309}")),
+            Field::Version(-(10i128.pow(38)))
+        );
+        for (text, want) in [
+            ("1e3", Some(1000)),
+            ("120e-1", Some(12)),
+            ("12e-1", None),
+            ("1.50E+1", Some(15)),
+            ("1.55E+1", None),
+            ("1.500E+3", Some(1500)),
+            ("0.0", Some(0)),
+            ("7.000", Some(7)),
+            ("1e-400", None),
+            ("0e-400", Some(0)),
+            ("1e99999999999999999999", Some(10i128.pow(38))),
+            ("\"7\"", None),
+            ("true", None),
+        ] {
+            assert_eq!(integer(text), want, "{text}");
+        }
         assert_eq!(compare(5, Field::Version(5)), None);
         assert_eq!(compare(5, Field::Version(4)), Some(State::Behind));
         assert_eq!(compare(5, Field::NoVersion), Some(State::Behind));

@@ -262,16 +262,23 @@ impl Source for My {
         if self.conn.is_none() {
             self.connect().map_err(|e| self.error(e))?;
         }
-        let (y, mo, d, h, mi, s, us) = us_civil(bound_us.unwrap_or(super::source::LOWEST_US));
-        let bound = Value::Date(
-            y.clamp(1000, 9999) as u16,
-            mo as u8,
-            d as u8,
-            h as u8,
-            mi as u8,
-            s as u8,
-            us,
-        );
+        let bound = match bound_us {
+            Some(t) => {
+                let (y, mo, d, h, mi, s, us) = us_civil(t);
+                Value::Date(
+                    y.clamp(1000, 9999) as u16,
+                    mo as u8,
+                    d as u8,
+                    h as u8,
+                    mi as u8,
+                    s as u8,
+                    us,
+                )
+            }
+            // A sweep: the zero date, before every row (zero dates and years
+            // before 1000 included).
+            None => Value::Date(0, 0, 0, 0, 0, 0, 0),
+        };
         let result = {
             let Some((conn, stmt)) = self.conn.as_mut() else {
                 return Err(DbError::Down(format!("{}: not connected", self.shown)));

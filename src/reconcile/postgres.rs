@@ -14,12 +14,13 @@ use super::db_tls::{client_config, pg_mode};
 use super::flags::redact;
 use super::row::{integer_text, Row};
 use super::source::{required_columns, take_param, CancelSlot, DbError, Source, UrlError};
+use bytes::BytesMut;
 use std::error::Error;
 use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::runtime::Runtime;
 use tokio_postgres::error::SqlState;
-use tokio_postgres::types::{FromSql, Type};
+use tokio_postgres::types::{to_sql_checked, FromSql, IsNull, ToSql, Type};
 use tokio_postgres::{Client, Config, NoTls, Statement};
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -191,6 +192,25 @@ impl Pg {
     }
 }
 
+/// A sweep's lower bound: `-infinity`, before every row (a year-1000 bound
+/// would leave out older dates and `-infinity` itself, a plausible default).
+#[derive(Debug)]
+struct Unbounded;
+
+impl ToSql for Unbounded {
+    fn to_sql(&self, _: &Type, out: &mut BytesMut) -> Result<IsNull, Box<dyn Error + Sync + Send>> {
+        // Both timestamp types' binary `-infinity`.
+        out.extend_from_slice(&i64::MIN.to_be_bytes());
+        Ok(IsNull::No)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        *ty == Type::TIMESTAMP || *ty == Type::TIMESTAMPTZ
+    }
+
+    to_sql_checked!();
+}
+
 /// `numeric`'s sign word of a positive value (NaN and the infinities have others).
 const NUMERIC_POS: u16 = 0x0000;
 /// `numeric`'s sign word of a negative value.
@@ -332,12 +352,13 @@ impl Source for Pg {
         if self.link.is_none() {
             self.connect()?;
         }
-        let bound = bound_us.unwrap_or(super::source::LOWEST_US);
-        let since = if bound >= 0 {
-            UNIX_EPOCH + Duration::from_micros(bound as u64)
-        } else {
-            UNIX_EPOCH - Duration::from_micros(bound.unsigned_abs())
-        };
+        let since = bound_us.map(|bound| {
+            if bound >= 0 {
+                UNIX_EPOCH + Duration::from_micros(bound as u64)
+            } else {
+                UNIX_EPOCH - Duration::from_micros(bound.unsigned_abs())
+            }
+        });
         let limit = answer_limit(self.timeout);
         let result = {
             let Some((rt, client, stmt)) = self.link.as_mut() else {
@@ -346,7 +367,10 @@ impl Source for Pg {
             rt.block_on(async {
                 let check = async {
                     let tx = client.build_transaction().read_only(true).start().await?;
-                    let rows = tx.query(&*stmt, &[&since]).await?;
+                    let rows = match &since {
+                        Some(t) => tx.query(&*stmt, &[t]).await?,
+                        None => tx.query(&*stmt, &[&Unbounded]).await?,
+                    };
                     tx.commit().await?;
                     Ok::<_, tokio_postgres::Error>(rows)
                 };

@@ -512,6 +512,24 @@ fn a_node_cut_off_from_redis_during_an_ahead_repair_takes_it_when_it_reads_again
 }
 
 #[test]
+fn a_full_check_reads_rows_dated_before_the_year_1000_and_minus_infinity() {
+    let pg = pg();
+    let redis = RedisServer::start();
+    pg.psql(
+        "INSERT INTO seats (course, section, total_seats, seats_taken, version, updated_at) VALUES
+         ('RC11', 0, 40, 1, 1, '-infinity'), ('RC11', 1, 40, 1, 1, '0500-01-01'),
+         ('RC11', 2, 40, 1, 1, '0100-01-01 BC'), ('RC11', 3, 40, 1, 1, now())",
+    );
+    let out = check_once(&redis, PG_QUERY, &pg.url("reader", "S3cretPw"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let sections: Vec<u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok()?["section"].as_u64())
+        .collect();
+    assert_eq!(sections, [0, 1, 2, 3]);
+}
+
+#[test]
 fn check_prints_each_difference_and_writes_nothing() {
     let pg = pg();
     let mut redis = RedisServer::start();
@@ -519,9 +537,16 @@ fn check_prints_each_difference_and_writes_nothing() {
     pg_row(&pg, "RC3", 1, 1, 3); // missing
     pg_row(&pg, "RC3", 2, 1, 3); // behind
     pg_row(&pg, "RC3", 3, 1, 3); // ahead
+    pg_row(&pg, "RC3", 4, 1, 3); // ahead past a double's range
     publish_v(&redis, "RC3", 0, 1, 3);
     publish_v(&redis, "RC3", 2, 1, 2);
     publish_v(&redis, "RC3", 3, 1, 9);
+    redis.cli(&[
+        "HSET",
+        "seatstate:RC3",
+        "4",
+        r#"{"course":"RC3","section":4,"total_seats":40,"seats_taken":1,"version":1e309}"#,
+    ]);
     let run = |db: &str| check_once(&redis, PG_QUERY, db);
     let before = redis.cli(&["HGETALL", "seatstate:RC3"]);
     let out = run(&pg.url("reader", "S3cretPw"));
@@ -541,6 +566,7 @@ fn check_prints_each_difference_and_writes_nothing() {
             serde_json::json!({"course":"RC3","section":1,"db_version":3,"redis_version":null,"state":"missing"}),
             serde_json::json!({"course":"RC3","section":2,"db_version":3,"redis_version":2,"state":"behind"}),
             serde_json::json!({"course":"RC3","section":3,"db_version":3,"redis_version":9,"state":"ahead"}),
+            serde_json::json!({"course":"RC3","section":4,"db_version":3,"redis_version":1e38,"state":"ahead"}),
         ]
     );
     assert_eq!(
@@ -1139,6 +1165,13 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
     my_row(&m, "RM1", 2, 30, 4);
     publish_v(&redis, "RM1", 0, 10, 1);
     publish_v(&redis, "RM1", 2, 39, 1 << 53);
+    // Rows dated before the year 1000 and at the zero date: a full check
+    // reads them too.
+    m.sql(
+        "SET SESSION sql_mode = '';
+         INSERT INTO sel.seats VALUES ('RM0', 0, 40, 1, 1, NULL, '0999-01-01 00:00:00'),
+                                      ('RM0', 1, 40, 1, 1, NULL, '0000-00-00 00:00:00');",
+    );
     let url = m.url("reader", "S3cretPw", "sel");
     // --check first: what differs, nothing written.
     let check = |db: &str| check_once(&redis, MY_QUERY, db);
@@ -1149,6 +1182,15 @@ fn mariadb_heals_a_lost_publish_replaces_ahead_checks_and_cuts_a_slow_statement(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for section in [0, 1] {
+        let line = format!(
+            r#"{{"course":"RM0","section":{section},"db_version":1,"redis_version":null,"state":"missing"}}"#
+        );
+        assert!(text.contains(&line), "{text}");
+    }
+    m.sql("DELETE FROM sel.seats WHERE course = 'RM0'");
+    let out = check(&url);
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(text.lines().count(), 2, "{text}");
     assert!(
