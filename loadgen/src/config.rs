@@ -84,6 +84,10 @@ pub struct Config {
     /// certificate must hold); `None`, plain TCP.
     #[serde(default)]
     pub tls: Option<String>,
+    /// The `Origin` a browser on the deployment's own page sends with its
+    /// WebSocket upgrade (`https://seats.example.edu`); none when `None`.
+    #[serde(default)]
+    pub origin: Option<String>,
 }
 
 fn yes() -> bool {
@@ -132,6 +136,7 @@ impl Default for Config {
             tokens_file: None,
             sse: false,
             tls: None,
+            origin: None,
         }
     }
 }

@@ -84,13 +84,17 @@ pub struct NodeSeen {
     pub reconnects: u64,
     /// The largest round trip to Redis it reported.
     pub rtt_max_s: f64,
+    /// Seconds into the run it was first seen (a node behind a balancer may
+    /// answer the first time late): its figures count from then.
+    pub first_t: f64,
     first: Scrape,
     last: (Instant, Scrape),
 }
 
 impl NodeSeen {
-    fn new(url: &str, at: Instant, s: Scrape) -> NodeSeen {
+    fn new(url: &str, t: f64, at: Instant, s: Scrape) -> NodeSeen {
         NodeSeen {
+            first_t: t,
             url: url.to_string(),
             started: s.started,
             series: Vec::new(),
@@ -139,9 +143,20 @@ impl NodeSeen {
         };
         let (n, p50, p99) = self.seed_ms();
         let courses = if n == 1 { "course" } else { "courses" };
+        let since = if self.first_t >= 1.0 {
+            format!(
+                " since it was first seen {:.1} s into the run",
+                self.first_t
+            )
+        } else {
+            String::new()
+        };
+        let cpu = self.series.iter().map(|p| p.cpu_pct).fold(0.0, f64::max);
+        let rss = self.series.iter().map(|p| p.rss_bytes).max().unwrap_or(0);
         format!(
-            "{}: Redis round trip {} (largest {}); {n} {courses} seeded, p50 {}, p99 {} (bucket bounds)",
+            "{}: CPU up to {cpu:.0} % of a core, RSS up to {:.0} MiB; Redis round trip {} (largest {}); {n} {courses} seeded{since}, p50 {}, p99 {} (bucket bounds)",
             self.url,
+            rss as f64 / f64::from(1 << 20),
             ms(Some(self.last.1.rtt_s * 1e3)),
             ms(Some(self.rtt_max_s * 1e3)),
             ms(p50),
@@ -163,7 +178,7 @@ impl NodeSeen {
         };
         NodeSeen {
             series,
-            ..NodeSeen::new(url, Instant::now(), s)
+            ..NodeSeen::new(url, 0.0, Instant::now(), s)
         }
     }
 
@@ -191,6 +206,7 @@ impl NodeSeen {
             "scrapes": self.scrapes,
             "redis_rtt_ms": {"last": finite_ms(self.last.1.rtt_s), "max": finite_ms(self.rtt_max_s)},
             "seed_ms": {"courses": seeded, "p50": p50, "p99": p99},
+            "first_seen_s": self.first_t,
         })
     }
 }
@@ -252,6 +268,9 @@ fn scrape(e: &Endpoint) -> Option<Scrape> {
     parse(&e.get("/metrics", Duration::from_secs(2))?)
 }
 
+/// The most scrapes of one endpoint for the baseline (a balancer's nodes).
+const BASELINE_SCRAPES: usize = 12;
+
 /// The scraping thread and what it saw.
 pub struct Watch {
     nodes: Arc<Mutex<Vec<NodeSeen>>>,
@@ -272,18 +291,33 @@ fn file(nodes: &Mutex<Vec<NodeSeen>>, url: &str, start: Instant, s: Scrape) {
         .find(|n| n.url == url && n.started == s.started)
     {
         Some(n) => n.add(t, now, s),
-        None => nodes.push(NodeSeen::new(url, now, s)),
+        None => nodes.push(NodeSeen::new(url, t, now, s)),
     }
 }
 
 impl Watch {
-    /// Scrapes every endpoint once now (the baseline), then once a second.
+    /// Scrapes every endpoint now (the baseline), then once a second. An
+    /// endpoint that is a balancer in front of several nodes is asked again
+    /// until the same nodes answer twice in a row (at most
+    /// [`BASELINE_SCRAPES`] times), so each node's figures count from the
+    /// start of the run, not from its first turn behind the balancer.
     pub fn start(endpoints: Vec<Endpoint>, start: Instant) -> Watch {
         let nodes = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         for e in &endpoints {
-            if let Some(s) = scrape(e) {
+            let mut repeats = 0;
+            for _ in 0..BASELINE_SCRAPES {
+                let Some(s) = scrape(e) else { break };
+                let seen = nodes
+                    .lock()
+                    .is_ok_and(|n: std::sync::MutexGuard<'_, Vec<NodeSeen>>| {
+                        n.iter().any(|n| n.url == e.url && n.started == s.started)
+                    });
                 file(&nodes, &e.url, start, s);
+                repeats = if seen { repeats + 1 } else { 0 };
+                if repeats == 2 {
+                    break;
+                }
             }
         }
         let (n, st) = (Arc::clone(&nodes), Arc::clone(&stop));
@@ -356,7 +390,7 @@ mod tests {
     fn cpu_is_a_share_of_a_core_and_a_lost_redis_is_named() {
         let t0 = Instant::now();
         let s = parse(TEXT).expect("parsed");
-        let mut n = NodeSeen::new("http://n1", t0, s.clone());
+        let mut n = NodeSeen::new("http://n1", 0.0, t0, s.clone());
         assert_eq!(n.short(), None);
         let later = Scrape {
             cpu_s: s.cpu_s + 0.5,
@@ -384,7 +418,7 @@ mod tests {
     fn the_distance_to_redis_is_the_largest_round_trip_and_seeds_over_the_run() {
         let t0 = Instant::now();
         let s = parse(TEXT).expect("parsed");
-        let mut n = NodeSeen::new("http://n1", t0, s.clone());
+        let mut n = NodeSeen::new("http://n1", 0.0, t0, s.clone());
         // Over the run: 100 more seeds, 90 within 5 ms, 8 within 10 ms, 2 slower.
         let later = Scrape {
             rtt_s: 0.003,
@@ -402,6 +436,15 @@ mod tests {
             line.contains("round trip 3.0 ms (largest 4.2 ms)"),
             "{line}"
         );
+        assert!(!line.contains("first seen"), "{line}");
+        // A node first seen late (its first turn behind a balancer) says so.
+        let late = NodeSeen::new("http://lb", 2.5, t0, s.clone());
+        let line = late.distance();
+        assert!(
+            line.contains("0 courses seeded since it was first seen 2.5 s into the run"),
+            "{line}"
+        );
+        assert_eq!(late.to_json()["first_seen_s"], 2.5);
         assert_eq!(
             quantile(&[], &[(0.001, 0.0), (0.002, 0.0)], 0.99),
             None,

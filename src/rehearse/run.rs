@@ -39,6 +39,9 @@ struct Url {
     name: String,
     /// TLS, for https://.
     tls: Option<Tls>,
+    /// The origin of a page the deployment serves (`https://seats.example.edu`,
+    /// a default port left out), as a browser names it in its upgrade.
+    origin: String,
 }
 
 /// The host of an authority without its port (`[::1]:443` gives `[::1]`).
@@ -56,9 +59,11 @@ fn endpoint(url: &str, flag: &'static str) -> Result<Url, FlagError> {
         url: url.to_owned(),
         problem,
     };
-    let (rest, https) = match (url.strip_prefix("https://"), url.strip_prefix("http://")) {
-        (Some(r), _) => (r, true),
-        (None, Some(r)) => (r, false),
+    // A scheme is case-insensitive (RFC 3986).
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let https = match scheme.to_ascii_lowercase().as_str() {
+        "https" => true,
+        "http" => false,
         _ => return Err(bad(UrlProblem::Scheme)),
     };
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
@@ -77,8 +82,15 @@ fn endpoint(url: &str, flag: &'static str) -> Result<Url, FlagError> {
         .then(|| Tls::new(name))
         .transpose()
         .map_err(|e| bad(UrlProblem::ServerName(e)))?;
+    let default_port = if https { ":443" } else { ":80" };
+    let origin = format!(
+        "{}://{}",
+        if https { "https" } else { "http" },
+        host.strip_suffix(default_port).unwrap_or(host)
+    );
     Ok(Url {
         addr,
+        origin,
         host: host.to_string(),
         base: path.trim_end_matches('/').to_string(),
         name: name
@@ -294,6 +306,7 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         base,
         name,
         tls,
+        origin,
     } = target;
     let stop = stop_on_signals();
     let names = course_names(
@@ -343,6 +356,11 @@ pub fn run(args: RehearseArgs) -> ExitCode {
         max_secs: (args.viewers as f64 / args.connect_rate + args.duration) as u64 + 120,
         tokens_file: args.token_file.as_ref().map(|p| p.display().to_string()),
         tls: tls.map(|_| name),
+        // The same wire a browser on the board page uses: its courses in the
+        // upgrade, the page's origin, compression offered, a fresh key.
+        upgrade_courses: true,
+        deflate: true,
+        origin: Some(origin),
         ..Config::default()
     };
     let sse = (args.viewers as f64 * args.sse_share).round() as usize;
@@ -593,7 +611,9 @@ fn finish(args: &RehearseArgs, run: Run, mut link: Commands, names: &[String]) -
         short.push("no viewer connected: is --target right?".into());
     }
     write_outputs(args, &figures, &short, &nodes, processes);
-    // What the distance to Redis costs each node, before the verdict line.
+    // The figures, and what the distance to Redis costs each node, before
+    // the verdict line.
+    line(&format!("rehearse: {}", figures.summary()));
     for n in &nodes {
         line(&format!("rehearse: {}", n.distance()));
     }
@@ -653,8 +673,17 @@ mod tests {
             (8443, "localhost:8443", "localhost")
         );
         assert_eq!(u.base, "/x");
+        assert_eq!(u.origin, "https://localhost:8443");
         let u = endpoint("https://[::1]:9443", "--nodes").expect("v6");
         assert_eq!((u.addr.port(), u.name.as_str()), (9443, "::1"));
+        // A scheme in capitals is the same scheme; a default port is left
+        // out of the origin, as a browser leaves it.
+        let u = endpoint("HTTP://127.0.0.1:80/", "--target").expect("capitals");
+        assert!(u.tls.is_none());
+        assert_eq!(u.origin, "http://127.0.0.1");
+        let u = endpoint("Https://localhost:443", "--target").expect("capitals");
+        assert!(u.tls.is_some());
+        assert_eq!(u.origin, "https://localhost");
         for bad in [
             "ftp://x",
             "seats.example.edu",

@@ -65,6 +65,36 @@ impl Figures {
         self.boards.1 as f64 / self.boards.0 as f64
     }
 
+    /// The run's figures as one line of stderr (the JSON has them too).
+    pub fn summary(&self) -> String {
+        let ms = |h: &Hist, q: f64| h.quantile(q) as f64 / 1e3;
+        let refused = if self.refused.is_empty() {
+            "none".to_string()
+        } else {
+            let by: Vec<String> = self
+                .refused
+                .iter()
+                .map(|(s, n)| format!("{n} x {s}"))
+                .collect();
+            by.join(", ")
+        };
+        format!(
+            "figures: {} of {} viewers connected, connect p50 {:.0} ms, p99 {:.0} ms; refused {refused}; \
+             publish to screen p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; boards correct {:.1} % ({} of {}); {} published",
+            self.viewers,
+            self.asked,
+            ms(&self.connect, 0.5),
+            ms(&self.connect, 0.99),
+            ms(&self.latency, 0.5),
+            ms(&self.latency, 0.99),
+            self.latency.max() as f64 / 1e3,
+            self.correct() * 100.0,
+            self.boards.1,
+            self.boards.0,
+            self.published
+        )
+    }
+
     /// What fell short of `p99_ms` and `max_refused`, as sentences.
     pub fn short(&self, p99_ms: f64, max_refused: f64) -> Vec<String> {
         let mut out = Vec::new();
@@ -185,6 +215,30 @@ mod tests {
     #[test]
     fn a_run_that_held_falls_short_of_nothing() {
         assert_eq!(held().short(1000.0, 0.01), Vec::<String>::new());
+    }
+
+    #[test]
+    fn the_summary_line_names_every_figure() {
+        let mut connect = Hist::default();
+        connect.record(3_000);
+        let f = Figures {
+            viewers: 9,
+            refused: BTreeMap::from([(503, 1)]),
+            connect,
+            boards: (20, 19),
+            ..held()
+        };
+        let line = f.summary();
+        for part in [
+            "9 of 10 viewers connected",
+            "connect p50 3 ms",
+            "refused 1 x 503",
+            "publish to screen p50 50 ms, p99 50 ms, max 50 ms",
+            "boards correct 95.0 % (19 of 20)",
+            "100 published",
+        ] {
+            assert!(line.contains(part), "{part}: {line}");
+        }
     }
 
     #[test]

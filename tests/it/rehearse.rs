@@ -215,6 +215,16 @@ fn a_deployment_that_holds_passes_with_every_board_correct_and_nothing_left() {
         "rehearsal keys left in Redis"
     );
     nodes_have_cpu_and_rss(&j, 2);
+    // The viewers took compression, as browsers do: fewer bytes on the
+    // wire than in the messages, on each node.
+    for node in &d.nodes {
+        let wire = node.metric("seatboard_ws_bytes_sent_total");
+        let payload = node.metric("seatboard_ws_payload_bytes_total");
+        assert!(
+            wire > 0.0 && wire < payload,
+            "wire {wire} B, payload {payload} B"
+        );
+    }
     report_draws_in_chromium(&report);
     // Operators rehearse more than once: the same nodes, which still hold
     // the first run's boards in memory, pass again.

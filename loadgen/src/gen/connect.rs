@@ -230,10 +230,35 @@ impl Gen {
         } else {
             format!("?{}", q.join("&"))
         };
+        let origin = self
+            .cfg
+            .origin
+            .as_ref()
+            .map_or_else(String::new, |o| format!("Origin: {o}\r\n"));
+        // A fresh key, as a browser makes for every upgrade.
+        let key = websocket_key(fastrand::u128(..));
         format!(
-            "GET {base}/ws{q} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}{offer}\r\n"
+            "GET {base}/ws{q} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n{origin}{auth}{offer}\r\n"
         )
     }
+}
+
+/// A `Sec-WebSocket-Key`: 16 bytes in base64 (24 characters, `==` last).
+fn websocket_key(bits: u128) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = bits.to_be_bytes();
+    let mut out = String::with_capacity(24);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 63]));
+        }
+    }
+    out.push_str("==");
+    out
 }
 
 /// Sends what `conn` has queued, as far as the socket takes it.
@@ -320,6 +345,31 @@ mod tests {
 
     fn target(req: &str) -> &str {
         req.split(' ').nth(1).unwrap_or("")
+    }
+
+    #[test]
+    fn keys_are_16_bytes_of_base64_fresh_for_each_upgrade_and_origin_is_sent_when_set() {
+        use base64::Engine;
+        for bits in [0, u128::MAX, 0x0102_0304_0506_0708_090a_0b0c_0d0e_0f10] {
+            let key = websocket_key(bits);
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(&key)
+                .expect("base64");
+            assert_eq!((key.len(), raw.as_slice()), (24, &bits.to_be_bytes()[..]));
+        }
+        let key = |req: &str| {
+            req.lines()
+                .find_map(|l| l.strip_prefix("Sec-WebSocket-Key: "))
+                .map(str::to_owned)
+        };
+        let mut g = gen(true, true);
+        let (a, b) = (g.upgrade_request(1, &[0]), g.upgrade_request(1, &[0]));
+        assert_ne!(key(&a), key(&b));
+        assert!(!a.contains("Origin:"), "{a}");
+        g.cfg.origin = Some("https://seats.example.edu".into());
+        assert!(g
+            .upgrade_request(1, &[0])
+            .contains("\r\nOrigin: https://seats.example.edu\r\n"));
     }
 
     #[test]
