@@ -148,6 +148,10 @@ pub struct RehearseArgs {
     /// Redis and prefixes, as for `serve`.
     #[command(flatten)]
     pub redis: RedisTarget,
+    /// Log level (error, warn, info, debug, trace); `warn` for a command
+    /// that runs once.
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
+    pub log_level: String,
     /// Presence sorted-set prefix (the rehearsal's presence keys are deleted at the end).
     #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
     pub presence_prefix: String,
@@ -334,6 +338,10 @@ pub struct PublishArgs {
     /// Redis and prefixes.
     #[command(flatten)]
     pub target: RedisTarget,
+    /// Log level (error, warn, info, debug, trace); `warn` for a command
+    /// that runs once.
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
+    pub log_level: String,
 }
 
 /// `seatboard relay` (contract §10).
@@ -369,6 +377,9 @@ pub struct RelayArgs {
     /// Redis and prefixes, as for `serve`.
     #[command(flatten)]
     pub target: RedisTarget,
+    /// Log level (error, warn, info, debug, trace), as for `serve`.
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "info")]
+    pub log_level: String,
 }
 
 /// `seatboard simulate`: a synthetic selection window.
@@ -389,6 +400,10 @@ pub struct SimulateArgs {
     /// Redis and prefixes.
     #[command(flatten)]
     pub target: RedisTarget,
+    /// Log level (error, warn, info, debug, trace); `warn` for a command
+    /// that runs once.
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
+    pub log_level: String,
 }
 
 /// A snapshot version: an integer 0..=2^53, the hub's rule (contract §2).

@@ -40,11 +40,11 @@ fn run(cli: Cli) -> ExitCode {
     match cli.command {
         Command::Serve(args) => node::run(args, Feed::Redis),
         Command::Demo(args) => node::run(args, Feed::Demo),
-        Command::Publish(args) => match logging(&args.target.log_level) {
+        Command::Publish(args) => match logging(&args.log_level) {
             Ok(()) => seatboard::cmd::publish::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
-        Command::Simulate(args) => match logging(&args.target.log_level) {
+        Command::Simulate(args) => match logging(&args.log_level) {
             Ok(()) => seatboard::cmd::simulate::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },
@@ -54,7 +54,7 @@ fn run(cli: Cli) -> ExitCode {
         Command::Relay(args) => seatboard::relay::main(args),
         Command::Reconcile(args) => seatboard::reconcile::main(args),
         Command::RehearseViewers => seatboard::rehearse::child_main(),
-        Command::Rehearse(args) => match logging(&args.redis.log_level) {
+        Command::Rehearse(args) => match logging(&args.log_level) {
             Ok(()) => seatboard::rehearse::run(args),
             Err(e) => usage(&format!("invalid value for '--log-level': {e}")),
         },

@@ -51,6 +51,9 @@ pub struct ReconcileArgs {
     /// Redis and prefixes, as for `serve`.
     #[command(flatten)]
     pub target: RedisTarget,
+    /// Log level (error, warn, info, debug, trace), as for `serve`.
+    #[arg(long, env = "SEATBOARD_LOG", default_value = "info")]
+    pub log_level: String,
 }
 
 /// Which database a `--db` URL names.

@@ -77,10 +77,10 @@ struct Opened {
 /// The flag check and the log level: exit 2 with the reason if either is wrong.
 fn checked(args: &ReconcileArgs) -> Result<Checked, ExitCode> {
     let c = flags::check(args).map_err(|e| usage(&e))?;
-    if let Err(e) = crate::logging::init(&args.target.log_level) {
+    if let Err(e) = crate::logging::init(&args.log_level) {
         return Err(usage(&format!(
             "invalid value '{}' for '--log-level': {e}",
-            args.target.log_level
+            args.log_level
         )));
     }
     Ok(c)

@@ -212,7 +212,4 @@ pub struct RedisTarget {
     /// State hash prefix.
     #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
     pub state_prefix: String,
-    /// Log level (error, warn, info, debug, trace).
-    #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
-    pub log_level: String,
 }

@@ -119,10 +119,10 @@ pub fn main(args: RelayArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage(&e),
     };
-    if let Err(e) = crate::logging::init(&args.target.log_level) {
+    if let Err(e) = crate::logging::init(&args.log_level) {
         return usage(&format!(
             "invalid value '{}' for '--log-level': {e}",
-            args.target.log_level
+            args.log_level
         ));
     }
     match run(args, c) {

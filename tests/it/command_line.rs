@@ -2,8 +2,9 @@
 //! 2 and the first stderr line names it (a missing required flag, a
 //! `--session` by the rule `/api/history` reads one by, a `--jwks-ca` that
 //! cannot be read with or without `--jwks-url`, an empty `--log-level`); the
-//! `--auth none` warning is written whatever the log level; `demo --help`
-//! lists no flag that `demo` ignores.
+//! `--auth none` warning is written whatever the log level; `relay` and
+//! `reconcile` log at `info` unless told otherwise, as `serve` does;
+//! `demo --help` lists no flag that `demo` ignores.
 
 use crate::common::*;
 use crate::tls_util;
@@ -382,6 +383,60 @@ fn the_auth_none_warning_is_written_at_every_log_level() {
     let line = auth_warning(child, &file).expect("the warning under the journal");
     assert!(line.starts_with("<4>"), "{line:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn relay_and_reconcile_log_at_info_unless_told_as_serve_does() {
+    let dir = scratch("levels");
+    let sock = dir.join("relay.sock");
+    let sock = sock.to_str().expect("UTF-8 path");
+    let db = format!("postgres://u:p@127.0.0.1:{}/x", free_port());
+    let query = "SELECT course, section, total_seats, seats_taken, version, updated_at FROM t WHERE updated_at >= $1";
+    let runs: [(&str, Vec<&str>); 2] = [
+        ("seatboard relay running", vec!["relay", "--socket", sock]),
+        (
+            "seatboard reconcile running",
+            vec!["reconcile", "--db", &db, "--query", query],
+        ),
+    ];
+    let redis = nowhere();
+    for (running, args) in &runs {
+        for (level, shown) in [(None, true), (Some("warn"), false)] {
+            let file = dir.join("stderr");
+            let err = std::fs::File::create(&file).expect("stderr file");
+            let metrics = free_port();
+            let mut cmd = seatboard_command();
+            cmd.args(args)
+                .args(["--redis", &redis])
+                .args(["--metrics", &format!("127.0.0.1:{metrics}")])
+                .env_remove("SEATBOARD_LOG");
+            if let Some(l) = level {
+                cmd.args(["--log-level", l]);
+            }
+            let mut child = cmd
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(err))
+                .spawn()
+                .expect("spawn seatboard");
+            let up = wait_for(T, || {
+                testkit::scrape::get_ok(metrics, "/healthz", Duration::from_secs(1))
+            });
+            // SAFETY: kill(2) on the child this test started.
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGTERM);
+            }
+            let status = wait_for(T, || child.try_wait().ok().flatten());
+            if status.is_none() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            assert!(up.is_some(), "{args:?} {level:?}: /healthz never answered");
+            assert_eq!(status.and_then(|s| s.code()), Some(0), "{args:?} {level:?}");
+            // Everything it logged is in the file once it has exited.
+            let text = std::fs::read_to_string(&file).expect("stderr");
+            assert_eq!(text.contains(running), shown, "{args:?} {level:?}:\n{text}");
+        }
+    }
 }
 
 #[test]
