@@ -16,6 +16,10 @@ const REGRESSIONS: &[u64] = &[
     // course unsubscribed under it kept its old confirmation, was read
     // before its new SUBSCRIBE was confirmed, and lost a publish between.
     2_001_225,
+    // A watched course whose state hash a rescan no longer found left the
+    // admin view with the updates of its last tick still counted: named
+    // again by the next publishes, its first tick counted one too many.
+    7_467,
 ];
 
 /// Seeds the suite runs on every build.

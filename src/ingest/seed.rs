@@ -345,6 +345,8 @@ impl<S: Source> Ingest<S> {
                 self.viewers.remove(&c);
                 self.boards.get_mut(&c).and_then(|b| {
                     b.named = false;
+                    // No admin tick counts it now: a later name starts afresh.
+                    b.updates = 0;
                     b.shown.take()
                 })
             } else {
