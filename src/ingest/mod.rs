@@ -426,12 +426,11 @@ impl<S: Source> Ingest<S> {
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !fresh {
             self.metrics.ingest_duplicates.fetch_add(1, Relaxed);
-            if live && matches!(board.watch.load(), Load::Reading(_)) {
-                board.refused_while_reading(snap);
-                return false;
-            }
             if live && crate::planted::active(crate::planted::Bug::AdminCountsDuplicates) {
                 board.updates += 1;
+            }
+            if live && matches!(board.watch.load(), Load::Reading(_)) {
+                board.refused_while_reading(snap);
             }
             return false;
         }

@@ -201,8 +201,12 @@ impl<S: Source> Ingest<S> {
                     .boards
                     .get(course)
                     .and_then(|b| b.sections.get(&s.section));
-                if s.replaces(held.map(|h| &**h)) {
-                    self.accept(s, Via::Read);
+                if s.replaces(held.map(|h| &**h)) && self.accept(s, Via::Read) {
+                    // A publish after all: counted for admins as it was not
+                    // when it came.
+                    if let Some(b) = self.boards.get_mut(course) {
+                        b.updates += 1;
+                    }
                 }
             }
         }
