@@ -109,8 +109,10 @@ impl Pg {
             .build()
             .map_err(|e| DbError::Down(format!("{}: a runtime: {e}", self.shown)))?;
         let ms = self.timeout.as_millis();
+        // The session's settings, made in a read-only transaction too (a
+        // plain `SET` outlives its transaction).
         let setup = format!(
-            "SET statement_timeout = {ms}; SET lock_timeout = {ms}; SET default_transaction_read_only = on"
+            "BEGIN READ ONLY; SET statement_timeout = {ms}; SET lock_timeout = {ms}; SET default_transaction_read_only = on; COMMIT"
         );
         let (config, tls, query) = (&self.config, self.tls.clone(), &self.query);
         let limit = CONNECT_LIMIT + answer_limit(self.timeout);
