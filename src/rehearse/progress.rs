@@ -34,12 +34,7 @@ pub fn line(s: &Status) -> String {
     let refused = if s.refused.is_empty() {
         "0".to_string()
     } else {
-        let by: Vec<String> = s
-            .refused
-            .iter()
-            .map(|(k, n)| format!("{n} x {k}"))
-            .collect();
-        by.join(", ")
+        super::verdict::by_status(&s.refused)
     };
     let latency = match s.latency_ms {
         Some((p50, p99)) => format!("p50 {p50:.0} ms p99 {p99:.0} ms ({RECENT_S} s)"),

@@ -52,6 +52,15 @@ pub struct Figures {
     pub series: Vec<Second>,
 }
 
+/// Refusals by status as `3 x 429, 1 x 503`.
+pub fn by_status(refused: &BTreeMap<u64, u64>) -> String {
+    let by: Vec<String> = refused
+        .iter()
+        .map(|(status, n)| format!("{n} x {status}"))
+        .collect();
+    by.join(", ")
+}
+
 fn ms(h: &Hist) -> Value {
     json!({"p50": h.quantile(0.5) as f64 / 1e3, "p99": h.quantile(0.99) as f64 / 1e3, "max": h.max() as f64 / 1e3})
 }
@@ -71,12 +80,7 @@ impl Figures {
         let refused = if self.refused.is_empty() {
             "none".to_string()
         } else {
-            let by: Vec<String> = self
-                .refused
-                .iter()
-                .map(|(s, n)| format!("{n} x {s}"))
-                .collect();
-            by.join(", ")
+            by_status(&self.refused)
         };
         format!(
             "figures: {} of {} viewers connected, connect p50 {:.0} ms, p99 {:.0} ms; refused {refused}; \
@@ -106,15 +110,10 @@ impl Figures {
             refused as f64 / attempts as f64
         };
         if share > max_refused {
-            let by: Vec<String> = self
-                .refused
-                .iter()
-                .map(|(s, n)| format!("{n} x {s}"))
-                .collect();
             out.push(format!(
                 "refusals: {:.1} % of upgrades were refused ({}), over --max-refused {:.1} %",
                 share * 100.0,
-                by.join(", "),
+                by_status(&self.refused),
                 max_refused * 100.0
             ));
         }

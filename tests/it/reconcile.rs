@@ -399,17 +399,56 @@ fn a_row_dated_in_the_future_does_not_hide_later_changes() {
     );
 }
 
+/// Section 0 of `course` forged at 2^53 (39 taken) in Redis while the
+/// database holds 12 taken at version 5; a viewer on `node` (started by
+/// `node`) shows the forged board.
+fn forged_board(
+    pg: &Postgres,
+    redis: &RedisServer,
+    course: &str,
+    node: impl FnOnce() -> Seatboard,
+) -> (Seatboard, Ws, Board) {
+    pg_row(pg, course, 0, 12, 5);
+    publish_v(redis, course, 0, 39, 1 << 53);
+    let node = node();
+    let mut ws = client(&node, "user=a");
+    let mut board = Board::default();
+    board.apply(&watch(&mut ws, course));
+    assert_eq!(taken(&board, 0), 39, "the forged snapshot is on the board");
+    (node, ws, board)
+}
+
+/// A new viewer of `course` on `node` sees `taken` at `version`.
+fn fresh_viewer_sees(node: &Seatboard, course: &str, taken_version: (u64, u64)) {
+    let mut fresh = client(node, "user=b");
+    let mut b = Board::default();
+    b.apply(&watch(&mut fresh, course));
+    assert_eq!((taken(&b, 0), b.version(0)), taken_version);
+}
+
+/// The next real version of `course` (13 taken, version 6) passes the
+/// script and reaches `board`.
+fn next_real_version_passes(
+    pg: &Postgres,
+    redis: &RedisServer,
+    course: &str,
+    ws: &mut Ws,
+    board: &mut Board,
+) {
+    pg_row(pg, course, 0, 13, 6);
+    publish_v(redis, course, 0, 13, 6);
+    board_until(ws, board, Duration::from_secs(5), |b| taken(b, 0) == 13)
+        .expect("the next real version is taken");
+    assert_eq!(hash_version(redis, course, 0), Some(6));
+}
+
 #[test]
 fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board() {
     let pg = pg();
     let redis = RedisServer::start();
-    pg_row(&pg, "RC2", 0, 12, 5);
-    publish_v(&redis, "RC2", 0, 39, 1 << 53);
-    let node = serve(&redis, &["--tick-ms", &TICK_MS.to_string()]);
-    let mut ws = client(&node, "user=a");
-    let mut board = Board::default();
-    board.apply(&watch(&mut ws, "RC2"));
-    assert_eq!(taken(&board, 0), 39, "the forged snapshot is on the board");
+    let (node, mut ws, mut board) = forged_board(&pg, &redis, "RC2", || {
+        serve(&redis, &["--tick-ms", &TICK_MS.to_string()])
+    });
     let started = Instant::now();
     let rec = Reconciler::start(
         &pg.url("reader", "S3cretPw"),
@@ -439,16 +478,8 @@ fn ahead_is_counted_left_then_replaced_and_a_forged_2_pow_53_leaves_every_board(
     rec.wait_metric("seatboard_reconcile_repaired_total{reason=\"ahead\"}", 1.0);
     assert_eq!(rec.metric("seatboard_reconcile_ahead_total"), 1.0);
     // The next real version passes, on the board and for a new viewer.
-    pg_row(&pg, "RC2", 0, 13, 6);
-    publish_v(&redis, "RC2", 0, 13, 6);
-    board_until(&mut ws, &mut board, Duration::from_secs(5), |b| {
-        taken(b, 0) == 13
-    })
-    .expect("the next real version is taken");
-    let mut fresh = client(&node, "user=b");
-    let mut b2 = Board::default();
-    b2.apply(&watch(&mut fresh, "RC2"));
-    assert_eq!((taken(&b2, 0), b2.version(0)), (13, 6));
+    next_real_version_passes(&pg, &redis, "RC2", &mut ws, &mut board);
+    fresh_viewer_sees(&node, "RC2", (13, 6));
     // The relay refuses a replace: only the reconciler sends one.
 }
 
@@ -457,13 +488,9 @@ fn a_node_cut_off_from_redis_during_an_ahead_repair_takes_it_when_it_reads_again
     let pg = pg();
     let redis = RedisServer::start();
     let link = CutProxy::start(redis.port);
-    pg_row(&pg, "RC9", 0, 12, 5);
-    publish_v(&redis, "RC9", 0, 39, 1 << 53);
-    let node = serve_on(&link.uri(), &["--tick-ms", &TICK_MS.to_string()]);
-    let mut ws = client(&node, "user=a");
-    let mut board = Board::default();
-    board.apply(&watch(&mut ws, "RC9"));
-    assert_eq!(taken(&board, 0), 39, "the forged snapshot is on the board");
+    let (node, mut ws, mut board) = forged_board(&pg, &redis, "RC9", || {
+        serve_on(&link.uri(), &["--tick-ms", &TICK_MS.to_string()])
+    });
     // The node's link to Redis goes down, and stays down while the repair
     // is written and published: the node never sees the `replace`.
     link.hold(true);
@@ -497,18 +524,8 @@ fn a_node_cut_off_from_redis_during_an_ahead_repair_takes_it_when_it_reads_again
     })
     .expect("the repair reaches the board after the reread");
     assert_eq!(board.version(0), 5);
-    let mut fresh = client(&node, "user=b");
-    let mut b2 = Board::default();
-    b2.apply(&watch(&mut fresh, "RC9"));
-    assert_eq!((taken(&b2, 0), b2.version(0)), (12, 5));
-    // The next real version passes the script and every board.
-    pg_row(&pg, "RC9", 0, 13, 6);
-    publish_v(&redis, "RC9", 0, 13, 6);
-    board_until(&mut ws, &mut board, Duration::from_secs(5), |b| {
-        taken(b, 0) == 13
-    })
-    .expect("the next real version is taken");
-    assert_eq!(hash_version(&redis, "RC9", 0), Some(6));
+    fresh_viewer_sees(&node, "RC9", (12, 5));
+    next_real_version_passes(&pg, &redis, "RC9", &mut ws, &mut board);
 }
 
 #[test]
