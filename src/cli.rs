@@ -189,7 +189,7 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_REHEARSE_SOURCE_ADDRS", value_delimiter = ',')]
     pub source_addrs: Vec<std::net::IpAddr>,
     /// Nodes whose `/metrics` to watch over the run (CPU, RSS, Redis), as
-    /// http:// URLs (comma-separated; default: what answers at --target).
+    /// http:// or https:// URLs (comma-separated; default: what answers at --target).
     #[arg(long, env = "SEATBOARD_REHEARSE_NODES", value_delimiter = ',')]
     pub nodes: Vec<String>,
     /// Target: publish-to-screen p99 in ms.

@@ -31,12 +31,18 @@ pub struct Tls {
 /// Where rustls-native-certs took the roots from, and how many.
 fn roots_in_words(n: usize) -> String {
     let plural = if n == 1 { "" } else { "s" };
-    for var in ["SSL_CERT_FILE", "SSL_CERT_DIR"] {
-        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-            return format!("{n} certificate{plural} from {var}={}", v.to_string_lossy());
-        }
+    // Both are read when both are set: each is named.
+    let from: Vec<String> = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
+        .iter()
+        .filter_map(|var| {
+            let v = std::env::var_os(var).filter(|v| !v.is_empty())?;
+            Some(format!("{var}={}", v.to_string_lossy()))
+        })
+        .collect();
+    if from.is_empty() {
+        return format!("the system's {n} root certificate{plural}");
     }
-    format!("the system's {n} root certificate{plural}")
+    format!("{n} certificate{plural} from {}", from.join(" and "))
 }
 
 impl Tls {
