@@ -183,7 +183,7 @@ impl History {
             series: VecDeque::new(),
         });
         d.roll(now);
-        d.buckets.on_snapshot(snap);
+        let _ = d.buckets.on_snapshot(snap);
     }
 
     /// The body of `GET /api/history?session=S` (a cheap read on the shard thread).

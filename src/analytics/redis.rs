@@ -222,8 +222,10 @@ impl Loop<'_> {
         let channel = format!("{}{course}", self.args.channel_prefix);
         match Snapshot::parse(payload, Some(course)) {
             Ok(s) => {
-                self.buckets.on_snapshot(&s);
-                self.figures.snapshots.fetch_add(1, Relaxed);
+                // A rehearsal's is not counted, in the stream or here.
+                if self.buckets.on_snapshot(&s) {
+                    self.figures.snapshots.fetch_add(1, Relaxed);
+                }
             }
             Err(why) => {
                 self.rejected += 1;

@@ -88,10 +88,11 @@ impl Buckets {
     }
 
     /// Counts one published snapshot into the bucket in flight and keeps its
-    /// seats unless an equal or newer version of that section was seen before.
-    pub fn on_snapshot(&mut self, snap: &Snapshot) {
+    /// seats unless an equal or newer version of that section was seen before;
+    /// false for a rehearsal's, which is not counted (section 7).
+    pub fn on_snapshot(&mut self, snap: &Snapshot) -> bool {
         if self.rehearsal(&snap.course) {
-            return;
+            return false;
         }
         match self.updates.get_mut(&*snap.course) {
             Some(n) => *n += 1,
@@ -117,6 +118,7 @@ impl Buckets {
                 },
             );
         }
+        true
     }
 
     /// Marks the bucket in flight as lost: it will write nothing when it closes.
@@ -305,7 +307,7 @@ mod tests {
     #[test]
     fn stale_versions_count_but_do_not_replace_seats() {
         let mut b = Buckets::new(1000, 0).with_rehearsal_prefix("REHEARSAL-".into());
-        b.on_snapshot(&snap("REHEARSAL-0001", 1, 5, 10, Some(3)));
+        assert!(!b.on_snapshot(&snap("REHEARSAL-0001", 1, 5, 10, Some(3))));
         let v = HashMap::from([("REHEARSAL-0001".to_string(), 4u64)]);
         assert_eq!(
             b.close(2000, &v).0,
