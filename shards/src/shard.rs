@@ -216,6 +216,15 @@ pub struct Shard {
     count_holds: VecDeque<(u64, Arc<str>)>,
 }
 
+/// The course at the front of a deadline queue (`count_waits`,
+/// `count_holds`), taken off it if its moment is over by `now_ms`.
+fn pop_due(queue: &mut VecDeque<(u64, Arc<str>)>, now_ms: u64) -> Option<Arc<str>> {
+    if queue.front()?.0 > now_ms {
+        return None;
+    }
+    queue.pop_front().map(|(_, course)| course)
+}
+
 /// Sweep interval for pings, silence and slow consumers.
 const SWEEP_MS: u64 = 1_000;
 

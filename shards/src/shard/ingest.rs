@@ -103,13 +103,7 @@ impl Shard {
         if !self.timers.is_expired(Timer::Count, now_ms) {
             return;
         }
-        while let Some((due, _)) = self.count_waits.front() {
-            if *due > now_ms {
-                break;
-            }
-            let Some((_, course)) = self.count_waits.pop_front() else {
-                break;
-            };
+        while let Some(course) = super::pop_due(&mut self.count_waits, now_ms) {
             if let Some(c) = self.courses.get_mut(&course).filter(|c| c.awaiting_count) {
                 // No count came: none will for these answers either.
                 c.unsettled_join = None;

@@ -234,13 +234,7 @@ impl Shard {
         if !self.timers.is_expired(Timer::Hold, now_ms) {
             return;
         }
-        while let Some((due, _)) = self.count_holds.front() {
-            if *due > now_ms {
-                break;
-            }
-            let Some((_, course)) = self.count_holds.pop_front() else {
-                break;
-            };
+        while let Some(course) = super::pop_due(&mut self.count_holds, now_ms) {
             self.release_held(&course, 0, now_ms);
             let next = self.courses.get(&course).and_then(|c| c.held.first());
             if let Some(&(_, _, due)) = next {
