@@ -17,6 +17,8 @@ pub enum Bug {
     FirehoseKeepsNarrow = 5,
     /// A live snapshot dropped as stale or a duplicate still counted for admins.
     AdminCountsDuplicates = 6,
+    /// A field the reconciler replaced, read at a reread, taken only if newer.
+    ReadIgnoresReplace = 7,
 }
 
 #[cfg(feature = "planted-bugs")]

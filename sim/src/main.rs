@@ -6,7 +6,8 @@
 //! `--no-shrink`: a failure is printed as found (a quick count of failures).
 //! `--plant BUG` (feature `planted-bugs`): runs with one planted bug
 //! (`read-backwards`, `read-before-confirmed`, `no-reread`,
-//! `refresh-without-ttl`, `firehose-keeps-narrow`, `admin-counts-duplicates`).
+//! `refresh-without-ttl`, `firehose-keeps-narrow`, `admin-counts-duplicates`,
+//! `read-ignores-replace`).
 
 use sim::schedule::Step;
 use std::process::ExitCode;
@@ -139,6 +140,7 @@ fn plant(name: &str) -> Result<(), String> {
         "refresh-without-ttl" => Bug::RefreshWithoutTtl,
         "firehose-keeps-narrow" => Bug::FirehoseKeepsNarrow,
         "admin-counts-duplicates" => Bug::AdminCountsDuplicates,
+        "read-ignores-replace" => Bug::ReadIgnoresReplace,
         other => return Err(format!("no planted bug {other}")),
     };
     seatboard::planted::plant(Some(bug));

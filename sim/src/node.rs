@@ -133,10 +133,15 @@ impl Node {
     /// Checks the node's own board against the highest versions it held: a
     /// section's version never goes down while its board is kept, except
     /// below one first held before the latest of `faults` write-losing faults
-    /// (a state hash that lost the write may then be read afresh). A board
-    /// dropped (its last viewer gone) starts afresh. Names the section that
-    /// went back.
-    pub fn went_backwards(&mut self, faults: u64) -> Option<String> {
+    /// (a state hash that lost the write may then be read afresh), or where
+    /// `replaced(course, section, from, to)` (the reconciler's replacement,
+    /// which a board takes whatever it holds). A board dropped (its last
+    /// viewer gone) starts afresh. Names the section that went back.
+    pub fn went_backwards(
+        &mut self,
+        faults: u64,
+        replaced: impl Fn(&str, u32, u64, u64) -> bool,
+    ) -> Option<String> {
         let mut seen = HashSet::new();
         let mut back = None;
         for (course, section, version) in self.ingest.held() {
@@ -149,7 +154,7 @@ impl Node {
                     let first = back
                         .as_ref()
                         .is_none_or(|(k, _): &((Arc<str>, u32), String)| key < *k);
-                    if *at == faults && first {
+                    if *at == faults && first && !replaced(course, section, *high, v) {
                         let d = format!(
                             "{course}/{section} held v{high}, now v{v} with no write lost since"
                         );

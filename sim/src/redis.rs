@@ -66,13 +66,31 @@ impl Redis {
             }
         }
         hash.insert(snap.section, payload.to_owned());
+        self.remember(now, snap, old);
+        true
+    }
+
+    /// A write a failover may undo: the value it overwrote.
+    fn remember(&mut self, now: u64, snap: &Snapshot, old: Option<String>) {
         self.undo
             .push((now, snap.course.to_string(), snap.section, old));
         // A replica lags by at most a few seconds: older writes are safe.
         let keep_from = now.saturating_sub(10_000);
         let cut = self.undo.partition_point(|(t, ..)| *t < keep_from);
         self.undo.drain(..cut);
-        true
+    }
+
+    /// A section's field as `HGET` reads it.
+    pub fn field(&self, course: &str, section: u32) -> Option<&str> {
+        self.hashes.get(course)?.get(&section).map(String::as_str)
+    }
+
+    /// `HSET` of a section's field, whatever it held (the reconciler's
+    /// replacement of a version the database never had).
+    pub fn set(&mut self, now: u64, snap: &Snapshot, payload: &str) {
+        let hash = self.hashes.entry(snap.course.to_string()).or_default();
+        let old = hash.insert(snap.section, payload.to_owned());
+        self.remember(now, snap, old);
     }
 
     /// The nodes whose connection receives a publish on `course`, once per

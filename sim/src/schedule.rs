@@ -55,6 +55,13 @@ pub enum Op {
         section: u32,
         version: u64,
     },
+    /// Fault: a publish of a version the database never holds (a forged or
+    /// poisoned snapshot), which only the reconciler takes back.
+    Forge {
+        publisher: usize,
+        course: usize,
+        section: u32,
+    },
     /// A viewer watches a course.
     Watch { viewer: usize, course: usize },
     /// A viewer unwatches a course.
@@ -99,6 +106,7 @@ impl Op {
         matches!(
             self,
             Op::SlowPublisher { .. }
+                | Op::Forge { .. }
                 | Op::SlowLink { .. }
                 | Op::LosePublish { .. }
                 | Op::ResetPubsub { .. }
@@ -294,4 +302,22 @@ pub fn draw(rng: &mut Rng, shape: &Shape, faults: Faults) -> Vec<Step> {
     // Stable: equal moments keep their drawing order (versions rise in it).
     steps.sort_by_key(|s| s.at);
     steps
+}
+
+/// Adds to `steps` (drawn with a reconciler on) up to three forged
+/// publishes, from a stream of their own so the steps drawn before stay as
+/// they were.
+pub fn forge(seed: u64, shape: &Shape, steps: &mut Vec<Step>) {
+    let mut rng = Rng::new(seed ^ 0xf0_46ed);
+    for _ in 0..rng.below(4) {
+        steps.push(Step {
+            at: rng.below(shape.busy_ms),
+            op: Op::Forge {
+                publisher: rng.below(shape.publishers as u64) as usize,
+                course: rng.below(shape.courses as u64) as usize,
+                section: rng.below(u64::from(shape.sections)) as u32,
+            },
+        });
+    }
+    steps.sort_by_key(|s| s.at);
 }

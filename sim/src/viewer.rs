@@ -92,11 +92,14 @@ impl Viewer {
 
     /// Merges one server frame, checking each section shown against what was
     /// published (`published(course, section, version)`: its JSON, if that
-    /// version was published).
+    /// version was published); a version shown goes down only where
+    /// `replaced(course, section, from, to)` (the reconciler's replacement,
+    /// which a board takes whatever it holds).
     pub fn merge(
         &mut self,
         bytes: &[u8],
         published: impl Fn(&str, u32, u64) -> Option<Value>,
+        replaced: impl Fn(&str, u32, u64, u64) -> bool,
     ) -> Read {
         let frame = match read_server_frame(bytes) {
             Ok(Some(f)) => f,
@@ -168,7 +171,7 @@ impl Viewer {
             }
             let key = (course.to_owned(), id);
             if let Some(&before) = self.seen.get(&key) {
-                if version < before {
+                if version < before && !replaced(course, id, before, version) {
                     return Read::Broke(
                         "a viewer never sees a version go down",
                         format!("{course}/{id} went from {before} to {version}"),

@@ -2,13 +2,17 @@
 //! viewers, driven through a schedule, with every invariant checked as it runs.
 
 use crate::adapter::{self, ReadRequest, SubCmd};
+use crate::database::{row_snapshot, Database};
+use crate::missed::Missed;
 use crate::node::{Node, Out, PRESENCE_TICK_MS, PRESENCE_TTL_MS, QUEUE_BYTES};
 use crate::presence;
+use crate::reconciler::{self, Reconciler};
 use crate::redis::Redis;
 use crate::rng::Rng;
 use crate::schedule::{Op, Shape, Step, COURSES};
 use crate::viewer::{At, Read, Viewer};
 use seatboard::channels::{Discovery, IngestCmd};
+use seatboard::reconcile::decide::{Candidate, Field};
 use serde_json::Value;
 use shards::{Role, Snapshot, WsOptions};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -21,6 +25,17 @@ pub const T0: u64 = 1_764_420_000_000;
 /// truth: the contract's 2 s after Redis answers again, plus the simulated
 /// reconnect backoff and link delays.
 pub const BOUND_MS: u64 = 2_000 + MAX_BACKOFF_MS + 4 * MAX_DELAY_MS + VIEWER_TICK_MS;
+/// With a reconciler, how long after the last fault Redis and every open
+/// board equal the database: a publish slowed past the fault's end, the
+/// replica's lag, the grace and the ahead delay, three checks with their
+/// round trips (a replacement whose row was not read again waits for a
+/// sweep), then the nodes' own bound.
+pub const RECONCILE_BOUND_MS: u64 = 1_600
+    + reconciler::MAX_LAG_MS
+    + reconciler::GRACE_MS
+    + reconciler::AHEAD_MS
+    + 3 * (reconciler::INTERVAL_MS + 4 * MAX_DELAY_MS)
+    + BOUND_MS;
 /// How long after the last fault every count a viewer is shown equals the
 /// distinct users watching the course on any node: a dead node's members
 /// fall out one presence TTL after its last re-score, a lost write is
@@ -44,11 +59,15 @@ const MAX_BACKOFF_MS: u64 = 400;
 const VIEWER_TICK_MS: u64 = 50;
 /// The version of the final round of publishes (above any drawn).
 const FINAL_VERSION: u64 = 1 << 40;
+/// A forged publish's version: one the database never holds (above any
+/// drawn, below the final round's).
+const FORGED_VERSION: u64 = 1 << 39;
 /// Slack over a queue's bound: answers and close frames go past it.
 const QUEUE_SLACK: usize = 16 * 1024;
 
-/// A publish delivered to a node: (when, course, (section, version)).
-type Delivery = (u64, String, (u32, Option<u64>));
+/// A publish delivered to a node: (when, course, (section, version,
+/// `replace`)): a replacement is a publish of its own, whatever its version.
+type Delivery = (u64, String, (u32, Option<u64>, bool));
 
 /// An invariant that broke.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +92,7 @@ enum Conn {
     Publisher,
     Sub { node: usize, gen: u64 },
     Reader { node: usize, node_gen: u64 },
+    Reconciler,
 }
 
 /// A command arriving at Redis.
@@ -80,8 +100,19 @@ enum Conn {
 enum Cmd {
     Publish(Arc<Snapshot>),
     Sub(SubCmd),
-    Read { courses: Vec<Arc<str>>, epoch: u64 },
+    Read {
+        courses: Vec<Arc<str>>,
+        epoch: u64,
+    },
     Discover,
+    /// The reconciler's `HGET`s, one per candidate.
+    Lookup(Vec<Candidate>),
+    /// The reconciler's repairs: written with the compare-and-set script,
+    /// then set and published with `replace`, each section published.
+    Repair {
+        write: Vec<Snapshot>,
+        replace: Vec<Snapshot>,
+    },
 }
 
 /// Something due at a virtual moment.
@@ -94,8 +125,8 @@ enum Ev {
         node: usize,
         gen: u64,
         course: String,
-        /// The publish's section and version (what an admin rate may count).
-        publish: (u32, Option<u64>),
+        /// The publish's section, version and `replace` (what an admin rate may count).
+        publish: (u32, Option<u64>, bool),
         payload: Arc<str>,
     },
     Ack {
@@ -120,6 +151,14 @@ enum Ev {
     Thaw,
     Quiet,
     CheckHash,
+    /// With a reconciler: Redis and every open board equal the database.
+    CheckDatabase,
+    /// The reconciler starts a check.
+    ReconcileCheck,
+    /// Its lookups' answer (None: Redis was down).
+    Looked(Option<Vec<(Candidate, Field)>>),
+    /// Its repairs done (None: Redis was down), the sections written.
+    Repaired(Option<Vec<Snapshot>>),
     FinalRound,
     CheckFinal,
 }
@@ -155,6 +194,18 @@ pub struct World {
     slots: Vec<Slot>,
     viewers: Vec<Viewer>,
     publishers: Vec<Publisher>,
+    /// The selection database: every version committed.
+    db: Database,
+    /// The reconciler, on for half the seeds.
+    reconciler: Option<Reconciler>,
+    /// Sections some step publishes (a forged version goes only where the
+    /// database will hold a row the reconciler can compare it with).
+    published_sections: BTreeSet<(usize, u32)>,
+    /// Replacements nodes missed, and those they can no longer take.
+    missed: Missed,
+    /// Every (course, section, version) the reconciler published as a
+    /// replacement.
+    replacements: BTreeSet<(String, u32, u64)>,
     /// Every (course, section, version) PUBLISHed, with its section JSON.
     published: HashMap<(String, u32, u64), Value>,
     rng: Rng,
@@ -220,6 +271,16 @@ impl World {
             })
             .collect();
         let lossy = steps.iter().any(|s| s.op.loses_writes());
+        let published_sections = steps
+            .iter()
+            .filter_map(|s| match s.op {
+                Op::Publish {
+                    course, section, ..
+                } => Some((course, section)),
+                _ => None,
+            })
+            .collect();
+        let reconciler = reconciler::drawn(seed).map(|lag| Reconciler::new(seed, lag));
         let mut w = World {
             now: T0,
             seq: 0,
@@ -229,6 +290,11 @@ impl World {
             slots,
             viewers,
             publishers,
+            db: Database::default(),
+            reconciler,
+            published_sections,
+            replacements: BTreeSet::new(),
+            missed: Missed::default(),
             published: HashMap::new(),
             rng,
             steps,
@@ -258,10 +324,21 @@ impl World {
         let quiet = T0 + w.shape.busy_ms.max(last_fault);
         w.at(T0, Ev::ViewerTick);
         w.at(quiet, Ev::Quiet);
-        w.at(quiet + BOUND_MS, Ev::CheckHash);
+        let settled = match &w.reconciler {
+            Some(r) => {
+                w.log(|| format!("reconciler on, its replica {} ms behind", r.lag_ms));
+                w.at(T0 + reconciler::INTERVAL_MS, Ev::ReconcileCheck);
+                w.at(quiet + RECONCILE_BOUND_MS, Ev::CheckDatabase);
+                quiet + RECONCILE_BOUND_MS
+            }
+            None => {
+                w.at(quiet + BOUND_MS, Ev::CheckHash);
+                quiet + BOUND_MS
+            }
+        };
         w.at(quiet + PRESENCE_BOUND_MS, Ev::PresenceSettled);
-        w.at(quiet + BOUND_MS + 1, Ev::FinalRound);
-        w.at(quiet + 2 * BOUND_MS, Ev::CheckFinal);
+        w.at(settled + 1, Ev::FinalRound);
+        w.at(settled + BOUND_MS, Ev::CheckFinal);
         w
     }
 
@@ -353,7 +430,14 @@ impl World {
                 }
             }
             self.route(i, out);
-            if let Some(d) = self.slots[i].node.went_backwards(self.lost_writes) {
+            let (db, replacements, now) = (&self.db, &self.replacements, self.now);
+            let replaced = |c: &str, s: u32, from: u64, to: u64| {
+                rewind_allowed(db, replacements, now, (c, s), from, to)
+            };
+            if let Some(d) = self.slots[i]
+                .node
+                .went_backwards(self.lost_writes, replaced)
+            {
                 return Err(self.fail(
                     "a node's board never goes backwards",
                     format!("node {i}: {d}"),
@@ -431,7 +515,7 @@ impl World {
                 self.log(|| format!("STEP {step}"));
                 self.step(step.op);
             }
-            Ev::AtRedis(conn, cmd) => self.at_redis(conn, cmd),
+            Ev::AtRedis(conn, cmd) => self.at_redis(conn, cmd)?,
             Ev::Message {
                 node,
                 gen,
@@ -439,7 +523,14 @@ impl World {
                 publish,
                 payload,
             } => {
-                if gen == self.redis.subs[node].gen {
+                if gen != self.redis.subs[node].gen {
+                    // Lost with a reset: a replacement among them is missed.
+                    if let Ok(s) = Snapshot::parse(payload.as_bytes(), Some(&course)) {
+                        if s.replace {
+                            self.missed.missed(node, &course, s.section);
+                        }
+                    }
+                } else {
                     self.log(|| format!("node {node} gets {payload}"));
                     let d = &mut self.delivered[node];
                     d.push_back((self.now, course.clone(), publish));
@@ -511,7 +602,7 @@ impl World {
                     self.at(t, Ev::Thaw);
                 } else {
                     for (conn, cmd) in std::mem::take(&mut self.held) {
-                        self.at_redis(conn, cmd);
+                        self.at_redis(conn, cmd)?;
                     }
                 }
             }
@@ -524,13 +615,60 @@ impl World {
             Ev::CheckHash => {
                 if !self.lossy {
                     let truth = self.hash_truth();
-                    self.converged(&truth, "every open board equals the state hashes")?;
+                    let none = |_: usize, _: &str, _: u32| false;
+                    self.converged(&truth, "every open board equals the state hashes", none)?;
                 }
+            }
+            Ev::CheckDatabase => {
+                let truth = self.database_truth();
+                if self.hash_truth() != truth {
+                    return Err(self.fail(
+                        "the reconciler brings Redis to the database",
+                        self.hash_differs(&truth),
+                    ));
+                }
+                let lost = |n: usize, c: &str, s: u32| self.missed.lost(n, c, s);
+                self.converged(&truth, "every open board equals the database", lost)?;
+            }
+            Ev::ReconcileCheck => {
+                let now = self.now;
+                let Some(r) = self.reconciler.as_mut() else {
+                    return Ok(None);
+                };
+                let cands = r.plan(&self.db, now);
+                if cands.is_empty() {
+                    self.next_check();
+                } else {
+                    self.log(|| format!("reconciler looks up {} sections", cands.len()));
+                    self.reconciler_sends(Cmd::Lookup(cands));
+                }
+            }
+            Ev::Looked(None) | Ev::Repaired(None) => self.next_check(),
+            Ev::Looked(Some(looked)) => {
+                let now = self.now;
+                let Some(r) = self.reconciler.as_mut() else {
+                    return Ok(None);
+                };
+                let out = r.judge(looked, now);
+                let write: Vec<Snapshot> = out.write.into_iter().map(|(s, _)| s).collect();
+                if write.is_empty() && out.replace.is_empty() {
+                    self.next_check();
+                } else {
+                    let replace = out.replace;
+                    self.reconciler_sends(Cmd::Repair { write, replace });
+                }
+            }
+            Ev::Repaired(Some(done)) => {
+                if let Some(r) = self.reconciler.as_mut() {
+                    r.written(&done);
+                }
+                self.next_check();
             }
             Ev::FinalRound => self.final_round(),
             Ev::CheckFinal => {
                 let truth = std::mem::take(&mut self.final_truth);
-                self.converged(&truth, "every open board equals the last publishes")?;
+                let none = |_: usize, _: &str, _: u32| false;
+                self.converged(&truth, "every open board equals the last publishes", none)?;
                 return Ok(Some(()));
             }
         }
@@ -548,7 +686,21 @@ impl World {
                 course,
                 section,
                 version,
-            } => self.publish(publisher, course, section, version),
+            } => {
+                // The selection API commits, then publishes.
+                let code = COURSES[course % COURSES.len()];
+                self.db.commit(now, code, section, version);
+                self.publish(publisher, course, section, version);
+            }
+            Op::Forge {
+                publisher,
+                course,
+                section,
+            } => {
+                if self.published_sections.contains(&(course, section)) {
+                    self.publish(publisher, course, section, FORGED_VERSION);
+                }
+            }
             Op::Watch { viewer, course } => {
                 let c = COURSES[course % COURSES.len()].to_owned();
                 let v = &mut self.viewers[viewer];
@@ -597,6 +749,7 @@ impl World {
             Op::Freeze { ms } => self.redis.frozen_until = self.redis.frozen_until.max(now + ms),
             Op::Restart { ms } => {
                 self.redis.lose_keyspace();
+                self.missed.all_overwritten();
                 self.down_until = self.down_until.max(now + ms);
                 for n in 0..self.slots.len() {
                     self.reset_link(n);
@@ -604,6 +757,7 @@ impl World {
             }
             Op::Failover { lag_ms } => {
                 self.redis.failover(now, lag_ms);
+                self.missed.all_overwritten();
                 for n in 0..self.slots.len() {
                     self.reset_link(n);
                 }
@@ -629,6 +783,7 @@ impl World {
             }
             Op::NodeRestart { node } => {
                 self.admins[node] = None;
+                self.missed.restarted(node);
                 for v in 0..self.viewers.len() {
                     if self.viewers[v].at.is_some_and(|a| a.node == node) {
                         self.viewers[v].at = None;
@@ -663,8 +818,7 @@ impl World {
 
     fn publish(&mut self, publisher: usize, course: usize, section: u32, version: u64) {
         let code = COURSES[course % COURSES.len()];
-        let taken = ((version * 7 + u64::from(section) * 3) % 50) as u32;
-        let snap = Snapshot::build(code.into(), section, 50, taken, None, Some(version), None);
+        let snap = row_snapshot(code, section, version);
         let d = self.delay();
         let now = self.now;
         let p = &mut self.publishers[publisher];
@@ -681,7 +835,7 @@ impl World {
         );
     }
 
-    fn at_redis(&mut self, conn: Conn, cmd: Cmd) {
+    fn at_redis(&mut self, conn: Conn, cmd: Cmd) -> Result<(), Failure> {
         if self.now < self.redis.frozen_until || !self.held.is_empty() {
             // Held in arrival order (each connection stays in order) until it thaws.
             if self.held.is_empty() {
@@ -689,41 +843,27 @@ impl World {
                 self.at(t, Ev::Thaw);
             }
             self.held.push((conn, cmd));
-            return;
+            return Ok(());
         }
         let down = self.now < self.down_until;
         match (conn, cmd) {
             (Conn::Publisher, Cmd::Publish(snap)) => {
                 if down {
                     self.log(|| format!("publish refused, Redis down: {}", snap.to_payload()));
-                    return;
+                    return Ok(());
                 }
                 let payload: Arc<str> = snap.to_payload().into();
                 let wrote = self.redis.cas(self.now, &snap, &payload);
                 self.log(|| format!("redis PUBLISH {payload} (cas wrote: {wrote})"));
-                if let (Some(v), Ok(json)) = (snap.version, serde_json::from_str(&snap.json)) {
-                    self.published
-                        .insert((snap.course.to_string(), snap.section, v), json);
+                if wrote {
+                    self.missed.overwritten(&snap.course, snap.section);
                 }
-                for (node, gen) in self.redis.receivers(&snap.course) {
-                    let d = self.delay();
-                    let s = &mut self.slots[node];
-                    s.down = s.down.max(self.now + d);
-                    let t = s.down;
-                    let ev = Ev::Message {
-                        node,
-                        gen,
-                        course: snap.course.to_string(),
-                        publish: (snap.section, snap.version),
-                        payload: Arc::clone(&payload),
-                    };
-                    self.at(t, ev);
-                }
+                self.deliver(&snap, payload);
             }
             (Conn::Sub { node, gen }, Cmd::Sub(c)) => {
                 self.inflight[node] = self.inflight[node].saturating_sub(1);
                 if down || gen != self.redis.subs[node].gen {
-                    return;
+                    return Ok(());
                 }
                 let sub = &mut self.redis.subs[node];
                 let (course, subscribe) = match c {
@@ -757,6 +897,11 @@ impl World {
             (Conn::Reader { node, node_gen }, cmd) => {
                 let answer = match cmd {
                     Cmd::Read { courses, epoch } => {
+                        if !down {
+                            for c in &courses {
+                                self.missed.read(node, c);
+                            }
+                        }
                         let hashes =
                             (!down).then(|| courses.iter().map(|c| self.redis.read(c)).collect());
                         IngestCmd::States {
@@ -769,7 +914,7 @@ impl World {
                         courses: self.redis.hashes.keys().cloned().collect(),
                         states: Vec::new(),
                     })),
-                    _ => return,
+                    _ => return Ok(()),
                 };
                 let s = &self.slots[node];
                 let slow = if self.now < s.slow_until {
@@ -790,8 +935,137 @@ impl World {
                     },
                 );
             }
+            (Conn::Reconciler, Cmd::Lookup(cands)) => {
+                let looked = (!down).then(|| {
+                    cands
+                        .into_iter()
+                        .map(|c| {
+                            let field = self.redis.field(&c.snap.course, c.snap.section);
+                            let field = Field::read(field.map(str::as_bytes));
+                            (c, field)
+                        })
+                        .collect()
+                });
+                self.reconciler_gets(Ev::Looked(looked));
+            }
+            (Conn::Reconciler, Cmd::Repair { write, replace }) => {
+                if down {
+                    self.log(|| "reconciler's repair refused, Redis down".into());
+                    self.reconciler_gets(Ev::Repaired(None));
+                    return Ok(());
+                }
+                for snap in &write {
+                    let payload: Arc<str> = snap.to_payload().into();
+                    let wrote = self.redis.cas(self.now, snap, &payload);
+                    self.log(|| format!("reconciler writes {payload} (cas wrote: {wrote})"));
+                    if wrote {
+                        self.missed.overwritten(&snap.course, snap.section);
+                    }
+                    self.deliver(snap, payload);
+                }
+                for snap in &replace {
+                    self.rewind(snap)?;
+                    let mut loud = snap.clone();
+                    loud.replace = true;
+                    let payload: Arc<str> = loud.to_payload().into();
+                    self.redis.set(self.now, &loud, &payload);
+                    if let Some(v) = loud.version {
+                        let key = (loud.course.to_string(), loud.section, v);
+                        self.replacements.insert(key);
+                    }
+                    self.log(|| format!("reconciler replaces with {payload}"));
+                    self.deliver(&loud, payload);
+                }
+                let done = write.into_iter().chain(replace).collect();
+                self.reconciler_gets(Ev::Repaired(Some(done)));
+            }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// A publish of `snap` (its `payload`) recorded and sent to every node
+    /// whose connection receives its channel.
+    fn deliver(&mut self, snap: &Snapshot, payload: Arc<str>) {
+        if let (Some(v), Ok(json)) = (snap.version, serde_json::from_str(&snap.json)) {
+            self.published
+                .insert((snap.course.to_string(), snap.section, v), json);
+        }
+        let receivers = self.redis.receivers(&snap.course);
+        if snap.replace {
+            for node in 0..self.slots.len() {
+                if !receivers.iter().any(|(n, _)| *n == node) {
+                    self.missed.missed(node, &snap.course, snap.section);
+                }
+            }
+        }
+        for (node, gen) in receivers {
+            let d = self.delay();
+            let s = &mut self.slots[node];
+            s.down = s.down.max(self.now + d);
+            let t = s.down;
+            let ev = Ev::Message {
+                node,
+                gen,
+                course: snap.course.to_string(),
+                publish: (snap.section, snap.version, snap.replace),
+                payload: Arc::clone(&payload),
+            };
+            self.at(t, ev);
+        }
+    }
+
+    /// A replacement about to be set: it may take a section back only from
+    /// a version the database never held (then a node's board may follow).
+    fn rewind(&mut self, snap: &Snapshot) -> Result<(), Failure> {
+        let field = self.redis.field(&snap.course, snap.section);
+        let (Some(held), Some(to)) = (
+            Field::read(field.map(str::as_bytes)).version(),
+            snap.version,
+        ) else {
+            return Ok(());
+        };
+        let to = i128::from(to);
+        if held <= to {
+            return Ok(());
+        }
+        if self.db.held(self.now, &snap.course, snap.section, held) {
+            return Err(self.fail(
+                "the reconciler replaces only a version the database never held",
+                format!(
+                    "{}/{}: Redis held v{held}, committed, replaced with v{to}",
+                    snap.course, snap.section
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// An event on the reconciler's connection back from Redis, in order.
+    fn reconciler_gets(&mut self, ev: Ev) {
+        let Some(r) = self.reconciler.as_mut() else {
+            return;
+        };
+        let d = r.rng.range(0, MAX_DELAY_MS);
+        r.link = r.link.max(self.now + d);
+        let t = r.link;
+        self.at(t, ev);
+    }
+
+    /// A command on the reconciler's connection to Redis, in order.
+    fn reconciler_sends(&mut self, cmd: Cmd) {
+        let Some(r) = self.reconciler.as_mut() else {
+            return;
+        };
+        let d = r.rng.range(0, MAX_DELAY_MS);
+        r.link = r.link.max(self.now + d);
+        let t = r.link;
+        self.at(t, Ev::AtRedis(Conn::Reconciler, cmd));
+    }
+
+    /// The reconciler's next check, one interval from now.
+    fn next_check(&mut self) {
+        self.at(self.now + reconciler::INTERVAL_MS, Ev::ReconcileCheck);
     }
 
     fn drop_viewer(&mut self, v: usize) {
@@ -854,8 +1128,12 @@ impl World {
             let published = &self.published;
             let lookup =
                 |c: &str, s: u32, ver: u64| published.get(&(c.to_owned(), s, ver)).cloned();
+            let (db, replacements) = (&self.db, &self.replacements);
+            let replaced = |c: &str, s: u32, from: u64, to: u64| {
+                rewind_allowed(db, replacements, now, (c, s), from, to)
+            };
             while let Some(b) = shard.poll_frame(at.conn) {
-                match self.viewers[v].merge(&b, lookup) {
+                match self.viewers[v].merge(&b, lookup, replaced) {
                     Read::Ok => {}
                     Read::Closed => {
                         shard.disconnect(at.conn);
@@ -947,7 +1225,7 @@ impl World {
             if updates == 0 {
                 continue;
             }
-            let distinct: BTreeSet<(u32, Option<u64>)> = self.delivered[node]
+            let distinct: BTreeSet<(u32, Option<u64>, bool)> = self.delivered[node]
                 .iter()
                 .filter(|(t, c, _)| *t >= from && c == course)
                 .map(|(.., p)| *p)
@@ -1034,6 +1312,38 @@ impl World {
         truth
     }
 
+    /// Every section's row as the database holds it now.
+    fn database_truth(&self) -> BTreeMap<String, BTreeMap<u32, Value>> {
+        let mut truth: BTreeMap<String, BTreeMap<u32, Value>> = BTreeMap::new();
+        for (course, section, row) in self.db.rows_as_of(self.now) {
+            let snap = row_snapshot(course, section, row.version);
+            if let Ok(v) = serde_json::from_str(&snap.json) {
+                truth
+                    .entry(course.to_owned())
+                    .or_default()
+                    .insert(section, v);
+            }
+        }
+        truth
+    }
+
+    /// The first course whose state hash differs from `truth`, shown.
+    fn hash_differs(&self, truth: &BTreeMap<String, BTreeMap<u32, Value>>) -> String {
+        let hashes = self.hash_truth();
+        let courses: BTreeSet<&String> = hashes.keys().chain(truth.keys()).collect();
+        let first = courses
+            .into_iter()
+            .find(|c| hashes.get(*c) != truth.get(*c));
+        match first {
+            Some(c) => format!(
+                "{c}: Redis holds {} the database {}",
+                show(hashes.get(c)),
+                show(truth.get(c))
+            ),
+            None => String::new(),
+        }
+    }
+
     fn final_round(&mut self) {
         self.log(|| "FINAL ROUND: every section published once more".into());
         for p in &mut self.publishers {
@@ -1041,37 +1351,38 @@ impl World {
         }
         for (c, code) in COURSES.iter().enumerate().take(self.shape.courses) {
             for s in 0..self.shape.sections {
+                self.db.commit(self.now, code, s, FINAL_VERSION);
                 self.publish(0, c, s, FINAL_VERSION);
-                let code = (*code).to_owned();
-                let taken = ((FINAL_VERSION * 7 + u64::from(s) * 3) % 50) as u32;
-                let snap = Snapshot::build(
-                    code.as_str().into(),
-                    s,
-                    50,
-                    taken,
-                    None,
-                    Some(FINAL_VERSION),
-                    None,
-                );
+                let snap = row_snapshot(code, s, FINAL_VERSION);
                 if let Ok(v) = serde_json::from_str(&snap.json) {
+                    let code = (*code).to_owned();
                     self.final_truth.entry(code).or_default().insert(s, v);
                 }
             }
         }
     }
 
+    /// Every open viewer's board equals `truth`, but the sections
+    /// `left_out(node, course, section)`.
     fn converged(
         &self,
         truth: &BTreeMap<String, BTreeMap<u32, Value>>,
         invariant: &'static str,
+        left_out: impl Fn(usize, &str, u32) -> bool,
     ) -> Result<(), Failure> {
         let empty = BTreeMap::new();
         for (i, v) in self.viewers.iter().enumerate() {
             let Some(at) = v.at else { continue };
             for c in &v.watching {
+                let kept = |b: &BTreeMap<u32, Value>| -> BTreeMap<u32, Value> {
+                    b.iter()
+                        .filter(|(s, _)| !left_out(at.node, c, **s))
+                        .map(|(s, v)| (*s, v.clone()))
+                        .collect()
+                };
                 let want = truth.get(c).unwrap_or(&empty);
                 let got = v.boards.get(c);
-                if got != Some(want) {
+                if got.map(kept) != Some(kept(want)) {
                     return Err(self.fail(
                         invariant,
                         format!(
@@ -1087,6 +1398,23 @@ impl World {
         }
         Ok(())
     }
+}
+
+/// Whether a board may go from `from` to the lower `to` for a section: a
+/// replacement takes it back from a version the database never held, or to
+/// the row the replacement carries (read before a newer commit reached a
+/// board that never took the forged version: the next repair brings that
+/// back).
+fn rewind_allowed(
+    db: &Database,
+    replacements: &BTreeSet<(String, u32, u64)>,
+    now: u64,
+    (course, section): (&str, u32),
+    from: u64,
+    to: u64,
+) -> bool {
+    !db.held(now, course, section, i128::from(from))
+        || replacements.contains(&(course.to_owned(), section, to))
 }
 
 fn show(b: Option<&BTreeMap<u32, Value>>) -> String {

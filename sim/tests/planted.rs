@@ -64,16 +64,23 @@ fn the_firehose_without_dropping_the_course_channels_is_caught() {
 
 #[test]
 fn an_admin_rate_counting_a_duplicate_is_caught() {
-    // A publish reaches a node twice only while its connection holds a
-    // course's channel and the pattern at once (the firehose turning on or
-    // off), so the bug shows rarely: in 1 of seeds 0 to 2,999, seed 2,750.
-    // That seed must keep showing it.
-    plant(Some(Bug::AdminCountsDuplicates));
-    let f = sim::run_seed(2_750, false).failure;
-    plant(None);
-    let f = f.expect("seed 2750 breaks an invariant");
+    // A publish reaches a node twice while its connection holds a course's
+    // channel and the pattern at once (the firehose turning on or off), and
+    // when the reconciler publishes again a section the node already holds.
+    let (seed, f) = caught(Bug::AdminCountsDuplicates, 200).expect("caught within 200 seeds");
     assert_eq!(
         f.invariant, "the admin aggregate counts each publish once",
         "{f}"
     );
+    println!("seed {seed}: {f}");
+}
+
+#[test]
+fn a_reread_that_ignores_a_replaced_field_is_caught() {
+    // A node whose connection was down when the reconciler's replacement of
+    // a forged version went out reads the field at its reread; taking it
+    // only if newer, it keeps the forged version for good.
+    let (seed, f) = caught(Bug::ReadIgnoresReplace, 200).expect("caught within 200 seeds");
+    assert_eq!(f.invariant, "every open board equals the database", "{f}");
+    println!("seed {seed}: {f}");
 }

@@ -182,7 +182,10 @@ impl<S: Source> Ingest<S> {
                         // the newer stays, unless a repair wrote the field.
                         self.metrics.state_stale.fetch_add(1, Relaxed);
                     }
-                    s.replace = s.replace && via == Via::Read && !self.live_in_read(&s);
+                    s.replace = s.replace
+                        && via == Via::Read
+                        && !self.live_in_read(&s)
+                        && !crate::planted::active(crate::planted::Bug::ReadIgnoresReplace);
                     self.accept(Arc::new(s), via);
                 }
                 Err(r) => self.rejected(r, course, now_ms),
