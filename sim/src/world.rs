@@ -640,7 +640,7 @@ impl World {
                     self.next_check();
                 } else {
                     self.log(|| format!("reconciler looks up {} sections", cands.len()));
-                    self.reconciler_sends(Cmd::Lookup(cands));
+                    self.on_reconciler_link(Ev::AtRedis(Conn::Reconciler, Cmd::Lookup(cands)));
                 }
             }
             Ev::Looked(None) | Ev::Repaired(None) => self.next_check(),
@@ -655,7 +655,10 @@ impl World {
                     self.next_check();
                 } else {
                     let replace = out.replace;
-                    self.reconciler_sends(Cmd::Repair { write, replace });
+                    self.on_reconciler_link(Ev::AtRedis(
+                        Conn::Reconciler,
+                        Cmd::Repair { write, replace },
+                    ));
                 }
             }
             Ev::Repaired(Some(done)) => {
@@ -946,12 +949,12 @@ impl World {
                         })
                         .collect()
                 });
-                self.reconciler_gets(Ev::Looked(looked));
+                self.on_reconciler_link(Ev::Looked(looked));
             }
             (Conn::Reconciler, Cmd::Repair { write, replace }) => {
                 if down {
                     self.log(|| "reconciler's repair refused, Redis down".into());
-                    self.reconciler_gets(Ev::Repaired(None));
+                    self.on_reconciler_link(Ev::Repaired(None));
                     return Ok(());
                 }
                 for snap in &write {
@@ -977,7 +980,7 @@ impl World {
                     self.deliver(&loud, payload);
                 }
                 let done = write.into_iter().chain(replace).collect();
-                self.reconciler_gets(Ev::Repaired(Some(done)));
+                self.on_reconciler_link(Ev::Repaired(Some(done)));
             }
             _ => {}
         }
@@ -1041,8 +1044,9 @@ impl World {
         Ok(())
     }
 
-    /// An event on the reconciler's connection back from Redis, in order.
-    fn reconciler_gets(&mut self, ev: Ev) {
+    /// An event on the reconciler's connection to Redis or back, in order
+    /// (it waits for each answer before its next command).
+    fn on_reconciler_link(&mut self, ev: Ev) {
         let Some(r) = self.reconciler.as_mut() else {
             return;
         };
@@ -1050,17 +1054,6 @@ impl World {
         r.link = r.link.max(self.now + d);
         let t = r.link;
         self.at(t, ev);
-    }
-
-    /// A command on the reconciler's connection to Redis, in order.
-    fn reconciler_sends(&mut self, cmd: Cmd) {
-        let Some(r) = self.reconciler.as_mut() else {
-            return;
-        };
-        let d = r.rng.range(0, MAX_DELAY_MS);
-        r.link = r.link.max(self.now + d);
-        let t = r.link;
-        self.at(t, Ev::AtRedis(Conn::Reconciler, cmd));
     }
 
     /// The reconciler's next check, one interval from now.
