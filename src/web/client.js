@@ -624,6 +624,7 @@ class SeatCount extends SeatElement {
 }
 
 class SeatBoard extends SeatElement {
+  static get observedAttributes() { return [...super.observedAttributes, "heading-level"]; }
   constructor() {
     super(BOARD_CSS);
     this._box = h("div", "courses", undefined, "board");
@@ -639,16 +640,25 @@ class SeatBoard extends SeatElement {
     if (this._client) this._client.removeEventListener("seatopen", this._onOpen);
     super._detach();
   }
+  attributeChangedCallback(name, ...rest) {
+    if (name !== "heading-level") return super.attributeChangedCallback(name, ...rest);
+    // Set or changed after the courses: every heading takes the new level.
+    for (const v of this._views.values()) {
+      const title = h("h" + this._level(), "", v.title.textContent, "title");
+      v.title.replaceWith(title);
+      v.title = title;
+    }
+  }
+  _level() { return Math.min(6, Math.max(1, count(this.getAttribute("heading-level") || 2))); }
   _view(code) {
     let v = this._views.get(code);
     if (v) return v;
-    const level = Math.min(6, Math.max(1, count(this.getAttribute("heading-level") || 2)));
     v = { box: h("section", "course", undefined, "course"), cards: new Map(), raised: new Map() };
     v.box.dataset.course = code;
     const head = h("div", "head", undefined, "head");
-    const title = h("h" + level, "", code, "title");
+    v.title = h("h" + this._level(), "", code, "title");
     v.viewers = h("span", "viewers", "", "viewers");
-    head.append(title, v.viewers);
+    head.append(v.title, v.viewers);
     v.alerts = h("div", "alerts", undefined, "alerts");
     v.stat = h("p", "stat", "", "summary");
     v.grid = h("div", "grid", undefined, "sections");

@@ -193,6 +193,20 @@ await run('embed', 120_000, async (t) => {
   t.say(`axe: 0 violations, ${r.passes?.length ?? 'n/a'} rules passed`);
   await page.screenshot({ path: shot, fullPage: true });
 
+  t.step = 'heading-level set by a script after course, then changed';
+  const levels = await page.evaluate(() => {
+    const b = document.createElement('seat-board');
+    b.setAttribute('course', 'CS101');
+    document.body.append(b);
+    b.setAttribute('heading-level', '3');
+    const first = b.shadowRoot.querySelector('[part~="title"]').localName;
+    b.setAttribute('heading-level', '4');
+    const then = b.shadowRoot.querySelector('[part~="title"]').localName;
+    b.remove();
+    return [first, then].join(',');
+  });
+  if (levels !== 'h3,h4') throw new Error(`headings after heading-level 3 then 4: ${levels}`);
+
   t.step = 'removing elements unwatches what no element needs any more';
   await page.evaluate(() => { document.getElementById('board').remove(); document.getElementById('m1').remove(); });
   for (let i = 0; i < 200 && !sockets[0].sent.some((m) => m.op === 'unwatch'); i++) await page.waitForTimeout(25);

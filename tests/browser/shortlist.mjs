@@ -12,7 +12,7 @@
 // role="alert" naming course and section, a system notification and a visual
 // cue (none under prefers-reduced-motion); numbers carry no aria-live; axe
 // finds nothing with the alert on screen; removing a course updates URL and
-// storage.
+// storage; a link in lower case takes the course list's spelling.
 import { run, openPage, axe, waitLive, requireCsp, ask } from './lib.mjs';
 
 const [rawBase, shot] = process.argv.slice(2);
@@ -145,6 +145,16 @@ await run('shortlist', 120_000, async (t) => {
   const quiet = await section(still, 'MATH101', 1);
   if (quiet.animation !== 'none') throw new Error(`reduced motion still animates "${quiet.animation}"`);
 
+  t.step = 'a link in lower case shows the course as /api/courses spells it';
+  const lower = await openPage(t, await t.browser.newContext(), base, 'lower');
+  requireCsp(await lower.goto(`${base}/?course=math101`, { waitUntil: 'domcontentloaded', timeout: STEP_MS }), `${base}/?course=math101`);
+  await waitLive(lower, ['MATH101']);
+  const spelled = await lower.evaluate(() => [
+    [...document.querySelectorAll('[data-course]')].map((e) => e.dataset.course).join(','),
+    location.search,
+  ]);
+  if (spelled[0] !== 'MATH101' || spelled[1] !== '?course=MATH101') throw new Error(`lower-case link: ${JSON.stringify(spelled)}`);
+
   t.step = 'no request to another host';
-  for (const p of [page, again, still]) if (p.offHost.length) throw new Error(`requests to other hosts: ${p.offHost.join(' ')}`);
+  for (const p of [page, again, still, lower]) if (p.offHost.length) throw new Error(`requests to other hosts: ${p.offHost.join(' ')}`);
 });
