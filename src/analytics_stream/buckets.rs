@@ -88,8 +88,10 @@ impl Buckets {
     }
 
     /// Counts one published snapshot into the bucket in flight and keeps its
-    /// seats unless an equal or newer version of that section was seen before;
-    /// false for a rehearsal's, which is not counted (section 7).
+    /// seats unless an equal or newer version of that section was seen before
+    /// (one sent with `replace`, the reconciler's undoing of a forged
+    /// version, is kept whatever came before, as a hub takes it); false for a
+    /// rehearsal's, which is not counted (section 7).
     pub fn on_snapshot(&mut self, snap: &Snapshot) -> bool {
         if self.rehearsal(&snap.course) {
             return false;
@@ -102,6 +104,7 @@ impl Buckets {
         }
         let sections = self.seats.entry(snap.course.to_string()).or_default();
         let newer = match sections.get(&snap.section) {
+            Some(_) if snap.replace => true,
             Some(old) => match (old.version, snap.version) {
                 (Some(o), Some(n)) => n > o,
                 _ => true,
@@ -320,6 +323,31 @@ mod tests {
         let (_, e) = b.close(1000, &none());
         let row = &e.expect("entry").courses[0];
         assert_eq!((row.updates, row.seats_taken), (2, 10));
+    }
+
+    #[test]
+    fn a_replacement_undoes_a_forged_version_and_later_ones_pass_it() {
+        let mut b = Buckets::new(1000, 0);
+        b.on_snapshot(&snap("A", 0, 10, 50, Some(20)));
+        b.on_snapshot(&snap("A", 0, 39, 50, Some(1 << 53)));
+        let mut undo = snap("A", 0, 11, 50, Some(21));
+        undo.replace = true;
+        b.on_snapshot(&undo);
+        let (_, e) = b.close(1000, &none());
+        let row = &e.expect("entry").courses[0];
+        assert_eq!(
+            (row.updates, row.seats_taken),
+            (3, 11),
+            "the replacement's seats"
+        );
+        b.on_snapshot(&snap("A", 0, 12, 50, Some(22)));
+        b.on_snapshot(&snap("A", 0, 9, 50, Some(20)));
+        let (_, e) = b.close(2000, &none());
+        let row = &e.expect("entry").courses[0];
+        assert_eq!(
+            row.seats_taken, 12,
+            "newer than the replacement passes, older does not"
+        );
     }
 
     #[test]
