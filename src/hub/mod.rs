@@ -26,9 +26,14 @@ use std::time::{Duration, Instant};
 /// How often shards are probed when systemd's watchdog is off.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
 
-/// How long a node closing everything at once (the second signal, or a
-/// drain past its window) waits for its connections to go.
+/// How long a node whose drain ran past its window waits for its
+/// connections to go once it has closed them all.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// How long a node closing everything on a second signal waits: long enough
+/// for its close frames to go out, not for peers to answer them (section 8:
+/// it exits at once).
+const HURRY_GRACE: Duration = Duration::from_millis(250);
 
 /// How long a failed node waits for its connections to close before it exits.
 const FAIL_GRACE: Duration = Duration::from_secs(5);
@@ -212,7 +217,7 @@ impl Hub {
                     drain_started = Some(Instant::now());
                 } else {
                     tracing::info!(signal = sig, "second signal: closing everything now");
-                    self.close_all(CLOSE_GRACE);
+                    self.close_all(HURRY_GRACE);
                     return 0;
                 }
             }

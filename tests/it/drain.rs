@@ -149,7 +149,13 @@ fn second_signal_closes_everything_with_1001_and_exits() {
         ws.expect_eof(Duration::from_secs(5));
     }
     let exit = sb.wait_exit(Duration::from_secs(5)).expect("exits");
-    assert!(t0.elapsed() < Duration::from_secs(5));
+    // The clients never answer the close: the node does not wait for them
+    // (it waited 2 s for peers that never close).
+    assert!(
+        t0.elapsed() < Duration::from_millis(1500),
+        "{:?}",
+        t0.elapsed()
+    );
     assert_eq!(exit.code(), Some(0));
     // A drain moment may have come first for one of them (60 s window: unlikely).
     let fast = codes.iter().filter(|c| **c == Some(1001)).count();
