@@ -23,6 +23,19 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The refusals that span flags (exit 2, the first line naming them, as
+    /// clap's own).
+    pub fn check(&self) -> Result<(), clap::Error> {
+        match &self.command {
+            Command::Serve(a) => keys_apart(&a.state_prefix, &a.presence_prefix),
+            Command::Analytics(a) => keys_apart(&a.state_prefix, &a.presence_prefix),
+            Command::Rehearse(a) => keys_apart(&a.redis.state_prefix, &a.presence_prefix),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// The text of a missing-flag refusal whose first line names every flag
 /// missing (clap's puts them on the lines after it), with the subcommand's
 /// usage (clap's shows the flags given as if they were required too). None
@@ -153,7 +166,7 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
     pub log_level: String,
     /// Presence sorted-set prefix (the rehearsal's presence keys are deleted at the end).
-    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = prefix)]
     pub presence_prefix: String,
     /// Viewers to connect.
     #[arg(long, env = "SEATBOARD_REHEARSE_VIEWERS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
@@ -177,7 +190,7 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_REHEARSE_DURATION", default_value_t = 60.0, value_parser = run_seconds)]
     pub duration: f64,
     /// Course code prefix of the rehearsal's courses.
-    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-", value_parser = prefix)]
     pub rehearsal_prefix: String,
     /// HS256 secret to mint the viewers' tokens with.
     #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
@@ -211,6 +224,31 @@ pub struct RehearseArgs {
 }
 
 /// A selection window id: the rule `/api/history` reads a session by.
+/// A key, channel or course-code prefix: never empty (an empty one matches
+/// every Redis key, every channel, or every course).
+pub(crate) fn prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("a prefix must not be empty: it would match every Redis key, channel or course".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
+/// The state hashes' and the presence keys' prefixes keep their keys apart:
+/// where one begins with the other, a course's presence key may be another
+/// course's state hash, and a `SCAN` of one finds the other's keys.
+pub fn keys_apart(state: &str, presence: &str) -> Result<(), clap::Error> {
+    if state.starts_with(presence) || presence.starts_with(state) {
+        return Err(clap::Error::raw(
+            clap::error::ErrorKind::ArgumentConflict,
+            format!(
+                "'--presence-prefix {presence}' and '--state-prefix {state}' overlap: one begins with the other, so presence keys and state hashes could share names\n"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn session(s: &str) -> Result<String, String> {
     if crate::history::valid_session(s) {
         Ok(s.to_owned())
@@ -256,13 +294,13 @@ pub struct HubArgs {
     #[arg(long, env = "SEATBOARD_COMPRESSION", value_enum, default_value = "on")]
     pub compression: Compression,
     /// Pub/sub channel prefix.
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = prefix)]
     pub channel_prefix: String,
     /// State hash prefix.
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = prefix)]
     pub state_prefix: String,
     /// Presence sorted-set prefix.
-    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = prefix)]
     pub presence_prefix: String,
     /// Student frame interval (ms).
     #[arg(long, env = "SEATBOARD_TICK_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=60_000))]
@@ -283,7 +321,7 @@ pub struct HubArgs {
     #[arg(long, env = "SEATBOARD_ACCEPT_BURST", default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..))]
     pub accept_burst: u32,
     /// WebSocket connections per node.
-    #[arg(long, env = "SEATBOARD_MAX_CONNECTIONS", default_value_t = 200_000)]
+    #[arg(long, env = "SEATBOARD_MAX_CONNECTIONS", default_value_t = 200_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
     /// WebSocket connections per user per node.
     #[arg(long, env = "SEATBOARD_MAX_CONNS_PER_USER", default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
@@ -467,13 +505,13 @@ pub struct AnalyticsArgs {
     #[command(flatten)]
     pub redis: crate::redis::RedisFlags,
     /// Pub/sub channel prefix (the worker subscribes to `<prefix>*`).
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = prefix)]
     pub channel_prefix: String,
     /// State hash prefix (sharded cluster: the courses to shard-subscribe are found by SCAN of it).
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = prefix)]
     pub state_prefix: String,
     /// Presence sorted-set prefix (read only).
-    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:")]
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = prefix)]
     pub presence_prefix: String,
     /// Selection window id, 1-128 of [A-Za-z0-9_.:-]: entries go to `<analytics-prefix><session>`.
     #[arg(
@@ -496,7 +534,7 @@ pub struct AnalyticsArgs {
     #[arg(long, env = "SEATBOARD_BUCKET_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub bucket_ms: u64,
     /// Courses beginning with this are a rehearsal's (`seatboard rehearse`) and not counted.
-    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-")]
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-", value_parser = prefix)]
     pub rehearsal_prefix: String,
     /// Approximate stream length cap (`XADD MAXLEN ~`).
     #[arg(long, env = "SEATBOARD_ANALYTICS_MAX_LEN", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]

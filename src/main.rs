@@ -11,7 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
     seatboard::allocator::purge_promptly();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse().and_then(|c| c.check().map(|()| c)) {
         Ok(cli) => cli,
         Err(e) => return refused(e),
     };

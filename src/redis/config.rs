@@ -207,9 +207,9 @@ pub struct RedisTarget {
     #[command(flatten)]
     pub redis: RedisFlags,
     /// Pub/sub channel prefix.
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:")]
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = crate::cli::prefix)]
     pub channel_prefix: String,
     /// State hash prefix.
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:")]
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = crate::cli::prefix)]
     pub state_prefix: String,
 }

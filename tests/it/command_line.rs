@@ -477,6 +477,63 @@ fn an_empty_log_level_is_refused_by_every_command() {
 }
 
 #[test]
+fn empty_or_overlapping_key_prefixes_and_a_zero_connection_cap_are_refused() {
+    let redis = nowhere();
+    let l = listen();
+    let serve: &[&str] = &["serve", "--listen", &l, "--auth", "none", "--redis", &redis];
+    let analytics: &[&str] = &["analytics", "--redis", &redis];
+    let publish: &[&str] = &[
+        "publish",
+        "--course",
+        "CS101",
+        "--section",
+        "1",
+        "--total",
+        "4",
+        "--taken",
+        "1",
+        "--redis",
+        &redis,
+    ];
+    let cases: [(&[&str], &[&str], &str); 9] = [
+        (serve, &["--channel-prefix", ""], "'--channel-prefix"),
+        (serve, &["--state-prefix", ""], "'--state-prefix"),
+        (serve, &["--presence-prefix", ""], "'--presence-prefix"),
+        // Presence keys would be state hashes (every presence write a
+        // WRONGTYPE), or a SCAN of one would find the other's keys.
+        (
+            serve,
+            &["--presence-prefix", "seatstate:"],
+            "'--presence-prefix",
+        ),
+        (serve, &["--presence-prefix", "seat"], "'--presence-prefix"),
+        (serve, &["--max-connections", "0"], "'--max-connections"),
+        (
+            analytics,
+            &["--state-prefix", "p:", "--presence-prefix", "p:x"],
+            "'--presence-prefix",
+        ),
+        (
+            analytics,
+            &["--rehearsal-prefix", ""],
+            "'--rehearsal-prefix",
+        ),
+        (publish, &["--state-prefix", ""], "'--state-prefix"),
+    ];
+    for (cmd, flags, named) in cases {
+        let args: Vec<&str> = cmd.iter().chain(flags).copied().collect();
+        let got = run_to_exit(&args, &[], &[]);
+        refused_naming(&format!("{args:?}"), got, named);
+    }
+    let got = run_to_exit(serve, &[("SEATBOARD_PRESENCE_PREFIX", "seatstate:")], &[]);
+    refused_naming(
+        "SEATBOARD_PRESENCE_PREFIX=seatstate:",
+        got,
+        "'--presence-prefix",
+    );
+}
+
+#[test]
 fn demo_help_lists_no_flag_demo_ignores_and_demo_never_signs_on() {
     let help = |sub: &str| {
         let out = output(&[sub, "--help"], &[]);
