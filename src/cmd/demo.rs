@@ -18,10 +18,15 @@ pub fn start(node: Arc<Node>) -> std::io::Result<hub::Hub> {
     let names: Vec<String> = DEMO_COURSES.iter().map(|s| s.to_string()).collect();
     node.set_courses(&names);
     let (publisher, source) = bus()?;
-    // Seed every section once, before the port opens, so the board is whole
-    // for the very first viewer (a loaded box could schedule the simulator
-    // thread after the first watch had read an empty state table).
+    // Seed every section of every course, then some seat events, before the
+    // port opens, so the board is whole for the very first viewer and
+    // `/api/courses` (read from the state table) lists every course (a loaded
+    // box could schedule the simulator thread after the first watch had read
+    // an empty state table).
     let mut window = SelectionWindow::new(&names, 1.1, clock::unix_ms());
+    for s in window.opening(clock::unix_ms()) {
+        publisher.publish(&s.course, s.section, s.to_payload().into_bytes());
+    }
     for _ in 0..8 * names.len() {
         let s = window.next(clock::unix_ms());
         publisher.publish(&s.course, s.section, s.to_payload().into_bytes());

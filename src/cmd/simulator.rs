@@ -77,6 +77,27 @@ impl SelectionWindow {
         self.courses.iter().map(|c| c.name.to_string()).collect()
     }
 
+    /// Every section as it stands, stamped with `ts`: the whole window, each
+    /// course and section once (before any seat event, all empty at version 0).
+    pub fn opening(&self, ts_unix_ms: u64) -> Vec<Snapshot> {
+        let mut out = Vec::new();
+        for c in &self.courses {
+            for (si, s) in c.sections.iter().enumerate() {
+                let info = format!("{{\"room\":\"{}\"}}", s.room);
+                out.push(Snapshot::build(
+                    Arc::clone(&c.name),
+                    si as u32,
+                    s.total,
+                    s.taken,
+                    Some(&info),
+                    Some(s.version),
+                    Some(ts_unix_ms),
+                ));
+            }
+        }
+        out
+    }
+
     fn pick_course(&mut self) -> usize {
         let total = self.cdf.last().copied().unwrap_or(1.0);
         let x = self.rng.f64() * total;

@@ -159,6 +159,15 @@ fn board_end_to_end(driver: &str) {
     let courses: Vec<String> =
         serde_json::from_str(&http_get(sb.port, "/api/courses").unwrap().body).unwrap();
     assert!(courses.contains(&course.to_string()));
+    // Every course of the simulator, each seeded before the port opened.
+    let mut all: Vec<String> = seatboard::cmd::simulator::DEMO_COURSES
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
+    all.sort();
+    let mut listed = courses.clone();
+    listed.sort();
+    assert_eq!(listed, all, "/api/courses of the demo");
     let m = sb.metrics();
     assert!(metric_value(&m, "seatboard_frames_sent_total") > 0.0);
     assert_eq!(metric_value(&m, "seatboard_connections{"), 2.0);
