@@ -199,6 +199,14 @@ mod tests {
     }
 
     #[test]
+    fn a_user_id_of_1_to_256_bytes() {
+        let r = Rules::default();
+        let at = |sub: &str| r.check(&json!({"sub":sub,"exp":NOW + 60.0}), NOW).is_some();
+        assert!(at("u") && at(&"u".repeat(MAX_USER)));
+        assert!(!at("") && !at(&"u".repeat(MAX_USER + 1)));
+    }
+
+    #[test]
     fn times() {
         let r = Rules::default();
         let at = |c: Value| r.check(&c, NOW).is_some();
