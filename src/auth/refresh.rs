@@ -136,10 +136,15 @@ impl JwksSource {
         self.ever_ok.load(Relaxed)
     }
 
-    /// When `kid` was first asked for (now, if it was not in the short list).
-    fn first_asked(&self, kid: &str, now: u64) -> u64 {
+    /// When `kid` was asked for with a fetch still to come: now, if it was
+    /// not in the short list or a new fetch may start for it now (`anew`),
+    /// else when that was.
+    fn asked_at(&self, kid: &str, now: u64, anew: bool) -> u64 {
         let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, at)) = asked.iter().find(|(k, _)| k == kid) {
+        if let Some((_, at)) = asked.iter_mut().find(|(k, _)| k == kid) {
+            if anew {
+                *at = now;
+            }
             return *at;
         }
         if asked.len() >= MAX_ASKED {
@@ -152,25 +157,31 @@ impl JwksSource {
     /// A token named a `kid` that is not held (`""`: it named none while
     /// nothing is held). A fetch is asked for: at once, or as soon as 10 s
     /// have passed since the last one started. 401 while the node's last fetch
-    /// succeeded, when no new fetch may start yet or a fetch that started
-    /// after the `kid` was first asked for succeeded without it; 503 while
-    /// fetches fail, before the first succeeds, or while the fetch asked for
-    /// is under way. Never blocks.
+    /// succeeded and none runs, when no new fetch may start yet or a fetch that
+    /// started after the `kid` was asked for succeeded without it; 503 while
+    /// fetches fail, before the first succeeds, or while a fetch is under way
+    /// or about to start for it (a `kid` asked for again once a new fetch may
+    /// start waits for that fetch: the provider may have published it since).
+    /// Never blocks.
     pub fn missing(&self, kid: &str) -> Missing {
-        let now = clock::now_ms().max(1);
-        let first = self.first_asked(kid, now);
+        self.missing_at(kid, clock::now_ms().max(1))
+    }
+
+    /// [`JwksSource::missing`] at `now` ([`clock::now_ms`]).
+    fn missing_at(&self, kid: &str, now: u64) -> Missing {
         // Read before the kick (the fetch it starts moves them), the start
         // first: a fetch seen started is seen running or ended.
         let next = self.last_fetch_ms.load(SeqCst) + FETCH_SPACING_MS;
         let in_flight = self.in_flight.load(SeqCst);
         let last_ok = self.last_ok.load(SeqCst);
-        let ok_since_first = self.ok_fetch_ms.load(SeqCst) >= first;
+        let asked = self.asked_at(kid, now, !in_flight && now >= next);
+        let ok_since_asked = self.ok_fetch_ms.load(SeqCst) >= asked;
         if !self.pending.swap(true, SeqCst)
             && matches!(self.kick.try_send(()), Err(TrySendError::Disconnected(())))
         {
             self.pending.store(false, SeqCst);
         }
-        if last_ok && (ok_since_first || (!in_flight && now < next)) {
+        if last_ok && !in_flight && (ok_since_asked || now < next) {
             // The keys are fresh: the token's key is not published.
             return Missing::NotPublished;
         }
@@ -366,6 +377,33 @@ mod tests {
         // The next one fails: 503 again, until one may start (10 s, rounded up).
         s.last_ok.store(false, SeqCst);
         assert!(matches!(s.missing("new"), Missing::RetryAfter(1..=11)));
+    }
+
+    #[test]
+    fn a_kid_refused_by_a_good_fetch_waits_for_the_next_one_once_it_may_start() {
+        // Asked for 30 s ago; a fetch 20 s ago succeeded without it (401
+        // then). The provider may have published it since: asked again, it
+        // starts a fetch at once and gets 503 until that fetch has answered.
+        let s = source();
+        let now = 100_000;
+        s.asked
+            .lock()
+            .expect("asked")
+            .push(("r2".into(), now - 30_000));
+        s.last_fetch_ms.store(now - 20_000, SeqCst);
+        s.ok_fetch_ms.store(now - 20_000, SeqCst);
+        s.last_ok.store(true, SeqCst);
+        s.ever_ok.store(true, SeqCst);
+        s.pending.store(false, SeqCst);
+        assert_eq!(s.missing_at("r2", now), Missing::RetryAfter(1));
+        // The fetch it started runs: still 503.
+        s.in_flight.store(true, SeqCst);
+        s.last_fetch_ms.store(now + 1, SeqCst);
+        assert_eq!(s.missing_at("r2", now + 50), Missing::RetryAfter(1));
+        // It succeeded without the kid: 401.
+        s.ok_fetch_ms.store(now + 1, SeqCst);
+        s.in_flight.store(false, SeqCst);
+        assert_eq!(s.missing_at("r2", now + 100), Missing::NotPublished);
     }
 
     #[test]
