@@ -82,17 +82,8 @@ impl SelectionWindow {
     pub fn opening(&self, ts_unix_ms: u64) -> Vec<Snapshot> {
         let mut out = Vec::new();
         for c in &self.courses {
-            for (si, s) in c.sections.iter().enumerate() {
-                let info = format!("{{\"room\":\"{}\"}}", s.room);
-                out.push(Snapshot::build(
-                    Arc::clone(&c.name),
-                    si as u32,
-                    s.total,
-                    s.taken,
-                    Some(&info),
-                    Some(s.version),
-                    Some(ts_unix_ms),
-                ));
+            for si in 0..c.sections.len() {
+                out.push(c.snapshot(si, ts_unix_ms));
             }
         }
         out
@@ -150,9 +141,17 @@ impl SelectionWindow {
             s.taken += 1;
         }
         s.version += 1;
+        course.snapshot(si, ts_unix_ms)
+    }
+}
+
+impl Course {
+    /// Section `si` as it stands, stamped with `ts`.
+    fn snapshot(&self, si: usize, ts_unix_ms: u64) -> Snapshot {
+        let s = &self.sections[si];
         let info = format!("{{\"room\":\"{}\"}}", s.room);
         Snapshot::build(
-            Arc::clone(&course.name),
+            Arc::clone(&self.name),
             si as u32,
             s.total,
             s.taken,

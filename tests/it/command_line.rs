@@ -439,6 +439,23 @@ fn relay_and_reconcile_log_at_info_unless_told_as_serve_does() {
     }
 }
 
+/// `seatboard publish` of one section to `redis`.
+fn publish_one(redis: &str) -> [&str; 11] {
+    [
+        "publish",
+        "--course",
+        "CS101",
+        "--section",
+        "1",
+        "--total",
+        "4",
+        "--taken",
+        "1",
+        "--redis",
+        redis,
+    ]
+}
+
 #[test]
 fn an_empty_log_level_is_refused_by_every_command() {
     let redis = nowhere();
@@ -447,19 +464,7 @@ fn an_empty_log_level_is_refused_by_every_command() {
         &["serve", "--listen", &l, "--auth", "none", "--redis", &redis],
         &["analytics", "--redis", &redis],
         &["simulate", "--duration", "1", "--redis", &redis],
-        &[
-            "publish",
-            "--course",
-            "CS101",
-            "--section",
-            "1",
-            "--total",
-            "4",
-            "--taken",
-            "1",
-            "--redis",
-            &redis,
-        ],
+        &publish_one(&redis),
     ];
     for cmd in commands {
         for value in ["", " ", ","] {
@@ -482,19 +487,7 @@ fn empty_or_overlapping_key_prefixes_and_a_zero_connection_cap_are_refused() {
     let l = listen();
     let serve: &[&str] = &["serve", "--listen", &l, "--auth", "none", "--redis", &redis];
     let analytics: &[&str] = &["analytics", "--redis", &redis];
-    let publish: &[&str] = &[
-        "publish",
-        "--course",
-        "CS101",
-        "--section",
-        "1",
-        "--total",
-        "4",
-        "--taken",
-        "1",
-        "--redis",
-        &redis,
-    ];
+    let publish: &[&str] = &publish_one(&redis);
     let cases: [(&[&str], &[&str], &str); 9] = [
         (serve, &["--channel-prefix", ""], "'--channel-prefix"),
         (serve, &["--state-prefix", ""], "'--state-prefix"),
