@@ -166,7 +166,7 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_LOG", default_value = "warn")]
     pub log_level: String,
     /// Presence sorted-set prefix (the rehearsal's presence keys are deleted at the end).
-    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = crate::redis::config::prefix)]
     pub presence_prefix: String,
     /// Viewers to connect.
     #[arg(long, env = "SEATBOARD_REHEARSE_VIEWERS", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
@@ -190,7 +190,7 @@ pub struct RehearseArgs {
     #[arg(long, env = "SEATBOARD_REHEARSE_DURATION", default_value_t = 60.0, value_parser = run_seconds)]
     pub duration: f64,
     /// Course code prefix of the rehearsal's courses.
-    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-", value_parser = crate::redis::config::prefix)]
     pub rehearsal_prefix: String,
     /// HS256 secret to mint the viewers' tokens with.
     #[arg(long, env = "SEATBOARD_JWT_SECRET", hide_env_values = true)]
@@ -224,16 +224,6 @@ pub struct RehearseArgs {
 }
 
 /// A selection window id: the rule `/api/history` reads a session by.
-/// A key, channel or course-code prefix: never empty (an empty one matches
-/// every Redis key, every channel, or every course).
-pub(crate) fn prefix(s: &str) -> Result<String, String> {
-    if s.is_empty() {
-        Err("a prefix must not be empty: it would match every Redis key, channel or course".into())
-    } else {
-        Ok(s.to_owned())
-    }
-}
-
 /// The state hashes' and the presence keys' prefixes keep their keys apart:
 /// where one begins with the other, a course's presence key may be another
 /// course's state hash, and a `SCAN` of one finds the other's keys.
@@ -294,13 +284,13 @@ pub struct HubArgs {
     #[arg(long, env = "SEATBOARD_COMPRESSION", value_enum, default_value = "on")]
     pub compression: Compression,
     /// Pub/sub channel prefix.
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = crate::redis::config::prefix)]
     pub channel_prefix: String,
     /// State hash prefix.
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = crate::redis::config::prefix)]
     pub state_prefix: String,
     /// Presence sorted-set prefix.
-    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = crate::redis::config::prefix)]
     pub presence_prefix: String,
     /// Student frame interval (ms).
     #[arg(long, env = "SEATBOARD_TICK_MS", default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=60_000))]
@@ -505,13 +495,13 @@ pub struct AnalyticsArgs {
     #[command(flatten)]
     pub redis: crate::redis::RedisFlags,
     /// Pub/sub channel prefix (the worker subscribes to `<prefix>*`).
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = crate::redis::config::prefix)]
     pub channel_prefix: String,
     /// State hash prefix (sharded cluster: the courses to shard-subscribe are found by SCAN of it).
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = crate::redis::config::prefix)]
     pub state_prefix: String,
     /// Presence sorted-set prefix (read only).
-    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_PRESENCE_PREFIX", default_value = "presence:", value_parser = crate::redis::config::prefix)]
     pub presence_prefix: String,
     /// Selection window id, 1-128 of [A-Za-z0-9_.:-]: entries go to `<analytics-prefix><session>`.
     #[arg(
@@ -534,7 +524,7 @@ pub struct AnalyticsArgs {
     #[arg(long, env = "SEATBOARD_BUCKET_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub bucket_ms: u64,
     /// Courses beginning with this are a rehearsal's (`seatboard rehearse`) and not counted.
-    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-", value_parser = prefix)]
+    #[arg(long, env = "SEATBOARD_REHEARSAL_PREFIX", default_value = "REHEARSAL-", value_parser = crate::redis::config::prefix)]
     pub rehearsal_prefix: String,
     /// Approximate stream length cap (`XADD MAXLEN ~`).
     #[arg(long, env = "SEATBOARD_ANALYTICS_MAX_LEN", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]

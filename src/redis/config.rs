@@ -152,6 +152,16 @@ fn target(info: &ConnectionInfo) -> Option<Target> {
     })
 }
 
+/// A key, channel or course-code prefix: never empty (an empty one matches
+/// every Redis key, every channel, or every course).
+pub fn prefix(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err("a prefix must not be empty: it would match every Redis key, channel or course".into())
+    } else {
+        Ok(s.to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::seeds;
@@ -207,9 +217,9 @@ pub struct RedisTarget {
     #[command(flatten)]
     pub redis: RedisFlags,
     /// Pub/sub channel prefix.
-    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = crate::cli::prefix)]
+    #[arg(long, env = "SEATBOARD_CHANNEL_PREFIX", default_value = "seats:", value_parser = prefix)]
     pub channel_prefix: String,
     /// State hash prefix.
-    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = crate::cli::prefix)]
+    #[arg(long, env = "SEATBOARD_STATE_PREFIX", default_value = "seatstate:", value_parser = prefix)]
     pub state_prefix: String,
 }
