@@ -81,6 +81,12 @@ pub trait PresenceStore: Send {
     /// next attempt (its own jittered backoff, capped at 2 s); `None` for a
     /// store that keeps no backoff (the members are then written again at
     /// the next presence tick).
+    /// Keys that refused a write since the last call (a key of another
+    /// type: `WRONGTYPE`), for `/metrics`; the other keys were written.
+    fn take_refused(&mut self) -> u64 {
+        0
+    }
+
     fn retry_in(&self) -> Option<Duration> {
         None
     }
@@ -290,6 +296,20 @@ impl<P: PresenceStore> Worker<P> {
 
     /// Handles one command; false on shutdown.
     pub fn command(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
+        let go_on = self.command_inner(cmd, now_ms);
+        self.tally_refused();
+        go_on
+    }
+
+    /// Keys that refused a write, counted with the presence errors.
+    fn tally_refused(&mut self) {
+        let n = self.store.take_refused();
+        if n > 0 {
+            self.metrics.presence_errors.fetch_add(n, Relaxed);
+        }
+    }
+
+    fn command_inner(&mut self, cmd: PresenceCmd, now_ms: u64) -> bool {
         if matches!(
             cmd,
             PresenceCmd::Join { .. } | PresenceCmd::Leave { .. } | PresenceCmd::Batch(_)
@@ -350,6 +370,7 @@ impl<P: PresenceStore> Worker<P> {
         if !self.removes.is_empty() && self.writes_due_ms.is_none() {
             self.writes_due_ms = Some(now_ms + LEAVE_WINDOW_MS);
         }
+        self.tally_refused();
         true
     }
 
@@ -574,6 +595,7 @@ impl<P: PresenceStore> Worker<P> {
             self.next_count_ms = now_ms + tick;
             self.count(now_ms);
         }
+        self.tally_refused();
     }
 
     /// When [`Worker::handle_timeout`] is next due (Unix ms).

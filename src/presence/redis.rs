@@ -13,7 +13,7 @@ use crate::redis::commands::Commands;
 use crate::redis::{Error, Redis};
 use redis::{Cmd, FromRedisValue, Value};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Where the store's commands go and the clock its key TTLs are read from:
 /// the shared command client and the wall clock in `serve`, a simulated
@@ -68,6 +68,10 @@ pub struct RedisPresence<L: PresenceLink = Commands> {
     prefix: String,
     /// The key being written (`<prefix><course>`), its capacity kept.
     key: Vec<u8>,
+    /// Writes refused by a key of another type since they were last taken.
+    refused: u64,
+    /// When such a refusal was last logged.
+    warned: Option<Instant>,
 }
 
 impl RedisPresence {
@@ -84,6 +88,8 @@ impl<L: PresenceLink> RedisPresence<L> {
             link,
             prefix: prefix.to_owned(),
             key: Vec::new(),
+            refused: 0,
+            warned: None,
         }
     }
 
@@ -93,6 +99,25 @@ impl<L: PresenceLink> RedisPresence<L> {
         self.key.clear();
         self.key.extend_from_slice(self.prefix.as_bytes());
         self.key.extend_from_slice(course.as_bytes());
+    }
+
+    /// The writes' replies looked over: a key that refused one (it is no
+    /// sorted set) is counted and logged (at most once a minute); the others
+    /// were written.
+    fn refused_in(&mut self, replies: &[Value]) {
+        let mut first = None;
+        for r in replies {
+            if let Value::ServerError(e) = r {
+                self.refused += 1;
+                first.get_or_insert(e);
+            }
+        }
+        if let Some(e) = first {
+            if self.warned.is_none_or(|t| t.elapsed() >= WARN_EVERY) {
+                self.warned = Some(Instant::now());
+                tracing::warn!(error = %e, "a presence key is not a sorted set: its members are not written");
+            }
+        }
     }
 
     /// The key TTL that lasts until `expiry_ms` (Unix ms), at least 1 ms.
@@ -147,14 +172,8 @@ fn pexpire(key: &[u8], ttl_ms: u64) -> Cmd {
     c
 }
 
-/// The writes' replies looked over: a key that refused one (it is no sorted
-/// set) is logged; the others were written.
-fn warn_refused(replies: &[Value]) {
-    if let Some(Value::ServerError(e)) = replies.iter().find(|r| matches!(r, Value::ServerError(_)))
-    {
-        tracing::warn!(error = %e, "a presence key is not a sorted set: its members are not written");
-    }
-}
+/// At most one warning per this long about keys that refuse writes.
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 fn trim(key: &[u8], now_ms: u64) -> Cmd {
     let mut c = redis::cmd("ZREMRANGEBYSCORE");
@@ -163,6 +182,10 @@ fn trim(key: &[u8], now_ms: u64) -> Cmd {
 }
 
 impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
+    fn take_refused(&mut self) -> u64 {
+        std::mem::take(&mut self.refused)
+    }
+
     fn retry_in(&self) -> Option<Duration> {
         self.link.retry_in()
     }
@@ -172,7 +195,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
             return Ok(());
         }
         let cmds = self.grouped(members, Some(expiry_ms), true);
-        warn_refused(&self.link.pipeline_each(&cmds)?);
+        let replies = self.link.pipeline_each(&cmds)?;
+        self.refused_in(&replies);
         Ok(())
     }
 
@@ -182,7 +206,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         }
         let renew = !crate::planted::active(crate::planted::Bug::RefreshWithoutTtl);
         let cmds = self.grouped(members, Some(expiry_ms), renew);
-        warn_refused(&self.link.pipeline_each(&cmds)?);
+        let replies = self.link.pipeline_each(&cmds)?;
+        self.refused_in(&replies);
         Ok(())
     }
 
@@ -191,7 +216,8 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
             return Ok(());
         }
         let cmds = self.grouped(members, None, false);
-        warn_refused(&self.link.pipeline_each(&cmds)?);
+        let replies = self.link.pipeline_each(&cmds)?;
+        self.refused_in(&replies);
         Ok(())
     }
 
@@ -230,7 +256,7 @@ impl<L: PresenceLink> PresenceStore for RedisPresence<L> {
         // sorted set: that course counts nobody (its shards keep their own
         // viewers at least).
         let replies = self.link.pipeline_each(&cmds)?;
-        warn_refused(&replies[..written.min(replies.len())]);
+        self.refused_in(&replies[..written.min(replies.len())]);
         Ok(replies
             .into_iter()
             .skip(written + 1)

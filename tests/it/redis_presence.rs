@@ -301,4 +301,7 @@ fn a_presence_key_that_is_no_sorted_set_leaves_the_other_courses_counted() {
         "string",
         "left alone"
     );
+    // Each refused write is counted (the first node writes a's join there).
+    let errors = metric_value(&nodes[0].metrics(), "seatboard_presence_errors_total");
+    assert!(errors >= 1.0, "the refused write is counted: {errors}");
 }
