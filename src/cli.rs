@@ -223,7 +223,6 @@ pub struct RehearseArgs {
     pub report: Option<std::path::PathBuf>,
 }
 
-/// A selection window id: the rule `/api/history` reads a session by.
 /// The state hashes' and the presence keys' prefixes keep their keys apart:
 /// where one begins with the other, a course's presence key may be another
 /// course's state hash, and a `SCAN` of one finds the other's keys.
@@ -239,6 +238,7 @@ pub fn keys_apart(state: &str, presence: &str) -> Result<(), clap::Error> {
     Ok(())
 }
 
+/// A selection window id: the rule `/api/history` reads a session by.
 fn session(s: &str) -> Result<String, String> {
     if crate::history::valid_session(s) {
         Ok(s.to_owned())
