@@ -77,16 +77,15 @@ pub trait PresenceStore: Send {
         }
         self.count(courses, now_ms)
     }
-    /// After a call failed, how long until the store's connection makes its
-    /// next attempt (its own jittered backoff, capped at 2 s); `None` for a
-    /// store that keeps no backoff (the members are then written again at
-    /// the next presence tick).
     /// Keys that refused a write since the last call (a key of another
     /// type: `WRONGTYPE`), for `/metrics`; the other keys were written.
     fn take_refused(&mut self) -> u64 {
         0
     }
-
+    /// After a call failed, how long until the store's connection makes its
+    /// next attempt (its own jittered backoff, capped at 2 s); `None` for a
+    /// store that keeps no backoff (the members are then written again at
+    /// the next presence tick).
     fn retry_in(&self) -> Option<Duration> {
         None
     }
