@@ -62,7 +62,9 @@ struct Board {
     live: Vec<u32>,
     /// Live snapshots the version rule refused while its state read was in
     /// flight, the newest of each section: where the read overrules a section
-    /// the node held ahead, one of these may be newer than the hash as read.
+    /// the node held ahead, one of these may be newer than the hash as read;
+    /// a replacement refused as already held undoes a forged version the
+    /// read (answered before the replacement reached the field) brings.
     refused: Vec<Arc<Snapshot>>,
     /// Snapshots accepted during the current admin tick.
     updates: u64,

@@ -601,6 +601,31 @@ fn a_reread_takes_a_repair_the_node_missed_then_live_snapshots_newer_than_it_but
 }
 
 #[test]
+fn a_replacement_refused_during_a_read_as_already_held_undoes_the_forged_field_the_read_brings() {
+    // The read ran before the reconciler's replacement reached the field:
+    // it brings the forged version. Meanwhile the live publish of the row's
+    // version came, then the replacement itself (the same state: refused as
+    // held). Offered again after the read, the replacement must win.
+    let mut r = rig(1);
+    r.hash("A", vec![payload("A", 1, 8, 1 << 53)]);
+    r.interest_only(0, "A", true);
+    let asked = r.asked();
+    r.ingest.event(message("A", 1, 4, 3), T0 + 1, T0 + 1);
+    let p = String::from_utf8(payload("A", 1, 4, 3)).expect("UTF-8");
+    let replacement = SourceEvent::Message {
+        course: "A".into(),
+        payload: format!("{},\"replace\":true}}", &p[..p.len() - 1]).into_bytes(),
+    };
+    r.ingest.event(replacement, T0 + 2, T0 + 2);
+    for a in asked {
+        r.answer(a);
+    }
+    r.ingest.flush();
+    let held = &r.ingest.boards["A"].sections[&1];
+    assert_eq!((held.seats_taken, held.version), (4, Some(3)));
+}
+
+#[test]
 fn slots_that_move_or_are_served_again_reread_every_watched_course_and_a_blind_one_is_degraded() {
     use crate::channels::Topology;
     use crate::slots::{key_slot, BlindSlots};
