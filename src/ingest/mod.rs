@@ -62,9 +62,7 @@ struct Board {
     live: Vec<u32>,
     /// Live snapshots the version rule refused while its state read was in
     /// flight, the newest of each section: where the read overrules a section
-    /// the node held ahead, one of these may be newer than the hash as read;
-    /// a replacement refused as already held undoes a forged version the
-    /// read (answered before the replacement reached the field) brings.
+    /// the node held ahead, one of these may be newer than the hash as read.
     refused: Vec<Arc<Snapshot>>,
     /// Snapshots accepted during the current admin tick.
     updates: u64,
@@ -427,6 +425,13 @@ impl<S: Source> Ingest<S> {
         let live = via == Via::Live;
         // Dedupe by the version rule: stale, or the same publish seen twice.
         if !fresh {
+            if live && snap.replace && held.is_some_and(|h| !h.replace && h.same_state(&snap)) {
+                // The replacement of a state already held (the row's own
+                // publish came first): held as the replacement from now on,
+                // so a state read answered before it reached the field (the
+                // forged version) cannot take the section back.
+                board.sections.insert(snap.section, Arc::clone(&snap));
+            }
             self.metrics.ingest_duplicates.fetch_add(1, Relaxed);
             if live && crate::planted::active(crate::planted::Bug::AdminCountsDuplicates) {
                 board.updates += 1;

@@ -192,18 +192,25 @@ impl<S: Source> Ingest<S> {
             }
         }
         if via == Via::Read {
-            // Live snapshots refused while the read was in flight, offered
-            // again by the live rule (a replacement is taken whatever is
-            // held): newer than what the read overruled the node with, or
-            // undoing a forged version the read brought. One taken is a
-            // publish after all, counted for admins as it was not when it came.
+            // Live snapshots refused while the read was in flight, newer than
+            // what the read overruled the node with.
             let refused = self
                 .boards
                 .get_mut(course)
                 .map(|b| std::mem::take(&mut b.refused))
                 .unwrap_or_default();
             for s in refused {
-                self.accept(s, Via::Live);
+                let held = self
+                    .boards
+                    .get(course)
+                    .and_then(|b| b.sections.get(&s.section));
+                if s.replaces(held.map(|h| &**h)) && self.accept(s, Via::Read) {
+                    // A publish after all: counted for admins as it was not
+                    // when it came.
+                    if let Some(b) = self.boards.get_mut(course) {
+                        b.updates += 1;
+                    }
+                }
             }
         }
     }
