@@ -453,7 +453,9 @@ fn viewers_past_one_process_limit_run_in_child_processes_every_board_correct() {
     // processes of 80, 60 SSE viewers in a fourth.
     let d = deployment(&[]);
     let json = temp("children.json");
-    let child = rehearse_command(&d, &["--viewers-per-process", "100"], &json)
+    // The latency target is not what this checks: a loaded box must not fail it.
+    let flags = ["--viewers-per-process", "100", "--p99-ms", "60000"];
+    let child = rehearse_command(&d, &flags, &json)
         .spawn()
         .expect("start rehearse");
     let pid = child.id();
@@ -648,11 +650,12 @@ fn a_deployment_behind_tls_passes_over_https_with_every_board_correct() {
     let port = d.tls_port.expect("a TLS port");
     let target = format!("https://localhost:{port}");
     let json = temp("tls-pass.json");
-    // No --nodes: /metrics is scraped at the target, over TLS too.
+    // No --nodes: /metrics is scraped at the target, over TLS too. The
+    // latency target is not what this checks: a loaded box must not fail it.
     let child = rehearse_command_at(
         &d,
         &target,
-        &["--sse-share", "0.3", "--duration", "4"],
+        &["--sse-share", "0.3", "--duration", "4", "--p99-ms", "60000"],
         &json,
     )
     .env("SSL_CERT_FILE", &ca)
