@@ -23,9 +23,10 @@ const REGRESSIONS: &[u64] = &[
     // A state read answered before the reconciler's replacement reached the
     // field brought the forged version back; the replacement, refused during
     // the read as the state already held, was offered again by the read's
-    // rule, which ignores `replace`: the board kept the forged version. (Its
-    // first fix, offering refused snapshots again by the live rule, broke
-    // seeds 5,004,224, 5,039,212 and 5,064,274: kept here too.)
+    // rule, which ignores `replace`: the board kept the forged version. The
+    // other three break when refused snapshots are offered again by the live
+    // rule instead (a stale publish refused before a replacement is then
+    // taken after it).
     5_059_712, 5_004_224, 5_039_212, 5_064_274,
 ];
 
